@@ -1,0 +1,31 @@
+"""cir_demo entry point.
+
+    python app.py            # the explorer UI (Gradio) on the offline world
+    python app.py --eval     # headless run of the full benchmark; see --eval --help
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--eval" in argv:
+        argv.remove("--eval")
+        from cir_demo.harness import cli as eval_cli
+
+        parser = argparse.ArgumentParser(prog="python app.py --eval", description=eval_cli.__doc__.splitlines()[0])
+        eval_cli.add_arguments(parser)
+        return eval_cli.run(parser.parse_args(argv))
+    try:
+        from cir_demo.ui import app as ui_app
+    except ImportError as exc:
+        print(f"error: the explorer UI is not available in this build ({exc}); "
+              "use `python app.py --eval` for the headless benchmark", file=sys.stderr)
+        return 2
+    return ui_app.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

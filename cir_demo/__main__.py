@@ -1,0 +1,5 @@
+import sys
+
+from cir_demo.cli import main
+
+sys.exit(main())

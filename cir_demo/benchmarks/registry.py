@@ -1,0 +1,100 @@
+"""The declared table of benchmarks: name -> loader, arguments, metric family.
+
+Loaders are "module:function" strings imported only when a benchmark is
+loaded, so listing benchmarks never imports pyarrow or the world generator.
+Arguments are checked against the declaration before the loader runs:
+unknown names get a "did you mean", missing required arguments a clear error.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from cir_demo.benchmarks.schema import Benchmark
+from cir_demo.utils.names import UnknownNameError, lookup
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    name: str
+    description: str
+    metric_family: str
+    loader: str  # "module:function"
+    required: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
+
+    @property
+    def arguments(self) -> tuple[str, ...]:
+        return self.required + self.optional
+
+
+BENCHMARKS: dict[str, BenchmarkSpec] = {
+    s.name: s
+    for s in (
+        BenchmarkSpec("world", "the offline procedurally rendered world (no downloads)", "pinpoint",
+                      "cir_demo.world:load_world", optional=("size", "seed", "root")),
+        BenchmarkSpec("pinpoint", "PinPoint: pinpoint_licensed.parquet + index_signatures.txt", "pinpoint",
+                      "cir_demo.benchmarks.pinpoint:load_pinpoint", required=("annotations",),
+                      optional=("corpus_ids", "image_dir", "cache_dir", "online")),
+        BenchmarkSpec("edir", "EDIR: queries.jsonl, corpus.jsonl, instances.jsonl + images", "edir",
+                      "cir_demo.benchmarks.edir:load_edir", required=("root",), optional=("image_dir",)),
+        BenchmarkSpec("circo", "CIRCO validation split: annotations/val.json + COCO unlabeled2017", "circo",
+                      "cir_demo.benchmarks.circo:load_circo", required=("annotations",),
+                      optional=("image_dir", "corpus_ids")),
+        BenchmarkSpec("jsonl", "a benchmark folder in the project's JSONL format (docs/formats.md)", "from manifest",
+                      "cir_demo.benchmarks.jsonl:load_jsonl_benchmark", required=("root",)),
+    )
+}
+
+
+class BenchmarkArgumentError(TypeError):
+    """A benchmark was asked for with missing or unknown arguments."""
+
+
+def list_benchmarks() -> list[BenchmarkSpec]:
+    return list(BENCHMARKS.values())
+
+
+def get_spec(name: str) -> BenchmarkSpec:
+    return lookup("benchmark", name, BENCHMARKS)
+
+
+def resolve_loader(spec: BenchmarkSpec) -> Callable[..., Benchmark]:
+    module_name, _, func_name = spec.loader.partition(":")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, func_name)
+    except AttributeError:
+        raise ImportError(f"benchmark {spec.name!r}: {module_name} has no {func_name}") from None
+
+
+def check_arguments(spec: BenchmarkSpec, kwargs: dict[str, Any]) -> None:
+    missing = [a for a in spec.required if kwargs.get(a) is None]
+    if missing:
+        flags = ", ".join(f"--{a.replace('_', '-')}" for a in missing)
+        raise BenchmarkArgumentError(
+            f"benchmark {spec.name!r} needs {', '.join(missing)} ({flags}); it takes {_describe(spec)}")
+    for key in kwargs:
+        if key not in spec.arguments:
+            try:
+                lookup("argument", key, {a: None for a in spec.arguments})
+            except UnknownNameError as exc:
+                raise BenchmarkArgumentError(f"benchmark {spec.name!r}: {exc}") from None
+
+
+def load_benchmark(name: str, **kwargs: Any) -> Benchmark:
+    """Load a declared benchmark: `load_benchmark("pinpoint", annotations=..., corpus_ids=...)`.
+
+    Arguments that are None are dropped (so CLI defaults pass through).
+    """
+    spec = get_spec(name)
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    check_arguments(spec, kwargs)
+    return resolve_loader(spec)(**kwargs)
+
+
+def _describe(spec: BenchmarkSpec) -> str:
+    req = ", ".join(spec.required) or "nothing required"
+    opt = ", ".join(spec.optional)
+    return f"{req}" + (f" (optional: {opt})" if opt else "")

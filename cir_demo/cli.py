@@ -1,0 +1,45 @@
+"""`python -m cir_demo COMMAND ...`: one subcommand per stage.
+
+Each subcommand lives in its stage's package as a module with
+`add_arguments(parser)` and `run(args) -> int`; it is imported only when used,
+so `python -m cir_demo world ...` never pays for torch.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command -> (module, one-line help)
+COMMANDS = {
+    "world": ("cir_demo.world.cli", "generate the offline world, draw contact sheets, export it"),
+    "validate": ("cir_demo.benchmarks.cli", "validate a benchmark's files and print its statistics"),
+    "retrievers": ("cir_demo.retrievers.cli", "list the declared retrievers and show one's config"),
+    "index": ("cir_demo.index.cli", "build, check and list FAISS indexes"),
+    "eval": ("cir_demo.harness.cli", "evaluate results files or run the full benchmark (same as app.py --eval)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m cir_demo", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        try:
+            importlib.import_module(module).add_arguments(p)
+        except ModuleNotFoundError as exc:  # a stage not installed in this build
+            p.set_defaults(_missing=str(exc))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    if getattr(args, "_missing", None):
+        print(f"error: command {args.command!r} is unavailable: {args._missing}", file=sys.stderr)
+        return 2
+    return int(importlib.import_module(args._module).run(args) or 0)

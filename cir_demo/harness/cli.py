@@ -1,0 +1,116 @@
+"""`python app.py --eval` / `python -m cir_demo eval`: headless evaluation.
+
+With `--results-json`, scores rankings produced elsewhere (no images, no model,
+no torch import). Without it, runs the retrievers on the benchmark first.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+# benchmark loader keyword <- CLI attribute
+_LOADER_ARGS = {
+    "annotations": "annotations",
+    "corpus_ids": "corpus_ids",
+    "root": "root",
+    "image_dir": "image_dir",
+    "size": "world_size",
+    "seed": "world_seed",
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("benchmark")
+    g.add_argument("--benchmark", default="world", help="world (default), pinpoint, edir, circo or jsonl")
+    g.add_argument("--annotations", help="PinPoint parquet or CIRCO annotations/val.json")
+    g.add_argument("--corpus-ids", help="corpus id list (PinPoint index_signatures.txt; optional for CIRCO)")
+    g.add_argument("--root", help="benchmark folder (EDIR, jsonl, or a generated world)")
+    g.add_argument("--image-dir", help="folder of benchmark images")
+    g.add_argument("--world-size", default=None, choices=["tiny", "default"], help="offline world size (default: default)")
+    g.add_argument("--world-seed", type=int, default=None, help="offline world seed (default 0)")
+    g.add_argument("--limit", type=int, default=None, help="evaluate only the first N paraphrase groups")
+    r = p.add_argument_group("what to evaluate")
+    r.add_argument("--results-json", nargs="+", metavar="FILE",
+                   help="official-format results files to evaluate (PinPoint or CIRCO format)")
+    r.add_argument("--retrievers", help="comma-separated retriever names to run (default: all world retrievers)")
+    o = p.add_argument_group("output")
+    o.add_argument("--out", help="output folder (default: runs/<time>-<benchmark>)")
+    o.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals (0 disables)")
+    o.add_argument("--bootstrap-seed", type=int, default=0)
+    o.add_argument("--no-plots", action="store_true")
+
+
+def load_benchmark_from_args(args: argparse.Namespace):
+    from cir_demo.benchmarks.registry import load_benchmark
+
+    kwargs = {k: getattr(args, attr) for k, attr in _LOADER_ARGS.items() if getattr(args, attr, None) is not None}
+    bench = load_benchmark(args.benchmark, **kwargs)
+    return bench.limit(args.limit) if args.limit else bench
+
+
+def default_out_dir(benchmark_name: str) -> Path:
+    from cir_demo.paths import runs_dir
+
+    return runs_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{benchmark_name}"
+
+
+def evaluate_results_files(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from cir_demo.harness.evaluate import evaluate_run
+    from cir_demo.harness.report import write_outputs
+    from cir_demo.harness.results_io import read_results
+
+    bench = load_benchmark_from_args(args)
+    for w in bench.warnings:
+        text = str(w)
+        print(text if len(text) <= 400 else text[:400] + " ...", file=sys.stderr)
+    if bench.warnings:
+        print(f"({len(bench.warnings)} warnings reading the benchmark; `python -m cir_demo validate` lists them in full)",
+              file=sys.stderr)
+    evaluations = []
+    names_seen: set[str] = set()
+    for path in tqdm(args.results_json, desc="evaluating results files", unit="file", disable=len(args.results_json) < 2):
+        rf = read_results(path, bench)
+        name = rf.name if rf.name not in names_seen else f"{rf.name}_{len(names_seen)}"
+        names_seen.add(name)
+        msgs = [w.message for w in rf.warnings()]
+        for m in msgs:
+            print(f"warning: {path}: {m}", file=sys.stderr)
+        ev = evaluate_run(bench, rf.run, name, n_boot=args.n_boot, seed=args.bootstrap_seed, warnings=msgs)
+        ev.metrics["coverage"] = rf.coverage
+        ev.metrics["unknown_ids"] = rf.n_unknown_ids
+        ev.metrics["unknown_query_keys"] = len(rf.unknown_query_keys)
+        evaluations.append(ev)
+    out = Path(args.out) if args.out else default_out_dir(bench.name)
+    paths = write_outputs(bench, evaluations, out, n_boot=args.n_boot, seed=args.bootstrap_seed, plots=not args.no_plots)
+    print(f"wrote {len(paths)} files to {out}")
+    print(_summary(evaluations, bench))
+    return 0
+
+
+def _summary(evaluations, bench) -> str:
+    from cir_demo.harness.evaluate import family_of
+
+    heads = list(family_of(bench).headline.values())[:4]
+    lines = []
+    for ev in evaluations:
+        vals = "  ".join(f"{h}={ev.metrics.get(h, float('nan')):.4f}" for h in heads)
+        lines.append(f"{ev.name}: {vals}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from cir_demo.benchmarks.schema import BenchmarkError
+
+    try:
+        if args.results_json:
+            return evaluate_results_files(args)
+        from cir_demo.harness.pipeline import run_benchmark
+
+        return run_benchmark(args)
+    except BenchmarkError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,153 @@
+"""Score runs against a benchmark: per-query tables, official aggregates, bootstrap CIs.
+
+This module only consumes runs (`{query_id: [image_id, ...]}`); it never imports
+torch, so evaluating a results file stays cheap.
+"""
+from __future__ import annotations
+
+import importlib
+import warnings as warnings_module
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from cir_demo.benchmarks.schema import Benchmark
+
+
+@dataclass(frozen=True)
+class MetricFamily:
+    """How runs of one benchmark family are scored and summarised."""
+
+    module: str
+    official_columns: str  # attribute of `module` listing the official CSV columns
+    # per-query column -> aggregate name, for the metrics that get CIs and breakdowns
+    headline: Mapping[str, str]
+    primary: str  # per-query column used for paired comparisons and sorting
+
+
+FAMILIES: dict[str, MetricFamily] = {
+    "pinpoint": MetricFamily(
+        module="cir_demo.metrics.pinpoint",
+        official_columns="OFFICIAL_COLUMNS",
+        headline={
+            "AP@10": "mAP@10",
+            "precision@10": "precision@10",
+            "recall@10": "recall@10",
+            "NegRecall@10": "NegRecall@10",
+            "AP@10_noNeg": "mAP@10_noNeg",
+        },
+        primary="AP@10",
+    ),
+    "circo": MetricFamily(
+        module="cir_demo.metrics.circo",
+        official_columns="OFFICIAL_COLUMNS",
+        headline={"AP@5": "mAP@5", "AP@10": "mAP@10", "AP@25": "mAP@25", "AP@50": "mAP@50", "recall@10": "recall@10"},
+        primary="AP@10",
+    ),
+    "edir": MetricFamily(
+        module="cir_demo.metrics.edir",
+        official_columns="OFFICIAL_COLUMNS",
+        headline={"recall@1": "recall@1", "recall@3": "recall@3"},
+        primary="recall@1",
+    ),
+}
+
+
+@dataclass
+class RunEvaluation:
+    name: str
+    metrics: dict[str, Any]
+    per_query: pd.DataFrame  # one row per matched query, metric columns + group_id + meta
+    ci: dict[str, tuple[float, float]] = field(default_factory=dict)  # aggregate name -> (lo, hi)
+    warnings: list[str] = field(default_factory=list)
+
+
+def family_of(benchmark: Benchmark) -> MetricFamily:
+    return FAMILIES[benchmark.metric_family]
+
+
+def metrics_module(benchmark: Benchmark):
+    return importlib.import_module(family_of(benchmark).module)
+
+
+def evaluate_run(
+    benchmark: Benchmark,
+    run: Mapping[str, Sequence[str]],
+    name: str,
+    n_boot: int = 1000,
+    seed: int = 0,
+    warnings: Sequence[str] = (),
+) -> RunEvaluation:
+    """Official aggregates plus group-bootstrap CIs for the headline metrics."""
+    from cir_demo.metrics.bootstrap import bootstrap_cis
+    from cir_demo.metrics.breakdown import query_meta_frame
+
+    fam = family_of(benchmark)
+    mod = metrics_module(benchmark)
+    per_query = mod.per_query(run, benchmark.queries)
+    with warnings_module.catch_warnings():  # coverage is reported by the caller, per results file
+        warnings_module.simplefilter("ignore", category=UserWarning)
+        metrics = {"model": name, **mod.aggregate(per_query, n_queries_total=len(benchmark.queries))}
+    meta = query_meta_frame(benchmark.queries)
+    extra_cols = [c for c in meta.columns if c not in per_query.columns or c == "query_id"]
+    per_query = per_query.merge(meta[extra_cols], on="query_id", how="left")
+    ci: dict[str, tuple[float, float]] = {}
+    scored = _scored(per_query)
+    cols = [c for c in fam.headline if c in scored]
+    if n_boot > 0 and len(scored) and cols:
+        cis = bootstrap_cis(scored[cols].to_numpy(dtype=float), scored["group_id"].to_numpy(), n_boot=n_boot, seed=seed)
+        ci = {fam.headline[c]: (float(lo), float(hi)) for c, (_, lo, hi) in zip(cols, cis)}
+    return RunEvaluation(name=name, metrics=metrics, per_query=per_query, ci=ci, warnings=list(warnings))
+
+
+def _scored(per_query: pd.DataFrame) -> pd.DataFrame:
+    """Rows that enter the means (the official evaluator skips empty rankings)."""
+    return per_query[per_query["scored"]] if "scored" in per_query else per_query
+
+
+def metrics_table(benchmark: Benchmark, evaluations: Sequence[RunEvaluation]) -> pd.DataFrame:
+    """Official columns in official order, then ours (CIs as `<metric>_lo/_hi`)."""
+    official = list(getattr(metrics_module(benchmark), family_of(benchmark).official_columns))
+    rows = []
+    for ev in evaluations:
+        row = dict(ev.metrics)
+        for agg, (lo, hi) in ev.ci.items():
+            row[f"{agg}_ci_lo"], row[f"{agg}_ci_hi"] = lo, hi
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    first = [c for c in official if c in df.columns]
+    return df[first + [c for c in df.columns if c not in first]]
+
+
+def paired_comparisons(
+    benchmark: Benchmark, evaluations: Sequence[RunEvaluation], n_boot: int = 1000, seed: int = 0
+) -> pd.DataFrame:
+    """Paired group bootstrap of the primary metric for every pair of runs, on their shared queries."""
+    from cir_demo.metrics.bootstrap import paired_bootstrap
+
+    col = family_of(benchmark).primary
+    rows = []
+    for i, a in enumerate(evaluations):
+        for b in evaluations[i + 1:]:
+            sa = _scored(a.per_query).set_index("query_id")
+            sb = _scored(b.per_query).set_index("query_id")
+            shared = sa.index.intersection(sb.index)
+            if len(shared) == 0:
+                continue
+            res = paired_bootstrap(
+                sa.loc[shared, col].to_numpy(dtype=float),
+                sb.loc[shared, col].to_numpy(dtype=float),
+                sa.loc[shared, "group_id"].to_numpy(),
+                n_boot=n_boot,
+                seed=seed,
+            )
+            rows.append({"a": a.name, "b": b.name, "metric": col, "n_queries": len(shared), **res})
+    return pd.DataFrame(rows)
+
+
+def ranking_from_scores(ids: Sequence[str], scores: np.ndarray) -> list[str]:
+    """Stable descending order (ties keep corpus order), the convention used everywhere."""
+    order = np.argsort(-np.asarray(scores), kind="stable")
+    return [ids[i] for i in order]

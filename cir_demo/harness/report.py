@@ -1,0 +1,214 @@
+"""Write an evaluation to disk: metrics.csv/json, per-query CSV, report.md, plots."""
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from cir_demo.benchmarks.schema import Benchmark
+from cir_demo.harness.evaluate import (
+    RunEvaluation,
+    family_of,
+    metrics_module,
+    metrics_table,
+    paired_comparisons,
+)
+from cir_demo.utils.io import write_json_atomic, write_text_atomic
+
+LING_SENS_NOTE = (
+    "`ling_sens_range`/`ling_sens_std` follow the official evaluator: queries are grouped by their "
+    "reference image(s), so one group can mix *different intents* that share a reference image, and the "
+    "spread of precision@10 within a group measures intent differences as well as phrasing. "
+    "`ling_sens_paraphrase_range`/`_std` (the paper's notion) group only the paraphrases of one intent "
+    "(same judgments) and take the spread of AP@10, so they measure phrasing alone."
+)
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, (float, np.floating)):
+        return "nan" if math.isnan(x) else f"{x:.4f}"
+    return str(x)
+
+
+def _md_table(df: pd.DataFrame) -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
+    for _, row in df.iterrows():
+        lines.append("| " + " | ".join(_fmt(row[c]) for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def breakdown_tables(
+    benchmark: Benchmark, evaluations: Sequence[RunEvaluation], n_boot: int, seed: int = 0
+) -> dict[str, pd.DataFrame]:
+    """Field -> long table (run, value, n_queries, n_groups, metric mean/lo/hi) over every metadata field."""
+    from cir_demo.metrics.breakdown import breakdown
+
+    fam = family_of(benchmark)
+    metrics = list(fam.headline)
+    out: dict[str, pd.DataFrame] = {}
+    for field_ in benchmark.meta_fields():
+        parts = []
+        for ev in evaluations:
+            pq = ev.per_query[ev.per_query["scored"]] if "scored" in ev.per_query else ev.per_query
+            if field_ not in pq:
+                continue
+            tab = breakdown(pq, None, field_, [m for m in metrics if m in pq], n_boot=n_boot, seed=seed)
+            tab.insert(0, "run", ev.name)
+            parts.append(tab)
+        if parts:
+            out[field_] = pd.concat(parts, ignore_index=True)
+    return out
+
+
+def write_outputs(
+    benchmark: Benchmark,
+    evaluations: Sequence[RunEvaluation],
+    out_dir: str | Path,
+    n_boot: int = 1000,
+    seed: int = 0,
+    extra_sections: Sequence[str] = (),
+    plots: bool = True,
+) -> dict[str, Path]:
+    """metrics.csv, metrics.json, per_query.csv, breakdowns.csv, paired.csv, report.md and plots/*.png."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fam = family_of(benchmark)
+    table = metrics_table(benchmark, evaluations)
+    sort_col = fam.headline[fam.primary]
+    if sort_col in table:
+        table = table.sort_values(sort_col, ascending=False, kind="stable")
+    paths: dict[str, Path] = {}
+
+    paths["metrics.csv"] = out / "metrics.csv"
+    write_text_atomic(paths["metrics.csv"], table.to_csv(index=False, float_format="%.4f"))
+
+    per_query = pd.concat([ev.per_query.assign(run=ev.name) for ev in evaluations], ignore_index=True)
+    per_query = per_query[["run"] + [c for c in per_query.columns if c != "run"]]
+    paths["per_query.csv"] = out / "per_query.csv"
+    write_text_atomic(paths["per_query.csv"], per_query.to_csv(index=False, float_format="%.6g"))
+
+    breakdowns = breakdown_tables(benchmark, evaluations, n_boot=n_boot, seed=seed)
+    if breakdowns:
+        long = pd.concat([t.assign(field=f) for f, t in breakdowns.items()], ignore_index=True)
+        long = long[["field"] + [c for c in long.columns if c != "field"]]
+        paths["breakdowns.csv"] = out / "breakdowns.csv"
+        write_text_atomic(paths["breakdowns.csv"], long.to_csv(index=False, float_format="%.6g"))
+
+    paired = paired_comparisons(benchmark, evaluations, n_boot=n_boot, seed=seed) if len(evaluations) > 1 else pd.DataFrame()
+    if len(paired):
+        paths["paired.csv"] = out / "paired.csv"
+        write_text_atomic(paths["paired.csv"], paired.to_csv(index=False, float_format="%.6g"))
+
+    paths["metrics.json"] = out / "metrics.json"
+    write_json_atomic(paths["metrics.json"], {
+        "benchmark": benchmark.name,
+        "metric_family": benchmark.metric_family,
+        "n_queries": len(benchmark.queries),
+        "n_boot": n_boot,
+        "runs": [
+            {"metrics": _jsonable(ev.metrics), "ci95": {k: list(v) for k, v in ev.ci.items()}, "warnings": ev.warnings}
+            for ev in evaluations
+        ],
+        "paired": _jsonable(paired.to_dict(orient="records")),
+    })
+
+    if plots:
+        from cir_demo.harness.plots import write_plots
+
+        for name, p in write_plots(benchmark, evaluations, breakdowns, out / "plots").items():
+            paths[f"plots/{name}"] = p
+
+    paths["report.md"] = out / "report.md"
+    write_text_atomic(paths["report.md"], render_report(
+        benchmark, evaluations, table, breakdowns, paired, n_boot, extra_sections,
+        [k for k in paths if k.startswith("plots/")],
+    ))
+    return paths
+
+
+def _jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+
+
+def render_report(
+    benchmark: Benchmark,
+    evaluations: Sequence[RunEvaluation],
+    table: pd.DataFrame,
+    breakdowns: dict[str, pd.DataFrame],
+    paired: pd.DataFrame,
+    n_boot: int,
+    extra_sections: Sequence[str] = (),
+    plot_paths: Sequence[str] = (),
+) -> str:
+    fam = family_of(benchmark)
+    buf = io.StringIO()
+    w = buf.write
+    w(f"# Evaluation report: {benchmark.name}\n\n")
+    n_groups = len(benchmark.groups())
+    w(f"{len(benchmark.queries)} queries in {n_groups} paraphrase groups; corpus of {len(benchmark.corpus_ids)} images; "
+      f"metrics computed as the official {benchmark.metric_family} evaluator does. "
+      f"95% confidence intervals: bootstrap over paraphrase groups ({n_boot} resamples).\n\n")
+
+    w("## Headline metrics\n\n")
+    heads = [a for a in fam.headline.values()]
+    rows = []
+    for ev in sorted(evaluations, key=lambda e: -float(e.metrics.get(heads[0], 0.0) or 0.0)):
+        row = {"run": ev.name}
+        for agg in heads:
+            v = ev.metrics.get(agg)
+            if v is None:
+                continue
+            lo_hi = ev.ci.get(agg)
+            row[agg] = f"{v:.4f}" + (f" [{lo_hi[0]:.4f}, {lo_hi[1]:.4f}]" if lo_hi else "")
+        for extra in ("total_queries", "coverage"):
+            if extra in ev.metrics:
+                row[extra] = ev.metrics[extra]
+        rows.append(row)
+    w(_md_table(pd.DataFrame(rows)) + "\n\n")
+
+    warn_lines = [f"- **{ev.name}**: {msg}" for ev in evaluations for msg in ev.warnings]
+    if warn_lines:
+        w("### Warnings\n\n" + "\n".join(warn_lines) + "\n\n")
+
+    official = list(getattr(metrics_module(benchmark), fam.official_columns))
+    w("## Official columns\n\n")
+    w(_md_table(table[[c for c in official if c in table.columns]]) + "\n\n")
+    extra_cols = [c for c in table.columns if c not in official and not c.endswith(("_ci_lo", "_ci_hi"))]
+    if extra_cols:
+        w("## Our extra columns\n\n")
+        w(_md_table(table[["model"] + extra_cols]) + "\n\n")
+
+    if benchmark.metric_family == "pinpoint":
+        w("## Linguistic sensitivity\n\n" + LING_SENS_NOTE + "\n\n")
+        cols = ["model", "ling_sens_range", "ling_sens_std", "ling_sens_paraphrase_range", "ling_sens_paraphrase_std"]
+        w(_md_table(table[[c for c in cols if c in table.columns]]) + "\n\n")
+
+    if len(paired):
+        w("## Paired comparisons\n\n")
+        w(f"Difference b − a of per-query {fam.primary} on the queries both runs answered; "
+          "95% CI and two-sided p-value from a paired bootstrap over paraphrase groups.\n\n")
+        w(_md_table(paired) + "\n\n")
+
+    if breakdowns:
+        w("## Breakdowns\n\n")
+        for field_, tab in breakdowns.items():
+            w(f"### By `{field_}`\n\n")
+            show = tab.copy()
+            for m in fam.headline:
+                if f"{m}_lo" in show:
+                    show[m] = [f"{a:.4f} [{b:.4f}, {c:.4f}]" for a, b, c in
+                               zip(show[m], show[f"{m}_lo"], show[f"{m}_hi"])]
+            keep = ["run", "value", "n_queries", "n_groups"] + [m for m in fam.headline if m in show]
+            w(_md_table(show[[c for c in keep if c in show]]) + "\n\n")
+
+    for section in extra_sections:
+        w(section.rstrip() + "\n\n")
+    if plot_paths:
+        w("## Plots\n\n" + "\n".join(f"![{Path(p).stem}]({p})" for p in plot_paths) + "\n")
+    return buf.getvalue()

@@ -1,0 +1,197 @@
+"""Bootstrap confidence intervals that resample paraphrase groups, not rows.
+
+The paraphrases of one intent share their judgments and mostly their
+retrieval outcome, so rows are not independent; resampling rows would make
+intervals too narrow. Each bootstrap replicate draws groups with replacement
+(as many as there are) and takes the mean over all rows of the drawn groups:
+sum of drawn group sums / sum of drawn group sizes. Intervals are percentile
+intervals of the replicates. Everything is vectorised over replicates and
+seedable (`numpy.random.default_rng(seed)`).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+# Replicates per chunk: bounds memory at chunk * n_groups counts.
+_CHUNK_CELLS = 4_000_000
+
+
+def _as_values(values, name: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim != 1:
+        raise ValueError(f"parameter {name}: expected a 1-D array, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.flatnonzero(~np.isfinite(arr))[0])
+        raise ValueError(f"parameter {name}: row {bad} is {arr[bad]} (drop unscored rows before bootstrapping)")
+    return arr
+
+
+def _group_codes(groups, n: int) -> np.ndarray:
+    groups = np.asarray(groups)
+    if groups.shape != (n,):
+        raise ValueError(f"parameter groups: expected {n} labels (one per value), got shape {groups.shape}")
+    codes, _ = pd.factorize(groups, use_na_sentinel=False)
+    return codes
+
+
+def _check_params(n_boot: int, alpha: float) -> None:
+    if int(n_boot) != n_boot or n_boot < 1:
+        raise ValueError(f"parameter n_boot: expected a positive integer, got {n_boot!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"parameter alpha: expected a number in (0, 1), got {alpha!r}")
+
+
+def group_bootstrap_means(group_sums: np.ndarray, group_sizes: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
+    """`n_boot` replicate means: groups drawn with replacement, mean over their rows.
+
+    `group_sums` may be 2-D (n_groups, m): the same draws are then applied to
+    m columns at once (used by the paired bootstrap), giving (n_boot, m).
+    """
+    rng = np.random.default_rng(seed)
+    n_groups = len(group_sizes)
+    sums = np.asarray(group_sums, dtype=float)
+    squeeze = sums.ndim == 1
+    sums = sums.reshape(n_groups, -1)
+    sizes = np.asarray(group_sizes, dtype=float)
+    out = np.empty((n_boot, sums.shape[1]))
+    chunk = max(1, _CHUNK_CELLS // max(n_groups, 1))
+    for start in range(0, n_boot, chunk):
+        stop = min(start + chunk, n_boot)
+        m = stop - start
+        draws = rng.integers(0, n_groups, size=(m, n_groups))
+        # times[b, g]: how often replicate b drew group g.
+        flat = (draws + np.arange(m)[:, None] * n_groups).ravel()
+        times = np.bincount(flat, minlength=m * n_groups).reshape(m, n_groups).astype(float)
+        out[start:stop] = (times @ sums) / (times @ sizes)[:, None]
+    return out[:, 0] if squeeze else out
+
+
+def _group_sums(values: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n_groups = int(codes.max()) + 1
+    sizes = np.bincount(codes, minlength=n_groups)
+    if values.ndim == 1:
+        return np.bincount(codes, weights=values, minlength=n_groups), sizes
+    return np.stack([np.bincount(codes, weights=v, minlength=n_groups) for v in values.T], axis=1), sizes
+
+
+def bootstrap_ci(
+    values: np.ndarray, groups: np.ndarray, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0
+) -> tuple[float, float, float]:
+    """(mean of values, lower, upper) with a (1 - alpha) percentile interval from group resampling.
+
+    `groups` labels each value's resampling unit (the paraphrase group). No
+    values gives (nan, nan, nan); NaN values are an error (drop unscored rows).
+    """
+    _check_params(n_boot, alpha)
+    values = _as_values(values, "values")
+    if values.size == 0:
+        return (np.nan, np.nan, np.nan)
+    codes = _group_codes(groups, values.size)
+    sums, sizes = _group_sums(values, codes)
+    replicates = group_bootstrap_means(sums, sizes, int(n_boot), seed)
+    lo, hi = np.quantile(replicates, [alpha / 2, 1 - alpha / 2])
+    return float(np.mean(values)), float(lo), float(hi)
+
+
+def bootstrap_cis(
+    values: np.ndarray, groups: np.ndarray, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0
+) -> np.ndarray:
+    """`bootstrap_ci` for each column of a (n, m) array with one shared set of draws.
+
+    Returns (m, 3): mean, lower, upper per column; equal to calling
+    `bootstrap_ci` per column with the same seed, at the cost of one call.
+    """
+    _check_params(n_boot, alpha)
+    values = np.asarray(values, dtype=float)
+    if values.ndim != 2:
+        raise ValueError(f"parameter values: expected a 2-D array, got shape {values.shape}")
+    if values.shape[0] == 0:
+        return np.full((values.shape[1], 3), np.nan)
+    for j in range(values.shape[1]):
+        _as_values(values[:, j], f"values[:, {j}]")
+    codes = _group_codes(groups, values.shape[0])
+    sums, sizes = _group_sums(values, codes)
+    replicates = group_bootstrap_means(sums, sizes, int(n_boot), seed).reshape(int(n_boot), -1)
+    lo, hi = np.quantile(replicates, [alpha / 2, 1 - alpha / 2], axis=0)
+    return np.stack([values.mean(axis=0), lo, hi], axis=1)
+
+
+def paired_bootstrap(
+    a: np.ndarray, b: np.ndarray, groups: np.ndarray, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0
+) -> dict:
+    """Difference mean(b) - mean(a) of two runs scored on the same queries (row i of a and b is one query).
+
+    Each replicate draws groups once and applies the draw to both runs. Returns
+    diff, lo, hi (percentile interval of the replicate differences), p_value
+    (two-sided: twice the share of replicates on the far side of 0, clipped
+    to 1), mean_a, mean_b, n_queries, n_groups, n_boot.
+    """
+    _check_params(n_boot, alpha)
+    a = _as_values(a, "a")
+    b = _as_values(b, "b")
+    if a.shape != b.shape:
+        raise ValueError(f"parameters a and b: expected the same queries, got {a.size} and {b.size} values")
+    if a.size == 0:
+        nan = float("nan")
+        return dict(diff=nan, lo=nan, hi=nan, p_value=nan, mean_a=nan, mean_b=nan, n_queries=0, n_groups=0,
+                    n_boot=int(n_boot))
+    codes = _group_codes(groups, a.size)
+    sums, sizes = _group_sums(b - a, codes)
+    diffs = group_bootstrap_means(sums, sizes, int(n_boot), seed)
+    lo, hi = np.quantile(diffs, [alpha / 2, 1 - alpha / 2])
+    p_value = min(1.0, 2.0 * min(np.mean(diffs <= 0), np.mean(diffs >= 0)))
+    return dict(
+        diff=float(np.mean(b) - np.mean(a)),
+        lo=float(lo),
+        hi=float(hi),
+        p_value=float(p_value),
+        mean_a=float(np.mean(a)),
+        mean_b=float(np.mean(b)),
+        n_queries=int(a.size),
+        n_groups=int(sizes.size),
+        n_boot=int(n_boot),
+    )
+
+
+def _scored(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["scored"].to_numpy(dtype=bool)] if "scored" in df.columns else df
+
+
+def metric_cis(
+    per_query_df: pd.DataFrame, metrics: Sequence[str], n_boot: int = 1000, alpha: float = 0.05, seed: int = 0
+) -> pd.DataFrame:
+    """One row per metric: metric, mean, lo, hi, n_queries, n_groups (scored rows, groups = group_id)."""
+    df = _scored(per_query_df)
+    rows = []
+    for metric in metrics:
+        mean, lo, hi = bootstrap_ci(df[metric].to_numpy(), df["group_id"].to_numpy(), n_boot, alpha, seed)
+        rows.append(dict(metric=metric, mean=mean, lo=lo, hi=hi, n_queries=len(df), n_groups=df["group_id"].nunique()))
+    return pd.DataFrame(rows, columns=["metric", "mean", "lo", "hi", "n_queries", "n_groups"])
+
+
+def compare_runs(
+    per_query_a: pd.DataFrame,
+    per_query_b: pd.DataFrame,
+    metrics: Sequence[str],
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Paired bootstrap of run b minus run a for each metric, over the queries scored in both runs.
+
+    One row per metric with the keys of `paired_bootstrap` plus `metric`.
+    """
+    a = _scored(per_query_a)[["query_id", "group_id", *metrics]]
+    b = _scored(per_query_b)[["query_id", *metrics]]
+    both = a.merge(b, on="query_id", suffixes=("_a", "_b"), validate="one_to_one")
+    rows = []
+    for metric in metrics:
+        result = paired_bootstrap(
+            both[f"{metric}_a"].to_numpy(), both[f"{metric}_b"].to_numpy(), both["group_id"].to_numpy(),
+            n_boot, alpha, seed,
+        )
+        rows.append({"metric": metric, **result})
+    return pd.DataFrame(rows)

@@ -1,0 +1,136 @@
+"""Per-query metrics broken down by a metadata field, with group-bootstrap intervals.
+
+`breakdown(per_query_df, meta, "skin_tone_bucket", ["AP@10"])` gives one row
+per value of the field: how many scored queries and paraphrase groups carry
+it, and for each metric its mean with a 95% interval from resampling the
+paraphrase groups within that value. List-valued fields (CIRCO's
+`semantic_aspects`) are exploded: a query counts once under each value it
+lists. Queries without the field are shown under "(missing)".
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from cir_demo.benchmarks.schema import SKIN_TONE_BUCKETS, Query
+from cir_demo.metrics.bootstrap import bootstrap_cis
+from cir_demo.utils.names import UnknownNameError
+
+MISSING = "(missing)"
+
+# Display order of known categorical values; other values sort alphabetically after them.
+_KNOWN_ORDERS = {
+    "skin_tone_bucket": (*SKIN_TONE_BUCKETS, "UNKNOWN"),
+    "length_category": ("short", "medium", "long"),
+}
+
+
+def query_meta_frame(queries: Iterable[Query]) -> pd.DataFrame:
+    """query_id, group_id, then every meta key found on any query (first-seen order); None where absent."""
+    queries = list(queries)
+    keys: dict[str, None] = {}
+    for q in queries:
+        keys.update(dict.fromkeys(q.meta))
+    data = {"query_id": [q.query_id for q in queries], "group_id": [q.group_id for q in queries]}
+    for key in keys:
+        if key in data:  # a meta key may not shadow the identifying columns
+            continue
+        data[key] = pd.Series([_plain(q.meta.get(key)) for q in queries], dtype=object)
+    return pd.DataFrame(data)
+
+
+def _plain(value):
+    """Lists and tuples as tuples (hashable, explodable); everything else unchanged."""
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return tuple(value)
+    return value
+
+
+def _is_missing(value) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _sort_key(field: str, value):
+    if value == MISSING:
+        return (2, 0, "")
+    known = _KNOWN_ORDERS.get(field, ())
+    if value in known:
+        return (0, known.index(value), "")
+    return (1, 0, str(value))
+
+
+def _with_field(per_query_df: pd.DataFrame, meta: pd.DataFrame | None, field: str) -> pd.DataFrame:
+    if meta is not None and field in meta.columns:
+        if "query_id" not in meta.columns:
+            raise ValueError("parameter meta: needs a query_id column")
+        base = per_query_df.drop(columns=[field], errors="ignore")
+        return base.merge(meta[["query_id", field]], on="query_id", how="left", validate="many_to_one")
+    if field in per_query_df.columns:
+        return per_query_df
+    available = [c for c in (meta.columns if meta is not None else []) if c not in ("query_id", "group_id")]
+    raise UnknownNameError("breakdown field", field, available or list(per_query_df.columns))
+
+
+def breakdown(
+    per_query_df: pd.DataFrame,
+    meta: pd.DataFrame | None,
+    field: str,
+    metrics: Sequence[str],
+    n_boot: int = 1000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> pd.DataFrame:
+    """One row per value of `field` over the scored rows of `per_query_df`.
+
+    `meta` is a frame with query_id and the field (see `query_meta_frame`);
+    when None the field is read from `per_query_df` itself. Columns: field,
+    value, n_queries, n_groups, then for each metric `<metric>`, `<metric>_lo`,
+    `<metric>_hi` (mean and (1 - alpha) group-bootstrap interval).
+    """
+    missing_metrics = [m for m in metrics if m not in per_query_df.columns]
+    if missing_metrics:
+        raise UnknownNameError("metric", missing_metrics[0], [c for c in per_query_df.columns if "@" in c])
+    df = per_query_df
+    if "scored" in df.columns:
+        df = df[df["scored"].to_numpy(dtype=bool)]
+    df = _with_field(df, meta, field)[["query_id", "group_id", field, *metrics]]
+
+    values = df[field].map(lambda v: list(v) if isinstance(v, (list, tuple, set, np.ndarray)) else v)
+    df = df.assign(**{field: values}).explode(field, ignore_index=True)
+    df[field] = df[field].map(lambda v: MISSING if _is_missing(v) else v).astype(object)
+
+    columns = ["field", "value", "n_queries", "n_groups"]
+    for metric in metrics:
+        columns += [metric, f"{metric}_lo", f"{metric}_hi"]
+    rows = []
+    for value in sorted(df[field].unique(), key=lambda v: _sort_key(field, v)):
+        sub = df[df[field].map(lambda v: v == value).to_numpy(dtype=bool)]
+        row = {"field": field, "value": value, "n_queries": len(sub), "n_groups": sub["group_id"].nunique()}
+        cis = bootstrap_cis(sub[list(metrics)].to_numpy(dtype=float).reshape(len(sub), len(metrics)),
+                            sub["group_id"].to_numpy(), n_boot, alpha, seed)
+        for metric, (mean, lo, hi) in zip(metrics, cis):
+            row.update({metric: float(mean), f"{metric}_lo": float(lo), f"{metric}_hi": float(hi)})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def all_breakdowns(
+    per_query_df: pd.DataFrame,
+    meta: pd.DataFrame,
+    fields: Sequence[str],
+    metrics: Sequence[str],
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """`breakdown` for each field that `meta` has (others skipped), stacked into one frame."""
+    frames = [breakdown(per_query_df, meta, f, metrics, n_boot, seed) for f in fields if f in meta.columns]
+    if not frames:
+        return pd.DataFrame(columns=["field", "value", "n_queries", "n_groups"])
+    return pd.concat(frames, ignore_index=True)

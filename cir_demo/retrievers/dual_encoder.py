@@ -1,0 +1,145 @@
+"""A dual encoder (image tower + text tower) composed with a training-free recipe.
+
+The CLIP-family adapters (open_clip, transformers CLIP/SigLIP) only implement
+`DualEncoder` (two batch functions); `DualEncoderRetriever` adds batching,
+progress bars, two-reference merging, <img1>/<img2> handling and the recipe.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from cir_demo.retrievers import recipes
+from cir_demo.retrievers.base import ComposedQuery, Retriever, batches, check_embeddings, render_markers
+
+
+class DualEncoder(abc.ABC):
+    """Two batch encoders into one space; both return (n, dim) float32 unit rows."""
+
+    dim: int
+    device: str
+
+    @abc.abstractmethod
+    def encode_image_batch(self, images: Sequence[Any]) -> np.ndarray:
+        ...
+
+    @abc.abstractmethod
+    def encode_text_batch(self, texts: Sequence[str]) -> np.ndarray:
+        ...
+
+
+def encode_in_batches(
+    items: Sequence[Any],
+    encode_batch: Callable[[Sequence[Any]], np.ndarray],
+    batch_size: int,
+    dim: int,
+    what: str,
+    progress: bool = False,
+) -> np.ndarray:
+    """Concatenate `encode_batch` over consecutive batches (tqdm bar when `progress`)."""
+    if len(items) == 0:
+        return np.zeros((0, dim), dtype=np.float32)
+    chunks = batches(items, batch_size)
+    if progress:
+        from tqdm.auto import tqdm
+
+        chunks = tqdm(chunks, total=-(-len(items) // batch_size), desc=what, unit="batch")
+    out = np.concatenate([np.asarray(encode_batch(chunk), dtype=np.float32) for chunk in chunks], axis=0)
+    return check_embeddings(out, len(items), dim, what)
+
+
+class DualEncoderRetriever(Retriever):
+    """Retriever = dual encoder + recipe (image_only, text_only, early_fusion, slerp).
+
+    Two reference images are merged as normalise(mean of their normalised
+    embeddings) before the recipe; <img1>/<img2> markers in the text are
+    rendered with `marker_style` (see `base.render_markers`).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        encoder: DualEncoder,
+        recipe: str,
+        recipe_params: dict[str, float],
+        spec: dict,
+        batch_size: int = 32,
+        marker_style: str = "words",
+        progress: bool = False,
+    ):
+        self.name = name
+        self.encoder = encoder
+        self.recipe = recipe
+        self.recipe_params = dict(recipe_params)
+        self.needs_image, self.needs_text = recipes.recipe_needs(recipe)
+        self.spec = spec
+        self.dim = int(encoder.dim)
+        self.device = encoder.device
+        self.batch_size = int(batch_size)
+        self.marker_style = marker_style
+        self.progress = progress
+
+    # -- corpus side
+    def encode_images(self, images: Sequence[Any], batch_size: int | None = None) -> np.ndarray:
+        return encode_in_batches(
+            list(images), self.encoder.encode_image_batch, batch_size or self.batch_size, self.dim,
+            f"{self.name}: images", self.progress,
+        )
+
+    def encode_texts(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
+        """Plain text embeddings (texts used as given, no marker rendering)."""
+        return encode_in_batches(
+            list(texts), self.encoder.encode_text_batch, batch_size or self.batch_size, self.dim,
+            f"{self.name}: texts", self.progress,
+        )
+
+    # -- query side
+    def reference_embeddings(self, queries: Sequence[ComposedQuery], batch_size: int | None = None) -> np.ndarray:
+        """(n, dim): each query's reference image, or the normalised mean of its two."""
+        flat = [img for q in queries for img in q.reference_images]
+        emb = self.encode_images(flat, batch_size)
+        out, pos = [], 0
+        for q in queries:
+            k = len(q.reference_images)
+            out.append(recipes.mean_of_references(list(emb[pos:pos + k])))
+            pos += k
+        return np.stack(out) if out else np.zeros((0, self.dim), dtype=np.float32)
+
+    def query_texts(self, queries: Sequence[ComposedQuery]) -> list[str]:
+        return [render_markers(q.text, self.marker_style) for q in queries]
+
+    def encode_queries(self, queries: Sequence[ComposedQuery], batch_size: int | None = None) -> np.ndarray:
+        queries = list(queries)
+        if not queries:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        img = self.reference_embeddings(queries, batch_size) if self.needs_image else None
+        txt = self.encode_texts(self.query_texts(queries), batch_size) if self.needs_text else None
+        out = recipes.combine(self.recipe, self.recipe_params, img, txt)
+        return check_embeddings(out, len(queries), self.dim, f"{self.name}: queries")
+
+
+def torch_precision(precision: str, device: str) -> str:
+    """fp16 only on CUDA (CPU half matmuls are slow and lossy); else fp32."""
+    if precision not in ("fp32", "fp16"):
+        raise ValueError(f"precision must be 'fp32' or 'fp16', got {precision!r}")
+    return "fp16" if precision == "fp16" and str(device).startswith("cuda") else "fp32"
+
+
+def features_tensor(output: Any, what: str):
+    """The embedding tensor from a `get_*_features` return value.
+
+    transformers 5 returns a `BaseModelOutputWithPooling` whose
+    `pooler_output` holds the projected embedding; older versions return
+    the tensor itself. Both are accepted.
+    """
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output
+    for field in ("pooler_output", "image_embeds", "text_embeds"):
+        value = getattr(output, field, None)
+        if isinstance(value, torch.Tensor):
+            return value
+    raise TypeError(f"{what}: cannot find an embedding tensor in a {type(output).__name__} output")

@@ -1,0 +1,82 @@
+"""GME-Qwen2-VL retrievers through the model repository's documented entry points:
+
+    gme = AutoModel.from_pretrained(id, dtype=..., device_map=..., trust_remote_code=True)
+    gme.get_image_embeddings(images=[...], is_query=False)        # corpus
+    gme.get_fused_embeddings(texts=[...], images=[...], instruction=...)   # composed query
+
+Loading requires the explicit `trust_remote_code=True`. The repository code
+itself refuses transformers>=4.52.0 (its model card: "please downgrade:
+pip install transformers==4.51.3"); this project pins transformers 5, so the
+config carries a hard pin and loading stops *before* any download with an
+error that says so. Run GME in a separate environment and load its rankings as
+a 'precomputed' retriever (docs/retrievers.md).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from cir_demo.retrievers.remote_code import NativeComposedRetriever, remote_code_failure, require_opt_in, to_numpy
+
+FAMILY = "gme"
+# MMEB's CIRR instruction (GME is trained and evaluated with MMEB-style instructions); our default.
+CIR_INSTRUCTION = "Given an image, find a similar everyday image with the described changes."
+PARAMS = {"query_instruction": CIR_INSTRUCTION, "batch_size": 8, "marker_style": "words"}
+
+
+def validate(config: dict, where: str) -> None:
+    if not config.get("model"):
+        raise ValueError(f"{where}: key 'model' is required for family 'gme'")
+    if not config.get("needs_remote_code"):
+        raise ValueError(f"{where}: family 'gme' runs repository code: set \"needs_remote_code\": true")
+
+
+def load(config: dict, device: str, progress: bool = False, trust_remote_code: bool = False, **_: Any):
+    require_opt_in(config, trust_remote_code)
+    import torch
+    import transformers
+    from PIL import Image
+    from transformers import AutoModel
+
+    from cir_demo.retrievers.dual_encoder import torch_precision
+
+    p = {**PARAMS, **config.get("params", {})}
+    precision = torch_precision(config.get("precision", "fp32"), device)
+    try:
+        gme = AutoModel.from_pretrained(config["model"], trust_remote_code=True, device_map=device,
+                                        dtype=torch.float16 if precision == "fp16" else torch.float32)
+    except Exception as exc:
+        raise remote_code_failure(config, "loading", exc) from exc
+    gme.eval()
+    rgb = lambda imgs: [i if i.mode == "RGB" else i.convert("RGB") for i in imgs]  # noqa: E731
+
+    def encode_images(images: Sequence) -> np.ndarray:
+        try:
+            return to_numpy(gme.get_image_embeddings(images=rgb(images), is_query=False))
+        except Exception as exc:
+            raise remote_code_failure(config, "encoding images", exc) from exc
+
+    def encode_pairs(images: Sequence, texts: Sequence[str]) -> np.ndarray:
+        try:
+            return to_numpy(gme.get_fused_embeddings(texts=list(texts), images=rgb(images),
+                                                     instruction=p["query_instruction"]))
+        except Exception as exc:
+            raise remote_code_failure(config, "encoding queries", exc) from exc
+
+    with torch.inference_mode():
+        dim = int(encode_images([Image.new("RGB", (64, 64), (128, 128, 128))]).shape[1])
+    spec = {
+        "name": config["name"],
+        "family": FAMILY,
+        "model": config["model"],
+        "weights": {"hub": config["model"]},
+        "composition": f"native (instruction={p['query_instruction']!r})",
+        "reference_merge": "mean_of_composed_embeddings",
+        "marker_style": p["marker_style"],
+        "precision": precision,
+        "dim": dim,
+        "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
+    }
+    return NativeComposedRetriever(config["name"], spec, device, dim, int(p["batch_size"]), p["marker_style"],
+                                   encode_images, encode_pairs, progress)

@@ -1,0 +1,319 @@
+"""CLIP-family retrievers through open_clip (MetaCLIP 2, DFN, any model + tag, our world-CLIP).
+
+Weights come from either
+- an open_clip pretrained tag (`"pretrained": "metaclip2_worldwide"`): open_clip's
+  own tag table pairs the weights with their preprocessing; or
+- a local file (`"pretrained": "assets/world_clip/world_clip_s.safetensors"`, or
+  .pt/.pth/.bin) with a *preprocessing sidecar* beside it
+  (`world_clip_s.preprocess.json`, written by `save_weights_with_preprocess`). The
+  sidecar names the architecture and the weights' sha256, so a file can never be
+  paired with the wrong transform or architecture: a mismatch is an error.
+
+A custom architecture (`"model_config"`: an inline JSON dict or a path to an
+open_clip model-config JSON) is registered with open_clip under `"model"` before
+the model is created.
+
+open_clip and torch are imported only inside functions.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from cir_demo.retrievers import recipes
+from cir_demo.retrievers.base import resolve_path
+from cir_demo.retrievers.dual_encoder import DualEncoder, DualEncoderRetriever, torch_precision
+
+FAMILY = "open_clip"
+# Family options in a config's "params" (recipe parameters are added per recipe).
+PARAMS = {"marker_style": "words", "batch_size": 64}
+SIDECAR_FORMAT = "cir_demo.open_clip_weights/1"
+PREPROCESS_KEYS = ("size", "mode", "mean", "std", "interpolation", "resize_mode", "fill_color")
+WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin")
+
+
+# --------------------------------------------------------------------------- weights + preprocessing pairing
+def is_local_weights(pretrained: str) -> bool:
+    """A path (has a weights suffix or a path separator), not an open_clip tag."""
+    return pretrained.endswith(WEIGHT_SUFFIXES) or "/" in pretrained or "\\" in pretrained
+
+
+def preprocess_sidecar_path(weights_path: str | Path) -> Path:
+    """`x.safetensors` -> `x.preprocess.json` (same folder)."""
+    p = Path(weights_path)
+    return p.with_name(p.stem + ".preprocess.json")
+
+
+def validate_preprocess(pp: Any, where: str) -> dict:
+    """A preprocessing spec: `size`, `mean`, `std` required; other open_clip keys optional."""
+    if not isinstance(pp, dict):
+        raise ValueError(f"{where}: 'preprocess' must be an object, got {type(pp).__name__}")
+    unknown = sorted(set(pp) - set(PREPROCESS_KEYS))
+    if unknown:
+        raise ValueError(f"{where}: unknown preprocess keys {unknown}; allowed: {list(PREPROCESS_KEYS)}")
+    missing = [k for k in ("size", "mean", "std") if k not in pp]
+    if missing:
+        raise ValueError(f"{where}: preprocess is missing {missing}")
+    for key in ("mean", "std"):
+        v = pp[key]
+        if not (isinstance(v, list) and len(v) == 3 and all(isinstance(x, (int, float)) for x in v)):
+            raise ValueError(f"{where}: preprocess {key!r} must be a list of 3 numbers, got {v!r}")
+    size = pp["size"]
+    if not (isinstance(size, int) or (isinstance(size, list) and len(size) == 2 and all(isinstance(s, int) for s in size))):
+        raise ValueError(f"{where}: preprocess 'size' must be an int or [h, w], got {size!r}")
+    return dict(pp)
+
+
+def save_weights_with_preprocess(
+    state_dict_or_model: Any, weights_path: str | Path, model_name: str, preprocess: dict
+) -> Path:
+    """Write weights (safetensors when the suffix says so, else torch.save) and their sidecar, atomically.
+
+    Returns the sidecar path. The world-CLIP trainer uses this so its weights
+    always travel with their preprocessing.
+    """
+    import torch
+
+    from cir_demo.utils.io import atomic_path, sha256_file, write_json_atomic
+
+    weights_path = Path(weights_path)
+    pp = validate_preprocess(dict(preprocess), f"preprocess for {weights_path}")
+    state = state_dict_or_model.state_dict() if hasattr(state_dict_or_model, "state_dict") else state_dict_or_model
+    state = {k: v.detach().cpu().contiguous() for k, v in state.items()}
+    with atomic_path(weights_path) as tmp:
+        if weights_path.suffix == ".safetensors":
+            from safetensors.torch import save_file
+
+            save_file(state, str(tmp))
+        else:
+            torch.save(state, tmp)
+    sidecar = preprocess_sidecar_path(weights_path)
+    write_json_atomic(sidecar, {
+        "format": SIDECAR_FORMAT,
+        "model": model_name,
+        "weights": weights_path.name,
+        "weights_sha256": sha256_file(weights_path),
+        "preprocess": pp,
+    })
+    return sidecar
+
+
+def read_preprocess_sidecar(weights_path: str | Path, model_name: str, weights_sha256: str) -> dict:
+    """The preprocessing paired with `weights_path`; errors if missing or paired with other weights/arch."""
+    sidecar = preprocess_sidecar_path(weights_path)
+    if not sidecar.is_file():
+        raise FileNotFoundError(
+            f"{weights_path}: local open_clip weights need a preprocessing sidecar at {sidecar} "
+            f"(write it with cir_demo.retrievers.openclip.save_weights_with_preprocess)"
+        )
+    try:
+        meta = json.loads(sidecar.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{sidecar}: not valid JSON: {exc}") from None
+    if not isinstance(meta, dict) or meta.get("format") != SIDECAR_FORMAT:
+        raise ValueError(f"{sidecar}: field 'format' must be {SIDECAR_FORMAT!r}")
+    if meta.get("model") != model_name:
+        raise ValueError(
+            f"{sidecar}: field 'model' says these weights are for {meta.get('model')!r}, "
+            f"but the retriever config asks for model {model_name!r}"
+        )
+    if meta.get("weights_sha256") != weights_sha256:
+        raise ValueError(
+            f"{sidecar}: field 'weights_sha256' does not match {weights_path} "
+            f"(sidecar {str(meta.get('weights_sha256'))[:12]}..., file {weights_sha256[:12]}...): "
+            f"the weights changed without their preprocessing"
+        )
+    return validate_preprocess(meta.get("preprocess"), f"{sidecar}")
+
+
+# --------------------------------------------------------------------------- custom architectures
+_CONFIG_DIR: Path | None = None
+
+
+def _config_dir() -> Path:
+    global _CONFIG_DIR
+    if _CONFIG_DIR is None:
+        _CONFIG_DIR = Path(tempfile.mkdtemp(prefix="cir_demo_open_clip_cfg_"))
+        atexit.register(shutil.rmtree, _CONFIG_DIR, True)
+    return _CONFIG_DIR
+
+
+def load_model_config(model_config: dict | str | Path, where: str) -> dict:
+    """An open_clip architecture config from an inline dict or a JSON file."""
+    if isinstance(model_config, dict):
+        cfg = model_config
+    else:
+        path = resolve_path(model_config)
+        try:
+            cfg = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{where}: model_config file not found: {path}") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{where}: model_config {path} is not valid JSON: {exc}") from None
+    missing = [k for k in ("embed_dim", "vision_cfg", "text_cfg") if k not in cfg]
+    if missing:
+        raise ValueError(f"{where}: model_config is missing open_clip keys {missing}")
+    return cfg
+
+
+def register_model_config(name: str, model_config: dict) -> None:
+    """Make `name` a known open_clip architecture. Re-registering the same config is a no-op;
+    a different config under a taken name (ours or open_clip's built-in) is an error."""
+    import open_clip
+
+    existing = open_clip.get_model_config(name)
+    if existing is not None:
+        if _canonical(existing) != _canonical(model_config):
+            raise ValueError(
+                f"open_clip model {name!r} is already registered with a different config; "
+                f"give the custom architecture its own name"
+            )
+        return
+    path = _config_dir() / f"{name}.json"
+    path.write_text(json.dumps(model_config), encoding="utf-8")
+    open_clip.add_model_config(path)
+
+
+def _canonical(cfg: dict) -> str:
+    return json.dumps(cfg, sort_keys=True)
+
+
+# --------------------------------------------------------------------------- encoder
+class OpenClipEncoder(DualEncoder):
+    def __init__(self, model, preprocess, tokenizer, device: str, precision: str):
+        import open_clip
+
+        self.model = model.eval()
+        self.preprocess = preprocess
+        self.tokenizer = tokenizer
+        self.device = device
+        self.precision = precision
+        self._input_dtype = open_clip.get_input_dtype(precision)
+        self.dim = int(self.encode_text_batch(["a photo"]).shape[1])
+
+    def encode_image_batch(self, images: Sequence[Any]) -> np.ndarray:
+        import torch
+
+        pixels = torch.stack([self.preprocess(_rgb(img)) for img in images])
+        pixels = pixels.to(device=self.device, dtype=self._input_dtype)
+        with torch.inference_mode():
+            emb = self.model.encode_image(pixels)
+            emb = torch.nn.functional.normalize(emb.float(), dim=-1)  # in fp32, also under fp16 weights
+        return emb.cpu().numpy()
+
+    def encode_text_batch(self, texts: Sequence[str]) -> np.ndarray:
+        import torch
+
+        tokens = self.tokenizer(list(texts)).to(self.device)
+        with torch.inference_mode():
+            emb = self.model.encode_text(tokens)
+            emb = torch.nn.functional.normalize(emb.float(), dim=-1)
+        return emb.cpu().numpy()
+
+
+def _rgb(img):
+    return img if getattr(img, "mode", "RGB") == "RGB" else img.convert("RGB")
+
+
+def library_versions() -> dict[str, str]:
+    import open_clip
+    import torch
+
+    return {"open_clip": open_clip.__version__, "torch": torch.__version__}
+
+
+def load_encoder(
+    model_name: str,
+    pretrained: str,
+    model_config: dict | str | None = None,
+    device: str = "cpu",
+    precision: str = "fp32",
+    where: str = "open_clip retriever",
+) -> tuple[OpenClipEncoder, dict]:
+    """Create the open_clip model + matching transform + tokenizer; returns (encoder, spec fields)."""
+    import open_clip
+
+    from cir_demo.utils.io import sha256_file
+
+    precision = torch_precision(precision, device)
+    spec: dict[str, Any] = {"model": model_name, "pretrained": pretrained}
+    if model_config is not None:
+        cfg = load_model_config(model_config, where)
+        register_model_config(model_name, cfg)
+        spec["model_config"] = cfg
+    if not pretrained:
+        raise ValueError(f"{where}: 'pretrained' (an open_clip tag or a local weights file) is required")
+
+    force_pp = None
+    if is_local_weights(pretrained):
+        path = resolve_path(pretrained)
+        if not path.is_file():
+            raise FileNotFoundError(f"{where}: weights file not found: {path}")
+        digest = sha256_file(path)
+        force_pp = read_preprocess_sidecar(path, model_name, digest)
+        spec["weights"] = {"path": str(pretrained), "sha256": digest}
+        checkpoint = str(path)
+    else:
+        tag_cfg = open_clip.get_pretrained_cfg(model_name, pretrained)
+        if not tag_cfg:
+            known = open_clip.list_pretrained_tags_by_model(model_name)
+            from cir_demo.utils.names import UnknownNameError
+
+            raise UnknownNameError(f"open_clip pretrained tag for {model_name}", pretrained, known)
+        spec["weights"] = {"tag": pretrained, **{k: tag_cfg[k] for k in ("hf_hub", "url") if tag_cfg.get(k)}}
+        checkpoint = pretrained
+
+    model = open_clip.create_model(
+        model_name, pretrained=checkpoint, device=device, precision=precision,
+        force_preprocess_cfg=force_pp, require_pretrained=True,
+    )
+    pp_cfg = {k: _jsonable(v) for k, v in model.visual.preprocess_cfg.items()}
+    if force_pp is not None and _jsonable(force_pp["size"]) != pp_cfg["size"]:
+        raise ValueError(
+            f"{where}: sidecar preprocess size {force_pp['size']} differs from the model's image size {pp_cfg['size']}"
+        )
+    from open_clip.transform import PreprocessCfg, image_transform_v2
+
+    transform = image_transform_v2(PreprocessCfg(**model.visual.preprocess_cfg), is_train=False)
+    tokenizer = open_clip.get_tokenizer(model_name)
+    encoder = OpenClipEncoder(model, transform, tokenizer, device, precision)
+    spec.update({"preprocess": pp_cfg, "precision": precision, "dim": encoder.dim})
+    return encoder, spec
+
+
+def _jsonable(v):
+    if isinstance(v, tuple):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def load(config: dict, device: str, progress: bool = False, **_: Any) -> DualEncoderRetriever:
+    """Build the retriever a validated registry config describes."""
+    name = config["name"]
+    params = dict(config.get("params") or {})
+    options = {k: params.pop(k, default) for k, default in PARAMS.items()}
+    rparams = recipes.recipe_params(config["recipe"], params, where=f"retriever {name!r}")
+    encoder, enc_spec = load_encoder(
+        config["model"], config.get("pretrained"), config.get("model_config"), device,
+        config.get("precision", "fp32"), where=f"retriever {name!r}",
+    )
+    spec = {
+        "name": name,
+        "family": FAMILY,
+        **enc_spec,
+        "recipe": config["recipe"],
+        "params": rparams,
+        "reference_merge": "mean_of_references",
+        "marker_style": options["marker_style"],
+        "versions": library_versions(),
+    }
+    return DualEncoderRetriever(
+        name, encoder, config["recipe"], rparams, spec,
+        batch_size=options["batch_size"], marker_style=options["marker_style"], progress=progress,
+    )

@@ -1,0 +1,394 @@
+"""Retrievers declared as data: one JSON config per named retriever.
+
+Built-in configs live in `cir_demo/retrievers/configs/*.json`; more can be
+added at run time with `register_config` (the world retrievers register theirs
+from assets/). Every config is validated by a strict schema: an unknown key,
+a wrong type or a parameter the family does not take is an error naming the
+file (or source) and the key.
+
+`load_retriever(name)` checks the optional packages a config `requires`
+(ImportError with a `pip install` hint), the transformers version a
+remote-code model was written for, and the explicit `trust_remote_code`
+opt-in, then imports the family adapter, which imports the heavy libraries.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import importlib.util
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from cir_demo.retrievers import recipes
+from cir_demo.retrievers.base import MARKER_STYLES
+from cir_demo.utils.names import UnknownNameError
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+# family -> adapter module (imported lazily; adapters import heavy libraries only inside functions)
+FAMILIES = {
+    "open_clip": "cir_demo.retrievers.openclip",
+    "hf_clip": "cir_demo.retrievers.hf_clip",
+    "bge_vl": "cir_demo.retrievers.bgevl",
+    "gme": "cir_demo.retrievers.gme",
+    "text_proxy": "cir_demo.retrievers.text_proxy",
+    "precomputed": "cir_demo.retrievers.precomputed",
+}
+# Families whose queries are composed by a recipe over a dual encoder.
+RECIPE_FAMILIES = ("open_clip", "hf_clip")
+
+# key -> (allowed types, required)
+SCHEMA: dict[str, tuple[tuple[type, ...], bool]] = {
+    "name": ((str,), True),
+    "family": ((str,), True),
+    "description": ((str,), False),
+    "model": ((str, type(None)), False),
+    "pretrained": ((str, type(None)), False),
+    "model_config": ((dict, str, type(None)), False),
+    "recipe": ((str, type(None)), False),
+    "params": ((dict,), False),
+    "precision": ((str,), False),
+    "requires": ((list,), False),
+    "needs_remote_code": ((bool,), False),
+    "transformers_pin": ((dict, type(None)), False),
+}
+PIN_KEYS = {"spec": str, "hard": bool, "tested": str}
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+# pip distribution -> import name, where they differ
+PIP_TO_MODULE = {
+    "open_clip_torch": "open_clip",
+    "open-clip-torch": "open_clip",
+    "pillow": "PIL",
+    "faiss-cpu": "faiss",
+    "faiss-gpu": "faiss",
+    "protobuf": "google.protobuf",
+    "qwen-vl-utils": "qwen_vl_utils",
+    "flash-attn": "flash_attn",
+}
+
+
+class ConfigError(ValueError):
+    """A retriever config that does not match the schema (names the file and key)."""
+
+
+# --------------------------------------------------------------------------- validation
+def validate_config(config: Any, source: str = "<dict>") -> dict:
+    """Check a config against the schema; returns a normalised deep copy."""
+    where = f"{source}"
+    if not isinstance(config, dict):
+        raise ConfigError(f"{where}: a retriever config must be a JSON object, got {type(config).__name__}")
+    unknown = sorted(set(config) - set(SCHEMA))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}" + (f" (and {unknown[1:]})" if unknown[1:] else "")
+                          + f"; allowed keys: {sorted(SCHEMA)}")
+    for key, (types, required) in SCHEMA.items():
+        if key not in config:
+            if required:
+                raise ConfigError(f"{where}: missing required key {key!r}")
+            continue
+        if not isinstance(config[key], types) or (bool not in types and isinstance(config[key], bool)):
+            names = "/".join("null" if t is type(None) else t.__name__ for t in types)
+            raise ConfigError(f"{where}: key {key!r} must be {names}, got {type(config[key]).__name__}")
+    cfg = copy.deepcopy(config)
+    name = cfg["name"]
+    where = f"{source} (retriever {name!r})"
+    if not NAME_RE.match(name):
+        raise ConfigError(f"{where}: key 'name' must be letters, digits, '.', '_' or '-', got {name!r}")
+    family = cfg["family"]
+    if family not in FAMILIES:
+        raise UnknownNameError("retriever family", family, FAMILIES)
+    cfg.setdefault("description", "")
+    cfg.setdefault("params", {})
+    cfg.setdefault("requires", [])
+    cfg.setdefault("precision", "fp32")
+    cfg.setdefault("needs_remote_code", False)
+    cfg.setdefault("recipe", None)
+    if cfg["precision"] not in ("fp32", "fp16"):
+        raise ConfigError(f"{where}: key 'precision' must be 'fp32' or 'fp16', got {cfg['precision']!r}")
+    for i, req in enumerate(cfg["requires"]):
+        if not isinstance(req, str) or not _requirement_name(req):
+            raise ConfigError(f"{where}: key 'requires' item {i} must be a pip requirement string, got {req!r}")
+    pin = cfg.get("transformers_pin")
+    if pin is not None:
+        for k, v in pin.items():
+            if k not in PIN_KEYS:
+                raise ConfigError(f"{where}: unknown key 'transformers_pin.{k}'; allowed: {sorted(PIN_KEYS)}")
+            if not isinstance(v, PIN_KEYS[k]):
+                raise ConfigError(f"{where}: key 'transformers_pin.{k}' must be {PIN_KEYS[k].__name__}")
+        if "spec" not in pin:
+            raise ConfigError(f"{where}: key 'transformers_pin' needs a 'spec' (e.g. '<4.52.0')")
+
+    # family-specific parts
+    if family in RECIPE_FAMILIES:
+        if not cfg.get("model"):
+            raise ConfigError(f"{where}: key 'model' is required for family {family!r}")
+        if cfg["recipe"] is None:
+            raise ConfigError(f"{where}: key 'recipe' is required for family {family!r}; one of {sorted(recipes.RECIPES)}")
+        if cfg["recipe"] not in recipes.RECIPES:
+            raise ConfigError(f"{where}: key 'recipe' must be one of {sorted(recipes.RECIPES)}, got {cfg['recipe']!r}")
+    elif cfg["recipe"] is not None:
+        raise ConfigError(f"{where}: key 'recipe' must be null for family {family!r} (it composes queries itself)")
+    if cfg.get("model_config") is not None and family != "open_clip":
+        raise ConfigError(f"{where}: key 'model_config' is only for family 'open_clip'")
+    if family == "open_clip" and not cfg.get("pretrained"):
+        raise ConfigError(f"{where}: key 'pretrained' (an open_clip tag or a weights file) is required for family 'open_clip'")
+
+    module = importlib.import_module(FAMILIES[family])
+    allowed = dict(module.PARAMS)
+    if cfg["recipe"] is not None:
+        allowed.update(recipes.RECIPES[cfg["recipe"]][2])
+    bad = sorted(set(cfg["params"]) - set(allowed))
+    if bad:
+        raise ConfigError(f"{where}: unknown key 'params.{bad[0]}' for family {family!r}"
+                          + (f" and recipe {cfg['recipe']!r}" if cfg["recipe"] else "")
+                          + f"; allowed params: {sorted(allowed)}")
+    if "marker_style" in cfg["params"] and cfg["params"]["marker_style"] not in MARKER_STYLES:
+        raise ConfigError(f"{where}: key 'params.marker_style' must be one of {MARKER_STYLES}")
+    if "batch_size" in cfg["params"]:
+        bs = cfg["params"]["batch_size"]
+        if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
+            raise ConfigError(f"{where}: key 'params.batch_size' must be a positive integer, got {bs!r}")
+    if cfg["recipe"] is not None:
+        try:
+            recipes.recipe_params(cfg["recipe"], {k: v for k, v in cfg["params"].items() if k in recipes.RECIPES[cfg["recipe"]][2]}, where)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    if hasattr(module, "validate"):
+        try:
+            module.validate(cfg, where)
+        except ConfigError:
+            raise
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    return cfg
+
+
+def _requirement_name(req: str) -> str | None:
+    m = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+    return m.group(1) if m else None
+
+
+# --------------------------------------------------------------------------- the table
+_CONFIGS: dict[str, dict] | None = None
+_SOURCES: dict[str, str] = {}
+
+
+def _table() -> dict[str, dict]:
+    global _CONFIGS
+    if _CONFIGS is None:
+        table: dict[str, dict] = {}
+        for path in sorted(CONFIG_DIR.glob("*.json")):
+            try:
+                raw = json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}: not valid JSON: line {exc.lineno}: {exc.msg}") from None
+            cfg = validate_config(raw, str(path))
+            if cfg["name"] in table:
+                raise ConfigError(f"{path}: retriever name {cfg['name']!r} already defined in {_SOURCES[cfg['name']]}")
+            if path.stem != cfg["name"]:
+                raise ConfigError(f"{path}: file name must match key 'name' ({cfg['name']!r}.json)")
+            table[cfg["name"]] = cfg
+            _SOURCES[cfg["name"]] = str(path)
+        _CONFIGS = table
+    return _CONFIGS
+
+
+def register_config(config: dict, source: str = "<register_config>", replace: bool = False) -> dict:
+    """Add a retriever config (validated). Re-registering an identical config is a no-op;
+    a different config under a taken name needs `replace=True`."""
+    cfg = validate_config(config, source)
+    table = _table()
+    name = cfg["name"]
+    if name in table and table[name] != cfg and not replace:
+        raise ConfigError(f"{source}: retriever {name!r} is already registered from {_SOURCES[name]}; pass replace=True")
+    table[name] = cfg
+    _SOURCES[name] = source
+    return copy.deepcopy(cfg)
+
+
+RECIPE_SUFFIXES = {"image_only": "image", "text_only": "text", "early_fusion": "fusion", "slerp": "slerp"}
+
+
+def expand_recipes(base: dict, recipes_to_make: tuple[str, ...] = tuple(RECIPE_SUFFIXES)) -> list[dict]:
+    """One config per recipe from a dual-encoder config without one: `<name>-image`,
+    `<name>-text`, `<name>-fusion`, `<name>-slerp`, each with its recipe's default params
+    (the world retrievers register these for their world-CLIP weights)."""
+    out = []
+    for recipe in recipes_to_make:
+        if recipe not in RECIPE_SUFFIXES:
+            raise UnknownNameError("recipe", recipe, RECIPE_SUFFIXES)
+        cfg = copy.deepcopy(base)
+        cfg["name"] = f"{base['name']}-{RECIPE_SUFFIXES[recipe]}"
+        cfg["recipe"] = recipe
+        params = {k: v for k, v in cfg.get("params", {}).items() if k not in ("text_weight", "t")}
+        cfg["params"] = {**params, **recipes.RECIPES[recipe][2]}
+        out.append(cfg)
+    return out
+
+
+def unregister(name: str) -> None:
+    """Remove a registered retriever (tests, or a world asset that went away)."""
+    table = _table()
+    if name not in table:
+        raise UnknownNameError("retriever", name, table.keys())
+    del table[name]
+    _SOURCES.pop(name, None)
+
+
+def get_config(name: str) -> dict:
+    table = _table()
+    if name not in table:
+        raise UnknownNameError("retriever", name, table.keys())
+    return copy.deepcopy(table[name])
+
+
+def config_source(name: str) -> str:
+    get_config(name)
+    return _SOURCES[name]
+
+
+def missing_requirements(config: dict) -> list[str]:
+    """Requirements in `requires` that are not importable, or installed at a version
+    outside the requirement's specifier."""
+    missing = []
+    for req in config.get("requires", []):
+        pip_name = _requirement_name(req)
+        module = PIP_TO_MODULE.get(pip_name.lower(), pip_name.replace("-", "_"))
+        if not _module_available(module):
+            missing.append(req)
+            continue
+        specifier = req.strip()[len(pip_name):].strip()
+        if specifier:
+            version = _dist_version(pip_name)
+            if version is not None and not _version_ok(version, specifier):
+                missing.append(f"{req} (installed: {version})")
+    return missing
+
+
+def _module_available(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _dist_version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def _version_ok(installed: str, specifier: str) -> bool:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(installed) in SpecifierSet(specifier)
+    except (InvalidSpecifier, InvalidVersion):
+        return True  # cannot judge; let the import decide
+
+
+def list_retrievers() -> list[dict]:
+    """One row per retriever: name, family, model, pretrained, recipe, description, requires,
+    missing (requirements not installed), needs_remote_code, source."""
+    rows = []
+    for name, cfg in sorted(_table().items()):
+        rows.append({
+            "name": name,
+            "family": cfg["family"],
+            "model": cfg.get("model"),
+            "pretrained": cfg.get("pretrained"),
+            "recipe": cfg.get("recipe"),
+            "params": copy.deepcopy(cfg.get("params", {})),
+            "description": cfg.get("description", ""),
+            "requires": list(cfg.get("requires", [])),
+            "missing": missing_requirements(cfg),
+            "needs_remote_code": cfg.get("needs_remote_code", False),
+            "transformers_pin": copy.deepcopy(cfg.get("transformers_pin")),
+            "source": _SOURCES.get(name, ""),
+        })
+    return rows
+
+
+# --------------------------------------------------------------------------- loading
+def check_requirements(config: dict) -> None:
+    """ImportError with a pip install hint for the first missing optional package."""
+    missing = missing_requirements(config)
+    if missing:
+        reqs = " ".join(f"'{r.split(' (installed')[0]}'" for r in missing)
+        raise ImportError(
+            f"retriever {config['name']!r} needs the optional package(s) {', '.join(missing)}, "
+            f"which are not installed. Install with: pip install {reqs}"
+        )
+
+
+def check_remote_code(config: dict, trust_remote_code: bool) -> None:
+    if config.get("needs_remote_code") and not trust_remote_code:
+        raise PermissionError(
+            f"retriever {config['name']!r} runs code downloaded from the model repository ({config.get('model')}). "
+            f"Opt in explicitly with trust_remote_code=True (CLI: --trust-remote-code) after reviewing that code."
+        )
+
+
+def check_transformers_pin(config: dict) -> None:
+    """Refuse (hard pin) or warn (soft pin) when the installed transformers is outside the
+    range the model's remote code was written for."""
+    pin = config.get("transformers_pin")
+    if not pin:
+        return
+    import warnings
+
+    import transformers
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    installed = Version(transformers.__version__)
+    if installed in SpecifierSet(pin["spec"]):
+        return
+    tested = pin.get("tested")
+    message = (
+        f"retriever {config['name']!r}: the remote code of {config.get('model')} is documented to work with "
+        f"transformers{pin['spec']}" + (f" (tested: {tested})" if tested else "")
+        + f", but this project pins transformers {installed}. Run this retriever in a separate environment "
+        f"(pip install 'transformers=={tested or pin['spec']}') and load its rankings here with a 'precomputed' "
+        f"retriever, or see docs/retrievers.md."
+    )
+    if pin.get("hard", False):
+        raise RuntimeError(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def load_retriever(name: str, device: str | None = None, trust_remote_code: bool = False,
+                   progress: bool = False, **overrides: Any):
+    """Load a named retriever.
+
+    `overrides` replace top-level config keys (e.g. `pretrained=...`,
+    `precision="fp16"`) or, for keys the config does not have at top level,
+    entries of `params` (e.g. `text_weight=0.5`, `batch_size=8`); the result is
+    validated again. `device` defaults to CUDA when available.
+    """
+    cfg = get_config(name)
+    if overrides:
+        for key, value in overrides.items():
+            if key in SCHEMA:
+                if key in ("name", "family"):
+                    raise ConfigError(f"retriever {name!r}: override of {key!r} is not allowed")
+                cfg[key] = value
+            else:
+                cfg.setdefault("params", {})[key] = value
+        cfg = validate_config(cfg, f"{_SOURCES.get(name, '<config>')} + overrides")
+    check_requirements(cfg)
+    check_remote_code(cfg, trust_remote_code)
+    check_transformers_pin(cfg)
+    if device is None and cfg["family"] != "precomputed":
+        from cir_demo.retrievers.base import default_device
+
+        device = default_device()
+    module = importlib.import_module(FAMILIES[cfg["family"]])
+    return module.load(cfg, device=device or "cpu", progress=progress, trust_remote_code=trust_remote_code)

@@ -1,0 +1,213 @@
+"""open_clip adapter on a tiny random model built here: adapter output == direct open_clip forward."""
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+open_clip = pytest.importorskip("open_clip")
+
+from PIL import Image  # noqa: E402
+
+from cir_demo.retrievers import recipes, registry  # noqa: E402
+from cir_demo.retrievers.base import ComposedQuery  # noqa: E402
+from cir_demo.retrievers.openclip import preprocess_sidecar_path, read_preprocess_sidecar  # noqa: E402
+from cir_demo.retrievers.testing import (  # noqa: E402
+    TINY_PREPROCESS, build_tiny_open_clip, tiny_open_clip_config, tiny_open_clip_retriever,
+)
+
+MODEL = "cir-demo-tiny-clip"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _threads():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _forget_tiny_configs():
+    yield  # leave the process-wide registry as we found it
+    for row in registry.list_retrievers():
+        if row["name"].startswith("tiny-clip-"):
+            registry.unregister(row["name"])
+
+
+@pytest.fixture(scope="module")
+def weights_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny_open_clip")
+    build_tiny_open_clip(d, seed=0)
+    return d
+
+
+@pytest.fixture(scope="module")
+def images():
+    rng = np.random.default_rng(0)
+    sizes = [(40, 50), (32, 32), (64, 48), (20, 70), (33, 33)]
+    out = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in sizes]
+    out.append(Image.fromarray(rng.integers(0, 255, (30, 30), dtype=np.uint8), mode="L"))  # grey: converted to RGB
+    return out
+
+
+@pytest.fixture(scope="module")
+def direct(weights_dir):
+    """The oracle: open_clip's own model, transform and tokenizer, used directly."""
+    weights = weights_dir / f"{MODEL}-seed0.safetensors"
+    model = open_clip.create_model(MODEL, pretrained=str(weights)).eval()
+    transform = open_clip.image_transform(
+        32, is_train=False, mean=TINY_PREPROCESS["mean"], std=TINY_PREPROCESS["std"],
+        interpolation="bicubic", resize_mode="shortest")
+    tokenizer = open_clip.get_tokenizer(MODEL)
+
+    def img(ims):
+        with torch.no_grad():
+            x = torch.stack([transform(i.convert("RGB")) for i in ims])
+            return torch.nn.functional.normalize(model.encode_image(x), dim=-1).numpy()
+
+    def txt(texts):
+        with torch.no_grad():
+            return torch.nn.functional.normalize(model.encode_text(tokenizer(texts)), dim=-1).numpy()
+
+    return img, txt
+
+
+def test_images_match_direct_forward_and_are_normalised(weights_dir, images, direct):
+    r = tiny_open_clip_retriever(weights_dir, "image_only")
+    emb = r.encode_images(images)
+    assert emb.dtype == np.float32 and emb.shape == (len(images), r.dim) and r.dim == 16
+    np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(emb, direct[0](images), atol=1e-5)
+
+
+def test_batch_size_does_not_change_results(weights_dir, images):
+    r = tiny_open_clip_retriever(weights_dir, "early_fusion")
+    np.testing.assert_allclose(r.encode_images(images, batch_size=1), r.encode_images(images, batch_size=4), atol=1e-5)
+    qs = [ComposedQuery((images[i],), t) for i, t in enumerate(["a red car", "make it blue", "the dog on a tree"])]
+    np.testing.assert_allclose(r.encode_queries(qs, batch_size=1), r.encode_queries(qs, batch_size=3), atol=1e-5)
+
+
+def test_early_fusion_queries_match_direct_recipe(weights_dir, images, direct):
+    img_fn, txt_fn = direct
+    r = tiny_open_clip_retriever(weights_dir, "early_fusion", text_weight=0.8)
+    qs = [
+        ComposedQuery((images[0],), "make it a red car", "q1"),
+        ComposedQuery((images[1], images[2]), "put the dog from <img1> in <img2>", "q2"),
+    ]
+    got = r.encode_queries(qs)
+    i0 = img_fn([images[0]])[0]
+    i12 = img_fn([images[1], images[2]])
+    mean12 = (i12[0] + i12[1]) / np.linalg.norm(i12[0] + i12[1])  # normalised mean of two unit vectors
+    t = txt_fn(["make it a red car", "put the dog from the first image in the second image"])
+    expected = np.stack([0.2 * i0 + 0.8 * t[0], 0.2 * mean12 + 0.8 * t[1]])
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+
+
+def test_two_image_query_is_normalised_mean_for_image_only(weights_dir, images, direct):
+    r = tiny_open_clip_retriever(weights_dir, "image_only")
+    got = r.encode_queries([ComposedQuery((images[3], images[4]), "anything")])
+    e = direct[0]([images[3], images[4]])
+    np.testing.assert_allclose(got[0], (e[0] + e[1]) / np.linalg.norm(e[0] + e[1]), atol=1e-5)
+
+
+def test_slerp_and_text_only_match_direct(weights_dir, images, direct):
+    img_fn, txt_fn = direct
+    q = [ComposedQuery((images[0],), "a green tree")]
+    slerp = tiny_open_clip_retriever(weights_dir, "slerp", t=0.3).encode_queries(q)
+    np.testing.assert_allclose(slerp, recipes.slerp(img_fn([images[0]]), txt_fn(["a green tree"]), 0.3), atol=1e-5)
+    text = tiny_open_clip_retriever(weights_dir, "text_only").encode_queries(q)
+    np.testing.assert_allclose(text, txt_fn(["a green tree"]), atol=1e-5)
+
+
+def test_spec_records_weights_preprocess_and_is_stable(weights_dir):
+    r1 = tiny_open_clip_retriever(weights_dir, "early_fusion")
+    r2 = tiny_open_clip_retriever(weights_dir, "early_fusion")
+    spec = r1.spec
+    json.dumps(spec)  # JSON-serialisable
+    assert spec["family"] == "open_clip" and spec["model"] == MODEL
+    assert len(spec["weights"]["sha256"]) == 64
+    assert spec["preprocess"]["mean"] == TINY_PREPROCESS["mean"] and spec["preprocess"]["size"] == 32
+    assert spec["recipe"] == "early_fusion" and spec["params"] == {"text_weight": 0.8}
+    assert "open_clip" in spec["versions"]
+    assert r1.spec_hash() == r2.spec_hash()
+    r3 = tiny_open_clip_retriever(weights_dir, "early_fusion", text_weight=0.5)
+    assert r3.spec_hash() != r1.spec_hash()
+
+
+def test_pt_weights_load_too(tmp_path, images):
+    weights = build_tiny_open_clip(tmp_path, seed=1, suffix=".pt")
+    registry.register_config(tiny_open_clip_config(weights, "tiny-pt-test", "image_only"), replace=True)
+    r = registry.load_retriever("tiny-pt-test", device="cpu")
+    assert r.encode_images(images[:2]).shape == (2, 16)
+    registry.unregister("tiny-pt-test")
+
+
+def test_sidecar_pairing_errors(tmp_path):
+    weights = build_tiny_open_clip(tmp_path, seed=2)
+    from cir_demo.utils.io import sha256_file
+
+    digest = sha256_file(weights)
+    assert read_preprocess_sidecar(weights, MODEL, digest)["size"] == 32
+    with pytest.raises(ValueError, match="field 'model'"):
+        read_preprocess_sidecar(weights, "some-other-arch", digest)
+    with pytest.raises(ValueError, match="weights_sha256"):
+        read_preprocess_sidecar(weights, MODEL, "0" * 64)
+    sidecar = preprocess_sidecar_path(weights)
+    meta = json.loads(sidecar.read_text())
+    meta["preprocess"]["colour"] = 1
+    sidecar.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="unknown preprocess keys"):
+        read_preprocess_sidecar(weights, MODEL, digest)
+    sidecar.unlink()
+    with pytest.raises(FileNotFoundError, match="sidecar"):
+        read_preprocess_sidecar(weights, MODEL, digest)
+
+
+def test_changed_weights_refused_at_load(tmp_path):
+    weights = build_tiny_open_clip(tmp_path, seed=3)
+    sidecar = preprocess_sidecar_path(weights)
+    meta = json.loads(sidecar.read_text())
+    build_tiny_open_clip(tmp_path, seed=4)  # different weights ...
+    (tmp_path / f"{MODEL}-seed4.safetensors").replace(weights)  # ... moved over the first file
+    sidecar.write_text(json.dumps(meta))
+    registry.register_config(tiny_open_clip_config(weights, "tiny-tampered", "image_only"), replace=True)
+    with pytest.raises(ValueError, match="weights changed without their preprocessing"):
+        registry.load_retriever("tiny-tampered", device="cpu")
+    registry.unregister("tiny-tampered")
+
+
+def test_custom_config_name_clash_with_builtin_is_refused(tmp_path):
+    from cir_demo.retrievers.openclip import register_model_config
+    from cir_demo.retrievers.testing import TINY_OPEN_CLIP_CONFIG
+
+    with pytest.raises(ValueError, match="already registered with a different config"):
+        register_model_config("ViT-B-32", TINY_OPEN_CLIP_CONFIG)
+    register_model_config(MODEL, TINY_OPEN_CLIP_CONFIG)  # same config again: fine
+
+
+def test_unknown_pretrained_tag_suggests_known_tags():
+    from cir_demo.retrievers.openclip import load_encoder
+    from cir_demo.utils.names import UnknownNameError
+
+    with pytest.raises(UnknownNameError, match="metaclip2_worldwide"):
+        load_encoder("ViT-H-14-worldwide-quickgelu", "metaclip2_worldwid")
+
+
+def test_empty_inputs_give_empty_arrays(weights_dir):
+    r = tiny_open_clip_retriever(weights_dir, "early_fusion")
+    assert r.encode_images([]).shape == (0, 16)
+    assert r.encode_queries([]).shape == (0, 16)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_fp16_close_to_cpu_fp32(weights_dir, images):
+    cpu = tiny_open_clip_retriever(weights_dir, "early_fusion")
+    registry.register_config({**registry.get_config(cpu.name), "name": "tiny-cuda-fp16", "precision": "fp16"},
+                             replace=True)
+    gpu = registry.load_retriever("tiny-cuda-fp16", device="cuda")
+    assert gpu.spec["precision"] == "fp16" and cpu.spec["precision"] == "fp32"
+    np.testing.assert_allclose(gpu.encode_images(images), cpu.encode_images(images), atol=2e-2)
+    registry.unregister("tiny-cuda-fp16")

@@ -16,6 +16,7 @@ COMMANDS = {
     "validate": ("cir_demo.benchmarks.cli", "validate a benchmark's files and print its statistics"),
     "retrievers": ("cir_demo.retrievers.cli", "list the declared retrievers and show one's config"),
     "index": ("cir_demo.index.cli", "build, check and list FAISS indexes"),
+    "train": ("cir_demo.training.cli", "train the world models (world-CLIP, world-CIR, world verifier)"),
     "eval": ("cir_demo.harness.cli", "evaluate results files or run the full benchmark (same as app.py --eval)"),
 }
 

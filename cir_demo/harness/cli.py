@@ -34,7 +34,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r = p.add_argument_group("what to evaluate")
     r.add_argument("--results-json", nargs="+", metavar="FILE",
                    help="official-format results files to evaluate (PinPoint or CIRCO format)")
-    r.add_argument("--retrievers", help="comma-separated retriever names to run (default: all world retrievers)")
+    r.add_argument("--retrievers", help="comma-separated retriever names to run (default: all world retrievers); "
+                   "see `python -m cir_demo retrievers list`")
+    r.add_argument("--rerank", metavar="BACKEND",
+                   help="rerank every run's top n with this reranker backend and report both "
+                        "(default on the world: world-verifier; 'none' disables)")
+    r.add_argument("--rerank-top-n", type=int, default=20, help="candidates reranked per query (default 20)")
+    r.add_argument("--device", default=None, help="torch device for models (default: cuda when available, else cpu)")
     o = p.add_argument_group("output")
     o.add_argument("--out", help="output folder (default: runs/<time>-<benchmark>)")
     o.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals (0 disables)")
@@ -104,6 +110,7 @@ def _summary(evaluations, bench) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from cir_demo.benchmarks.schema import BenchmarkError
+    from cir_demo.utils.names import UnknownNameError
 
     try:
         if args.results_json:
@@ -111,6 +118,6 @@ def run(args: argparse.Namespace) -> int:
         from cir_demo.harness.pipeline import run_benchmark
 
         return run_benchmark(args)
-    except BenchmarkError as exc:
+    except (BenchmarkError, UnknownNameError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

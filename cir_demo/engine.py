@@ -1,0 +1,243 @@
+"""Retrieval over one benchmark with several retrievers: the one place that turns
+queries into rankings (and optionally reranked rankings).
+
+The `--eval` harness and the UI's service layer both go through `RetrievalEngine`,
+so a ranking in the app is the same ranking the report scored.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from cir_demo.benchmarks.schema import Benchmark, Query
+
+DEFAULT_K = 50
+
+
+@dataclass
+class Ranking:
+    """One query's ranking under one retriever: ids best first, scores aligned."""
+
+    ids: list[str]
+    scores: list[float]
+
+
+def benchmark_fingerprint(benchmark: Benchmark) -> str:
+    """Identifies a benchmark's content (world ids repeat across sizes and seeds)."""
+    info = benchmark.info or {}
+    key = info.get("corpus_fingerprint") or info.get("checksum")
+    if not key:
+        h = hashlib.sha256()
+        for i in benchmark.corpus_ids:
+            h.update(i.encode())
+            h.update(b"\n")
+        key = h.hexdigest()
+    return f"{benchmark.name}-{str(key)[:16]}"
+
+
+class _LRU:
+    def __init__(self, maxsize: int):
+        self.maxsize = maxsize
+        self._d: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            if key in self._d:
+                self._d.move_to_end(key)
+                return self._d[key]
+        return None
+
+    def put(self, key, value) -> None:
+        with self._lock:
+            self._d[key] = value
+            self._d.move_to_end(key)
+            while len(self._d) > self.maxsize:
+                self._d.popitem(last=False)
+
+
+class RetrievalEngine:
+    """Loads retrievers and their indexes lazily and answers composed queries.
+
+    `retriever_names` are registry names (`python -m cir_demo retrievers list`).
+    Indexes are built on first use (`cir_demo.index.ensure_index`) and never
+    served stale unless `allow_stale` (then `stale_reasons` says what is off).
+    """
+
+    def __init__(
+        self,
+        benchmark: Benchmark,
+        retriever_names: Sequence[str],
+        device: str | None = None,
+        allow_stale: bool = False,
+        progress: bool = True,
+        trust_remote_code: bool = False,
+    ):
+        from cir_demo.retrievers.registry import get_config
+
+        for name in retriever_names:
+            get_config(name)  # unknown names fail now, with "did you mean"
+        self.benchmark = benchmark
+        self.retriever_names = list(retriever_names)
+        self.device = device
+        self.allow_stale = allow_stale
+        self.progress = progress
+        self.trust_remote_code = trust_remote_code
+        self.fingerprint = benchmark_fingerprint(benchmark)
+        self._retrievers: dict[str, Any] = {}
+        self._indexes: dict[str, Any] = {}
+        self._rerankers: dict[str, Any] = {}
+        self._score_cache = None
+        self._query_vectors = _LRU(4096)
+        self._images = _LRU(256)
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ loading
+    def retriever(self, name: str):
+        with self._lock:
+            if name not in self._retrievers:
+                from cir_demo.retrievers.registry import load_retriever
+
+                self._retrievers[name] = load_retriever(
+                    name, device=self.device, trust_remote_code=self.trust_remote_code, progress=self.progress)
+            return self._retrievers[name]
+
+    def index(self, name: str):
+        """The corpus index of retriever `name` (built on first use)."""
+        from cir_demo.retrievers.base import is_ranking_only
+
+        with self._lock:
+            if name not in self._indexes:
+                retriever = self.retriever(name)
+                if is_ranking_only(retriever):
+                    self._indexes[name] = None
+                else:
+                    from cir_demo.index import ensure_index
+
+                    self._indexes[name] = ensure_index(
+                        self.benchmark, retriever, allow_stale=self.allow_stale, progress=self.progress)
+            return self._indexes[name]
+
+    def stale_reasons(self, name: str) -> list[str]:
+        idx = self.index(name)
+        return list(getattr(idx, "stale_reasons", []) or [])
+
+    def open_image(self, image_id: str):
+        img = self._images.get(image_id)
+        if img is None:
+            if self.benchmark.images is None:
+                raise FileNotFoundError(f"benchmark {self.benchmark.name!r} has no image store; cannot open {image_id!r}")
+            img = self.benchmark.images.open(image_id)
+            self._images.put(image_id, img)
+        return img
+
+    # ------------------------------------------------------------------ queries
+    def composed(self, query: Query, instruction: str | None = None):
+        from cir_demo.retrievers.base import ComposedQuery
+
+        return ComposedQuery(
+            reference_images=tuple(self.open_image(r) for r in query.reference_ids),
+            text=query.instruction if instruction is None else instruction,
+            query_id=query.query_id,
+            reference_ids=query.reference_ids,
+        )
+
+    def _query_key(self, name: str, cq) -> tuple | None:
+        if not cq.reference_ids:  # uploaded images have no ids: do not cache
+            return None
+        return (name, cq.text, cq.reference_ids)
+
+    def encode(self, name: str, queries: Sequence[Any], batch_size: int | None = None) -> np.ndarray:
+        """(n, variants, dim) query vectors, cached per (retriever, text, reference ids)."""
+        retriever = self.retriever(name)
+        keys = [self._query_key(name, q) for q in queries]
+        out: list[np.ndarray | None] = [self._query_vectors.get(k) if k else None for k in keys]
+        todo = [i for i, v in enumerate(out) if v is None]
+        if todo:
+            vecs = retriever.encode_query_variants([queries[i] for i in todo], batch_size=batch_size)
+            for i, v in zip(todo, vecs):
+                out[i] = v
+                if keys[i]:
+                    self._query_vectors.put(keys[i], v)
+        return np.stack(out) if out else np.zeros((0, 1, getattr(retriever, "dim", 0)), np.float32)
+
+    def search(self, name: str, queries: Sequence[Any], k: int = DEFAULT_K, batch_size: int | None = None) -> list[Ranking]:
+        """Rank the corpus for composed queries (`ComposedQuery`), best first."""
+        from cir_demo.retrievers.base import is_ranking_only
+        from cir_demo.retrievers.recipes import postmerge_max
+
+        retriever = self.retriever(name)
+        if is_ranking_only(retriever):
+            out = []
+            for q in queries:
+                if q.query_id is None:
+                    raise ValueError(f"retriever {name!r} only has precomputed rankings; it cannot answer an upload")
+                ids, scores = retriever.rank(q.query_id, k)
+                out.append(Ranking(list(ids), [float(s) for s in scores]))
+            return out
+        index = self.index(name)
+        vecs = self.encode(name, queries, batch_size=batch_size)
+        n, variants, dim = vecs.shape
+        hits = index.search(vecs.reshape(n * variants, dim), k)
+        out = []
+        for i in range(n):
+            per_variant = [(ids, [float(s) for s in sc]) for ids, sc in hits[i * variants:(i + 1) * variants]]
+            ids, scores = per_variant[0] if variants == 1 else postmerge_max(per_variant, k)
+            out.append(Ranking(list(ids), list(scores)))
+        return out
+
+    def run_benchmark(
+        self, name: str, queries: Sequence[Query] | None = None, k: int = DEFAULT_K, batch_size: int = 64,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> tuple[dict[str, list[str]], dict[str, list[float]]]:
+        """Rankings for every benchmark query: (run, scores)."""
+        queries = list(self.benchmark.queries if queries is None else queries)
+        run: dict[str, list[str]] = {}
+        scores: dict[str, list[float]] = {}
+        for start in range(0, len(queries), batch_size):
+            chunk = queries[start:start + batch_size]
+            for q, r in zip(chunk, self.search(name, [self.composed(q) for q in chunk], k=k, batch_size=batch_size)):
+                run[q.query_id], scores[q.query_id] = r.ids, r.scores
+            if progress:
+                progress(min(start + batch_size, len(queries)), len(queries))
+        return run, scores
+
+    # ------------------------------------------------------------------ reranking
+    def reranker(self, backend: str, **kw):
+        with self._lock:
+            key = (backend, tuple(sorted(kw.items())))
+            if key not in self._rerankers:
+                from cir_demo.rerank import load_reranker
+
+                self._rerankers[key] = load_reranker(backend, **kw)
+            return self._rerankers[key]
+
+    @property
+    def score_cache(self):
+        """Reranker scores on disk, one file per benchmark content (ids repeat across worlds)."""
+        with self._lock:
+            if self._score_cache is None:
+                from cir_demo.paths import cache_dir
+                from cir_demo.rerank import ScoreCache
+
+                self._score_cache = ScoreCache(cache_dir() / "rerank" / f"{self.fingerprint}.sqlite")
+            return self._score_cache
+
+    def rerank(self, backend: str, query, ranking: Ranking, top_n: int = 20, reranker_kw: dict | None = None):
+        """Rerank one ranking; `query` is a ComposedQuery. Returns `RerankedItem`s in the new order."""
+        from cir_demo.rerank import RerankRequest, rerank
+
+        reranker = self.reranker(backend, **(reranker_kw or {}))
+        request = RerankRequest(tuple(query.reference_images), tuple(query.reference_ids), query.text)
+        cache = self.score_cache if query.reference_ids else None  # uploads: nothing stable to key on
+        return rerank(request, ranking.ids, ranking.scores, self.open_image, reranker, top_n=top_n, cache=cache)
+
+    def close(self) -> None:
+        if self._score_cache is not None:
+            self._score_cache.close()
+            self._score_cache = None

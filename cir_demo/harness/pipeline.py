@@ -1,0 +1,150 @@
+"""`python app.py --eval` without `--results-json`: run retrievers (and optionally a
+reranker) over a benchmark, write official-format results files, score them.
+
+This is the only module that wires benchmark, retrievers, indexes, reranker and
+metrics together for a headless run.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from cir_demo.harness.evaluate import RunEvaluation, evaluate_run
+
+WORLD_RETRIEVERS = ("world-clip-image", "world-clip-text", "world-clip-fusion", "world-clip-slerp", "world-cir")
+WORLD_RERANKER = "world-verifier"
+RERANK_SUFFIX = "+rerank"
+
+
+def default_retrievers(benchmark_name: str) -> list[str]:
+    from cir_demo.retrievers.registry import list_retrievers
+
+    known = {c["name"] for c in list_retrievers()}
+    if benchmark_name != "world":
+        raise SystemExit(f"error: --retrievers is required for benchmark {benchmark_name!r} "
+                         f"(known: {', '.join(sorted(known))})")
+    names = [n for n in WORLD_RETRIEVERS if n in known]
+    if not names:
+        raise SystemExit("error: no world retriever is registered; train them with "
+                         "`python -m cir_demo train world-clip` (see docs/world_models.md)")
+    return names
+
+
+def default_reranker(benchmark_name: str, requested: str | None) -> str | None:
+    if requested is not None:
+        return None if requested.lower() == "none" else requested
+    if benchmark_name != "world":
+        return None
+    from cir_demo.rerank import BACKENDS
+
+    return WORLD_RERANKER if WORLD_RERANKER in BACKENDS else None
+
+
+def rerank_section(pairs: Sequence[tuple[RunEvaluation, RunEvaluation]], top_n: int, spec: dict) -> str:
+    """Markdown: what the reranker changed, per retriever."""
+    lines = [f"## Reranking (top {top_n})", "",
+             f"Reranker: `{spec.get('backend', spec.get('name', '?'))}`; its full spec (with the exact prompt or "
+             "input description) is in `run_info.json`. Helped/hurt count queries whose AP@10 rose/fell.", "",
+             "| retriever | mAP@10 | mAP@10 reranked | NegRecall@10 | NegRecall@10 reranked | ling. sens. (paraphrase AP@10 range) | reranked | helped | hurt |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    worst: list[str] = []
+    for base, rr in pairs:
+        a = base.per_query.set_index("query_id")["AP@10"]
+        b = rr.per_query.set_index("query_id")["AP@10"].reindex(a.index)
+        delta = (b - a).dropna()
+        m0, m1 = base.metrics, rr.metrics
+        lines.append(
+            f"| {base.name} | {m0['mAP@10']:.4f} | {m1['mAP@10']:.4f} | {m0['NegRecall@10']:.4f} | "
+            f"{m1['NegRecall@10']:.4f} | {m0.get('ling_sens_paraphrase_range', float('nan')):.4f} | "
+            f"{m1.get('ling_sens_paraphrase_range', float('nan')):.4f} | {(delta > 0).sum()} | {(delta < 0).sum()} |")
+        if len(delta):
+            hurt = delta.sort_values().head(3)
+            worst += [f"- {base.name}: query `{q}` AP@10 {a[q]:.3f} → {b[q]:.3f}" for q, _ in hurt.items() if _ < 0]
+    if worst:
+        lines += ["", "Queries the reranker hurt most:", ""] + worst
+    return "\n".join(lines)
+
+
+def run_benchmark(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from cir_demo.engine import DEFAULT_K, RetrievalEngine, benchmark_fingerprint
+    from cir_demo.harness.cli import default_out_dir, load_benchmark_from_args
+    from cir_demo.harness.report import write_outputs
+    from cir_demo.harness.results_io import write_results
+    from cir_demo.utils.io import write_json_atomic
+
+    t0 = time.perf_counter()
+    bench = load_benchmark_from_args(args)
+    names = [n.strip() for n in args.retrievers.split(",") if n.strip()] if args.retrievers else default_retrievers(bench.name)
+    reranker_name = default_reranker(bench.name, getattr(args, "rerank", None))
+    top_n = getattr(args, "rerank_top_n", 20)
+    out = Path(args.out) if args.out else default_out_dir(bench.name)
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"run directory: {out}", flush=True)
+    print(f"benchmark {bench.name}: {len(bench.queries)} queries, {len(bench.corpus_ids)} corpus images; "
+          f"retrievers: {', '.join(names)}; reranker: {reranker_name or 'none'}", flush=True)
+
+    engine = RetrievalEngine(bench, names, device=getattr(args, "device", None), progress=True)
+    evaluations: list[RunEvaluation] = []
+    pairs: list[tuple[RunEvaluation, RunEvaluation]] = []
+    timings: dict[str, float] = {}
+    specs: dict[str, dict] = {}
+    reranker_spec = None
+    for name in names:
+        t = time.perf_counter()
+        engine.index(name)  # build or load, with its own progress bar
+        timings[f"{name}/index"] = round(time.perf_counter() - t, 3)
+        retriever = engine.retriever(name)
+        specs[name] = dict(retriever.spec)
+        t = time.perf_counter()
+        with tqdm(total=len(bench.queries), desc=f"retrieve {name}", unit="query") as bar:
+            run, scores = engine.run_benchmark(name, k=DEFAULT_K, progress=lambda done, total: bar.update(done - bar.n))
+        timings[f"{name}/retrieve"] = round(time.perf_counter() - t, 3)
+        write_results(out / "results" / f"{name}.json", bench, run, scores, spec=specs[name])
+        base = evaluate_run(bench, run, name, n_boot=args.n_boot, seed=args.bootstrap_seed)
+        evaluations.append(base)
+        if reranker_name:
+            from cir_demo.rerank import rerank_run
+
+            reranker = engine.reranker(reranker_name)
+            reranker_spec = dict(reranker.spec)
+            t = time.perf_counter()
+            rr = rerank_run(bench.queries, run, engine.open_image, reranker, top_n=top_n,
+                            cache=engine.score_cache, run_scores=scores, progress=True)
+            timings[f"{name}/rerank"] = round(time.perf_counter() - t, 3)
+            rr_name = f"{name}{RERANK_SUFFIX}"
+            rr_scores = {q: [it.p_yes if it.p_yes is not None else float("nan") for it in its] for q, its in rr.items.items()}
+            write_results(out / "results" / f"{rr_name}.json", bench, rr.run,
+                          {q: [0.0 if s != s else s for s in v] for q, v in rr_scores.items()},
+                          spec={"retriever": specs[name], "reranker": reranker_spec, "top_n": top_n})
+            reranked = evaluate_run(bench, rr.run, rr_name, n_boot=args.n_boot, seed=args.bootstrap_seed)
+            evaluations.append(reranked)
+            pairs.append((base, reranked))
+    engine.close()
+
+    sections = [rerank_section(pairs, top_n, reranker_spec or {})] if pairs else []
+    paths = write_outputs(bench, evaluations, out, n_boot=args.n_boot, seed=args.bootstrap_seed,
+                          extra_sections=sections, plots=not args.no_plots)
+    write_json_atomic(out / "run_info.json", {
+        "benchmark": bench.name,
+        "benchmark_fingerprint": benchmark_fingerprint(bench),
+        "benchmark_info": {k: v for k, v in (bench.info or {}).items() if isinstance(v, (str, int, float, bool))},
+        "retrievers": specs,
+        "reranker": reranker_spec,
+        "rerank_top_n": top_n if reranker_spec else None,
+        "timings_s": timings,
+        "wall_s": round(time.perf_counter() - t0, 2),
+        "argv": sys.argv,
+    })
+    table = pd.read_csv(paths["metrics.csv"])
+    cols = [c for c in ("model", "mAP@10", "precision@10", "NegRecall@10", "ling_sens_paraphrase_range") if c in table]
+    print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    print(f"wrote {len(paths) + 1 + len(names) * (2 if reranker_name else 1)} files to {out} "
+          f"in {time.perf_counter() - t0:.1f} s (report: {paths['report.md']})")
+    return 0

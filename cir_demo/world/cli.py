@@ -1,0 +1,118 @@
+"""`python -m cir_demo world ...`: generate the offline world, draw contact sheets, print stats, export, render.
+
+    python -m cir_demo world generate --size default --seed 0 [--out DIR] [--force]
+    python -m cir_demo world contact-sheet --size default --seed 0 --out sheet.png [--per-category 1] [--group-by kind]
+    python -m cir_demo world stats --size default --seed 0
+    python -m cir_demo world export --format {pinpoint,jsonl} --out DIR [--size S --seed N]
+    python -m cir_demo world render IMAGE_ID [IMAGE_ID ...] --out DIR [--size S --seed N]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _world_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--size", default="default", help="world size: tiny or default (default: default)")
+    p.add_argument("--seed", type=int, default=0, help="world seed (default: 0)")
+    p.add_argument("--root", default=None, help="world folder (default: the cache folder of size and seed)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="world_command", metavar="SUBCOMMAND")
+    g = sub.add_parser("generate", help="generate (or verify) a world and print its statistics")
+    g.add_argument("--size", default="default", help="tiny or default")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--out", default=None, help="output folder (default: cache/world/SIZE-seedN)")
+    g.add_argument("--force", action="store_true", help="regenerate even when the manifest matches")
+    c = sub.add_parser("contact-sheet", help="draw sample queries per category to a PNG")
+    _world_args(c)
+    c.add_argument("--out", required=True, help="PNG path")
+    c.add_argument("--per-category", type=int, default=1, help="intents per group (default 1)")
+    c.add_argument("--group-by", choices=("kind", "category", "subcategory"), default="kind")
+    c.add_argument("--sample-seed", type=int, default=0, help="which intents to show")
+    s = sub.add_parser("stats", help="print the distribution of positives, negatives and categories")
+    _world_args(s)
+    s.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    e = sub.add_parser("export", help="export the test benchmark (pinpoint parquet or our JSONL format)")
+    _world_args(e)
+    e.add_argument("--format", choices=("pinpoint", "jsonl"), required=True)
+    e.add_argument("--out", required=True, help="output folder")
+    e.add_argument("--images", choices=("render", "none"), default="render", help="jsonl: render PNGs or not")
+    r = sub.add_parser("render", help="render images by id to PNG files")
+    _world_args(r)
+    r.add_argument("image_ids", nargs="+")
+    r.add_argument("--out", required=True, help="output folder")
+    r.add_argument("--pixels", type=int, default=None, help="image size (default 160)")
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = getattr(args, "world_command", None)
+    if cmd is None:
+        print(__doc__, file=sys.stderr)
+        return 2
+    try:
+        return _COMMANDS[cmd](args)
+    except (ValueError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _generate(args) -> int:
+    from .generate import generate_world, read_manifest
+    root = generate_world(args.size, args.seed, args.out, progress=True, force=args.force)  # prints the statistics
+    m = read_manifest(root)
+    print(f"world {m['size']} seed {m['seed']} at {root}")
+    print("counts: " + ", ".join(f"{k} {v}" for k, v in m["counts"].items()))
+    print(f"checksum {m['checksum']}")
+    return 0
+
+
+def _contact_sheet(args) -> int:
+    from .contact_sheet import draw_contact_sheet
+    out = draw_contact_sheet(args.out, args.size, args.seed, args.root, per_group=args.per_category,
+                             group_by=args.group_by, sample_seed=args.sample_seed)
+    print(f"wrote {out}")
+    return 0
+
+
+def _stats(args) -> int:
+    from .generate import format_stats
+    from .loader import open_world
+    m = open_world(args.root, args.size, args.seed).manifest
+    print(json.dumps(m["stats"], indent=2) if args.json else format_stats(m["stats"]))
+    return 0
+
+
+def _export(args) -> int:
+    from .loader import load_world
+    bench = load_world(args.root, args.size, args.seed)
+    out = Path(args.out)
+    if args.format == "pinpoint":
+        from cir_demo.benchmarks.pinpoint import export_pinpoint
+        paths = export_pinpoint(bench, out)
+        for k, v in paths.items():
+            print(f"{k}: {v}")
+    else:
+        from cir_demo.benchmarks.jsonl import export_jsonl_benchmark
+        print(f"wrote {export_jsonl_benchmark(bench, out, image_mode=args.images)}")
+    return 0
+
+
+def _render(args) -> int:
+    from cir_demo.utils.io import atomic_path
+
+    from .loader import open_world, render_image
+    world = open_world(args.root, args.size, args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for image_id in args.image_ids:
+        with atomic_path(out / f"{image_id}.png") as tmp:
+            render_image(image_id, args.pixels, world=world).save(tmp, format="PNG")
+        print(out / f"{image_id}.png")
+    return 0
+
+
+_COMMANDS = {"generate": _generate, "contact-sheet": _contact_sheet, "stats": _stats, "export": _export, "render": _render}

@@ -1,0 +1,517 @@
+"""Build the offline world (test benchmark + train split) and write it to disk with a manifest.
+
+Pipeline (per split, each with its own random stream):
+1. intents: pick a lead kind by remaining quota, sample a reference it applies to, add 1-3
+   more kinds that apply to the same reference (PinPoint gives each image 3-5 instructions);
+2. planting: for each intent, a few scenes that satisfy its target (other attributes random)
+   and near misses that break exactly one constraint; per reference a few "twins" (the same
+   item in random surroundings, the natural near miss of every edit); then random filler;
+3. judging: positives = every corpus scene that satisfies the target, negatives = every
+   scene that breaks exactly one constraint (focus constraint first), computed by scanning
+   the whole corpus, never by remembering what was planted.
+
+Images are not rendered here: the renderer draws any image from its scene graph on demand.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from . import attributes as A
+from .intents import FORM_FLAGS, FORMS, KINDS, DEFAULT_QUOTAS, IntentDraft, build_intent, length_category
+from .scene import (Constraint, Scene, constraint_mask, force_constraints, normalize_scene, sample_scene,
+                    satisfies, scenes_to_table, validate_scene, value_violating, violation_counts, violations)
+
+GENERATOR_VERSION = "world-3"
+MAX_NEGATIVES = 40
+DATA_FILES = ("test_corpus.npy", "test_refs.npy", "test_intents.jsonl", "test_queries.jsonl",
+              "test_captions.jsonl", "train_scenes.npy", "train_intents.jsonl", "train_triplets.jsonl",
+              "train_captions.jsonl")
+
+
+@dataclass(frozen=True)
+class SizeConfig:
+    test_quota_scale: float
+    train_quota_scale: float
+    min_train_images: int
+    n_test_captions: int
+    positives_per_intent: tuple[int, int] = (2, 7)
+    twins_per_reference: int = 3
+    filler_fraction: float = 0.05
+
+
+SIZES = {
+    "tiny": SizeConfig(test_quota_scale=0.05, train_quota_scale=0.1, min_train_images=600, n_test_captions=60,
+                       filler_fraction=0.2),
+    "default": SizeConfig(test_quota_scale=1.0, train_quota_scale=3.0, min_train_images=20000, n_test_captions=1000),
+}
+
+
+def _rng(seed: int, stream: str) -> random.Random:
+    # String seeds go through SHA-512 in CPython: stable across runs and platforms.
+    return random.Random(f"cir-world/{GENERATOR_VERSION}/{seed}/{stream}")
+
+
+def scaled_quotas(scale: float) -> dict[str, int]:
+    return {k: max(1, int(round(q * scale))) for k, q in DEFAULT_QUOTAS.items()}
+
+
+# --------------------------------------------------------------------------- planting
+def plant_positive(rng: random.Random, draft: IntentDraft) -> Scene:
+    return force_constraints(rng, sample_scene(rng, domain=draft.domain), draft.constraints)
+
+
+def plant_near_miss(rng: random.Random, draft: IntentDraft, target: Constraint, prefer=None) -> Scene | None:
+    """A scene breaking `target` and satisfying every other constraint of the intent (None if none found)."""
+    others = [c for c in draft.constraints if c is not target]
+    for _ in range(20):
+        base = plant_positive(rng, draft)
+        try:
+            value = value_violating(rng, target, base.type, prefer)
+        except ValueError:  # e.g. sunglasses come in one pattern only
+            return None
+        if target.attr == "type":
+            start = base.replace(type=value, domain=A.TYPE_DOMAIN[value])
+            if start.domain != base.domain:
+                continue
+            try:
+                scene = force_constraints(rng, start, others)
+            except ValueError:
+                continue
+        else:
+            scene = normalize_scene(base.replace(**{target.attr: value}))
+        try:
+            validate_scene(scene)
+        except ValueError:
+            continue
+        if violations(scene, draft.constraints) == [target]:
+            return scene
+        prefer = None
+    return None
+
+
+def plant_twin(rng: random.Random, ref: Scene) -> Scene:
+    """The reference's item (type, colour, pattern, material, shape) in random surroundings."""
+    return force_constraints(rng, sample_scene(rng, domain=ref.domain), [Constraint(f, "eq", getattr(ref, f)) for f in A.ITEM_FIELDS])
+
+
+def _focus_constraint(draft: IntentDraft) -> Constraint:
+    return next(c for c in reversed(draft.constraints) if c.attr == draft.focus)
+
+
+def _sample_reference(rng: random.Random, kind_name: str) -> Scene:
+    kind = KINDS[kind_name]
+    weights = {"fashion": 0.45, "home": 0.3, "accessories": 0.25}
+    domains = list(kind.domains)
+    for _ in range(1000):
+        domain = rng.choices(domains, weights=[weights[d] for d in domains], k=1)[0]
+        ref = sample_scene(rng, domain=domain)
+        if kind.applies(ref):
+            return ref
+    raise RuntimeError(f"could not sample a reference for intent kind {kind_name!r}")
+
+
+@dataclass
+class PlantedSplit:
+    drafts: list[IntentDraft]
+    refs: list[Scene]                       # every reference scene, in order
+    draft_ref_index: list[tuple[int, ...]]  # per draft, indices into refs
+    scenes: list[Scene]                     # planted + twins + filler (unordered)
+
+
+def plant_split(rng: random.Random, quotas: dict[str, int], cfg: SizeConfig, progress: bool = False,
+                forbidden_targets: frozenset = frozenset()) -> PlantedSplit:
+    remaining = {k: q for k, q in quotas.items() if q > 0}
+    drafts: list[IntentDraft] = []
+    draft_refs: list[tuple[int, ...]] = []
+    refs: list[Scene] = []
+    scenes: list[Scene] = []
+    lo, hi = cfg.positives_per_intent
+    while remaining:
+        kinds = sorted(remaining)
+        lead = rng.choices(kinds, weights=[remaining[k] for k in kinds], k=1)[0]
+        ref = _sample_reference(rng, lead)
+        chosen = [lead]
+        others = [k for k in kinds if k != lead and ref.domain in KINDS[k].domains and KINDS[k].applies(ref)]
+        for _ in range(min(len(others), rng.randint(1, 3))):
+            k = rng.choices(others, weights=[remaining[o] for o in others], k=1)[0]
+            others.remove(k)
+            chosen.append(k)
+        ref_index = None
+        for kind_name in chosen:
+            draft = build_intent(kind_name, ref, rng)
+            if draft is None or frozenset(draft.constraints) in forbidden_targets:
+                continue
+            if ref_index is None:
+                refs.append(ref)
+                ref_index = len(refs) - 1
+            idx = [ref_index]
+            for extra in draft.refs[1:]:
+                refs.append(extra)
+                idx.append(len(refs) - 1)
+            drafts.append(draft)
+            draft_refs.append(tuple(idx))
+            remaining[kind_name] -= 1
+            if remaining[kind_name] <= 0:
+                del remaining[kind_name]
+            for _ in range(rng.randint(lo, hi)):
+                scenes.append(plant_positive(rng, draft))
+            focus = _focus_constraint(draft)
+            nm = plant_near_miss(rng, draft, focus, prefer=draft.prefer_violation)
+            if nm is not None:
+                scenes.append(nm)
+            if rng.random() < 0.5:
+                other = rng.choice([c for c in draft.constraints if c is not focus])
+                nm = plant_near_miss(rng, draft, other)
+                if nm is not None:
+                    scenes.append(nm)
+        if ref_index is not None:
+            for _ in range(cfg.twins_per_reference):
+                scenes.append(plant_twin(rng, ref))
+    n_filler = int(round(cfg.filler_fraction * len(scenes)))
+    scenes.extend(sample_scene(rng) for _ in range(n_filler))
+    return PlantedSplit(drafts, refs, draft_refs, scenes)
+
+
+# --------------------------------------------------------------------------- judging
+def judge(table: np.ndarray, ids: Sequence[str], draft: IntentDraft, rng: random.Random,
+          max_negatives: int = MAX_NEGATIVES) -> tuple[list[str], list[str]]:
+    """Positives (all scenes satisfying the target, in corpus order) and near-miss negatives.
+
+    Negatives are scenes breaking exactly one constraint: those breaking the focus
+    constraint first, then the rest, each group in a seeded random order, capped.
+    """
+    counts = violation_counts(table, draft.constraints)
+    pos = np.flatnonzero(counts == 0)
+    one = counts == 1
+    focus_ok = constraint_mask(table, _focus_constraint(draft))
+    first = np.flatnonzero(one & ~focus_ok).tolist()
+    rest = np.flatnonzero(one & focus_ok).tolist()
+    rng.shuffle(first)
+    rng.shuffle(rest)
+    neg = (first + rest)[:max_negatives]
+    return [ids[i] for i in pos], [ids[i] for i in neg]
+
+
+# --------------------------------------------------------------------------- records
+def corpus_id(i: int) -> str:
+    return f"w-te-{i:06d}"
+
+
+def ref_id(i: int) -> str:
+    return f"w-te-r{i:05d}"
+
+
+def train_id(i: int) -> str:
+    return f"w-tr-{i:06d}"
+
+
+def _intent_record(intent_id: str, draft: IntentDraft, reference_ids, positives, negatives, ref_scene: Scene) -> dict:
+    return {
+        "intent_id": intent_id,
+        "kind": draft.kind,
+        "intent_category": draft.category,
+        "edit_subcategory": draft.subcategory,
+        "domain": draft.domain,
+        "reference_ids": list(reference_ids),
+        "constraints": [c.to_json() for c in draft.constraints],
+        "focus": draft.focus,
+        "paraphrases": list(draft.texts),
+        "skin_tone_bucket": ref_scene.skin_tone_bucket,
+        "skin_tone_monk": ref_scene.skin_tone or None,
+        "positives": positives,
+        "negatives": negatives,
+    }
+
+
+def query_records(intents: Sequence[dict]) -> list[dict]:
+    """Six queries per intent (one per paraphrase form), ids w00001..., groups = intent ids."""
+    out = []
+    for gi, it in enumerate(intents):
+        for fi, (form, text) in enumerate(zip(FORMS, it["paraphrases"])):
+            out.append({
+                "query_id": f"w{gi * len(FORMS) + fi + 1:05d}",
+                "group_id": it["intent_id"],
+                "reference_ids": it["reference_ids"],
+                "instruction": text,
+                "meta": {
+                    "intent_category": it["intent_category"],
+                    "edit_subcategory": it["edit_subcategory"],
+                    "domain": it["domain"],
+                    "skin_tone_bucket": it["skin_tone_bucket"],
+                    "is_question": FORM_FLAGS[form]["is_question"],
+                    "is_imperative": FORM_FLAGS[form]["is_imperative"],
+                    "length_category": length_category(text),
+                    "is_single": len(it["reference_ids"]) == 1,
+                    "paraphrase_form": form,
+                    "intent_kind": it["kind"],
+                },
+            })
+    return out
+
+
+# --------------------------------------------------------------------------- the world
+@dataclass
+class BuiltWorld:
+    size: str
+    seed: int
+    test_corpus: np.ndarray
+    test_refs: np.ndarray
+    test_intents: list[dict]
+    test_queries: list[dict]
+    test_captions: list[dict]
+    train_scenes: np.ndarray
+    train_intents: list[dict]
+    train_triplets: list[dict]
+    train_captions: list[dict]
+    timings: dict = field(default_factory=dict)
+
+
+def _progress(enabled: bool, msg: str) -> None:
+    if enabled:
+        print(f"[world] {msg}", file=sys.stderr, flush=True)
+
+
+def build_world(size: str = "default", seed: int = 0, progress: bool = False) -> BuiltWorld:
+    from .captions import image_captions, sample_caption  # local: keeps module import light
+
+    from cir_demo.utils.names import lookup
+    cfg = lookup("world size", size, SIZES)
+    t0 = time.perf_counter()
+    timings = {}
+
+    # ---- test split
+    rng = _rng(seed, "test")
+    planted = plant_split(rng, scaled_quotas(cfg.test_quota_scale), cfg, progress)
+    order = list(range(len(planted.scenes)))
+    rng.shuffle(order)  # corpus order must not reveal which scenes were planted for which intent
+    corpus = [planted.scenes[i] for i in order]
+    corpus_ids = [corpus_id(i) for i in range(len(corpus))]
+    corpus_table = scenes_to_table(corpus)
+    refs_table = scenes_to_table(planted.refs)
+    timings["test_plant_s"] = time.perf_counter() - t0
+    _progress(progress, f"test split: {len(planted.drafts)} intents, {len(corpus)} corpus images, {len(planted.refs)} references")
+
+    test_intents = []
+    judge_rng = _rng(seed, "test-judge")
+    for i, (draft, ridx) in enumerate(zip(planted.drafts, planted.draft_ref_index)):
+        pos, neg = judge(corpus_table, corpus_ids, draft, judge_rng)
+        test_intents.append(_intent_record(f"wg{i + 1:04d}", draft, [ref_id(r) for r in ridx], pos, neg, draft.refs[0]))
+    test_queries = query_records(test_intents)
+    timings["test_judge_s"] = time.perf_counter() - t0 - timings["test_plant_s"]
+
+    cap_rng = _rng(seed, "test-captions")
+    test_captions = []
+    for i in range(cfg.n_test_captions):
+        src = cap_rng.randrange(len(corpus))
+        text, cons = sample_caption(corpus[src], cap_rng)
+        test_captions.append({"caption_id": f"wc{i + 1:05d}", "text": text, "constraints": [c.to_json() for c in cons],
+                              "source_id": corpus_ids[src]})
+
+    # ---- train split: its own stream; scenes and targets disjoint from the test split
+    t1 = time.perf_counter()
+    rng = _rng(seed, "train")
+    test_signatures = {s.signature() for s in corpus} | {s.signature() for s in planted.refs}
+    test_targets = frozenset(frozenset(d.constraints) for d in planted.drafts)
+    tplanted = plant_split(rng, scaled_quotas(cfg.train_quota_scale), cfg, progress, forbidden_targets=test_targets)
+    # Top up with random scenes to the minimum size, drop anything seen in the test split, shuffle.
+    extra = max(0, cfg.min_train_images - len(tplanted.scenes) - len(tplanted.refs))
+    pool = [(s, r) for r, s in enumerate(tplanted.refs)] + [(s, None) for s in tplanted.scenes]
+    pool += [(sample_scene(rng), None) for _ in range(extra)]
+    pool = [(s, r) for s, r in pool if s.signature() not in test_signatures]
+    rng.shuffle(pool)
+    train_scenes = [s for s, _ in pool]
+    train_ids = [train_id(i) for i in range(len(train_scenes))]
+    ref_train_id = {r: train_ids[i] for i, (_, r) in enumerate(pool) if r is not None}
+    train_table = scenes_to_table(train_scenes)
+    _progress(progress, f"train split: {len(tplanted.drafts)} intents, {len(train_scenes)} images")
+
+    train_intents, train_triplets = [], []
+    tj_rng = _rng(seed, "train-judge")
+    for i, (draft, ridx) in enumerate(zip(tplanted.drafts, tplanted.draft_ref_index)):
+        if not all(r in ref_train_id for r in ridx):
+            continue
+        rids = [ref_train_id[r] for r in ridx]
+        pos, _neg = judge(train_table, train_ids, draft, tj_rng, max_negatives=0)
+        if not pos:
+            continue
+        iid = f"tr-i{len(train_intents) + 1:05d}"
+        rec = _intent_record(iid, draft, rids, pos, [], draft.refs[0])
+        del rec["negatives"]
+        train_intents.append(rec)
+        picks = list(pos)
+        tj_rng.shuffle(picks)
+        for target in picks[:3]:
+            fi = tj_rng.randrange(len(FORMS))
+            train_triplets.append({"intent_id": iid, "reference_ids": rids, "instruction": draft.texts[fi],
+                                   "target_id": target, "intent_category": draft.category,
+                                   "edit_subcategory": draft.subcategory, "kind": draft.kind, "form": FORMS[fi]})
+    cap_rng = _rng(seed, "train-captions")
+    train_captions = [{"image_id": iid, "captions": image_captions(s, cap_rng)} for iid, s in zip(train_ids, train_scenes)]
+    timings["train_s"] = time.perf_counter() - t1
+    timings["total_s"] = time.perf_counter() - t0
+    return BuiltWorld(size, seed, corpus_table, refs_table, test_intents, test_queries, test_captions,
+                      train_table, train_intents, train_triplets, train_captions, timings)
+
+
+# --------------------------------------------------------------------------- writing
+def _jsonl_bytes(records: Iterable[dict]) -> bytes:
+    return "".join(json.dumps(r, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records).encode("utf-8")
+
+
+def _npy_bytes(table: np.ndarray) -> bytes:
+    import io
+    buf = io.BytesIO()
+    np.save(buf, table, allow_pickle=False)
+    return buf.getvalue()
+
+
+def world_stats(intents: Sequence[dict], corpus_size: int) -> dict:
+    npos = [len(i["positives"]) for i in intents]
+    nneg = [len(i["negatives"]) for i in intents]
+
+    def dist(xs):
+        xs = sorted(xs)
+        return {"min": xs[0], "p10": xs[len(xs) // 10], "median": median(xs), "p90": xs[(9 * len(xs)) // 10], "max": xs[-1],
+                "mean": round(sum(xs) / len(xs), 2)} if xs else {}
+
+    return {
+        "corpus_images": corpus_size,
+        "intents": len(intents),
+        "queries": len(intents) * len(FORMS),
+        "two_image_fraction": round(sum(len(i["reference_ids"]) == 2 for i in intents) / max(1, len(intents)), 4),
+        "positives": dist(npos),
+        "negatives": dist(nneg),
+        "intents_with_10_negatives": sum(n >= 10 for n in nneg),
+        "by_category": dict(sorted(Counter(i["intent_category"] for i in intents).items())),
+        "by_subcategory": dict(sorted(Counter(i["edit_subcategory"] for i in intents).items())),
+        "by_domain": dict(sorted(Counter(i["domain"] for i in intents).items())),
+        "by_skin_tone_bucket": dict(sorted(Counter(str(i["skin_tone_bucket"]) for i in intents).items())),
+        "by_kind": dict(sorted(Counter(i["kind"] for i in intents).items())),
+    }
+
+
+def format_stats(stats: dict) -> str:
+    lines = [f"corpus images: {stats['corpus_images']}   intents: {stats['intents']}   queries: {stats['queries']}   "
+             f"two-image intents: {100 * stats['two_image_fraction']:.1f}%"]
+    for key in ("positives", "negatives"):
+        d = stats[key]
+        lines.append(f"{key:>10}: min {d['min']}  p10 {d['p10']}  median {d['median']}  mean {d['mean']}  p90 {d['p90']}  max {d['max']}")
+    lines.append(f"intents with >= 10 negatives: {stats['intents_with_10_negatives']}")
+    for key in ("by_category", "by_subcategory", "by_domain", "by_skin_tone_bucket"):
+        lines.append(f"{key.replace('_', ' ')}: " + ", ".join(f"{k} {v}" for k, v in stats[key].items()))
+    return "\n".join(lines)
+
+
+def _file_payloads(world: BuiltWorld) -> dict[str, bytes]:
+    return {
+        "test_corpus.npy": _npy_bytes(world.test_corpus),
+        "test_refs.npy": _npy_bytes(world.test_refs),
+        "test_intents.jsonl": _jsonl_bytes(world.test_intents),
+        "test_queries.jsonl": _jsonl_bytes(world.test_queries),
+        "test_captions.jsonl": _jsonl_bytes(world.test_captions),
+        "train_scenes.npy": _npy_bytes(world.train_scenes),
+        "train_intents.jsonl": _jsonl_bytes(world.train_intents),
+        "train_triplets.jsonl": _jsonl_bytes(world.train_triplets),
+        "train_captions.jsonl": _jsonl_bytes(world.train_captions),
+    }
+
+
+def write_world(world: BuiltWorld, out_dir: Path) -> dict:
+    from cir_demo.utils.io import write_bytes_atomic, write_text_atomic
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    payloads = _file_payloads(world)
+    checksums = {}
+    for name, data in payloads.items():
+        write_bytes_atomic(out_dir / name, data)
+        checksums[name] = hashlib.sha256(data).hexdigest()
+    overall = hashlib.sha256("".join(f"{k}:{v}\n" for k, v in sorted(checksums.items())).encode()).hexdigest()
+    manifest = {
+        "generator_version": GENERATOR_VERSION,
+        "size": world.size,
+        "seed": world.seed,
+        "counts": {
+            "test_corpus_images": int(len(world.test_corpus)),
+            "test_reference_images": int(len(world.test_refs)),
+            "test_intents": len(world.test_intents),
+            "test_queries": len(world.test_queries),
+            "test_captions": len(world.test_captions),
+            "train_images": int(len(world.train_scenes)),
+            "train_intents": len(world.train_intents),
+            "train_triplets": len(world.train_triplets),
+        },
+        "stats": world_stats(world.test_intents, len(world.test_corpus)),
+        "files": checksums,
+        "checksum": overall,
+    }
+    # The manifest is written last: its presence marks a complete world.
+    write_text_atomic(out_dir / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def world_dir(size: str = "default", seed: int = 0) -> Path:
+    from cir_demo.paths import cache_dir
+    return cache_dir() / "world" / f"{size}-seed{seed}"
+
+
+def read_manifest(root: Path) -> dict | None:
+    path = Path(root) / "manifest.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+
+
+def manifest_matches(root: Path, size: str, seed: int, verify: bool = True) -> bool:
+    """True when `root` holds a complete world of this generator version, size and seed."""
+    from cir_demo.utils.io import sha256_file
+
+    m = read_manifest(root)
+    if not m or m.get("generator_version") != GENERATOR_VERSION or m.get("size") != size or m.get("seed") != seed:
+        return False
+    for name in DATA_FILES:
+        path = Path(root) / name
+        if not path.exists() or name not in m.get("files", {}):
+            return False
+        if verify and sha256_file(path) != m["files"][name]:
+            return False
+    return True
+
+
+def generate_world(size: str = "default", seed: int = 0, out_dir=None, progress: bool = True, force: bool = False) -> Path:
+    """Write the world of (size, seed) to `out_dir` (default `world_dir`); skip when already there.
+
+    Returns the directory. Same size and seed give byte-identical files.
+    """
+    from cir_demo.utils.names import lookup
+    lookup("world size", size, SIZES)
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    root = Path(out_dir) if out_dir is not None else world_dir(size, seed)
+    if not force and manifest_matches(root, size, seed):
+        _progress(progress, f"{root}: up to date (manifest matches), nothing to do")
+        if progress:
+            print(format_stats(read_manifest(root)["stats"]), file=sys.stderr)
+        return root
+    t0 = time.perf_counter()
+    world = build_world(size, seed, progress=progress)
+    manifest = write_world(world, root)
+    if progress:
+        print(format_stats(manifest["stats"]), file=sys.stderr)
+        _progress(True, f"wrote {root} in {time.perf_counter() - t0:.1f} s "
+                        f"({manifest['counts']['train_images']} train images, {manifest['counts']['train_triplets']} triplets)")
+    return root

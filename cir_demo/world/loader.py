@@ -1,0 +1,250 @@
+"""Read a generated world from disk: the test benchmark, the train split, scenes and images.
+
+Image ids: `w-te-000123` (test corpus), `w-te-r00012` (test reference), `w-tr-000123` (train).
+Ids repeat across worlds of other sizes or seeds; `render_image`/`scene_of` resolve them in
+the most recently loaded world (or the one passed), and each `Benchmark` carries a store bound
+to its own world.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .generate import generate_world, manifest_matches, read_manifest, world_dir
+from .render import RENDER_SIZE, render_scene
+from .scene import Constraint, Scene, scene_from_row
+
+_WORLDS: dict[str, "WorldData"] = {}
+_CURRENT: list["WorldData"] = []
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: line {lineno}: invalid JSON ({exc.msg})") from None
+    return out
+
+
+@dataclass
+class WorldData:
+    """The scene tables of one generated world (train scenes load on first use)."""
+
+    root: Path
+    manifest: dict
+    test_corpus: np.ndarray
+    test_refs: np.ndarray
+    _train: np.ndarray | None = None
+
+    @property
+    def key(self) -> str:
+        # The checksum keeps render caches apart when a folder is regenerated in-process.
+        return f"{self.root.resolve()}#{self.manifest.get('checksum', '')[:16]}"
+
+    @property
+    def train_scenes(self) -> np.ndarray:
+        if self._train is None:
+            self._train = np.load(self.root / "train_scenes.npy", allow_pickle=False)
+        return self._train
+
+    def table_and_row(self, image_id: str) -> tuple[np.ndarray, int]:
+        try:
+            if image_id.startswith("w-te-r"):
+                table, row = self.test_refs, int(image_id[6:])
+            elif image_id.startswith("w-te-"):
+                table, row = self.test_corpus, int(image_id[5:])
+            elif image_id.startswith("w-tr-"):
+                table, row = self.train_scenes, int(image_id[5:])
+            else:
+                raise ValueError
+        except ValueError:
+            raise KeyError(f"{image_id!r} is not a world image id (expected w-te-NNNNNN, w-te-rNNNNN or w-tr-NNNNNN)") from None
+        if not 0 <= row < len(table):
+            raise KeyError(f"world {self.root}: no image {image_id!r} (that table has {len(table)} rows)")
+        return table, row
+
+    def scene(self, image_id: str) -> Scene:
+        table, row = self.table_and_row(image_id)
+        return scene_from_row(table[row])
+
+
+def open_world(root=None, size: str = "default", seed: int = 0, progress: bool = True) -> WorldData:
+    """The world at `root` (default: the cache dir of size/seed), generated first if missing."""
+    explicit = root is not None
+    root = Path(root) if explicit else world_dir(size, seed)
+    manifest = read_manifest(root)
+    if explicit and manifest is not None:  # an explicit directory is used as it is
+        size, seed = manifest.get("size", size), manifest.get("seed", seed)
+    if not manifest_matches(root, size, seed, verify=False):
+        generate_world(size, seed, root, progress=progress, force=True)
+        manifest = read_manifest(root)
+    key = f"{root.resolve()}#{manifest.get('checksum', '')[:16]}"
+    world = _WORLDS.get(key)
+    if world is None:
+        world = WorldData(root, manifest, np.load(root / "test_corpus.npy", allow_pickle=False),
+                          np.load(root / "test_refs.npy", allow_pickle=False))
+        _WORLDS[key] = world
+    _CURRENT[:] = [world]
+    return world
+
+
+def current_world() -> WorldData:
+    if not _CURRENT:
+        open_world()
+    return _CURRENT[0]
+
+
+def scene_of(image_id: str, world: WorldData | None = None) -> Scene:
+    return (world or current_world()).scene(image_id)
+
+
+@functools.lru_cache(maxsize=1024)
+def _render_cached(world_key: str, image_id: str, size: int):
+    return render_scene(_WORLDS[world_key].scene(image_id), size)
+
+
+def render_image(image_id: str, size: int | None = None, world: WorldData | None = None):
+    """The image `image_id` as an RGB PIL image (rendered on demand, LRU-cached; a fresh copy)."""
+    world = world or current_world()
+    return _render_cached(world.key, image_id, int(size or RENDER_SIZE)).copy()
+
+
+def _background_key(scene: Scene) -> tuple:
+    return (scene.place, scene.time, scene.weather, scene.style, scene.view, scene.variant % 2)
+
+
+def render_batch(image_ids: Sequence[str], size: int | None = None, world: WorldData | None = None,
+                 progress: bool = False) -> np.ndarray:
+    """uint8 array (n, H, W, 3) of the images, in the order given.
+
+    Rendered grouped by background so the background cache stays warm; no LRU use (this is
+    for bulk rendering, e.g. training).
+    """
+    world = world or current_world()
+    size = int(size or RENDER_SIZE)
+    scenes = [world.scene(i) for i in image_ids]
+    out = np.empty((len(scenes), size, size, 3), dtype=np.uint8)
+    order = sorted(range(len(scenes)), key=lambda i: _background_key(scenes[i]))
+    it = order
+    if progress:
+        from tqdm import tqdm
+        it = tqdm(order, desc="render world images", unit="img")
+    for i in it:
+        out[i] = np.asarray(render_scene(scenes[i], size))
+    return out
+
+
+# --------------------------------------------------------------------------- benchmark
+def load_world(root=None, size: str = "default", seed: int = 0, split: str = "test", progress: bool = True):
+    """The world's test benchmark (or, with split='train', its train intents as a benchmark).
+
+    Generates the world first when it is not on disk. Queries: six paraphrases per intent,
+    ids w00001..., one shared `Judgments` per intent (group id = intent id).
+    """
+    from cir_demo.benchmarks.schema import Benchmark, CallableImageStore, Judgments, Query
+
+    if split not in ("test", "train"):
+        raise ValueError(f"split must be 'test' or 'train', got {split!r}")
+    world = open_world(root, size, seed, progress=progress)
+    store = CallableImageStore(lambda image_id, _w=world: render_image(image_id, world=_w), prefix="world")
+    info = {
+        "size": world.manifest["size"], "seed": world.manifest["seed"], "root": str(world.root),
+        "generator_version": world.manifest["generator_version"], "checksum": world.manifest["checksum"],
+        "render_size": RENDER_SIZE, "split": split, "counts": world.manifest["counts"],
+    }
+    if split == "test":
+        intents = {it["intent_id"]: it for it in _read_jsonl(world.root / "test_intents.jsonl")}
+        judgments = {k: Judgments(v["positives"], v["negatives"]) for k, v in intents.items()}
+        queries = []
+        for q in _read_jsonl(world.root / "test_queries.jsonl"):
+            queries.append(Query(q["query_id"], tuple(q["reference_ids"]), q["instruction"], q["group_id"],
+                                 judgments[q["group_id"]], q["meta"]))
+        corpus = [f"w-te-{i:06d}" for i in range(len(world.test_corpus))]
+    else:
+        from .intents import FORM_FLAGS, FORMS, length_category
+        queries = []
+        for gi, it in enumerate(_read_jsonl(world.root / "train_intents.jsonl")):
+            j = Judgments(it["positives"], ())
+            for fi, (form, text) in enumerate(zip(FORMS, it["paraphrases"])):
+                meta = {"intent_category": it["intent_category"], "edit_subcategory": it["edit_subcategory"],
+                        "domain": it["domain"], "skin_tone_bucket": it["skin_tone_bucket"],
+                        "length_category": length_category(text), "paraphrase_form": form, "intent_kind": it["kind"],
+                        **FORM_FLAGS[form]}
+                queries.append(Query(f"t{gi * len(FORMS) + fi + 1:06d}", tuple(it["reference_ids"]), text,
+                                     it["intent_id"], j, meta))
+        corpus = [f"w-tr-{i:06d}" for i in range(len(world.train_scenes))]
+    return Benchmark(name="world", metric_family="pinpoint", queries=queries, corpus_ids=corpus, images=store, info=info)
+
+
+def load_intents(root=None, size: str = "default", seed: int = 0, split: str = "test") -> list[dict]:
+    """Raw intent records (constraints, focus, kind, positives, negatives) of a split."""
+    world = open_world(root, size, seed, progress=False)
+    return _read_jsonl(world.root / f"{split}_intents.jsonl")
+
+
+def intent_constraints(intent: dict) -> tuple[Constraint, ...]:
+    return tuple(Constraint.from_json(c) for c in intent["constraints"])
+
+
+# --------------------------------------------------------------------------- train split
+@dataclass
+class TrainSplit:
+    """Training data: images (scenes), captions, intents and (reference, instruction, target) triplets."""
+
+    world: WorldData
+    image_ids: list[str]
+    captions: dict[str, list[str]]
+    triplets: list[dict]
+    intents: list[dict] = field(repr=False, default_factory=list)
+
+    @property
+    def scenes(self) -> np.ndarray:
+        return self.world.train_scenes
+
+    def scene(self, image_id: str) -> Scene:
+        return self.world.scene(image_id)
+
+    def render(self, image_ids: Sequence[str], size: int | None = None, progress: bool = False) -> np.ndarray:
+        return render_batch(image_ids, size, world=self.world, progress=progress)
+
+
+def load_train(root=None, size: str = "default", seed: int = 0) -> TrainSplit:
+    world = open_world(root, size, seed, progress=True)
+    caps = {r["image_id"]: r["captions"] for r in _read_jsonl(world.root / "train_captions.jsonl")}
+    ids = [f"w-tr-{i:06d}" for i in range(len(world.train_scenes))]
+    return TrainSplit(world, ids, caps, _read_jsonl(world.root / "train_triplets.jsonl"),
+                      _read_jsonl(world.root / "train_intents.jsonl"))
+
+
+@dataclass(frozen=True)
+class TestCaption:
+    caption_id: str
+    text: str
+    constraints: tuple[Constraint, ...]
+    source_id: str
+
+
+def load_test_captions(root=None, size: str = "default", seed: int = 0) -> list[TestCaption]:
+    """Held-out captions of test images; a hit is any test image whose scene matches (`caption_hits`)."""
+    world = open_world(root, size, seed, progress=False)
+    return [TestCaption(r["caption_id"], r["text"], tuple(Constraint.from_json(c) for c in r["constraints"]), r["source_id"])
+            for r in _read_jsonl(world.root / "test_captions.jsonl")]
+
+
+def caption_hits(caption: TestCaption, world: WorldData | None = None) -> list[str]:
+    """Every test-corpus image whose scene graph matches the caption."""
+    from .scene import violation_counts
+
+    world = world or current_world()
+    idx = np.flatnonzero(violation_counts(world.test_corpus, caption.constraints) == 0)
+    return [f"w-te-{i:06d}" for i in idx]

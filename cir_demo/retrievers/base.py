@@ -98,6 +98,16 @@ class Retriever(abc.ABC):
     def spec_hash(self) -> str:
         return spec_hash(self.spec)
 
+    @property
+    def image_spec(self) -> dict | None:
+        """What determines `encode_images` alone, or None when unknown.
+
+        Retrievers that share an image tower (the recipes of one CLIP, a combiner
+        over its features) return the same dict, so their corpus embeddings are
+        computed once (`cir_demo.index.build`); None means never share.
+        """
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, dim={self.dim}, device={self.device!r})"
 

@@ -50,6 +50,10 @@ def encode_in_batches(
     return check_embeddings(out, len(items), dim, what)
 
 
+# Spec keys that only shape the query side of a dual encoder.
+QUERY_ONLY_SPEC_KEYS = ("name", "description", "recipe", "params", "reference_merge", "marker_style", "versions")
+
+
 class DualEncoderRetriever(Retriever):
     """Retriever = dual encoder + recipe (image_only, text_only, early_fusion, slerp).
 
@@ -82,6 +86,11 @@ class DualEncoderRetriever(Retriever):
         self.progress = progress
 
     # -- corpus side
+    @property
+    def image_spec(self) -> dict:
+        """The image tower alone: every recipe of one encoder shares corpus embeddings."""
+        return {k: v for k, v in self.spec.items() if k not in QUERY_ONLY_SPEC_KEYS}
+
     def encode_images(self, images: Sequence[Any], batch_size: int | None = None) -> np.ndarray:
         return encode_in_batches(
             list(images), self.encoder.encode_image_batch, batch_size or self.batch_size, self.dim,

@@ -161,6 +161,8 @@ def load_world(root=None, size: str = "default", seed: int = 0, split: str = "te
         "size": world.manifest["size"], "seed": world.manifest["seed"], "root": str(world.root),
         "generator_version": world.manifest["generator_version"], "checksum": world.manifest["checksum"],
         "render_size": RENDER_SIZE, "split": split, "counts": world.manifest["counts"],
+        # tiny and default worlds (and seeds) keep separate index folders instead of rebuilding each other's
+        "index_name": f"world-{world.manifest['size']}-s{world.manifest['seed']}" + ("" if split == "test" else f"-{split}"),
     }
     if split == "test":
         intents = {it["intent_id"]: it for it in _read_jsonl(world.root / "test_intents.jsonl")}

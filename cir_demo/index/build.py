@@ -1,0 +1,299 @@
+"""Encode a benchmark's corpus with a retriever and write its index atomically.
+
+`build_corpus_index` skips the work when the index on disk is fresh (same
+retriever spec, weights, corpus, kind and parameters); otherwise it encodes the
+corpus in batches (tqdm bar; the retriever's device, CUDA when it has one),
+builds the faiss index, writes index + ids.json + manifest.json into a hidden
+directory beside the target and swaps it in. An interrupted build (exception,
+Ctrl-C, crash) leaves the previous index as it was.
+
+`ensure_index` is what the app and the harness call: load when fresh, build on
+first use or when stale.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from cir_demo.index.manifest import (
+    IndexManifest,
+    LoadedIndex,
+    MissingIndexError,
+    StaleIndexError,
+    build_lock,
+    check_index,
+    corpus_checksum,
+    index_dir,
+    library_versions,
+    load_index,
+    new_dir_beside,
+    read_manifest,
+    replace_dir,
+    weights_checksum,
+    write_index_files,
+)
+
+
+def require_encoder(retriever) -> None:
+    """TypeError unless `retriever` can encode images (ranking-only retrievers have no index)."""
+    missing = [a for a in ("name", "spec", "dim", "encode_images", "spec_hash") if not hasattr(retriever, a)]
+    if missing:
+        raise TypeError(f"{type(retriever).__name__} cannot build an index (a ranking-only retriever?): "
+                        f"it lacks {', '.join(missing)}")
+
+
+def corpus_ids_of(benchmark) -> list[str]:
+    """The corpus ids to encode; ValueError when there is no image store or an id repeats."""
+    ids = list(benchmark.corpus_ids)
+    if benchmark.images is None:
+        raise ValueError(f"benchmark {benchmark.name!r} has no image store: its corpus cannot be encoded")
+    seen: set[str] = set()
+    for pos, image_id in enumerate(ids):
+        if image_id in seen:
+            raise ValueError(f"benchmark {benchmark.name!r}: corpus id {image_id!r} appears twice (position {pos})")
+        seen.add(image_id)
+    return ids
+
+
+def _open_one(images, image_id: str, what: str):
+    try:
+        return images.open(image_id)
+    except Exception as exc:
+        raise RuntimeError(f"{what}: cannot open corpus image {image_id!r}: {exc}") from exc
+
+
+def encode_corpus(images, ids: Sequence[str], retriever, batch_size: int = 64, progress: bool = True,
+                  desc: str | None = None, position: int | None = None, loader_threads: int = 2) -> np.ndarray:
+    """(len(ids), dim) float32 unit rows: `retriever.encode_images` over `images.open(id)` in batches.
+
+    `loader_threads` threads open (decode, render) the next batch's images while
+    the current batch is encoded; image decoding and the world's renderer
+    release the GIL for much of their work.
+    """
+    from tqdm.auto import tqdm
+
+    from cir_demo.retrievers.base import check_embeddings
+
+    require_encoder(retriever)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if isinstance(loader_threads, bool) or not isinstance(loader_threads, int) or loader_threads < 1:
+        raise ValueError(f"loader_threads must be a positive integer, got {loader_threads!r}")
+    ids = list(ids)
+    dim = int(retriever.dim)
+    out = np.empty((len(ids), dim), dtype=np.float32)
+    what = desc or f"encode with {retriever.name}"
+    starts = list(range(0, len(ids), batch_size))
+    with ThreadPoolExecutor(max_workers=loader_threads) as pool, \
+            tqdm(total=len(ids), unit="img", desc=what, disable=not progress, position=position) as bar:
+        def submit(start: int) -> list:
+            return [pool.submit(_open_one, images, i, what) for i in ids[start:start + batch_size]]
+
+        pending = submit(starts[0]) if starts else []
+        try:
+            for n, start in enumerate(starts):
+                batch_ids = ids[start:start + batch_size]
+                batch = [f.result() for f in pending]
+                pending = submit(starts[n + 1]) if n + 1 < len(starts) else []
+                emb = retriever.encode_images(batch, batch_size=batch_size)
+                out[start:start + len(batch_ids)] = check_embeddings(
+                    emb, len(batch_ids), dim,
+                    f"retriever {retriever.name!r} on images {batch_ids[0]!r}..{batch_ids[-1]!r}")
+                bar.update(len(batch_ids))
+        finally:
+            for f in pending:  # a failure must not wait for a whole prefetched batch
+                f.cancel()
+    return out
+
+
+def default_index_dir(benchmark, retriever) -> Path:
+    """`indexes/<benchmark index name>/<retriever>/`: where `ensure_index` keeps this pair's index."""
+    return index_dir(benchmark_index_name(benchmark), retriever.name)
+
+
+def make_manifest(benchmark, retriever, ids: Sequence[str], kind: str, params: dict, build_seconds: float,
+                  num_shards: int = 1) -> IndexManifest:
+    spec = dict(retriever.spec)
+    return IndexManifest(
+        benchmark=benchmark.name,
+        retriever=retriever.name,
+        retriever_spec=spec,
+        spec_hash=retriever.spec_hash(),
+        weights_sha256=weights_checksum(spec),
+        corpus_sha256=corpus_checksum(ids),
+        dim=int(retriever.dim),
+        count=len(ids),
+        kind=kind,
+        params=dict(params),
+        library_versions=library_versions(),
+        built_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        build_seconds=round(float(build_seconds), 3),
+        corpus_fingerprint=corpus_fingerprint(benchmark),
+        device=str(getattr(retriever, "device", None)),
+        num_shards=int(num_shards),
+    )
+
+
+def corpus_fingerprint(benchmark) -> str | None:
+    """A benchmark's own fingerprint of its image content, when it provides one.
+
+    `info["corpus_fingerprint"]`, else `info["checksum"]` (the offline world's
+    content checksum: its image ids repeat across seeds, its pixels do not).
+    """
+    info = getattr(benchmark, "info", None) or {}
+    value = info.get("corpus_fingerprint", info.get("checksum"))
+    return None if value is None else str(value)
+
+
+def benchmark_index_name(benchmark) -> str:
+    """The `indexes/<name>/` folder of a benchmark: `info["index_name"]` when set (variants of one
+    benchmark, e.g. world sizes, then keep separate indexes), else its name."""
+    return str((getattr(benchmark, "info", None) or {}).get("index_name") or benchmark.name)
+
+
+def write_built_index(xb: np.ndarray, ids: Sequence[str], out_dir: Path, manifest: IndexManifest,
+                      started: float | None = None) -> LoadedIndex:
+    """Build the faiss index of `xb`, write it beside `out_dir` and swap it in; returns it loaded."""
+    from cir_demo.index.faiss_index import build_index
+
+    index = build_index(xb, manifest.kind, **manifest.params)
+    if started is not None:
+        manifest.build_seconds = round(time.perf_counter() - started, 3)
+    with new_dir_beside(out_dir) as tmp:
+        write_index_files(tmp, index, ids, manifest)
+        replace_dir(tmp, out_dir)
+    return LoadedIndex(manifest=manifest, index=index, ids=list(ids), directory=out_dir)
+
+
+def requested_params(kind: str | None, n: int, params: dict) -> tuple[str, dict]:
+    from cir_demo.index.faiss_index import resolve_params
+
+    kind = kind or "flat"
+    return kind, resolve_params(kind, n, **params)
+
+
+def rebuild_reasons(out_dir: Path, benchmark, retriever, ids: Sequence[str], kind: str | None,
+                    params: dict) -> list[str]:
+    """Staleness reasons plus a changed kind/parameter request ([] = reuse the index on disk).
+
+    kind=None accepts whatever kind is on disk (the app must not undo a CLI-built HNSW index).
+    """
+    reasons = check_index(out_dir, retriever, ids, corpus_fingerprint(benchmark))
+    if reasons or (kind is None and not params):
+        return reasons
+    manifest = read_manifest(out_dir)
+    want_kind, want = requested_params(kind or manifest.kind, len(ids), params)
+    if manifest.kind != want_kind:
+        return [f"kind changed: index is {manifest.kind!r}, requested {want_kind!r}"]
+    if manifest.params != want:
+        return [f"parameters changed: index has {manifest.params}, requested {want}"]
+    return []
+
+
+def plan_rebuild(out_dir: Path, kind: str | None, n: int, params: dict) -> tuple[str, dict]:
+    """Kind and full parameters of a rebuild. kind=None keeps the kind (and, where they still fit
+    the corpus, the parameters) of the index on disk; "flat" when there is none."""
+    if kind is not None:
+        return requested_params(kind, n, params)
+    try:
+        prior = read_manifest(out_dir)
+    except (OSError, ValueError, TypeError):
+        return requested_params("flat", n, params)
+    try:
+        return requested_params(prior.kind, n, {**prior.params, **params})
+    except ValueError:  # e.g. an nlist too large for a shrunken corpus: that kind's defaults
+        return requested_params(prior.kind, n, params)
+
+
+def embedding_cache_path(benchmark, retriever, ids: Sequence[str]) -> Path | None:
+    """Where corpus embeddings of `retriever`'s image tower are kept for reuse, or None.
+
+    Keyed by the image spec (`Retriever.image_spec`), the corpus ids and the
+    benchmark's content fingerprint, so retrievers that share an image tower (the
+    recipes of one CLIP) encode a corpus once, and a changed world never reuses them.
+    """
+    image_spec = getattr(retriever, "image_spec", None)
+    if not image_spec:
+        return None
+    import hashlib
+
+    from cir_demo.paths import cache_dir
+    from cir_demo.retrievers.base import spec_hash
+
+    h = hashlib.sha256()
+    h.update(spec_hash(image_spec).encode())
+    h.update(corpus_checksum(ids).encode())
+    h.update(str(corpus_fingerprint(benchmark)).encode())
+    return cache_dir() / "embeddings" / benchmark_index_name(benchmark) / f"{h.hexdigest()[:32]}.npy"
+
+
+def cached_encode_corpus(benchmark, ids: Sequence[str], retriever, batch_size: int = 64,
+                         progress: bool = True) -> np.ndarray:
+    """`encode_corpus`, reusing embeddings another retriever with the same image tower computed."""
+    from cir_demo.utils.io import atomic_path
+
+    path = embedding_cache_path(benchmark, retriever, ids)
+    if path is not None and path.is_file():
+        try:
+            xb = np.load(path)
+            if xb.shape == (len(ids), int(retriever.dim)) and xb.dtype == np.float32:
+                return xb
+        except (OSError, ValueError):
+            pass  # unreadable: encode again and overwrite
+    xb = encode_corpus(benchmark.images, ids, retriever, batch_size=batch_size, progress=progress,
+                       desc=f"encode {benchmark.name} with {retriever.name}")
+    if path is not None:
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as f:
+                np.save(f, xb)
+    return xb
+
+
+def build_corpus_index(benchmark, retriever, out_dir: str | Path | None = None, kind: str | None = "flat",
+                       batch_size: int = 64, progress: bool = True, force: bool = False,
+                       **params) -> LoadedIndex:
+    """The index of `benchmark`'s corpus under `retriever`, built unless a fresh one exists.
+
+    `out_dir` defaults to `indexes/<benchmark>/<retriever>/`. `kind` is "flat"
+    (exact), "ivf" or "hnsw" (params: see `faiss_index.build_index`); kind=None
+    keeps the kind already on disk. `force` rebuilds even a fresh index.
+    """
+    require_encoder(retriever)
+    ids = corpus_ids_of(benchmark)
+    out_dir = Path(out_dir) if out_dir is not None else default_index_dir(benchmark, retriever)
+    # Validate the request before any encoding (a typo must not cost an hour).
+    if kind is not None:
+        requested_params(kind, max(len(ids), 1), params)
+    with build_lock(out_dir):
+        if not force and not rebuild_reasons(out_dir, benchmark, retriever, ids, kind, params):
+            return load_index(out_dir, retriever, ids, corpus_fingerprint=corpus_fingerprint(benchmark))
+        kind, resolved = plan_rebuild(out_dir, kind, len(ids), params)
+        started = time.perf_counter()
+        xb = cached_encode_corpus(benchmark, ids, retriever, batch_size=batch_size, progress=progress)
+        manifest = make_manifest(benchmark, retriever, ids, kind, resolved, 0.0)
+        return write_built_index(xb, ids, out_dir, manifest, started)
+
+
+def ensure_index(benchmark, retriever, allow_stale: bool = False, **kw) -> LoadedIndex:
+    """Load the fresh index of (benchmark, retriever), building it on first use or when stale.
+
+    With allow_stale=True a stale index on disk is served as is (its
+    `stale_reasons` say what is off) instead of being rebuilt; a missing one is
+    still built. kind defaults to None here: any kind on disk is accepted.
+    """
+    kw.setdefault("kind", None)
+    if allow_stale:
+        out_dir = Path(kw.get("out_dir") or default_index_dir(benchmark, retriever))
+        try:
+            return load_index(out_dir, retriever, list(benchmark.corpus_ids), allow_stale=True,
+                              corpus_fingerprint=corpus_fingerprint(benchmark))
+        except MissingIndexError:
+            pass
+        except StaleIndexError:  # damaged files: rebuild
+            kw["force"] = True
+    return build_corpus_index(benchmark, retriever, **kw)

@@ -1,0 +1,206 @@
+"""`python -m cir_demo index build|status|list`: corpus indexes on disk.
+
+    python -m cir_demo index build --benchmark world --retriever R [--kind flat|ivf|hnsw] [--force]
+    accelerate launch --num_processes 4 -m cir_demo index build --sharded --benchmark B --retriever R
+    python -m cir_demo index status [--benchmark B] [--retriever R]
+    python -m cir_demo index list
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+# benchmark loader keyword <- CLI attribute (same flags as `eval`)
+_LOADER_ARGS = {
+    "annotations": "annotations",
+    "corpus_ids": "corpus_ids",
+    "root": "root",
+    "image_dir": "image_dir",
+    "size": "world_size",
+    "seed": "world_seed",
+}
+
+
+def _add_benchmark_args(p: argparse.ArgumentParser, required: bool) -> None:
+    g = p.add_argument_group("benchmark")
+    g.add_argument("--benchmark", required=required, default=None,
+                   help="world, pinpoint, edir, circo or jsonl" + ("" if required else " (default: every benchmark)"))
+    g.add_argument("--annotations", help="PinPoint parquet or CIRCO annotations/val.json")
+    g.add_argument("--corpus-ids", help="corpus id list (PinPoint index_signatures.txt; optional for CIRCO)")
+    g.add_argument("--root", help="benchmark folder (EDIR, jsonl, or a generated world)")
+    g.add_argument("--image-dir", help="folder of benchmark images")
+    g.add_argument("--world-size", default=None, choices=["tiny", "default"], help="offline world size")
+    g.add_argument("--world-seed", type=int, default=None, help="offline world seed")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="index_command", metavar="ACTION")
+
+    b = sub.add_parser("build", help="encode a benchmark's corpus and write its index (skipped when fresh)")
+    _add_benchmark_args(b, required=True)
+    b.add_argument("--retriever", required=True, help="retriever name (see `python -m cir_demo.retrievers` / docs)")
+    b.add_argument("--kind", choices=["flat", "ivf", "hnsw"], default=None,
+                   help="flat = exact inner product; ivf / hnsw = approximate, for ~1M images "
+                        "(default: the kind of the index on disk, flat for a new one)")
+    b.add_argument("--nlist", type=int, help="ivf: number of lists (default ~4 sqrt(n))")
+    b.add_argument("--nprobe", type=int, help="ivf: lists visited per query (default nlist/8)")
+    b.add_argument("--train-size", type=int, help="ivf: vectors used to train the lists (default 64 * nlist)")
+    b.add_argument("--M", dest="M", type=int, help="hnsw: links per node (default 32)")
+    b.add_argument("--ef-construction", type=int, help="hnsw: build-time beam (default 80)")
+    b.add_argument("--ef-search", type=int, help="hnsw: search-time beam (default 128)")
+    b.add_argument("--force", action="store_true", help="rebuild even when the index is fresh")
+    b.add_argument("--batch-size", type=int, default=64, help="images per encoder call (default 64)")
+    b.add_argument("--device", default=None, help="encoder device (default: cuda when available, else cpu)")
+    b.add_argument("--trust-remote-code", action="store_true", help="allow retrievers that run model-repo code")
+    b.add_argument("--out-dir", help="index folder (default indexes/<benchmark>/<retriever>)")
+    b.add_argument("--no-progress", action="store_true", help="no progress bars")
+    s = b.add_argument_group("sharded encoding (run under `accelerate launch`)")
+    s.add_argument("--sharded", action="store_true",
+                   help="each launched process encodes one contiguous part of the corpus; rank 0 merges")
+    s.add_argument("--shard-dir", help="where shards are written (must be shared across machines)")
+    s.add_argument("--keep-shards", action="store_true", help="keep the shard files after merging")
+
+    st = sub.add_parser("status", help="say which indexes are fresh and why the others are stale")
+    _add_benchmark_args(st, required=False)
+    st.add_argument("--retriever", help="only this retriever")
+    st.add_argument("--device", default="cpu", help="device to load retrievers on for the check (default cpu)")
+    st.add_argument("--trust-remote-code", action="store_true")
+
+    sub.add_parser("list", help="list the indexes on disk")
+
+
+def _load_benchmark(args: argparse.Namespace, name: str | None = None):
+    from cir_demo.benchmarks.registry import load_benchmark
+
+    kwargs = {k: getattr(args, attr) for k, attr in _LOADER_ARGS.items() if getattr(args, attr, None) is not None}
+    return load_benchmark(name or args.benchmark, **kwargs)
+
+
+def _index_params(args: argparse.Namespace) -> dict:
+    names = {"ivf": {"nlist": "nlist", "nprobe": "nprobe", "train_size": "train_size"},
+             "hnsw": {"M": "M", "efConstruction": "ef_construction", "efSearch": "ef_search"}}
+    chosen = names.get(args.kind, {})
+    wrong = [f"--{attr.replace('_', '-')}" for kind, table in names.items() if kind != args.kind
+             for attr in table.values() if getattr(args, attr, None) is not None]
+    if wrong:
+        raise ValueError(f"{', '.join(wrong)} do(es) not apply to --kind {args.kind or '(not given)'}"
+                         + ("; name the kind with --kind" if args.kind is None else ""))
+    return {param: getattr(args, attr) for param, attr in chosen.items() if getattr(args, attr, None) is not None}
+
+
+def _build(args: argparse.Namespace) -> int:
+    from cir_demo.retrievers.registry import load_retriever
+
+    params = _index_params(args)
+    device = args.device
+    ctx = None
+    if args.sharded:
+        from cir_demo.index.shard import distributed_context
+
+        ctx = distributed_context()
+        device = device or ctx.device
+    bench = _load_benchmark(args)
+    retriever = load_retriever(args.retriever, device=device, trust_remote_code=args.trust_remote_code)
+    common = dict(out_dir=args.out_dir, kind=args.kind, batch_size=args.batch_size,
+                  progress=not args.no_progress, force=args.force, **params)
+    if args.sharded:
+        from cir_demo.index.shard import build_sharded
+
+        try:
+            loaded = build_sharded(bench, retriever, context=ctx, shard_dir=args.shard_dir,
+                                   keep_shards=args.keep_shards, **common)
+        finally:
+            ctx.close()
+        if not ctx.is_main:
+            return 0
+    else:
+        from cir_demo.index.build import build_corpus_index
+
+        loaded = build_corpus_index(bench, retriever, **common)
+    m = loaded.manifest
+    print(f"{loaded.directory}: {m.kind} index of {m.count} images x {m.dim} dims, "
+          f"built {m.built_at} in {m.build_seconds:.1f} s on {m.device}"
+          + (f" across {m.num_shards} processes" if m.num_shards > 1 else ""))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from cir_demo.index.manifest import check_index, list_indexes, read_manifest
+
+    dirs = list_indexes()
+    rows = []
+    for d in dirs:
+        try:
+            m = read_manifest(d)
+        except (OSError, ValueError, TypeError) as exc:
+            rows.append((d, "stale", [f"unreadable manifest: {exc}"]))
+            continue
+        if (args.benchmark and m.benchmark != args.benchmark) or (args.retriever and m.retriever != args.retriever):
+            continue
+        notes = []
+        bench = retriever = None
+        try:
+            bench = _load_benchmark(args, m.benchmark)
+        except Exception as exc:  # report and keep going: status must cover every index
+            notes.append(f"cannot check the corpus: {type(exc).__name__}: {exc}")
+        try:
+            from cir_demo.retrievers.registry import load_retriever
+
+            retriever = load_retriever(m.retriever, device=args.device, trust_remote_code=args.trust_remote_code)
+        except Exception as exc:
+            notes.append(f"cannot check the retriever: {type(exc).__name__}: {exc}")
+        from cir_demo.index.build import corpus_fingerprint
+
+        reasons = check_index(d, retriever, None if bench is None else list(bench.corpus_ids),
+                              None if bench is None else corpus_fingerprint(bench))
+        rows.append((d, "stale" if reasons else ("unchecked" if notes else "fresh"), reasons + notes))
+    if not rows:
+        print("no indexes found" + (f" for benchmark {args.benchmark!r}" if args.benchmark else ""))
+        return 0
+    for d, state, reasons in rows:
+        print(f"{state:9s} {d}")
+        for r in reasons:
+            print(f"          - {r}")
+    return 1 if any(state == "stale" for _, state, _ in rows) else 0
+
+
+def _dir_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+
+
+def _list(args: argparse.Namespace) -> int:
+    from cir_demo.index.manifest import list_indexes, read_manifest
+    from cir_demo.paths import indexes_dir
+
+    dirs = list_indexes()
+    if not dirs:
+        print(f"no indexes under {indexes_dir()}")
+        return 0
+    header = f"{'benchmark':16s} {'retriever':28s} {'kind':5s} {'images':>8s} {'dim':>5s} {'MB':>8s}  built"
+    print(header)
+    for d in dirs:
+        try:
+            m = read_manifest(d)
+        except (OSError, ValueError, TypeError) as exc:
+            print(f"{d}: unreadable manifest: {exc}")
+            continue
+        print(f"{m.benchmark:16s} {m.retriever:28s} {m.kind:5s} {m.count:8d} {m.dim:5d} "
+              f"{_dir_size(d) / 2**20:8.1f}  {m.built_at}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    action = getattr(args, "index_command", None)
+    if action is None:
+        print("usage: python -m cir_demo index {build,status,list} ... (see --help)", file=sys.stderr)
+        return 2
+    from cir_demo.index.manifest import StaleIndexError
+    from cir_demo.index.shard import ShardedBuildError
+
+    try:
+        return {"build": _build, "status": _status, "list": _list}[action](args)
+    except (ValueError, KeyError, TypeError, ImportError, PermissionError, FileNotFoundError, StaleIndexError,
+            ShardedBuildError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,90 @@
+"""`index build|status|list` end to end, with the tiny real model standing in for a registry name."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from cir_demo.index import cli
+from cir_demo.index.manifest import read_manifest
+from test_index_support import TinyConvRetriever, tiny_benchmark
+
+
+def run_cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return cli.run(parser.parse_args(argv))
+
+
+@pytest.fixture()
+def env(tmp_path, monkeypatch):
+    """Indexes under tmp; benchmark and retriever names resolve to the tiny ones; `seed` picks the model."""
+    import cir_demo.retrievers.registry as registry
+
+    monkeypatch.setenv("CIR_DEMO_INDEXES", str(tmp_path / "indexes"))
+    state = {"seed": 0, "n": 20, "loaded": []}
+
+    def load_benchmark(args, name=None):
+        return tiny_benchmark(state["n"], name=name or args.benchmark)
+
+    def load_retriever(name, device=None, trust_remote_code=False, **kw):
+        r = TinyConvRetriever(seed=state["seed"], name=name)
+        state["loaded"].append((name, device))
+        return r
+
+    monkeypatch.setattr(cli, "_load_benchmark", load_benchmark)
+    monkeypatch.setattr(registry, "load_retriever", load_retriever)
+    state["root"] = tmp_path / "indexes"
+    return state
+
+
+def test_build_status_list(env, capsys):
+    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "flat index of 20 images x 16 dims" in out
+    directory = env["root"] / "tinybench" / "tiny-conv"
+    assert read_manifest(directory).count == 20
+
+    assert run_cli(["list"]) == 0
+    listing = capsys.readouterr().out
+    assert "tinybench" in listing and "tiny-conv" in listing and " 20 " in listing
+
+    assert run_cli(["status"]) == 0
+    assert capsys.readouterr().out.startswith("fresh")
+
+    env["seed"], env["n"] = 1, 21  # new weights and a grown corpus
+    assert run_cli(["status", "--benchmark", "tinybench"]) == 1
+    status = capsys.readouterr().out
+    assert status.startswith("stale") and "weights changed" in status and "corpus changed" in status
+
+    assert run_cli(["status", "--benchmark", "other"]) == 0
+    assert "no indexes found" in capsys.readouterr().out
+
+    # The build command rebuilds what is stale.
+    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
+                    "--kind", "hnsw", "--M", "8"]) == 0
+    m = read_manifest(directory)
+    assert (m.count, m.kind, m.params["M"]) == (21, "hnsw", 8)
+    assert run_cli(["status"]) == 0
+    # Without --kind a fresh index is kept as it is (no conversion back to flat).
+    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress"]) == 0
+    assert read_manifest(directory).built_at == m.built_at and read_manifest(directory).kind == "hnsw"
+    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
+                    "--kind", "flat"]) == 0
+    assert read_manifest(directory).kind == "flat"
+
+
+def test_bad_options_are_errors(env, capsys):
+    code = run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--nprobe", "4"])
+    assert code == 1 and "--nprobe do(es) not apply to --kind (not given)" in capsys.readouterr().err
+    code = run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--kind", "flat", "--M", "4"])
+    assert code == 1 and "--M do(es) not apply to --kind flat" in capsys.readouterr().err
+    assert run_cli([]) == 2
+
+
+def test_sharded_build_in_one_process(env, capsys, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
+                    "--sharded"]) == 0
+    assert read_manifest(env["root"] / "tinybench" / "tiny-conv").num_shards == 1
+    assert "flat index of 20 images" in capsys.readouterr().out

@@ -17,6 +17,7 @@ COMMANDS = {
     "retrievers": ("cir_demo.retrievers.cli", "list the declared retrievers and show one's config"),
     "index": ("cir_demo.index.cli", "build, check and list FAISS indexes"),
     "train": ("cir_demo.training.cli", "train the world models (world-CLIP, world-CIR, world verifier)"),
+    "rerank": ("cir_demo.rerank.cli", "rerank a results file or one query with a reranker backend"),
     "eval": ("cir_demo.harness.cli", "evaluate results files or run the full benchmark (same as app.py --eval)"),
 }
 

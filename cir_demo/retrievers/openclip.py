@@ -180,6 +180,31 @@ def register_model_config(name: str, model_config: dict) -> None:
     open_clip.add_model_config(path)
 
 
+def local_tokenizer_dir(model_config: dict | None) -> Path | None:
+    """The folder a custom config's `text_cfg.hf_tokenizer_name` names, when it is a local path
+    (relative paths are relative to the repository root, like every config path); else None."""
+    name = ((model_config or {}).get("text_cfg") or {}).get("hf_tokenizer_name")
+    if not name or not isinstance(name, str):
+        return None
+    path = resolve_path(name)
+    return path if path.is_dir() else None
+
+
+def make_tokenizer(model_name: str, model_config: dict | None = None):
+    """open_clip's tokenizer for `model_name`; a local `hf_tokenizer_name` folder (the world-CLIP
+    word-level tokenizer) is loaded from disk, resolved against the repo root rather than the CWD."""
+    import open_clip
+
+    local = local_tokenizer_dir(model_config)
+    if local is None:
+        return open_clip.get_tokenizer(model_name)
+    from open_clip.tokenizer import HFTokenizer
+
+    text_cfg = model_config["text_cfg"]
+    return HFTokenizer(str(local), context_length=text_cfg.get("context_length", 77),
+                       tokenizer_mode=text_cfg.get("tokenizer_mode"), **(text_cfg.get("tokenizer_kwargs") or {}))
+
+
 def _canonical(cfg: dict) -> str:
     return json.dumps(cfg, sort_keys=True)
 
@@ -281,7 +306,7 @@ def load_encoder(
     from open_clip.transform import PreprocessCfg, image_transform_v2
 
     transform = image_transform_v2(PreprocessCfg(**model.visual.preprocess_cfg), is_train=False)
-    tokenizer = open_clip.get_tokenizer(model_name)
+    tokenizer = make_tokenizer(model_name, spec.get("model_config"))
     encoder = OpenClipEncoder(model, transform, tokenizer, device, precision)
     spec.update({"preprocess": pp_cfg, "precision": precision, "dim": encoder.dim})
     return encoder, spec

@@ -35,6 +35,7 @@ FAMILIES = {
     "gme": "cir_demo.retrievers.gme",
     "text_proxy": "cir_demo.retrievers.text_proxy",
     "precomputed": "cir_demo.retrievers.precomputed",
+    "world_cir": "cir_demo.retrievers.world_cir",
 }
 # Families whose queries are composed by a recipe over a dual encoder.
 RECIPE_FAMILIES = ("open_clip", "hf_clip")

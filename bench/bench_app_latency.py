@@ -1,0 +1,196 @@
+"""Interactive latency of the explorer, measured at the service layer (no browser, no HTTP).
+
+    python bench/bench_app_latency.py                        # world default, the app's default columns
+    python bench/bench_app_latency.py --queries 40 --json latency.json
+    python bench/bench_app_latency.py --retrievers a,b,c,d --reranker NAME --top-n 20
+
+What one interaction is: what the app does when a visitor opens a query or clicks another
+paraphrase: `ExplorerService.compare` for the four columns (ranking, per-column AP@10 /
+precision@10 / NegRecall@10, tiles with judgments and thumbnails), then the tile HTML.
+The script opens `--queries` random queries (seed 0) and swaps each to `--swaps` other
+paraphrases, once without reranking and once with the reranker on the top `--top-n`
+(separate random queries, so reranker scores are not warmed by the first phase).
+It prints p50/p95 per phase and per step (first view of a query / paraphrase swap) and
+where thumbnails and reranker scores came from (memory, disk cache, computed), because
+those caches decide the tail: the app fills the thumbnail file in a background process and
+`--eval` fills the reranker's score cache. `--cold-caches` measures with both empty.
+
+Targets (issue 6): four world retrievers without reranking p95 <= 150 ms; with the world
+verifier on the top 20 p95 <= 400 ms. Torch uses `--threads` (default 1, as the app) CPU threads.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+TARGETS_MS = {"plain": 150.0, "rerank": 400.0}
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    import numpy as np
+
+    a = np.asarray(values, dtype=float) * 1000.0
+    return {"n": int(a.size), "p50_ms": float(np.percentile(a, 50)), "p95_ms": float(np.percentile(a, 95)),
+            "max_ms": float(a.max())}
+
+
+def interactions(service, n_queries: int, swaps: int, seed: int) -> list[list[str]]:
+    """Visits: [query id, then `swaps` other paraphrases of its intent], random queries."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    groups = list(service.benchmark.groups().values())
+    picks = rng.choice(len(groups), size=min(n_queries, len(groups)), replace=False)
+    visits = []
+    for g in picks:
+        members = [q.query_id for q in groups[int(g)]]
+        order = list(rng.permutation(len(members)))
+        visits.append([members[i] for i in order[: 1 + swaps]])
+    return visits
+
+
+def run_phase(service, visits, names, k: int, rerank: bool, top_n: int) -> dict:
+    from cir_demo.ui import components  # plain string rendering; no gradio import
+
+    first, swap, totals, html_only = [], [], [], []
+    for visit in visits:
+        for step, query_id in enumerate(visit):
+            t0 = time.perf_counter()
+            cmp = service.compare(query_id, names, k=k, rerank=rerank, top_n=top_n)
+            t1 = time.perf_counter()
+            components.results_html(cmp)
+            t2 = time.perf_counter()
+            errors = [c.error for c in cmp.columns if c.error]
+            if errors:
+                raise SystemExit(f"error: {query_id}: {errors[0]}")
+            (first if step == 0 else swap).append(t2 - t0)
+            totals.append(t2 - t0)
+            html_only.append(t2 - t1)
+    return {"all": percentiles(totals), "first_view": percentiles(first), "paraphrase_swap": percentiles(swap) if swap else None,
+            "html_render": percentiles(html_only)}
+
+
+def counts_delta(before: dict, after: dict) -> dict:
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--benchmark", default="world")
+    p.add_argument("--world-size", default="default", choices=["tiny", "default"])
+    p.add_argument("--retrievers", help="comma-separated (default: the app's defaults, first four)")
+    p.add_argument("--reranker", help="reranker backend (default: the app's default); 'none' skips the rerank phase")
+    p.add_argument("--top-n", type=int, default=20)
+    p.add_argument("--k", type=int, default=10, help="tiles per column")
+    p.add_argument("--queries", type=int, default=40, help="queries opened per phase")
+    p.add_argument("--swaps", type=int, default=2, help="paraphrase swaps after opening each query")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (the app's default, 1)")
+    p.add_argument("--cold-caches", action="store_true",
+                   help="empty thumbnail and reranker-score caches (a temporary cache dir; the world is regenerated there)")
+    p.add_argument("--fill-caches", action="store_true",
+                   help="first fill the thumbnail and pixel caches, as the app's background warmer does "
+                        "(timed; a no-op when they are full)")
+    p.add_argument("--json", help="write the numbers here")
+    args = p.parse_args(argv)
+
+    if args.cold_caches:
+        os.environ["CIR_DEMO_CACHE"] = tempfile.mkdtemp(prefix="cir_demo_bench_cache_")
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from cir_demo.services import MAX_COLUMNS, ServiceConfig, build_service
+
+    kwargs = {"size": args.world_size} if args.benchmark == "world" else {}
+    config = ServiceConfig(benchmark=args.benchmark, benchmark_kwargs=kwargs,
+                           retrievers=tuple(args.retrievers.split(",")) if args.retrievers else None,
+                           reranker=args.reranker, warm_thumbnails=False, threads=args.threads)
+    t0 = time.perf_counter()
+    service = build_service(config, lambda stage: print(f"[load] {stage}", file=sys.stderr, flush=True))
+    load_s = time.perf_counter() - t0
+    names = service.retriever_names[:MAX_COLUMNS]
+    if not names:
+        print("error: no retriever could be loaded:\n  " + "\n  ".join(service.warnings), file=sys.stderr)
+        return 1
+    print(f"service loaded in {load_s:.1f} s: {service.summary()}")
+    for w in service.warnings:
+        print(f"warning: {w}")
+
+    results: dict = {"benchmark": service.summary(), "retrievers": names, "k": args.k, "threads": args.threads,
+                     "load_s": round(load_s, 2), "cold_caches": args.cold_caches, "phases": {}}
+    if args.fill_caches:
+        from cir_demo.services import PixelCachedStore, warm_images
+
+        t0 = time.perf_counter()
+        pixels = ([{"db_path": str(service.benchmark.images.db_path), "kind": "png"}]
+                  if isinstance(service.benchmark.images, PixelCachedStore) else [])
+        store = service.benchmark.images
+        service.benchmark.images = getattr(store, "inner", store)  # render, do not read the cache being filled
+        refs = list(dict.fromkeys(r for q in service.benchmark.queries for r in q.reference_ids))
+        opened = warm_images(service.benchmark, refs, [
+            {"db_path": str(service.references.db_path), "kind": "jpeg", "size": service.references.size,
+             "quality": service.references.quality}] + pixels)
+        opened += warm_images(service.benchmark, service.benchmark.corpus_ids, [
+            {"db_path": str(service.tiles.db_path), "kind": "jpeg", "size": service.tiles.size,
+             "quality": service.tiles.quality}] + pixels)
+        service.benchmark.images = store
+        results["fill_caches_s"] = round(time.perf_counter() - t0, 1)
+        print(f"filled the image caches in {results['fill_caches_s']} s ({opened} images opened)")
+    warm = interactions(service, 2, 0, args.seed + 99)  # load lazily built pieces (first encode) before timing
+    run_phase(service, warm, names, args.k, False, args.top_n)
+
+    plan = [("plain", False, args.seed)]
+    if service.reranker_name:
+        plan.append(("rerank", True, args.seed + 1))
+    else:
+        print(f"no rerank phase: {service.reranker_note}")
+    for phase, rerank, seed in plan:
+        visits = interactions(service, args.queries, args.swaps, seed)
+        thumbs0 = dict(service.tiles.counts)
+        pixel_counts = getattr(service.benchmark.images, "counts", None)
+        pixels0 = dict(pixel_counts) if pixel_counts is not None else None
+        cache = service.engine.score_cache if rerank else None
+        hits0, misses0 = (cache.hits, cache.misses) if cache else (0, 0)
+        if rerank:  # the reranker model loads on first use: not part of an interaction
+            run_phase(service, warm, names, args.k, True, args.top_n)
+            hits0, misses0 = cache.hits, cache.misses
+        res = run_phase(service, visits, names, args.k, rerank, args.top_n)
+        res["thumbnails"] = counts_delta(thumbs0, service.tiles.counts)
+        if pixels0 is not None:
+            res["images"] = counts_delta(pixels0, pixel_counts)
+        if cache:
+            res["reranker_scores"] = {"from_cache": cache.hits - hits0, "computed": cache.misses - misses0}
+        res["target_p95_ms"] = TARGETS_MS[phase]
+        results["phases"][phase] = res
+        label = (f"{len(names)} columns, no reranking" if not rerank
+                 else f"{len(names)} columns, {service.reranker_name} on the top {args.top_n}")
+        a = res["all"]
+        print(f"\n{label}: n={a['n']}  p50 {a['p50_ms']:.1f} ms  p95 {a['p95_ms']:.1f} ms  max {a['max_ms']:.1f} ms  "
+              f"(target p95 <= {TARGETS_MS[phase]:.0f} ms: {'met' if a['p95_ms'] <= TARGETS_MS[phase] else 'MISSED'})")
+        for step in ("first_view", "paraphrase_swap", "html_render"):
+            if res.get(step):
+                s = res[step]
+                print(f"  {step.replace('_', ' '):16s} n={s['n']:4d}  p50 {s['p50_ms']:7.1f} ms  p95 {s['p95_ms']:7.1f} ms")
+        t = res["thumbnails"]
+        print(f"  thumbnails: {t['memory']} from memory, {t['disk']} from the disk cache, {t['rendered']} rendered")
+        if "images" in res:
+            print(f"  full images opened past the in-memory LRU: {res['images']['cached']} from the pixel cache, "
+                  f"{res['images']['opened']} rendered or read from the benchmark")
+        if cache:
+            r = res["reranker_scores"]
+            print(f"  reranker scores: {r['from_cache']} from the score cache, {r['computed']} computed")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    service.engine.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

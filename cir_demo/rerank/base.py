@@ -1,0 +1,169 @@
+"""The reranker interface shared by every backend.
+
+A reranker answers, for one query and a list of candidates, "is this candidate
+relevant?" as P(yes) = sigmoid(logit_yes - logit_no). Backends that produce a
+(logit_yes, logit_no) pair per candidate (a local MLLM, a small cross-encoder)
+subclass `LogitPairReranker` and implement only `score_logits`.
+"""
+from __future__ import annotations
+
+import abc
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from cir_demo.rerank.prompt import PromptTemplate, render_display_text
+
+# CandidateScore.flag values. A flagged candidate has no usable score and keeps
+# its first-stage slot when reranked.
+FLAG_TOKENS_MISSING = "tokens_missing"  # the yes/no tokens were not among the returned logprobs
+FLAG_ERROR_PREFIX = "error: "  # a request or image failed; never cached (may succeed next time)
+
+
+@dataclass(frozen=True)
+class RerankRequest:
+    """One query as the reranker sees it: 1 or 2 reference images (PIL), their ids, the instruction."""
+
+    reference_images: tuple
+    reference_ids: tuple[str, ...]
+    instruction: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "reference_images", tuple(self.reference_images))
+        object.__setattr__(self, "reference_ids", tuple(str(r) for r in self.reference_ids))
+        if not 1 <= len(self.reference_ids) <= 2:
+            raise ValueError(f"RerankRequest needs 1 or 2 reference ids, got {len(self.reference_ids)}")
+        if len(self.reference_images) != len(self.reference_ids):
+            raise ValueError(
+                f"RerankRequest: {len(self.reference_images)} reference images for {len(self.reference_ids)} reference ids"
+            )
+        if not isinstance(self.instruction, str):
+            raise ValueError(f"RerankRequest.instruction must be a string, got {type(self.instruction).__name__}")
+
+
+@dataclass(frozen=True)
+class CandidateScore:
+    """A backend's answer for one candidate.
+
+    For a local model `logit_yes`/`logit_no` are raw logits; for an API they are
+    log-probabilities (they differ from logits by one shared constant, so
+    their difference, and P(yes), is the same).
+    """
+
+    candidate_id: str
+    p_yes: float | None
+    logit_yes: float | None
+    logit_no: float | None
+    flag: str | None = None
+
+    @property
+    def has_score(self) -> bool:
+        return self.p_yes is not None
+
+    @property
+    def is_error(self) -> bool:
+        return self.flag is not None and self.flag.startswith(FLAG_ERROR_PREFIX)
+
+    def margin(self) -> float | None:
+        """log-odds of yes: the sort key (unlike P(yes) it does not saturate at 1.0 in floating point)."""
+        if self.logit_yes is not None and self.logit_no is not None:
+            return float(self.logit_yes - self.logit_no)
+        if self.p_yes is None:
+            return None
+        if self.p_yes <= 0.0:
+            return -math.inf
+        if self.p_yes >= 1.0:
+            return math.inf
+        return math.log(self.p_yes / (1.0 - self.p_yes))
+
+
+def sigmoid(x: float) -> float:
+    """Numerically stable logistic function."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def scores_from_logits(candidate_ids: Sequence[str], logits: np.ndarray) -> list[CandidateScore]:
+    """(n, 2) array of (logit_yes, logit_no) -> CandidateScores; a non-finite pair is flagged as an error."""
+    logits = np.asarray(logits, dtype=np.float64)
+    if logits.shape != (len(candidate_ids), 2):
+        raise ValueError(f"expected logits of shape ({len(candidate_ids)}, 2), got {logits.shape}")
+    out = []
+    for cid, (ly, ln) in zip(candidate_ids, logits):
+        if not (math.isfinite(ly) and math.isfinite(ln)):
+            out.append(CandidateScore(cid, None, None, None, f"{FLAG_ERROR_PREFIX}non-finite logits ({ly}, {ln})"))
+        else:
+            out.append(CandidateScore(cid, sigmoid(ly - ln), float(ly), float(ln), None))
+    return out
+
+
+def spec_hash_of(spec: dict) -> str:
+    """Stable short hash of a JSON-able spec (key order does not matter)."""
+    blob = json.dumps(spec, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+class Reranker(abc.ABC):
+    """A pointwise reranker.
+
+    `spec` holds everything that determines the scores (backend, model and a
+    fingerprint of its weights, yes/no tokens, the exact prompt template,
+    dtype, image resolution, library versions); it is written into results
+    files and its hash keys the score cache. Runtime settings that do not
+    change scores (batch size, concurrency, timeouts, device) are not in it.
+    """
+
+    spec: dict
+
+    @abc.abstractmethod
+    def score(
+        self, request: RerankRequest, candidate_ids: Sequence[str], candidate_images: Sequence[Any]
+    ) -> list[CandidateScore]:
+        """One CandidateScore per candidate, in the given order."""
+
+    def spec_hash(self) -> str:
+        return spec_hash_of(self.spec)
+
+    @property
+    def prompt_template(self) -> PromptTemplate | None:
+        p = self.spec.get("prompt")
+        return PromptTemplate.from_dict(p) if isinstance(p, dict) else None
+
+    def prompt_text(self, request: RerankRequest) -> str:
+        """The prompt this reranker sends for `request`, images shown as `<image: ...>` markers."""
+        template = self.prompt_template
+        if template is None:
+            return "(this reranker uses no text prompt)"
+        return render_display_text(
+            template, request.instruction, len(request.reference_ids), self.spec["yes_token"], self.spec["no_token"]
+        )
+
+    def close(self) -> None:
+        """Release resources (threads, GPU memory). The default does nothing."""
+
+    @staticmethod
+    def _check_lengths(candidate_ids: Sequence[str], candidate_images: Sequence[Any]) -> None:
+        if len(candidate_ids) != len(candidate_images):
+            raise ValueError(f"{len(candidate_ids)} candidate ids but {len(candidate_images)} candidate images")
+
+
+class LogitPairReranker(Reranker):
+    """Base for backends that compute (logit_yes, logit_no) per candidate."""
+
+    @abc.abstractmethod
+    def score_logits(self, request: RerankRequest, candidate_images: Sequence[Any]) -> np.ndarray:
+        """An (n, 2) float array: logit_yes, logit_no for each candidate image, in order."""
+
+    def score(
+        self, request: RerankRequest, candidate_ids: Sequence[str], candidate_images: Sequence[Any]
+    ) -> list[CandidateScore]:
+        self._check_lengths(candidate_ids, candidate_images)
+        if not candidate_ids:
+            return []
+        return scores_from_logits(candidate_ids, self.score_logits(request, candidate_images))

@@ -1,0 +1,138 @@
+"""On-disk reranker score cache (SQLite, standard library).
+
+Key: (reranker spec hash, instruction text, reference ids in order, candidate id).
+Toggling the reranker in the app or re-running an evaluation reads scores
+from here instead of paying for the model again.
+
+Safe for one writer (and any number of readers, WAL mode); every `put_many`
+is one transaction, so an interrupted run leaves whole batches or nothing.
+Scores flagged as errors are never stored: a timeout may succeed next time.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from cir_demo.rerank.base import CandidateScore
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS scores (
+    spec_hash TEXT NOT NULL,
+    instruction TEXT NOT NULL,
+    reference_ids TEXT NOT NULL,
+    candidate_id TEXT NOT NULL,
+    p_yes REAL,
+    logit_yes REAL,
+    logit_no REAL,
+    flag TEXT,
+    created REAL NOT NULL,
+    PRIMARY KEY (spec_hash, instruction, reference_ids, candidate_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS specs (
+    spec_hash TEXT PRIMARY KEY,
+    spec_json TEXT NOT NULL,
+    created REAL NOT NULL
+);
+"""
+
+_MAX_VARS = 500  # SQLite's bound-parameter limit is 999 on old builds
+
+
+def default_cache_path() -> Path:
+    from cir_demo.paths import cache_dir
+
+    return cache_dir() / "rerank" / "scores.sqlite"
+
+
+def _refs_key(reference_ids: Sequence[str]) -> str:
+    return json.dumps([str(r) for r in reference_ids])
+
+
+class ScoreCache:
+    """Reranker scores on disk. Use as a context manager or call `close()`."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path is not None else default_cache_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(_SCHEMA)
+            self._db.commit()
+        except sqlite3.DatabaseError as exc:
+            raise ValueError(f"reranker score cache {self.path}: not a usable SQLite database ({exc})") from exc
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    # ------------------------------------------------------------------ reads
+    def get_many(
+        self, spec_hash: str, instruction: str, reference_ids: Sequence[str], candidate_ids: Sequence[str]
+    ) -> dict[str, CandidateScore]:
+        """Cached scores for those of `candidate_ids` that are present: {candidate_id: CandidateScore}."""
+        refs = _refs_key(reference_ids)
+        wanted = list(dict.fromkeys(str(c) for c in candidate_ids))
+        found: dict[str, CandidateScore] = {}
+        with self._lock:
+            for start in range(0, len(wanted), _MAX_VARS):
+                chunk = wanted[start : start + _MAX_VARS]
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(
+                    "SELECT candidate_id, p_yes, logit_yes, logit_no, flag FROM scores "
+                    f"WHERE spec_hash=? AND instruction=? AND reference_ids=? AND candidate_id IN ({marks})",
+                    (spec_hash, instruction, refs, *chunk),
+                ).fetchall()
+                for cid, p, ly, ln, flag in rows:
+                    found[cid] = CandidateScore(cid, p, ly, ln, flag)
+            self.hits += len(found)
+            self.misses += len(wanted) - len(found)
+        return found
+
+    # ------------------------------------------------------------------ writes
+    def put_many(
+        self, spec_hash: str, instruction: str, reference_ids: Sequence[str], scores: Iterable[CandidateScore]
+    ) -> int:
+        """Store scores (replacing older ones with the same key); error-flagged scores are skipped. Returns the count stored."""
+        refs = _refs_key(reference_ids)
+        now = time.time()
+        rows = [
+            (spec_hash, instruction, refs, s.candidate_id, s.p_yes, s.logit_yes, s.logit_no, s.flag, now)
+            for s in scores
+            if not s.is_error
+        ]
+        if not rows:
+            return 0
+        with self._lock, self._db:
+            self._db.executemany("INSERT OR REPLACE INTO scores VALUES (?,?,?,?,?,?,?,?,?)", rows)
+        return len(rows)
+
+    def register_spec(self, spec_hash: str, spec: dict) -> None:
+        """Keep the full spec beside its hash so the cache can be read without the code that made it."""
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT OR IGNORE INTO specs VALUES (?,?,?)",
+                (spec_hash, json.dumps(spec, sort_keys=True, ensure_ascii=False), time.time()),
+            )
+
+    def spec(self, spec_hash: str) -> dict | None:
+        with self._lock:
+            row = self._db.execute("SELECT spec_json FROM specs WHERE spec_hash=?", (spec_hash,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM scores").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> "ScoreCache":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,134 @@
+"""`python -m cir_demo rerank`: rerank the top n of a results file with an MLLM.
+
+    python -m cir_demo rerank --benchmark world --results-json runs/x/clip.json \\
+        --backend openai --base-url http://localhost:8000/v1 --out runs/x/clip+rerank.json
+    python -m cir_demo rerank --benchmark world --results-json clip.json --backend qwen2.5-vl --out clip+rerank.json
+
+Writes the reranked results file (same official format; `_spec` holds the
+first-stage spec and the reranker spec with its exact prompt template) and,
+beside it, `<out>.rerank.json` with every candidate's first-stage rank and
+score, P(yes), new rank and flag. Scores are cached on disk (see --cache), so
+a second run costs nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("benchmark")
+    g.add_argument("--benchmark", default="world", help="world (default), pinpoint, edir, circo or jsonl")
+    g.add_argument("--annotations", help="PinPoint parquet or CIRCO annotations/val.json")
+    g.add_argument("--corpus-ids", help="corpus id list")
+    g.add_argument("--root", help="benchmark folder (EDIR, jsonl, or a generated world)")
+    g.add_argument("--image-dir", help="folder of benchmark images")
+    g.add_argument("--world-size", default=None, choices=["tiny", "default"], help="offline world size")
+    g.add_argument("--world-seed", type=int, default=None, help="offline world seed")
+    g.add_argument("--limit", type=int, default=None, help="only the first N paraphrase groups")
+    r = p.add_argument_group("reranking")
+    r.add_argument("--results-json", required=True, help="first-stage results file (PinPoint or CIRCO format)")
+    r.add_argument("--out", required=True, help="reranked results file to write")
+    r.add_argument("--top-n", type=int, default=20, help="candidates reranked per query (default 20)")
+    r.add_argument("--cache", help="score cache file (default: <cache dir>/rerank/scores.sqlite)")
+    r.add_argument("--no-cache", action="store_true", help="do not read or write the score cache")
+    b = p.add_argument_group("backend")
+    b.add_argument("--backend", default="qwen2.5-vl", help="qwen2.5-vl (local, default) or openai")
+    b.add_argument("--model", help="model name or path (default: Qwen/Qwen2.5-VL-7B-Instruct)")
+    b.add_argument("--yes-token", default="yes")
+    b.add_argument("--no-token", default="no")
+    b.add_argument("--device", default="auto", help="qwen2.5-vl: auto, cpu, cuda, cuda:N")
+    b.add_argument("--dtype", default="auto", help="qwen2.5-vl: auto, float32, bfloat16, float16")
+    b.add_argument("--batch-size", type=int, default=8, help="qwen2.5-vl: candidates per forward pass")
+    b.add_argument("--max-pixels", type=int, help="qwen2.5-vl: largest image size in pixels")
+    b.add_argument("--base-url", default="http://localhost:8000/v1", help="openai: server URL")
+    b.add_argument("--api-key-env", help="openai: NAME of the environment variable holding the API key")
+    b.add_argument("--concurrency", type=int, default=8, help="openai: requests in flight")
+    b.add_argument("--timeout", type=float, default=60.0, help="openai: seconds per request")
+    b.add_argument("--retries", type=int, default=2, help="openai: retries after a timeout or HTTP 429/5xx")
+    b.add_argument("--backend-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra keyword for the backend (value parsed as JSON when it parses), repeatable; "
+                        "other backends (e.g. world-verifier) get only these")
+
+
+def parse_backend_args(pairs: list[str]) -> dict:
+    import json
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--backend-arg must look like KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def backend_kwargs(args: argparse.Namespace) -> dict:
+    extra = parse_backend_args(args.backend_arg)
+    if args.backend not in ("qwen2.5-vl", "openai"):
+        return extra
+    kw = {"yes_token": args.yes_token, "no_token": args.no_token}
+    if args.model:
+        kw["model"] = args.model
+    if args.backend == "qwen2.5-vl":
+        kw.update(device=args.device, dtype=args.dtype, batch_size=args.batch_size)
+        if args.max_pixels:
+            kw["max_pixels"] = args.max_pixels
+    elif args.backend == "openai":
+        kw.update(base_url=args.base_url, api_key_env=args.api_key_env, concurrency=args.concurrency,
+                  timeout=args.timeout, retries=args.retries)
+    return {**kw, **extra}
+
+
+def run(args: argparse.Namespace) -> int:
+    from cir_demo.benchmarks.schema import BenchmarkError
+    from cir_demo.harness.cli import load_benchmark_from_args
+    from cir_demo.harness.results_io import read_results, write_results
+    from cir_demo.rerank import ScoreCache, load_reranker, rerank_run
+    from cir_demo.utils.io import write_json_atomic
+    from cir_demo.utils.names import UnknownNameError
+
+    try:
+        bench = load_benchmark_from_args(args)
+        first = read_results(args.results_json, bench)
+    except (BenchmarkError, UnknownNameError, TypeError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if bench.images is None:
+        print(f"error: benchmark {bench.name!r} has no images; the reranker needs pixels", file=sys.stderr)
+        return 2
+    try:
+        reranker = load_reranker(args.backend, **backend_kwargs(args))
+    except (ValueError, TypeError, FileNotFoundError, UnknownNameError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    cache = None if args.no_cache else ScoreCache(args.cache)
+    try:
+        result = rerank_run(
+            bench.queries, first.run, bench.images.open, reranker, top_n=args.top_n, cache=cache,
+            run_scores=first.scores or None,
+        )
+    finally:
+        if cache is not None:
+            cache.close()
+        reranker.close()
+    out = Path(args.out)
+    spec = {"first_stage": first.spec, "first_stage_file": str(first.path),
+            "reranker": {"spec": result.spec, "spec_hash": result.spec_hash, "top_n": result.top_n}}
+    write_results(out, bench, result.run, spec=spec, fmt=first.format)
+    details = out.with_name(out.stem + ".rerank.json")
+    write_json_atomic(details, {"first_stage_file": str(first.path), **result.to_dict()}, indent=None)
+    s = result.stats
+    print(f"reranked {s['queries']} queries (top {args.top_n}): {s['candidates_scored']} candidates, "
+          f"{s['from_cache']} from cache, {s['tokens_missing']} tokens missing, {s['errors']} errors, "
+          f"{s['seconds']:.1f} s")
+    print(f"wrote {out} and {details}")
+    if s["errors"]:
+        print(f"warning: {s['errors']} candidates could not be scored and kept their first-stage slots; "
+              "run again to retry them (errors are not cached)", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,253 @@
+"""`python -m cir_demo train world-clip|world-cir|world-verifier`: train a world model on the
+offline world's train split, evaluate it on the test split, write weights + manifest atomically.
+
+    python -m cir_demo train world-clip                     # ~15 min on 2 CPU cores
+    python -m cir_demo train world-cir                      # needs assets/world-clip
+    python -m cir_demo train world-verifier                 # needs assets/world-clip
+    python -m cir_demo train world-clip --world-size tiny --max-steps 3 --out /tmp/wc   # smoke test
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from dataclasses import fields
+from pathlib import Path
+
+MODELS = ("world-clip", "world-cir", "world-verifier")
+DEFAULT_OUT = {"world-clip": "assets/world-clip", "world-cir": "assets/world-cir",
+               "world-verifier": "assets/world-verifier"}
+MANIFEST_FORMAT = "cir_demo.world_model/1"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", choices=MODELS, help="which world model to train")
+    parser.add_argument("--world-size", default="default", help="world size (default, tiny, ...)")
+    parser.add_argument("--seed", type=int, default=0, help="world seed (the world's test/train split)")
+    parser.add_argument("--data-seed", type=int, default=0, help="training seed (init, batches)")
+    parser.add_argument("--epochs", type=float, default=None, help="override the model's default epochs")
+    parser.add_argument("--max-steps", type=int, default=None, help="stop after N steps (smoke tests)")
+    parser.add_argument("--out", default=None, help="output folder (default assets/<model>)")
+    parser.add_argument("--clip", default="assets/world-clip", help="world-CLIP folder (world-cir, world-verifier)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation (smoke tests)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from cir_demo.retrievers.base import resolve_path
+
+    torch.set_num_threads(max(1, args.threads))
+    out = resolve_path(args.out or DEFAULT_OUT[args.model])
+    out.mkdir(parents=True, exist_ok=True)
+    kw = dict(size=args.world_size, seed=args.seed, data_seed=args.data_seed, epochs=args.epochs,
+              max_steps=args.max_steps, out=out, evaluate=not args.no_eval, progress=not args.quiet)
+    if args.model == "world-clip":
+        manifest = train_clip_command(**kw)
+    else:
+        clip_dir = resolve_path(args.clip)
+        if not (clip_dir / "manifest.json").is_file():
+            raise SystemExit(f"{args.model}: no world-CLIP at {clip_dir} (train it first: python -m cir_demo train world-clip)")
+        fn = train_cir_command if args.model == "world-cir" else train_verifier_command
+        manifest = fn(clip_dir=clip_dir, clip_ref=args.clip, **kw)
+    print(json.dumps({k: manifest[k] for k in ("model", "training", "held_out") if k in manifest}, indent=2))
+    return 0
+
+
+# --------------------------------------------------------------------------- shared
+def hardware() -> dict:
+    import torch
+
+    return {"cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version()}
+
+
+def _override(cfg, **values):
+    names = {f.name for f in fields(cfg)}
+    for k, v in values.items():
+        if v is not None and k in names:
+            setattr(cfg, k, type(getattr(cfg, k))(v) if getattr(cfg, k) is not None else v)
+    return cfg
+
+
+def _write_manifest(out: Path, manifest: dict) -> dict:
+    from cir_demo.utils.io import write_json_atomic
+
+    write_json_atomic(out / "manifest.json", manifest)
+    return manifest
+
+
+def _world_block(train, size: str, seed: int) -> dict:
+    return {"size": size, "seed": seed, "checksum": train.world.manifest["checksum"],
+            "generator_version": train.world.manifest.get("generator_version")}
+
+
+def manifest_clip_sha(clip_manifest: dict) -> str:
+    return clip_manifest["files"]["world_clip.safetensors"][:16]
+
+
+def _clip_train_embeddings(clip_dir: Path, train, progress: bool):
+    """Frozen world-CLIP: (model, tokenizer, train image embeddings, text encoder fn, clip manifest)."""
+    from cir_demo.retrievers.base import render_markers
+    from cir_demo.training.data import cached_array, world_pixels
+    from cir_demo.training.world_clip import encode_pixels, encode_texts, load_world_clip
+
+    clip_manifest = json.loads((clip_dir / "manifest.json").read_text(encoding="utf-8"))
+    model, tokenizer, _ = load_world_clip(clip_dir, clip_manifest["model_name"])
+    clip_sha = clip_manifest["files"]["world_clip.safetensors"]
+
+    def train_emb():
+        pixels = world_pixels(train.world, train.image_ids, "train", progress=progress)
+        return encode_pixels(model, pixels, progress=progress, desc="encode train images (world-CLIP)")
+
+    img = cached_array(train.world.manifest["checksum"], f"train-emb-{clip_sha[:16]}", train_emb)
+
+    def text_fn(texts):
+        return encode_texts(model, tokenizer, [render_markers(t, "words") for t in texts])
+
+    return model, tokenizer, img, text_fn, clip_manifest
+
+
+# --------------------------------------------------------------------------- world-CLIP
+def train_clip_command(size, seed, data_seed, epochs, max_steps, out: Path, evaluate=True, progress=True,
+                       model_name: str | None = None) -> dict:
+    from cir_demo.paths import REPO_ROOT
+    from cir_demo.training import evaluate as ev
+    from cir_demo.training.data import PREPROCESS, world_pixels
+    from cir_demo.training.world_clip import MODEL_NAME, WorldClipConfig, save_world_clip, train_world_clip
+    from cir_demo.world.loader import load_train
+
+    model_name = model_name or MODEL_NAME
+    train = load_train(size=size, seed=seed)
+    pixels = world_pixels(train.world, train.image_ids, "train", progress=progress)
+    cfg = _override(WorldClipConfig(seed=data_seed), epochs=epochs, max_steps=max_steps)
+    tok_dir = (out / "tokenizer").resolve()
+    try:  # committed assets get a repo-relative tokenizer path; anywhere else an absolute one
+        tok_ref = tok_dir.relative_to(REPO_ROOT.resolve()).as_posix()
+    except ValueError:
+        tok_ref = str(tok_dir)
+    t0 = time.time()
+    model, tokenizer, arch, info = train_world_clip(train, pixels, out, cfg, model_name, tok_ref, progress)
+    files = save_world_clip(model, arch, out, model_name)
+    held_out = {}
+    if evaluate:
+        test = ev.load_test_data(size, seed, progress)
+        emb = ev.clip_embeddings(model, tokenizer, test, progress, cache_key=files["world_clip.safetensors"][:16])
+        held_out = ev.evaluate_world_clip(model, tokenizer, test, size, seed, emb, progress=progress)
+    manifest = {
+        "format": MANIFEST_FORMAT, "model": "world-clip", "model_name": model_name,
+        "description": "world-CLIP: small open_clip ViT (64 px, patch 8) + word-level text transformer, "
+                       "trained from scratch on the world's train captions (multi-positive CLIP loss)",
+        "architecture": arch, "preprocess": PREPROCESS, "world": _world_block(train, size, seed), "data_seed": data_seed,
+        "training": {**info, "wall_seconds": round(time.time() - t0, 1), "n_train_images": len(train.image_ids)},
+        "hardware": hardware(), "files": files, "held_out": held_out,
+        "held_out_note": "test split only (never used for training or model selection)",
+    }
+    return _write_manifest(out, manifest)
+
+
+# --------------------------------------------------------------------------- world-CIR
+def train_cir_command(size, seed, data_seed, epochs, max_steps, out: Path, clip_dir: Path, clip_ref: str,
+                      evaluate=True, progress=True) -> dict:
+    from safetensors.torch import save_file
+
+    from cir_demo.training import evaluate as ev
+    from cir_demo.training.data import intent_examples
+    from cir_demo.training.world_cir import (WEIGHTS_NAME, WorldCirConfig, combine_numpy, reference_pairs,
+                                             train_world_cir)
+    from cir_demo.utils.io import atomic_path, sha256_file
+    from cir_demo.world.loader import load_train
+
+    train = load_train(size=size, seed=seed)
+    t0 = time.time()
+    clip_model, tokenizer, img, text_fn, clip_manifest = _clip_train_embeddings(clip_dir, train, progress)
+    examples = intent_examples(train, seed=data_seed)
+    cfg = _override(WorldCirConfig(seed=data_seed), epochs=epochs, max_steps=max_steps)
+    model, info = train_world_cir(examples, img, text_fn, cfg, progress)
+    weights = out / WEIGHTS_NAME
+    with atomic_path(weights) as tmp:
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp),
+                  metadata={"format": "cir_demo.world_cir/1"})
+    held_out = {}
+    if evaluate:
+        test = ev.load_test_data(size, seed, progress)
+        emb = ev.clip_embeddings(clip_model, tokenizer, test, progress, cache_key=manifest_clip_sha(clip_manifest))
+        clip_metrics = ev.evaluate_world_clip(clip_model, tokenizer, test, size, seed, emb, progress)
+        queries = test.bench.queries
+        r1, r2 = reference_pairs(emb["refs"], test.ref_row, queries)
+        q = combine_numpy(model, r1, r2, emb["texts"])
+        idx, _ = ev.top_k(q, emb["corpus"], 10)
+        cir = ev.run_metrics(ev.run_from_topk(queries, test.bench.corpus_ids, idx), queries)
+        recipes_only = {k: v for k, v in clip_metrics.items() if k.startswith("world-clip-")}
+        best_name = max(recipes_only, key=lambda k: recipes_only[k]["mAP@10"])
+        held_out = {"world-cir": cir, **recipes_only, "best_zero_shot_recipe": best_name,
+                    "beats_best_zero_shot": bool(cir["mAP@10"] > recipes_only[best_name]["mAP@10"])}
+    manifest = {
+        "format": MANIFEST_FORMAT, "model": "world-cir",
+        "description": "world-CIR: Combiner over frozen world-CLIP features (gated ref/text sum + MLP residual), "
+                       "full-train-gallery multi-positive softmax + near-miss hard negatives",
+        "clip": {"path": clip_ref, "weights_sha256": clip_manifest["files"]["world_clip.safetensors"],
+                 "model_name": clip_manifest["model_name"]},
+        "world": _world_block(train, size, seed), "data_seed": data_seed,
+        "training": {**info, "wall_seconds": round(time.time() - t0, 1), "n_intents": len(examples)},
+        "hardware": hardware(), "files": {WEIGHTS_NAME: sha256_file(weights)}, "held_out": held_out,
+        "held_out_note": "test split only (never used for training or model selection)",
+    }
+    return _write_manifest(out, manifest)
+
+
+# --------------------------------------------------------------------------- world verifier
+def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, clip_dir: Path, clip_ref: str,
+                           evaluate=True, progress=True) -> dict:
+    import numpy as np
+    import torch
+    from safetensors.torch import save_file
+
+    from cir_demo.training import evaluate as ev
+    from cir_demo.training.data import intent_examples
+    from cir_demo.training.world_verifier import DESCRIPTION, WEIGHTS_NAME, VerifierConfig, train_world_verifier
+    from cir_demo.training.world_cir import reference_pairs
+    from cir_demo.utils.io import atomic_path, sha256_file
+    from cir_demo.world.loader import load_train
+
+    train = load_train(size=size, seed=seed)
+    t0 = time.time()
+    clip_model, tokenizer, img, text_fn, clip_manifest = _clip_train_embeddings(clip_dir, train, progress)
+    examples = intent_examples(train, seed=data_seed)
+    cfg = _override(VerifierConfig(seed=data_seed), epochs=epochs, max_steps=max_steps)
+    model, info = train_world_verifier(examples, img, text_fn, cfg, progress)
+    weights = out / WEIGHTS_NAME
+    with atomic_path(weights) as tmp:
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp),
+                  metadata={"format": "cir_demo.world_verifier/1", "layers": str(cfg.layers), "heads": str(cfg.heads)})
+    held_out = {}
+    if evaluate:
+        test = ev.load_test_data(size, seed, progress)
+        emb = ev.clip_embeddings(clip_model, tokenizer, test, progress, cache_key=manifest_clip_sha(clip_manifest))
+        r1, r2 = reference_pairs(emb["refs"], test.ref_row, test.bench.queries)
+
+        def score_fn(idx):
+            m = idx.shape[1]
+            with torch.inference_mode():
+                t = lambda a: torch.from_numpy(np.repeat(a, m, axis=0))  # noqa: E731
+                logits = model(t(r1), t(r2), t(emb["texts"]), torch.from_numpy(emb["corpus"][idx.reshape(-1)]))
+            return (logits[:, 0] - logits[:, 1]).view(len(idx), m).numpy()
+
+        held_out = ev.evaluate_reranked_fusion(score_fn, test, emb, top_n=20)
+        held_out["raises_mAP@10"] = bool(held_out["after"]["mAP@10"] > held_out["before"]["mAP@10"])
+        held_out["lowers_NegRecall@10"] = bool(held_out["after"]["NegRecall@10"] < held_out["before"]["NegRecall@10"])
+    manifest = {
+        "format": MANIFEST_FORMAT, "model": "world-verifier", "description": DESCRIPTION,
+        "architecture": {"width": cfg.width, "layers": cfg.layers, "heads": cfg.heads, "tokens": 9},
+        "clip": {"path": clip_ref, "weights_sha256": clip_manifest["files"]["world_clip.safetensors"],
+                 "model_name": clip_manifest["model_name"]},
+        "world": _world_block(train, size, seed), "data_seed": data_seed,
+        "training": {**info, "wall_seconds": round(time.time() - t0, 1), "n_intents": len(examples)},
+        "hardware": hardware(), "files": {WEIGHTS_NAME: sha256_file(weights)}, "held_out": held_out,
+        "held_out_note": "test split only (never used for training or model selection)",
+    }
+    return _write_manifest(out, manifest)

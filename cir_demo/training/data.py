@@ -1,0 +1,205 @@
+"""Training data for the world models: model-input pixel caches, captions, intents, near misses.
+
+Pixels: every world image is rendered at the app's size (160 px) and shrunk by the *same*
+open_clip eval transform the retriever uses at serve time (`pixel_transform`), minus its final
+ToTensor/Normalize; the uint8 result is cached as .npy under
+`cache_dir()/world_models/<world checksum>/`. So train-time and serve-time pixels are identical
+by construction (tests check it), and normalising is `(x / 255 - mean) / std`.
+
+Heavy libraries (torch, open_clip) are imported inside functions.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+# The model-input preprocessing of every world model (written into the open_clip sidecar).
+PREPROCESS = {
+    "size": 64,
+    "mean": [0.5, 0.5, 0.5],
+    "std": [0.5, 0.5, 0.5],
+    "interpolation": "bicubic",
+    "resize_mode": "shortest",
+}
+RENDER_CHUNK = 512
+
+
+def pixel_transform(preprocess: dict = PREPROCESS):
+    """The open_clip eval transform for `preprocess` (PIL -> normalised CHW tensor)."""
+    from open_clip.transform import PreprocessCfg, image_transform_v2
+
+    cfg = {k: (tuple(v) if isinstance(v, list) else v) for k, v in preprocess.items()}
+    return image_transform_v2(PreprocessCfg(**cfg), is_train=False)
+
+
+def resize_stage(preprocess: dict = PREPROCESS):
+    """The PIL-to-PIL part of `pixel_transform` (everything before ToTensor/Normalize)."""
+    from torchvision import transforms as T
+
+    full = pixel_transform(preprocess)
+    steps = []
+    for step in full.transforms:
+        if type(step).__name__ in ("MaybeToTensor", "ToTensor", "Normalize"):
+            break
+        steps.append(step)
+    return T.Compose(steps)
+
+
+def to_model_pixels(images: Sequence, preprocess: dict = PREPROCESS) -> np.ndarray:
+    """PIL images or uint8 (H, W, 3) arrays -> uint8 (n, size, size, 3) model-input pixels."""
+    from PIL import Image
+
+    stage = resize_stage(preprocess)
+    out = []
+    for img in images:
+        pil = Image.fromarray(img) if isinstance(img, np.ndarray) else img
+        out.append(np.asarray(stage(pil.convert("RGB")), dtype=np.uint8))
+    size = int(preprocess["size"])
+    return np.stack(out) if out else np.zeros((0, size, size, 3), dtype=np.uint8)
+
+
+def normalize_pixels(pixels_uint8: np.ndarray, preprocess: dict = PREPROCESS):
+    """uint8 (n, H, W, 3) -> float32 torch tensor (n, 3, H, W), as ToTensor + Normalize would give."""
+    import torch
+
+    x = torch.from_numpy(np.ascontiguousarray(pixels_uint8)).permute(0, 3, 1, 2).float().div_(255.0)
+    mean = torch.tensor(preprocess["mean"], dtype=torch.float32).view(1, 3, 1, 1)
+    std = torch.tensor(preprocess["std"], dtype=torch.float32).view(1, 3, 1, 1)
+    return (x - mean) / std
+
+
+def preprocess_key(preprocess: dict = PREPROCESS) -> str:
+    return hashlib.sha256(json.dumps(preprocess, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def pixel_cache_dir(world_checksum: str) -> Path:
+    from cir_demo.paths import cache_dir
+
+    return cache_dir() / "world_models" / world_checksum[:16]
+
+
+def world_pixels(world, image_ids: Sequence[str], split_name: str, preprocess: dict = PREPROCESS,
+                 progress: bool = True) -> np.ndarray:
+    """uint8 model-input pixels of `image_ids` (rendered at 160 px, resized), cached on disk.
+
+    The cache key is the world checksum, `split_name`, the preprocessing and the id list.
+    """
+    from cir_demo.utils.io import atomic_path
+    from cir_demo.world.loader import render_batch
+
+    ids = list(image_ids)
+    id_hash = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:12]
+    path = pixel_cache_dir(world.manifest["checksum"]) / f"{split_name}-{preprocess_key(preprocess)}-{id_hash}.npy"
+    if path.is_file():
+        arr = np.load(path, allow_pickle=False)
+        if arr.shape[0] == len(ids):
+            return arr
+    size = int(preprocess["size"])
+    out = np.empty((len(ids), size, size, 3), dtype=np.uint8)
+    chunks = range(0, len(ids), RENDER_CHUNK)
+    if progress:
+        from tqdm.auto import tqdm
+
+        chunks = tqdm(chunks, desc=f"render {split_name} ({len(ids)} images)", unit="chunk")
+    for start in chunks:
+        rendered = render_batch(ids[start:start + RENDER_CHUNK], world=world)  # 160 px, as the app shows
+        out[start:start + len(rendered)] = to_model_pixels(rendered, preprocess)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, out, allow_pickle=False)
+    return out
+
+
+def cached_array(world_checksum: str, name: str, compute) -> np.ndarray:
+    """`compute()` cached as `<pixel cache dir>/<name>.npy` (name must identify its inputs)."""
+    from cir_demo.utils.io import atomic_path
+
+    path = pixel_cache_dir(world_checksum) / f"{name}.npy"
+    if path.is_file():
+        return np.load(path, allow_pickle=False)
+    arr = np.asarray(compute())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, arr, allow_pickle=False)
+    return arr
+
+
+# --------------------------------------------------------------------------- captions
+@dataclass
+class CaptionData:
+    """Train images with their captions; `caption_group[i][j]` ids equal caption strings."""
+
+    image_ids: list[str]
+    captions: list[list[str]]  # per image, its captions
+    caption_ids: list[list[int]]  # per image, an id per distinct caption string
+
+
+def caption_data(train) -> CaptionData:
+    ids = list(train.image_ids)
+    vocab: dict[str, int] = {}
+    caps, cids = [], []
+    for image_id in ids:
+        if image_id not in train.captions:
+            raise ValueError(f"train split: image {image_id!r} has no captions (train_captions.jsonl)")
+        c = list(train.captions[image_id])
+        caps.append(c)
+        cids.append([vocab.setdefault(s.strip().lower(), len(vocab)) for s in c])
+    return CaptionData(ids, caps, cids)
+
+
+# --------------------------------------------------------------------------- composed-retrieval data
+@dataclass
+class IntentExample:
+    """One train intent: references (row indices into the train images), paraphrases, positives, near misses."""
+
+    intent_id: str
+    ref_rows: tuple[int, ...]
+    texts: list[str]
+    positive_rows: np.ndarray
+    near_miss_rows: np.ndarray
+
+
+def _row(image_id: str) -> int:
+    if not image_id.startswith("w-tr-"):
+        raise ValueError(f"train data: expected a train image id (w-tr-NNNNNN), got {image_id!r}")
+    return int(image_id[5:])
+
+
+def intent_examples(train, max_near_misses: int = 64, seed: int = 0) -> list[IntentExample]:
+    """Train intents with positives (all train images satisfying the constraints) and near misses
+    (train images breaking exactly one constraint; the hard negatives); references excluded from both."""
+    from cir_demo.world.loader import intent_constraints
+    from cir_demo.world.scene import violation_counts
+
+    rng = np.random.default_rng(seed)
+    table = train.scenes
+    out = []
+    for it in train.intents:
+        counts = violation_counts(table, intent_constraints(it))
+        refs = tuple(_row(r) for r in it["reference_ids"])
+        pos = np.setdiff1d(np.flatnonzero(counts == 0), np.array(refs))  # references are never retrievable
+        near = np.setdiff1d(np.flatnonzero(counts == 1), np.array(refs))
+        if len(near) > max_near_misses:
+            near = np.sort(rng.choice(near, max_near_misses, replace=False))
+        if len(pos) == 0:
+            continue
+        out.append(IntentExample(it["intent_id"], refs, list(it["paraphrases"]), pos, near))
+    return out
+
+
+def split_intents(examples: list[IntentExample], val_fraction: float, seed: int) -> tuple[list, list]:
+    """Deterministic train/validation split of train intents (validation is still train data)."""
+    order = list(range(len(examples)))
+    random.Random(seed).shuffle(order)
+    n_val = int(round(len(order) * val_fraction))
+    val = sorted(order[:n_val])
+    tr = sorted(order[n_val:])
+    return [examples[i] for i in tr], [examples[i] for i in val]

@@ -1,0 +1,207 @@
+"""The world verifier: a small cross-encoder of (references, instruction, candidate) -> (logit_yes, logit_no).
+
+Inputs are frozen world-CLIP embeddings: reference 1, reference 2 (= reference 1 for one-image
+queries), the instruction's text embedding and the candidate, plus interaction tokens
+(candidate * text, candidate * reference, candidate - reference, text - reference). A 2-layer
+transformer reads the 8 tokens and a [CLS] token jointly (full attention, so every input sees every other: a
+cross-encoder, not two towers) and ends in two logits; P(relevant) = sigmoid(yes - no).
+
+Training (train split only): for each train intent paraphrase, candidates are what a first
+stage would show it, the world-CLIP fusion top 30 on the train gallery, plus the intent's near
+misses (break exactly one constraint: hard negatives) and positives; label = candidate satisfies
+the intent. Loss: binary cross-entropy on the logit margin plus a per-query listwise softmax
+(the reranker's job is ordering). A held-out 10% of train intents picks the epoch.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+WEIGHTS_NAME = "world_verifier.safetensors"
+N_TOKENS = 8
+DESCRIPTION = ("world verifier: no text prompt; inputs are frozen world-CLIP embeddings of the reference image(s), "
+               "the instruction (<img1>/<img2> rendered as words) and the candidate image, plus their "
+               "products/difference, read by a small transformer cross-encoder ending in (logit_yes, logit_no)")
+
+
+@dataclass
+class VerifierConfig:
+    width: int = 128
+    layers: int = 2
+    heads: int = 4
+    queries_per_batch: int = 64
+    candidates_per_query: int = 12
+    first_stage_k: int = 30
+    epochs: int = 2
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    listwise_weight: float = 1.0
+    val_fraction: float = 0.1
+    seed: int = 0
+    max_steps: int | None = None
+
+
+def build_verifier(dim: int, width: int, layers: int, heads: int):
+    import torch
+    from torch import nn
+
+    class WorldVerifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dim, self.width, self.n_layers, self.n_heads = dim, width, layers, heads
+            self.proj = nn.Linear(dim, width)
+            self.type_emb = nn.Parameter(torch.randn(N_TOKENS + 1, width) * 0.02)
+            layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.1, batch_first=True,
+                                               norm_first=True, activation="gelu")
+            self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+            self.norm = nn.LayerNorm(width)
+            self.head = nn.Linear(width, 2)  # (logit_yes, logit_no)
+
+        def forward(self, ref1, ref2, text, cand):
+            """All (n, dim) unit rows -> (n, 2) logits."""
+            ref = nn.functional.normalize(ref1 + ref2, dim=-1)
+            feats = torch.stack([ref1, ref2, text, cand, cand * text * 8, cand * ref * 8, cand - ref,
+                                 text - ref], dim=1)  # products rescaled: unit-vector products are tiny
+            x = self.proj(feats)
+            cls = torch.zeros(x.shape[0], 1, self.width, dtype=x.dtype)
+            x = torch.cat([cls, x], dim=1) + self.type_emb
+            return self.head(self.norm(self.encoder(x)[:, 0]))
+
+    return WorldVerifier()
+
+
+def verifier_from_state(state: dict, layers: int, heads: int):
+    width, dim = state["proj.weight"].shape
+    model = build_verifier(dim, width, layers, heads)
+    model.load_state_dict({k: v.float() for k, v in state.items()})
+    return model.eval()
+
+
+# --------------------------------------------------------------------------- training data
+def first_stage_candidates(examples, img_emb: np.ndarray, text_embs: list[np.ndarray], k: int,
+                           text_weight: float = 0.8) -> list[np.ndarray]:
+    """Per intent, (n_paraphrases, k) world-CLIP fusion top-k train rows (references excluded)."""
+    from cir_demo.retrievers import recipes
+
+    out = []
+    for ex, t in zip(examples, text_embs):
+        ref = recipes.mean_of_references([img_emb[r] for r in ex.ref_rows])
+        q = recipes.early_fusion(np.repeat(ref[None], len(t), 0), t, text_weight)
+        s = q @ img_emb.T
+        s[:, list(ex.ref_rows)] = -np.inf
+        idx = np.argpartition(-s, k, axis=1)[:, :k]
+        out.append(idx)
+    return out
+
+
+def sample_candidates(ex, fs_row: np.ndarray, n: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """n candidates for one query: half first-stage, a quarter near misses, a quarter positives."""
+    n_pos = max(1, n // 4)
+    n_near = max(1, n // 4) if len(ex.near_miss_rows) else 0
+    n_fs = n - n_pos - n_near
+    parts = [rng.choice(fs_row, n_fs, replace=len(fs_row) < n_fs),
+             rng.choice(ex.positive_rows, n_pos, replace=len(ex.positive_rows) < n_pos)]
+    if n_near:
+        parts.append(rng.choice(ex.near_miss_rows, n_near, replace=len(ex.near_miss_rows) < n_near))
+    cand = np.concatenate(parts)
+    labels = np.isin(cand, ex.positive_rows).astype(np.float32)
+    return cand, labels
+
+
+def _forward_queries(model, exs, par, cands, img, text_embs_t, torch):
+    m = cands.shape[1]
+    r1 = img[[ex.ref_rows[0] for ex in exs]]
+    r2 = img[[ex.ref_rows[-1] for ex in exs]]
+    t = torch.stack([text_embs_t[i][j] for i, j in par])
+    rep = lambda x: x.repeat_interleave(m, dim=0)  # noqa: E731
+    logits = model(rep(r1), rep(r2), rep(t), img[torch.from_numpy(cands.reshape(-1))])
+    return (logits[:, 0] - logits[:, 1]).view(len(exs), m)
+
+
+def val_rerank_map10(model, examples, fs, img, text_embs_t, torch) -> float:
+    """mAP@10 (no negatives) of the fusion top-30 reranked, on held-out *train* intents."""
+    aps = []
+    with torch.inference_mode():
+        for i, ex in enumerate(examples):
+            cands = fs[i]
+            par = [(i, j) for j in range(len(cands))]
+            margins = _forward_queries(model, [ex] * len(cands), par, cands, img, text_embs_t, torch).numpy()
+            pos = set(ex.positive_rows.tolist())
+            for row, mg in zip(cands, margins):
+                top = row[np.argsort(-mg, kind="stable")][:10]
+                hits = np.array([r in pos for r in top], dtype=float)
+                prec = np.cumsum(hits) / np.arange(1, 11)
+                aps.append(float((prec * hits).sum() / min(len(pos), 10)))
+    return float(np.mean(aps)) if aps else float("nan")
+
+
+def train_world_verifier(examples, img_emb: np.ndarray, text_emb_fn, cfg: VerifierConfig, progress: bool = True):
+    """Train the verifier on frozen world-CLIP train embeddings. Returns (model, info)."""
+    import torch
+
+    from cir_demo.training.data import split_intents
+
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    tr_ex, val_ex = split_intents(examples, cfg.val_fraction, cfg.seed)
+    tr_text = [text_emb_fn(ex.texts) for ex in tr_ex]
+    val_text = [text_emb_fn(ex.texts) for ex in val_ex]
+    # sort each first-stage row by score so validation reranks a real ranking
+    tr_fs = first_stage_candidates(tr_ex, img_emb, tr_text, cfg.first_stage_k)
+    val_fs = first_stage_candidates(val_ex, img_emb, val_text, min(20, cfg.first_stage_k))
+    img = torch.from_numpy(np.asarray(img_emb, np.float32))
+    tr_text_t = [torch.from_numpy(t) for t in tr_text]
+    val_text_t = [torch.from_numpy(t) for t in val_text]
+    rows = np.array([(i, j) for i, ex in enumerate(tr_ex) for j in range(len(ex.texts))], dtype=np.int64)
+    model = build_verifier(img.shape[1], cfg.width, cfg.layers, cfg.heads)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    steps_per_epoch = max(1, math.ceil(len(rows) / cfg.queries_per_batch))
+    total = cfg.epochs * steps_per_epoch
+    if cfg.max_steps is not None:
+        total = min(total, cfg.max_steps)
+    it = range(total)
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(it, desc="train world verifier", unit="step")
+    best, history = (-1.0, None, 0), []
+    t0 = time.time()
+    order, pos = rng.permutation(len(rows)), 0
+    bce = torch.nn.BCEWithLogitsLoss()
+    for step in it:
+        if pos >= len(order):
+            order, pos = rng.permutation(len(rows)), 0
+        batch = rows[order[pos:pos + cfg.queries_per_batch]]
+        pos += cfg.queries_per_batch
+        exs = [tr_ex[i] for i in batch[:, 0]]
+        sampled = [sample_candidates(ex, tr_fs[i][j], cfg.candidates_per_query, rng)
+                   for ex, (i, j) in zip(exs, batch)]
+        cands = np.stack([c for c, _ in sampled])
+        labels = torch.from_numpy(np.stack([lb for _, lb in sampled]))
+        for g in opt.param_groups:
+            g["lr"] = cfg.lr * 0.5 * (1 + math.cos(math.pi * step / total))
+        model.train()
+        margins = _forward_queries(model, exs, [tuple(b) for b in batch], cands, img, tr_text_t, torch)
+        target = labels / labels.sum(1, keepdim=True).clamp(min=1.0)
+        listwise = -(target * torch.log_softmax(margins, dim=1)).sum(1).mean()
+        loss = bce(margins, labels) + cfg.listwise_weight * listwise
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if (step + 1) % steps_per_epoch == 0 or step == total - 1:
+            model.eval()
+            score = val_rerank_map10(model, val_ex, val_fs, img, val_text_t, torch)
+            history.append(round(score, 4))
+            if progress:
+                it.set_postfix(loss=f"{float(loss):.3f}", val_mAP10=f"{score:.3f}")
+            if not score <= best[0]:
+                best = (score, {k: v.detach().clone() for k, v in model.state_dict().items()}, len(history))
+    model.load_state_dict(best[1])
+    model.eval()
+    info = {"steps": total, "train_seconds": round(time.time() - t0, 1), "val_rerank_mAP@10_noNeg_by_epoch": history,
+            "best_epoch": best[2], "n_train_intents": len(tr_ex), "n_val_intents": len(val_ex), "config": asdict(cfg)}
+    return model, info

@@ -1,0 +1,262 @@
+"""The explorer app: `create_app(...)` builds the Blocks without launching; `main(argv)` is
+`python app.py` (see `python app.py --help`).
+
+The page comes up at once; the benchmark, models and indexes load in a background thread
+(`ServiceLoader`) while the page shows what is being done. The URL carries the Explore
+view (benchmark, query, paraphrase, retrievers, reranker), so a link opens the same view.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from typing import Any, Sequence
+
+import gradio as gr
+
+from cir_demo.services import (FILTER_FIELDS, MAX_COLUMNS, ExplorerService, ServiceConfig, ServiceError,
+                               ServiceLoader)
+from cir_demo.ui import explore, report, upload
+from cir_demo.ui.guard import guarded
+from cir_demo.ui.state import ParsedState, decode_state, resolve_state
+
+log = logging.getLogger("cir_demo.ui")
+
+TITLE = "CIR failure explorer"
+INTRO = (f"# {TITLE}\n"
+         "Composed image retrieval: one or two reference images plus an instruction. Compare retrievers side by side, "
+         "see where explicit negatives (near misses) reach the top 10, how the phrasing changes results, and what a "
+         "reranker fixes or breaks.")
+LOAD_POLL_S = 0.25
+CALL_TIMEOUT_S = 600.0  # a callback waits this long for loading to finish (first run builds indexes)
+
+
+class _Ready:
+    """A loader-like wrapper of a service that is already built (tests, scripts)."""
+
+    def __init__(self, service: ExplorerService):
+        self._service = service
+        self.ready = True
+
+    def wait(self, timeout: float | None = None) -> ExplorerService:
+        return self._service
+
+    def status(self):
+        from cir_demo.services import LoadStatus
+
+        return LoadStatus("ready", True, None, 0.0)
+
+
+def as_loader(source: ServiceLoader | ExplorerService | ServiceConfig):
+    if isinstance(source, ExplorerService):
+        return _Ready(source)
+    if isinstance(source, ServiceConfig):
+        return ServiceLoader(source)
+    return source
+
+
+# ------------------------------------------------------------------ page load (plain functions)
+def initial_state(service: ExplorerService, params: dict[str, str]) -> ParsedState:
+    """The view a link asks for, checked against what this app serves."""
+    table = service.table
+    sizes = table.groupby("group_id")["query_id"].transform("count")
+    group_sizes = dict(zip(table["query_id"], sizes))
+    default_query = table["query_id"].iloc[0] if len(table) else None
+    return resolve_state(decode_state(params), service.benchmark.name, set(table["query_id"]), group_sizes,
+                         service.retriever_names, service.reranker_name is not None, default_query)
+
+
+def initial_outputs(service: ExplorerService, params: dict[str, str]) -> dict[str, Any]:
+    """Everything the page shows once the service is ready, by name (see `create_app` for the mapping)."""
+    parsed = initial_state(service, params)
+    s = parsed.state
+    out: dict[str, Any] = {}
+    choices = service.filter_choices()
+    for key in FILTER_FIELDS:
+        values = choices.get(key, [])
+        out[f"filter:{key}"] = gr.update(choices=[explore.ANY, *values], value=explore.ANY, visible=bool(values))
+    listing = explore.list_queries(service, "", {}, "order")
+    out.update({"list": listing["table"], "ids": listing["ids"], "list_info": listing["info"]})
+    names = list(s.retrievers) if s.retrievers else service.retriever_names[:MAX_COLUMNS]
+    out["retrievers"] = gr.update(choices=service.retriever_names, value=names)
+    out["k"], out["top_n"] = s.k, s.top_n
+    controls = explore.rerank_controls(service, s.rerank)
+    out["rerank"] = controls["rerank"]
+    out["rerank_note"] = controls["note"]
+    notes = list(parsed.notes)
+    if s.query_id:
+        query_id = s.query_id
+        if s.paraphrase is not None:
+            query_id = service.benchmark.paraphrases(s.query_id)[s.paraphrase].query_id
+        view = explore.show_view(service, query_id, names, s.k, s.rerank, s.top_n, notes)
+        out.update({f"view:{k}": v for k, v in view.items()})
+    else:
+        out["view:message"] = "This benchmark has no queries."
+    out["upload:note"] = upload.upload_note(service)
+    out["upload:retrievers"] = gr.update(choices=service.retriever_names, value=service.retriever_names[:MAX_COLUMNS])
+    out["upload:rerank"] = explore.rerank_controls(service)["rerank"]
+    rep = report.show_report(service)
+    out.update({f"report:{k}": v for k, v in rep.items()})
+    return out
+
+
+def status_markdown(service: ExplorerService | None, status) -> str:
+    if service is None:
+        return f"⏳ {status.text()}"
+    lines = [f"**{service.summary()}**"] + [f"⚠ {w}" for w in service.warnings]
+    return "  \n".join(lines)
+
+
+# ------------------------------------------------------------------ the app
+def create_app(source: ServiceLoader | ExplorerService | ServiceConfig) -> gr.Blocks:
+    """The Blocks of the explorer (not launched). `source`: a loader (loading in the
+    background), a ready service, or a config to load."""
+    loader = as_loader(source)
+
+    def get_service() -> ExplorerService:
+        return loader.wait(CALL_TIMEOUT_S)
+
+    with gr.Blocks(title=TITLE, fill_width=True) as demo:
+        gr.Markdown(INTRO, elem_id="cir-intro")
+        status = gr.Markdown("⏳ starting…", elem_id="cir-status")
+        with gr.Tabs():
+            with gr.Tab("Explore", id="explore", elem_id="cir-tab-explore"):
+                ex = explore.create_ui()
+            with gr.Tab("Try your own", id="upload", elem_id="cir-tab-upload"):
+                up = upload.create_ui()
+            with gr.Tab("Report", id="report", elem_id="cir-tab-report"):
+                rp = report.create_ui()
+        explore.wire(ex, get_service)
+        upload.wire(up, get_service)
+        report.wire(rp, get_service)
+
+        by_name: dict[str, Any] = {f"filter:{k}": c for k, c in ex.filters.items()}
+        by_name.update({
+            "list": ex.query_list, "ids": ex.query_ids, "list_info": ex.list_info, "retrievers": ex.retrievers,
+            "k": ex.k, "top_n": ex.top_n, "rerank": ex.rerank, "rerank_note": ex.rerank_note,
+            "view:header": ex.header, "view:paraphrase": ex.paraphrase, "view:results": ex.results,
+            "view:table": ex.table, "view:prompt": ex.prompt, "view:share": ex.share, "view:message": ex.message,
+            "upload:note": up.note, "upload:retrievers": up.retrievers, "upload:rerank": up.rerank,
+            "report:run": rp.run, "report:info": rp.info, "report:metrics": rp.metrics, "report:plots": rp.plots,
+        })
+        outputs = [status, *by_name.values()]
+
+        @guarded("Loading the explorer")
+        def on_load(request: gr.Request):
+            while not loader.ready:
+                st = loader.status()
+                if st.error:
+                    yield {status: f"❌ {st.text()}"}
+                    return
+                yield {status: status_markdown(None, st)}
+                time.sleep(LOAD_POLL_S)
+            service = get_service()
+            params = dict(request.query_params) if request is not None else {}
+            started = time.perf_counter()
+            values = initial_outputs(service, params)
+            log.info("page view prepared in %.2f s", time.perf_counter() - started)
+            update = {by_name[k]: v for k, v in values.items() if k in by_name}
+            update[status] = status_markdown(service, loader.status())
+            yield update
+
+        demo.load(on_load, None, outputs, show_progress="hidden")
+    demo.cir_loader = loader  # for launch helpers and tests
+    return demo
+
+
+def launch_app(demo: gr.Blocks, server_name: str | None = None, port: int | None = None, share: bool = False,
+               queue_size: int = 32, concurrency: int = 2, prevent_thread_lock: bool = False, quiet: bool = False):
+    """Queue (bounded, so many visitors cannot exhaust memory) and launch."""
+    from cir_demo.paths import runs_dir
+
+    demo.queue(max_size=queue_size, default_concurrency_limit=concurrency)
+    return demo.launch(server_name=server_name, server_port=port, share=share, show_error=True,
+                       prevent_thread_lock=prevent_thread_lock, quiet=quiet, allowed_paths=[str(runs_dir())],
+                       max_file_size="25mb", footer_links=["api", "settings"])
+
+
+# ------------------------------------------------------------------ command line
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python app.py",
+        description="The CIR failure explorer (Gradio). Runs on the offline world by default; "
+                    "`python app.py --eval --help` for the headless benchmark run.")
+    b = p.add_argument_group("benchmark")
+    b.add_argument("--benchmark", default="world", help="world (default), pinpoint, edir, circo or jsonl")
+    b.add_argument("--world-size", choices=["tiny", "default"], default=None, help="offline world size (default: default)")
+    b.add_argument("--world-seed", type=int, default=None, help="offline world seed (default 0)")
+    b.add_argument("--annotations", help="PinPoint parquet or CIRCO annotations/val.json")
+    b.add_argument("--corpus-ids", help="corpus id list (PinPoint index_signatures.txt)")
+    b.add_argument("--root", help="benchmark folder (EDIR, jsonl, or a generated world)")
+    b.add_argument("--image-dir", help="folder of benchmark images")
+    b.add_argument("--limit", type=int, default=None, help="only the first N paraphrase groups")
+    m = p.add_argument_group("models")
+    m.add_argument("--retrievers", help="comma-separated retriever names, up to 4 shown at once (default on the "
+                   "world: world-cir, world-clip-fusion, world-clip-image, world-clip-text, those registered)")
+    m.add_argument("--reranker", help="reranker backend name, or 'none' (default on the world: world-verifier when "
+                   "available)")
+    m.add_argument("--reranker-model", help="model path or name passed to the reranker backend (model=...)")
+    m.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    m.add_argument("--allow-stale", action="store_true", help="serve stale indexes (with a warning) instead of rebuilding")
+    m.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads per request while serving (default 1: fastest for single queries; "
+                        "index builds use all cores)")
+    s = p.add_argument_group("server")
+    s.add_argument("--server-name", default=None, help="interface to listen on (default 127.0.0.1; 0.0.0.0 for all)")
+    s.add_argument("--port", type=int, default=None, help="port (default 7860, or the next free one)")
+    s.add_argument("--share", action="store_true", help="also serve through a temporary public gradio.live link")
+    s.add_argument("--queue-size", type=int, default=32, help="requests waiting at most; more are refused (default 32)")
+    s.add_argument("--concurrency", type=int, default=2, help="requests worked on at once (default 2)")
+    s.add_argument("--no-thumbnail-warmer", action="store_true",
+                   help="do not pre-render thumbnails in a low-priority background process")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> ServiceConfig:
+    kwargs = {k: v for k, v in {"annotations": args.annotations, "corpus_ids": args.corpus_ids, "root": args.root,
+                                 "image_dir": args.image_dir, "size": args.world_size, "seed": args.world_seed}.items()
+              if v is not None}
+    retrievers = tuple(r.strip() for r in args.retrievers.split(",") if r.strip()) if args.retrievers else None
+    return ServiceConfig(benchmark=args.benchmark, benchmark_kwargs=kwargs, retrievers=retrievers,
+                         reranker=args.reranker, reranker_kwargs={"model": args.reranker_model} if args.reranker_model else {},
+                         limit_groups=args.limit, device=args.device, allow_stale=args.allow_stale,
+                         warm_thumbnails=not args.no_thumbnail_warmer, threads=args.threads)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("cir_demo").setLevel(logging.INFO)
+    t0 = time.perf_counter()
+    try:
+        config = config_from_args(args)
+        from cir_demo.benchmarks.registry import get_spec
+
+        get_spec(config.benchmark)  # a typo fails now, with "did you mean"
+    except (KeyError, ValueError, ServiceError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    loader = ServiceLoader(config, start=False)
+    demo = create_app(loader)
+    launch_app(demo, args.server_name, args.port, args.share, args.queue_size, args.concurrency,
+               prevent_thread_lock=True)
+    # Load after the server is up: the loader's imports would otherwise hold the GIL while the
+    # page and its assets are being served.
+    loader.start()
+    print(f"page served {time.perf_counter() - t0:.1f} s after start; loading {config.benchmark!r} in the background",
+          flush=True)
+    service = None
+    try:
+        service = loader.wait(None)
+        print(f"explorer ready {time.perf_counter() - t0:.1f} s after start: {service.summary()}", flush=True)
+    except ServiceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+    try:
+        demo.block_thread()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if service is not None:
+            service.engine.close()
+    return 0

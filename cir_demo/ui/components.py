@@ -1,0 +1,190 @@
+"""HTML for the result grid and the query header (pure string functions; no gradio).
+
+Judgments are shown by colour AND text AND frame style, never colour alone:
+positives get a solid green frame and the badge "✓ positive"; explicit negatives a
+dashed red frame and "✗ explicit negative". Every image has an alt text that says the
+same thing.
+"""
+from __future__ import annotations
+
+import html
+import math
+from typing import Iterable, Sequence
+
+from cir_demo.services import MODALITY_LABELS, Column, Comparison, QueryView, Tile
+
+BADGES = {"positive": ("✓ positive", "cir-pos"), "negative": ("✗ explicit negative", "cir-neg")}
+METRIC_LABELS = {"AP@10": "AP@10", "precision@10": "P@10", "NegRecall@10": "NegRecall@10"}
+
+# Scoped to each gr.HTML through `css_template` (so it works however the app is launched).
+CSS = """
+.cir-legend { font-size: 0.85rem; margin: 0 0 6px 0; opacity: 0.9; }
+.cir-legend span { margin-right: 14px; white-space: nowrap; }
+.cir-grid { display: grid; gap: 10px; align-items: start; }
+.cir-col { border: 1px solid #c8c8c8; border-radius: 8px; padding: 6px; min-width: 0; }
+.cir-col h3 { font-size: 1rem; margin: 0; word-break: break-all; }
+.cir-tag { display: inline-block; font-size: 0.72rem; border: 1px solid #888; border-radius: 4px; padding: 0 4px; margin-left: 4px; }
+.cir-metrics { font-size: 0.8rem; margin: 4px 0; }
+.cir-metrics b { font-variant-numeric: tabular-nums; }
+.cir-before { font-size: 0.75rem; opacity: 0.85; }
+.cir-counts { font-size: 0.78rem; margin-bottom: 4px; }
+.cir-error { color: #a40000; font-size: 0.85rem; border: 2px solid #a40000; border-radius: 6px; padding: 6px; }
+.cir-note { font-size: 0.75rem; opacity: 0.85; }
+.cir-tiles { list-style: none; margin: 0; padding: 0; display: grid; gap: 6px;
+             grid-template-columns: repeat(auto-fill, minmax(112px, 1fr)); }
+.cir-tile { border: 3px solid transparent; border-radius: 6px; padding: 2px; font-size: 0.72rem; line-height: 1.25; }
+.cir-tile img { width: 100%; aspect-ratio: 1 / 1; object-fit: cover; display: block; border-radius: 3px; }
+.cir-tile.cir-pos { border: 3px solid #1a7f37; }
+.cir-tile.cir-neg { border: 3px dashed #c62828; }
+.cir-badge { display: inline-block; font-weight: 700; border-radius: 4px; padding: 0 4px; margin: 2px 0; }
+.cir-pos .cir-badge { background: #1a7f37; color: #fff; }
+.cir-neg .cir-badge { background: #c62828; color: #fff; }
+.cir-rank { font-weight: 700; }
+.cir-up { color: #1a7f37; font-weight: 700; }
+.cir-down { color: #c62828; font-weight: 700; }
+.cir-id { opacity: 0.75; word-break: break-all; }
+.cir-missing { width: 100%; aspect-ratio: 1 / 1; display: flex; align-items: center; justify-content: center;
+               background: #eee; color: #555; }
+.cir-refs { display: flex; gap: 12px; flex-wrap: wrap; align-items: flex-start; }
+.cir-refs figure { margin: 0; max-width: 224px; }
+.cir-refs img { width: 100%; max-width: 224px; border-radius: 6px; border: 1px solid #bbb; display: block; }
+.cir-refs figcaption { font-size: 0.8rem; }
+.cir-instruction { font-size: 1.1rem; margin: 8px 0 4px 0; }
+.cir-facts { font-size: 0.8rem; opacity: 0.9; }
+.cir-facts span { margin-right: 12px; white-space: nowrap; }
+"""
+
+
+def esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:.{digits}f}"
+
+
+def legend(reranked: bool, judged: bool) -> str:
+    parts = []
+    if judged:
+        parts += ['<span>✓ positive = green solid frame</span>', '<span>✗ explicit negative = red dashed frame</span>',
+                  '<span>no badge = neither</span>', '<span>NegRecall@10: lower is better</span>']
+    if reranked:
+        parts += ['<span>▲/▼ places moved by the reranker</span>', '<span>P(yes): the reranker\'s relevance probability</span>']
+    return f'<div class="cir-legend">{" ".join(parts)}</div>' if parts else ""
+
+
+def movement(tile: Tile, k: int) -> tuple[str, str]:
+    """(visible text, words for screen readers) of a tile's rank change after reranking."""
+    if tile.first_stage_rank is None:
+        return "", ""
+    if tile.first_stage_rank > k:
+        return (f'<span class="cir-up">new in top {k}</span> (was #{tile.first_stage_rank})',
+                f"new in the top {k}, was rank {tile.first_stage_rank}")
+    moved = tile.moved or 0
+    if moved > 0:
+        return f'<span class="cir-up">▲{moved}</span>', f"moved up {moved} (was rank {tile.first_stage_rank})"
+    if moved < 0:
+        return f'<span class="cir-down">▼{-moved}</span>', f"moved down {-moved} (was rank {tile.first_stage_rank})"
+    return "= same place", "same place"
+
+
+def tile_html(tile: Tile, k: int) -> str:
+    badge, cls = BADGES.get(tile.judgment or "", ("", ""))
+    move_html, move_words = movement(tile, k)
+    words = [f"Rank {tile.rank}: {tile.image_id}"]
+    if badge:
+        words.append(badge[2:])
+    if tile.score is not None:
+        words.append(f"score {fmt(tile.score)}")
+    if move_words:
+        words.append(move_words)
+    if tile.p_yes is not None:
+        words.append(f"P(yes) {fmt(tile.p_yes, 2)}")
+    alt = esc(", ".join(words))
+    img = (f'<img src="{tile.thumb}" alt="{alt}" title="{alt}" loading="lazy">' if tile.thumb
+           else f'<div class="cir-missing" role="img" aria-label="{alt}">image unavailable</div>')
+    lines = [f'<span class="cir-rank">#{tile.rank}</span>'
+             + (f" · score {fmt(tile.score)}" if tile.score is not None else "")]
+    if badge:
+        lines.append(f'<span class="cir-badge">{esc(badge)}</span>')
+    if move_html:
+        lines.append(move_html)
+    if tile.p_yes is not None:
+        lines.append(f"P(yes) {fmt(tile.p_yes, 2)}")
+    elif tile.flag:
+        lines.append(f"not scored ({esc(tile.flag)})")
+    lines.append(f'<span class="cir-id">{esc(tile.image_id)}</span>')
+    judgment = f' data-judgment="{esc(tile.judgment)}"' if tile.judgment else ""
+    return (f'<li class="cir-tile {cls}" data-image-id="{esc(tile.image_id)}"{judgment}>{img}'
+            + "<br>".join(lines) + "</li>")
+
+
+def metrics_line(metrics: dict[str, float] | None) -> str:
+    if not metrics:
+        return ""
+    return " · ".join(f"{esc(METRIC_LABELS.get(m, m))} <b>{fmt(v)}</b>" for m, v in metrics.items())
+
+
+def counts_line(tiles: Sequence[Tile], k: int) -> str:
+    n_pos = sum(t.judgment == "positive" for t in tiles)
+    n_neg = sum(t.judgment == "negative" for t in tiles)
+    return (f'<div class="cir-counts" data-positives="{n_pos}" data-negatives="{n_neg}">top {min(k, len(tiles))}: '
+            f'{n_pos} ✓ positive · {n_neg} ✗ explicit negative</div>')
+
+
+def column_html(col: Column, k: int, judged: bool) -> str:
+    head = (f'<h3>{esc(col.retriever)}<span class="cir-tag">{esc(MODALITY_LABELS.get(col.modality, col.modality))}</span></h3>')
+    if col.error:
+        return (f'<section class="cir-col" aria-label="Results of {esc(col.retriever)}">{head}'
+                f'<div class="cir-error" role="alert">⚠ {esc(col.retriever)} failed: {esc(col.error)}</div></section>')
+    parts = [head]
+    if judged:
+        parts.append(f'<div class="cir-metrics">{metrics_line(col.metrics)}</div>')
+        if col.first_stage_metrics is not None:
+            parts.append(f'<div class="cir-before">before reranking: {metrics_line(col.first_stage_metrics)}</div>')
+        parts.append(counts_line(col.tiles, k))
+    if col.note:
+        parts.append(f'<div class="cir-note">{esc(col.note)}</div>')
+    parts.append('<ol class="cir-tiles">' + "".join(tile_html(t, k) for t in col.tiles) + "</ol>")
+    return f'<section class="cir-col" aria-label="Results of {esc(col.retriever)}">{"".join(parts)}</section>'
+
+
+def results_html(comparison: Comparison | None, empty: str = "Pick a query to see results.") -> str:
+    if comparison is None or not comparison.columns:
+        return f'<p class="cir-note">{esc(empty)}</p>'
+    n = len(comparison.columns)
+    reranked = comparison.reranker is not None
+    head = ""
+    if reranked:
+        head = (f'<div class="cir-note">Reranked with {esc(comparison.reranker)}: top {comparison.top_n} reordered by '
+                "P(yes); scores are first-stage similarities.</div>")
+    grid = "".join(column_html(c, comparison.k, comparison.judged) for c in comparison.columns)
+    return (legend(reranked, comparison.judged) + head
+            + f'<div class="cir-grid" style="grid-template-columns: repeat({n}, minmax(0, 1fr));">{grid}</div>')
+
+
+def references_html(thumbs: Sequence[str | None], labels: Sequence[str]) -> str:
+    figs = []
+    for uri, label in zip(thumbs, labels):
+        img = (f'<img src="{uri}" alt="{esc(label)}">' if uri
+               else f'<div class="cir-missing" role="img" aria-label="{esc(label)}">image unavailable</div>')
+        figs.append(f"<figure>{img}<figcaption>{esc(label)}</figcaption></figure>")
+    return f'<div class="cir-refs">{"".join(figs)}</div>'
+
+
+def query_header_html(view: QueryView, instruction: str | None = None) -> str:
+    q = view.query
+    labels = [f"Reference image {i + 1} ({r})" if len(q.reference_ids) > 1 else f"Reference image ({r})"
+              for i, r in enumerate(q.reference_ids)]
+    facts = " ".join(f"<span><b>{esc(k)}</b>: {esc(v)}</span>" for k, v in view.facts)
+    text = q.instruction if instruction is None else instruction
+    return (references_html(view.reference_thumbs, labels)
+            + f'<div class="cir-instruction" aria-label="instruction">“{esc(text)}”</div>'
+            + f'<div class="cir-facts">{facts}</div>')
+
+
+def notes_markdown(notes: Iterable[str]) -> str:
+    notes = [n for n in notes if n]
+    return "\n".join(f"- {n}" for n in notes)

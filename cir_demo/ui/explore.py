@@ -1,0 +1,186 @@
+"""The Explore tab: find a query, compare retrievers side by side, swap paraphrases,
+toggle the reranker.
+
+`create_ui()` builds the components; `wire()` connects events. The callbacks
+(`list_queries`, `show_view`, ...) take the service and plain values and return a dict
+of outputs by name, so tests call them directly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import gradio as gr
+import pandas as pd
+
+from cir_demo.services import (FILTER_FIELDS, MAX_COLUMNS, SORTS, ExplorerService, ServiceError)
+from cir_demo.ui import components
+from cir_demo.ui.guard import guarded
+from cir_demo.ui.state import URL_JS, ViewState, encode_state
+
+ANY = "any"
+LIST_COLUMNS = ["query", "instruction", "type", "refs", "why"]
+
+
+@dataclass
+class ExploreUI:
+    search: Any
+    filters: dict[str, Any]
+    sort: Any
+    list_info: Any
+    query_list: Any
+    query_ids: Any  # gr.State: ids in the list, row order
+    header: Any
+    paraphrase: Any
+    retrievers: Any
+    k: Any
+    rerank: Any
+    top_n: Any
+    rerank_note: Any
+    results: Any
+    message: Any
+    table: Any
+    prompt: Any
+    share: Any
+
+    def view_inputs(self) -> list:
+        return [self.paraphrase, self.retrievers, self.k, self.rerank, self.top_n]
+
+    def view_outputs(self) -> list:
+        return [self.header, self.paraphrase, self.results, self.table, self.prompt, self.share, self.message]
+
+
+def create_ui() -> ExploreUI:
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=1, min_width=300):
+            gr.Markdown("### Find a query")
+            search = gr.Textbox(label="Search", placeholder="words of the instruction, or a query id", elem_id="cir-search")
+            filters = {key: gr.Dropdown([ANY], value=ANY, label=label, elem_id=f"cir-filter-{key}")
+                       for key, label in FILTER_FIELDS.items()}
+            sort = gr.Dropdown([(label, key) for key, label in SORTS.items()], value="order",
+                               label="Sort by failure", elem_id="cir-sort")
+            list_info = gr.Markdown(elem_id="cir-list-info")
+            query_list = gr.Dataframe(headers=LIST_COLUMNS, interactive=False, max_height=480, wrap=True,
+                                      label="Queries (click a row to open it)", elem_id="cir-query-list")
+            query_ids = gr.State([])
+        with gr.Column(scale=3, min_width=600):
+            header = gr.HTML(elem_id="cir-query-header", css_template=components.CSS)
+            paraphrase = gr.Radio([], label="Paraphrases of this intent (one click swaps the phrasing)",
+                                  elem_id="cir-paraphrases")
+            with gr.Row():
+                retrievers = gr.CheckboxGroup([], label=f"Retrievers (1 to {MAX_COLUMNS} columns)", elem_id="cir-retrievers",
+                                              scale=3)
+                k = gr.Slider(5, 50, value=10, step=5, label="Results per column", elem_id="cir-k", scale=1)
+            with gr.Row():
+                rerank = gr.Checkbox(False, label="Rerank", interactive=False, elem_id="cir-rerank", scale=1)
+                top_n = gr.Slider(5, 50, value=20, step=5, label="Rerank top n", elem_id="cir-top-n", scale=2)
+                rerank_note = gr.Markdown(elem_id="cir-rerank-note")
+            message = gr.Markdown(elem_id="cir-message")
+            results = gr.HTML(elem_id="cir-results", css_template=components.CSS)
+            table = gr.Dataframe(interactive=False, label="Paraphrase sensitivity: AP@10 of each phrasing (first stage)",
+                                 elem_id="cir-paraphrase-table", wrap=True)
+            with gr.Accordion("Reranker prompt (exactly what the reranker is asked)", open=False):
+                prompt = gr.Textbox(lines=14, max_lines=40, show_label=False, interactive=False, elem_id="cir-prompt",
+                                    buttons=["copy"])
+    share = gr.Textbox(visible="hidden", elem_id="cir-share-query")
+    return ExploreUI(search, filters, sort, list_info, query_list, query_ids, header, paraphrase, retrievers, k,
+                     rerank, top_n, rerank_note, results, message, table, prompt, share)
+
+
+# ------------------------------------------------------------------ callbacks (plain functions)
+def list_queries(service: ExplorerService, text: str, filters: dict[str, str], sort: str) -> dict[str, Any]:
+    """The query list for a search text, filters and a sort."""
+    found = service.find_queries(text or "", {k: (None if v in (None, ANY) else v) for k, v in filters.items()},
+                                 sort or "order")
+    shown = len(found.rows)
+    info = f"**{found.total:,}** matching queries" + (f" (showing the first {shown})" if shown < found.total else "")
+    if found.note:
+        info += f" — {found.note}"
+    if sort and sort != "order" and service.failure_source:
+        info += f". Results from: {service.failure_source}"
+    return {"table": found.rows, "ids": list(found.rows["query"]), "info": info}
+
+
+def paraphrase_choices(service: ExplorerService, query_id: str) -> list[tuple[str, str]]:
+    view = service.query_view(query_id)
+    return [(f"{p.label}: {p.instruction}", p.query_id) for p in view.paraphrases]
+
+
+def show_view(service: ExplorerService, query_id: str, retrievers: list[str] | None, k: int, rerank: bool,
+              top_n: int, notes: list[str] | None = None) -> dict[str, Any]:
+    """Everything the right-hand side shows for one query (one paraphrase) and settings."""
+    if not query_id:
+        raise ServiceError("pick a query first")
+    view = service.query_view(query_id)
+    names = service.check_retrievers(retrievers)
+    messages = list(notes or [])
+    rerank = bool(rerank) and service.reranker_name is not None
+    k, top_n = int(k), int(top_n)
+    if not names:
+        comparison = None
+        messages.append("Select at least one retriever." if service.retriever_names else
+                        "No retrievers are loaded: " + "; ".join(service.warnings))
+        table = pd.DataFrame()
+    else:
+        comparison = service.compare(query_id, names, k=k, rerank=rerank, top_n=top_n)
+        table = service.paraphrase_table(query_id, names)
+    state = ViewState(service.benchmark.name, query_id, view.paraphrase_index, tuple(names), rerank, top_n, k)
+    prompt = service.reranker_prompt(view.query.instruction, len(view.query.reference_ids))
+    return {
+        "header": components.query_header_html(view),
+        "paraphrase": gr.update(choices=[(f"{p.label}: {p.instruction}", p.query_id) for p in view.paraphrases],
+                                value=query_id),
+        "results": components.results_html(comparison, "Select a retriever to see results."),
+        "table": table.drop(columns=["instruction"]).round(3) if len(table) else table,  # the radio shows the text
+        "prompt": prompt,
+        "share": encode_state(state),
+        "message": components.notes_markdown(messages),
+    }
+
+
+def rerank_controls(service: ExplorerService, on: bool = False) -> dict[str, Any]:
+    """The reranker checkbox (disabled, with the reason, when there is no reranker)."""
+    if service.reranker_name:
+        return {"rerank": gr.update(value=bool(on), interactive=True, label=f"Rerank with {service.reranker_name}"),
+                "note": service.reranker_note}
+    return {"rerank": gr.update(value=False, interactive=False, label="Rerank (unavailable)"),
+            "note": service.reranker_note}
+
+
+# ------------------------------------------------------------------ wiring
+def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService]) -> None:
+    filter_components = list(ui.filters.values())
+    view_outputs = ui.view_outputs()
+
+    def as_view_outputs(out: dict[str, Any]) -> tuple:
+        return (out["header"], out["paraphrase"], out["results"], out["table"], out["prompt"], out["share"], out["message"])
+
+    @guarded("Listing queries")
+    def on_list(text, sort, *filter_values):
+        out = list_queries(get_service(), text, dict(zip(ui.filters, filter_values)), sort)
+        return out["table"], out["ids"], out["info"]
+
+    list_inputs = [ui.search, ui.sort, *filter_components]
+    list_outputs = [ui.query_list, ui.query_ids, ui.list_info]
+    ui.search.submit(on_list, list_inputs, list_outputs)
+    for comp in [ui.sort, *filter_components]:
+        comp.input(on_list, list_inputs, list_outputs)
+
+    @guarded("Opening the query")
+    def on_select(ids, retrievers, k, rerank, top_n, evt: gr.SelectData):
+        row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
+        query_id = (evt.row_value or [None])[0] if evt.row_value else (ids[row] if ids and row < len(ids) else None)
+        return as_view_outputs(show_view(get_service(), query_id, retrievers, k, rerank, top_n))
+
+    ui.query_list.select(on_select, [ui.query_ids, ui.retrievers, ui.k, ui.rerank, ui.top_n], view_outputs)
+
+    @guarded("Updating the results")
+    def on_view(query_id, retrievers, k, rerank, top_n):
+        return as_view_outputs(show_view(get_service(), query_id, retrievers, k, rerank, top_n))
+
+    ui.paraphrase.input(on_view, ui.view_inputs(), view_outputs)
+    ui.retrievers.input(on_view, ui.view_inputs(), view_outputs)
+    ui.rerank.input(on_view, ui.view_inputs(), view_outputs)
+    ui.k.release(on_view, ui.view_inputs(), view_outputs)
+    ui.top_n.release(on_view, ui.view_inputs(), view_outputs)
+    ui.share.change(None, [ui.share], None, js=URL_JS)

@@ -1,0 +1,57 @@
+"""Turn exceptions in callbacks into messages on the page; the app keeps running."""
+from __future__ import annotations
+
+import functools
+import html
+import inspect
+import logging
+from typing import Callable
+
+import gradio as gr
+
+from cir_demo.services import ServiceError
+
+log = logging.getLogger("cir_demo.ui")
+
+
+def error_message(action: str, exc: BaseException) -> str:
+    """The text a user sees: service errors as written, anything else with its type."""
+    if isinstance(exc, ServiceError):
+        text = f"{action}: {exc}"
+    else:
+        text = f"{action} failed ({type(exc).__name__}: {exc}). The app is still running; try another query or setting."
+    return html.escape(text, quote=False)  # gradio renders the message as HTML
+
+
+def guarded(action: str) -> Callable:
+    """Decorator: a ServiceError or any other exception becomes a `gr.Error` with a clear message
+    (gradio shows it and leaves the outputs as they were). Signatures are kept, so
+    `gr.SelectData` / `gr.Request` / `gr.Progress` injection still works."""
+
+    def wrap(fn: Callable) -> Callable:
+        if inspect.isgeneratorfunction(fn):
+            @functools.wraps(fn)
+            def gen(*args, **kwargs):
+                try:
+                    yield from fn(*args, **kwargs)
+                except gr.Error:
+                    raise
+                except Exception as exc:
+                    if not isinstance(exc, ServiceError):
+                        log.exception("%s", action)
+                    raise gr.Error(error_message(action, exc), print_exception=False) from exc
+            return gen
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except gr.Error:
+                raise
+            except Exception as exc:
+                if not isinstance(exc, ServiceError):
+                    log.exception("%s", action)
+                raise gr.Error(error_message(action, exc), print_exception=False) from exc
+        return call
+
+    return wrap

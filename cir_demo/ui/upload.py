@@ -1,0 +1,154 @@
+"""The "Try your own" tab: upload one or two reference images, type an instruction, and see
+each selected retriever's top results from the loaded corpus (optionally reranked).
+
+Files arrive untouched (gr.File, not gr.Image) so the service's validation sees exactly
+what was uploaded and can name the problem.
+"""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import gradio as gr
+
+from cir_demo.services import (MAX_COLUMNS, WORLD_UPLOAD_NOTE, ExplorerService, ServiceError, UploadError,
+                               ValidatedImage, encode_jpeg_data_uri, validate_upload)
+from cir_demo.ui import components
+from cir_demo.ui.guard import guarded
+
+
+@dataclass
+class UploadUI:
+    file1: Any
+    file2: Any
+    preview: Any
+    instruction: Any
+    retrievers: Any
+    k: Any
+    rerank: Any
+    top_n: Any
+    submit: Any
+    example: Any
+    note: Any
+    message: Any
+    results: Any
+
+
+def create_ui() -> UploadUI:
+    note = gr.Markdown(elem_id="cir-upload-note")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=1, min_width=300):
+            file1 = gr.File(label="Reference image 1", file_count="single", type="filepath", elem_id="cir-upload-1")
+            file2 = gr.File(label="Reference image 2 (optional: write <img1> and <img2> in the instruction)",
+                            file_count="single", type="filepath", elem_id="cir-upload-2")
+            example = gr.Button("Load a world example (two images and an instruction)", elem_id="cir-upload-example",
+                                size="sm")
+        with gr.Column(scale=2, min_width=400):
+            preview = gr.HTML(elem_id="cir-upload-preview", css_template=components.CSS)
+            instruction = gr.Textbox(label="Instruction", placeholder="e.g. the same dress in blue; or: the coat of <img1> "
+                                     "in the colour of <img2>", elem_id="cir-upload-instruction")
+            with gr.Row():
+                retrievers = gr.CheckboxGroup([], label=f"Retrievers (1 to {MAX_COLUMNS})", elem_id="cir-upload-retrievers",
+                                              scale=3)
+                k = gr.Slider(5, 50, value=10, step=5, label="Results per column", elem_id="cir-upload-k", scale=1)
+            with gr.Row():
+                rerank = gr.Checkbox(False, label="Rerank", interactive=False, elem_id="cir-upload-rerank")
+                top_n = gr.Slider(5, 50, value=20, step=5, label="Rerank top n", elem_id="cir-upload-top-n")
+            submit = gr.Button("Search the corpus", variant="primary", elem_id="cir-upload-submit")
+    message = gr.Markdown(elem_id="cir-upload-message")
+    results = gr.HTML(elem_id="cir-upload-results", css_template=components.CSS)
+    return UploadUI(file1, file2, preview, instruction, retrievers, k, rerank, top_n, submit, example, note, message,
+                    results)
+
+
+# ------------------------------------------------------------------ callbacks
+def validate_files(paths: Sequence[str | None]) -> tuple[list[ValidatedImage], list[str]]:
+    """(usable images in upload order, one error line per refused file)."""
+    images, errors = [], []
+    for i, path in enumerate(paths, 1):
+        if not path:
+            continue
+        name = Path(str(path)).name
+        try:
+            images.append(validate_upload(path, name=f"image {i} ({name})"))
+        except UploadError as exc:
+            errors.append(str(exc))
+    return images, errors
+
+
+def preview(paths: Sequence[str | None]) -> dict[str, Any]:
+    """Thumbnails of the uploads as the models will see them, with what validation changed or refused."""
+    images, errors = validate_files(paths)
+    lines = [f"⚠ {e}" for e in errors] + [f"{v.name}: {n}" for v in images for n in v.notes]
+    html = components.references_html([encode_jpeg_data_uri(v.image, 224, 90) for v in images],
+                                      [f"Reference image {i + 1}: {v.name} ({v.image.size[0]} x {v.image.size[1]})"
+                                       for i, v in enumerate(images)]) if images else ""
+    return {"preview": html, "message": components.notes_markdown(lines)}
+
+
+def search(service: ExplorerService, paths: Sequence[str | None], instruction: str, retrievers: list[str] | None,
+           k: int, rerank: bool, top_n: int) -> dict[str, Any]:
+    images, errors = validate_files(paths)
+    if errors:
+        return {"results": components.results_html(None, "Fix the upload problems above and search again."),
+                "message": components.notes_markdown([f"⚠ {e}" for e in errors])}
+    if not images:
+        raise ServiceError("upload at least one reference image")
+    comparison = service.search_uploads(images, instruction or "", retrievers, k=int(k),
+                                        rerank=bool(rerank) and service.reranker_name is not None, top_n=int(top_n))
+    lines = list(comparison.notes)
+    lines.append(f"Searched {len(service.benchmark.corpus_ids):,} images of {service.benchmark.name!r} with "
+                 f"{len(comparison.columns)} retriever(s); uploads have no judgments, so no badges or metrics.")
+    return {"results": components.results_html(comparison), "message": components.notes_markdown(lines)}
+
+
+def example_files(service: ExplorerService, folder: str | Path | None = None) -> tuple[str, str | None, str]:
+    """Reference images of a benchmark query written to PNG files (a two-image query when there
+    is one), and its instruction: something to try the upload path with."""
+    queries = service.benchmark.queries
+    if not queries:
+        raise ServiceError("this benchmark has no queries to take an example from")
+    query = next((q for q in queries if len(q.reference_ids) == 2), queries[0])
+    folder = Path(folder or tempfile.mkdtemp(prefix="cir_demo_example_"))
+    paths = []
+    for ref in query.reference_ids:
+        path = folder / f"{ref}.png"
+        service.engine.open_image(ref).save(path)
+        paths.append(str(path))
+    return paths[0], (paths[1] if len(paths) > 1 else None), query.instruction
+
+
+def upload_note(service: ExplorerService) -> str:
+    if service.is_world:
+        return f"**Your own images on the offline world.** {WORLD_UPLOAD_NOTE}"
+    return (f"Results come from the {len(service.benchmark.corpus_ids):,} corpus images of "
+            f"{service.benchmark.name!r}.")
+
+
+# ------------------------------------------------------------------ wiring
+def wire(ui: UploadUI, get_service: Callable[[], ExplorerService]) -> None:
+    @guarded("Checking the upload")
+    def on_files(f1, f2):
+        out = preview([f1, f2])
+        return out["preview"], out["message"]
+
+    ui.file1.change(on_files, [ui.file1, ui.file2], [ui.preview, ui.message])
+    ui.file2.change(on_files, [ui.file1, ui.file2], [ui.preview, ui.message])
+
+    @guarded("Searching with your images")
+    def on_submit(f1, f2, instruction, retrievers, k, rerank, top_n):
+        out = search(get_service(), [f1, f2], instruction, retrievers, k, rerank, top_n)
+        return out["results"], out["message"]
+
+    inputs = [ui.file1, ui.file2, ui.instruction, ui.retrievers, ui.k, ui.rerank, ui.top_n]
+    ui.submit.click(on_submit, inputs, [ui.results, ui.message])
+    ui.instruction.submit(on_submit, inputs, [ui.results, ui.message])
+
+    @guarded("Loading the example")
+    def on_example():
+        p1, p2, text = example_files(get_service())
+        return p1, p2, text
+
+    ui.example.click(on_example, None, [ui.file1, ui.file2, ui.instruction])

@@ -1,0 +1,255 @@
+"""rerank() ordering policy and the score cache, with hand-built scores.
+
+`ScriptedReranker` returns scores written in the test (it stands in for no
+model outside this file); the oracle is a brute-force restatement of the policy.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from cir_demo.rerank import (
+    FLAG_TOKENS_MISSING,
+    CandidateScore,
+    Reranker,
+    RerankRequest,
+    ScoreCache,
+    order_top_block,
+    rerank,
+    rerank_run,
+)
+
+
+class ScriptedReranker(Reranker):
+    """Scores from a table {candidate_id: (p_yes, flag)}; counts what it was asked."""
+
+    def __init__(self, table, name="scripted"):
+        self.table = table
+        self.calls: list[list[str]] = []
+        self.spec = {"backend": name, "yes_token": "yes", "no_token": "no"}
+
+    def score(self, request, candidate_ids, candidate_images):
+        self._check_lengths(candidate_ids, candidate_images)
+        self.calls.append(list(candidate_ids))
+        out = []
+        for cid, image in zip(candidate_ids, candidate_images):
+            assert image == f"img:{cid}"  # the image loaded for this id, in the same order
+            p, flag = self.table[cid]
+            if p is None:
+                out.append(CandidateScore(cid, None, None, None, flag))
+            else:
+                ly = math.log(p) if p > 0 else -math.inf
+                ln = math.log1p(-p) if p < 1 else -math.inf
+                out.append(CandidateScore(cid, p, ly, ln, flag))
+        return out
+
+    @property
+    def n_scored(self):
+        return sum(len(c) for c in self.calls)
+
+
+def load_image(cid):
+    return f"img:{cid}"
+
+
+REQ = RerankRequest(["ref-image"], ["r1"], "make it red")
+
+
+def oracle_order(ids, table, top_n):
+    """Brute force: fill the block's slots left to right; an unscored item keeps
+    its slot, otherwise take the best remaining scored item (highest p, then
+    earliest first-stage rank)."""
+    block, tail = ids[:top_n], ids[top_n:]
+    remaining = [c for c in block if table[c][0] is not None]
+    out = []
+    for c in block:
+        if table[c][0] is None:
+            out.append(c)
+        else:
+            best = max(remaining, key=lambda x: (table[x][0], -ids.index(x)))
+            remaining.remove(best)
+            out.append(best)
+    return out + tail
+
+
+def test_hand_built_case_with_ties_and_flags():
+    ids = ["a", "b", "c", "d", "e", "f", "g"]
+    table = {
+        "a": (0.2, None),
+        "b": (0.9, None),
+        "c": (None, FLAG_TOKENS_MISSING),  # keeps slot 2
+        "d": (0.9, None),  # ties with b: b first (earlier first-stage rank)
+        "e": (None, "error: timeout"),  # keeps slot 4
+        "f": (0.5, None),
+        "g": (0.99, None),  # below top_n: never scored
+    }
+    rr = ScriptedReranker(table)
+    items = rerank(REQ, ids, [7, 6, 5, 4, 3, 2, 1], load_image, rr, top_n=6)
+    assert [it.candidate_id for it in items] == ["b", "d", "c", "f", "e", "a", "g"]
+    assert rr.calls == [["a", "b", "c", "d", "e", "f"]]
+    by_id = {it.candidate_id: it for it in items}
+    assert [it.new_rank for it in items] == list(range(7))
+    assert by_id["a"].first_stage_rank == 0 and by_id["a"].new_rank == 5 and by_id["a"].rank_change == -5
+    assert by_id["d"].first_stage_score == 4.0 and by_id["d"].p_yes == 0.9
+    assert by_id["c"].flag == FLAG_TOKENS_MISSING and by_id["c"].p_yes is None and by_id["c"].new_rank == 2
+    assert by_id["g"].reranked is False and by_id["g"].p_yes is None and by_id["g"].new_rank == 6
+    assert all(it.reranked for it in items[:6])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_policy_matches_brute_force_oracle(seed):
+    rnd = random.Random(seed)
+    n = rnd.randint(0, 12)
+    ids = [f"c{i}" for i in range(n)]
+    # Few distinct values -> many ties; some unscored.
+    table = {
+        c: (None, rnd.choice([FLAG_TOKENS_MISSING, "error: x"])) if rnd.random() < 0.25 else (rnd.choice([0.1, 0.5, 0.9]), None)
+        for c in ids
+    }
+    top_n = rnd.choice([0, 1, 3, 5, n, n + 4])
+    items = rerank(REQ, ids, None, load_image, ScriptedReranker(table), top_n=top_n)
+    assert [it.candidate_id for it in items] == oracle_order(ids, table, top_n)
+    assert sorted(it.first_stage_rank for it in items) == list(range(n))
+
+
+def test_top_n_zero_and_larger_than_list():
+    table = {"a": (0.1, None), "b": (0.8, None)}
+    rr = ScriptedReranker(table)
+    assert [it.candidate_id for it in rerank(REQ, ["a", "b"], None, load_image, rr, top_n=0)] == ["a", "b"]
+    assert rr.calls == []
+    assert [it.candidate_id for it in rerank(REQ, ["a", "b"], None, load_image, rr, top_n=50)] == ["b", "a"]
+    assert rerank(REQ, [], None, load_image, rr, top_n=20) == []
+
+
+def test_saturated_probabilities_are_ordered_by_logit_margin():
+    scores = [
+        CandidateScore("x", 1.0, 40.0, 0.0),  # p rounds to 1.0 in float64 for both
+        CandidateScore("y", 1.0, 60.0, 0.0),
+        CandidateScore("z", 1.0, 40.0, 0.0),  # exact tie with x: first-stage order
+    ]
+    assert order_top_block(scores) == [1, 0, 2]
+
+
+def test_bad_inputs_are_rejected():
+    rr = ScriptedReranker({"a": (0.5, None)})
+    with pytest.raises(ValueError, match="repeat"):
+        rerank(REQ, ["a", "a"], None, load_image, rr)
+    with pytest.raises(ValueError, match="2 first-stage scores for 1"):
+        rerank(REQ, ["a"], [1.0, 2.0], load_image, rr)
+    with pytest.raises(ValueError, match="top_n"):
+        rerank(REQ, ["a"], None, load_image, rr, top_n=-1)
+    with pytest.raises(ValueError, match="1 or 2 reference"):
+        RerankRequest([], [], "x")
+    with pytest.raises(ValueError, match="2 reference images for 1"):
+        RerankRequest(["i", "j"], ["r"], "x")
+
+
+def test_image_load_failure_flags_only_that_candidate():
+    table = {"a": (0.1, None), "b": (0.5, None), "c": (0.9, None)}
+
+    def flaky_load(cid):
+        if cid == "b":
+            raise OSError("disk gone")
+        return load_image(cid)
+
+    rr = ScriptedReranker(table)
+    items = rerank(REQ, ["a", "b", "c"], None, flaky_load, rr, top_n=3)
+    assert [it.candidate_id for it in items] == ["c", "b", "a"]
+    assert items[1].flag.startswith("error: image load failed") and "disk gone" in items[1].flag
+    assert rr.calls == [["a", "c"]]
+
+
+def test_backend_returning_wrong_ids_is_an_error():
+    class Wrong(ScriptedReranker):
+        def score(self, request, candidate_ids, candidate_images):
+            return [CandidateScore("zzz", 0.5, 0.0, 0.0)]
+
+    with pytest.raises(RuntimeError, match="returned scores for"):
+        rerank(REQ, ["a"], None, load_image, Wrong({}), top_n=1)
+
+
+# --------------------------------------------------------------------------- cache
+def test_cache_hit_avoids_rescoring_and_persists(tmp_path):
+    table = {c: (p, None) for c, p in zip("abcdef", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6])}
+    table["c"] = (None, FLAG_TOKENS_MISSING)
+    table["d"] = (None, "error: timeout")
+    rr = ScriptedReranker(table)
+    path = tmp_path / "scores.sqlite"
+    with ScoreCache(path) as cache:
+        first = rerank(REQ, list("abcdef"), None, load_image, rr, top_n=4, cache=cache)
+        assert rr.n_scored == 4 and not any(it.from_cache for it in first)
+        second = rerank(REQ, list("abcdef"), None, load_image, rr, top_n=4, cache=cache)
+        # a, b, c (tokens_missing is a model answer) come from the cache; the error is retried.
+        assert rr.calls[-1] == ["d"] and rr.n_scored == 5
+        assert [it.candidate_id for it in second] == [it.candidate_id for it in first]
+        assert [it.from_cache for it in second[:4]] == [
+            it.candidate_id != "d" for it in second[:4]
+        ]
+        # Larger top_n: only the new candidates are scored.
+        rerank(REQ, list("abcdef"), None, load_image, rr, top_n=6, cache=cache)
+        assert rr.calls[-1] == ["d", "e", "f"]
+        assert cache.spec(rr.spec_hash()) == rr.spec
+    with ScoreCache(path) as reopened:
+        got = reopened.get_many(rr.spec_hash(), REQ.instruction, REQ.reference_ids, list("abcdef"))
+        assert sorted(got) == ["a", "b", "c", "e", "f"]
+        assert got["c"].flag == FLAG_TOKENS_MISSING and got["c"].p_yes is None
+        assert got["b"].p_yes == 0.2 and got["b"].logit_yes == pytest.approx(math.log(0.2))
+
+
+def test_cache_key_parts_all_matter(tmp_path):
+    table = {"a": (0.7, None)}
+    with ScoreCache(tmp_path / "s.sqlite") as cache:
+        rr = ScriptedReranker(table)
+        rerank(REQ, ["a"], None, load_image, rr, top_n=1, cache=cache)
+        variants = [
+            (ScriptedReranker(table, name="other-spec"), REQ),
+            (rr, RerankRequest(["ref-image"], ["r1"], "make it blue")),
+            (rr, RerankRequest(["ref-image"], ["r2"], "make it red")),
+            (rr, RerankRequest(["i1", "i2"], ["r1", "r2"], "make it red")),
+            (rr, RerankRequest(["i1", "i2"], ["r2", "r1"], "make it red")),  # reference order matters
+        ]
+        for backend, request in variants:
+            before = backend.n_scored
+            rerank(request, ["a"], None, load_image, backend, top_n=1, cache=cache)
+            assert backend.n_scored == before + 1, request
+        assert len(cache) == 6
+
+
+def test_cache_many_ids_and_bad_file(tmp_path):
+    ids = [f"id{i}" for i in range(1234)]
+    with ScoreCache(tmp_path / "big.sqlite") as cache:
+        cache.put_many("h", "q", ["r"], [CandidateScore(c, 0.5, 0.0, 0.0) for c in ids[::2]])
+        got = cache.get_many("h", "q", ["r"], ids)
+        assert sorted(got) == sorted(ids[::2])
+        assert cache.hits == 617 and cache.misses == 617
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(ValueError, match="bad.sqlite"):
+        ScoreCache(bad)
+
+
+# --------------------------------------------------------------------------- whole run
+@dataclass
+class Q:
+    query_id: str
+    reference_ids: tuple
+    instruction: str
+
+
+def test_rerank_run_reorders_each_query_and_records_spec(tmp_path):
+    table = {"a": (0.1, None), "b": (0.9, None), "c": (0.5, None), "d": (None, FLAG_TOKENS_MISSING)}
+    rr = ScriptedReranker(table)
+    queries = [Q("q1", ("r1",), "x"), Q("q2", ("r1", "r2"), "y <img2>"), Q("q3", ("r3",), "not in run")]
+    run = {"q1": ["a", "b", "c"], "q2": ["d", "c", "b", "a"]}
+    with ScoreCache(tmp_path / "c.sqlite") as cache:
+        out = rerank_run(queries, run, load_image, rr, top_n=3, cache=cache, progress=False)
+        again = rerank_run(queries, run, load_image, rr, top_n=3, cache=cache, progress=False)
+    assert out.run == {"q1": ["b", "c", "a"], "q2": ["d", "b", "c", "a"]}
+    assert again.run == out.run and again.stats["from_cache"] == 6
+    assert out.stats["candidates_scored"] == 6 and out.stats["tokens_missing"] == 1 and out.stats["errors"] == 0
+    d = out.to_dict()
+    assert d["reranker"]["spec"] == rr.spec and d["reranker"]["top_n"] == 3
+    assert d["items"]["q2"][0]["flag"] == FLAG_TOKENS_MISSING

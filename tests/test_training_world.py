@@ -1,0 +1,233 @@
+"""World-model training on the tiny world: end to end for a couple of steps, and the pieces
+checked against oracles (brute-force ranking, hand-built losses, direct forward passes)."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("open_clip")
+
+from cir_demo.training import evaluate as ev  # noqa: E402
+from cir_demo.training.data import intent_examples, normalize_pixels, to_model_pixels, world_pixels  # noqa: E402
+from cir_demo.training.world_clip import encode_pixels, encode_texts, load_world_clip, multi_positive_clip_loss  # noqa: E402
+from cir_demo.utils.io import sha256_file  # noqa: E402
+
+CLIP_NAME = "world-clip-test-tiny"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _threads():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="module")
+def train():
+    from cir_demo.world.loader import load_train
+
+    return load_train(size="tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def clip_dir(tmp_path_factory, train):
+    from cir_demo.training.cli import train_clip_command
+
+    out = tmp_path_factory.mktemp("world_clip")
+    train_clip_command("tiny", 0, 0, None, 2, out, evaluate=True, progress=False, model_name=CLIP_NAME)
+    return out
+
+
+@pytest.fixture(scope="module")
+def clip_model(clip_dir):
+    model, tokenizer, arch = load_world_clip(clip_dir, CLIP_NAME)
+    return model, tokenizer
+
+
+# --------------------------------------------------------------------------- world-CLIP
+def test_clip_training_writes_loadable_weights_and_manifest(clip_dir):
+    manifest = json.loads((clip_dir / "manifest.json").read_text())
+    assert manifest["model"] == "world-clip" and manifest["training"]["steps"] == 2
+    assert manifest["world"]["size"] == "tiny" and len(manifest["world"]["checksum"]) == 64
+    for name, digest in manifest["files"].items():
+        assert sha256_file(clip_dir / name) == digest, name
+    held = manifest["held_out"]
+    assert 0.0 <= held["caption_recall@10"] <= 1.0
+    assert set(held) >= {"world-clip-image", "world-clip-text", "world-clip-fusion", "world-clip-slerp"}
+
+
+def test_saved_clip_through_open_clip_adapter_matches_in_memory_model(clip_dir, clip_model, train):
+    """Serve path (160 px PIL render -> open_clip transform) == train path (cached uint8 pixels)."""
+    from cir_demo.retrievers import openclip, registry
+    from cir_demo.world.loader import render_image
+
+    model, tokenizer = clip_model
+    cfg = registry.validate_config({
+        "name": "tmp-world-clip-fusion", "family": "open_clip", "model": CLIP_NAME,
+        "pretrained": str(clip_dir / "world_clip.safetensors"), "model_config": str(clip_dir / "model_config.json"),
+        "recipe": "early_fusion"}, "test")
+    retriever = openclip.load(cfg, device="cpu")
+    ids = train.image_ids[:5]
+    via_adapter = retriever.encode_images([render_image(i, world=train.world) for i in ids])
+    cached = world_pixels(train.world, train.image_ids, "train", progress=False)[:5]
+    np.testing.assert_allclose(via_adapter, encode_pixels(model, cached), atol=1e-5)
+    texts = ["A red dress", "two glossy mugs with a cat on the left", "zzzunknownword dress"]
+    np.testing.assert_allclose(retriever.encode_texts(texts), encode_texts(model, tokenizer, texts), atol=1e-5)
+
+
+def test_cached_pixels_equal_direct_transform(train):
+    from cir_demo.training.data import pixel_transform
+    from cir_demo.world.loader import render_image
+
+    cached = world_pixels(train.world, train.image_ids, "train", progress=False)
+    imgs = [render_image(i, world=train.world) for i in train.image_ids[:3]]
+    assert np.array_equal(cached[:3], to_model_pixels(imgs))
+    direct = torch.stack([pixel_transform()(im) for im in imgs])
+    torch.testing.assert_close(normalize_pixels(cached[:3]), direct, atol=1e-6, rtol=0)
+
+
+def test_text_pooling_reads_the_eos_position(clip_model):
+    model, tokenizer = clip_model
+    tokens = tokenizer(["a red dress", "zzzunknown dress"])
+    row = tokens[0].tolist()
+    n = row.index(2)  # [EOS]
+    assert n == 3 and all(t == 0 for t in row[n + 1:]) and 1 not in row  # 3 words, EOS, pads; no [UNK]
+    assert tokens[1].tolist()[0] == 1  # unknown word -> [UNK]
+    with torch.inference_mode():  # oracle: the transformer output at the EOS position, projected
+        x = model.token_embedding(tokens) + model.positional_embedding
+        x = model.ln_final(model.transformer(x, attn_mask=model.attn_mask))
+        eos = (tokens == 2).int().argmax(dim=1)
+        expected = x[torch.arange(2), eos] @ model.text_projection
+        np.testing.assert_allclose(model.encode_text(tokens).numpy(), expected.numpy(), atol=1e-5)
+
+
+def test_multi_positive_loss_equals_clip_loss_without_duplicates_and_brute_force_with():
+    g = torch.Generator().manual_seed(0)
+    img = torch.nn.functional.normalize(torch.randn(5, 8, generator=g), dim=-1)
+    txt = torch.nn.functional.normalize(torch.randn(5, 8, generator=g), dim=-1)
+    scale = torch.tensor(10.0)
+    logits = scale * img @ txt.t()
+    clip = (torch.nn.functional.cross_entropy(logits, torch.arange(5))
+            + torch.nn.functional.cross_entropy(logits.t(), torch.arange(5))) / 2
+    got = multi_positive_clip_loss(img, txt, scale, torch.arange(5))
+    torch.testing.assert_close(got, clip)
+    ids = torch.tensor([0, 1, 0, 2, 1])
+    terms = []
+    for lg in (logits, logits.t()):
+        for i in range(5):
+            pos = [j for j in range(5) if ids[j] == ids[i]]
+            logp = lg[i] - torch.logsumexp(lg[i], 0)
+            terms.append(-sum(logp[j] for j in pos) / len(pos))
+    expected = (sum(terms[:5]) / 5 + sum(terms[5:]) / 5) / 2
+    torch.testing.assert_close(multi_positive_clip_loss(img, txt, scale, ids), expected)
+
+
+# --------------------------------------------------------------------------- data + evaluation helpers
+def test_intent_examples_match_brute_force_scene_checks(train):
+    from cir_demo.world.loader import intent_constraints
+    from cir_demo.world.scene import satisfies, violations
+
+    examples = intent_examples(train, max_near_misses=10_000)
+    by_id = {it["intent_id"]: it for it in train.intents}
+    for ex in examples[:4]:
+        cons = intent_constraints(by_id[ex.intent_id])
+        scenes = [train.scene(i) for i in train.image_ids]
+        assert ex.positive_rows.tolist() == [r for r, s in enumerate(scenes) if satisfies(s, cons) and r not in ex.ref_rows]
+        near = [r for r, s in enumerate(scenes) if len(violations(s, cons)) == 1 and r not in ex.ref_rows]
+        assert ex.near_miss_rows.tolist() == near
+
+
+def test_top_k_matches_brute_force_with_ties():
+    q = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
+    corpus = np.array([[0.5, 0.5], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.2, 0.9]], np.float32)
+    idx, scores = ev.top_k(q, corpus, 3)
+    assert idx.tolist() == [[1, 2, 0], [3, 4, 0]]  # tie 1/2 broken by lower index
+    np.testing.assert_allclose(scores, [[1.0, 1.0, 0.5], [1.0, 0.9, 0.5]])
+
+
+def test_caption_recall_and_rerank_block_hand_built():
+    corpus = np.eye(4, dtype=np.float32)
+    caps = np.array([[1, 0, 0, 0], [0, 0.1, 0.9, 0]], np.float32)
+    assert ev.caption_recall(caps, corpus, [{0}, {1}], k=1) == 0.5  # caption 2's top-1 is image 2
+    assert ev.caption_recall(caps, corpus, [{0}, {1}], k=2) == 1.0
+    idx = np.array([[7, 8, 9, 10]])
+    assert ev.rerank_top_block(idx, np.array([[0.1, 0.5, 0.5, -1.0]])).tolist() == [[8, 9, 7, 10]]
+
+
+def test_merged_references_is_normalised_mean():
+    from types import SimpleNamespace
+
+    ref = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
+    qs = [SimpleNamespace(reference_ids=("a",)), SimpleNamespace(reference_ids=("a", "b"))]
+    out = ev.merged_references(ref, {"a": 0, "b": 1}, qs)
+    np.testing.assert_allclose(out, [[1, 0], [math.sqrt(0.5), math.sqrt(0.5)]], atol=1e-6)
+
+
+# --------------------------------------------------------------------------- world-CIR
+@pytest.fixture(scope="module")
+def cir_dir(tmp_path_factory, clip_dir):
+    from cir_demo.training.cli import train_cir_command
+
+    out = tmp_path_factory.mktemp("world_cir")
+    train_cir_command("tiny", 0, 0, 1, 2, out, clip_dir=clip_dir, clip_ref=str(clip_dir), evaluate=False, progress=False)
+    return out
+
+
+def test_world_cir_retriever_unit_deterministic_and_equal_to_combiner(cir_dir, clip_dir, clip_model, train):
+    from safetensors.torch import load_file
+
+    from cir_demo.retrievers import registry, world_cir
+    from cir_demo.retrievers.base import ComposedQuery
+    from cir_demo.training.world_cir import combine_numpy, combiner_from_state
+    from cir_demo.world.loader import render_image
+
+    manifest = json.loads((cir_dir / "manifest.json").read_text())
+    assert sha256_file(cir_dir / "world_cir.safetensors") == manifest["files"]["world_cir.safetensors"]
+    cfg = registry.validate_config({
+        "name": "tmp-world-cir", "family": "world_cir", "pretrained": str(cir_dir / "world_cir.safetensors"),
+        "params": {"clip_model": CLIP_NAME, "clip_weights": str(clip_dir / "world_clip.safetensors"),
+                   "clip_model_config": str(clip_dir / "model_config.json")}}, "test")
+    retriever = world_cir.load(cfg, device="cpu")
+    ims = [render_image(i, world=train.world) for i in train.image_ids[:3]]
+    queries = [ComposedQuery((ims[0],), "Same dress but blue"),
+               ComposedQuery((ims[1], ims[2]), "The dress of <img1> in the colour of <img2>")]
+    a, b = retriever.encode_queries(queries), retriever.encode_queries(queries)
+    assert a.shape == (2, retriever.dim) and np.array_equal(a, b)
+    np.testing.assert_allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
+    model, tokenizer = clip_model  # oracle: in-memory world-CLIP + combiner
+    pix = encode_pixels(model, to_model_pixels(ims))
+    txt = encode_texts(model, tokenizer, ["Same dress but blue", "The dress of the first image in the colour of the second image"])
+    comb = combiner_from_state(load_file(str(cir_dir / "world_cir.safetensors")))
+    expected = combine_numpy(comb, pix[[0, 1]], pix[[0, 2]], txt)
+    np.testing.assert_allclose(a, expected, atol=1e-5)
+    np.testing.assert_allclose(retriever.encode_images(ims), pix, atol=1e-5)  # shares world-CLIP's image space
+
+
+# --------------------------------------------------------------------------- world verifier
+def test_verifier_backend_p_yes_is_sigmoid_margin_and_matches_direct_forward(tmp_path_factory, clip_dir, clip_model, train):
+    from cir_demo.rerank import RerankRequest, load_reranker
+    from cir_demo.training.cli import train_verifier_command
+    from cir_demo.world.loader import render_image
+
+    out = tmp_path_factory.mktemp("world_verifier")
+    train_verifier_command("tiny", 0, 0, 1, 2, out, clip_dir=clip_dir, clip_ref=str(clip_dir), evaluate=False,
+                           progress=False)
+    reranker = load_reranker("world-verifier", weights=str(out / "world_verifier.safetensors"))
+    assert "no text prompt" in reranker.spec["description"] and "prompt" not in reranker.spec
+    assert len(reranker.spec["weights"]["sha256"]) == 64
+    ims = [render_image(i, world=train.world) for i in train.image_ids[:5]]
+    req = RerankRequest((ims[0],), ("w-tr-000000",), "Same item but <img1> in red")
+    scores = reranker.score(req, ["c1", "c2", "c3", "c4"], ims[1:])
+    for s in scores:
+        assert s.p_yes == pytest.approx(1 / (1 + math.exp(-(s.logit_yes - s.logit_no))), abs=1e-12)
+    model, tokenizer = clip_model
+    emb = encode_pixels(model, to_model_pixels(ims))
+    txt = encode_texts(model, tokenizer, ["Same item but the first image in red"])
+    with torch.inference_mode():
+        rep = lambda a: torch.from_numpy(np.repeat(a, 4, axis=0))  # noqa: E731
+        direct = reranker.model(rep(emb[:1]), rep(emb[:1]), rep(txt), torch.from_numpy(emb[1:])).numpy()
+    np.testing.assert_allclose([[s.logit_yes, s.logit_no] for s in scores], direct, atol=1e-4)
+    assert reranker.score(req, [], []) == []

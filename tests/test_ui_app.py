@@ -1,0 +1,323 @@
+"""The Gradio app in-process: the factory, every wired callback (called through the Blocks'
+own function table), URL state, the HTML tiles, and error handling. No server, no browser
+(tests/test_ui_browser.py drives a real one)."""
+from __future__ import annotations
+
+import html as html_lib
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("open_clip")
+gr = pytest.importorskip("gradio")
+
+from PIL import Image  # noqa: E402
+
+from cir_demo.services import Column, Comparison, ServiceError, Tile  # noqa: E402
+from cir_demo.ui import app as ui_app  # noqa: E402
+from cir_demo.ui import components, explore, report, upload  # noqa: E402
+from cir_demo.ui.guard import guarded  # noqa: E402
+from cir_demo.ui.state import ViewState, decode_state, encode_state, resolve_state  # noqa: E402
+
+from test_services import VERIFIER, build_tiny_service, tiny_setup  # noqa: E402,F401  (shared fixture)
+
+
+@pytest.fixture(scope="module")
+def service(tiny_setup):  # noqa: F811
+    _, names = tiny_setup
+    svc = build_tiny_service(names)
+    yield svc
+    svc.engine.close()
+
+
+@pytest.fixture(scope="module")
+def demo(service):
+    return ui_app.create_app(service)
+
+
+def wired(demo, name):
+    """The function gradio calls for an event handler named `name` (the guarded wrapper)."""
+    for block_fn in demo.fns.values():
+        if getattr(block_fn.fn, "__name__", None) == name:
+            return block_fn
+    raise AssertionError(f"no event handler {name!r}; have {sorted({getattr(f.fn, '__name__', '?') for f in demo.fns.values()})}")
+
+
+def count(html: str, cls: str) -> int:
+    return len(re.findall(rf'class="cir-tile {cls}"', html))
+
+
+# =========================================================================== factory
+def test_factory_builds_blocks_without_launching(demo):
+    assert isinstance(demo, gr.Blocks) and not demo.is_running
+    ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
+    for needed in ("cir-search", "cir-sort", "cir-query-list", "cir-paraphrases", "cir-retrievers", "cir-rerank",
+                   "cir-top-n", "cir-results", "cir-paraphrase-table", "cir-prompt", "cir-upload-1", "cir-upload-2",
+                   "cir-upload-submit", "cir-report-metrics", "cir-report-plots", "cir-share-query", "cir-status"):
+        assert needed in ids, needed
+    names = {getattr(f.fn, "__name__", None) for f in demo.fns.values()}
+    assert {"on_load", "on_list", "on_select", "on_view", "on_files", "on_submit", "on_example", "on_show"} <= names
+    for f in demo.fns.values():  # every python callback is guarded (exceptions become messages)
+        if f.fn is not None:
+            assert hasattr(f.fn, "__wrapped__"), f.fn
+
+
+def test_help_lists_launch_options(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        ui_app.main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for opt in ("--benchmark", "--retrievers", "--reranker", "--server-name", "--port", "--share", "--queue-size",
+                "--concurrency"):
+        assert opt in out
+
+
+def test_unknown_benchmark_is_refused_before_launch(capsys):
+    assert ui_app.main(["--benchmark", "wrold"]) == 2
+    assert "did you mean" in capsys.readouterr().err.lower()
+
+
+# =========================================================================== page load and URL state
+def test_page_load_opens_the_linked_view(demo, service):
+    group = service.benchmark.paraphrases(service.benchmark.queries[6].query_id)
+    names = service.retriever_names[1:3]
+    params = {"benchmark": "world", "query": group[0].query_id, "paraphrase": "3", "retrievers": ",".join(names),
+              "rerank": "1", "top_n": "10", "k": "5"}
+    steps = list(wired(demo, "on_load").fn(gr.Request(query_params=params)))
+    final = steps[-1]
+    by_id = {getattr(c, "elem_id", None): v for c, v in final.items()}
+    assert by_id["cir-paraphrases"]["value"] == group[2].query_id
+    assert by_id["cir-retrievers"]["value"] == names
+    assert by_id["cir-rerank"]["value"] is True and by_id["cir-rerank"]["interactive"] is True
+    share = by_id["cir-share-query"]
+    assert decode_state(dict(pair.split("=") for pair in share.split("&"))).state == ViewState(
+        "world", group[2].query_id, 2, tuple(names), True, 10, 5)
+    results = by_id["cir-results"]
+    assert all(f">{n}<" in results for n in names) and service.retriever_names[0] + "<" not in results
+    assert results.count('<li class="cir-tile') == 5 * len(names)
+    assert "P(yes)" in results
+    assert "world (tiny)" in by_id["cir-status"]
+    assert isinstance(by_id["cir-query-list"], pd.DataFrame) and len(by_id["cir-query-list"]) == len(service.table)
+
+
+def test_page_load_with_a_bad_link_explains_and_falls_back(demo, service):
+    params = {"query": "nope", "retrievers": "ghost," + service.retriever_names[0], "k": "999", "colour": "red"}
+    final = list(wired(demo, "on_load").fn(gr.Request(query_params=params)))[-1]
+    by_id = {getattr(c, "elem_id", None): v for c, v in final.items()}
+    message = by_id["cir-message"]
+    assert "nope" in message and "ghost" in message and "k=999" in message and "colour" in message
+    assert by_id["cir-paraphrases"]["value"] == service.benchmark.queries[0].query_id
+    assert by_id["cir-retrievers"]["value"] == [service.retriever_names[0]]
+
+
+def test_page_load_while_loading_shows_progress_then_the_view(service):
+    class SlowLoader:
+        def __init__(self):
+            self.polls = 0
+
+        @property
+        def ready(self):
+            self.polls += 1
+            return self.polls > 2
+
+        def status(self):
+            from cir_demo.services import LoadStatus
+
+            return LoadStatus("building index for tiny-ui-fusion", False, None, 3.0, "encode 10/396")
+
+        def wait(self, timeout=None):
+            return service
+
+    ui_app.LOAD_POLL_S, saved = 0.0, ui_app.LOAD_POLL_S
+    try:
+        d = ui_app.create_app(SlowLoader())
+        steps = list(wired(d, "on_load").fn(gr.Request(query_params={})))
+    finally:
+        ui_app.LOAD_POLL_S = saved
+    first = {getattr(c, "elem_id", None): v for c, v in steps[0].items()}
+    assert "building index for tiny-ui-fusion" in first["cir-status"] and "encode 10/396" in first["cir-status"]
+    assert len(steps) >= 2 and any(getattr(c, "elem_id", None) == "cir-results" for c in steps[-1])
+
+
+def test_state_round_trip_and_resolution():
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        s = ViewState("world", f"w{rng.integers(1, 999):05d}", int(rng.integers(0, 6)),
+                      tuple(rng.choice(["a", "b", "c-d"], size=int(rng.integers(1, 4)), replace=False)),
+                      bool(rng.integers(0, 2)), int(rng.integers(1, 51)), int(rng.choice([5, 10, 20])))
+        query = encode_state(s)
+        params = dict(p.split("=", 1) for p in query.split("&"))
+        parsed = decode_state(params)
+        assert parsed.notes == []
+        expected = s if s.rerank else ViewState(s.benchmark, s.query_id, s.paraphrase, s.retrievers, False, 20, s.k)
+        assert parsed.state == expected
+    parsed = decode_state({"query": "q1", "paraphrase": "9", "retrievers": "a,zz", "rerank": "1", "benchmark": "world"})
+    out = resolve_state(parsed, "world", {"q1"}, {"q1": 6}, ["a", "b"], can_rerank=False, default_query="q0")
+    assert out.state == ViewState("world", "q1", None, ("a",), False, 20, 10)
+    text = " ".join(out.notes)
+    assert "paraphrase 9" in text and "zz" in text and "reranker" in text
+    other = resolve_state(decode_state({"benchmark": "pinpoint", "query": "q1"}), "world", {"q1"}, {"q1": 6}, ["a"],
+                          True, "q0")
+    assert other.state.query_id == "q0" and "pinpoint" in other.notes[0]
+
+
+# =========================================================================== explore callbacks
+def test_list_callback_filters_sorts_and_reports_counts(demo, service):
+    fn = wired(demo, "on_list").fn
+    filters = {k: explore.ANY for k in explore.FILTER_FIELDS}
+    filters["is_single"] = "two images"
+    table, ids, info = fn("", "two_image", *filters.values())
+    expected = service.find_queries("", {"is_single": "two images"}, "two_image")
+    assert ids == list(expected.rows["query"]) and len(ids) > 0
+    assert f"**{expected.total:,}** matching" in info
+    assert list(table.columns) == explore.LIST_COLUMNS
+    table, ids, info = fn("no such words anywhere", "order", *[explore.ANY] * len(filters))
+    assert ids == [] and "**0** matching" in info
+
+
+def test_select_and_view_callbacks(demo, service):
+    names = service.retriever_names
+    qid = service.benchmark.queries[3].query_id
+    evt = gr.SelectData(None, {"index": [3, 1], "value": "whatever", "row_value": [qid, "text", "Swap", 1, ""]})
+    out = wired(demo, "on_select").fn([], names, 10, False, 20, evt)
+    header, paraphrase, results, table, prompt, share, message = out
+    cmp = service.compare(qid, names, k=10)
+    for col in cmp.columns:  # badges and counts on the page equal the judgments
+        pos = sum(t.judgment == "positive" for t in col.tiles)
+        neg = sum(t.judgment == "negative" for t in col.tiles)
+        section = results.split(f">{col.retriever}<")[1].split("</section>")[0]
+        assert count(section, "cir-pos") == pos and count(section, "cir-neg") == neg
+        assert f'data-positives="{pos}" data-negatives="{neg}"' in section
+        assert section.count("✓ positive") == pos + 1 and section.count("✗ explicit negative") == neg + 1
+        assert f"AP@10 <b>{col.metrics['AP@10']:.3f}</b>" in section
+    assert paraphrase["value"] == qid and len(paraphrase["choices"]) == 6
+    assert "query=" + qid in share and list(table.columns)[1:5] == names
+    other = service.benchmark.paraphrases(qid)[0].query_id
+    out2 = wired(demo, "on_view").fn(other, names[:2], 5, True, 10)
+    assert out2[1]["value"] == other and "rerank=1" in out2[5] and "P(yes)" in out2[2]
+    assert out2[2].count('<li class="cir-tile') == 10
+    with pytest.raises(gr.Error, match="at most 4"):
+        wired(demo, "on_view").fn(qid, names + names[:1], 10, False, 20)
+    with pytest.raises(gr.Error, match="pick a query"):
+        wired(demo, "on_view").fn(None, names, 10, False, 20)
+
+
+def test_view_without_retrievers_says_so(service):
+    out = explore.show_view(service, service.benchmark.queries[0].query_id, [], 10, False, 20)
+    assert "Select at least one retriever" in out["message"] and "cir-tile" not in out["results"]
+
+
+# =========================================================================== upload callbacks
+def test_upload_callbacks(demo, service, tmp_path):
+    q = next(x for x in service.benchmark.queries if len(x.reference_ids) == 2)
+    p1, p2 = tmp_path / "one.png", tmp_path / "two.png"
+    service.engine.open_image(q.reference_ids[0]).save(p1)
+    service.engine.open_image(q.reference_ids[1]).convert("RGBA").save(p2)
+    preview_html, message = wired(demo, "on_files").fn(str(p1), str(p2))
+    assert preview_html.count("<img") == 2 and message == ""
+    results, message = wired(demo, "on_submit").fn(str(p1), str(p2), q.instruction, service.retriever_names, 10, True, 10)
+    assert results.count('<li class="cir-tile') == 10 * len(service.retriever_names)
+    assert "cir-pos" not in results and "offline world" in message and "no badges" in message
+    # the same pixels as the benchmark query: the reranked top 10 is a reordering of its first-stage top 10
+    expected = service.compare(q.query_id, service.retriever_names[:1], k=10).columns[0]
+    first_col = results.split("</section>")[0]
+    assert set(re.findall(r'data-image-id="([^"]+)"', first_col)) == {t.image_id for t in expected.tiles}
+
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    preview_html, message = wired(demo, "on_files").fn(str(bad), None)
+    assert "⚠" in message and "bad.jpg" in message and preview_html == ""
+    results, message = wired(demo, "on_submit").fn(str(bad), None, "make it red", service.retriever_names, 10, False, 20)
+    assert "⚠" in message and "cir-tile" not in results
+    with pytest.raises(gr.Error, match="upload at least one"):
+        wired(demo, "on_submit").fn(None, None, "make it red", service.retriever_names, 10, False, 20)
+    with pytest.raises(gr.Error, match="instruction"):
+        wired(demo, "on_submit").fn(str(p1), None, "", service.retriever_names, 10, False, 20)
+
+
+def test_example_callback_writes_world_references(demo, service):
+    f1, f2, text = wired(demo, "on_example").fn()
+    q = next(x for x in service.benchmark.queries if len(x.reference_ids) == 2)
+    assert text == q.instruction
+    assert np.array_equal(np.asarray(Image.open(f1)), np.asarray(service.engine.open_image(q.reference_ids[0])))
+    assert Path(f2).is_file()
+
+
+# =========================================================================== report callback
+def test_report_callback(demo, service, tiny_setup):  # noqa: F811
+    root, _ = tiny_setup
+    out = wired(demo, "on_show").fn(None)
+    assert "No evaluation run" in out[1] and out[3] == []
+    run = root / "runs" / "20990101-000000-world"
+    (run / "plots").mkdir(parents=True)
+    pd.DataFrame({"model": ["tiny-ui-fusion"], "mAP@10": [0.5], "mAP@10_ci_lo": [0.4], "mAP@10_ci_hi": [0.6]}).to_csv(
+        run / "metrics.csv", index=False)
+    Image.new("RGB", (8, 8)).save(run / "plots" / "precision_vs_safety.png")
+    (run / "run_info.json").write_text('{"benchmark_fingerprint": "%s"}' % service.fingerprint)
+    try:
+        run_update, info, metrics, plots = wired(demo, "on_show").fn(None)
+        assert run_update["value"] == run.name and run.name in info
+        assert metrics.loc[0, "mAP@10"] == "0.5000 [0.4000, 0.6000]"
+        assert plots[0][0].endswith("precision_vs_safety.png") and "safety" in plots[0][1]
+    finally:
+        for f in [run / "plots" / "precision_vs_safety.png", run / "metrics.csv", run / "run_info.json"]:
+            f.unlink()
+        (run / "plots").rmdir()
+        run.rmdir()
+
+
+# =========================================================================== html and guards
+def test_tiles_mark_judgments_with_text_and_escape_content():
+    tiles = [Tile("img<1>", 1, 0.9, "positive", "data:x", first_stage_rank=4, p_yes=0.91, reranked=True),
+             Tile("i2", 2, 0.8, "negative", None, first_stage_rank=2, p_yes=0.4, reranked=True),
+             Tile("i3", 3, 0.7, None, "data:y", first_stage_rank=1, p_yes=0.2, reranked=True),
+             Tile("i4", 4, 0.6, None, "data:z", first_stage_rank=17, p_yes=0.3, reranked=True)]
+    col = Column("ret<x>", "image", tiles, {"AP@10": 0.5, "precision@10": 0.2, "NegRecall@10": 0.1},
+                 {"AP@10": 0.25, "precision@10": 0.1, "NegRecall@10": 0.2})
+    page = components.results_html(Comparison("<img1> red", [None], ["ref"], [col], 10, True, "q", "v", 20))
+    assert "ret&lt;x&gt;" in page and "img&lt;1&gt;" in page and "<x>" not in page
+    assert count(page, "cir-pos") == 1 and count(page, "cir-neg") == 1
+    assert "✓ positive" in page and "✗ explicit negative" in page  # text, not colour alone
+    assert "▲3" in page and "▼1" not in page and "▼2" in page and "new in top 10" in page and "= same place" in page
+    assert 'alt="Rank 1: img&lt;1&gt;, positive, score 0.900, moved up 3 (was rank 4), P(yes) 0.91"' in page
+    assert 'aria-label="Rank 2: i2, explicit negative' in page  # a missing image still has a text label
+    assert "before reranking" in page and "AP@10 <b>0.250</b>" in page
+    failed = components.results_html(Comparison("t", [], [], [Column("r", "composed", error="boom <b>")], 10, True))
+    assert 'role="alert"' in failed and "boom &lt;b&gt;" in failed
+
+
+def test_guard_turns_exceptions_into_messages():
+    @guarded("Doing it")
+    def service_error():
+        raise ServiceError("the query <x> does not exist")
+
+    @guarded("Doing it")
+    def crash(a):
+        return 1 / a
+
+    @guarded("Streaming")
+    def stream():
+        yield 1
+        raise RuntimeError("broken")
+
+    with pytest.raises(gr.Error) as e:
+        service_error()
+    assert "Doing it: the query &lt;x&gt; does not exist" in str(e.value)
+    with pytest.raises(gr.Error, match="ZeroDivisionError"):
+        crash(0)
+    assert crash(2) == 0.5
+    gen = stream()
+    assert next(gen) == 1
+    with pytest.raises(gr.Error, match="RuntimeError: broken"):
+        next(gen)
+
+
+def test_query_header_escapes_instruction(service):
+    q = next(x for x in service.benchmark.queries if "<img1>" in x.instruction)
+    header = components.query_header_html(service.query_view(q.query_id))
+    assert html_lib.escape(q.instruction) in header and "<img1>" not in header
+    assert "Reference image 1 (" in header and "Reference image 2 (" in header

@@ -1,0 +1,194 @@
+"""A real browser (Playwright driving Debian's Chromium) against the app launched in-process
+on 127.0.0.1: the tiny world, tiny real retrievers and a tiny real verifier, plus a real
+`--eval` run for the Report tab. Screenshots go to test-artifacts/.
+
+Skips when /usr/bin/chromium is missing (`apt-get install -y chromium`; never `playwright install`).
+"""
+from __future__ import annotations
+
+import re
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+if not CHROMIUM.exists():
+    pytest.skip("browser test needs Debian's Chromium at /usr/bin/chromium (apt-get install -y chromium)",
+                allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="browser test needs the playwright package")
+pytest.importorskip("torch")
+pytest.importorskip("open_clip")
+
+from test_services import VERIFIER, build_tiny_service, tiny_setup  # noqa: E402,F401  (shared fixture)
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+GROUPS = 6  # paraphrase groups served (and evaluated): small, so the eval run takes seconds
+TIMEOUT_MS = 30_000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url(tiny_setup):  # noqa: F811
+    import argparse
+
+    from cir_demo.harness import cli as eval_cli
+    from cir_demo.ui import app as ui_app
+
+    root, names = tiny_setup
+    parser = argparse.ArgumentParser()
+    eval_cli.add_arguments(parser)
+    args = parser.parse_args(["--world-size", "tiny", "--limit", str(GROUPS), "--retrievers", ",".join(names),
+                              "--rerank", VERIFIER, "--rerank-top-n", "10", "--n-boot", "50"])
+    assert eval_cli.run(args) == 0  # a real eval run: the Report tab and the failure sorts read it
+    service = build_tiny_service(names, limit_groups=GROUPS)
+    demo = ui_app.create_app(service)
+    port = free_port()
+    ui_app.launch_app(demo, "127.0.0.1", port, prevent_thread_lock=True, quiet=True)
+    yield f"http://127.0.0.1:{port}/", service
+    demo.close()
+    service.engine.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"browser-{name}.png"), full_page=True)
+
+
+def column_counts(page, root: str) -> list[tuple[str, int, int, int, int]]:
+    """Per column: (retriever, badges ✓ shown, badges ✗ shown, count line ✓, count line ✗)."""
+    out = []
+    for col in page.locator(f"{root} section.cir-col").all():
+        name = col.get_attribute("aria-label")
+        counts = col.locator(".cir-counts")
+        pos_line = int(counts.get_attribute("data-positives")) if counts.count() else -1
+        neg_line = int(counts.get_attribute("data-negatives")) if counts.count() else -1
+        out.append((name, col.locator("li.cir-pos .cir-badge").count(), col.locator("li.cir-neg .cir-badge").count(),
+                    pos_line, neg_line))
+    return out
+
+
+def test_explore_paraphrase_rerank_share_upload_report(app_url, browser, tmp_path):
+    url, service = app_url
+    names = service.retriever_names
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.set_default_timeout(TIMEOUT_MS)
+    t0 = time.perf_counter()
+    page.goto(url)
+    page.wait_for_selector("#cir-results li.cir-tile")
+    first_view_s = time.perf_counter() - t0
+    assert "world (tiny)" in page.locator("#cir-status").inner_text()
+    columns = [c.get_attribute("aria-label") for c in page.locator("#cir-results section.cir-col").all()]
+    assert columns == [f"Results of {n}" for n in names]
+    assert page.locator("#cir-results .cir-tag").all_inner_texts() == ["composed", "image only", "text only", "composed"]
+
+    # ---- pick a query through the failure sort (explicit negatives in the top 10, from the eval run)
+    page.locator("#cir-sort input").click()
+    page.get_by_role("option", name="Explicit negatives in the top 10 (most first)").click()
+    page.wait_for_function("document.querySelector('#cir-list-info').innerText.includes('explicit negative')")
+    query_id = page.locator("#cir-query-list [data-testid='cell-0-0']").inner_text().strip()
+    assert re.fullmatch(r"w\d{5}", query_id), query_id
+    page.locator("#cir-query-list [data-testid='cell-0-1']").click()  # the first row's instruction cell
+    page.wait_for_function(f"location.search.includes('query={query_id}')")
+    query = service.benchmark.query(query_id)
+    page.wait_for_function("(t) => document.querySelector('#cir-query-header').innerText.includes(t)",
+                           arg=query.instruction)
+    expected = service.compare(query_id, names, k=10)
+    shown = column_counts(page, "#cir-results")
+    for (name, pos_badges, neg_badges, pos_line, neg_line), col in zip(shown, expected.columns):
+        pos = sum(t.judgment == "positive" for t in col.tiles)
+        neg = sum(t.judgment == "negative" for t in col.tiles)
+        assert (pos_badges, neg_badges, pos_line, neg_line) == (pos, neg, pos, neg), name
+    assert sum(s[2] for s in shown) >= 1  # the sort put a query with an explicit negative on top
+    assert page.locator("#cir-results li.cir-neg .cir-badge").first.inner_text() == "✗ explicit negative"
+    assert "AP@10" in page.locator("#cir-results .cir-metrics").first.inner_text()
+    shot(page, "01-explore-query")
+
+    # ---- swap the paraphrase: one click, columns and URL follow
+    group = service.benchmark.paraphrases(query_id)
+    target = group[2]
+    page.locator("#cir-paraphrases label").nth(2).click()
+    page.wait_for_function("(t) => document.querySelector('#cir-query-header').innerText.includes(t)",
+                           arg=target.instruction)
+    page.wait_for_function("location.search.includes('paraphrase=3')")
+    table_text = page.locator("#cir-paraphrase-table").inner_text()
+    assert "range (max − min)" in table_text and all(n in table_text for n in names)
+    shot(page, "02-paraphrase")
+
+    # ---- toggle the reranker: P(yes) and movement appear
+    page.locator("#cir-rerank input[type=checkbox]").check()
+    page.wait_for_selector("#cir-results .cir-before")
+    assert "rerank=1" in page.url
+    tiles_text = page.locator("#cir-results li.cir-tile").all_inner_texts()
+    assert len(tiles_text) == 10 * len(names)
+    assert all("P(yes)" in t for t in tiles_text)
+    assert any(re.search(r"▲\d|▼\d|new in top 10|= same place", t) for t in tiles_text)
+    assert "Reranked with tiny-test-verifier" in page.locator("#cir-results").inner_text()
+    shot(page, "03-reranked")
+
+    # ---- the link reopens the same view
+    shared = page.url
+    other = browser.new_page(viewport={"width": 1500, "height": 1100})
+    other.set_default_timeout(TIMEOUT_MS)
+    other.goto(shared)
+    other.wait_for_selector("#cir-results .cir-before")
+    assert other.locator("#cir-paraphrases input[type=radio]:checked").get_attribute("value") == target.query_id
+    assert other.locator("#cir-rerank input[type=checkbox]").is_checked()
+    assert [t.split("\n")[0] for t in other.locator("#cir-results li.cir-tile .cir-id").all_inner_texts()] == \
+        [t.split("\n")[0] for t in page.locator("#cir-results li.cir-tile .cir-id").all_inner_texts()]
+    other.close()
+
+    # ---- try your own: two uploads + instruction
+    refs = list(dict.fromkeys(r for q in service.benchmark.queries for r in q.reference_ids))[:2]
+    instruction = "the item of <img1> in the colour of <img2>"
+    p1, p2 = tmp_path / "first.png", tmp_path / "second.png"
+    service.engine.open_image(refs[0]).save(p1)
+    service.engine.open_image(refs[1]).convert("RGBA").save(p2)
+    page.get_by_role("tab", name="Try your own").click()
+    page.locator("#cir-upload-1 input[type=file]").set_input_files(str(p1))
+    page.wait_for_selector("#cir-upload-preview img")
+    page.locator("#cir-upload-2 input[type=file]").set_input_files(str(p2))
+    page.wait_for_function("document.querySelectorAll('#cir-upload-preview img').length === 2")
+    assert "offline world" in page.locator("#cir-upload-note").inner_text()
+    page.locator("#cir-upload-instruction textarea").fill(instruction)
+    page.locator("#cir-upload-submit").click()
+    page.wait_for_selector("#cir-upload-results li.cir-tile")
+    assert page.locator("#cir-upload-results li.cir-tile").count() == 10 * len(names)
+    assert page.locator("#cir-upload-results .cir-badge").count() == 0  # no judgments for uploads
+    assert "no badges" in page.locator("#cir-upload-message").inner_text()
+    shot(page, "04-upload")
+
+    bad = tmp_path / "broken.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 this is not a jpeg")
+    page.locator("#cir-upload-2 button[aria-label='Clear']").click()
+    page.locator("#cir-upload-2 input[type=file]").set_input_files(str(bad))
+    page.wait_for_function("document.querySelector('#cir-upload-message').innerText.includes('broken.jpg')")
+    assert "⚠" in page.locator("#cir-upload-message").inner_text()
+    shot(page, "05-upload-refused")
+
+    # ---- report: the eval run's table with intervals and its plots
+    page.get_by_role("tab", name="Report").click()
+    page.wait_for_selector("#cir-report-metrics table")
+    metrics_text = page.locator("#cir-report-metrics").inner_text()
+    assert re.search(r"\d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\]", metrics_text) and f"{names[0]}+rerank" in metrics_text
+    page.wait_for_selector("#cir-report-plots img")
+    assert page.locator("#cir-report-plots img").count() >= 3
+    shot(page, "06-report")
+    page.close()
+    assert first_view_s < 30, f"first results took {first_view_s:.1f} s"

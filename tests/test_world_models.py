@@ -1,0 +1,91 @@
+"""The committed world models (assets/world-*): checksums, registration, loading, consistency."""
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("open_clip")
+
+from cir_demo.paths import assets_dir  # noqa: E402
+from cir_demo.utils.io import sha256_file  # noqa: E402
+
+WORLD_MODELS = ("world-clip", "world-cir", "world-verifier")
+WORLD_RETRIEVERS = ("world-clip-image", "world-clip-text", "world-clip-fusion", "world-clip-slerp", "world-cir")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _threads():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="module")
+def images():
+    from cir_demo.world import load_world, render_image
+
+    bench = load_world(size="tiny", seed=0, progress=False)
+    return [render_image(i) for i in bench.corpus_ids[:4]]
+
+
+def _manifest(model):
+    return json.loads((assets_dir() / model / "manifest.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("model", WORLD_MODELS)
+def test_committed_manifest_checksums_match_files(model):
+    manifest = _manifest(model)
+    assert manifest["model"] == model and manifest["world"]["size"] == "default"
+    assert manifest["files"], "manifest lists no files"
+    for name, digest in manifest["files"].items():
+        assert sha256_file(assets_dir() / model / name) == digest, f"{model}/{name}"
+    assert manifest["held_out"], "held-out metrics missing"
+    assert manifest["training"]["wall_seconds"] < 45 * 60
+
+
+def test_assets_stay_small():
+    total = sum(p.stat().st_size for p in assets_dir().rglob("*") if p.is_file())
+    assert total < 40 * 1024 * 1024
+
+
+def test_downstream_models_name_the_committed_clip():
+    clip_sha = _manifest("world-clip")["files"]["world_clip.safetensors"]
+    for model in ("world-cir", "world-verifier"):
+        assert _manifest(model)["clip"]["weights_sha256"] == clip_sha
+
+
+def test_world_retrievers_are_registered():
+    from cir_demo.retrievers import registry
+
+    names = {row["name"] for row in registry.list_retrievers()}
+    assert set(WORLD_RETRIEVERS) <= names
+
+
+def test_committed_world_cir_shares_the_world_clip_image_space(images):
+    from cir_demo.retrievers.base import ComposedQuery
+    from cir_demo.retrievers.registry import load_retriever
+
+    clip = load_retriever("world-clip-fusion", device="cpu")
+    cir = load_retriever("world-cir", device="cpu")
+    np.testing.assert_allclose(cir.encode_images(images), clip.encode_images(images), atol=1e-6)
+    q = [ComposedQuery((images[0],), "Same item but blue"), ComposedQuery((images[1], images[2]), "<img1> in the style of <img2>")]
+    for r in (clip, cir):
+        out = r.encode_queries(q)
+        np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
+    assert cir.spec["clip"]["weights"]["sha256"] == clip.spec["weights"]["sha256"]
+
+
+def test_committed_verifier_scores(images):
+    import math
+
+    from cir_demo.rerank import RerankRequest, load_reranker
+
+    rr = load_reranker("world-verifier")
+    scores = rr.score(RerankRequest((images[0],), ("x",), "Same item but red"), ["a", "b", "c"], images[1:])
+    assert [s.candidate_id for s in scores] == ["a", "b", "c"]
+    for s in scores:
+        assert s.p_yes == pytest.approx(1 / (1 + math.exp(-(s.logit_yes - s.logit_no))), abs=1e-12)
+    assert rr.spec["weights"]["sha256"] == _manifest("world-verifier")["files"]["world_verifier.safetensors"]
+    assert "no text prompt" in rr.prompt_text(RerankRequest((images[0],), ("x",), "red"))

@@ -103,8 +103,10 @@ class RetrievalEngine:
             if name not in self._retrievers:
                 from cir_demo.retrievers.registry import load_retriever
 
+                # progress=False: the engine encodes queries in small chunks, where per-chunk
+                # bars would only be noise (index builds show their own bar)
                 self._retrievers[name] = load_retriever(
-                    name, device=self.device, trust_remote_code=self.trust_remote_code, progress=self.progress)
+                    name, device=self.device, trust_remote_code=self.trust_remote_code, progress=False)
             return self._retrievers[name]
 
     def index(self, name: str):
@@ -214,8 +216,24 @@ class RetrievalEngine:
             if key not in self._rerankers:
                 from cir_demo.rerank import load_reranker
 
-                self._rerankers[key] = load_reranker(backend, **kw)
+                reranker = load_reranker(backend, **kw)
+                self._share_corpus_embeddings(reranker)
+                self._rerankers[key] = reranker
             return self._rerankers[key]
+
+    def _share_corpus_embeddings(self, reranker) -> None:
+        """A reranker that reads the same image embeddings as a retriever (the world verifier
+        reads world-CLIP's) gets the corpus's from the shared embedding cache, encoded once."""
+        if not (hasattr(reranker, "use_image_embeddings") and getattr(reranker, "image_spec", None)):
+            return
+        if self.benchmark.images is None:
+            return
+        from cir_demo.index.build import cached_encode_corpus, corpus_ids_of
+
+        ids = corpus_ids_of(self.benchmark)
+        xb = cached_encode_corpus(self.benchmark, ids, reranker, progress=self.progress)
+        refs = {r for q in self.benchmark.queries for r in q.reference_ids}
+        reranker.use_image_embeddings(ids, xb, remember_ids=refs)
 
     @property
     def score_cache(self):

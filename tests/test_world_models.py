@@ -89,3 +89,43 @@ def test_committed_verifier_scores(images):
         assert s.p_yes == pytest.approx(1 / (1 + math.exp(-(s.logit_yes - s.logit_no))), abs=1e-12)
     assert rr.spec["weights"]["sha256"] == _manifest("world-verifier")["files"]["world_verifier.safetensors"]
     assert "no text prompt" in rr.prompt_text(RerankRequest((images[0],), ("x",), "red"))
+
+
+def test_world_cir_and_verifier_share_world_clip_corpus_embeddings():
+    from cir_demo.rerank import load_reranker
+    from cir_demo.retrievers.registry import load_retriever
+
+    clip = load_retriever("world-clip-image", device="cpu")
+    assert load_retriever("world-cir", device="cpu").image_spec == clip.image_spec
+    assert load_reranker("world-verifier").image_spec == clip.image_spec
+    assert load_retriever("world-clip-text", device="cpu").image_spec == clip.image_spec
+
+
+def test_verifier_batched_with_precomputed_embeddings_equals_one_query_at_a_time():
+    """Oracle: each query scored alone from pixels (no precomputed embeddings) against the
+    engine path: corpus embeddings from the shared cache, queries batched across a chunk."""
+    from cir_demo.engine import RetrievalEngine
+    from cir_demo.rerank import RerankRequest, load_reranker, rerank_run
+    from cir_demo.world import load_world
+
+    bench = load_world(size="tiny", seed=0, progress=False)
+    engine = RetrievalEngine(bench, ["world-clip-fusion"], progress=False)
+    queries = bench.queries[:12]
+    run, scores = engine.run_benchmark("world-clip-fusion", queries, k=15)
+    fast = engine.reranker("world-verifier")
+    assert not fast.needs_image(bench.corpus_ids[0])  # served from the shared corpus embeddings
+    batched = rerank_run(queries, run, engine.open_image, fast, top_n=10, run_scores=scores, progress=False,
+                         chunk_size=5)
+
+    plain = load_reranker("world-verifier")
+    assert plain.needs_image(bench.corpus_ids[0])
+    for q in queries:
+        request = RerankRequest([engine.open_image(r) for r in q.reference_ids], q.reference_ids, q.instruction)
+        alone = {s.candidate_id: s.p_yes for s in
+                 plain.score(request, run[q.query_id][:10], [engine.open_image(c) for c in run[q.query_id][:10]])}
+        got = {it.candidate_id: it.p_yes for it in batched.items[q.query_id] if it.reranked}
+        assert got.keys() == alone.keys()
+        np.testing.assert_allclose([got[c] for c in alone], list(alone.values()), atol=1e-5)
+        # the new order is the p_yes order of the top block (ties keep first-stage order)
+        top = [it for it in batched.items[q.query_id][:10]]
+        assert [it.p_yes for it in top] == sorted((it.p_yes for it in top), reverse=True)

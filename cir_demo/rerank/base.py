@@ -127,6 +127,18 @@ class Reranker(abc.ABC):
     ) -> list[CandidateScore]:
         """One CandidateScore per candidate, in the given order."""
 
+    def score_batch(
+        self, items: Sequence[tuple[RerankRequest, Sequence[str], Sequence[Any]]]
+    ) -> list[list[CandidateScore]]:
+        """`score` for several queries at once, as (request, candidate_ids, candidate_images)
+        triples; one list of scores per triple. Backends that batch across queries override it."""
+        return [self.score(request, ids, images) for request, ids, images in items]
+
+    def needs_image(self, image_id: str) -> bool:
+        """False when the backend already holds what it needs of this image (e.g. a precomputed
+        embedding), so callers may pass None instead of decoding it."""
+        return True
+
     def spec_hash(self) -> str:
         return spec_hash_of(self.spec)
 

@@ -68,33 +68,56 @@ def score_candidates(
     Returns ({candidate_id: CandidateScore}, ids served from the cache). An image
     that fails to load gives that candidate an error flag instead of failing the query.
     """
+    return score_candidates_batch([(request, candidate_ids)], load_image, reranker, cache, spec_hash)[0]
+
+
+def score_candidates_batch(
+    items: Sequence[tuple[RerankRequest, Sequence[str]]],
+    load_image: Callable[[str], Any],
+    reranker: Reranker,
+    cache=None,
+    spec_hash: str | None = None,
+) -> list[tuple[dict[str, CandidateScore], set[str]]]:
+    """`score_candidates` for several queries, with the misses of all of them scored in one
+    `reranker.score_batch` call (a backend that batches across queries is then much faster)."""
     spec_hash = spec_hash or reranker.spec_hash()
-    cached: dict[str, CandidateScore] = {}
-    if cache is not None and candidate_ids:
-        cached = cache.get_many(spec_hash, request.instruction, request.reference_ids, candidate_ids)
-    scores = dict(cached)
-    todo_ids, todo_images = [], []
-    for cid in candidate_ids:
-        if cid in scores:
-            continue
-        try:
-            image = load_image(cid)
-        except Exception as exc:  # one unreadable image must not sink the whole query
-            scores[cid] = CandidateScore(cid, None, None, None, f"{FLAG_ERROR_PREFIX}image load failed: {exc}")
-            continue
-        todo_ids.append(cid)
-        todo_images.append(image)
-    if todo_ids:
-        fresh = reranker.score(request, todo_ids, todo_images)
-        if [s.candidate_id for s in fresh] != todo_ids:
-            raise RuntimeError(
-                f"reranker {reranker.spec.get('backend')!r} returned scores for "
-                f"{[s.candidate_id for s in fresh]}, asked for {todo_ids}"
-            )
-        scores.update((s.candidate_id, s) for s in fresh)
-        if cache is not None:
-            cache.put_many(spec_hash, request.instruction, request.reference_ids, fresh)
-    return scores, set(cached)
+    results: list[tuple[dict[str, CandidateScore], set[str]]] = []
+    work: list[tuple[int, list[str], list[Any]]] = []  # (item index, ids to score, their images)
+    for i, (request, candidate_ids) in enumerate(items):
+        cached: dict[str, CandidateScore] = {}
+        if cache is not None and candidate_ids:
+            cached = cache.get_many(spec_hash, request.instruction, request.reference_ids, candidate_ids)
+        scores = dict(cached)
+        todo_ids, todo_images = [], []
+        for cid in candidate_ids:
+            if cid in scores:
+                continue
+            try:
+                image = load_image(cid) if reranker.needs_image(cid) else None
+            except Exception as exc:  # one unreadable image must not sink the whole query
+                scores[cid] = CandidateScore(cid, None, None, None, f"{FLAG_ERROR_PREFIX}image load failed: {exc}")
+                continue
+            todo_ids.append(cid)
+            todo_images.append(image)
+        results.append((scores, set(cached)))
+        if todo_ids:
+            work.append((i, todo_ids, todo_images))
+    if work:
+        fresh_lists = reranker.score_batch([(items[i][0], ids, images) for i, ids, images in work])
+        if len(fresh_lists) != len(work):
+            raise RuntimeError(f"reranker {reranker.spec.get('backend')!r} returned {len(fresh_lists)} score lists "
+                               f"for {len(work)} queries")
+        for (i, todo_ids, _), fresh in zip(work, fresh_lists):
+            if [s.candidate_id for s in fresh] != todo_ids:
+                raise RuntimeError(
+                    f"reranker {reranker.spec.get('backend')!r} returned scores for "
+                    f"{[s.candidate_id for s in fresh]}, asked for {todo_ids}"
+                )
+            results[i][0].update((s.candidate_id, s) for s in fresh)
+            if cache is not None:
+                request = items[i][0]
+                cache.put_many(spec_hash, request.instruction, request.reference_ids, fresh)
+    return results
 
 
 def rerank(
@@ -107,6 +130,17 @@ def rerank(
     cache=None,
 ) -> list[RerankedItem]:
     """Rerank one query's first-stage ranking; returns every candidate in its new order."""
+    ids = _check_ranking(candidate_ids, first_stage_scores, top_n)
+
+    block = ids[:top_n]
+    spec_hash = reranker.spec_hash()
+    if cache is not None and block:
+        cache.register_spec(spec_hash, reranker.spec)
+    scores, from_cache = score_candidates(request, block, load_image, reranker, cache, spec_hash)
+    return assemble(ids, first_stage_scores, block, scores, from_cache)
+
+
+def _check_ranking(candidate_ids: Sequence[str], first_stage_scores: Sequence[float] | None, top_n: int) -> list[str]:
     ids = [str(c) for c in candidate_ids]
     if len(set(ids)) != len(ids):
         dupes = sorted(c for c, n in Counter(ids).items() if n > 1)
@@ -115,14 +149,14 @@ def rerank(
         raise ValueError(f"{len(first_stage_scores)} first-stage scores for {len(ids)} candidates")
     if not isinstance(top_n, int) or top_n < 0:
         raise ValueError(f"top_n must be a non-negative integer, got {top_n!r}")
+    return ids
 
-    block = ids[:top_n]
-    spec_hash = reranker.spec_hash()
-    if cache is not None and block:
-        cache.register_spec(spec_hash, reranker.spec)
-    scores, from_cache = score_candidates(request, block, load_image, reranker, cache, spec_hash)
+
+def assemble(ids: Sequence[str], first_stage_scores: Sequence[float] | None, block: Sequence[str],
+             scores: dict[str, CandidateScore], from_cache: set[str]) -> list[RerankedItem]:
+    """Every candidate in its new order: the scored block reordered, the rest as it was."""
     order = order_top_block([scores[c] for c in block])
-    new_order = [block[i] for i in order] + ids[len(block) :]
+    new_order = [block[i] for i in order] + list(ids[len(block):])
     first_rank = {c: r for r, c in enumerate(ids)}
 
     items = []
@@ -176,6 +210,7 @@ def rerank_run(
     cache=None,
     run_scores: Mapping[str, Sequence[float]] | None = None,
     progress: bool = True,
+    chunk_size: int = 32,
 ) -> RunRerank:
     """Rerank every query of `run`. `queries` are objects with query_id, reference_ids
     and instruction (e.g. `cir_demo.benchmarks.schema.Query`); queries without a
@@ -186,16 +221,30 @@ def rerank_run(
     new_run: dict[str, list[str]] = {}
     items: dict[str, list[RerankedItem]] = {}
     t0 = time.perf_counter()
-    for q in tqdm(todo, desc=f"rerank top {top_n}", unit="query", disable=not progress):
-        try:
-            refs = [load_image(r) for r in q.reference_ids]
-        except Exception as exc:
-            raise RuntimeError(f"query {q.query_id}: cannot load reference image(s) {list(q.reference_ids)}: {exc}") from exc
-        request = RerankRequest(refs, q.reference_ids, q.instruction)
-        scores = None if run_scores is None else run_scores.get(q.query_id)
-        its = rerank(request, run[q.query_id], scores, load_image, reranker, top_n=top_n, cache=cache)
-        items[q.query_id] = its
-        new_run[q.query_id] = [it.candidate_id for it in its]
+    spec_hash = reranker.spec_hash()
+    if cache is not None and todo and top_n:
+        cache.register_spec(spec_hash, reranker.spec)
+    bar = tqdm(total=len(todo), desc=f"rerank top {top_n}", unit="query", disable=not progress)
+    # Queries go to the reranker in chunks, so a backend that batches across queries can.
+    for start in range(0, len(todo), chunk_size):
+        chunk = todo[start:start + chunk_size]
+        prepared = []
+        for q in chunk:
+            try:
+                refs = [load_image(r) if reranker.needs_image(r) else None for r in q.reference_ids]
+            except Exception as exc:
+                raise RuntimeError(f"query {q.query_id}: cannot load reference image(s) {list(q.reference_ids)}: {exc}") from exc
+            scores = None if run_scores is None else run_scores.get(q.query_id)
+            ids = _check_ranking(run[q.query_id], scores, top_n)
+            prepared.append((q, RerankRequest(refs, q.reference_ids, q.instruction), ids, scores))
+        scored = score_candidates_batch([(request, ids[:top_n]) for _, request, ids, _ in prepared], load_image,
+                                        reranker, cache, spec_hash)
+        for (q, _, ids, scores), (cand_scores, from_cache) in zip(prepared, scored):
+            its = assemble(ids, scores, ids[:top_n], cand_scores, from_cache)
+            items[q.query_id] = its
+            new_run[q.query_id] = [it.candidate_id for it in its]
+        bar.update(len(chunk))
+    bar.close()
     flat = [it for its in items.values() for it in its if it.reranked]
     stats = {
         "queries": len(items),

@@ -49,7 +49,8 @@ class WorldVerifierReranker(LogitPairReranker):
                 raise ValueError(f"{manifest_path}: missing field 'clip.{key}'")
         clip_dir = resolve_path(clip["path"])
         self.encoder, clip_spec = openclip.load_encoder(
-            clip["model_name"], str(clip_dir / "world_clip.safetensors"), str(clip_dir / "model_config.json"),
+            # the manifest's (repo-relative) path, so the spec equals the world-CLIP retrievers'
+            clip["model_name"], f"{clip['path']}/world_clip.safetensors", f"{clip['path']}/model_config.json",
             device, "fp32", where="world verifier")
         if clip_spec["weights"]["sha256"] != clip["weights_sha256"]:
             raise ValueError(f"{manifest_path}: field 'clip.weights_sha256' does not match {clip_dir}: "
@@ -58,6 +59,12 @@ class WorldVerifierReranker(LogitPairReranker):
             meta = f.metadata() or {}
         layers, heads = int(meta.get("layers", 3)), int(meta.get("heads", 4))
         self.model = verifier_from_state(load_file(str(path)), layers, heads)
+        self.name = "world-verifier"
+        self.dim = int(self.encoder.dim)
+        self.image_spec = {"family": openclip.FAMILY, **clip_spec}  # equal to world-CLIP retrievers' image spec
+        self._known: dict[str, np.ndarray] = {}  # image id -> world-CLIP embedding, for ids fixed by their id
+        self._remember: frozenset[str] = frozenset()
+        self._texts: dict[str, np.ndarray] = {}
         self.batch_size = int(batch_size)
         self.marker_style = marker_style
         self.description = DESCRIPTION
@@ -76,16 +83,67 @@ class WorldVerifierReranker(LogitPairReranker):
     def prompt_text(self, request: RerankRequest) -> str:
         return self.description
 
-    def features(self, request: RerankRequest, candidate_images: Sequence[Any]):
-        """Frozen world-CLIP embeddings: (ref1, ref2, text) each (1, d), candidates (n, d)."""
-        from cir_demo.retrievers.base import render_markers
+    # -- precomputed image embeddings
+    def encode_images(self, images: Sequence[Any], batch_size: int | None = None) -> np.ndarray:
+        """world-CLIP image embeddings (n, dim), as the world-CLIP retrievers compute them."""
         from cir_demo.retrievers.dual_encoder import encode_in_batches
 
-        images = list(request.reference_images) + list(candidate_images)
-        emb = encode_in_batches(images, self.encoder.encode_image_batch, self.batch_size, self.encoder.dim,
-                                "world verifier: images")
+        return encode_in_batches(list(images), self.encoder.encode_image_batch, batch_size or self.batch_size,
+                                 self.dim, "world verifier: images")
+
+    def use_image_embeddings(self, ids: Sequence[str], embeddings: np.ndarray, remember_ids: Sequence[str] = ()) -> None:
+        """Serve these images' embeddings from `embeddings` (rows in `ids` order; e.g. a benchmark's
+        corpus, encoded once and shared with the world-CLIP indexes) instead of encoding them for
+        every query. Images in `remember_ids` (e.g. the benchmark's reference images) are encoded
+        on first use and kept. Only ids whose image is fixed by the id belong here: never uploads."""
+        embeddings = np.asarray(embeddings, np.float32)
+        if embeddings.shape != (len(ids), self.dim):
+            raise ValueError(f"world verifier: embeddings of shape {embeddings.shape} for {len(ids)} ids of dim {self.dim}")
+        self._known.update(zip(map(str, ids), embeddings))
+        self._remember = frozenset(map(str, remember_ids))
+
+    def needs_image(self, image_id: str) -> bool:
+        return str(image_id) not in self._known
+
+    def _image_embeddings(self, ids: Sequence[str | None], images: Sequence[Any]) -> np.ndarray:
+        """Embeddings of images given by id and/or pixels: known ids from the table, the rest
+        encoded in one batch (and kept when their id is in the remember set)."""
+        out = np.zeros((len(images), self.dim), np.float32)
+        todo = []
+        for i, (image_id, image) in enumerate(zip(ids, images)):
+            known = self._known.get(image_id) if image_id is not None else None
+            if known is not None:
+                out[i] = known
+            elif image is None:
+                raise ValueError(f"world verifier: no image and no precomputed embedding for {image_id!r}")
+            else:
+                todo.append(i)
+        if todo:
+            emb = self.encode_images([images[i] for i in todo])
+            out[todo] = emb
+            for i, e in zip(todo, emb):
+                if ids[i] in self._remember:
+                    self._known[ids[i]] = e
+        return out
+
+    def _text_embeddings(self, instructions: Sequence[str]) -> np.ndarray:
+        from cir_demo.retrievers.base import render_markers
+
+        rendered = [render_markers(t, self.marker_style) for t in instructions]
+        missing = list(dict.fromkeys(t for t in rendered if t not in self._texts))
+        for start in range(0, len(missing), self.batch_size):
+            part = missing[start:start + self.batch_size]
+            self._texts.update(zip(part, self.encoder.encode_text_batch(part)))
+        if len(self._texts) > 50_000:  # a long-running app: keep memory bounded
+            self._texts = {t: self._texts[t] for t in rendered}
+        return np.stack([self._texts[t] for t in rendered]) if rendered else np.zeros((0, self.dim), np.float32)
+
+    def features(self, request: RerankRequest, candidate_images: Sequence[Any], candidate_ids: Sequence[str] | None = None):
+        """Frozen world-CLIP embeddings: (ref1, ref2, text) each (1, d), candidates (n, d)."""
         n_ref = len(request.reference_images)
-        text = self.encoder.encode_text_batch([render_markers(request.instruction, self.marker_style)])
+        ids = list(request.reference_ids) + list(candidate_ids if candidate_ids is not None else [None] * len(candidate_images))
+        emb = self._image_embeddings(ids, list(request.reference_images) + list(candidate_images))
+        text = self._text_embeddings([request.instruction])
         return emb[:1], emb[n_ref - 1:n_ref], text, emb[n_ref:]
 
     def logits_from_features(self, ref1: np.ndarray, ref2: np.ndarray, text: np.ndarray, cands: np.ndarray) -> np.ndarray:
@@ -101,3 +159,43 @@ class WorldVerifierReranker(LogitPairReranker):
         if not candidate_images:
             return np.zeros((0, 2))
         return self.logits_from_features(*self.features(request, candidate_images))
+
+    def score(self, request: RerankRequest, candidate_ids: Sequence[str], candidate_images: Sequence[Any]):
+        return self.score_batch([(request, candidate_ids, candidate_images)])[0]
+
+    def score_batch(self, items):
+        """All candidates of all queries in one forward pass (rows are independent)."""
+        import torch
+
+        from cir_demo.rerank.base import scores_from_logits
+
+        items = [(request, list(ids), list(images)) for request, ids, images in items]
+        for _, ids, images in items:
+            self._check_lengths(ids, images)
+        ids_all: list[str | None] = []
+        images_all: list[Any] = []
+        ref_rows, counts = [], []
+        for request, ids, images in items:
+            start = len(ids_all)
+            ids_all += list(request.reference_ids) + ids
+            images_all += list(request.reference_images) + images
+            ref_rows.append((start, start + len(request.reference_ids) - 1))
+            counts.append(len(ids))
+        emb = self._image_embeddings(ids_all, images_all)
+        text = self._text_embeddings([request.instruction for request, _, _ in items])
+        rows = [(q, start + len(items[q][0].reference_ids) + j) for q, (start, _) in enumerate(ref_rows)
+                for j in range(counts[q])]
+        if not rows:
+            return [[] for _ in items]
+        query_of = np.array([q for q, _ in rows])
+        first = np.array([ref_rows[q][0] for q in query_of])
+        last = np.array([ref_rows[q][1] for q in query_of])
+        cand = np.array([r for _, r in rows])
+        t = lambda a: torch.from_numpy(np.ascontiguousarray(a, np.float32))  # noqa: E731
+        with torch.inference_mode():
+            logits = self.model(t(emb[first]), t(emb[last]), t(text[query_of]), t(emb[cand])).numpy().astype(np.float64)
+        out, pos = [], 0
+        for (_, ids, _), n in zip(items, counts):
+            out.append(scores_from_logits(ids, logits[pos:pos + n]) if n else [])
+            pos += n
+        return out

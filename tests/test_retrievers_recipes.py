@@ -158,3 +158,23 @@ def test_spec_hash_canonical_and_ignores_versions():
     b = {"params": {"x": 1, "t": 0.8}, "family": "open_clip", "versions": {"torch": "2"}}
     assert spec_hash(a) == spec_hash(b)
     assert spec_hash(a) != spec_hash({**a, "params": {"t": 0.7, "x": 1}})
+
+
+def test_encode_in_batches_encodes_repeats_once_and_equals_naive():
+    import numpy as np
+
+    from cir_demo.retrievers.dual_encoder import encode_in_batches
+
+    calls = []
+
+    def encode(batch):
+        calls.append(list(batch))
+        rows = [np.array([1.0, len(x), 0.0] if isinstance(x, str) else [1.0, 0.0, x[0]], np.float32) for x in batch]
+        return np.stack([r / np.linalg.norm(r) for r in rows])
+
+    a, b = [1.0], [2.0]  # image stand-ins: repeats are the same object
+    items = [a, "xy", b, a, "xy", "xyz", [1.0]]  # [1.0]: equal value, different object -> encoded again
+    out = encode_in_batches(items, encode, 2, 3, "test")
+    naive = np.concatenate([encode([x]) for x in items])
+    np.testing.assert_array_equal(out, naive)
+    assert sum(len(c) for c in calls[:-len(items)]) == 5  # a, "xy", b, "xyz", the second [1.0]

@@ -38,9 +38,20 @@ def encode_in_batches(
     what: str,
     progress: bool = False,
 ) -> np.ndarray:
-    """Concatenate `encode_batch` over consecutive batches (tqdm bar when `progress`)."""
+    """Concatenate `encode_batch` over consecutive batches (tqdm bar when `progress`).
+
+    Repeats are encoded once: equal strings, and the very same image object (paraphrases of
+    one intent share their reference images, which the engine hands out from one cache).
+    """
     if len(items) == 0:
         return np.zeros((0, dim), dtype=np.float32)
+    keys = [item if isinstance(item, str) else id(item) for item in items]
+    first: dict[Any, int] = {}
+    rows = [first.setdefault(key, len(first)) for key in keys]
+    if len(first) < len(items):
+        unique = list({key: item for key, item in zip(keys, items)}.values())
+        out = encode_in_batches(unique, encode_batch, batch_size, dim, what, progress)
+        return out[np.asarray(rows)]
     chunks = batches(items, batch_size)
     if progress:
         from tqdm.auto import tqdm

@@ -98,6 +98,9 @@ def main(argv=None) -> int:
     p.add_argument("--fill-caches", action="store_true",
                    help="first fill the thumbnail and pixel caches, as the app's background warmer does "
                         "(timed; a no-op when they are full)")
+    p.add_argument("--reuse-scores", action="store_true",
+                   help="let the rerank phase read reranker scores already on disk (e.g. from --eval); by default it "
+                        "starts from an empty score cache, so every score is computed during the interaction")
     p.add_argument("--json", help="write the numbers here")
     args = p.parse_args(argv)
 
@@ -156,6 +159,8 @@ def main(argv=None) -> int:
         thumbs0 = dict(service.tiles.counts)
         pixel_counts = getattr(service.benchmark.images, "counts", None)
         pixels0 = dict(pixel_counts) if pixel_counts is not None else None
+        if rerank and not args.reuse_scores:
+            service.engine.use_score_cache(Path(tempfile.mkdtemp(prefix="cir_demo_bench_scores_")) / "scores.sqlite")
         cache = service.engine.score_cache if rerank else None
         hits0, misses0 = (cache.hits, cache.misses) if cache else (0, 0)
         if rerank:  # the reranker model loads on first use: not part of an interaction

@@ -246,6 +246,15 @@ class RetrievalEngine:
                 self._score_cache = ScoreCache(cache_dir() / "rerank" / f"{self.fingerprint}.sqlite")
             return self._score_cache
 
+    def use_score_cache(self, path) -> None:
+        """Keep reranker scores in `path` from now on (benchmarks: start from an empty cache)."""
+        from cir_demo.rerank import ScoreCache
+
+        with self._lock:
+            if self._score_cache is not None:
+                self._score_cache.close()
+            self._score_cache = ScoreCache(path)
+
     def rerank(self, backend: str, query, ranking: Ranking, top_n: int = 20, reranker_kw: dict | None = None):
         """Rerank one ranking; `query` is a ComposedQuery. Returns `RerankedItem`s in the new order."""
         from cir_demo.rerank import RerankRequest, rerank

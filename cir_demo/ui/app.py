@@ -224,11 +224,13 @@ def config_from_args(args: argparse.Namespace) -> ServiceConfig:
                          warm_thumbnails=not args.no_thumbnail_warmer, threads=args.threads)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, started: float | None = None) -> int:
+    """`python app.py`; `started`: the process's perf_counter() at start (app.py passes it), so the
+    times printed include importing gradio and torch."""
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("cir_demo").setLevel(logging.INFO)
-    t0 = time.perf_counter()
+    t0 = time.perf_counter() if started is None else started
     try:
         config = config_from_args(args)
         from cir_demo.benchmarks.registry import get_spec

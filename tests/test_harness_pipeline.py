@@ -75,3 +75,38 @@ def test_unknown_retriever_gets_did_you_mean(tmp_path, tiny_retrievers, capsys):
                   "--out", str(tmp_path / "x"), "--n-boot", "0", "--no-plots"])
     assert eval_cli.run(args) == 1
     assert "Did you mean 'tiny-early_fusion'" in capsys.readouterr().err
+
+
+def test_eval_with_world_verifier_reranks_top_n_by_p_yes(tmp_path, tiny_retrievers):
+    pytest.importorskip("safetensors")
+    out = tmp_path / "run"
+    name = tiny_retrievers[0]
+    args = parse(["--world-size", "tiny", "--retrievers", name, "--rerank", "world-verifier", "--rerank-top-n", "10",
+                  "--out", str(out), "--n-boot", "20", "--no-plots"])
+    assert eval_cli.run(args) == 0
+    metrics = pd.read_csv(out / "metrics.csv")
+    assert set(metrics["model"]) == {name, f"{name}+rerank"}
+    report = (out / "report.md").read_text()
+    assert "## Reranking (top 10)" in report and "linguistic sensitivity rose for" in report
+
+    # Oracle: each query's new top 10 is its first-stage top 10 ordered by P(yes) of the verifier
+    # scoring that query alone from pixels (ties keep the first-stage order); the rest is unchanged.
+    from cir_demo.engine import RetrievalEngine
+    from cir_demo.rerank import RerankRequest, load_reranker
+    from cir_demo.world import load_world
+
+    bench = load_world(size="tiny")
+    first = json.loads((out / "results" / f"{name}.json").read_text())
+    reranked = json.loads((out / "results" / f"{name}+rerank.json").read_text())
+    assert reranked["_spec"]["reranker"]["backend"] == "world-verifier" and reranked["_spec"]["top_n"] == 10
+    engine = RetrievalEngine(bench, [name], progress=False)
+    verifier = load_reranker("world-verifier")
+    for q in bench.queries[:6]:
+        key = bench.results_key(q.query_id)
+        ids0 = first[key]["retrieved_items"]
+        ids1 = reranked[key]["retrieved_items"]
+        assert ids1[10:] == ids0[10:] and sorted(ids1[:10]) == sorted(ids0[:10])
+        request = RerankRequest([engine.open_image(r) for r in q.reference_ids], q.reference_ids, q.instruction)
+        p = {s.candidate_id: s.p_yes for s in verifier.score(request, ids0[:10], [engine.open_image(c) for c in ids0[:10]])}
+        got = [p[c] for c in ids1[:10]]
+        assert all(a >= b - 1e-6 for a, b in zip(got, got[1:]))

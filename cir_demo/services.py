@@ -101,6 +101,7 @@ class ServiceConfig:
     limit_groups: int | None = None
     device: str | None = None
     allow_stale: bool = False
+    trust_remote_code: bool = False  # retrievers that run model-repo code (BGE-VL, GME): explicit opt-in only
     warm_thumbnails: bool = True  # a background process fills the thumbnail and pixel caches
     pixel_cache: bool = True  # serve exact pixels from the PNG cache instead of re-rendering
     # torch CPU threads while serving (index builds before use torch's default). One is fastest for
@@ -1516,7 +1517,8 @@ def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s
     stage("loading retrieval libraries")
     from cir_demo.engine import RetrievalEngine
 
-    engine = RetrievalEngine(bench, names, device=config.device, allow_stale=config.allow_stale, progress=True)
+    engine = RetrievalEngine(bench, names, device=config.device, allow_stale=config.allow_stale, progress=True,
+                             trust_remote_code=config.trust_remote_code)
     store = bench.images
     if store is not None and len(names) > 1:
         bench.images = RememberingStore(store)  # the engine holds this same benchmark object

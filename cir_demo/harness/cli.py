@@ -41,6 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default on the world: world-verifier; 'none' disables)")
     r.add_argument("--rerank-top-n", type=int, default=20, help="candidates reranked per query (default 20)")
     r.add_argument("--device", default=None, help="torch device for models (default: cuda when available, else cpu)")
+    r.add_argument("--trust-remote-code", action="store_true",
+                   help="allow retrievers that run their model repository's code (BGE-VL, GME); never the default")
     o = p.add_argument_group("output")
     o.add_argument("--out", help="output folder (default: runs/<time>-<benchmark>)")
     o.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals (0 disables)")

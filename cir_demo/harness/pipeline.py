@@ -98,7 +98,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
     print(f"benchmark {bench.name}: {len(bench.queries)} queries, {len(bench.corpus_ids)} corpus images; "
           f"retrievers: {', '.join(names)}; reranker: {reranker_name or 'none'}", flush=True)
 
-    engine = RetrievalEngine(bench, names, device=getattr(args, "device", None), progress=True)
+    engine = RetrievalEngine(bench, names, device=getattr(args, "device", None), progress=True,
+                             trust_remote_code=bool(getattr(args, "trust_remote_code", False)))
     evaluations: list[RunEvaluation] = []
     pairs: list[tuple[RunEvaluation, RunEvaluation]] = []
     timings: dict[str, float] = {}

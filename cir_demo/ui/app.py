@@ -198,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "available)")
     m.add_argument("--reranker-model", help="model path or name passed to the reranker backend (model=...)")
     m.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    m.add_argument("--trust-remote-code", action="store_true",
+                   help="allow retrievers that run their model repository's code (BGE-VL, GME); never the default")
     m.add_argument("--allow-stale", action="store_true", help="serve stale indexes (with a warning) instead of rebuilding")
     m.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads per request while serving (default 1: fastest for single queries; "
@@ -221,6 +223,7 @@ def config_from_args(args: argparse.Namespace) -> ServiceConfig:
     return ServiceConfig(benchmark=args.benchmark, benchmark_kwargs=kwargs, retrievers=retrievers,
                          reranker=args.reranker, reranker_kwargs={"model": args.reranker_model} if args.reranker_model else {},
                          limit_groups=args.limit, device=args.device, allow_stale=args.allow_stale,
+                         trust_remote_code=args.trust_remote_code,
                          warm_thumbnails=not args.no_thumbnail_warmer, threads=args.threads)
 
 

@@ -9,26 +9,13 @@ import statistics
 import sys
 from collections import Counter
 
-# loader keyword <- CLI attribute (same flags as `eval`)
-_LOADER_ARGS = {
-    "annotations": "annotations",
-    "corpus_ids": "corpus_ids",
-    "root": "root",
-    "image_dir": "image_dir",
-    "size": "world_size",
-    "seed": "world_seed",
-}
 _TOP_VALUES = 8
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--benchmark", required=True, help="world, pinpoint, edir, circo or jsonl")
-    p.add_argument("--annotations", help="PinPoint parquet or CIRCO annotations/val.json")
-    p.add_argument("--corpus-ids", help="corpus id list (PinPoint index_signatures.txt; CIRCO ids or COCO image info)")
-    p.add_argument("--root", help="benchmark folder (EDIR, jsonl, or a generated world)")
-    p.add_argument("--image-dir", help="folder of benchmark images")
-    p.add_argument("--world-size", default=None, help="offline world size")
-    p.add_argument("--world-seed", type=int, default=None, help="offline world seed")
+    from cir_demo.benchmarks.cli_args import add_benchmark_arguments
+
+    add_benchmark_arguments(p, required=True, limit=False)
     p.add_argument("--max-warnings", type=int, default=None, help="print at most this many warnings (default all)")
 
 
@@ -37,9 +24,10 @@ def run(args: argparse.Namespace) -> int:
     from cir_demo.benchmarks.schema import BenchmarkError
     from cir_demo.utils.names import UnknownNameError
 
-    kwargs = {k: getattr(args, a) for k, a in _LOADER_ARGS.items() if getattr(args, a, None) is not None}
+    from cir_demo.benchmarks.cli_args import benchmark_kwargs
+
     try:
-        bench = load_benchmark(args.benchmark, **kwargs)
+        bench = load_benchmark(args.benchmark, **benchmark_kwargs(args))
     except (UnknownNameError, BenchmarkArgumentError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

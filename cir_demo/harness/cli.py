@@ -10,27 +10,12 @@ import sys
 import time
 from pathlib import Path
 
-# benchmark loader keyword <- CLI attribute
-_LOADER_ARGS = {
-    "annotations": "annotations",
-    "corpus_ids": "corpus_ids",
-    "root": "root",
-    "image_dir": "image_dir",
-    "size": "world_size",
-    "seed": "world_seed",
-}
+from cir_demo.benchmarks.cli_args import add_benchmark_arguments, load_benchmark_from_args  # noqa: F401
+
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("benchmark")
-    g.add_argument("--benchmark", default="world", help="world (default), pinpoint, edir, circo or jsonl")
-    g.add_argument("--annotations", help="PinPoint parquet or CIRCO annotations/val.json")
-    g.add_argument("--corpus-ids", help="corpus id list (PinPoint index_signatures.txt; optional for CIRCO)")
-    g.add_argument("--root", help="benchmark folder (EDIR, jsonl, or a generated world)")
-    g.add_argument("--image-dir", help="folder of benchmark images")
-    g.add_argument("--world-size", default=None, choices=["tiny", "default"], help="offline world size (default: default)")
-    g.add_argument("--world-seed", type=int, default=None, help="offline world seed (default 0)")
-    g.add_argument("--limit", type=int, default=None, help="evaluate only the first N paraphrase groups")
+    add_benchmark_arguments(p)
     r = p.add_argument_group("what to evaluate")
     r.add_argument("--results-json", nargs="+", metavar="FILE",
                    help="official-format results files to evaluate (PinPoint or CIRCO format)")
@@ -48,14 +33,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals (0 disables)")
     o.add_argument("--bootstrap-seed", type=int, default=0)
     o.add_argument("--no-plots", action="store_true")
-
-
-def load_benchmark_from_args(args: argparse.Namespace):
-    from cir_demo.benchmarks.registry import load_benchmark
-
-    kwargs = {k: getattr(args, attr) for k, attr in _LOADER_ARGS.items() if getattr(args, attr, None) is not None}
-    bench = load_benchmark(args.benchmark, **kwargs)
-    return bench.limit(args.limit) if args.limit else bench
 
 
 def default_out_dir(benchmark_name: str) -> Path:

@@ -11,27 +11,13 @@ import argparse
 import sys
 from pathlib import Path
 
-# benchmark loader keyword <- CLI attribute (same flags as `eval`)
-_LOADER_ARGS = {
-    "annotations": "annotations",
-    "corpus_ids": "corpus_ids",
-    "root": "root",
-    "image_dir": "image_dir",
-    "size": "world_size",
-    "seed": "world_seed",
-}
 
 
 def _add_benchmark_args(p: argparse.ArgumentParser, required: bool) -> None:
-    g = p.add_argument_group("benchmark")
-    g.add_argument("--benchmark", required=required, default=None,
-                   help="world, pinpoint, edir, circo or jsonl" + ("" if required else " (default: every benchmark)"))
-    g.add_argument("--annotations", help="PinPoint parquet or CIRCO annotations/val.json")
-    g.add_argument("--corpus-ids", help="corpus id list (PinPoint index_signatures.txt; optional for CIRCO)")
-    g.add_argument("--root", help="benchmark folder (EDIR, jsonl, or a generated world)")
-    g.add_argument("--image-dir", help="folder of benchmark images")
-    g.add_argument("--world-size", default=None, choices=["tiny", "default"], help="offline world size")
-    g.add_argument("--world-seed", type=int, default=None, help="offline world seed")
+    from cir_demo.benchmarks.cli_args import add_benchmark_arguments
+
+    add_benchmark_arguments(p, default=None, required=required, limit=False,
+                            benchmark_help=None if required else "world, pinpoint, edir, circo or jsonl (default: every benchmark)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,10 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _load_benchmark(args: argparse.Namespace, name: str | None = None):
-    from cir_demo.benchmarks.registry import load_benchmark
+    from cir_demo.benchmarks.cli_args import load_benchmark_from_args
 
-    kwargs = {k: getattr(args, attr) for k, attr in _LOADER_ARGS.items() if getattr(args, attr, None) is not None}
-    return load_benchmark(name or args.benchmark, **kwargs)
+    return load_benchmark_from_args(args, name)
 
 
 def _index_params(args: argparse.Namespace) -> dict:

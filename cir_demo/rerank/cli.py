@@ -18,15 +18,9 @@ from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("benchmark")
-    g.add_argument("--benchmark", default="world", help="world (default), pinpoint, edir, circo or jsonl")
-    g.add_argument("--annotations", help="PinPoint parquet or CIRCO annotations/val.json")
-    g.add_argument("--corpus-ids", help="corpus id list")
-    g.add_argument("--root", help="benchmark folder (EDIR, jsonl, or a generated world)")
-    g.add_argument("--image-dir", help="folder of benchmark images")
-    g.add_argument("--world-size", default=None, choices=["tiny", "default"], help="offline world size")
-    g.add_argument("--world-seed", type=int, default=None, help="offline world seed")
-    g.add_argument("--limit", type=int, default=None, help="only the first N paraphrase groups")
+    from cir_demo.benchmarks.cli_args import add_benchmark_arguments
+
+    add_benchmark_arguments(p)
     r = p.add_argument_group("reranking")
     r.add_argument("--results-json", required=True, help="first-stage results file (PinPoint or CIRCO format)")
     r.add_argument("--out", required=True, help="reranked results file to write")
@@ -86,7 +80,7 @@ def backend_kwargs(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from cir_demo.benchmarks.schema import BenchmarkError
-    from cir_demo.harness.cli import load_benchmark_from_args
+    from cir_demo.benchmarks.cli_args import load_benchmark_from_args
     from cir_demo.harness.results_io import read_results, write_results
     from cir_demo.rerank import ScoreCache, load_reranker, rerank_run
     from cir_demo.utils.io import write_json_atomic

@@ -182,15 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python app.py",
         description="The CIR failure explorer (Gradio). Runs on the offline world by default; "
                     "`python app.py --eval --help` for the headless benchmark run.")
-    b = p.add_argument_group("benchmark")
-    b.add_argument("--benchmark", default="world", help="world (default), pinpoint, edir, circo or jsonl")
-    b.add_argument("--world-size", choices=["tiny", "default"], default=None, help="offline world size (default: default)")
-    b.add_argument("--world-seed", type=int, default=None, help="offline world seed (default 0)")
-    b.add_argument("--annotations", help="PinPoint parquet or CIRCO annotations/val.json")
-    b.add_argument("--corpus-ids", help="corpus id list (PinPoint index_signatures.txt)")
-    b.add_argument("--root", help="benchmark folder (EDIR, jsonl, or a generated world)")
-    b.add_argument("--image-dir", help="folder of benchmark images")
-    b.add_argument("--limit", type=int, default=None, help="only the first N paraphrase groups")
+    from cir_demo.benchmarks.cli_args import add_benchmark_arguments
+
+    add_benchmark_arguments(p)
     m = p.add_argument_group("models")
     m.add_argument("--retrievers", help="comma-separated retriever names, up to 4 shown at once (default on the "
                    "world: world-cir, world-clip-fusion, world-clip-image, world-clip-text, those registered)")
@@ -216,9 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> ServiceConfig:
-    kwargs = {k: v for k, v in {"annotations": args.annotations, "corpus_ids": args.corpus_ids, "root": args.root,
-                                 "image_dir": args.image_dir, "size": args.world_size, "seed": args.world_seed}.items()
-              if v is not None}
+    from cir_demo.benchmarks.cli_args import benchmark_kwargs
+
+    kwargs = benchmark_kwargs(args)
     retrievers = tuple(r.strip() for r in args.retrievers.split(",") if r.strip()) if args.retrievers else None
     return ServiceConfig(benchmark=args.benchmark, benchmark_kwargs=kwargs, retrievers=retrievers,
                          reranker=args.reranker, reranker_kwargs={"model": args.reranker_model} if args.reranker_model else {},

@@ -28,6 +28,11 @@ def guarded(action: str) -> Callable:
     (gradio shows it and leaves the outputs as they were). Signatures are kept, so
     `gr.SelectData` / `gr.Request` / `gr.Progress` injection still works."""
 
+    def visible(exc: Exception) -> gr.Error:
+        if not isinstance(exc, ServiceError):  # a bug, not a bad request: keep the traceback in the log
+            log.exception("%s", action)
+        return gr.Error(error_message(action, exc), print_exception=False)
+
     def wrap(fn: Callable) -> Callable:
         if inspect.isgeneratorfunction(fn):
             @functools.wraps(fn)
@@ -37,9 +42,7 @@ def guarded(action: str) -> Callable:
                 except gr.Error:
                     raise
                 except Exception as exc:
-                    if not isinstance(exc, ServiceError):
-                        log.exception("%s", action)
-                    raise gr.Error(error_message(action, exc), print_exception=False) from exc
+                    raise visible(exc) from exc
             return gen
 
         @functools.wraps(fn)
@@ -49,9 +52,7 @@ def guarded(action: str) -> Callable:
             except gr.Error:
                 raise
             except Exception as exc:
-                if not isinstance(exc, ServiceError):
-                    log.exception("%s", action)
-                raise gr.Error(error_message(action, exc), print_exception=False) from exc
+                raise visible(exc) from exc
         return call
 
     return wrap

@@ -15,12 +15,7 @@ from cir_demo.retrievers.dual_encoder import features_tensor  # noqa: E402
 from cir_demo.retrievers.testing import build_tiny_hf  # noqa: E402
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _threads():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

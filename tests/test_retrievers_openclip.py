@@ -19,12 +19,7 @@ from cir_demo.retrievers.testing import (  # noqa: E402
 MODEL = "cir-demo-tiny-clip"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _threads():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module", autouse=True)

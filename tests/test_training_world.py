@@ -125,6 +125,38 @@ def test_multi_positive_loss_equals_clip_loss_without_duplicates_and_brute_force
     torch.testing.assert_close(multi_positive_clip_loss(img, txt, scale, ids), expected)
 
 
+def test_attribute_targets_match_scene_graphs_and_aux_loss_brute_force(train):
+    from cir_demo.training.world_clip import (AUX_FIELDS, attribute_targets, attribute_weights, aux_attribute_loss,
+                                              build_aux_heads)
+    from cir_demo.world import attributes as A
+    from cir_demo.world.scene import table_to_scenes
+
+    codes, sizes = attribute_targets(train.scenes)
+    assert codes.shape == (len(train.image_ids), len(AUX_FIELDS)) and "variant" not in AUX_FIELDS
+    for i, scene in enumerate(table_to_scenes(train.scenes[:20])):
+        for j, f in enumerate(AUX_FIELDS):
+            assert codes[i, j] == A.encode(f, getattr(scene, f)) and 0 <= codes[i, j] < sizes[j]
+    w = attribute_weights(AUX_FIELDS, 2.0)
+    assert math.isclose(float(w.sum()), 1.0, rel_tol=1e-6)
+    assert w[AUX_FIELDS.index("type")] == 2 * w[AUX_FIELDS.index("place")]
+    torch.manual_seed(0)
+    heads = build_aux_heads(8, sizes)
+    emb = torch.nn.functional.normalize(torch.randn(6, 8), dim=-1)
+    tgt = torch.from_numpy(codes[:6])
+    expected = sum(float(w[j]) * torch.nn.functional.cross_entropy(heads[j](3.0 * emb), tgt[:, j])
+                   for j in range(len(AUX_FIELDS)))
+    torch.testing.assert_close(aux_attribute_loss(heads, emb, tgt, w, 3.0), expected)
+
+
+def test_saved_clip_has_no_aux_heads(clip_dir, clip_model):
+    from safetensors.torch import load_file
+
+    keys = set(load_file(str(clip_dir / "world_clip.safetensors")))
+    assert keys == set(clip_model[0].state_dict()), "the saved model must be a plain open_clip model"
+    manifest = json.loads((clip_dir / "manifest.json").read_text())
+    assert manifest["training"]["config"]["aux_weight"] > 0 and "final_aux_loss" in manifest["training"]
+
+
 # --------------------------------------------------------------------------- data + evaluation helpers
 def test_intent_examples_match_brute_force_scene_checks(train):
     from cir_demo.world.loader import intent_constraints
@@ -138,6 +170,26 @@ def test_intent_examples_match_brute_force_scene_checks(train):
         assert ex.positive_rows.tolist() == [r for r, s in enumerate(scenes) if satisfies(s, cons) and r not in ex.ref_rows]
         near = [r for r, s in enumerate(scenes) if len(violations(s, cons)) == 1 and r not in ex.ref_rows]
         assert ex.near_miss_rows.tolist() == near
+        focus = by_id[ex.intent_id]["focus"]
+        focus_near = [r for r in near if violations(scenes[r], cons)[0].attr == focus]
+        assert ex.focus_near_miss_rows.tolist() == focus_near
+
+
+def test_verifier_candidate_sampling_labels_and_focus_near_misses(train):
+    from cir_demo.training.world_verifier import sample_candidates
+
+    ex = next(e for e in intent_examples(train, max_near_misses=3, seed=0)
+              if len(e.focus_near_miss_rows) and len(e.near_miss_rows))
+    assert len(ex.near_miss_rows) <= 3 and len(ex.focus_near_miss_rows) <= 3
+    fs = np.arange(30)
+    for use_focus in (False, True):
+        cand, labels = sample_candidates(ex, fs, 12, np.random.default_rng(0), use_focus)
+        assert len(cand) == 12 and labels.tolist() == np.isin(cand, ex.positive_rows).astype(float).tolist()
+        tail = cand[9:]  # the quarter of near misses, after 6 first-stage and 3 positive candidates
+        pool = np.union1d(ex.near_miss_rows, ex.focus_near_miss_rows) if use_focus else ex.near_miss_rows
+        assert np.isin(tail, pool).all()
+        if use_focus:
+            assert np.isin(tail, ex.focus_near_miss_rows).sum() >= 2
 
 
 def test_top_k_matches_brute_force_with_ties():

@@ -1,7 +1,7 @@
 """`python -m cir_demo train world-clip|world-cir|world-verifier`: train a world model on the
 offline world's train split, evaluate it on the test split, write weights + manifest atomically.
 
-    python -m cir_demo train world-clip                     # ~15 min on 2 CPU cores
+    python -m cir_demo train world-clip                     # ~30 min on 2 CPU cores (--threads 2)
     python -m cir_demo train world-cir                      # needs assets/world-clip
     python -m cir_demo train world-verifier                 # needs assets/world-clip
     python -m cir_demo train world-clip --world-size tiny --max-steps 3 --out /tmp/wc   # smoke test

@@ -4,7 +4,11 @@ Architecture: an open_clip custom config (ViT 64 px / patch 8, text transformer)
 word-level tokenizer built from the train split's vocabulary and saved as a local HF tokenizer
 folder (open_clip's BPE table alone would be ~25 MB). Loss: CLIP's symmetric contrastive loss
 with multi-positive targets: two batch items whose sampled captions are the same string are
-positives of each other, not negatives (many images share a short description).
+positives of each other, not negatives (many images share a short description). Plus an
+auxiliary supervised loss: linear heads on the (scaled) unit image embedding predict each train
+image's scene-graph attributes (type, colour, pattern, material, shape, count, pose, place, ...;
+train split only), so the image embedding encodes the item's identity, not just its colour and
+background. The heads are discarded at save time: the saved model is a plain open_clip model.
 
 The saved files are exactly what the open_clip retriever adapter loads:
 `<out>/model_config.json`, `<out>/tokenizer/`, `<out>/world_clip.safetensors` + its
@@ -41,12 +45,17 @@ class WorldClipConfig:
     text_layers: int = 3
     context_length: int = 48
     batch_size: int = 256
-    epochs: float = 6.0
+    epochs: float = 18.0
     lr: float = 1e-3
     weight_decay: float = 0.1
     warmup_steps: int = 50
     seed: int = 0
     max_steps: int | None = None  # tests: stop after a few steps
+    # Auxiliary supervision (train split only; the heads are discarded at save time): linear heads on
+    # the normalised image embedding predict each train image's scene-graph attributes.
+    aux_weight: float = 5.0  # 0 = plain CLIP loss
+    aux_identity_weight: float = 2.0  # relative weight of the item identity (type, colour, pattern, material, shape)
+    aux_scale: float = 10.0  # the heads read `aux_scale * unit embedding` (cosine-space linear separability)
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -167,6 +176,50 @@ def lr_at(step: int, total: int, base: float, warmup: int) -> float:
     return base * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
+# --------------------------------------------------------------------------- auxiliary attribute heads
+# Scene attributes the image heads predict: everything a query may ask about or keep (the nuisance
+# `hair` and the layout seed `variant` are left out).
+AUX_FIELDS = ("domain", "type", "color", "pattern", "material", "shape", "count", "secondary", "relation",
+              "hat", "bag", "glasses", "pose", "skin_tone", "view", "style", "place", "time", "weather")
+
+
+def attribute_targets(scenes: np.ndarray, fields: Sequence[str] = AUX_FIELDS) -> tuple[np.ndarray, list[int]]:
+    """(n, len(fields)) int64 class codes of a scene table (train split) and each field's class count."""
+    from cir_demo.world import attributes as A
+
+    codes = np.stack([np.asarray(scenes[f], dtype=np.int64) for f in fields], axis=1)
+    sizes = []
+    for j, f in enumerate(fields):
+        vocab = A.CATEGORICAL.get(f)
+        sizes.append(max(len(vocab) if vocab is not None else 0, int(codes[:, j].max()) + 1))
+    return codes, sizes
+
+
+def attribute_weights(fields: Sequence[str], identity_weight: float) -> np.ndarray:
+    from cir_demo.world.attributes import ITEM_FIELDS
+
+    w = np.array([identity_weight if f in ITEM_FIELDS else 1.0 for f in fields], dtype=np.float32)
+    return w / w.sum()
+
+
+def build_aux_heads(dim: int, sizes: Sequence[int]):
+    """One linear classifier per attribute over the (scaled) unit image embedding."""
+    import torch
+
+    return torch.nn.ModuleList([torch.nn.Linear(dim, k) for k in sizes])
+
+
+def aux_attribute_loss(heads, emb, targets, weights, scale: float):
+    """Weighted sum over attributes of the cross-entropy of `heads[j](scale * emb)` vs `targets[:, j]`."""
+    import torch
+
+    x = scale * emb
+    total = emb.new_zeros(())
+    for j, head in enumerate(heads):
+        total = total + float(weights[j]) * torch.nn.functional.cross_entropy(head(x), targets[:, j])
+    return total
+
+
 # --------------------------------------------------------------------------- training
 def train_world_clip(train, pixels: np.ndarray, out_dir: Path, cfg: WorldClipConfig,
                      model_name: str = MODEL_NAME, tokenizer_ref: str | None = None, progress: bool = True):
@@ -205,8 +258,17 @@ def train_world_clip(train, pixels: np.ndarray, out_dir: Path, cfg: WorldClipCon
         total = min(total, cfg.max_steps)
     decay = [p for nm, p in model.named_parameters() if p.ndim >= 2 and "embedding" not in nm]
     no_decay = [p for nm, p in model.named_parameters() if not (p.ndim >= 2 and "embedding" not in nm)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6)
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    heads = None
+    if cfg.aux_weight > 0:  # train-split scene graphs -> auxiliary attribute targets (heads discarded at save)
+        codes, sizes = attribute_targets(train.scenes)
+        if codes.shape[0] != n:
+            raise ValueError(f"world-CLIP training: {codes.shape[0]} train scenes for {n} train images")
+        aux_targets = torch.from_numpy(codes)
+        aux_w = attribute_weights(AUX_FIELDS, cfg.aux_identity_weight)
+        heads = build_aux_heads(cfg.embed_dim, sizes)
+        groups.append({"params": list(heads.parameters()), "weight_decay": 0.0})
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6)
     it = range(total)
     if progress:
         from tqdm.auto import tqdm
@@ -216,7 +278,8 @@ def train_world_clip(train, pixels: np.ndarray, out_dir: Path, cfg: WorldClipCon
     t0 = time.time()
     order = rng.permutation(n)
     pos = 0
-    losses = []
+    losses, aux_losses = [], []
+    params = list(model.parameters()) + (list(heads.parameters()) if heads is not None else [])
     for step in it:
         if pos + cfg.batch_size > n:
             order, pos = rng.permutation(n), 0
@@ -231,16 +294,26 @@ def train_world_clip(train, pixels: np.ndarray, out_dir: Path, cfg: WorldClipCon
         img = torch.nn.functional.normalize(model.encode_image(normalize_pixels(pixels[idx])), dim=-1)
         txt = torch.nn.functional.normalize(model.encode_text(tokens), dim=-1)
         loss = multi_positive_clip_loss(img, txt, model.logit_scale.exp().clamp(max=100.0), cids)
+        losses.append(float(loss.detach()))
+        if heads is not None:
+            aux = aux_attribute_loss(heads, img, aux_targets[idx_t], aux_w, cfg.aux_scale)
+            aux_losses.append(float(aux.detach()))
+            loss = loss + cfg.aux_weight * aux
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        losses.append(float(loss.detach()))
         if progress and step % 20 == 0:
-            it.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}", scale=f"{float(model.logit_scale.exp()):.1f}")
+            post = {"loss": f"{np.mean(losses[-20:]):.3f}", "scale": f"{float(model.logit_scale.exp()):.1f}"}
+            if aux_losses:
+                post["aux"] = f"{np.mean(aux_losses[-20:]):.3f}"
+            it.set_postfix(**post)
     model.eval()
     info = {"steps": total, "epochs": total / steps_per_epoch, "train_seconds": round(time.time() - t0, 1),
             "final_loss": float(np.mean(losses[-50:])), "vocab_size": vocab_size, "config": asdict(cfg)}
+    if aux_losses:
+        info["final_aux_loss"] = float(np.mean(aux_losses[-50:]))
+        info["aux_fields"] = list(AUX_FIELDS)
     return model, tokenizer, arch, info
 
 

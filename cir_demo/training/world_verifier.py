@@ -8,9 +8,13 @@ cross-encoder, not two towers) and ends in two logits; P(relevant) = sigmoid(yes
 
 Training (train split only): for each train intent paraphrase, candidates are what a first
 stage would show it, the world-CLIP fusion top 30 on the train gallery, plus the intent's near
-misses (break exactly one constraint: hard negatives) and positives; label = candidate satisfies
-the intent. Loss: binary cross-entropy on the logit margin plus a per-query listwise softmax
-(the reranker's job is ordering). A held-out 10% of train intents picks the epoch.
+misses (break exactly one constraint: hard negatives; optionally half of them breaking the focus
+constraint, the one the instruction is about, as the benchmark's explicit negatives do first) and
+positives; label = candidate satisfies
+the intent. Loss: binary cross-entropy on the logit margin (near misses weighted more) plus a
+per-query listwise softmax (the reranker's job is ordering) plus a pairwise logistic loss asking
+each positive to outscore each near miss of its query (near misses are what NegRecall counts).
+A held-out 10% of train intents picks the epoch (val mAP@10 minus val near-miss recall@10).
 """
 from __future__ import annotations
 
@@ -39,6 +43,15 @@ class VerifierConfig:
     lr: float = 1e-3
     weight_decay: float = 0.01
     listwise_weight: float = 1.0
+    # Near misses (break exactly one constraint) are what NegRecall counts: weight their BCE more and
+    # ask every positive to outscore every near miss of its query (pairwise logistic loss).
+    near_miss_weight: float = 2.0  # BCE weight of a near-miss candidate (1 = like any other negative)
+    pairwise_weight: float = 1.0
+    # also sample near misses that break the focus constraint (the benchmark's first explicit negatives)
+    # and count them in the validation near-miss recall
+    focus_near_misses: bool = False
+    # epoch selection on the held-out train intents: val mAP@10_noNeg - this * val near-miss recall@10
+    val_neg_penalty: float = 1.0
     val_fraction: float = 0.1
     seed: int = 0
     max_steps: int | None = None
@@ -97,15 +110,32 @@ def first_stage_candidates(examples, img_emb: np.ndarray, text_embs: list[np.nda
     return out
 
 
-def sample_candidates(ex, fs_row: np.ndarray, n: int, rng) -> tuple[np.ndarray, np.ndarray]:
-    """n candidates for one query: half first-stage, a quarter near misses, a quarter positives."""
+def _focus_near(ex, use_focus: bool = True) -> np.ndarray:
+    f = getattr(ex, "focus_near_miss_rows", None) if use_focus else None
+    return np.zeros(0, dtype=np.int64) if f is None else f
+
+
+def near_miss_set(ex, use_focus: bool = True) -> np.ndarray:
+    """The (sampled) near misses of an intent: any single broken constraint, plus (`use_focus`) the
+    sampled ones breaking its focus constraint."""
+    return np.union1d(ex.near_miss_rows, _focus_near(ex, use_focus))
+
+
+def sample_candidates(ex, fs_row: np.ndarray, n: int, rng, use_focus: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """n candidates for one query: half first-stage, a quarter near misses (with `use_focus`, half of
+    them breaking the focus constraint when the intent has such near misses), a quarter positives."""
     n_pos = max(1, n // 4)
-    n_near = max(1, n // 4) if len(ex.near_miss_rows) else 0
+    focus = _focus_near(ex, use_focus)
+    n_near = max(1, n // 4) if len(ex.near_miss_rows) or len(focus) else 0
+    n_focus = min(n_near, (n_near + 1) // 2 if len(ex.near_miss_rows) else n_near) if len(focus) else 0
+    n_any = n_near - n_focus
     n_fs = n - n_pos - n_near
     parts = [rng.choice(fs_row, n_fs, replace=len(fs_row) < n_fs),
              rng.choice(ex.positive_rows, n_pos, replace=len(ex.positive_rows) < n_pos)]
-    if n_near:
-        parts.append(rng.choice(ex.near_miss_rows, n_near, replace=len(ex.near_miss_rows) < n_near))
+    if n_focus:
+        parts.append(rng.choice(focus, n_focus, replace=len(focus) < n_focus))
+    if n_any:
+        parts.append(rng.choice(ex.near_miss_rows, n_any, replace=len(ex.near_miss_rows) < n_any))
     cand = np.concatenate(parts)
     labels = np.isin(cand, ex.positive_rows).astype(np.float32)
     return cand, labels
@@ -121,21 +151,30 @@ def _forward_queries(model, exs, par, cands, img, text_embs_t, torch):
     return (logits[:, 0] - logits[:, 1]).view(len(exs), m)
 
 
-def val_rerank_map10(model, examples, fs, img, text_embs_t, torch) -> float:
-    """mAP@10 (no negatives) of the fusion top-30 reranked, on held-out *train* intents."""
-    aps = []
+def val_rerank_map10(model, examples, fs, img, text_embs_t, torch, with_negatives: bool = False,
+                     use_focus: bool = True):
+    """mAP@10 (no negatives) of the fusion top-k reranked, on held-out *train* intents; with
+    `with_negatives`, (mAP@10, near-miss recall@10) where near-miss recall is the share of the
+    (sampled) near misses among the top 10, over min(#near misses, 10), as NegRecall@10 counts."""
+    aps, negs = [], []
     with torch.inference_mode():
         for i, ex in enumerate(examples):
             cands = fs[i]
             par = [(i, j) for j in range(len(cands))]
             margins = _forward_queries(model, [ex] * len(cands), par, cands, img, text_embs_t, torch).numpy()
             pos = set(ex.positive_rows.tolist())
+            near = set(near_miss_set(ex, use_focus).tolist())
             for row, mg in zip(cands, margins):
                 top = row[np.argsort(-mg, kind="stable")][:10]
                 hits = np.array([r in pos for r in top], dtype=float)
                 prec = np.cumsum(hits) / np.arange(1, 11)
                 aps.append(float((prec * hits).sum() / min(len(pos), 10)))
-    return float(np.mean(aps)) if aps else float("nan")
+                if near:
+                    negs.append(sum(r in near for r in top) / min(len(near), 10))
+    m = float(np.mean(aps)) if aps else float("nan")
+    if with_negatives:
+        return m, (float(np.mean(negs)) if negs else 0.0)
+    return m
 
 
 def train_world_verifier(examples, img_emb: np.ndarray, text_emb_fn, cfg: VerifierConfig, progress: bool = True):
@@ -167,41 +206,53 @@ def train_world_verifier(examples, img_emb: np.ndarray, text_emb_fn, cfg: Verifi
         from tqdm.auto import tqdm
 
         it = tqdm(it, desc="train world verifier", unit="step")
-    best, history = (-1.0, None, 0), []
+    best, history, neg_history = (-float("inf"), None, 0), [], []
     t0 = time.time()
     order, pos = rng.permutation(len(rows)), 0
-    bce = torch.nn.BCEWithLogitsLoss()
+    bce = torch.nn.BCEWithLogitsLoss(reduction="none")
     for step in it:
         if pos >= len(order):
             order, pos = rng.permutation(len(rows)), 0
         batch = rows[order[pos:pos + cfg.queries_per_batch]]
         pos += cfg.queries_per_batch
         exs = [tr_ex[i] for i in batch[:, 0]]
-        sampled = [sample_candidates(ex, tr_fs[i][j], cfg.candidates_per_query, rng)
+        sampled = [sample_candidates(ex, tr_fs[i][j], cfg.candidates_per_query, rng, cfg.focus_near_misses)
                    for ex, (i, j) in zip(exs, batch)]
         cands = np.stack([c for c, _ in sampled])
         labels = torch.from_numpy(np.stack([lb for _, lb in sampled]))
+        is_near = torch.from_numpy(np.stack([np.isin(c, near_miss_set(ex, cfg.focus_near_misses)) & (lb == 0)
+                                             for ex, (c, lb) in zip(exs, sampled)]))
         for g in opt.param_groups:
             g["lr"] = cfg.lr * 0.5 * (1 + math.cos(math.pi * step / total))
         model.train()
         margins = _forward_queries(model, exs, [tuple(b) for b in batch], cands, img, tr_text_t, torch)
         target = labels / labels.sum(1, keepdim=True).clamp(min=1.0)
         listwise = -(target * torch.log_softmax(margins, dim=1)).sum(1).mean()
-        loss = bce(margins, labels) + cfg.listwise_weight * listwise
+        weights = torch.where(is_near, torch.full_like(labels, cfg.near_miss_weight), torch.ones_like(labels))
+        loss = (bce(margins, labels) * weights).sum() / weights.sum() + cfg.listwise_weight * listwise
+        if cfg.pairwise_weight > 0:  # every positive above every near miss of the same query
+            pair = (labels[:, :, None] > 0) & is_near[:, None, :]
+            if bool(pair.any()):
+                diff = margins[:, None, :] - margins[:, :, None]  # near - positive
+                loss = loss + cfg.pairwise_weight * torch.nn.functional.softplus(diff[pair]).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if (step + 1) % steps_per_epoch == 0 or step == total - 1:
             model.eval()
-            score = val_rerank_map10(model, val_ex, val_fs, img, val_text_t, torch)
-            history.append(round(score, 4))
+            val_map, val_neg = val_rerank_map10(model, val_ex, val_fs, img, val_text_t, torch, with_negatives=True,
+                                              use_focus=cfg.focus_near_misses)
+            score = val_map - cfg.val_neg_penalty * val_neg
+            history.append(round(val_map, 4))
+            neg_history.append(round(val_neg, 4))
             if progress:
-                it.set_postfix(loss=f"{float(loss):.3f}", val_mAP10=f"{score:.3f}")
+                it.set_postfix(loss=f"{float(loss):.3f}", val_mAP10=f"{val_map:.3f}", val_neg10=f"{val_neg:.3f}")
             if not score <= best[0]:
                 best = (score, {k: v.detach().clone() for k, v in model.state_dict().items()}, len(history))
     model.load_state_dict(best[1])
     model.eval()
     info = {"steps": total, "train_seconds": round(time.time() - t0, 1), "val_rerank_mAP@10_noNeg_by_epoch": history,
+            "val_near_miss_recall@10_by_epoch": neg_history,
             "best_epoch": best[2], "n_train_intents": len(tr_ex), "n_val_intents": len(val_ex), "config": asdict(cfg)}
     return model, info

@@ -141,3 +141,29 @@ def test_labels_and_metadata(tiny):
     forms = {q["meta"]["paraphrase_form"] for q in queries}
     assert forms == {"keywords", "concise", "imperative", "question", "detailed", "detailed_imperative"}
     assert {q["meta"]["length_category"] for q in queries} >= {"short", "medium"}
+
+
+def test_paraphrases_have_no_article_seams():
+    """Template seams once read "minus the a checked pattern" and "is there a orange version"."""
+    import re
+
+    from cir_demo.world.intents import KINDS, build_intent
+    from cir_demo.world.phrases import tidy_articles
+    from cir_demo.world.scene import sample_scene
+
+    assert tidy_articles("Remove the a checked pattern from the mug.") == "Remove the checked pattern from the mug."
+    assert tidy_articles("Is there a orange version of this hat?") == "Is there an orange version of this hat?"
+    assert tidy_articles("A orange one, a one-off, a uniform") == "An orange one, a one-off, a uniform"
+    seam = re.compile(r"\b(the|a|an) (a|an|the)\b|\ba (?!one\b)[aeio]", re.IGNORECASE)
+    rng = random.Random(0)
+    checked = 0
+    for _ in range(400):
+        ref = sample_scene(rng)
+        for name, kind in KINDS.items():
+            if ref.domain not in kind.domains or not kind.applies(ref):
+                continue
+            draft = build_intent(name, ref, rng)
+            for text in (draft.texts if draft is not None else ()):
+                assert not seam.search(text), (name, text)
+                checked += 1
+    assert checked > 5000

@@ -32,7 +32,10 @@ from .intents import FORM_FLAGS, FORMS, KINDS, DEFAULT_QUOTAS, IntentDraft, buil
 from .scene import (Constraint, Scene, constraint_mask, force_constraints, normalize_scene, sample_scene,
                     satisfies, scenes_to_table, validate_scene, value_violating, violation_counts, violations)
 
-GENERATOR_VERSION = "world-3"
+GENERATOR_VERSION = "world-3.1"  # 3.1: paraphrase article fixes ("the a checked pattern", "a orange")
+# Seeds the random streams. Kept at "world-3" when a change touches only text, so scenes, intents
+# and judgments (and the world models trained on them) stay the same; change it with the sampling.
+RNG_NAMESPACE = "world-3"
 MAX_NEGATIVES = 40
 DATA_FILES = ("test_corpus.npy", "test_refs.npy", "test_intents.jsonl", "test_queries.jsonl",
               "test_captions.jsonl", "train_scenes.npy", "train_intents.jsonl", "train_triplets.jsonl",
@@ -59,7 +62,7 @@ SIZES = {
 
 def _rng(seed: int, stream: str) -> random.Random:
     # String seeds go through SHA-512 in CPython: stable across runs and platforms.
-    return random.Random(f"cir-world/{GENERATOR_VERSION}/{seed}/{stream}")
+    return random.Random(f"cir-world/{RNG_NAMESPACE}/{seed}/{stream}")
 
 
 def scaled_quotas(scale: float) -> dict[str, int]:

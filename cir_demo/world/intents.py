@@ -83,7 +83,7 @@ def _draft(kind: "Kind", ref_or_refs, constraints, focus, texts, prefer=None) ->
     refs = tuple(ref_or_refs) if isinstance(ref_or_refs, (list, tuple)) else (ref_or_refs,)
     assert len(texts) == len(FORMS)
     return IntentDraft(kind.name, kind.category, kind.subcategory, refs[0].domain, refs,
-                       tuple(constraints), focus, tuple(_cap(t.strip()) for t in texts), prefer)
+                       tuple(constraints), focus, tuple(_cap(P.tidy_articles(t.strip())) for t in texts), prefer)
 
 
 class _Words:

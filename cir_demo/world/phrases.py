@@ -1,6 +1,8 @@
 """Words for scene attributes: nouns, adjectives and phrases shared by intents and captions."""
 from __future__ import annotations
 
+import re
+
 from . import attributes as A
 
 PLURAL_NOUNS = {"sunglasses"}
@@ -50,6 +52,16 @@ def article(phrase: str) -> str:
     if last in PLURAL_NOUNS:
         return f"a pair of {phrase}"
     return ("an " if phrase[0].lower() in "aeiou" else "a ") + phrase
+
+
+_DOUBLE_ARTICLE = re.compile(r"\b(the|a|an) (?:a|an) ", re.IGNORECASE)
+_A_BEFORE_VOWEL = re.compile(r"\b([Aa]) (?=[aeio])(?!one\b)")  # "a uniform", "a one-off" stay
+
+
+def tidy_articles(text: str) -> str:
+    """Template seams: "the a checked pattern" -> "the checked pattern", "a orange" -> "an orange"."""
+    text = _DOUBLE_ARTICLE.sub(lambda m: m.group(1) + " ", text)
+    return _A_BEFORE_VOWEL.sub(lambda m: m.group(1) + "n ", text)
 
 
 def shape_adj(type_name: str, shape: str) -> str:

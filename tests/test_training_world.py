@@ -18,11 +18,8 @@ CLIP_NAME = "world-clip-test-tiny"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _threads():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _threads(one_torch_thread):  # autouse, so it is set before the module's model fixtures train or load
     yield
-    torch.set_num_threads(old)
 
 
 @pytest.fixture(scope="module")

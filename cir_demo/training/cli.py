@@ -112,6 +112,44 @@ def _clip_train_embeddings(clip_dir: Path, train, progress: bool):
     return model, tokenizer, img, text_fn, clip_manifest
 
 
+def _train_on_clip_features(size, seed, data_seed, clip_dir: Path, cfg, train_fn, progress: bool):
+    """Train a head (world-CIR, verifier) on frozen world-CLIP features of the train split:
+    (train, start time, clip model, tokenizer, clip manifest, intent examples, model, info)."""
+    from cir_demo.training.data import intent_examples
+    from cir_demo.world.loader import load_train
+
+    train = load_train(size=size, seed=seed)
+    t0 = time.time()
+    clip_model, tokenizer, img, text_fn, clip_manifest = _clip_train_embeddings(clip_dir, train, progress)
+    examples = intent_examples(train, seed=data_seed)
+    model, info = train_fn(examples, img, text_fn, cfg, progress)
+    return train, t0, clip_model, tokenizer, clip_manifest, examples, model, info
+
+
+def _head_manifest(name: str, description: str, clip_ref: str, clip_manifest: dict, train, size, seed, data_seed,
+                   info: dict, t0: float, examples, weights: Path, held_out: dict, **extra) -> dict:
+    from cir_demo.utils.io import sha256_file
+
+    return {
+        "format": MANIFEST_FORMAT, "model": name, "description": description, **extra,
+        "clip": {"path": clip_ref, "weights_sha256": clip_manifest["files"]["world_clip.safetensors"],
+                 "model_name": clip_manifest["model_name"]},
+        "world": _world_block(train, size, seed), "data_seed": data_seed,
+        "training": {**info, "wall_seconds": round(time.time() - t0, 1), "n_intents": len(examples)},
+        "hardware": hardware(), "files": {weights.name: sha256_file(weights)}, "held_out": held_out,
+        "held_out_note": "test split only (never used for training or model selection)",
+    }
+
+
+def _save_weights(model, weights: Path, metadata: dict) -> None:
+    from safetensors.torch import save_file
+
+    from cir_demo.utils.io import atomic_path
+
+    with atomic_path(weights) as tmp:
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp), metadata=metadata)
+
+
 # --------------------------------------------------------------------------- world-CLIP
 def train_clip_command(size, seed, data_seed, epochs, max_steps, out: Path, evaluate=True, progress=True,
                        model_name: str | None = None) -> dict:
@@ -153,25 +191,15 @@ def train_clip_command(size, seed, data_seed, epochs, max_steps, out: Path, eval
 # --------------------------------------------------------------------------- world-CIR
 def train_cir_command(size, seed, data_seed, epochs, max_steps, out: Path, clip_dir: Path, clip_ref: str,
                       evaluate=True, progress=True) -> dict:
-    from safetensors.torch import save_file
-
     from cir_demo.training import evaluate as ev
-    from cir_demo.training.data import intent_examples
     from cir_demo.training.world_cir import (WEIGHTS_NAME, WorldCirConfig, combine_numpy, reference_pairs,
                                              train_world_cir)
-    from cir_demo.utils.io import atomic_path, sha256_file
-    from cir_demo.world.loader import load_train
 
-    train = load_train(size=size, seed=seed)
-    t0 = time.time()
-    clip_model, tokenizer, img, text_fn, clip_manifest = _clip_train_embeddings(clip_dir, train, progress)
-    examples = intent_examples(train, seed=data_seed)
     cfg = _override(WorldCirConfig(seed=data_seed), epochs=epochs, max_steps=max_steps)
-    model, info = train_world_cir(examples, img, text_fn, cfg, progress)
+    train, t0, clip_model, tokenizer, clip_manifest, examples, model, info = _train_on_clip_features(
+        size, seed, data_seed, clip_dir, cfg, train_world_cir, progress)
     weights = out / WEIGHTS_NAME
-    with atomic_path(weights) as tmp:
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp),
-                  metadata={"format": "cir_demo.world_cir/1"})
+    _save_weights(model, weights, {"format": "cir_demo.world_cir/1"})
     held_out = {}
     if evaluate:
         test = ev.load_test_data(size, seed, progress)
@@ -186,18 +214,10 @@ def train_cir_command(size, seed, data_seed, epochs, max_steps, out: Path, clip_
         best_name = max(recipes_only, key=lambda k: recipes_only[k]["mAP@10"])
         held_out = {"world-cir": cir, **recipes_only, "best_zero_shot_recipe": best_name,
                     "beats_best_zero_shot": bool(cir["mAP@10"] > recipes_only[best_name]["mAP@10"])}
-    manifest = {
-        "format": MANIFEST_FORMAT, "model": "world-cir",
-        "description": "world-CIR: Combiner over frozen world-CLIP features (gated ref/text sum + MLP residual), "
-                       "full-train-gallery multi-positive softmax + near-miss hard negatives",
-        "clip": {"path": clip_ref, "weights_sha256": clip_manifest["files"]["world_clip.safetensors"],
-                 "model_name": clip_manifest["model_name"]},
-        "world": _world_block(train, size, seed), "data_seed": data_seed,
-        "training": {**info, "wall_seconds": round(time.time() - t0, 1), "n_intents": len(examples)},
-        "hardware": hardware(), "files": {WEIGHTS_NAME: sha256_file(weights)}, "held_out": held_out,
-        "held_out_note": "test split only (never used for training or model selection)",
-    }
-    return _write_manifest(out, manifest)
+    description = ("world-CIR: Combiner over frozen world-CLIP features (gated ref/text sum + MLP residual), "
+                   "full-train-gallery multi-positive softmax + near-miss hard negatives")
+    return _write_manifest(out, _head_manifest("world-cir", description, clip_ref, clip_manifest, train, size, seed,
+                                               data_seed, info, t0, examples, weights, held_out))
 
 
 # --------------------------------------------------------------------------- world verifier
@@ -205,25 +225,17 @@ def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, 
                            evaluate=True, progress=True) -> dict:
     import numpy as np
     import torch
-    from safetensors.torch import save_file
 
     from cir_demo.training import evaluate as ev
-    from cir_demo.training.data import intent_examples
-    from cir_demo.training.world_verifier import DESCRIPTION, WEIGHTS_NAME, VerifierConfig, train_world_verifier
     from cir_demo.training.world_cir import reference_pairs
-    from cir_demo.utils.io import atomic_path, sha256_file
-    from cir_demo.world.loader import load_train
+    from cir_demo.training.world_verifier import DESCRIPTION, WEIGHTS_NAME, VerifierConfig, train_world_verifier
 
-    train = load_train(size=size, seed=seed)
-    t0 = time.time()
-    clip_model, tokenizer, img, text_fn, clip_manifest = _clip_train_embeddings(clip_dir, train, progress)
-    examples = intent_examples(train, seed=data_seed)
     cfg = _override(VerifierConfig(seed=data_seed), epochs=epochs, max_steps=max_steps)
-    model, info = train_world_verifier(examples, img, text_fn, cfg, progress)
+    train, t0, clip_model, tokenizer, clip_manifest, examples, model, info = _train_on_clip_features(
+        size, seed, data_seed, clip_dir, cfg, train_world_verifier, progress)
     weights = out / WEIGHTS_NAME
-    with atomic_path(weights) as tmp:
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp),
-                  metadata={"format": "cir_demo.world_verifier/1", "layers": str(cfg.layers), "heads": str(cfg.heads)})
+    _save_weights(model, weights, {"format": "cir_demo.world_verifier/1", "layers": str(cfg.layers),
+                                   "heads": str(cfg.heads)})
     held_out = {}
     if evaluate:
         test = ev.load_test_data(size, seed, progress)
@@ -240,14 +252,7 @@ def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, 
         held_out = ev.evaluate_reranked_fusion(score_fn, test, emb, top_n=20)
         held_out["raises_mAP@10"] = bool(held_out["after"]["mAP@10"] > held_out["before"]["mAP@10"])
         held_out["lowers_NegRecall@10"] = bool(held_out["after"]["NegRecall@10"] < held_out["before"]["NegRecall@10"])
-    manifest = {
-        "format": MANIFEST_FORMAT, "model": "world-verifier", "description": DESCRIPTION,
-        "architecture": {"width": cfg.width, "layers": cfg.layers, "heads": cfg.heads, "tokens": 9},
-        "clip": {"path": clip_ref, "weights_sha256": clip_manifest["files"]["world_clip.safetensors"],
-                 "model_name": clip_manifest["model_name"]},
-        "world": _world_block(train, size, seed), "data_seed": data_seed,
-        "training": {**info, "wall_seconds": round(time.time() - t0, 1), "n_intents": len(examples)},
-        "hardware": hardware(), "files": {WEIGHTS_NAME: sha256_file(weights)}, "held_out": held_out,
-        "held_out_note": "test split only (never used for training or model selection)",
-    }
-    return _write_manifest(out, manifest)
+    architecture = {"width": cfg.width, "layers": cfg.layers, "heads": cfg.heads, "tokens": 9}
+    return _write_manifest(out, _head_manifest("world-verifier", DESCRIPTION, clip_ref, clip_manifest, train, size,
+                                               seed, data_seed, info, t0, examples, weights, held_out,
+                                               architecture=architecture))

@@ -275,8 +275,48 @@ def test_verifier_backend_p_yes_is_sigmoid_margin_and_matches_direct_forward(tmp
     model, tokenizer = clip_model
     emb = encode_pixels(model, to_model_pixels(ims))
     txt = encode_texts(model, tokenizer, ["Same item but the first image in red"])
+    assert reranker.reads_tokens and "token ids" in reranker.spec["description"]
+    tokens = tokenizer(["Same item but the first image in red"])
     with torch.inference_mode():
         rep = lambda a: torch.from_numpy(np.repeat(a, 4, axis=0))  # noqa: E731
-        direct = reranker.model(rep(emb[:1]), rep(emb[:1]), rep(txt), torch.from_numpy(emb[1:])).numpy()
+        instruction = reranker.model.encode_instruction(tokens).repeat_interleave(4, 0)
+        direct = reranker.model(rep(emb[:1]), rep(emb[:1]), rep(txt), torch.from_numpy(emb[1:]), instruction).numpy()
+        with pytest.raises(ValueError, match="instruction"):
+            reranker.model(rep(emb[:1]), rep(emb[:1]), rep(txt), torch.from_numpy(emb[1:]))
     np.testing.assert_allclose([[s.logit_yes, s.logit_no] for s in scores], direct, atol=1e-4)
     assert reranker.score(req, [], []) == []
+
+
+def test_verifier_instruction_reader_ignores_padding_and_batch_mates(clip_model):
+    """A row padded to a longer batch mate's length reads exactly as alone (the padding is masked)."""
+    from cir_demo.training.world_verifier import build_verifier
+
+    _, tokenizer = clip_model
+    torch.manual_seed(0)
+    model = build_verifier(16, 32, 1, 4, vocab_size=400, context_length=48, text_layers=2).eval()
+    short, long_ = "Coat not red", "Show me this coat in blue instead of red, with the same knitted texture."
+    both = tokenizer([short, long_])
+    assert int((both[0] != 0).sum()) < int((both[1] != 0).sum())
+    with torch.inference_mode():
+        alone = model.encode_instruction(tokenizer([short]))
+        together = model.encode_instruction(both)
+        other = model.encode_instruction(tokenizer(["Coat not blue"]))
+    assert alone.shape == (1, 2, 32)
+    torch.testing.assert_close(together[:1], alone, atol=1e-5, rtol=0)
+    assert float((other - alone).abs().max()) > 1e-3  # it does read the words
+
+
+def test_training_config_overrides_convert_types_and_name_unknown_fields():
+    from cir_demo.training.cli import _override, parse_overrides
+    from cir_demo.training.world_verifier import VerifierConfig
+
+    cfg = _override(VerifierConfig(), parse_overrides(["near_miss_last_weight=1.5", "instruction_tokens=false",
+                                                       "max_steps=7", "epochs=3"]), epochs=None)
+    assert (cfg.near_miss_last_weight, cfg.instruction_tokens, cfg.max_steps, cfg.epochs) == (1.5, False, 7, 3)
+    assert _override(VerifierConfig(), None, epochs=4.0).epochs == 4
+    with pytest.raises(SystemExit, match="Did you mean 'near_miss_last_weight'"):
+        _override(VerifierConfig(), {"near_mis_last_weight": "1"})
+    with pytest.raises(SystemExit, match="expected a float"):
+        _override(VerifierConfig(), {"lr": "fast"})
+    with pytest.raises(SystemExit, match="FIELD=VALUE"):
+        parse_overrides(["lr"])

@@ -29,7 +29,7 @@ class WorldVerifierReranker(LogitPairReranker):
 
         from cir_demo.retrievers import openclip
         from cir_demo.retrievers.base import resolve_path
-        from cir_demo.training.world_verifier import DESCRIPTION, verifier_from_state
+        from cir_demo.training.world_verifier import DESCRIPTION, DESCRIPTION_POOLED_ONLY, verifier_from_state
         from cir_demo.utils.io import sha256_file
 
         path = resolve_path(weights)
@@ -58,7 +58,9 @@ class WorldVerifierReranker(LogitPairReranker):
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
         layers, heads = int(meta.get("layers", 3)), int(meta.get("heads", 4))
-        self.model = verifier_from_state(load_file(str(path)), layers, heads)
+        text_layers = int(meta.get("text_layers", 1))
+        self.model = verifier_from_state(load_file(str(path)), layers, heads, text_layers)
+        self.reads_tokens = bool(self.model.vocab_size)
         self.name = "world-verifier"
         self.dim = int(self.encoder.dim)
         self.image_spec = {"family": openclip.FAMILY, **clip_spec}  # equal to world-CLIP retrievers' image spec
@@ -67,15 +69,17 @@ class WorldVerifierReranker(LogitPairReranker):
         self._texts: dict[str, np.ndarray] = {}
         self.batch_size = int(batch_size)
         self.marker_style = marker_style
-        self.description = DESCRIPTION
+        self.description = DESCRIPTION if self.reads_tokens else DESCRIPTION_POOLED_ONLY
         self.spec = {
             "backend": self.backend,
             "model": "world-verifier",
             "weights": {"path": str(weights), "sha256": digest},
             "clip_weights_sha256": clip_spec["weights"]["sha256"],
-            "architecture": {"width": self.model.width, "layers": layers, "heads": heads, "dim": self.model.dim},
+            "architecture": {"width": self.model.width, "layers": layers, "heads": heads, "dim": self.model.dim,
+                             "instruction_reader": ({"text_layers": text_layers, "vocab_size": self.model.vocab_size}
+                                                    if self.reads_tokens else None)},
             "score": "sigmoid(logit_yes - logit_no) from the [CLS] token's two logits",
-            "description": DESCRIPTION,  # no "prompt": this backend reads no text prompt
+            "description": self.description,  # no "prompt": this backend reads no text prompt
             "marker_style": marker_style,
             "image_preprocess": clip_spec["preprocess"],
         }
@@ -126,6 +130,15 @@ class WorldVerifierReranker(LogitPairReranker):
                     self._known[ids[i]] = e
         return out
 
+    def _instruction_tokens(self, instructions: Sequence[str]):
+        """world-CLIP token ids (q, L) of the instructions, markers rendered as for the text embedding,
+        or None for a verifier that reads only the pooled text embedding."""
+        from cir_demo.retrievers.base import render_markers
+
+        if not self.reads_tokens:
+            return None
+        return self.encoder.tokenizer([render_markers(t, self.marker_style) for t in instructions]).cpu()
+
     def _text_embeddings(self, instructions: Sequence[str]) -> np.ndarray:
         from cir_demo.retrievers.base import render_markers
 
@@ -139,20 +152,24 @@ class WorldVerifierReranker(LogitPairReranker):
         return np.stack([self._texts[t] for t in rendered]) if rendered else np.zeros((0, self.dim), np.float32)
 
     def features(self, request: RerankRequest, candidate_images: Sequence[Any], candidate_ids: Sequence[str] | None = None):
-        """Frozen world-CLIP embeddings: (ref1, ref2, text) each (1, d), candidates (n, d)."""
+        """Frozen world-CLIP embeddings: (ref1, ref2, text) each (1, d), candidates (n, d), and the
+        instruction's token ids (1, L) (None for a verifier without an instruction reader)."""
         n_ref = len(request.reference_images)
         ids = list(request.reference_ids) + list(candidate_ids if candidate_ids is not None else [None] * len(candidate_images))
         emb = self._image_embeddings(ids, list(request.reference_images) + list(candidate_images))
         text = self._text_embeddings([request.instruction])
-        return emb[:1], emb[n_ref - 1:n_ref], text, emb[n_ref:]
+        return emb[:1], emb[n_ref - 1:n_ref], text, emb[n_ref:], self._instruction_tokens([request.instruction])
 
-    def logits_from_features(self, ref1: np.ndarray, ref2: np.ndarray, text: np.ndarray, cands: np.ndarray) -> np.ndarray:
+    def logits_from_features(self, ref1: np.ndarray, ref2: np.ndarray, text: np.ndarray, cands: np.ndarray,
+                             tokens=None) -> np.ndarray:
         import torch
 
         n = len(cands)
         rep = lambda a: torch.from_numpy(np.repeat(np.asarray(a, np.float32), n, axis=0))  # noqa: E731
         with torch.inference_mode():
-            logits = self.model(rep(ref1), rep(ref2), rep(text), torch.from_numpy(np.asarray(cands, np.float32)))
+            instruction = self.model.encode_instruction(tokens).repeat_interleave(n, 0) if tokens is not None else None
+            logits = self.model(rep(ref1), rep(ref2), rep(text), torch.from_numpy(np.asarray(cands, np.float32)),
+                                instruction)
         return logits.numpy().astype(np.float64)
 
     def score_logits(self, request: RerankRequest, candidate_images: Sequence[Any]) -> np.ndarray:
@@ -182,7 +199,9 @@ class WorldVerifierReranker(LogitPairReranker):
             ref_rows.append((start, start + len(request.reference_ids) - 1))
             counts.append(len(ids))
         emb = self._image_embeddings(ids_all, images_all)
-        text = self._text_embeddings([request.instruction for request, _, _ in items])
+        instructions = [request.instruction for request, _, _ in items]
+        text = self._text_embeddings(instructions)
+        tokens = self._instruction_tokens(instructions)
         rows = [(q, start + len(items[q][0].reference_ids) + j) for q, (start, _) in enumerate(ref_rows)
                 for j in range(counts[q])]
         if not rows:
@@ -193,7 +212,11 @@ class WorldVerifierReranker(LogitPairReranker):
         cand = np.array([r for _, r in rows])
         t = lambda a: torch.from_numpy(np.ascontiguousarray(a, np.float32))  # noqa: E731
         with torch.inference_mode():
-            logits = self.model(t(emb[first]), t(emb[last]), t(text[query_of]), t(emb[cand])).numpy().astype(np.float64)
+            instruction = None
+            if tokens is not None:  # read once per query, then one row per candidate
+                instruction = self.model.encode_instruction(tokens)[torch.from_numpy(query_of)]
+            logits = self.model(t(emb[first]), t(emb[last]), t(text[query_of]), t(emb[cand]),
+                                instruction).numpy().astype(np.float64)
         out, pos = [], 0
         for (_, ids, _), n in zip(items, counts):
             out.append(scores_from_logits(ids, logits[pos:pos + n]) if n else [])

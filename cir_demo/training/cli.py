@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation (smoke tests)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override a field of the model's training config, e.g. --set near_miss_last_weight=1 "
+                             "(repeatable; the fields are in the manifest's training.config)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     out = resolve_path(args.out or DEFAULT_OUT[args.model])
     out.mkdir(parents=True, exist_ok=True)
     kw = dict(size=args.world_size, seed=args.seed, data_seed=args.data_seed, epochs=args.epochs,
-              max_steps=args.max_steps, out=out, evaluate=not args.no_eval, progress=not args.quiet)
+              max_steps=args.max_steps, out=out, evaluate=not args.no_eval, progress=not args.quiet,
+              overrides=parse_overrides(args.overrides))
     if args.model == "world-clip":
         manifest = train_clip_command(**kw)
     else:
@@ -66,11 +70,45 @@ def hardware() -> dict:
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version()}
 
 
-def _override(cfg, **values):
+def parse_overrides(items) -> dict[str, str]:
+    """["field=value", ...] -> {field: value} (values are converted by `_override`)."""
+    out = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise SystemExit(f"--set: expected FIELD=VALUE, got {item!r}")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _convert(name: str, current, value):
+    if isinstance(value, str):
+        if isinstance(current, bool):
+            if value.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                raise SystemExit(f"--set {name}: expected true or false, got {value!r}")
+            return value.lower() in ("1", "true", "yes")
+        if value.lower() == "none":
+            return None
+        if current is None:  # an optional number (max_steps)
+            return int(value)
+    try:
+        return type(current)(value) if current is not None else value
+    except ValueError:
+        raise SystemExit(f"--set {name}: expected a {type(current).__name__}, got {value!r}") from None
+
+
+def _override(cfg, overrides: dict | None = None, **values):
+    """Set the non-None `values` that name config fields, then the user's `overrides` (which must)."""
     names = {f.name for f in fields(cfg)}
     for k, v in values.items():
         if v is not None and k in names:
-            setattr(cfg, k, type(getattr(cfg, k))(v) if getattr(cfg, k) is not None else v)
+            setattr(cfg, k, _convert(k, getattr(cfg, k), v))
+    for k, v in (overrides or {}).items():
+        if k not in names:
+            from cir_demo.utils.names import UnknownNameError
+
+            raise SystemExit(f"--set: {UnknownNameError(f'{type(cfg).__name__} field', k, names)}")
+        setattr(cfg, k, _convert(k, getattr(cfg, k), v))
     return cfg
 
 
@@ -112,9 +150,11 @@ def _clip_train_embeddings(clip_dir: Path, train, progress: bool):
     return model, tokenizer, img, text_fn, clip_manifest
 
 
-def _train_on_clip_features(size, seed, data_seed, clip_dir: Path, cfg, train_fn, progress: bool):
+def _train_on_clip_features(size, seed, data_seed, clip_dir: Path, cfg, train_fn, progress: bool,
+                            train_kwargs=None):
     """Train a head (world-CIR, verifier) on frozen world-CLIP features of the train split:
-    (train, start time, clip model, tokenizer, clip manifest, intent examples, model, info)."""
+    (train, start time, clip model, tokenizer, clip manifest, intent examples, model, info).
+    `train_kwargs(clip_model, tokenizer) -> dict` adds keyword arguments to `train_fn`."""
     from cir_demo.training.data import intent_examples
     from cir_demo.world.loader import load_train
 
@@ -122,7 +162,8 @@ def _train_on_clip_features(size, seed, data_seed, clip_dir: Path, cfg, train_fn
     t0 = time.time()
     clip_model, tokenizer, img, text_fn, clip_manifest = _clip_train_embeddings(clip_dir, train, progress)
     examples = intent_examples(train, seed=data_seed)
-    model, info = train_fn(examples, img, text_fn, cfg, progress)
+    extra = train_kwargs(clip_model, tokenizer) if train_kwargs is not None else {}
+    model, info = train_fn(examples, img, text_fn, cfg, progress, **extra)
     return train, t0, clip_model, tokenizer, clip_manifest, examples, model, info
 
 
@@ -152,7 +193,7 @@ def _save_weights(model, weights: Path, metadata: dict) -> None:
 
 # --------------------------------------------------------------------------- world-CLIP
 def train_clip_command(size, seed, data_seed, epochs, max_steps, out: Path, evaluate=True, progress=True,
-                       model_name: str | None = None) -> dict:
+                       model_name: str | None = None, overrides: dict | None = None) -> dict:
     from cir_demo.paths import REPO_ROOT
     from cir_demo.training import evaluate as ev
     from cir_demo.training.data import PREPROCESS, world_pixels
@@ -162,7 +203,7 @@ def train_clip_command(size, seed, data_seed, epochs, max_steps, out: Path, eval
     model_name = model_name or MODEL_NAME
     train = load_train(size=size, seed=seed)
     pixels = world_pixels(train.world, train.image_ids, "train", progress=progress)
-    cfg = _override(WorldClipConfig(seed=data_seed), epochs=epochs, max_steps=max_steps)
+    cfg = _override(WorldClipConfig(seed=data_seed), overrides, epochs=epochs, max_steps=max_steps)
     tok_dir = (out / "tokenizer").resolve()
     try:  # committed assets get a repo-relative tokenizer path; anywhere else an absolute one
         tok_ref = tok_dir.relative_to(REPO_ROOT.resolve()).as_posix()
@@ -190,12 +231,12 @@ def train_clip_command(size, seed, data_seed, epochs, max_steps, out: Path, eval
 
 # --------------------------------------------------------------------------- world-CIR
 def train_cir_command(size, seed, data_seed, epochs, max_steps, out: Path, clip_dir: Path, clip_ref: str,
-                      evaluate=True, progress=True) -> dict:
+                      evaluate=True, progress=True, overrides: dict | None = None) -> dict:
     from cir_demo.training import evaluate as ev
     from cir_demo.training.world_cir import (WEIGHTS_NAME, WorldCirConfig, combine_numpy, reference_pairs,
                                              train_world_cir)
 
-    cfg = _override(WorldCirConfig(seed=data_seed), epochs=epochs, max_steps=max_steps)
+    cfg = _override(WorldCirConfig(seed=data_seed), overrides, epochs=epochs, max_steps=max_steps)
     train, t0, clip_model, tokenizer, clip_manifest, examples, model, info = _train_on_clip_features(
         size, seed, data_seed, clip_dir, cfg, train_world_cir, progress)
     weights = out / WEIGHTS_NAME
@@ -222,37 +263,59 @@ def train_cir_command(size, seed, data_seed, epochs, max_steps, out: Path, clip_
 
 # --------------------------------------------------------------------------- world verifier
 def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, clip_dir: Path, clip_ref: str,
-                           evaluate=True, progress=True) -> dict:
+                           evaluate=True, progress=True, overrides: dict | None = None) -> dict:
     import numpy as np
     import torch
 
     from cir_demo.training import evaluate as ev
     from cir_demo.training.world_cir import reference_pairs
-    from cir_demo.training.world_verifier import DESCRIPTION, WEIGHTS_NAME, VerifierConfig, train_world_verifier
+    from cir_demo.training.world_verifier import (DESCRIPTION, DESCRIPTION_POOLED_ONLY, WEIGHTS_NAME, VerifierConfig,
+                                                 train_world_verifier)
 
-    cfg = _override(VerifierConfig(seed=data_seed), epochs=epochs, max_steps=max_steps)
+    from cir_demo.retrievers.base import render_markers
+
+    cfg = _override(VerifierConfig(seed=data_seed), overrides, epochs=epochs, max_steps=max_steps)
+
+    def token_kwargs(clip_model, tokenizer):
+        if not cfg.instruction_tokens:
+            return {}
+        return {"tokenize": lambda texts: tokenizer([render_markers(t, "words") for t in texts]).numpy(),
+                "word_init": clip_model.token_embedding.weight.detach().numpy()}
+
     train, t0, clip_model, tokenizer, clip_manifest, examples, model, info = _train_on_clip_features(
-        size, seed, data_seed, clip_dir, cfg, train_world_verifier, progress)
+        size, seed, data_seed, clip_dir, cfg, train_world_verifier, progress, token_kwargs)
     weights = out / WEIGHTS_NAME
     _save_weights(model, weights, {"format": "cir_demo.world_verifier/1", "layers": str(cfg.layers),
-                                   "heads": str(cfg.heads)})
+                                   "heads": str(cfg.heads), "text_layers": str(cfg.text_layers)})
     held_out = {}
     if evaluate:
         test = ev.load_test_data(size, seed, progress)
         emb = ev.clip_embeddings(clip_model, tokenizer, test, progress, cache_key=manifest_clip_sha(clip_manifest))
         r1, r2 = reference_pairs(emb["refs"], test.ref_row, test.bench.queries)
+        tokens = None
+        if cfg.instruction_tokens:
+            tokens = tokenizer(test.query_texts())
 
         def score_fn(idx):
             m = idx.shape[1]
             with torch.inference_mode():
                 t = lambda a: torch.from_numpy(np.repeat(a, m, axis=0))  # noqa: E731
-                logits = model(t(r1), t(r2), t(emb["texts"]), torch.from_numpy(emb["corpus"][idx.reshape(-1)]))
+                instruction = None
+                if tokens is not None:
+                    instruction = model.encode_instruction(tokens).repeat_interleave(m, dim=0)
+                logits = model(t(r1), t(r2), t(emb["texts"]), torch.from_numpy(emb["corpus"][idx.reshape(-1)]),
+                               instruction)
             return (logits[:, 0] - logits[:, 1]).view(len(idx), m).numpy()
 
         held_out = ev.evaluate_reranked_fusion(score_fn, test, emb, top_n=20)
         held_out["raises_mAP@10"] = bool(held_out["after"]["mAP@10"] > held_out["before"]["mAP@10"])
         held_out["lowers_NegRecall@10"] = bool(held_out["after"]["NegRecall@10"] < held_out["before"]["NegRecall@10"])
-    architecture = {"width": cfg.width, "layers": cfg.layers, "heads": cfg.heads, "tokens": 9}
-    return _write_manifest(out, _head_manifest("world-verifier", DESCRIPTION, clip_ref, clip_manifest, train, size,
+    architecture = {"width": cfg.width, "layers": cfg.layers, "heads": cfg.heads,
+                    "tokens": 9 + (2 if cfg.instruction_tokens else 0),
+                    "instruction_reader": ({"text_layers": cfg.text_layers, "vocab_size": model.vocab_size,
+                                            "context_length": model.context_length}
+                                           if cfg.instruction_tokens else None)}
+    description = DESCRIPTION if cfg.instruction_tokens else DESCRIPTION_POOLED_ONLY
+    return _write_manifest(out, _head_manifest("world-verifier", description, clip_ref, clip_manifest, train, size,
                                                seed, data_seed, info, t0, examples, weights, held_out,
                                                architecture=architecture))

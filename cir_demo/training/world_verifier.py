@@ -2,9 +2,13 @@
 
 Inputs are frozen world-CLIP embeddings: reference 1, reference 2 (= reference 1 for one-image
 queries), the instruction's text embedding and the candidate, plus interaction tokens
-(candidate * text, candidate * reference, candidate - reference, text - reference). A 2-layer
-transformer reads the 8 tokens and a [CLS] token jointly (full attention, so every input sees every other: a
-cross-encoder, not two towers) and ends in two logits; P(relevant) = sigmoid(yes - no).
+(candidate * text, candidate * reference, candidate - reference, text - reference), plus two
+instruction tokens from its own instruction reader: a 2-layer transformer over the instruction's
+world-CLIP token ids (word embedding initialised from world-CLIP's), run once per query. Why: the
+pooled world-CLIP text embedding, trained on captions, cannot tell "not red" from "red" nor
+"blue instead of red" from "red instead of blue" (docs/world_models.md measures it). A 2-layer
+transformer reads the 10 tokens and a [CLS] token jointly (full attention, so every input sees
+every other: a cross-encoder, not two towers) and ends in two logits; P(relevant) = sigmoid(yes - no).
 
 Training (train split only): for each train intent paraphrase, candidates are what a first
 stage would show it, the world-CLIP fusion top 30 on the train gallery, plus the intent's near
@@ -26,9 +30,13 @@ import numpy as np
 
 WEIGHTS_NAME = "world_verifier.safetensors"
 N_TOKENS = 8
+N_INSTRUCTION_TOKENS = 2  # the instruction reader's [CLS] output and its mean over words
 DESCRIPTION = ("world verifier: no text prompt; inputs are frozen world-CLIP embeddings of the reference image(s), "
                "the instruction (<img1>/<img2> rendered as words) and the candidate image, plus their "
-               "products/difference, read by a small transformer cross-encoder ending in (logit_yes, logit_no)")
+               "products/difference, and the instruction's world-CLIP token ids read by its own small "
+               "text transformer, all read by a small transformer cross-encoder ending in (logit_yes, logit_no)")
+DESCRIPTION_POOLED_ONLY = DESCRIPTION.replace(
+    ", and the instruction's world-CLIP token ids read by its own small text transformer", "")
 
 
 @dataclass
@@ -39,7 +47,7 @@ class VerifierConfig:
     queries_per_batch: int = 64
     candidates_per_query: int = 12
     first_stage_k: int = 30
-    epochs: int = 2
+    epochs: int = 4
     lr: float = 1e-3
     weight_decay: float = 0.01
     listwise_weight: float = 1.0
@@ -47,17 +55,27 @@ class VerifierConfig:
     # ask every positive to outscore every near miss of its query (pairwise logistic loss).
     near_miss_weight: float = 2.0  # BCE weight of a near-miss candidate (1 = like any other negative)
     pairwise_weight: float = 1.0
+    # PinPoint's premise: a result that breaks the instruction ("still red") is worse than an off-topic
+    # one. Pairwise logistic loss asking every other non-relevant candidate of a query to outscore its
+    # near misses; without it the verifier grades near misses as almost relevant and fills the top 10
+    # with them (docs/world_models.md: the oracle analysis). 0 = off.
+    near_miss_last_weight: float = 0.0
     # also sample near misses that break the focus constraint (the benchmark's first explicit negatives)
     # and count them in the validation near-miss recall
     focus_near_misses: bool = False
     # epoch selection on the held-out train intents: val mAP@10_noNeg - this * val near-miss recall@10
     val_neg_penalty: float = 1.0
+    # Read the instruction's words with its own small transformer (init from world-CLIP's token
+    # embedding): the pooled world-CLIP text embedding cannot tell "not red" from "red".
+    instruction_tokens: bool = True
+    text_layers: int = 2
     val_fraction: float = 0.1
     seed: int = 0
     max_steps: int | None = None
 
 
-def build_verifier(dim: int, width: int, layers: int, heads: int):
+def build_verifier(dim: int, width: int, layers: int, heads: int, vocab_size: int = 0, context_length: int = 0,
+                   text_layers: int = 1):
     import torch
     from torch import nn
 
@@ -65,30 +83,62 @@ def build_verifier(dim: int, width: int, layers: int, heads: int):
         def __init__(self):
             super().__init__()
             self.dim, self.width, self.n_layers, self.n_heads = dim, width, layers, heads
+            self.vocab_size, self.context_length, self.n_text_layers = vocab_size, context_length, text_layers
             self.proj = nn.Linear(dim, width)
-            self.type_emb = nn.Parameter(torch.randn(N_TOKENS + 1, width) * 0.02)
+            n_tokens = N_TOKENS + 1 + (N_INSTRUCTION_TOKENS if vocab_size else 0)
+            self.type_emb = nn.Parameter(torch.randn(n_tokens, width) * 0.02)
             layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.1, batch_first=True,
                                                norm_first=True, activation="gelu")
             self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
             self.norm = nn.LayerNorm(width)
             self.head = nn.Linear(width, 2)  # (logit_yes, logit_no)
+            if vocab_size:  # its own reader of the instruction's words (see the module docstring)
+                self.word_emb = nn.Embedding(vocab_size, width, padding_idx=0)
+                self.word_pos = nn.Parameter(torch.randn(context_length + 1, width) * 0.02)
+                text_layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.1, batch_first=True,
+                                                        norm_first=True, activation="gelu")
+                self.text_encoder = nn.TransformerEncoder(text_layer, text_layers, enable_nested_tensor=False)
+                self.text_norm = nn.LayerNorm(width)
 
-        def forward(self, ref1, ref2, text, cand):
-            """All (n, dim) unit rows -> (n, 2) logits."""
+        def encode_instruction(self, tokens):
+            """(q, L) world-CLIP token ids (0 = padding, at the end) -> (q, 2, width): the [CLS]
+            output and the mean over words. Once per query, not per candidate."""
+            n_words = max(1, int((tokens != 0).sum(1).max())) if len(tokens) else 1
+            tokens = tokens[:, :n_words]  # drop the shared padding: masked anyway, only cheaper
+            q = tokens.shape[0]
+            x = torch.cat([torch.zeros(q, 1, self.width), self.word_emb(tokens)], dim=1) + self.word_pos[:n_words + 1]
+            pad = torch.cat([torch.zeros(q, 1, dtype=torch.bool), tokens == 0], dim=1)
+            h = self.text_norm(self.text_encoder(x, src_key_padding_mask=pad))
+            words = (~pad).to(h.dtype)[..., None]
+            words[:, 0] = 0
+            mean = (h * words).sum(1) / words.sum(1).clamp(min=1.0)
+            return torch.stack([h[:, 0], mean], dim=1)
+
+        def forward(self, ref1, ref2, text, cand, instruction=None):
+            """All (n, dim) unit rows (+ (n, 2, width) `encode_instruction` rows) -> (n, 2) logits."""
             ref = nn.functional.normalize(ref1 + ref2, dim=-1)
             feats = torch.stack([ref1, ref2, text, cand, cand * text * 8, cand * ref * 8, cand - ref,
                                  text - ref], dim=1)  # products rescaled: unit-vector products are tiny
             x = self.proj(feats)
             cls = torch.zeros(x.shape[0], 1, self.width, dtype=x.dtype)
-            x = torch.cat([cls, x], dim=1) + self.type_emb
+            parts = [cls, x]
+            if self.vocab_size:
+                if instruction is None:
+                    raise ValueError("world verifier: this model reads the instruction's tokens; pass `instruction`")
+                parts.append(instruction)
+            x = torch.cat(parts, dim=1) + self.type_emb
             return self.head(self.norm(self.encoder(x)[:, 0]))
 
     return WorldVerifier()
 
 
-def verifier_from_state(state: dict, layers: int, heads: int):
+def verifier_from_state(state: dict, layers: int, heads: int, text_layers: int = 1):
     width, dim = state["proj.weight"].shape
-    model = build_verifier(dim, width, layers, heads)
+    vocab_size, context_length = 0, 0
+    if "word_emb.weight" in state:
+        vocab_size = state["word_emb.weight"].shape[0]
+        context_length = state["word_pos"].shape[0] - 1
+    model = build_verifier(dim, width, layers, heads, vocab_size, context_length, text_layers)
     model.load_state_dict({k: v.float() for k, v in state.items()})
     return model.eval()
 
@@ -141,18 +191,21 @@ def sample_candidates(ex, fs_row: np.ndarray, n: int, rng, use_focus: bool = Tru
     return cand, labels
 
 
-def _forward_queries(model, exs, par, cands, img, text_embs_t, torch):
+def _forward_queries(model, exs, par, cands, img, text_embs_t, torch, tokens_t=None):
     m = cands.shape[1]
     r1 = img[[ex.ref_rows[0] for ex in exs]]
     r2 = img[[ex.ref_rows[-1] for ex in exs]]
     t = torch.stack([text_embs_t[i][j] for i, j in par])
     rep = lambda x: x.repeat_interleave(m, dim=0)  # noqa: E731
-    logits = model(rep(r1), rep(r2), rep(t), img[torch.from_numpy(cands.reshape(-1))])
+    instruction = None
+    if tokens_t is not None:
+        instruction = rep(model.encode_instruction(torch.stack([tokens_t[i][j] for i, j in par])))
+    logits = model(rep(r1), rep(r2), rep(t), img[torch.from_numpy(cands.reshape(-1))], instruction)
     return (logits[:, 0] - logits[:, 1]).view(len(exs), m)
 
 
 def val_rerank_map10(model, examples, fs, img, text_embs_t, torch, with_negatives: bool = False,
-                     use_focus: bool = True):
+                     use_focus: bool = True, tokens_t=None):
     """mAP@10 (no negatives) of the fusion top-k reranked, on held-out *train* intents; with
     `with_negatives`, (mAP@10, near-miss recall@10) where near-miss recall is the share of the
     (sampled) near misses among the top 10, over min(#near misses, 10), as NegRecall@10 counts."""
@@ -161,7 +214,7 @@ def val_rerank_map10(model, examples, fs, img, text_embs_t, torch, with_negative
         for i, ex in enumerate(examples):
             cands = fs[i]
             par = [(i, j) for j in range(len(cands))]
-            margins = _forward_queries(model, [ex] * len(cands), par, cands, img, text_embs_t, torch).numpy()
+            margins = _forward_queries(model, [ex] * len(cands), par, cands, img, text_embs_t, torch, tokens_t).numpy()
             pos = set(ex.positive_rows.tolist())
             near = set(near_miss_set(ex, use_focus).tolist())
             for row, mg in zip(cands, margins):
@@ -177,8 +230,13 @@ def val_rerank_map10(model, examples, fs, img, text_embs_t, torch, with_negative
     return m
 
 
-def train_world_verifier(examples, img_emb: np.ndarray, text_emb_fn, cfg: VerifierConfig, progress: bool = True):
-    """Train the verifier on frozen world-CLIP train embeddings. Returns (model, info)."""
+def train_world_verifier(examples, img_emb: np.ndarray, text_emb_fn, cfg: VerifierConfig, progress: bool = True,
+                         tokenize=None, word_init: np.ndarray | None = None):
+    """Train the verifier on frozen world-CLIP train embeddings. Returns (model, info).
+
+    With `cfg.instruction_tokens`, `tokenize(texts) -> (n, L) int64` gives the world-CLIP token ids
+    of the instructions (markers rendered as `text_emb_fn` renders them) and `word_init` (vocab,
+    width), e.g. world-CLIP's token embedding, initialises the verifier's word embedding."""
     import torch
 
     from cir_demo.training.data import split_intents
@@ -195,7 +253,23 @@ def train_world_verifier(examples, img_emb: np.ndarray, text_emb_fn, cfg: Verifi
     tr_text_t = [torch.from_numpy(t) for t in tr_text]
     val_text_t = [torch.from_numpy(t) for t in val_text]
     rows = np.array([(i, j) for i, ex in enumerate(tr_ex) for j in range(len(ex.texts))], dtype=np.int64)
-    model = build_verifier(img.shape[1], cfg.width, cfg.layers, cfg.heads)
+    tr_tok = val_tok = None
+    vocab_size = context_length = 0
+    if cfg.instruction_tokens:
+        if tokenize is None:
+            raise ValueError("world verifier: cfg.instruction_tokens needs `tokenize` (the world-CLIP tokenizer)")
+        tr_tok = [torch.from_numpy(np.asarray(tokenize(ex.texts), np.int64)) for ex in tr_ex]
+        val_tok = [torch.from_numpy(np.asarray(tokenize(ex.texts), np.int64)) for ex in val_ex]
+        context_length = int(tr_tok[0].shape[1])
+        vocab_size = int(word_init.shape[0]) if word_init is not None else int(max(int(t.max()) for t in tr_tok)) + 1
+    model = build_verifier(img.shape[1], cfg.width, cfg.layers, cfg.heads, vocab_size, context_length,
+                           cfg.text_layers)
+    if vocab_size and word_init is not None:
+        if tuple(word_init.shape) != tuple(model.word_emb.weight.shape):
+            raise ValueError(f"world verifier: word_init of shape {tuple(word_init.shape)} for a word embedding of "
+                             f"shape {tuple(model.word_emb.weight.shape)}")
+        with torch.no_grad():
+            model.word_emb.weight.copy_(torch.from_numpy(np.asarray(word_init, np.float32)))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     steps_per_epoch = max(1, math.ceil(len(rows) / cfg.queries_per_batch))
     total = cfg.epochs * steps_per_epoch
@@ -225,7 +299,7 @@ def train_world_verifier(examples, img_emb: np.ndarray, text_emb_fn, cfg: Verifi
         for g in opt.param_groups:
             g["lr"] = cfg.lr * 0.5 * (1 + math.cos(math.pi * step / total))
         model.train()
-        margins = _forward_queries(model, exs, [tuple(b) for b in batch], cands, img, tr_text_t, torch)
+        margins = _forward_queries(model, exs, [tuple(b) for b in batch], cands, img, tr_text_t, torch, tr_tok)
         target = labels / labels.sum(1, keepdim=True).clamp(min=1.0)
         listwise = -(target * torch.log_softmax(margins, dim=1)).sum(1).mean()
         weights = torch.where(is_near, torch.full_like(labels, cfg.near_miss_weight), torch.ones_like(labels))
@@ -235,6 +309,12 @@ def train_world_verifier(examples, img_emb: np.ndarray, text_emb_fn, cfg: Verifi
             if bool(pair.any()):
                 diff = margins[:, None, :] - margins[:, :, None]  # near - positive
                 loss = loss + cfg.pairwise_weight * torch.nn.functional.softplus(diff[pair]).mean()
+        if cfg.near_miss_last_weight > 0:  # every other non-relevant candidate above every near miss
+            other = (labels == 0) & ~is_near
+            pair = other[:, :, None] & is_near[:, None, :]
+            if bool(pair.any()):
+                diff = margins[:, None, :] - margins[:, :, None]  # near - other
+                loss = loss + cfg.near_miss_last_weight * torch.nn.functional.softplus(diff[pair]).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -242,7 +322,7 @@ def train_world_verifier(examples, img_emb: np.ndarray, text_emb_fn, cfg: Verifi
         if (step + 1) % steps_per_epoch == 0 or step == total - 1:
             model.eval()
             val_map, val_neg = val_rerank_map10(model, val_ex, val_fs, img, val_text_t, torch, with_negatives=True,
-                                              use_focus=cfg.focus_near_misses)
+                                              use_focus=cfg.focus_near_misses, tokens_t=val_tok)
             score = val_map - cfg.val_neg_penalty * val_neg
             history.append(round(val_map, 4))
             neg_history.append(round(val_neg, 4))

@@ -269,8 +269,8 @@ def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, 
 
     from cir_demo.training import evaluate as ev
     from cir_demo.training.world_cir import reference_pairs
-    from cir_demo.training.world_verifier import (DESCRIPTION, DESCRIPTION_POOLED_ONLY, WEIGHTS_NAME, VerifierConfig,
-                                                 train_world_verifier)
+    from cir_demo.training.world_verifier import (DESCRIPTION, DESCRIPTION_POOLED_ONLY, N_INSTRUCTION_TOKENS, N_TOKENS,
+                                                 WEIGHTS_NAME, VerifierConfig, train_world_verifier)
 
     from cir_demo.retrievers.base import render_markers
 
@@ -311,7 +311,7 @@ def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, 
         held_out["raises_mAP@10"] = bool(held_out["after"]["mAP@10"] > held_out["before"]["mAP@10"])
         held_out["lowers_NegRecall@10"] = bool(held_out["after"]["NegRecall@10"] < held_out["before"]["NegRecall@10"])
     architecture = {"width": cfg.width, "layers": cfg.layers, "heads": cfg.heads,
-                    "tokens": 9 + (2 if cfg.instruction_tokens else 0),
+                    "tokens": N_TOKENS + 1 + (N_INSTRUCTION_TOKENS if cfg.instruction_tokens else 0),
                     "instruction_reader": ({"text_layers": cfg.text_layers, "vocab_size": model.vocab_size,
                                             "context_length": model.context_length}
                                            if cfg.instruction_tokens else None)}

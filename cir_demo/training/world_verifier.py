@@ -14,11 +14,12 @@ Training (train split only): for each train intent paraphrase, candidates are wh
 stage would show it, the world-CLIP fusion top 30 on the train gallery, plus the intent's near
 misses (break exactly one constraint: hard negatives; optionally half of them breaking the focus
 constraint, the one the instruction is about, as the benchmark's explicit negatives do first) and
-positives; label = candidate satisfies
-the intent. Loss: binary cross-entropy on the logit margin (near misses weighted more) plus a
-per-query listwise softmax (the reranker's job is ordering) plus a pairwise logistic loss asking
-each positive to outscore each near miss of its query (near misses are what NegRecall counts).
-A held-out 10% of train intents picks the epoch (val mAP@10 minus val near-miss recall@10).
+positives; label = candidate satisfies the intent. Loss: binary cross-entropy on the logit margin
+(near misses weighted more) plus a per-query listwise softmax (the reranker's job is ordering)
+plus a pairwise logistic loss asking each positive to outscore each near miss of its query (near
+misses are what NegRecall counts); optionally another asking the other non-relevant candidates to
+outscore the near misses (`near_miss_last_weight`). A held-out 10% of train intents picks the
+epoch (val mAP@10 minus val near-miss recall@10).
 """
 from __future__ import annotations
 

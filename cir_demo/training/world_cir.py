@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from cir_demo.training.loop import lr_at, step_plan
+
 WEIGHTS_NAME = "world_cir.safetensors"
 
 
@@ -160,14 +162,7 @@ def train_world_cir(examples, img_emb: np.ndarray, text_emb_fn, cfg: WorldCirCon
     model = build_combiner(img.shape[1], cfg.hidden)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     steps_per_epoch = max(1, math.ceil(len(rows) / cfg.batch_size))
-    total = cfg.epochs * steps_per_epoch
-    if cfg.max_steps is not None:
-        total = min(total, cfg.max_steps)
-    it = range(total)
-    if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(it, desc="train world-CIR", unit="step")
+    total, it = step_plan(steps_per_epoch, cfg.epochs, cfg.max_steps, "train world-CIR", progress)
     best = (-1.0, None, 0)
     history = []
     t0 = time.time()
@@ -179,7 +174,7 @@ def train_world_cir(examples, img_emb: np.ndarray, text_emb_fn, cfg: WorldCirCon
         batch = rows[order[pos:pos + cfg.batch_size]]
         pos += cfg.batch_size
         for g in opt.param_groups:
-            g["lr"] = cfg.lr * 0.5 * (1 + math.cos(math.pi * step / total))
+            g["lr"] = lr_at(step, total, cfg.lr)
         model.train()
         loss = _loss_terms(model, batch, tr_ex, img, tr_text, cfg, torch)
         opt.zero_grad(set_to_none=True)

@@ -17,7 +17,6 @@ preprocessing sidecar, and `<out>/manifest.json`.
 from __future__ import annotations
 
 import json
-import math
 import re
 import time
 from collections import Counter
@@ -28,6 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from cir_demo.training.data import PREPROCESS
+from cir_demo.training.loop import lr_at, step_plan
 
 MODEL_NAME = "world-clip"
 WEIGHTS_NAME = "world_clip.safetensors"
@@ -169,13 +169,6 @@ def multi_positive_clip_loss(img_emb, txt_emb, logit_scale, caption_ids):
     return (loss_i + loss_t) / 2
 
 
-def lr_at(step: int, total: int, base: float, warmup: int) -> float:
-    if step < warmup:
-        return base * (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return base * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-
 # --------------------------------------------------------------------------- auxiliary attribute heads
 # Scene attributes the image heads predict: everything a query may ask about or keep (the nuisance
 # `hair` and the layout seed `variant` are left out).
@@ -253,9 +246,7 @@ def train_world_clip(train, pixels: np.ndarray, out_dir: Path, cfg: WorldClipCon
     all_cids = torch.tensor(data.caption_ids, dtype=torch.long)
 
     steps_per_epoch = max(1, n // cfg.batch_size)
-    total = max(1, int(round(cfg.epochs * steps_per_epoch)))
-    if cfg.max_steps is not None:
-        total = min(total, cfg.max_steps)
+    total, it = step_plan(steps_per_epoch, cfg.epochs, cfg.max_steps, "train world-CLIP", progress)
     decay = [p for nm, p in model.named_parameters() if p.ndim >= 2 and "embedding" not in nm]
     no_decay = [p for nm, p in model.named_parameters() if not (p.ndim >= 2 and "embedding" not in nm)]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -269,11 +260,6 @@ def train_world_clip(train, pixels: np.ndarray, out_dir: Path, cfg: WorldClipCon
         heads = build_aux_heads(cfg.embed_dim, sizes)
         groups.append({"params": list(heads.parameters()), "weight_decay": 0.0})
     opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6)
-    it = range(total)
-    if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(it, desc="train world-CLIP", unit="step")
     model.train()
     t0 = time.time()
     order = rng.permutation(n)

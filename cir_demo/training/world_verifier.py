@@ -29,15 +29,18 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from cir_demo.training.loop import lr_at, step_plan
+
 WEIGHTS_NAME = "world_verifier.safetensors"
 N_TOKENS = 8
 N_INSTRUCTION_TOKENS = 2  # the instruction reader's [CLS] output and its mean over words
-DESCRIPTION = ("world verifier: no text prompt; inputs are frozen world-CLIP embeddings of the reference image(s), "
-               "the instruction (<img1>/<img2> rendered as words) and the candidate image, plus their "
-               "products/difference, and the instruction's world-CLIP token ids read by its own small "
-               "text transformer, all read by a small transformer cross-encoder ending in (logit_yes, logit_no)")
-DESCRIPTION_POOLED_ONLY = DESCRIPTION.replace(
-    ", and the instruction's world-CLIP token ids read by its own small text transformer", "")
+_DESCRIPTION_INPUTS = ("world verifier: no text prompt; inputs are frozen world-CLIP embeddings of the reference "
+                       "image(s), the instruction (<img1>/<img2> rendered as words) and the candidate image, plus "
+                       "their products/difference")
+_DESCRIPTION_READER = ", and the instruction's world-CLIP token ids read by its own small text transformer"
+_DESCRIPTION_HEAD = ", all read by a small transformer cross-encoder ending in (logit_yes, logit_no)"
+DESCRIPTION = _DESCRIPTION_INPUTS + _DESCRIPTION_READER + _DESCRIPTION_HEAD
+DESCRIPTION_POOLED_ONLY = _DESCRIPTION_INPUTS + _DESCRIPTION_HEAD  # a verifier without the instruction reader
 
 
 @dataclass
@@ -162,7 +165,7 @@ def first_stage_candidates(examples, img_emb: np.ndarray, text_embs: list[np.nda
 
 
 def _focus_near(ex, use_focus: bool = True) -> np.ndarray:
-    f = getattr(ex, "focus_near_miss_rows", None) if use_focus else None
+    f = ex.focus_near_miss_rows if use_focus else None
     return np.zeros(0, dtype=np.int64) if f is None else f
 
 
@@ -273,14 +276,7 @@ def train_world_verifier(examples, img_emb: np.ndarray, text_emb_fn, cfg: Verifi
             model.word_emb.weight.copy_(torch.from_numpy(np.asarray(word_init, np.float32)))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     steps_per_epoch = max(1, math.ceil(len(rows) / cfg.queries_per_batch))
-    total = cfg.epochs * steps_per_epoch
-    if cfg.max_steps is not None:
-        total = min(total, cfg.max_steps)
-    it = range(total)
-    if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(it, desc="train world verifier", unit="step")
+    total, it = step_plan(steps_per_epoch, cfg.epochs, cfg.max_steps, "train world verifier", progress)
     best, history, neg_history = (-float("inf"), None, 0), [], []
     t0 = time.time()
     order, pos = rng.permutation(len(rows)), 0
@@ -298,7 +294,7 @@ def train_world_verifier(examples, img_emb: np.ndarray, text_emb_fn, cfg: Verifi
         is_near = torch.from_numpy(np.stack([np.isin(c, near_miss_set(ex, cfg.focus_near_misses)) & (lb == 0)
                                              for ex, (c, lb) in zip(exs, sampled)]))
         for g in opt.param_groups:
-            g["lr"] = cfg.lr * 0.5 * (1 + math.cos(math.pi * step / total))
+            g["lr"] = lr_at(step, total, cfg.lr)
         model.train()
         margins = _forward_queries(model, exs, [tuple(b) for b in batch], cands, img, tr_text_t, torch, tr_tok)
         target = labels / labels.sum(1, keepdim=True).clamp(min=1.0)

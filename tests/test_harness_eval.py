@@ -12,7 +12,7 @@ import pytest
 from cir_demo.benchmarks.schema import Benchmark, BenchmarkError, Judgments, Query
 from cir_demo.harness.evaluate import evaluate_run
 from cir_demo.harness.report import write_outputs
-from cir_demo.harness.results_io import read_results, write_results
+from cir_demo.results import read_results, write_results
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -25,7 +25,7 @@ def test_rerank_cli_writes_results_details_and_uses_cache(tmp_path, monkeypatch,
     torch.set_num_threads(2)
     monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
     from cir_demo.benchmarks.registry import load_benchmark
-    from cir_demo.harness.results_io import read_results, write_results
+    from cir_demo.results import read_results, write_results
 
     bench = load_benchmark("world", size="tiny").limit(2)
     run = {q.query_id: bench.corpus_ids[i : i + 8] for i, q in enumerate(bench.queries)}
@@ -63,7 +63,7 @@ def test_rerank_cli_writes_results_details_and_uses_cache(tmp_path, monkeypatch,
 def test_rerank_cli_reports_bad_backend(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
     from cir_demo.benchmarks.registry import load_benchmark
-    from cir_demo.harness.results_io import write_results
+    from cir_demo.results import write_results
 
     bench = load_benchmark("world", size="tiny").limit(1)
     first = write_results(tmp_path / "first.json", bench, {bench.queries[0].query_id: bench.corpus_ids[:3]})

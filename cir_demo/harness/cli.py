@@ -46,7 +46,7 @@ def evaluate_results_files(args: argparse.Namespace) -> int:
 
     from cir_demo.harness.evaluate import evaluate_run
     from cir_demo.harness.report import write_outputs
-    from cir_demo.harness.results_io import read_results
+    from cir_demo.results import read_results
 
     bench = load_benchmark_from_args(args)
     for w in bench.warnings:

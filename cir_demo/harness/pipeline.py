@@ -84,7 +84,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
     from cir_demo.engine import DEFAULT_K, RetrievalEngine, benchmark_fingerprint
     from cir_demo.harness.cli import default_out_dir, load_benchmark_from_args
     from cir_demo.harness.report import write_outputs
-    from cir_demo.harness.results_io import write_results
+    from cir_demo.results import write_results
     from cir_demo.utils.io import write_json_atomic
 
     t0 = time.perf_counter()

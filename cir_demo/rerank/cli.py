@@ -81,7 +81,7 @@ def backend_kwargs(args: argparse.Namespace) -> dict:
 def run(args: argparse.Namespace) -> int:
     from cir_demo.benchmarks.schema import BenchmarkError
     from cir_demo.benchmarks.cli_args import load_benchmark_from_args
-    from cir_demo.harness.results_io import read_results, write_results
+    from cir_demo.results import read_results, write_results
     from cir_demo.rerank import ScoreCache, load_reranker, rerank_run
     from cir_demo.utils.io import write_json_atomic
     from cir_demo.utils.names import UnknownNameError

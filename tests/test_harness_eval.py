@@ -63,8 +63,9 @@ def test_read_results_counts_problems(tmp_path):
 
 @pytest.mark.parametrize("payload, needle", [
     ("not json", "not valid JSON"),
-    ("[1, 2]", "top level must be an object"),
-    ('{"00001": {"items": []}}', "'retrieved_items'"),
+    ("[1, 2]", "fits none of the results formats tried"),
+    ('{"00001": {"items": []}}', "retrieved_items"),
+    ('{"00001": {"retrieved_items": ["img1"]}, "00002": ["img1"]}', "query '00002'"),
     ('{"00001": {"retrieved_items": "img1"}}', "list of image ids"),
     ('{"00001": {"retrieved_items": ["img1"], "scores": [1, 2]}}', "as long as retrieved_items"),
 ])

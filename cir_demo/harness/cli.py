@@ -11,14 +11,17 @@ import time
 from pathlib import Path
 
 from cir_demo.benchmarks.cli_args import add_benchmark_arguments, load_benchmark_from_args  # noqa: F401
-
+from cir_demo.results import FORMAT_CHOICES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_benchmark_arguments(p)
     r = p.add_argument_group("what to evaluate")
     r.add_argument("--results-json", nargs="+", metavar="FILE",
-                   help="official-format results files to evaluate (PinPoint or CIRCO format)")
+                   help="results files to evaluate: PinPoint or CIRCO JSON, run dicts {query: {image: score}} "
+                        "(pytrec_eval, ranx, mteb, EDIR main.py) or TREC run files; format detected")
+    r.add_argument("--results-format", default="auto", choices=FORMAT_CHOICES,
+                   help="read every --results-json file in this format instead of detecting it")
     r.add_argument("--retrievers", help="comma-separated retriever names to run (default: all world retrievers); "
                    "see `python -m cir_demo retrievers list`")
     r.add_argument("--rerank", metavar="BACKEND",
@@ -58,7 +61,7 @@ def evaluate_results_files(args: argparse.Namespace) -> int:
     evaluations = []
     names_seen: set[str] = set()
     for path in tqdm(args.results_json, desc="evaluating results files", unit="file", disable=len(args.results_json) < 2):
-        rf = read_results(path, bench)
+        rf = read_results(path, bench, fmt=args.results_format)
         name = rf.name if rf.name not in names_seen else f"{rf.name}_{len(names_seen)}"
         names_seen.add(name)
         msgs = [w.message for w in rf.warnings()]

@@ -19,10 +19,15 @@ from pathlib import Path
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from cir_demo.benchmarks.cli_args import add_benchmark_arguments
+    from cir_demo.results import FORMAT_CHOICES
 
     add_benchmark_arguments(p)
     r = p.add_argument_group("reranking")
-    r.add_argument("--results-json", required=True, help="first-stage results file (PinPoint or CIRCO format)")
+    r.add_argument("--results-json", required=True,
+                   help="first-stage results file: PinPoint or CIRCO JSON, a run dict {query: {image: score}} or a "
+                        "TREC run file (format detected; the output is written in the same format)")
+    r.add_argument("--results-format", default="auto", choices=FORMAT_CHOICES,
+                   help="read --results-json in this format instead of detecting it")
     r.add_argument("--out", required=True, help="reranked results file to write")
     r.add_argument("--top-n", type=int, default=20, help="candidates reranked per query (default 20)")
     r.add_argument("--cache", help="score cache file (default: <cache dir>/rerank/scores.sqlite)")
@@ -88,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         bench = load_benchmark_from_args(args)
-        first = read_results(args.results_json, bench)
+        first = read_results(args.results_json, bench, fmt=args.results_format)
     except (BenchmarkError, UnknownNameError, TypeError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,26 +1,38 @@
-"""Reading and writing official-format results files.
+"""Results files: detect the format, read it onto a benchmark's queries, write ours.
 
-Formats
--------
-- PinPoint: ``{"00001": {"retrieved_items": [id, ...], "scores": [float, ...]?}, ...}``
-  (``scores`` is ours and optional; the official evaluator ignores it).
-- CIRCO: ``{"0": [id, ...], ...}``.
+Formats (one reader module each; `--results-format` names them):
 
-Keys starting with ``_`` are metadata (we write ``_spec`` with the retriever and
-reranker spec); the official evaluators look up query keys only, so they ignore it.
+| name | shape | ranking order |
+|---|---|---|
+| `pinpoint` | `{"00001": {"retrieved_items": [...], "scores": [...]?}}` | list order |
+| `circo` | `{"0": [id, ...]}` | list order |
+| `run-dict` | `{"q1": {"img": score, ...}}` (pytrec_eval, ranx, mteb, EDIR main.py) | score desc, ties by id desc |
+| `trec` | lines `qid Q0 docid rank score tag` (.trec/.run/.txt) | score desc, ties by id desc |
+
+Our own files are the PinPoint (or CIRCO) format with an optional `scores`
+list and a `_spec` key; keys starting with `_` are metadata everywhere.
+Detection: a file that parses as JSON is classified by its first query entry;
+otherwise it is a TREC run when its first line has the six TREC fields. A file
+that fits none gets one error naming the formats tried and its first entry.
 """
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from cir_demo.benchmarks.schema import Benchmark, BenchmarkError, ValidationIssue
-from cir_demo.utils.io import write_json_atomic
+from cir_demo.results import circo, pinpoint, run_dict, trec
+from cir_demo.results.parsed import ParsedResults, fail, short, trec_order
+from cir_demo.utils.io import write_json_atomic, write_text_atomic
 
-ResultsFormat = Literal["pinpoint", "circo"]
+# Detection order for JSON files: the first whose `fits` accepts the first entry wins.
+JSON_READERS = (pinpoint, circo, run_dict)
+READERS = {m.NAME: m for m in (*JSON_READERS, trec)}
+FORMATS = tuple(READERS)
+FORMAT_CHOICES = ("auto", *FORMATS)  # what --results-format accepts
+ResultsFormat = str
 
 
 @dataclass
@@ -38,6 +50,7 @@ class ResultsFile:
     n_unknown_ids: int = 0  # retrieved ids not in the corpus (counted per occurrence)
     queries_with_duplicates: list[str] = field(default_factory=list)
     n_empty: int = 0
+    notes: list[str] = field(default_factory=list)
 
     @property
     def coverage(self) -> float:
@@ -65,36 +78,84 @@ class ResultsFile:
             ex = ", ".join(self.queries_with_duplicates[:5])
             warn("retrieved_items", f"{len(self.queries_with_duplicates)} rankings repeat an id (e.g. {ex}); "
                                     "the PinPoint evaluator counts every repeat as a hit, so we do too")
+        for note in self.notes:
+            warn(None, note)
         return out
 
 
-def _fail(path: Path, location: str | None, field_: str | None, message: str) -> BenchmarkError:
-    return BenchmarkError([ValidationIssue("error", str(path), location, field_, message)])
+def _formats_tried() -> str:
+    return "; ".join(f"{m.NAME} ({m.SHAPE})" for m in READERS.values())
 
 
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+def _no_format(path: Path, location: str, first: str) -> BenchmarkError:
+    return fail(path, location, None, f"fits none of the results formats tried: {_formats_tried()}. "
+                                      f"Its first entry is {first}")
 
 
-def read_results(path: str | Path, benchmark: Benchmark) -> ResultsFile:
-    """Parse a results file (format detected) against `benchmark`; raises BenchmarkError on malformed input."""
+def _first_line(text: str) -> tuple[int, str] | None:
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            return lineno, line
+    return None
+
+
+def parse_results(path: str | Path, fmt: str | None = None, default: str = "pinpoint") -> ParsedResults:
+    """Read a results file in `fmt` (None or "auto": detected); `default` names the format of an empty JSON object."""
     path = Path(path)
+    if fmt in (None, "auto"):
+        fmt = None
+    elif fmt not in READERS:
+        raise BenchmarkError(f"parameter --results-format: unknown format {fmt!r}; choose from auto, "
+                             + ", ".join(FORMATS))
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise _fail(path, None, None, "results file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _fail(path, None, None, f"not valid JSON: {exc}") from None
-    if not isinstance(raw, dict):
-        raise _fail(path, None, None, f"top level must be an object mapping query ids to rankings, got {type(raw).__name__}")
+        raise fail(path, None, None, "results file not found") from None
+    except IsADirectoryError:
+        raise fail(path, None, None, "is a folder, not a results file") from None
+    except UnicodeDecodeError as exc:
+        raise fail(path, None, None, f"not UTF-8 text: {exc}") from None
 
+    if fmt == trec.NAME:
+        return trec.read_text(path, text)
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if fmt is not None:
+            raise fail(path, None, None, f"not valid JSON ({fmt} format): {exc}") from None
+        first = _first_line(text)
+        if first is not None and trec.fits_line(first[1]):
+            return trec.read_text(path, text)
+        if first is None:
+            raise fail(path, None, None, "the results file is empty") from None
+        raise _no_format(path, f"line {first[0]}", f"{short(first[1])} (not valid JSON: {exc})") from None
+    if not isinstance(raw, dict):
+        if fmt is None:
+            raise _no_format(path, None, f"a JSON {type(raw).__name__} at the top level: {short(raw)}")
+        raise fail(path, None, None, f"top level must be an object mapping query ids to rankings, "
+                                     f"got {type(raw).__name__}")
     spec = raw.get("_spec") if isinstance(raw.get("_spec"), dict) else None
     entries = {k: v for k, v in raw.items() if not str(k).startswith("_")}
-    fmt: ResultsFormat | None = None
-    for v in entries.values():
-        fmt = "circo" if isinstance(v, list) else "pinpoint"
-        break
-    fmt = fmt or ("circo" if benchmark.metric_family == "circo" else "pinpoint")
+    if fmt is None:
+        if not entries:
+            fmt = default
+        else:
+            key, value = next(iter(entries.items()))
+            reader = next((m for m in JSON_READERS if m.fits(value)), None)
+            if reader is None:
+                raise _no_format(path, f"query {key!r}", f"{key!r}: {short(value)}")
+            fmt = reader.NAME
+    return READERS[fmt].read(path, entries, spec)
+
+
+def read_results(path: str | Path, benchmark: Benchmark, fmt: str | None = None) -> ResultsFile:
+    """Parse a results file (format detected unless `fmt` names it) against `benchmark`.
+
+    Raises BenchmarkError on malformed input, naming the file, the query or
+    line and the field.
+    """
+    path = Path(path)
+    parsed = parse_results(path, fmt, default="circo" if benchmark.metric_family == "circo" else "pinpoint")
 
     key_to_qid = {benchmark.results_key(q.query_id): q.query_id for q in benchmark.queries}
     # accept our own query ids as keys too (e.g. "query_00001" or world ids)
@@ -102,46 +163,26 @@ def read_results(path: str | Path, benchmark: Benchmark) -> ResultsFile:
         key_to_qid.setdefault(q.query_id, q.query_id)
 
     errors: list[ValidationIssue] = []
-    res = ResultsFile(path=path, name=path.stem, format=fmt, run={}, spec=spec)
+    res = ResultsFile(path=path, name=path.stem, format=parsed.format, run={}, spec=parsed.spec,
+                      notes=list(parsed.notes))
     corpus = benchmark.corpus_set
-    for key, value in entries.items():
-        loc = f"query {key!r}"
-        if fmt == "pinpoint":
-            if not isinstance(value, dict) or "retrieved_items" not in value:
-                errors.append(ValidationIssue("error", str(path), loc, "retrieved_items",
-                                              "expected an object with a 'retrieved_items' list (PinPoint format)"))
-                continue
-            items, scores = value["retrieved_items"], value.get("scores")
-        else:
-            if not isinstance(value, list):
-                errors.append(ValidationIssue("error", str(path), loc, None,
-                                              "expected a list of image ids (CIRCO format)"))
-                continue
-            items, scores = value, None
-        if not isinstance(items, list) or not all(isinstance(i, (str, int)) and not isinstance(i, bool) for i in items):
-            errors.append(ValidationIssue("error", str(path), loc, "retrieved_items", "must be a list of image ids (strings)"))
-            continue
-        if scores is not None and (not isinstance(scores, list) or len(scores) != len(items)
-                                   or not all(_is_number(s) for s in scores)):
-            errors.append(ValidationIssue("error", str(path), loc, "scores",
-                                          "must be a list of finite numbers as long as retrieved_items"))
-            continue
-        qid = key_to_qid.get(str(key))
+    for entry in parsed.entries:
+        qid = key_to_qid.get(entry.key)
         if qid is None:
-            res.unknown_query_keys.append(str(key))
+            res.unknown_query_keys.append(entry.key)
             continue
         if qid in res.run:
-            errors.append(ValidationIssue("error", str(path), loc, None,
+            errors.append(ValidationIssue("error", str(path), entry.location, None,
                                           f"two keys map to the same query {qid!r}"))
             continue
-        ids = [str(i) for i in items]
+        ids = entry.items
         res.run[qid] = ids
-        if scores is not None:
-            res.scores[qid] = [float(s) for s in scores]
+        if entry.scores is not None:
+            res.scores[qid] = entry.scores
         if not ids:
             res.n_empty += 1
         if len(set(ids)) != len(ids):
-            res.queries_with_duplicates.append(str(key))
+            res.queries_with_duplicates.append(entry.key)
         res.n_unknown_ids += sum(1 for i in ids if i not in corpus)
     if errors:
         raise BenchmarkError(errors)
@@ -157,22 +198,46 @@ def write_results(
     spec: Mapping[str, Any] | None = None,
     fmt: ResultsFormat | None = None,
 ) -> Path:
-    """Write `run` in the benchmark's official results format (atomic)."""
+    """Write `run` (atomic) in `fmt`, by default the benchmark's official results format.
+
+    run-dict and TREC files need a score per image: where `scores` has none,
+    rank r of n gets n - r, so every reader recovers the same order. (Ties in
+    given scores are re-ordered by the trec_eval rule when read back.)
+    """
     fmt = fmt or ("circo" if benchmark.metric_family == "circo" else "pinpoint")
-    out: dict[str, Any] = {}
-    if spec is not None:
-        out["_spec"] = dict(spec)
+    if fmt not in READERS:
+        raise ValueError(f"parameter fmt: unknown results format {fmt!r}; choose from {', '.join(FORMATS)}")
+    rows: list[tuple[str, list[str], list[float] | None]] = []
     for q in benchmark.queries:
         if q.query_id not in run:
             continue
-        key = benchmark.results_key(q.query_id)
-        ids = list(run[q.query_id])
-        if fmt == "circo":
+        s = scores.get(q.query_id) if scores is not None else None
+        rows.append((benchmark.results_key(q.query_id), list(run[q.query_id]),
+                     [float(x) for x in s] if s is not None else None))
+    if fmt == trec.NAME:
+        tag = "cir_demo"
+        lines = []
+        for key, ids, s in rows:
+            s = s if s is not None else [float(len(ids) - r) for r in range(len(ids))]
+            lines += [f"{key} Q0 {i} {r} {v:.6g} {tag}" for r, (i, v) in enumerate(zip(ids, s), start=1)]
+        write_text_atomic(path, "\n".join(lines) + ("\n" if lines else ""))
+        return Path(path)
+    out: dict[str, Any] = {}
+    if spec is not None:
+        out["_spec"] = dict(spec)
+    for key, ids, s in rows:
+        if fmt == circo.NAME:
             out[key] = ids
+        elif fmt == run_dict.NAME:
+            s = s if s is not None else [float(len(ids) - r) for r in range(len(ids))]
+            out[key] = dict(zip(ids, s))
         else:
             entry: dict[str, Any] = {"retrieved_items": ids}
-            if scores is not None and q.query_id in scores:
-                entry["scores"] = [round(float(s), 6) for s in scores[q.query_id]]
+            if s is not None:
+                entry["scores"] = [round(v, 6) for v in s]
             out[key] = entry
     write_json_atomic(path, out, indent=None)
     return Path(path)
+
+
+__all__ = ["FORMATS", "FORMAT_CHOICES", "ResultsFile", "ResultsFormat", "parse_results", "read_results", "trec_order", "write_results"]

@@ -1,0 +1,42 @@
+"""PinPoint results JSON: `{"00001": {"retrieved_items": [id, ...], "scores": [float, ...]?}, ...}`.
+
+`scores` is ours and optional (the official evaluator ignores it); keys
+starting with `_` are metadata (`_spec`) and ignored by the official code too.
+The list order is the ranking.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from cir_demo.results.parsed import Entry, Issues, ParsedResults, is_id, is_number
+
+NAME = "pinpoint"
+SHAPE = '{"<query>": {"retrieved_items": ["<image>", ...]}}'
+
+
+def fits(value) -> bool:
+    return isinstance(value, dict) and "retrieved_items" in value
+
+
+def read(path: Path, entries: dict, spec) -> ParsedResults:
+    issues = Issues(path)
+    out: list[Entry] = []
+    for key, value in entries.items():
+        loc = f"query {key!r}"
+        if not fits(value):
+            issues.error(loc, "retrieved_items", "expected an object with a 'retrieved_items' list (PinPoint format)")
+            continue
+        items, scores = value["retrieved_items"], value.get("scores")
+        if items is None:  # the official reader treats a null list as empty
+            items = []
+        if not isinstance(items, list) or not all(is_id(i) for i in items):
+            issues.error(loc, "retrieved_items", "must be a list of image ids (strings)")
+            continue
+        if scores is not None and (not isinstance(scores, list) or len(scores) != len(items)
+                                   or not all(is_number(s) for s in scores)):
+            issues.error(loc, "scores", "must be a list of finite numbers as long as retrieved_items")
+            continue
+        out.append(Entry(str(key), [str(i) for i in items],
+                         [float(s) for s in scores] if scores is not None else None, loc))
+    issues.raise_if_any()
+    return ParsedResults(NAME, out, spec)

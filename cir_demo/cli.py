@@ -44,4 +44,14 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "_missing", None):
         print(f"error: command {args.command!r} is unavailable: {args._missing}", file=sys.stderr)
         return 2
-    return int(importlib.import_module(args._module).run(args) or 0)
+    from cir_demo.checks import benchmark_flag_problems, report
+    from cir_demo.paths import DataFolderError
+
+    problems = benchmark_flag_problems(args)  # --world-seed, --limit: the same rule for every command
+    if problems:
+        return report(problems)
+    try:
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except DataFolderError as exc:  # CIR_DEMO_CACHE / _INDEXES / _RUNS naming a file
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

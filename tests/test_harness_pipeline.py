@@ -73,7 +73,8 @@ def test_eval_runs_retrievers_writes_results_and_matches_brute_force(tmp_path, t
 def test_unknown_retriever_gets_did_you_mean(tmp_path, tiny_retrievers, capsys):
     args = parse(["--world-size", "tiny", "--retrievers", "tiny-early_fusio", "--rerank", "none",
                   "--out", str(tmp_path / "x"), "--n-boot", "0", "--no-plots"])
-    assert eval_cli.run(args) == 1
+    assert eval_cli.run(args) == 2
+    assert not (tmp_path / "x").exists()
     assert "Did you mean 'tiny-early_fusion'" in capsys.readouterr().err
 
 

@@ -34,6 +34,7 @@ def env(tmp_path, monkeypatch):
 
     monkeypatch.setattr(cli, "_load_benchmark", load_benchmark)
     monkeypatch.setattr(registry, "load_retriever", load_retriever)
+    monkeypatch.setattr(registry, "get_config", lambda name: {"name": name, "family": "tiny"})  # for the pre-checks
     state["root"] = tmp_path / "indexes"
     return state
 

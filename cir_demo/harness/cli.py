@@ -72,9 +72,13 @@ def evaluate_results_files(args: argparse.Namespace) -> int:
         ev.metrics["unknown_ids"] = rf.n_unknown_ids
         ev.metrics["unknown_query_keys"] = len(rf.unknown_query_keys)
         evaluations.append(ev)
-    out = Path(args.out) if args.out else default_out_dir(bench.name)
-    paths = write_outputs(bench, evaluations, out, n_boot=args.n_boot, seed=args.bootstrap_seed, plots=not args.no_plots)
-    print(f"wrote {len(paths)} files to {out}")
+    from cir_demo.harness.staging import staged_run_dir
+
+    final = Path(args.out) if args.out else default_out_dir(bench.name)
+    with staged_run_dir(final) as out:
+        paths = write_outputs(bench, evaluations, out, n_boot=args.n_boot, seed=args.bootstrap_seed,
+                              plots=not args.no_plots)
+    print(f"wrote {len(paths)} files to {final}")
     print(_summary(evaluations, bench))
     return 0
 
@@ -92,14 +96,22 @@ def _summary(evaluations, bench) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from cir_demo.benchmarks.schema import BenchmarkError
+    from cir_demo.checks import eval_problems, report
+    from cir_demo.index.manifest import StaleIndexError
+    from cir_demo.integrity import DamagedFileError
+    from cir_demo.paths import DataFolderError
     from cir_demo.utils.names import UnknownNameError
 
+    problems = eval_problems(args)  # before any work: nothing is created when a flag is wrong
+    if problems:
+        return report(problems)
     try:
         if args.results_json:
             return evaluate_results_files(args)
         from cir_demo.harness.pipeline import run_benchmark
 
         return run_benchmark(args)
-    except (BenchmarkError, UnknownNameError) as exc:
+    except (BenchmarkError, UnknownNameError, DamagedFileError, DataFolderError, StaleIndexError,
+            PermissionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

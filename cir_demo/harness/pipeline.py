@@ -21,16 +21,23 @@ WORLD_RERANKER = "world-verifier"
 RERANK_SUFFIX = "+rerank"
 
 
-def default_retrievers(benchmark_name: str) -> list[str]:
+def retriever_names(requested: str | None, benchmark_name: str) -> list[str]:
+    """The retrievers `--retrievers` names (comma-separated), or the world's defaults.
+    ValueError (one line) when none can be chosen."""
     from cir_demo.retrievers.registry import list_retrievers
 
+    if requested is not None:
+        names = [n.strip() for n in requested.split(",") if n.strip()]
+        if not names:
+            raise ValueError(f"--retrievers {requested!r}: names no retriever")
+        return names
     known = {c["name"] for c in list_retrievers()}
     if benchmark_name != "world":
-        raise SystemExit(f"error: --retrievers is required for benchmark {benchmark_name!r} "
+        raise ValueError(f"--retrievers is required for benchmark {benchmark_name!r} "
                          f"(known: {', '.join(sorted(known))})")
     names = [n for n in WORLD_RETRIEVERS if n in known]
     if not names:
-        raise SystemExit("error: no world retriever is registered; train them with "
+        raise ValueError("no world retriever is registered; train them with "
                          "`python -m cir_demo train world-clip` (see docs/world_models.md)")
     return names
 
@@ -79,22 +86,28 @@ def rerank_section(pairs: Sequence[tuple[RunEvaluation, RunEvaluation]], top_n: 
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
+    from cir_demo.harness.cli import default_out_dir, load_benchmark_from_args
+    from cir_demo.harness.staging import staged_run_dir
+
+    t0 = time.perf_counter()
+    bench = load_benchmark_from_args(args)
+    names = retriever_names(args.retrievers, bench.name)
+    reranker_name = default_reranker(bench.name, getattr(args, "rerank", None))
+    top_n = getattr(args, "rerank_top_n", 20)
+    final = Path(args.out) if args.out else default_out_dir(bench.name)
+    print(f"run directory: {final} (written when complete)", flush=True)
+    with staged_run_dir(final) as out:
+        return _run_into(args, bench, names, reranker_name, top_n, out, final, t0)
+
+
+def _run_into(args, bench, names, reranker_name, top_n, out: Path, final: Path, t0: float) -> int:
     from tqdm import tqdm
 
     from cir_demo.engine import DEFAULT_K, RetrievalEngine, benchmark_fingerprint
-    from cir_demo.harness.cli import default_out_dir, load_benchmark_from_args
     from cir_demo.harness.report import write_outputs
     from cir_demo.results import write_results
     from cir_demo.utils.io import write_json_atomic
 
-    t0 = time.perf_counter()
-    bench = load_benchmark_from_args(args)
-    names = [n.strip() for n in args.retrievers.split(",") if n.strip()] if args.retrievers else default_retrievers(bench.name)
-    reranker_name = default_reranker(bench.name, getattr(args, "rerank", None))
-    top_n = getattr(args, "rerank_top_n", 20)
-    out = Path(args.out) if args.out else default_out_dir(bench.name)
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"run directory: {out}", flush=True)
     print(f"benchmark {bench.name}: {len(bench.queries)} queries, {len(bench.corpus_ids)} corpus images; "
           f"retrievers: {', '.join(names)}; reranker: {reranker_name or 'none'}", flush=True)
 
@@ -154,6 +167,6 @@ def run_benchmark(args: argparse.Namespace) -> int:
     table = pd.read_csv(paths["metrics.csv"])
     cols = [c for c in ("model", "mAP@10", "precision@10", "NegRecall@10", "ling_sens_paraphrase_range") if c in table]
     print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
-    print(f"wrote {len(paths) + 1 + len(names) * (2 if reranker_name else 1)} files to {out} "
-          f"in {time.perf_counter() - t0:.1f} s (report: {paths['report.md']})")
+    print(f"wrote {len(paths) + 1 + len(names) * (2 if reranker_name else 1)} files to {final} "
+          f"in {time.perf_counter() - t0:.1f} s (report: {final / paths['report.md'].relative_to(out)})")
     return 0

@@ -49,11 +49,25 @@ def load_reranker(name_or_backend: str, **kw) -> Reranker:
     retries, yes_token/no_token, top_logprobs, prompt.
     "world-verifier": weights (default assets/world-verifier/world_verifier.safetensors), device, batch_size.
     """
-    from cir_demo.utils.names import lookup
+    from cir_demo.integrity import require_assets_of
 
-    module_name, class_name = lookup("reranker backend", name_or_backend, BACKENDS).split(":")
+    require_assets_of(reranker_settings(name_or_backend, **kw))  # damaged weights: one line saying how to restore
+    module_name, class_name = BACKENDS[name_or_backend].split(":")
     cls = getattr(importlib.import_module(module_name), class_name)
     return cls(**kw)
+
+
+def reranker_settings(name_or_backend: str, **kw) -> dict:
+    """The backend and the keyword arguments it would load with, its default weights filled in
+    (UnknownNameError for an unknown backend). Used to check committed weights before loading."""
+    from cir_demo.utils.names import lookup
+
+    module_name, _ = lookup("reranker backend", name_or_backend, BACKENDS).split(":")
+    settings = {"backend": name_or_backend, **kw}
+    default = getattr(importlib.import_module(module_name), "DEFAULT_WEIGHTS", None)
+    if default is not None:
+        settings.setdefault("weights", default)
+    return settings
 
 
 __all__ = [
@@ -72,6 +86,7 @@ __all__ = [
     "load_reranker",
     "order_top_block",
     "register_backend",
+    "reranker_settings",
     "rerank",
     "rerank_run",
 ]

@@ -92,6 +92,21 @@ def _no_format(path: Path, location: str, first: str) -> BenchmarkError:
                                       f"Its first entry is {first}")
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
 def _first_line(text: str) -> tuple[int, str] | None:
     for lineno, line in enumerate(text.splitlines(), start=1):
         if line.strip():
@@ -119,7 +134,10 @@ def parse_results(path: str | Path, fmt: str | None = None, default: str = "pinp
     if fmt == trec.NAME:
         return trec.read_text(path, text)
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except _DuplicateKey as exc:
+        raise fail(path, repr(exc.key), None, f"key {exc.key!r} appears twice (JSON would silently keep the "
+                                              "last one); remove one of them") from None
     except json.JSONDecodeError as exc:
         if fmt is not None:
             raise fail(path, None, None, f"not valid JSON ({fmt} format): {exc}") from None

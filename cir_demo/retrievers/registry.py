@@ -385,6 +385,9 @@ def load_retriever(name: str, device: str | None = None, trust_remote_code: bool
                 cfg.setdefault("params", {})[key] = value
         cfg = validate_config(cfg, f"{_SOURCES.get(name, '<config>')} + overrides")
     check_requirements(cfg)
+    from cir_demo.integrity import require_assets_of
+
+    require_assets_of(cfg)  # committed weights checksummed: a damaged file names how to restore it
     check_remote_code(cfg, trust_remote_code)
     check_transformers_pin(cfg)
     if device is None and cfg["family"] != "precomputed":

@@ -1,0 +1,177 @@
+"""Bad flags, folders and names are refused before any work: one line each, exit 2, nothing
+created; runs appear under their final name only when complete; damaged committed weights are
+named with the restoring command."""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+
+import pytest
+
+from cir_demo.harness import cli as eval_cli
+
+
+def parse(argv):
+    p = argparse.ArgumentParser()
+    eval_cli.add_arguments(p)
+    return p.parse_args(argv)
+
+
+@pytest.fixture()
+def isolated(tmp_path, monkeypatch):
+    """Empty runs and indexes folders, so "nothing created" can be checked."""
+    monkeypatch.setenv("CIR_DEMO_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("CIR_DEMO_INDEXES", str(tmp_path / "indexes"))
+    return tmp_path
+
+
+def _listing(root):
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["--n-boot", "-5"], "--n-boot -5: must be"),
+    (["--rerank", "doesnotexist"], "unknown reranker backend 'doesnotexist'"),
+    (["--rerank-top-n", "-3"], "--rerank-top-n -3: must be"),
+    (["--rerank-top-n", "0"], "--rerank-top-n 0: must be"),
+    (["--retrievers", "doesnotexist"], "unknown retriever 'doesnotexist'"),
+    (["--retrievers", " , "], "names no retriever"),
+    (["--world-seed", "-1"], "--world-seed -1: must be"),
+    (["--limit", "-1"], "--limit -1: must be"),
+    (["--limit", "0"], "--limit 0: must be"),
+    (["--bootstrap-seed", "-2"], "--bootstrap-seed -2: must be"),
+    (["--results-json", "nowhere.json"], "--results-json nowhere.json: file not found"),
+])
+def test_bad_flag_is_one_line_exit_2_and_creates_nothing(isolated, capsys, argv, expect):
+    out = isolated / "out"
+    before = _listing(isolated)
+    assert eval_cli.run(parse(["--world-size", "tiny", "--out", str(out), *argv])) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and expect in err[0], err
+    assert "Traceback" not in err[0]
+    assert _listing(isolated) == before
+
+
+def test_every_problem_is_reported_at_once(isolated, capsys):
+    assert eval_cli.run(parse(["--world-size", "tiny", "--n-boot", "-1", "--limit", "-1", "--rerank", "nope"])) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("error: ") for line in err)
+
+
+def test_out_that_is_a_file_or_a_foreign_folder_is_refused(isolated, capsys):
+    f = isolated / "README.md"
+    f.write_text("mine")
+    assert eval_cli.run(parse(["--world-size", "tiny", "--out", str(f)])) == 2
+    assert "an existing file, not a folder" in capsys.readouterr().err
+    assert f.read_text() == "mine"
+    foreign = isolated / "photos"
+    foreign.mkdir()
+    (foreign / "holiday.jpg").write_bytes(b"x")
+    assert eval_cli.run(parse(["--world-size", "tiny", "--out", str(foreign)])) == 2
+    assert "not a cir_demo run" in capsys.readouterr().err
+    assert _listing(foreign) == ["holiday.jpg"]
+
+
+@pytest.mark.parametrize("var", ["CIR_DEMO_CACHE", "CIR_DEMO_RUNS", "CIR_DEMO_INDEXES"])
+def test_data_folder_variable_naming_a_file(isolated, monkeypatch, capsys, var):
+    f = isolated / "afile"
+    f.write_text("x")
+    monkeypatch.setenv(var, str(f))
+    assert eval_cli.run(parse(["--world-size", "tiny", "--out", str(isolated / "o")])) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {var}={f} is a file, not a folder; point {var} at a folder or unset it"]
+
+    from cir_demo.cli import main
+
+    assert main(["index", "status"]) == 2
+    assert f"{var}={f} is a file" in capsys.readouterr().err
+
+
+def test_index_build_flags_checked_first(isolated, capsys):
+    from cir_demo.cli import main
+
+    assert main(["index", "build", "--benchmark", "world", "--world-size", "tiny", "--retriever", "nope",
+                 "--batch-size", "0", "--world-seed", "-3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert any("unknown retriever 'nope'" in e for e in err)
+    assert any("--batch-size 0" in e for e in err) and any("--world-seed -3" in e for e in err)
+    assert not (isolated / "indexes").exists()
+
+
+@pytest.fixture()
+def damaged_asset(tmp_path, monkeypatch):
+    """A copy of assets/ with world-cir's weights truncated, served as the assets folder."""
+    from cir_demo import paths
+
+    assets = tmp_path / "assets"
+    shutil.copytree(paths.assets_dir(), assets)
+    weights = assets / "world-cir" / "world_cir.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    monkeypatch.setattr(paths, "assets_dir", lambda: assets)
+    return json.loads((assets / "world-cir" / "manifest.json").read_text())["files"]["world_cir.safetensors"]
+
+
+def test_damaged_weights_name_file_checksum_and_restoring_command(isolated, damaged_asset, capsys):
+    assert eval_cli.run(parse(["--world-size", "tiny", "--out", str(isolated / "o"), "--retrievers", "world-cir"])) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "damaged: assets/world-cir/world_cir.safetensors" in err[0] and damaged_asset in err[0]
+    assert "`git checkout assets/world-cir/`" in err[0] and "`python -m cir_demo train world-cir`" in err[0]
+    # the loader says the same (the app and other commands go through it)
+    from cir_demo.integrity import DamagedFileError
+    from cir_demo.retrievers.registry import load_retriever
+
+    with pytest.raises(DamagedFileError, match="git checkout assets/world-cir/"):
+        load_retriever("world-cir", device="cpu")
+
+
+def test_intact_assets_pass():
+    from cir_demo.integrity import check_asset
+
+    for name in ("world-clip", "world-cir"):
+        assert check_asset(name) == []
+
+
+# --------------------------------------------------------------------------- staged run folders
+def test_failed_run_leaves_nothing_listed_and_earlier_run_intact(tmp_path):
+    from cir_demo.harness.staging import PARTIAL, staged_run_dir
+
+    out = tmp_path / "runs" / "r1"
+    with staged_run_dir(out) as d:
+        (d / "metrics.csv").write_text("old")
+    assert (out / "metrics.csv").read_text() == "old"
+    with pytest.raises(RuntimeError):
+        with staged_run_dir(out) as d:
+            (d / "metrics.csv").write_text("half")
+            raise RuntimeError("killed")
+    assert (out / "metrics.csv").read_text() == "old"
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["r1"]
+    with staged_run_dir(out) as d:
+        (d / "metrics.csv").write_text("new")
+    assert (out / "metrics.csv").read_text() == "new"
+    assert not (tmp_path / "runs" / PARTIAL).exists()
+
+
+def test_abandoned_staging_of_a_dead_process_is_cleaned(tmp_path):
+    from cir_demo.harness.staging import PARTIAL, clean_abandoned
+
+    dead = tmp_path / PARTIAL / "999999999-abcd1234-run"
+    dead.mkdir(parents=True)
+    (dead / "metrics.csv").write_text("x")
+    clean_abandoned(tmp_path)
+    assert not dead.exists()
+
+
+def test_duplicate_query_key_in_results_file(tmp_path):
+    from cir_demo.benchmarks.schema import BenchmarkError
+    from cir_demo.harness.results_io import read_results
+    from cir_demo.world import load_world
+
+    bench = load_world(size="tiny")
+    key = bench.results_key(bench.queries[0].query_id)
+    f = tmp_path / "dup.json"
+    f.write_text('{"%s": {"retrieved_items": ["a"]}, "%s": {"retrieved_items": ["b"]}}' % (key, key))
+    with pytest.raises(BenchmarkError) as exc:
+        read_results(f, bench)
+    assert str(f) in str(exc.value) and repr(key) in str(exc.value) and "appears twice" in str(exc.value)

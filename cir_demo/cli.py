@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     from cir_demo.checks import benchmark_flag_problems, report
     from cir_demo.paths import DataFolderError
 
-    problems = benchmark_flag_problems(args)  # --world-seed, --limit: the same rule for every command
+    # --world-seed, --limit: the same rule for every command (eval and index check all their flags themselves)
+    problems = [] if args.command in ("eval", "index") else benchmark_flag_problems(args)
     if problems:
         return report(problems)
     try:

@@ -165,7 +165,7 @@ def test_abandoned_staging_of_a_dead_process_is_cleaned(tmp_path):
 
 def test_duplicate_query_key_in_results_file(tmp_path):
     from cir_demo.benchmarks.schema import BenchmarkError
-    from cir_demo.harness.results_io import read_results
+    from cir_demo.results import read_results
     from cir_demo.world import load_world
 
     bench = load_world(size="tiny")

@@ -880,7 +880,7 @@ def _read_json(path: Path) -> dict | None:
 def metrics_display_table(metrics: pd.DataFrame) -> pd.DataFrame:
     """The headline columns of metrics.csv with their 95% intervals as 'value [lo, hi]'."""
     wanted = (("mAP@10", "precision@10", "NegRecall@10", "recall@10", "ling_sens_paraphrase_range")
-              if "NegRecall@10" in metrics else ("mAP@5", "mAP@10", "mAP@25", "recall@10", "recall@1", "recall@3"))
+              if "NegRecall@10" in metrics else ("mAP@5", "mAP@10", "mAP@25", "Recall@10", "Recall@1", "Recall@3", "hard_negative@1"))
     heads = [c for c in wanted if c in metrics]
     out = pd.DataFrame({"run": metrics["model"].astype(str) if "model" in metrics else metrics.index.astype(str)})
     for c in heads:

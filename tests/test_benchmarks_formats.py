@@ -96,11 +96,26 @@ def test_edir_errors_name_file_line_and_field(tmp_path):
     assert has_error(e, "corpus.jsonl", "line 2", "id", "duplicate corpus id")
     assert has_error(e, "queries.jsonl", "line 1 (q1)", "text", "empty instruction")
     assert has_error(e, "queries.jsonl", "line 2 (q2)", "image", "does not exist")
-    assert has_error(e, "queries.jsonl", "line 3 (q3)", "id", "no judgments")
     assert has_error(e, "queries.jsonl", "line 4", None, "malformed JSON")
-    assert has_error(e, "instances.jsonl", "line 2", "pos", "not in the corpus")
-    assert len(errors_of(e)) == 6
+    assert len(errors_of(e)) == 4
     assert "queries.jsonl, line 2 (q2), field 'image'" in str(e)
+
+
+def test_edir_accepts_what_the_official_pytrec_eval_scoring_accepts(tmp_path):
+    """No positives, no instances row, a positive outside the corpus: warnings (the official code runs on them)."""
+    root = edir_fixture(
+        tmp_path / "e",
+        queries=[{"id": "q1", "image": "src1.png", "text": "make it red", "metadata": {"subcategory": "color"}},
+                 {"id": "q2", "image": "src2.png", "text": "add a dog"},
+                 {"id": "q3", "image": "src2.png", "text": "no judgments"}],
+        instances=[{"qid": "q1", "pos": [], "neg": []}, {"qid": "q2", "pos": ["zz.png"], "neg": ["c1.png"]}],
+    )
+    b = load_edir(root)
+    assert [q.positives for q in b.queries] == [(), ("zz.png",), ()]
+    text = "\n".join(str(w) for w in b.warnings)
+    assert "instances.jsonl, line 1, field 'pos': no positives" in text
+    assert "instances.jsonl, line 2, field 'pos': positive(s) not in the corpus" in text
+    assert "queries.jsonl, line 3 (q3), field 'id': no judgments" in text
 
 
 def test_edir_missing_files_and_group_with_differing_judgments(tmp_path):

@@ -159,10 +159,19 @@ def test_edir_naive_reference_random():
     assert agg["hard_negative@1"] == pytest.approx(ref_neg, abs=1e-12)
 
 
-def test_edir_missing_target_raises_and_coverage_warns():
+def test_edir_query_without_positives_is_left_out_and_counted_and_coverage_warns():
     bad = Query("9", ("src",), "instr", "9", Judgments([]), target_id=None)
-    with pytest.raises(BenchmarkError, match="query 9"):
-        edir.per_query({"9": ["a"]}, [bad])
+    with pytest.warns(edir.UnjudgedQueryWarning, match="1 queries have no positives"):
+        agg, df = edir.evaluate({"9": ["a"], "1": ["t"]}, [bad, eq("1", "t")])
+    assert list(df["scored"]) == [False, True]
+    assert agg["Recall@1"] == 1.0 and agg["n_scored"] == 1 and agg["n_queries_without_positives"] == 1
+    assert agg["total_queries"] == 2
     with pytest.warns(CoverageWarning, match="1 of 2"):
         agg, _ = edir.evaluate({"1": ["t"]}, [eq("1", "t"), eq("2", "t")])
     assert agg["coverage"] == 0.5
+
+
+def test_edir_recall_is_the_share_of_positives_like_trec_eval():
+    q = Query("1", ("src",), "instr", "1", Judgments(["a", "b"]))
+    _, df = edir.evaluate({"1": ["a", "a", "x", "b"]}, [q])  # a repeat counts once
+    assert df.loc[0, "Recall@1"] == 0.5 and df.loc[0, "Recall@3"] == 0.5

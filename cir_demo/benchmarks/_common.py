@@ -133,18 +133,29 @@ def id_list(value: Any) -> list[str] | None:
 def check_judgments(collector: IssueCollector, where: str, positives: Sequence[str], negatives: Sequence[str],
                     corpus: frozenset[str] | set[str] | None, *, pos_field: str, neg_field: str,
                     missing_neg: list[str], dup_rows: list[str], pos_and_neg: list[str],
-                    file: str | Path | None = None) -> None:
+                    file: str | Path | None = None, no_pos: list[str] | None = None,
+                    missing_pos: list[str] | None = None) -> None:
     """Errors: no positives, a positive absent from the corpus.
+
+    A benchmark whose official scorer accepts those (EDIR: pytrec_eval skips a
+    query without positives and counts an absent positive in the denominator)
+    passes `no_pos` / `missing_pos` lists instead: the locations are collected
+    there for one aggregated warning.
 
     Warnings, collected into the lists for one aggregated warning by the caller:
     negatives absent from the corpus, an id both positive and negative (the
     real PinPoint file has such rows), an id repeated within a list.
     """
     if not positives:
-        collector.error(where, pos_field, "query has no positives", file=file)
+        if no_pos is not None:
+            no_pos.append(where)
+        else:
+            collector.error(where, pos_field, "query has no positives", file=file)
     if corpus is not None:
         absent = [p for p in positives if p not in corpus]
-        if absent:
+        if absent and missing_pos is not None:
+            missing_pos.append(where)
+        elif absent:
             collector.error(where, pos_field, f"{len(absent)} positive(s) not in the corpus: {_short(absent)}", file=file)
         if any(n not in corpus for n in negatives):
             missing_neg.append(where)

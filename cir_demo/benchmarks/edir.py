@@ -12,6 +12,12 @@ names as read by the MTEB conversion script for that release):
 Each query is its own paraphrase group unless its row has a `group_id`
 (top level or in `metadata`); queries sharing a group must then have identical
 judgments (error otherwise). `Query.target_id` is the single positive.
+
+Checks follow what EDIR's official code (pytrec_eval over these files)
+accepts: a query with `"pos": []` (the repository's own sample folder has
+two), a query without an instances.jsonl row and a positive that is not in
+the corpus are warnings, not errors. Such queries load; the metrics leave a
+query without positives out of every mean and count it.
 """
 from __future__ import annotations
 
@@ -95,7 +101,7 @@ def _read_corpus(path: Path, col: IssueCollector) -> tuple[list[str], dict[str, 
 
 def _read_instances(path: Path, corpus: frozenset[str], col: IssueCollector) -> dict[str, tuple[int, Judgments]]:
     out: dict[str, tuple[int, Judgments]] = {}
-    missing_neg, dups, pos_and_neg, several_pos = [], [], [], []
+    missing_neg, dups, pos_and_neg, several_pos, no_pos, missing_pos = [], [], [], [], [], []
     for lineno, row in read_jsonl(path, col):
         loc = f"line {lineno}"
         qid = as_id(row.get("qid"))
@@ -114,10 +120,14 @@ def _read_instances(path: Path, corpus: frozenset[str], col: IssueCollector) -> 
         if pos is None or neg is None:
             continue
         check_judgments(col, loc, pos, neg, corpus, pos_field="pos", neg_field="neg", missing_neg=missing_neg,
-                        dup_rows=dups, pos_and_neg=pos_and_neg, file=path)
+                        dup_rows=dups, pos_and_neg=pos_and_neg, file=path, no_pos=no_pos, missing_pos=missing_pos)
         if len(pos) > 1:
             several_pos.append(loc)
         out[qid] = (lineno, Judgments(tuple(pos), tuple(neg)))
+    warn_rows(col, no_pos, "pos", "no positives: left out of every mean and counted (pytrec_eval, which EDIR's "
+              "official code uses, leaves such queries out)", file=path, unit="queries")
+    warn_rows(col, missing_pos, "pos", "positive(s) not in the corpus (no run can retrieve them; they still count "
+              "in Recall's denominator, as in pytrec_eval)", file=path)
     warn_rows(col, missing_neg, "neg", "negative(s) not in the corpus", file=path)
     warn_rows(col, dups, None, "an id is repeated within a judgment list", file=path, unit="judgment lists")
     warn_rows(col, pos_and_neg, "neg", "an id is both a positive and a negative", file=path)
@@ -154,7 +164,7 @@ def _read_queries(path: Path, judgments: dict[str, tuple[int, Judgments]], filen
     queries: list[Query] = []
     first: dict[str, int] = {}
     group_of: dict[str, tuple[int, Judgments]] = {}
-    no_subcategory = []
+    no_subcategory, no_judgments = [], []
     for lineno, row in read_jsonl(path, col):
         loc = f"line {lineno}"
         qid = as_id(row.get("id"))
@@ -182,11 +192,10 @@ def _read_queries(path: Path, judgments: dict[str, tuple[int, Judgments]], filen
             col.error(loc, "metadata", "must be a JSON object", file=path)
             metadata = {}
         if qid not in judgments:
-            col.error(loc, "id", f"query has no judgments in {INSTANCES}", file=path)
-            ok = False
+            no_judgments.append(loc)
         if not ok:
             continue
-        j = judgments[qid][1]
+        j = judgments[qid][1] if qid in judgments else Judgments(())
         group_id = as_id(row.get("group_id", metadata.get("group_id"))) or qid
         if group_id in group_of:
             g_line, g_j = group_of[group_id]
@@ -209,6 +218,8 @@ def _read_queries(path: Path, judgments: dict[str, tuple[int, Judgments]], filen
         queries.append(Query(qid, (image,), text, group_id, j, meta, target_id=target))
     extra = [f"line {line} ({q})" for q, (line, _) in judgments.items() if q not in first]
     warn_rows(col, extra, "qid", f"judgments for a query absent from {QUERIES}", file=path.parent / INSTANCES)
+    warn_rows(col, no_judgments, "id", f"no judgments in {INSTANCES}: no positives, so left out of every mean "
+              "(the official code's qrels lack them too)", file=path, unit="queries")
     warn_rows(col, no_subcategory, "metadata.subcategory", "no edit subcategory (left out of the per-subcategory "
               "breakdown)", file=path)
     if not queries and not col.errors:

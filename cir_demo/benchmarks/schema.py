@@ -17,7 +17,7 @@ Vocabulary
 
 Metadata keys (all optional; breakdowns use whichever are present):
 `intent_category` (PinPoint query_category / world intent type),
-`edit_subcategory` (EDIR subcategory), `domain` (PinPoint l1_interest),
+`edit_subcategory` (EDIR subcategory), `edit_category` (EDIR category), `domain` (PinPoint l1_interest),
 `skin_tone_bucket` (one of SKIN_TONE_BUCKETS), `is_question`, `is_imperative`,
 `length_category`, `is_single` (bool; derived from the reference count when absent),
 `shared_concept`, `semantic_aspects` (CIRCO).
@@ -37,6 +37,7 @@ BREAKDOWN_FIELDS = (
     "is_single",
     "intent_category",
     "edit_subcategory",
+    "edit_category",
     "domain",
     "skin_tone_bucket",
     "is_question",

@@ -68,6 +68,8 @@ def evaluate_results_files(args: argparse.Namespace) -> int:
         for m in msgs:
             print(f"warning: {path}: {m}", file=sys.stderr)
         ev = evaluate_run(bench, rf.run, name, n_boot=args.n_boot, seed=args.bootstrap_seed, warnings=msgs)
+        for m in ev.warnings[len(msgs):]:  # what scoring found (e.g. queries without positives)
+            print(f"warning: {path}: {m}", file=sys.stderr)
         ev.metrics["coverage"] = rf.coverage
         ev.metrics["unknown_ids"] = rf.n_unknown_ids
         ev.metrics["unknown_query_keys"] = len(rf.unknown_query_keys)

@@ -43,14 +43,14 @@ FAMILIES: dict[str, MetricFamily] = {
     "circo": MetricFamily(
         module="cir_demo.metrics.circo",
         official_columns="OFFICIAL_COLUMNS",
-        headline={"AP@5": "mAP@5", "AP@10": "mAP@10", "AP@25": "mAP@25", "AP@50": "mAP@50", "recall@10": "recall@10"},
+        headline={"AP@5": "mAP@5", "AP@10": "mAP@10", "AP@25": "mAP@25", "AP@50": "mAP@50", "Recall@10": "Recall@10"},
         primary="AP@10",
     ),
     "edir": MetricFamily(
         module="cir_demo.metrics.edir",
         official_columns="OFFICIAL_COLUMNS",
-        headline={"recall@1": "recall@1", "recall@3": "recall@3"},
-        primary="recall@1",
+        headline={"Recall@1": "Recall@1", "Recall@3": "Recall@3", "hard_negative@1": "hard_negative@1"},
+        primary="Recall@1",
     ),
 }
 
@@ -90,6 +90,10 @@ def evaluate_run(
     with warnings_module.catch_warnings():  # coverage is reported by the caller, per results file
         warnings_module.simplefilter("ignore", category=UserWarning)
         metrics = {"model": name, **mod.aggregate(per_query, n_queries_total=len(benchmark.queries))}
+    warnings = list(warnings)
+    if metrics.get("n_queries_without_positives"):
+        warnings.append(f"{metrics['n_queries_without_positives']} queries have no positives; they are left out of "
+                        "every mean (as pytrec_eval, which the official code uses, leaves them out)")
     meta = query_meta_frame(benchmark.queries)
     extra_cols = [c for c in meta.columns if c not in per_query.columns or c == "query_id"]
     per_query = per_query.merge(meta[extra_cols], on="query_id", how="left")
@@ -108,7 +112,7 @@ def _scored(per_query: pd.DataFrame) -> pd.DataFrame:
 
 
 def metrics_table(benchmark: Benchmark, evaluations: Sequence[RunEvaluation]) -> pd.DataFrame:
-    """Official columns in official order, then ours (CIs as `<metric>_lo/_hi`)."""
+    """`model`, then the official columns in official order, then ours (CIs as `<metric>_ci_lo/_ci_hi`)."""
     official = list(getattr(metrics_module(benchmark), family_of(benchmark).official_columns))
     rows = []
     for ev in evaluations:
@@ -117,7 +121,7 @@ def metrics_table(benchmark: Benchmark, evaluations: Sequence[RunEvaluation]) ->
             row[f"{agg}_ci_lo"], row[f"{agg}_ci_hi"] = lo, hi
         rows.append(row)
     df = pd.DataFrame(rows)
-    first = [c for c in official if c in df.columns]
+    first = ["model"] + [c for c in official if c in df.columns and c != "model"]
     return df[first + [c for c in df.columns if c not in first]]
 
 

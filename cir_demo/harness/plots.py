@@ -62,7 +62,7 @@ def write_plots(
         paths["paraphrase_sensitivity.png"] = _save(fig, out_dir / "paraphrase_sensitivity.png")
         plt.close(fig)
 
-    metric = "AP@10" if benchmark.metric_family != "edir" else "recall@1"
+    metric = "AP@10" if benchmark.metric_family != "edir" else "Recall@1"
     for field_, fname, title in (
         ("is_single", "single_vs_two_image.png", "Single versus two-image queries"),
         ("intent_category", "per_category.png", "Per intent category"),

@@ -56,9 +56,10 @@ def breakdown_tables(
         parts = []
         for ev in evaluations:
             pq = ev.per_query[ev.per_query["scored"]] if "scored" in ev.per_query else ev.per_query
-            if field_ not in pq:
+            present = [m for m in metrics if m in pq]
+            if field_ not in pq or not present:
                 continue
-            tab = breakdown(pq, None, field_, [m for m in metrics if m in pq], n_boot=n_boot, seed=seed)
+            tab = breakdown(pq, None, field_, present, n_boot=n_boot, seed=seed)
             tab.insert(0, "run", ev.name)
             parts.append(tab)
         if parts:

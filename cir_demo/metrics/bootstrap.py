@@ -74,7 +74,10 @@ def _group_sums(values: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.n
     sizes = np.bincount(codes, minlength=n_groups)
     if values.ndim == 1:
         return np.bincount(codes, weights=values, minlength=n_groups), sizes
-    return np.stack([np.bincount(codes, weights=v, minlength=n_groups) for v in values.T], axis=1), sizes
+    sums = np.zeros((n_groups, values.shape[1]))  # zero columns give an empty (n_groups, 0) table
+    for j in range(values.shape[1]):
+        sums[:, j] = np.bincount(codes, weights=values[:, j], minlength=n_groups)
+    return sums, sizes
 
 
 def bootstrap_ci(
@@ -108,7 +111,7 @@ def bootstrap_cis(
     values = np.asarray(values, dtype=float)
     if values.ndim != 2:
         raise ValueError(f"parameter values: expected a 2-D array, got shape {values.shape}")
-    if values.shape[0] == 0:
+    if values.shape[0] == 0 or values.shape[1] == 0:
         return np.full((values.shape[1], 3), np.nan)
     for j in range(values.shape[1]):
         _as_values(values[:, j], f"values[:, {j}]")

@@ -1,30 +1,35 @@
 """EDIR metrics: Recall@1 and Recall@3, overall and per edit subcategory.
 
-EDIR publishes no evaluation script; the paper (Song et al., 2026, Tables 3
-and 5) reports Recall@k, where each query has one target image and three hard
-negatives edited from the same source. We define, per query:
+Scored exactly as EDIR's official code (github.com/SighingSnow/edir,
+`main.py`): it builds qrels `{qid: {pos: 1}}` from instances.jsonl and runs
+pytrec_eval's `recall_1` and `recall_3` on the predictions dict. Per query:
 
-- Recall@k = 1 when the target is in the top k, else 0. The target is
-  `Query.target_id`; when it is None, any image of `Judgments.positives`
-  counts (an EDIR query has exactly one).
+- Recall@k = (positives in the top k) / (number of positives), trec_eval's
+  `recall_k` (an EDIR query has one positive, so it is 0 or 1). Distinct ids
+  count: a run dict cannot repeat an image; a list that does counts it once.
+- A query without positives has no qrels entry to pytrec_eval, which leaves
+  it out of its results: here it gets a row with `scored` False and NaN
+  metrics, is left out of every mean, and is counted
+  (`n_queries_without_positives`, with an `UnjudgedQueryWarning`).
+- An empty ranking scores 0 and counts (pytrec_eval does the same); a query
+  missing from the run is left out (see `coverage`).
 - hard_negative@1 = 1 when the top-ranked image is one of the query's hard
-  negatives (`Judgments.negatives`), else 0: how often the model falls for
-  the edit it should have told apart. Not in the paper; ours.
+  negatives (`Judgments.negatives`): how often the model falls for the edit
+  it should have told apart. Not in the paper; ours.
 
-"Total" is the mean over queries (micro): the paper's Total column matches
-the query-weighted mean of its 15 subcategory columns (300 queries each,
-800 for Complex), not their plain average; we report the plain average of the
-subcategories too (`Recall@k_macro`). An empty ranking scores 0; a query
-missing from the run is left out (see `coverage`).
+"Total" is the mean over scored queries (micro), the paper's Total column
+(the query-weighted mean of its 15 subcategory columns); we report the plain
+average of the subcategories too (`Recall@k_macro`).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from cir_demo.benchmarks.schema import BenchmarkError, Query, ValidationIssue
+from cir_demo.benchmarks.schema import Query
 from cir_demo.metrics import check_ks, duplicate_count, plain_mean, ranking_or_none, warn_coverage
 
 KS = (1, 3)
@@ -37,7 +42,8 @@ OFFICIAL_COLUMNS = ["Recall@1", "Recall@3"]
 
 HEADLINE_METRICS = ["Recall@1", "Recall@3", "hard_negative@1"]
 
-EXTRA_COLUMNS = ["n_queries_total", "coverage", "total_queries", "n_queries_with_duplicates"]
+EXTRA_COLUMNS = ["n_queries_total", "coverage", "total_queries", "n_scored", "n_queries_without_positives",
+                 "n_queries_with_duplicates"]
 
 
 def subcategory_column(metric: str, subcategory: str) -> str:
@@ -52,8 +58,8 @@ def _subcategory(q: Query) -> str | None:
     return None
 
 
-def _targets(q: Query) -> frozenset:
-    return frozenset((q.target_id,)) if q.target_id is not None else frozenset(q.positives)
+class UnjudgedQueryWarning(UserWarning):
+    """Some queries have no positives; they are left out of the means, as pytrec_eval leaves them out."""
 
 
 def per_query(
@@ -66,55 +72,51 @@ def per_query(
     """One row per query of `queries` that has an entry in `run` (in the order of `queries`).
 
     Columns: query_id, group_id, subcategory (None when the query has no
-    subcategory meta), scored (always True), n_retrieved, n_duplicates,
-    Recall@k for each k, hard_negative@1. Raises BenchmarkError naming every
-    query that has neither a target nor a positive.
+    subcategory meta), scored (False for a query without positives),
+    n_retrieved, n_duplicates, Recall@k for each k, hard_negative@1 (NaN
+    where not scored). `source` is kept for callers that name the run.
     """
     ks = check_ks(ks)
-    width = ks[-1]
     matched, rankings = [], []
     for q in queries:
         ranking = ranking_or_none(run, q.query_id, results_key)
         if ranking is not None:
             matched.append(q)
             rankings.append(ranking)
-    missing_target = [
-        ValidationIssue("error", source, f"query {q.query_id}", "target_id", "no target image (Recall@k is undefined)")
-        for q in matched
-        if not _targets(q)
-    ]
-    if missing_target:
-        raise BenchmarkError(missing_target)
-
-    # first_hit_rank: 1-based rank of the first target in the top `width`, or width + 1.
-    first_hit_rank = np.full(len(matched), width + 1, dtype=np.int64)
-    top_is_negative = np.zeros(len(matched), dtype=float)
+    n = len(matched)
+    scored = np.array([bool(q.positives) for q in matched], dtype=bool)
+    recall = np.full((n, len(ks)), np.nan)
+    top_is_negative = np.full(n, np.nan)
     for i, (q, ranking) in enumerate(zip(matched, rankings)):
-        targets = _targets(q)
-        for rank, item in enumerate(ranking[:width], start=1):
-            if item in targets:
-                first_hit_rank[i] = rank
-                break
-        if ranking and ranking[0] in q.negatives:
-            top_is_negative[i] = 1.0
+        if not scored[i]:
+            continue
+        positives = set(q.positives)
+        for j, k in enumerate(ks):
+            recall[i, j] = len(positives.intersection(ranking[:k])) / len(positives)
+        top_is_negative[i] = float(bool(ranking) and ranking[0] in q.negatives)
 
     columns: dict[str, object] = {
         "query_id": [q.query_id for q in matched],
         "group_id": [q.group_id for q in matched],
         "subcategory": [_subcategory(q) for q in matched],
-        "scored": np.ones(len(matched), dtype=bool),
+        "scored": scored,
         "n_retrieved": np.array([len(r) for r in rankings], dtype=np.int64),
         "n_duplicates": np.array([duplicate_count(r) for r in rankings], dtype=np.int64),
     }
-    for k in ks:
-        columns[f"Recall@{k}"] = (first_hit_rank <= k).astype(float)
+    for j, k in enumerate(ks):
+        columns[f"Recall@{k}"] = recall[:, j]
     columns["hard_negative@1"] = top_is_negative
     return pd.DataFrame(columns)
 
 
 def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
-    """Recall@k (micro), Recall@k_macro, hard_negative@1, and each per subcategory."""
-    df = per_query_df
+    """Recall@k (micro), Recall@k_macro, hard_negative@1, and each per subcategory, over scored queries."""
+    unjudged = int((~per_query_df["scored"]).sum()) if len(per_query_df) else 0
+    df = per_query_df[per_query_df["scored"].to_numpy(dtype=bool)] if len(per_query_df) else per_query_df
+    if unjudged:
+        warnings.warn(f"EDIR: {unjudged} queries have no positives; they are left out of every mean "
+                      "(pytrec_eval, which the official code uses, leaves them out too)",
+                      UnjudgedQueryWarning, stacklevel=2)
     metrics = [c for c in df.columns if c.startswith("Recall@")] + ["hard_negative@1"]
     out: dict = {m: plain_mean(df[m].to_numpy()) for m in metrics}
     named = df[df["subcategory"].notna()]
@@ -127,10 +129,12 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
             out[subcategory_column(metric, sub)] = value
     for sub in subcategories:
         out[f"n_queries/{sub}"] = int((named["subcategory"] == sub).sum())
-    out["total_queries"] = len(df)
+    out["total_queries"] = len(per_query_df)
+    out["n_scored"] = len(df)
+    out["n_queries_without_positives"] = unjudged
     out["n_queries_total"] = int(n_queries_total)
-    out["coverage"] = warn_coverage("EDIR", len(df), n_queries_total)
-    out["n_queries_with_duplicates"] = int((df["n_duplicates"] > 0).sum())
+    out["coverage"] = warn_coverage("EDIR", len(per_query_df), n_queries_total)
+    out["n_queries_with_duplicates"] = int((per_query_df["n_duplicates"] > 0).sum()) if len(per_query_df) else 0
     return out
 
 

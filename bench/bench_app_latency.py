@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from cir_demo.services import MAX_COLUMNS, ServiceConfig, build_service
+    from cir_demo.explorer import MAX_COLUMNS, ServiceConfig, build_service
 
     kwargs = {"size": args.world_size} if args.benchmark == "world" else {}
     config = ServiceConfig(benchmark=args.benchmark, benchmark_kwargs=kwargs,
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     results: dict = {"benchmark": service.summary(), "retrievers": names, "k": args.k, "threads": args.threads,
                      "load_s": round(load_s, 2), "cold_caches": args.cold_caches, "phases": {}}
     if args.fill_caches:
-        from cir_demo.services import PixelCachedStore, warm_images
+        from cir_demo.explorer import PixelCachedStore, warm_images
 
         t0 = time.perf_counter()
         pixels = ([{"db_path": str(service.benchmark.images.db_path), "kind": "png"}]

@@ -264,6 +264,14 @@ class RetrievalEngine:
         cache = self.score_cache if query.reference_ids else None  # uploads: nothing stable to key on
         return rerank(request, ranking.ids, ranking.scores, self.open_image, reranker, top_n=top_n, cache=cache)
 
+    @staticmethod
+    def set_threads(n: int) -> None:
+        """CPU threads the models use (torch's setting is process-wide; torch is imported here so
+        that callers such as the explorer need not import it)."""
+        import torch
+
+        torch.set_num_threads(n)
+
     def close(self) -> None:
         if self._score_cache is not None:
             self._score_cache.close()

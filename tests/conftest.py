@@ -16,3 +16,35 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="module")
+def tiny_setup(tmp_path_factory):
+    """Environment (cache, indexes, runs under one shared temp folder) and the tiny models of
+    `cir_demo.testing.explorer` registered; yields (root folder, retriever names)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("open_clip")
+    from cir_demo.testing.explorer import register_tiny_models, unregister_tiny_models
+
+    threads = torch.get_num_threads()  # the service sets 1 while serving; give the next module its setting back
+    root = tmp_path_factory.getbasetemp() / "ui_shared"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CIR_DEMO_CACHE", str(root / "cache"))
+    mp.setenv("CIR_DEMO_INDEXES", str(root / "indexes"))
+    mp.setenv("CIR_DEMO_RUNS", str(root / "runs"))
+    names = register_tiny_models(root / "models")
+    yield root, names
+    unregister_tiny_models(names)
+    mp.undo()
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def service(tiny_setup):
+    """An `ExplorerService` over 20 intents of the tiny world with the tiny models and verifier."""
+    from cir_demo.testing.explorer import build_tiny_service
+
+    _, names = tiny_setup
+    svc = build_tiny_service(names)
+    yield svc
+    svc.engine.close()

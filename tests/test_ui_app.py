@@ -17,21 +17,11 @@ gr = pytest.importorskip("gradio")
 
 from PIL import Image  # noqa: E402
 
-from cir_demo.services import Column, Comparison, ServiceError, Tile  # noqa: E402
+from cir_demo.explorer import Column, Comparison, ServiceError, Tile  # noqa: E402
 from cir_demo.ui import app as ui_app  # noqa: E402
 from cir_demo.ui import components, explore, report, upload  # noqa: E402
 from cir_demo.ui.guard import guarded  # noqa: E402
 from cir_demo.ui.state import ViewState, decode_state, encode_state, resolve_state  # noqa: E402
-
-from test_services import VERIFIER, build_tiny_service, tiny_setup  # noqa: E402,F401  (shared fixture)
-
-
-@pytest.fixture(scope="module")
-def service(tiny_setup):  # noqa: F811
-    _, names = tiny_setup
-    svc = build_tiny_service(names)
-    yield svc
-    svc.engine.close()
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +115,7 @@ def test_page_load_while_loading_shows_progress_then_the_view(service):
             return self.polls > 2
 
         def status(self):
-            from cir_demo.services import LoadStatus
+            from cir_demo.explorer import LoadStatus
 
             return LoadStatus("building index for tiny-ui-fusion", False, None, 3.0, "encode 10/396")
 
@@ -248,7 +238,7 @@ def test_example_callback_writes_world_references(demo, service):
 
 
 # =========================================================================== report callback
-def test_report_callback(demo, service, tiny_setup):  # noqa: F811
+def test_report_callback(demo, service, tiny_setup):
     root, _ = tiny_setup
     out = wired(demo, "on_show").fn(None)
     assert "No evaluation run" in out[1] and out[3] == []

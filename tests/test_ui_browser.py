@@ -21,7 +21,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="browser test needs
 pytest.importorskip("torch")
 pytest.importorskip("open_clip")
 
-from test_services import VERIFIER, build_tiny_service, tiny_setup  # noqa: E402,F401  (shared fixture)
+from cir_demo.testing.explorer import VERIFIER, build_tiny_service  # noqa: E402
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -37,7 +37,7 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def app_url(tiny_setup):  # noqa: F811
+def app_url(tiny_setup):
     import argparse
 
     from cir_demo.harness import cli as eval_cli

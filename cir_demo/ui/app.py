@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import gradio as gr
 
-from cir_demo.services import (FILTER_FIELDS, MAX_COLUMNS, ExplorerService, ServiceConfig, ServiceError,
+from cir_demo.explorer import (FILTER_FIELDS, MAX_COLUMNS, ExplorerService, ServiceConfig, ServiceError,
                                ServiceLoader)
 from cir_demo.ui import explore, report, upload
 from cir_demo.ui.guard import guarded
@@ -43,7 +43,7 @@ class _Ready:
         return self._service
 
     def status(self):
-        from cir_demo.services import LoadStatus
+        from cir_demo.explorer import LoadStatus
 
         return LoadStatus("ready", True, None, 0.0)
 

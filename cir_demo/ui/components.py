@@ -11,7 +11,7 @@ import html
 import math
 from typing import Iterable, Sequence
 
-from cir_demo.services import MODALITY_LABELS, Column, Comparison, QueryView, Tile
+from cir_demo.explorer import MODALITY_LABELS, Column, Comparison, QueryView, Tile
 
 BADGES = {"positive": ("✓ positive", "cir-pos"), "negative": ("✗ explicit negative", "cir-neg")}
 METRIC_LABELS = {"AP@10": "AP@10", "precision@10": "P@10", "NegRecall@10": "NegRecall@10"}

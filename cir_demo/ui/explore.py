@@ -13,7 +13,7 @@ from typing import Any, Callable
 import gradio as gr
 import pandas as pd
 
-from cir_demo.services import (FILTER_FIELDS, MAX_COLUMNS, SORTS, ExplorerService, ServiceError)
+from cir_demo.explorer import (FILTER_FIELDS, MAX_COLUMNS, SORTS, ExplorerService, ServiceError)
 from cir_demo.ui import components
 from cir_demo.ui.guard import guarded
 from cir_demo.ui.state import URL_JS, ViewState, encode_state

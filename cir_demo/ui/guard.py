@@ -9,7 +9,7 @@ from typing import Callable
 
 import gradio as gr
 
-from cir_demo.services import ServiceError
+from cir_demo.explorer import ServiceError
 
 log = logging.getLogger("cir_demo.ui")
 

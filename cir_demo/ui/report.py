@@ -8,7 +8,7 @@ from typing import Any, Callable
 import gradio as gr
 import pandas as pd
 
-from cir_demo.services import ExplorerService
+from cir_demo.explorer import ExplorerService
 from cir_demo.ui.guard import guarded
 
 

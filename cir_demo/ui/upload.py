@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import gradio as gr
 
-from cir_demo.services import (MAX_COLUMNS, WORLD_UPLOAD_NOTE, ExplorerService, ServiceError, UploadError,
+from cir_demo.explorer import (MAX_COLUMNS, WORLD_UPLOAD_NOTE, ExplorerService, ServiceError, UploadError,
                                ValidatedImage, encode_jpeg_data_uri, validate_upload)
 from cir_demo.ui import components
 from cir_demo.ui.guard import guarded

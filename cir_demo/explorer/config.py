@@ -1,0 +1,120 @@
+"""What the app serves and its defaults: columns, reranker, filters, sorts, sizes, and the
+service's error types."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+# The app's defaults on the offline world: four columns, the world verifier as reranker.
+WORLD_RETRIEVERS = ("world-cir", "world-clip-fusion", "world-clip-image", "world-clip-text")
+WORLD_RERANKER = "world-verifier"
+RERANK_SUFFIX = "+rerank"  # how `--eval` names a reranked run (cir_demo.harness.pipeline)
+MAX_COLUMNS = 4
+SEARCH_K = 50  # rankings are retrieved this deep (as `--eval` does), whatever the view shows
+METRICS = ("AP@10", "precision@10", "NegRecall@10")
+TILE_PX = 128
+REFERENCE_PX = 224
+MAX_QUERY_ROWS = 300  # rows the query list shows at once
+
+# Filters the Explore tab offers, in order: meta key -> label.
+FILTER_FIELDS = {
+    "intent_category": "Intent type",
+    "edit_subcategory": "Edit subcategory",
+    "domain": "Domain",
+    "is_single": "Reference images",
+    "skin_tone_bucket": "Skin tone (reference)",
+}
+SINGLE_LABELS = {True: "single image", False: "two images"}
+NO_VALUE = "(none)"
+
+SORTS = {
+    "order": "Benchmark order",
+    "negatives": "Explicit negatives in the top 10 (most first)",
+    "spread": "Largest paraphrase spread (AP@10 max − min)",
+    "two_image": "Two-image queries (lowest AP@10 first)",
+    "rerank_helped": "Reranker helped most (AP@10 gain)",
+    "rerank_hurt": "Reranker hurt most (AP@10 loss)",
+    "shortcut": "Modality shortcut (image-only or text-only beats composed)",
+}
+
+WORLD_UPLOAD_NOTE = (
+    "The offline world's models were trained only on the world's rendered scenes (flat, sketch and "
+    "photo-style drawings of clothes, home objects and accessories). They do not understand real "
+    "photos: with your own images expect results that look arbitrary. Upload world images (for "
+    "example reference images saved from the Explore tab) to see them work."
+)
+
+
+class ServiceError(Exception):
+    """A request the service cannot answer as asked; the message is written for the user."""
+
+
+class UploadError(ServiceError):
+    """An uploaded file that cannot be used; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """What the app serves. `retrievers=None` means the benchmark's defaults; `reranker=None`
+    the default (the world verifier on the world, when registered), "none" disables it."""
+
+    benchmark: str = "world"
+    benchmark_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    retrievers: tuple[str, ...] | None = None
+    reranker: str | None = None
+    reranker_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    limit_groups: int | None = None
+    device: str | None = None
+    allow_stale: bool = False
+    trust_remote_code: bool = False  # retrievers that run model-repo code (BGE-VL, GME): explicit opt-in only
+    warm_thumbnails: bool = True  # a background process fills the thumbnail and pixel caches
+    pixel_cache: bool = True  # serve exact pixels from the PNG cache instead of re-rendering
+    # torch CPU threads while serving (index builds before use torch's default). One is fastest for
+    # single queries on a busy CPU: with two, OpenMP threads wait on each other (~15x slower measured).
+    threads: int | None = 1
+    default_top_n: int = 20
+
+
+def default_retrievers(benchmark_name: str, known: Iterable[str]) -> list[str]:
+    """The app's columns when none are named: the registered world retrievers on the world."""
+    known = set(known)
+    if benchmark_name != "world":
+        return []
+    return [n for n in WORLD_RETRIEVERS if n in known]
+
+
+def resolve_reranker(benchmark_name: str, requested: str | None, backends: Iterable[str]) -> tuple[str | None, str]:
+    """(backend name or None, a sentence for the user about the reranker)."""
+    backends = set(backends)
+    if requested is not None and requested.lower() == "none":
+        return None, "Reranker disabled (--reranker none)."
+    if requested is not None:
+        if requested not in backends:
+            from cir_demo.utils.names import UnknownNameError
+
+            raise UnknownNameError("reranker backend", requested, backends)
+        return requested, f"Reranker: {requested}."
+    if benchmark_name == "world" and WORLD_RERANKER in backends:
+        return WORLD_RERANKER, f"Reranker: {WORLD_RERANKER}."
+    if benchmark_name == "world":
+        return None, (f"The reranker toggle is off: the {WORLD_RERANKER!r} model is not available yet "
+                      "(train it, or start the app with --reranker NAME).")
+    return None, "No reranker configured (start the app with --reranker NAME to enable the toggle)."
+
+
+def retriever_modality(config: Mapping[str, Any]) -> str:
+    """'image', 'text' or 'composed': what a retriever's query vector looks at."""
+    recipe = config.get("recipe")
+    if recipe == "image_only":
+        return "image"
+    if recipe == "text_only":
+        return "text"
+    name = str(config.get("name", ""))
+    if recipe is None and name.endswith("-image"):
+        return "image"
+    if recipe is None and name.endswith("-text"):
+        return "text"
+    return "composed"
+
+
+MODALITY_LABELS = {"image": "image only", "text": "text only", "composed": "composed"}

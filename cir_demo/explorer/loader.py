@@ -1,0 +1,209 @@
+"""Building an `ExplorerService`: the benchmark, retrievers and their indexes, the reranker, the
+image caches; `ServiceLoader` does it in a background thread and reports progress."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from cir_demo.explorer.config import WORLD_RETRIEVERS, ServiceConfig, ServiceError, default_retrievers, resolve_reranker
+from cir_demo.explorer.images import PixelCachedStore, pixel_db_path, start_image_warmer
+from cir_demo.explorer.service import ExplorerService
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadStatus:
+    stage: str
+    done: bool
+    error: str | None
+    elapsed: float
+    detail: str = ""
+
+    def text(self) -> str:
+        if self.error:
+            return f"Loading failed: {self.error}"
+        if self.done:
+            return f"Ready in {self.elapsed:.1f} s."
+        return f"{self.stage} ({self.elapsed:.0f} s){': ' + self.detail if self.detail else ''}"
+
+
+def live_progress_bars() -> str:
+    """What the running tqdm bars say (index builds, world generation), for the status line."""
+    try:
+        from tqdm import tqdm
+
+        bars = list(getattr(tqdm, "_instances", []))
+    except Exception:
+        return ""
+    parts = []
+    for bar in bars:
+        total = getattr(bar, "total", None)
+        if total:
+            parts.append(f"{getattr(bar, 'desc', '') or 'working'} {getattr(bar, 'n', 0):,}/{int(total):,}")
+    return "; ".join(parts)
+
+
+class ServiceLoader:
+    """Builds an `ExplorerService` in a background thread so the page can show progress:
+    the world generated on first use, retriever models loaded, indexes built or loaded."""
+
+    def __init__(self, config: ServiceConfig, start: bool = True):
+        self.config = config
+        self._service: ExplorerService | None = None
+        self._error: BaseException | None = None
+        self._stage = "starting"
+        self._t0 = time.perf_counter()
+        self._t_done: float | None = None
+        self._event = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cir-demo-loader", daemon=True)
+        if start:
+            self._thread.start()
+
+    def start(self) -> "ServiceLoader":
+        if not self._thread.is_alive() and not self._event.is_set():
+            self._thread.start()
+        return self
+
+    def _set(self, stage: str) -> None:
+        self._stage = stage
+        log.info("loading: %s", stage)
+
+    def _run(self) -> None:
+        try:
+            self._service = build_service(self.config, self._set)
+        except BaseException as exc:  # reported on the page; the server stays up
+            log.exception("loading the explorer failed")
+            self._error = exc
+        finally:
+            self._t_done = time.perf_counter()
+            self._event.set()
+
+    def status(self) -> LoadStatus:
+        end = self._t_done if self._t_done is not None else time.perf_counter()
+        err = None if self._error is None else f"{type(self._error).__name__}: {self._error}"
+        return LoadStatus(self._stage, self._event.is_set() and self._error is None, err, end - self._t0,
+                          "" if self._event.is_set() else live_progress_bars())
+
+    @property
+    def ready(self) -> bool:
+        return self._event.is_set() and self._service is not None
+
+    def wait(self, timeout: float | None = None) -> ExplorerService:
+        """The service; raises ServiceError if loading failed or is still running after `timeout`."""
+        if not self._event.wait(timeout):
+            raise ServiceError(f"still loading: {self.status().text()}")
+        if self._service is None:
+            raise ServiceError(f"the explorer could not load: {self.status().error}")
+        return self._service
+
+
+class RememberingStore:
+    """Wraps an image store while indexes are built: images opened once are kept (up to
+    `max_bytes` of pixels), so a second retriever that cannot share corpus embeddings
+    (`Retriever.image_spec`) encodes the corpus without rendering it again. Dropped
+    once loading is done; costs nothing when every index already exists."""
+
+    def __init__(self, inner, max_bytes: int = 1 << 30):
+        self.inner = inner
+        self.max_bytes = max_bytes
+        self.used = 0
+        self._kept: dict[str, Any] = {}
+
+    def source(self, image_id: str):
+        return self.inner.source(image_id)
+
+    def open(self, image_id: str):
+        img = self._kept.get(image_id)
+        if img is None:
+            img = self.inner.open(image_id)
+            size = img.width * img.height * len(img.getbands())
+            if self.used + size <= self.max_bytes:
+                self._kept[image_id] = img
+                self.used += size
+        return img
+
+
+def _load_indexes(engine, names: Sequence[str], config: ServiceConfig, stage: Callable[[str], None],
+                  notes: list[str]) -> list[str]:
+    """Load each retriever and its index (building it on first use); returns those that loaded."""
+    loaded = []
+    for i, name in enumerate(names, 1):
+        stage(f"retriever {i}/{len(names)} {name}: loading the model and its index (built on first use)")
+        try:
+            engine.index(name)
+        except Exception as exc:  # the other columns still work
+            log.exception("retriever %s failed to load", name)
+            notes.append(f"{name} could not be loaded and is left out ({type(exc).__name__}: {exc})")
+            continue
+        loaded.append(name)
+        stale = engine.stale_reasons(name) if config.allow_stale else []
+        if stale:
+            notes.append(f"{name}: serving a stale index ({'; '.join(stale)})")
+    return loaded
+
+
+def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s: None) -> ExplorerService:
+    """Load the benchmark, resolve retrievers and reranker, load models and indexes."""
+    from cir_demo.benchmarks.registry import load_benchmark
+    from cir_demo.rerank import BACKENDS
+    from cir_demo.retrievers.registry import list_retrievers
+
+    stage(f"loading benchmark {config.benchmark!r}" + (" (the offline world is generated on first use)"
+                                                         if config.benchmark == "world" else ""))
+    bench = load_benchmark(config.benchmark, **dict(config.benchmark_kwargs))
+    if config.limit_groups:
+        bench = bench.limit(config.limit_groups)
+    known = [r["name"] for r in list_retrievers()]
+    names = list(config.retrievers) if config.retrievers else default_retrievers(bench.name, known)
+    notes = []
+    if not names:
+        notes.append("No retrievers: " + (
+            "none of the world models (" + ", ".join(WORLD_RETRIEVERS) + ") is registered yet; train them "
+            "(`python -m cir_demo train ...`, see docs/world_models.md) or start with --retrievers NAME,..."
+            if bench.name == "world" else "start the app with --retrievers NAME,... "
+            "(`python -m cir_demo retrievers list` shows them)"))
+    reranker, rr_note = resolve_reranker(bench.name, config.reranker, BACKENDS)
+    stage("loading retrieval libraries")
+    from cir_demo.engine import RetrievalEngine
+
+    engine = RetrievalEngine(bench, names, device=config.device, allow_stale=config.allow_stale, progress=True,
+                             trust_remote_code=config.trust_remote_code)
+    store = bench.images
+    if store is not None and len(names) > 1:
+        bench.images = RememberingStore(store)  # the engine holds this same benchmark object
+    try:
+        loaded = _load_indexes(engine, names, config, stage, notes)
+    finally:
+        bench.images = store
+    names = loaded
+    if config.threads and names:
+        engine.set_threads(config.threads)
+    for name in names:  # bars were for the index builds; per-query encoding stays quiet
+        retriever = engine.retriever(name)
+        if hasattr(retriever, "progress"):
+            retriever.progress = False
+    if reranker:
+        stage(f"loading reranker {reranker}")
+        try:
+            engine.reranker(reranker, **dict(config.reranker_kwargs))
+        except Exception as exc:  # the app works without the toggle
+            log.exception("reranker %s failed to load", reranker)
+            rr_note = f"The reranker {reranker!r} could not be loaded ({type(exc).__name__}: {exc}); the toggle is off."
+            reranker = None
+    stage("preparing the explorer")
+    if config.pixel_cache and bench.images is not None:
+        bench.images = PixelCachedStore(bench.images, pixel_db_path(engine.fingerprint))
+    service = ExplorerService(bench, engine, names, reranker, rr_note, config)
+    service.warnings.extend(notes)
+    if config.warm_thumbnails and bench.images is not None:
+        pixels = ([{"db_path": str(bench.images.db_path), "kind": "png"}]
+                  if isinstance(bench.images, PixelCachedStore) else [])
+        jpeg = lambda t: {"db_path": str(t.db_path), "kind": "jpeg", "size": t.size, "quality": t.quality}  # noqa: E731
+        start_image_warmer(config, [
+            {"what": "references", "targets": [jpeg(service.references)] + pixels},
+            {"what": "corpus", "targets": [jpeg(service.tiles)] + pixels}])
+    return service

@@ -1,0 +1,427 @@
+"""`ExplorerService`: answers the app's requests over one benchmark, its retrievers and an
+optional reranker. Retrieval goes through `RetrievalEngine`."""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import pandas as pd
+
+from cir_demo.benchmarks.schema import Benchmark, Query
+from cir_demo.explorer.config import (FILTER_FIELDS, MAX_COLUMNS, MAX_QUERY_ROWS, NO_VALUE, REFERENCE_PX, RERANK_SUFFIX,
+                                     SEARCH_K, TILE_PX, WORLD_UPLOAD_NOTE, ServiceConfig, ServiceError, retriever_modality)
+from cir_demo.explorer.failures import failure_scores, sort_queries
+from cir_demo.explorer.images import ThumbnailStore, encode_jpeg_data_uri, thumbnail_db_path
+from cir_demo.explorer.queries import filter_choices, filter_queries, filter_value, query_table
+from cir_demo.explorer.ranking_metrics import metrics_many
+from cir_demo.explorer.runs import list_runs, load_report, read_eval_per_query
+from cir_demo.explorer.uploads import ValidatedImage
+from cir_demo.explorer.views import Column, Comparison, Paraphrase, QueryList, QueryView, Report, RunSummary, Tile, fill_metrics
+
+log = logging.getLogger(__name__)
+
+
+class ExplorerService:
+    """Answers the app's requests over one benchmark, its retrievers and an optional reranker."""
+
+    def __init__(self, benchmark: Benchmark, engine, retriever_names: Sequence[str], reranker: str | None = None,
+                 reranker_note: str = "", config: ServiceConfig | None = None, thumbnails_on_disk: bool = True):
+        from cir_demo.retrievers.registry import get_config
+
+        self.benchmark = benchmark
+        self.engine = engine
+        self.config = config or ServiceConfig(benchmark=benchmark.name)
+        self.retriever_names = list(retriever_names)
+        self.modality = {n: retriever_modality(get_config(n)) for n in self.retriever_names}
+        self.reranker_name = reranker
+        self.reranker_note = reranker_note
+        self.table = query_table(benchmark)
+        self._filter_choices = filter_choices(self.table)
+        fp = engine.fingerprint
+        self.tiles = ThumbnailStore(engine.open_image, thumbnail_db_path(fp, TILE_PX) if thumbnails_on_disk else None, TILE_PX)
+        self.references = ThumbnailStore(engine.open_image, thumbnail_db_path(fp, REFERENCE_PX) if thumbnails_on_disk else None,
+                                         REFERENCE_PX, quality=90)
+        self._failures: pd.DataFrame | None = None
+        self._failure_source = ""
+        self._paraphrase_tables: OrderedDict[tuple, pd.DataFrame] = OrderedDict()
+        self._lock = threading.RLock()
+        self.warnings: list[str] = []
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def is_world(self) -> bool:
+        return self.benchmark.name == "world"
+
+    @property
+    def fingerprint(self) -> str:
+        return self.engine.fingerprint
+
+    def summary(self) -> str:
+        b = self.benchmark
+        size = (b.info or {}).get("size")
+        name = f"{b.name} ({size})" if size else b.name
+        return (f"{name}: {len(b.queries):,} queries in {len(b.groups()):,} intents, {len(b.corpus_ids):,} corpus images; "
+                f"retrievers: {', '.join(self.retriever_names) or 'none'}; reranker: {self.reranker_name or 'off'}")
+
+    def filter_choices(self) -> dict[str, list[str]]:
+        return dict(self._filter_choices)
+
+    def check_retrievers(self, names: Sequence[str] | None) -> list[str]:
+        """The requested columns (default: the first four), validated."""
+        names = list(self.retriever_names[:MAX_COLUMNS] if names is None else names)
+        unknown = [n for n in names if n not in self.retriever_names]
+        if unknown:
+            raise ServiceError(f"unknown retriever(s) {', '.join(unknown)}; this app serves: "
+                               f"{', '.join(self.retriever_names) or 'none'}")
+        if len(names) > MAX_COLUMNS:
+            raise ServiceError(f"at most {MAX_COLUMNS} columns side by side; {len(names)} retrievers selected")
+        return names
+
+    def query(self, query_id: str) -> Query:
+        try:
+            return self.benchmark.query(query_id)
+        except KeyError:
+            raise ServiceError(f"benchmark {self.benchmark.name!r} has no query {query_id!r}") from None
+
+    # ------------------------------------------------------------------ finding queries
+    def find_queries(self, text: str = "", filters: Mapping[str, str | None] | None = None, sort: str = "order",
+                     limit: int = MAX_QUERY_ROWS, progress: Callable[[str], None] | None = None) -> QueryList:
+        rows = filter_queries(self.table, text, filters)
+        note = ""
+        if sort != "order":
+            rows, note = sort_queries(rows, self.failure_stats(progress, need_rerank=sort.startswith("rerank")), sort)
+        total = len(rows)
+        shown = rows.head(limit)
+        kind = shown["intent_category"].where(shown["intent_category"] != NO_VALUE, "")
+        display = pd.DataFrame({"query": shown["query_id"].to_numpy(), "instruction": shown["instruction"].to_numpy(),
+                                "type": kind.to_numpy(), "refs": shown["n_refs"].to_numpy(),
+                                "why": shown["why"].to_numpy() if "why" in shown else ""})
+        return QueryList(display, total, note)
+
+    def query_view(self, query_id: str) -> QueryView:
+        q = self.query(query_id)
+        paraphrases = []
+        for i, p in enumerate(self.benchmark.paraphrases(query_id)):
+            form = str(p.meta.get("paraphrase_form") or f"phrasing {i + 1}").replace("_", " ")
+            paraphrases.append(Paraphrase(p.query_id, form, p.instruction))
+        thumbs = self.references.get_many(list(q.reference_ids))
+        meta = q.meta
+        facts = [("query", q.query_id), ("intent", q.group_id)]
+        for key, label in FILTER_FIELDS.items():
+            value = meta.get(key)
+            if value is not None:
+                facts.append((label, filter_value(key, value)))
+        facts.append(("judgments", f"{len(q.positives)} positives, {len(q.negatives)} explicit negatives"))
+        return QueryView(q, paraphrases, [thumbs[r] for r in q.reference_ids], facts)
+
+    # ------------------------------------------------------------------ retrieval
+    def _column(self, name: str, cq, query: Query | None, k: int, rerank: bool, top_n: int) -> Column:
+        t0 = time.perf_counter()
+        col = Column(name, self.modality.get(name, "composed"))
+        try:
+            ranking = self.engine.search(name, [cq], k=max(SEARCH_K, k, top_n if rerank else 0))[0]
+            ids, scores = list(ranking.ids), list(ranking.scores)
+            first_rank = None
+            p_yes: dict[str, tuple[float | None, str | None, bool]] = {}
+            if rerank:
+                items = self.engine.rerank(self.reranker_name, cq, ranking, top_n=top_n,
+                                           reranker_kw=dict(self.config.reranker_kwargs))
+                first_rank = {it.candidate_id: it.first_stage_rank + 1 for it in items}
+                p_yes = {it.candidate_id: (it.p_yes, it.flag, it.reranked) for it in items}
+                col.first_stage_ranking = ids
+                ids = [it.candidate_id for it in items]
+                scores = [it.first_stage_score for it in items]
+                flagged = sum(1 for it in items if it.flag)
+                if flagged:
+                    col.note = f"{flagged} candidate(s) could not be scored and kept their first-stage place"
+            col.ranking = ids
+            pos, neg = (set(query.positives), set(query.negatives)) if query is not None else (set(), set())
+            thumbs = self.tiles.get_many(ids[:k])
+            for r, (image_id, score) in enumerate(zip(ids[:k], scores[:k]), 1):
+                judged = "positive" if image_id in pos else "negative" if image_id in neg else None
+                py, flag, was_reranked = p_yes.get(image_id, (None, None, False))
+                col.tiles.append(Tile(image_id, r, score, judged, thumbs.get(image_id),
+                                      first_rank.get(image_id) if first_rank else None, py, flag, was_reranked))
+        except ServiceError as exc:
+            col.error = str(exc)
+        except Exception as exc:  # one failing retriever must not blank the other columns
+            log.exception("retriever %s failed", name)
+            col.error = f"{type(exc).__name__}: {exc}"
+        col.seconds = time.perf_counter() - t0
+        return col
+
+    def _prescore(self, cq, names: Sequence[str], top_n: int) -> None:
+        """Score the union of the columns' top-n blocks in one reranker call. It fills the score
+        cache, which each column's rerank then reads: one pass over the reference images and no
+        candidate scored twice when retrievers agree. A failure here is left to the columns."""
+        if not cq.reference_ids:
+            return
+        from cir_demo.rerank import RerankRequest
+        from cir_demo.rerank.rerank import score_candidates
+
+        union: list[str] = []
+        for name in names:
+            try:
+                union += self.engine.search(name, [cq], k=max(SEARCH_K, top_n))[0].ids[:top_n]
+            except Exception:
+                continue
+        try:
+            reranker = self.engine.reranker(self.reranker_name, **dict(self.config.reranker_kwargs))
+            request = RerankRequest(cq.reference_images, cq.reference_ids, cq.text)
+            score_candidates(request, list(dict.fromkeys(union)), self.engine.open_image, reranker,
+                             cache=self.engine.score_cache)
+        except Exception:
+            log.exception("scoring the union of the top-%d blocks failed", top_n)
+
+    def _check_rerank(self, rerank: bool, top_n: int) -> None:
+        if rerank and not self.reranker_name:
+            raise ServiceError(self.reranker_note or "no reranker is configured")
+        if rerank and (isinstance(top_n, bool) or not isinstance(top_n, int) or not 1 <= top_n <= 100):
+            raise ServiceError(f"top n must be an integer from 1 to 100, got {top_n!r}")
+
+    @staticmethod
+    def _check_k(k: int) -> int:
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= SEARCH_K:
+            raise ServiceError(f"results per column must be an integer from 1 to {SEARCH_K}, got {k!r}")
+        return k
+
+    def compare(self, query_id: str, retrievers: Sequence[str] | None = None, k: int = 10, rerank: bool = False,
+                top_n: int = 20, instruction: str | None = None) -> Comparison:
+        """Each retriever's top k for a benchmark query (optionally with another instruction),
+        with per-column AP@10, precision@10 and NegRecall@10 against the intent's judgments."""
+        q = self.query(query_id)
+        names = self.check_retrievers(retrievers)
+        k = self._check_k(k)
+        self._check_rerank(rerank, top_n)
+        if instruction is not None and not instruction.strip():
+            raise ServiceError("the instruction is empty")
+        cq = self.engine.composed(q, instruction)
+        if rerank and len(names) > 1:
+            self._prescore(cq, names, top_n)
+        columns = [self._column(n, cq, q, k, rerank, top_n) for n in names]
+        fill_metrics(columns, q)
+        refs = self.references.get_many(list(q.reference_ids))
+        labels = [f"Reference image {i + 1} ({r})" if len(q.reference_ids) > 1 else f"Reference image ({r})"
+                  for i, r in enumerate(q.reference_ids)]
+        return Comparison(cq.text, [refs[r] for r in q.reference_ids], labels, columns, k, True, q.query_id,
+                          self.reranker_name if rerank else None, top_n if rerank else None,
+                          len(q.positives), len(q.negatives))
+
+    def search_uploads(self, images: Sequence[ValidatedImage], instruction: str, retrievers: Sequence[str] | None = None,
+                       k: int = 10, rerank: bool = False, top_n: int = 20) -> Comparison:
+        """Each retriever's top k in the loaded corpus for uploaded reference image(s) + an instruction."""
+        from cir_demo.retrievers.base import ComposedQuery
+
+        if not 1 <= len(images) <= 2:
+            raise ServiceError(f"upload one or two reference images (got {len(images)})")
+        if not instruction or not instruction.strip():
+            raise ServiceError("type an instruction (what should change in the reference image)")
+        if len(images) == 1 and ("<img2>" in instruction):
+            raise ServiceError("the instruction mentions <img2> but only one image was uploaded")
+        names = self.check_retrievers(retrievers)
+        k = self._check_k(k)
+        self._check_rerank(rerank, top_n)
+        cq = ComposedQuery(tuple(v.image for v in images), instruction.strip(), None, tuple(v.content_id for v in images))
+        if rerank and len(names) > 1:
+            self._prescore(cq, names, top_n)
+        columns = [self._column(n, cq, None, k, rerank, top_n) for n in names]
+        notes = [f"{v.name}: {n}" for v in images for n in v.notes]
+        if self.is_world:
+            notes.insert(0, WORLD_UPLOAD_NOTE)
+        labels = [f"Reference image {i + 1} ({v.name})" if len(images) > 1 else f"Reference image ({v.name})"
+                  for i, v in enumerate(images)]
+        return Comparison(cq.text, [encode_jpeg_data_uri(v.image, REFERENCE_PX, 90) for v in images], labels, columns, k,
+                          False, None, self.reranker_name if rerank else None, top_n if rerank else None, notes=notes)
+
+    def paraphrase_table(self, query_id: str, retrievers: Sequence[str] | None = None) -> pd.DataFrame:
+        """AP@10 of every paraphrase of the query's intent under each retriever (first stage),
+        plus a last row with the range (max - min) per retriever."""
+        q = self.query(query_id)
+        names = self.check_retrievers(retrievers)
+        key = (q.group_id, tuple(names))
+        with self._lock:
+            if key in self._paraphrase_tables:
+                self._paraphrase_tables.move_to_end(key)
+                return self._paraphrase_tables[key].copy()
+        group = self.benchmark.paraphrases(query_id)
+        cqs = [self.engine.composed(p) for p in group]
+        forms = [str(p.meta.get("paraphrase_form") or f"phrasing {i + 1}").replace("_", " ") for i, p in enumerate(group)]
+        table = pd.DataFrame({"paraphrase": forms, "instruction": [p.instruction for p in group]})
+        pairs, owners = [], []
+        for name in names:
+            try:
+                rankings = self.engine.search(name, cqs, k=SEARCH_K)
+            except Exception as exc:  # that column shows n/a; the rest of the table stands
+                log.exception("paraphrase table: %s failed", name)
+                table[name] = float("nan")
+                continue
+            pairs += [(r.ids, p) for r, p in zip(rankings, group)]
+            owners += [name] * len(group)
+        values = metrics_many(pairs)
+        for name in dict.fromkeys(owners):
+            table[name] = [v["AP@10"] for v, o in zip(values, owners) if o == name]
+        spread = {"paraphrase": "range (max − min)", "instruction": ""}
+        spread.update({n: float(table[n].max() - table[n].min()) for n in names})
+        table = pd.concat([table, pd.DataFrame([spread])], ignore_index=True)
+        table = table[["paraphrase", *names, "instruction"]]  # numbers first: the instruction is long
+        with self._lock:
+            self._paraphrase_tables[key] = table
+            while len(self._paraphrase_tables) > 256:
+                self._paraphrase_tables.popitem(last=False)
+        return table.copy()
+
+    def reranker_prompt(self, instruction: str, n_references: int) -> str:
+        """The exact prompt the reranker sends (images shown as markers)."""
+        if not self.reranker_name:
+            return self.reranker_note or "no reranker is configured"
+        from cir_demo.rerank import RerankRequest
+
+        reranker = self.engine.reranker(self.reranker_name, **dict(self.config.reranker_kwargs))
+        ids = tuple(f"ref{i + 1}" for i in range(n_references))
+        return reranker.prompt_text(RerankRequest((None,) * n_references, ids, instruction))
+
+    # ------------------------------------------------------------------ failure statistics
+    def _spec_hashes(self) -> dict[str, str]:
+        out = {}
+        for n in self.retriever_names:
+            try:
+                out[n] = self.engine.retriever(n).spec_hash()
+            except Exception as exc:
+                log.warning("retriever %s: %s", n, exc)
+        return out
+
+    def failure_stats(self, progress: Callable[[str], None] | None = None, need_rerank: bool = False) -> pd.DataFrame:
+        """Per-query failure measures over the app's retrievers (see `failure_scores`).
+
+        From the latest eval run of this benchmark content with the same retriever specs when
+        there is one; the rest is computed here once (all queries, every retriever) and cached
+        on disk. Reranked deltas come from the eval run, or are computed when
+        `need_rerank` and the work is small (`max_rerank_scores`).
+        """
+        with self._lock:
+            if self._failures is not None and (not need_rerank or "rerank_gain" in self._failures or not self.reranker_name):
+                return self._failures
+            per_query = self._gather_per_query(progress, need_rerank)
+            self._failures = failure_scores(per_query, {n: self.modality[n] for n in self.retriever_names})
+            return self._failures
+
+    @property
+    def failure_source(self) -> str:
+        return self._failure_source
+
+    max_rerank_scores = 30_000  # candidate scores the app may compute for the reranker sorts
+
+    def _gather_per_query(self, progress: Callable[[str], None] | None, need_rerank: bool) -> pd.DataFrame:
+        if not self.retriever_names:
+            raise ServiceError("no retrievers are loaded, so there are no results to sort by")
+        hashes = self._spec_hashes()
+        rr_hash = None
+        if self.reranker_name:
+            try:
+                rr_hash = self.engine.reranker(self.reranker_name, **dict(self.config.reranker_kwargs)).spec_hash()
+            except Exception as exc:
+                log.warning("reranker %s: %s", self.reranker_name, exc)
+        parts: list[pd.DataFrame] = []
+        have: set[str] = set()
+        sources = []
+        for run in list_runs(self.benchmark.name, self.fingerprint):
+            if run.matches != "fingerprint":
+                continue
+            df = read_eval_per_query(run.path, {n: h for n, h in hashes.items() if n not in have}, rr_hash)
+            if df is None or not len(df):
+                continue
+            df = df[df["query_id"].isin(set(self.table["query_id"]))]
+            # a run counts only when it covers every query the app shows (e.g. not an `--limit` eval)
+            covered = df.groupby("run")["query_id"].nunique()
+            new = sorted(set(covered[covered == len(self.table)].index) - have)
+            parts.append(df[df["run"].isin(new)])
+            have |= set(new)
+            sources.append(run.label)
+            if all(n in have for n in hashes) and (not rr_hash or all(f"{n}{RERANK_SUFFIX}" in have for n in hashes)):
+                break
+        for name in self.retriever_names:
+            if name not in have and name in hashes:
+                parts.append(self._computed_per_query(name, hashes[name], progress))
+                have.add(name)
+                sources.append(f"{name} computed here")
+        if need_rerank and rr_hash and not any(f"{n}{RERANK_SUFFIX}" in have for n in hashes):
+            cost = len(self.benchmark.queries) * len(hashes) * self.config.default_top_n
+            if cost <= self.max_rerank_scores:
+                for name in hashes:
+                    parts.append(self._computed_rerank_per_query(name, hashes[name], rr_hash, progress))
+                sources.append("reranker effect computed here")
+            else:
+                raise ServiceError(
+                    f"sorting by the reranker's effect needs reranked results for all {len(self.benchmark.queries):,} "
+                    f"queries ({cost:,} candidate scores); run `python app.py --eval` (it reranks with "
+                    f"{self.reranker_name}) and reload the app")
+        self._failure_source = "; ".join(sources)
+        return pd.concat(parts, ignore_index=True)
+
+    def _per_query_cache(self, name: str) -> Path:
+        from cir_demo.paths import cache_dir
+
+        return cache_dir() / "app" / "per_query" / self.fingerprint / f"{name}.csv"
+
+    def _computed_per_query(self, name: str, spec_hash: str, progress) -> pd.DataFrame:
+        from cir_demo.metrics.pinpoint import per_query
+        from cir_demo.utils.io import write_text_atomic
+
+        path = self._per_query_cache(name).with_name(f"{name}-{spec_hash[:16]}.csv")
+        if path.is_file():
+            try:
+                return pd.read_csv(path, dtype={"query_id": str, "group_id": str, "run": str})
+            except (OSError, ValueError):
+                pass
+
+        def report(done: int, total: int) -> None:
+            if progress:
+                progress(f"retrieving with {name}: {done:,}/{total:,} queries")
+
+        run, _ = self.engine.run_benchmark(name, k=SEARCH_K, progress=report)
+        df = per_query(run, self.benchmark.queries)[["query_id", "group_id", "AP@10", "precision@10", "NegRecall@10", "n_neg"]]
+        df.insert(0, "run", name)
+        write_text_atomic(path, df.to_csv(index=False))
+        return df
+
+    def _computed_rerank_per_query(self, name: str, spec_hash: str, rr_hash: str, progress) -> pd.DataFrame:
+        from cir_demo.metrics.pinpoint import per_query
+        from cir_demo.rerank import rerank_run
+        from cir_demo.utils.io import write_text_atomic
+
+        top_n = self.config.default_top_n
+        path = self._per_query_cache(name).with_name(f"{name}-{spec_hash[:16]}+{rr_hash}-top{top_n}.csv")
+        if path.is_file():
+            try:
+                return pd.read_csv(path, dtype={"query_id": str, "group_id": str, "run": str})
+            except (OSError, ValueError):
+                pass
+        if progress:
+            progress(f"reranking the top {top_n} of {name} for every query")
+        run, scores = self.engine.run_benchmark(name, k=SEARCH_K)
+        reranker = self.engine.reranker(self.reranker_name, **dict(self.config.reranker_kwargs))
+        rr = rerank_run(self.benchmark.queries, run, self.engine.open_image, reranker, top_n=top_n,
+                        cache=self.engine.score_cache, run_scores=scores, progress=False)
+        df = per_query(rr.run, self.benchmark.queries)[["query_id", "group_id", "AP@10", "precision@10", "NegRecall@10", "n_neg"]]
+        df.insert(0, "run", f"{name}{RERANK_SUFFIX}")
+        write_text_atomic(path, df.to_csv(index=False))
+        return df
+
+    # ------------------------------------------------------------------ report
+    def runs(self) -> list[RunSummary]:
+        return list_runs(self.benchmark.name, self.fingerprint)
+
+    def report(self, label: str | None = None) -> Report | None:
+        runs = self.runs()
+        if not runs:
+            return None
+        if label is None:
+            return load_report(runs[0])
+        for r in runs:
+            if r.label == label:
+                return load_report(r)
+        raise ServiceError(f"no eval run {label!r} for benchmark {self.benchmark.name!r}")

@@ -1,0 +1,68 @@
+"""Thumbnail and pixel stores and the warmer process (cir_demo/explorer/images.py)."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import numpy as np
+from PIL import Image
+
+from cir_demo.explorer import PixelCachedStore, ThumbnailStore, warm_thumbnails
+from cir_demo.explorer.images import _warm_main
+
+
+def test_thumbnail_store_caches_in_memory_and_on_disk(tmp_path):
+    calls = []
+
+    def open_image(image_id):
+        calls.append(image_id)
+        if image_id == "missing":
+            raise FileNotFoundError(image_id)
+        return Image.new("RGB", (300, 200), "green")
+
+    db = tmp_path / "thumbs.sqlite"
+    store = ThumbnailStore(open_image, db, 64)
+    got = store.get_many(["a", "b", "missing", "a"])
+    assert got["missing"] is None and calls == ["a", "b", "missing"]
+    img = Image.open(io.BytesIO(base64.b64decode(got["a"].split(",", 1)[1])))
+    assert img.size == (64, 43)
+    assert store.get("a") == got["a"] and len(calls) == 3  # memory hit
+    fresh = ThumbnailStore(open_image, db, 64)  # a restart: read from the file
+    assert fresh.get_many(["a", "b"]) == {"a": got["a"], "b": got["b"]} and len(calls) == 3
+    assert warm_thumbnails(type("B", (), {"images": type("S", (), {"open": staticmethod(open_image)})()})(),
+                                    db, 64, image_ids=["a", "c"]) == 1  # only the missing one is rendered
+
+
+
+def test_image_warmer_fills_reference_tile_and_pixel_files(tiny_setup, tmp_path):
+    """The warmer's entry point (run in-process here) opens each image once and stores references at
+    their size, corpus tiles at theirs and lossless pixels of both; the pixel cache then serves
+    exactly the rendered pixels."""
+    import sqlite3
+
+    from cir_demo.benchmarks.registry import load_benchmark
+
+    refs_db, tiles_db, pixels_db = (str(tmp_path / f"{n}.sqlite") for n in ("refs", "tiles", "pixels"))
+    png = {"db_path": pixels_db, "kind": "png"}
+    payload = {"benchmark": "world", "kwargs": {"size": "tiny"}, "limit_groups": 3, "limit": 30000, "nice": False,
+               "jobs": [{"what": "references", "targets": [
+                   {"db_path": refs_db, "kind": "jpeg", "size": 40, "quality": 80}, png]},
+                        {"what": "corpus", "targets": [
+                            {"db_path": tiles_db, "kind": "jpeg", "size": 24, "quality": 80}, png]}]}
+    _warm_main(json.dumps(payload))
+    bench = load_benchmark("world", size="tiny").limit(3)
+    refs = {r for q in bench.queries for r in q.reference_ids}
+
+    def stored(path):
+        with sqlite3.connect(path) as db:
+            return {i: Image.open(io.BytesIO(b)).size for i, b in db.execute("SELECT image_id, data FROM blobs")}
+
+    assert set(stored(refs_db)) == refs
+    tiles = stored(tiles_db)
+    assert set(tiles) == set(bench.corpus_ids) and set(tiles.values()) == {(24, 24)}
+    assert set(stored(pixels_db)) == refs | set(bench.corpus_ids)
+    cached = PixelCachedStore(bench.images, pixels_db)
+    for image_id in [bench.corpus_ids[0], bench.corpus_ids[-1], sorted(refs)[0]]:
+        assert np.array_equal(np.asarray(cached.open(image_id)), np.asarray(bench.images.open(image_id)))
+    assert cached.counts == {"cached": 3, "opened": 0}

@@ -1,0 +1,63 @@
+"""Defaults, the background loader and what loading leaves out (cir_demo/explorer/config.py,
+loader.py); the explorer imports no torch."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from cir_demo.explorer import (ServiceConfig, ServiceError, ServiceLoader, default_retrievers, resolve_reranker,
+                               retriever_modality)
+from cir_demo.testing.explorer import build_tiny_service
+
+
+def test_defaults_and_modality():
+    assert default_retrievers("world", ["world-cir", "world-clip-text", "other"]) == ["world-cir", "world-clip-text"]
+    assert default_retrievers("pinpoint", ["world-cir"]) == []
+    assert resolve_reranker("world", None, ["world-verifier", "openai"])[0] == "world-verifier"
+    name, note = resolve_reranker("world", None, ["openai"])
+    assert name is None and "world-verifier" in note
+    assert resolve_reranker("world", "none", ["world-verifier"])[0] is None
+    with pytest.raises(KeyError, match="(?i)did you mean"):
+        resolve_reranker("world", "open-ai", ["openai"])
+    assert retriever_modality({"name": "x", "recipe": "image_only"}) == "image"
+    assert retriever_modality({"name": "x-text", "recipe": None}) == "text"
+    assert retriever_modality({"name": "x-text", "recipe": "early_fusion"}) == "composed"
+
+
+
+def test_loader_reports_progress_and_errors(tiny_setup):
+    _, names = tiny_setup
+    bad = ServiceLoader(ServiceConfig(benchmark="no-such-benchmark", warm_thumbnails=False))
+    with pytest.raises(ServiceError, match="could not load"):
+        bad.wait(60)
+    assert "did you mean" in bad.status().text().lower() or "unknown benchmark" in bad.status().text().lower()
+    ok = ServiceLoader(ServiceConfig(benchmark="world", benchmark_kwargs={"size": "tiny"},
+                                              retrievers=tuple(names[:1]), reranker="none", warm_thumbnails=False))
+    svc = ok.wait(120)
+    assert ok.ready and ok.status().done and svc.retriever_names == names[:1]
+    svc.engine.close()
+
+
+def test_missing_retriever_weights_leave_the_rest_working(tiny_setup):
+    from cir_demo.retrievers import registry
+    from cir_demo.retrievers.testing import tiny_open_clip_config
+
+    _, names = tiny_setup
+    registry.register_config(tiny_open_clip_config("/nonexistent/w.safetensors", "tiny-ui-broken"), replace=True)
+    try:
+        svc = build_tiny_service([names[0], "tiny-ui-broken"], reranker="none")
+        assert svc.retriever_names == [names[0]]
+        assert any("tiny-ui-broken could not be loaded" in w for w in svc.warnings)
+        svc.engine.close()
+    finally:
+        registry.unregister("tiny-ui-broken")
+
+
+def test_explorer_imports_no_torch():
+    """The UI's side of the app loads without torch: models load through the engine, on first use."""
+    code = ("import sys; import cir_demo.explorer, cir_demo.explorer.loader; "
+            "heavy = sorted(m for m in ('torch', 'open_clip', 'faiss', 'gradio') if m in sys.modules); print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

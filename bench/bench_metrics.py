@@ -59,7 +59,8 @@ def queries_from_ground_truth(gt: pd.DataFrame) -> list[Query]:
         refs = [row.query_image_signature]
         if row.query_image_signature2 not in ("None", None, ""):
             refs.append(row.query_image_signature2)
-        negatives = [] if row.negative_candidates is None else list(row.negative_candidates)
+        # the real file ends many negative lists with a null: never put it into a ranking
+        negatives = [] if row.negative_candidates is None else [n for n in row.negative_candidates if n is not None]
         queries.append(Query(row.query_id, refs, row.instruction, group_id="|".join(refs),
                              judgments=Judgments(list(row.positive_candidates), negatives)))
     return queries

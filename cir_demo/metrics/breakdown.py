@@ -102,19 +102,30 @@ def breakdown(
         df = df[df["scored"].to_numpy(dtype=bool)]
     df = _with_field(df, meta, field)[["query_id", "group_id", field, *metrics]]
 
-    values = df[field].map(lambda v: list(v) if isinstance(v, (list, tuple, set, np.ndarray)) else v)
-    df = df.assign(**{field: values}).explode(field, ignore_index=True)
-    df[field] = df[field].map(lambda v: MISSING if _is_missing(v) else v).astype(object)
+    # (row, value) pairs: a list-valued cell gives one pair per listed value; missing values become MISSING
+    rows_of, keys = [], []
+    for i, v in enumerate(df[field].to_numpy(dtype=object)):
+        if isinstance(v, (list, tuple, set, np.ndarray)):
+            listed = list(v) or [None]
+            rows_of += [i] * len(listed)
+            keys += [MISSING if _is_missing(x) else x for x in listed]
+        else:
+            rows_of.append(i)
+            keys.append(MISSING if _is_missing(v) else v)
+    rows_of = np.asarray(rows_of, dtype=np.int64)
+    codes, uniques = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=False)
+    values = df[list(metrics)].to_numpy(dtype=float).reshape(len(df), len(metrics))
+    group_codes, _ = pd.factorize(df["group_id"].to_numpy(), use_na_sentinel=False)
 
     columns = ["field", "value", "n_queries", "n_groups"]
     for metric in metrics:
         columns += [metric, f"{metric}_lo", f"{metric}_hi"]
     rows = []
-    for value in sorted(df[field].unique(), key=lambda v: _sort_key(field, v)):
-        sub = df[df[field].map(lambda v: v == value).to_numpy(dtype=bool)]
-        row = {"field": field, "value": value, "n_queries": len(sub), "n_groups": sub["group_id"].nunique()}
-        cis = bootstrap_cis(sub[list(metrics)].to_numpy(dtype=float).reshape(len(sub), len(metrics)),
-                            sub["group_id"].to_numpy(), n_boot, alpha, seed)
+    for code in sorted(range(len(uniques)), key=lambda c: _sort_key(field, uniques[c])):
+        idx = rows_of[codes == code]
+        groups = group_codes[idx]
+        row = {"field": field, "value": uniques[code], "n_queries": len(idx), "n_groups": len(np.unique(groups))}
+        cis = bootstrap_cis(values[idx], groups, n_boot, alpha, seed)
         for metric, (mean, lo, hi) in zip(metrics, cis):
             row.update({metric: float(mean), f"{metric}_lo": float(lo), f"{metric}_hi": float(hi)})
         rows.append(row)

@@ -1,0 +1,193 @@
+"""Small PNG charts drawn with Pillow: grouped horizontal bars and a labelled scatter.
+
+The report needs a handful of simple charts. matplotlib takes longer to import
+and to draw them than the whole PinPoint evaluation takes, so we draw them
+directly: Pillow's built-in scalable font, no global state, one image per
+call. Bars run horizontally so that long category names stay readable.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+from cir_demo.utils.io import atomic_path
+
+# matplotlib's "tab10" colours: familiar, and distinguishable for most colour-blind readers
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf")
+INK, GRID, BG = "#222222", "#dddddd", "white"
+SCALE = 2  # drawn at twice the size for crisp text
+
+
+def _fonts():
+    from PIL import ImageFont
+
+    return ImageFont.load_default(size=12 * SCALE), ImageFont.load_default(size=14 * SCALE)
+
+
+def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    """About `n` round tick values covering [lo, hi] (steps 1, 2 or 5 times a power of ten)."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        lo, hi = 0.0, 1.0
+    if hi - lo < 1e-6:  # all values equal (e.g. all 0): show a unit range
+        hi = lo + 1.0
+    raw = (hi - lo) / max(n, 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    i = math.floor(lo / step + 1e-9)
+    ticks = [round(i * step, 12)]
+    while ticks[-1] < hi - 1e-12:
+        i += 1
+        ticks.append(round(i * step, 12))
+    return ticks
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.2f}".rstrip("0").rstrip(".") if abs(v) < 100 else f"{v:.0f}"
+
+
+def _text_w(draw, text: str, font) -> int:
+    box = draw.textbbox((0, 0), text, font=font)
+    return box[2] - box[0]
+
+
+def _fit(draw, text: str, font, width: int) -> str:
+    if _text_w(draw, text, font) <= width:
+        return text
+    while len(text) > 1 and _text_w(draw, text + "…", font) > width:
+        text = text[:-1]
+    return text + "…"
+
+
+def _save(img, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    img = img.resize((img.width // SCALE, img.height // SCALE), resample=4)  # LANCZOS
+    with atomic_path(path) as tmp:
+        img.save(tmp, format="PNG", optimize=False)
+    return path
+
+
+def _legend(draw, names: Sequence[str], x: int, y: int, font) -> int:
+    """Legend rows from (x, y); returns the y below it."""
+    s = 10 * SCALE
+    for i, name in enumerate(names):
+        draw.rectangle([x, y + 3 * SCALE, x + s, y + 3 * SCALE + s], fill=PALETTE[i % len(PALETTE)])
+        draw.text((x + s + 6 * SCALE, y), name, fill=INK, font=font)
+        y += 18 * SCALE
+    return y
+
+
+def bar_chart(
+    path: Path,
+    categories: Sequence[str],
+    series: dict[str, Sequence[float]],
+    title: str,
+    xlabel: str,
+    intervals: dict[str, Sequence[tuple[float, float]]] | None = None,
+) -> Path:
+    """Grouped horizontal bars: one group per category, one bar per series (NaN: no bar), optional CI whiskers."""
+    from PIL import Image, ImageDraw
+
+    small, big = _fonts()
+    names = list(series)
+    n_cat, n_ser = max(len(categories), 1), max(len(names), 1)
+    bar_h = 14 * SCALE
+    group_h = bar_h * n_ser + 10 * SCALE
+    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    label_w = min(max([_text_w(probe, str(c), small) for c in categories] + [40 * SCALE]), 260 * SCALE)
+    legend_w = max([_text_w(probe, n, small) for n in names] + [0]) + 30 * SCALE
+    plot_w = 420 * SCALE
+    left, top = label_w + 20 * SCALE, 40 * SCALE
+    width = left + plot_w + 20 * SCALE + legend_w
+    height = top + group_h * n_cat + 50 * SCALE
+    img = Image.new("RGB", (width, height), BG)
+    draw = ImageDraw.Draw(img)
+    draw.text((left, 10 * SCALE), title, fill=INK, font=big)
+
+    values = [v for vs in series.values() for v in vs if v is not None and math.isfinite(v)]
+    if intervals:
+        values += [b for iv in intervals.values() for pair in iv for b in pair if b is not None and math.isfinite(b)]
+    ticks = nice_ticks(min([0.0] + values), max(values + [0.0]))
+    lo, hi = ticks[0], ticks[-1]
+
+    def x_of(v: float) -> float:
+        return left + (v - lo) / (hi - lo) * plot_w
+
+    bottom = top + group_h * n_cat
+    for t in ticks:
+        x = x_of(t)
+        draw.line([x, top, x, bottom], fill=GRID, width=SCALE)
+        s = _fmt(t)
+        draw.text((x - _text_w(draw, s, small) / 2, bottom + 4 * SCALE), s, fill=INK, font=small)
+    draw.text((left + plot_w / 2 - _text_w(draw, xlabel, small) / 2, bottom + 22 * SCALE), xlabel, fill=INK,
+              font=small)
+    for ci, cat in enumerate(categories):
+        y0 = top + ci * group_h + 5 * SCALE
+        label = _fit(draw, str(cat), small, label_w)
+        draw.text((left - 8 * SCALE - _text_w(draw, label, small), y0 + (bar_h * n_ser) / 2 - 8 * SCALE), label,
+                  fill=INK, font=small)
+        for si, name in enumerate(names):
+            v = series[name][ci]
+            if v is None or not math.isfinite(v):
+                continue
+            y = y0 + si * bar_h
+            draw.rectangle([x_of(min(v, 0.0)), y + SCALE, x_of(max(v, 0.0)), y + bar_h - SCALE],
+                           fill=PALETTE[si % len(PALETTE)])
+            iv = (intervals or {}).get(name)
+            if iv is not None and all(b is not None and math.isfinite(b) for b in iv[ci]):
+                a, b = x_of(iv[ci][0]), x_of(iv[ci][1])
+                mid = y + bar_h / 2
+                draw.line([a, mid, b, mid], fill=INK, width=SCALE)
+                draw.line([a, mid - 3 * SCALE, a, mid + 3 * SCALE], fill=INK, width=SCALE)
+                draw.line([b, mid - 3 * SCALE, b, mid + 3 * SCALE], fill=INK, width=SCALE)
+    draw.line([x_of(0.0) if lo <= 0 <= hi else left, top, x_of(0.0) if lo <= 0 <= hi else left, bottom],
+              fill=INK, width=SCALE)
+    _legend(draw, names, left + plot_w + 20 * SCALE, top, small)
+    return _save(img, path)
+
+
+def scatter_chart(
+    path: Path,
+    points: dict[str, tuple[float, float]],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+) -> Path:
+    """One labelled dot per name at (x, y)."""
+    from PIL import Image, ImageDraw
+
+    small, big = _fonts()
+    plot_w, plot_h = 460 * SCALE, 320 * SCALE
+    left, top = 60 * SCALE, 56 * SCALE
+    img = Image.new("RGB", (left + plot_w + 40 * SCALE, top + plot_h + 50 * SCALE), BG)
+    draw = ImageDraw.Draw(img)
+    draw.text((left, 6 * SCALE), title, fill=INK, font=big)
+    xs = [x for x, _ in points.values() if math.isfinite(x)]
+    ys = [y for _, y in points.values() if math.isfinite(y)]
+    xt = nice_ticks(min(xs + [0.0]), max(xs + [0.0]))
+    yt = nice_ticks(min(ys + [0.0]), max(ys + [0.0]))
+
+    def pos(x: float, y: float) -> tuple[float, float]:
+        return (left + (x - xt[0]) / (xt[-1] - xt[0]) * plot_w, top + plot_h - (y - yt[0]) / (yt[-1] - yt[0]) * plot_h)
+
+    for t in xt:
+        x, _ = pos(t, yt[0])
+        draw.line([x, top, x, top + plot_h], fill=GRID, width=SCALE)
+        draw.text((x - _text_w(draw, _fmt(t), small) / 2, top + plot_h + 4 * SCALE), _fmt(t), fill=INK, font=small)
+    for t in yt:
+        _, y = pos(xt[0], t)
+        draw.line([left, y, left + plot_w, y], fill=GRID, width=SCALE)
+        draw.text((left - 6 * SCALE - _text_w(draw, _fmt(t), small), y - 8 * SCALE), _fmt(t), fill=INK, font=small)
+    draw.rectangle([left, top, left + plot_w, top + plot_h], outline=INK, width=SCALE)
+    draw.text((left + plot_w / 2 - _text_w(draw, xlabel, small) / 2, top + plot_h + 24 * SCALE), xlabel, fill=INK,
+              font=small)
+    draw.text((left - 40 * SCALE, top - 20 * SCALE), ylabel, fill=INK, font=small)
+    r = 5 * SCALE
+    for i, (name, (x, y)) in enumerate(points.items()):
+        if not (math.isfinite(x) and math.isfinite(y)):
+            continue
+        px, py = pos(x, y)
+        draw.ellipse([px - r, py - r, px + r, py + r], fill=PALETTE[i % len(PALETTE)])
+        draw.text((px + r + 4 * SCALE, py - 8 * SCALE), name, fill=INK, font=small)
+    return _save(img, path)

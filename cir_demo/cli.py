@@ -18,6 +18,8 @@ COMMANDS = {
     "index": ("cir_demo.index.cli", "build, check and list FAISS indexes"),
     "train": ("cir_demo.training.cli", "train the world models (world-CLIP, world-CIR, world verifier)"),
     "rerank": ("cir_demo.rerank.cli", "rerank a results file or one query with a reranker backend"),
+    "doctor": ("cir_demo.preflight.doctor", "what this machine can run now, what is missing, and the command that fixes each"),
+    "images": ("cir_demo.images.cli", "fetch a benchmark's images (parallel, resumable) or count those present"),
     "eval": ("cir_demo.harness.cli", "evaluate results files or run the full benchmark (same as app.py --eval)"),
 }
 

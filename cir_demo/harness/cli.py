@@ -32,6 +32,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--device", default=None, help="torch device for models (default: cuda when available, else cpu)")
     r.add_argument("--trust-remote-code", action="store_true",
                    help="allow retrievers that run their model repository's code (BGE-VL, GME); never the default")
+    r.add_argument("--dry-run", action="store_true",
+                   help="print what the run would download, encode and rerank, with a time estimate measured on "
+                        "a small batch on this device; creates nothing")
+    r.add_argument("--fetch-images", action="store_true",
+                   help="download the benchmark's missing images first (as `python -m cir_demo images fetch`)")
+    r.add_argument("--debug", action="store_true", help="show the traceback of a failure")
+    from cir_demo.images.cli import add_fetch_arguments
+
+    add_fetch_arguments(p)
     o = p.add_argument_group("output")
     o.add_argument("--out", help="output folder (default: runs/<time>-<benchmark>)")
     o.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals (0 disables)")
@@ -100,15 +109,16 @@ def _summary(evaluations, bench) -> str:
 def run(args: argparse.Namespace) -> int:
     from cir_demo.benchmarks.schema import BenchmarkError
     from cir_demo.checks import eval_problems, report
+    from cir_demo.errors import report_errors
     from cir_demo.index.manifest import StaleIndexError
     from cir_demo.integrity import DamagedFileError
     from cir_demo.paths import DataFolderError
-    from cir_demo.utils.names import UnknownNameError
 
     problems = eval_problems(args)  # before any work: nothing is created when a flag is wrong
     if problems:
         return report(problems)
-    try:
+
+    def body() -> int:
         if args.results_json:
             # Scoring multiplies small matrices (bootstrap counts x group sums); OpenBLAS threads only
             # contend for the cores there (10x slower on a busy machine). Unless the user chose, use one.
@@ -119,7 +129,6 @@ def run(args: argparse.Namespace) -> int:
         from cir_demo.harness.pipeline import run_benchmark
 
         return run_benchmark(args)
-    except (BenchmarkError, UnknownNameError, DamagedFileError, DataFolderError, StaleIndexError,
-            PermissionError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+
+    return report_errors(body, debug=getattr(args, "debug", False),
+                         expected=(BenchmarkError, DamagedFileError, DataFolderError, StaleIndexError, PermissionError))

@@ -85,6 +85,15 @@ def rerank_section(pairs: Sequence[tuple[RunEvaluation, RunEvaluation]], top_n: 
     return "\n".join(lines)
 
 
+def dry_run_benchmark(args: argparse.Namespace, bench, names: list[str], reranker_name: str | None, top_n: int) -> int:
+    from cir_demo.preflight.dry_run import dry_run
+    from cir_demo.preflight.run import model_lines
+
+    lines = model_lines(names, reranker_name, bool(getattr(args, "trust_remote_code", False)), getattr(args, "device", None))
+    print(dry_run(args, bench, names, reranker_name, top_n, lines))
+    return 1 if any(ln.blocking for ln in lines) else 0
+
+
 def run_benchmark(args: argparse.Namespace) -> int:
     from cir_demo.harness.cli import default_out_dir, load_benchmark_from_args
     from cir_demo.harness.staging import staged_run_dir
@@ -94,6 +103,11 @@ def run_benchmark(args: argparse.Namespace) -> int:
     names = retriever_names(args.retrievers, bench.name)
     reranker_name = default_reranker(bench.name, getattr(args, "rerank", None))
     top_n = getattr(args, "rerank_top_n", 20)
+    if getattr(args, "dry_run", False):
+        return dry_run_benchmark(args, bench, names, reranker_name, top_n)
+    from cir_demo.preflight.run import check_run
+
+    bench = check_run(args, bench, names, reranker_name)  # weights, opt-ins, images: before anything is created
     final = Path(args.out) if args.out else default_out_dir(bench.name)
     print(f"run directory: {final} (written when complete)", flush=True)
     with staged_run_dir(final) as out:

@@ -78,6 +78,7 @@ def encode_corpus(images, ids: Sequence[str], retriever, batch_size: int = 64, p
     from tqdm.auto import tqdm
 
     from cir_demo.retrievers.base import check_embeddings
+    from cir_demo.utils.oom import OomBackoff
 
     require_encoder(retriever)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -89,6 +90,7 @@ def encode_corpus(images, ids: Sequence[str], retriever, batch_size: int = 64, p
     out = np.empty((len(ids), dim), dtype=np.float32)
     what = desc or f"encode with {retriever.name}"
     starts = list(range(0, len(ids), batch_size))
+    backoff = OomBackoff(batch_size, what)  # out of GPU memory: half the batch, then say
     with ThreadPoolExecutor(max_workers=loader_threads) as pool, \
             tqdm(total=len(ids), unit="img", desc=what, disable=not progress, position=position) as bar:
         def submit(start: int) -> list:
@@ -100,7 +102,7 @@ def encode_corpus(images, ids: Sequence[str], retriever, batch_size: int = 64, p
                 batch_ids = ids[start:start + batch_size]
                 batch = [f.result() for f in pending]
                 pending = submit(starts[n + 1]) if n + 1 < len(starts) else []
-                emb = retriever.encode_images(batch, batch_size=batch_size)
+                emb = backoff(batch, lambda chunk, bs: retriever.encode_images(chunk, batch_size=bs))
                 out[start:start + len(batch_ids)] = check_embeddings(
                     emb, len(batch_ids), dim,
                     f"retriever {retriever.name!r} on images {batch_ids[0]!r}..{batch_ids[-1]!r}")

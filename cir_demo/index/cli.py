@@ -41,6 +41,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--trust-remote-code", action="store_true", help="allow retrievers that run model-repo code")
     b.add_argument("--out-dir", help="index folder (default indexes/<benchmark>/<retriever>)")
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
+    b.add_argument("--dry-run", action="store_true",
+                   help="print what the build would download and encode, with a time estimate measured on a small "
+                        "batch on this device; creates nothing")
+    b.add_argument("--fetch-images", action="store_true",
+                   help="download the benchmark's missing images first (as `python -m cir_demo images fetch`)")
+    b.add_argument("--debug", action="store_true", help="show the traceback of a failure")
+    from cir_demo.images.cli import add_fetch_arguments
+
+    add_fetch_arguments(b)
     s = b.add_argument_group("sharded encoding (run under `accelerate launch`)")
     s.add_argument("--sharded", action="store_true",
                    help="each launched process encodes one contiguous part of the corpus; rank 0 merges")
@@ -86,6 +95,16 @@ def _build(args: argparse.Namespace) -> int:
         ctx = distributed_context()
         device = device or ctx.device
     bench = _load_benchmark(args)
+    if args.dry_run:
+        from cir_demo.preflight.dry_run import dry_run
+        from cir_demo.preflight.run import model_lines
+
+        lines = model_lines([args.retriever], None, args.trust_remote_code, device)
+        print(dry_run(args, bench, [args.retriever], None, 0, lines, batch_size=args.batch_size))
+        return 1 if any(ln.blocking for ln in lines) else 0
+    from cir_demo.preflight.run import check_run
+
+    bench = check_run(args, bench, [args.retriever])  # weights, opt-ins and images before any long work
     retriever = load_retriever(args.retriever, device=device, trust_remote_code=args.trust_remote_code)
     common = dict(out_dir=args.out_dir, kind=args.kind, batch_size=args.batch_size,
                   progress=not args.no_progress, force=args.force, **params)
@@ -181,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
         print("usage: python -m cir_demo index {build,status,list} ... (see --help)", file=sys.stderr)
         return 2
     from cir_demo.checks import benchmark_flag_problems, data_folder_problems, index_build_problems, report
+    from cir_demo.errors import report_errors
     from cir_demo.index.manifest import StaleIndexError
     from cir_demo.index.shard import ShardedBuildError
     from cir_demo.integrity import DamagedFileError
@@ -190,9 +210,7 @@ def run(args: argparse.Namespace) -> int:
         benchmark_flag_problems(args) if action == "status" else [])
     if problems:
         return report(problems)
-    try:
-        return {"build": _build, "status": _status, "list": _list}[action](args)
-    except (ValueError, KeyError, TypeError, ImportError, PermissionError, FileNotFoundError, StaleIndexError,
-            ShardedBuildError, DamagedFileError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    return report_errors(lambda: {"build": _build, "status": _status, "list": _list}[action](args),
+                         debug=getattr(args, "debug", False),
+                         expected=(ValueError, KeyError, TypeError, ImportError, PermissionError, FileNotFoundError,
+                                   StaleIndexError, ShardedBuildError, DamagedFileError))

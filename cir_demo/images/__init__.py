@@ -1,0 +1,1 @@
+"""Benchmark images on this machine: which are present (`coverage`) and bulk fetching (`fetch`)."""

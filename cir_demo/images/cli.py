@@ -1,0 +1,114 @@
+"""`python -m cir_demo images fetch|status`: a benchmark's images on this machine.
+
+    python -m cir_demo images status --benchmark pinpoint --annotations A --corpus-ids C
+    python -m cir_demo images fetch --benchmark pinpoint --annotations A --corpus-ids C [--workers 16]
+
+`fetch` downloads what is missing into the benchmark's image cache (resumable: run it
+again after an interruption), and writes the ids that could not be fetched, with the
+reason, to a report. Exit status: 0 when every image is present or the only failures
+are permanent (the server says the image is gone), 1 when some failed transiently
+(running it again may get them), 2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_fetch_arguments(p: argparse.ArgumentParser) -> None:
+    """The fetch knobs, shared with `--fetch-images` on eval, index build and the app."""
+    g = p.add_argument_group("image fetching")
+    g.add_argument("--fetch-workers", type=int, default=16, help="parallel downloads (default 16)")
+    g.add_argument("--fetch-retries", type=int, default=3, help="retries per image for transient failures (default 3)")
+    g.add_argument("--fetch-timeout", type=float, default=20.0, help="seconds per request (default 20)")
+    g.add_argument("--url-pattern", help="fetch from this address instead, with {id} for the image id "
+                   "(a mirror, e.g. http://host/{id}.jpg)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from cir_demo.benchmarks.cli_args import add_benchmark_arguments
+
+    sub = p.add_subparsers(dest="images_command", metavar="ACTION")
+    f = sub.add_parser("fetch", help="download the benchmark's missing images into its image cache")
+    add_benchmark_arguments(f, default=None, required=True)
+    add_fetch_arguments(f)
+    f.add_argument("--report", help="where to write the ids that could not be fetched "
+                   "(default: fetch_failed.tsv in the image cache)")
+    f.add_argument("--no-progress", action="store_true")
+    f.add_argument("--debug", action="store_true", help="show tracebacks")
+    s = sub.add_parser("status", help="count the benchmark's images present and missing")
+    add_benchmark_arguments(s, default=None, required=True)
+    s.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def check_fetch_arguments(args: argparse.Namespace) -> None:
+    from cir_demo.errors import UserError
+
+    if getattr(args, "fetch_workers", 1) < 1:
+        raise UserError(f"--fetch-workers must be at least 1, got {args.fetch_workers}")
+    if getattr(args, "fetch_retries", 0) < 0:
+        raise UserError(f"--fetch-retries must be 0 or more, got {args.fetch_retries}")
+    if getattr(args, "fetch_timeout", 1.0) <= 0:
+        raise UserError(f"--fetch-timeout must be positive, got {args.fetch_timeout}")
+    pattern = getattr(args, "url_pattern", None)
+    if pattern is not None and "{id}" not in pattern:
+        raise UserError(f"--url-pattern must contain {{id}}, got {pattern!r}")
+
+
+def fetch_for(bench, args: argparse.Namespace, progress: bool = True):
+    """Fetch `bench`'s missing images as `args` say; returns the FetchReport."""
+    from cir_demo.errors import UserError
+    from cir_demo.images.coverage import has_file_images, needed_image_ids
+    from cir_demo.images.fetch import fetch_images
+
+    check_fetch_arguments(args)
+    if not has_file_images(bench):
+        raise UserError(f"benchmark {bench.name!r} has no image files to fetch (its images are generated)")
+    store = bench.images
+    if getattr(args, "url_pattern", None):
+        store.url_pattern = args.url_pattern
+    if getattr(store, "url_pattern", None) is None:
+        raise UserError(f"benchmark {bench.name!r} names no address for its images; pass --url-pattern "
+                        "or put the images in the folder given by --image-dir")
+    return fetch_images(store, needed_image_ids(bench), workers=args.fetch_workers, retries=args.fetch_retries,
+                        timeout=args.fetch_timeout, progress=progress, report_path=getattr(args, "report", None))
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    from cir_demo.benchmarks.cli_args import load_benchmark_from_args
+
+    bench = load_benchmark_from_args(args)
+    report = fetch_for(bench, args, progress=not args.no_progress)
+    print(report.summary())
+    transient = {i: r for i, r in report.failed.items() if i not in report.permanent}
+    if transient:
+        print(f"{len(transient)} images failed for reasons that may pass (e.g. {next(iter(transient.values()))}); "
+              "run the same command again to retry them", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from cir_demo.benchmarks.cli_args import load_benchmark_from_args
+    from cir_demo.images.coverage import fetch_command, image_coverage
+
+    bench = load_benchmark_from_args(args)
+    cov = image_coverage(bench)
+    if cov is None:
+        print(f"benchmark {bench.name!r}: images are generated on demand; nothing to fetch")
+        return 0
+    print(cov.describe())
+    if cov.missing:
+        print(f"{cov.n_missing} missing" + (f"; fetch them with `{fetch_command(args)}`" if cov.fetchable else ""))
+        return 1
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from cir_demo.errors import report_errors
+
+    action = {"fetch": _fetch, "status": _status}.get(getattr(args, "images_command", None))
+    if action is None:
+        print("usage: python -m cir_demo images {fetch,status} --benchmark B ...", file=sys.stderr)
+        return 2
+    return report_errors(lambda: action(args), debug=getattr(args, "debug", False))

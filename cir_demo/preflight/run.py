@@ -1,0 +1,82 @@
+"""The checks `--eval` and `index build` make before any long work (and before creating
+anything): every requested retriever and reranker can load here (packages, remote-code
+opt-in, transformers pin, weights cached or downloadable, API keys), and the benchmark's
+images are present, fetched on request (`--fetch-images`), or the run is cut to the
+images present with its coverage stated. A problem is a `UserError` with one line per
+problem, each naming its fix.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cir_demo.errors import UserError
+from cir_demo.preflight.checks import Line, device_line, reranker_lines, retriever_lines
+
+
+def model_lines(names, reranker: str | None, trust_remote_code: bool, device: str | None) -> list[Line]:
+    from cir_demo.retrievers.registry import get_config
+
+    for name in names:
+        get_config(name)  # unknown names first, with "did you mean"
+    lines = [device_line(device)]
+    for name in names:
+        lines += retriever_lines(name, trust_remote_code=trust_remote_code)
+    if reranker:
+        lines += reranker_lines(reranker)
+    return lines
+
+
+def raise_on_blocking(lines: list[Line]) -> None:
+    blocking = [ln for ln in lines if ln.blocking]
+    if blocking:
+        raise UserError("\n".join(ln.message() for ln in blocking))
+
+
+def say(lines: list[Line], stream=None) -> None:
+    """Warnings and first-use downloads, one line each (a run goes ahead with them)."""
+    for ln in lines:
+        if ln.status in ("warning", "download"):
+            print(f"note: {ln.message()}", file=stream or sys.stderr, flush=True)
+
+
+def images_for_run(bench, args: argparse.Namespace, stream=None):
+    """The benchmark a run can do with its images: fetched first with --fetch-images, then
+    cut to the images present (coverage stated); a UserError when none are present."""
+    from cir_demo.images.coverage import (
+        coverage_line,
+        image_coverage,
+        missing_images_message,
+        restrict_to_present,
+    )
+
+    stream = stream or sys.stderr
+    cov = image_coverage(bench)
+    if cov is None or cov.complete:
+        return bench
+    if getattr(args, "fetch_images", False) and cov.fetchable:
+        from cir_demo.images.cli import fetch_for
+
+        report = fetch_for(bench, args, progress=not getattr(args, "no_progress", False))
+        print(f"fetch: {report.summary()}", file=stream, flush=True)
+        cov = image_coverage(bench)
+        if cov.complete:
+            return bench
+    kept = restrict_to_present(bench, cov)
+    if not kept.corpus_ids or not kept.queries:
+        raise UserError(missing_images_message(cov, args))
+    print(f"warning: {missing_images_message(cov, args)}", file=stream, flush=True)
+    print(f"warning: {coverage_line(bench, kept)}", file=stream, flush=True)
+    return kept
+
+
+def check_run(args: argparse.Namespace, bench, names, reranker: str | None = None):
+    """All checks for a run, cheap ones first; returns the benchmark to run (maybe cut to its images)."""
+    from cir_demo.images.cli import check_fetch_arguments
+
+    if getattr(args, "fetch_images", False):
+        check_fetch_arguments(args)
+    lines = model_lines(names, reranker, bool(getattr(args, "trust_remote_code", False)), getattr(args, "device", None))
+    raise_on_blocking(lines)
+    say(lines)
+    return images_for_run(bench, args)

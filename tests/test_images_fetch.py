@@ -136,6 +136,8 @@ def test_eval_with_fetch_images_runs_on_the_images_it_has(bench_files, tiny_clip
                if not k.startswith("_")}
     assert sorted(results) == ["00001", "00002"]  # the queries whose reference image is present
     assert not any(i in gone for r in results.values() for i in r["retrieved_items"])
+    info = json.loads((out / "run_info.json").read_text())
+    assert info["benchmark_info"]["image_coverage"] == f"{len(ids) - 2} of {len(ids)} corpus images, 2 of 4 queries"
 
 
 def _parse(argv):

@@ -99,6 +99,13 @@ def run_benchmark(args: argparse.Namespace) -> int:
     from cir_demo.harness.staging import staged_run_dir
 
     t0 = time.perf_counter()
+    if getattr(args, "dry_run", False):
+        from cir_demo.preflight.dry_run import world_not_generated_note
+
+        note = world_not_generated_note(args)
+        if note:
+            print(note)
+            return 0
     bench = load_benchmark_from_args(args)
     names = retriever_names(args.retrievers, bench.name)
     reranker_name = default_reranker(bench.name, getattr(args, "rerank", None))

@@ -86,8 +86,8 @@ def restrict_to_present(bench, cov: ImageCoverage):
     missing = set(cov.missing)
     queries = [q for q in bench.queries if not any(r in missing for r in q.reference_ids)]
     info = {k: v for k, v in (bench.info or {}).items() if k not in ("corpus_fingerprint", "checksum")}
-    info["image_coverage"] = {"corpus_present": cov.corpus_present, "corpus_total": cov.corpus_total,
-                              "queries_kept": len(queries), "queries_total": len(bench.queries)}
+    info["image_coverage"] = (f"{cov.corpus_present} of {cov.corpus_total} corpus images, "
+                              f"{len(queries)} of {len(bench.queries)} queries")  # a string: run_info.json keeps it
     return dataclasses.replace(bench, queries=queries, corpus_ids=[i for i in bench.corpus_ids if i not in missing],
                                info=info)
 

@@ -132,6 +132,17 @@ def _plain_reranker(backend: str, args):
     return load_reranker(backend, **({"device": device} if device else {}))
 
 
+def world_not_generated_note(args: argparse.Namespace) -> str | None:
+    """Loading the world generates it when missing, which a dry run must not do: say so instead."""
+    from cir_demo.preflight.checks import world_generated
+
+    if (getattr(args, "benchmark", None) or "world") != "world" or world_generated(args):
+        return None
+    return ("dry run: the offline world is not generated yet; the run would generate it first (about 5 s). "
+            "Generate it with `python -m cir_demo world generate` to see the counts and a measured time estimate; "
+            "nothing was created")
+
+
 def dry_run(args: argparse.Namespace, bench, names, reranker: str | None, top_n: int, model_lines: list[Line],
             batch_size: int = 64) -> str:
     """The plan as text. `model_lines` are the preflight lines of the device, retrievers and reranker."""

@@ -198,6 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads per request while serving (default 1: fastest for single queries; "
                         "index builds use all cores)")
+    m.add_argument("--fetch-images", action="store_true",
+                   help="download the benchmark's missing images before loading (as `python -m cir_demo images fetch`)")
+    from cir_demo.images.cli import add_fetch_arguments
+
+    add_fetch_arguments(p)
     s = p.add_argument_group("server")
     s.add_argument("--server-name", default=None, help="interface to listen on (default 127.0.0.1; 0.0.0.0 for all)")
     s.add_argument("--port", type=int, default=None, help="port (default 7860, or the next free one)")
@@ -221,6 +226,15 @@ def config_from_args(args: argparse.Namespace) -> ServiceConfig:
                          warm_thumbnails=not args.no_thumbnail_warmer, threads=args.threads)
 
 
+def _fetch_images(args: argparse.Namespace) -> int:
+    from cir_demo.benchmarks.cli_args import load_benchmark_from_args
+    from cir_demo.images.cli import fetch_for
+
+    report = fetch_for(load_benchmark_from_args(args), args)
+    print(f"fetch: {report.summary()}", flush=True)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None, started: float | None = None) -> int:
     """`python app.py`; `started`: the process's perf_counter() at start (app.py passes it), so the
     times printed include importing gradio and torch."""
@@ -236,6 +250,12 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
     except (KeyError, ValueError, ServiceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.fetch_images:  # before the page: the explorer then opens the images from disk
+        from cir_demo.errors import report_errors
+
+        rc = report_errors(lambda: _fetch_images(args))
+        if rc:
+            return rc
     loader = ServiceLoader(config, start=False)
     demo = create_app(loader)
     launch_app(demo, args.server_name, args.port, args.share, args.queue_size, args.concurrency,

@@ -49,7 +49,9 @@ def test_missing_retriever_weights_leave_the_rest_working(tiny_setup):
     try:
         svc = build_tiny_service([names[0], "tiny-ui-broken"], reranker="none")
         assert svc.retriever_names == [names[0]]
-        assert any("tiny-ui-broken could not be loaded" in w for w in svc.warnings)
+        note = next(w for w in svc.warnings if "tiny-ui-broken could not be loaded" in w)
+        # the doctor's fact for it, with where it looked
+        assert "retriever tiny-ui-broken: open_clip cir-demo-tiny-clip weights file: not found at /nonexistent/w.safetensors" in note
         svc.engine.close()
     finally:
         registry.unregister("tiny-ui-broken")

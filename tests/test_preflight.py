@@ -149,3 +149,33 @@ def test_out_of_memory_halves_the_batch_then_says_what_to_do(capsys):
         OomBackoff(2, "encode test")(items, never)
     with pytest.raises(ValueError):  # other errors pass through untouched
         OomBackoff(2, "x")(items, lambda c, b: (_ for _ in ()).throw(ValueError("bad")))
+
+
+def test_one_mechanism_from_exception_to_line_for_cli_and_page(capsys):
+    import io
+
+    from cir_demo.errors import UserError, report_errors
+    from cir_demo.ui.guard import error_message
+    from cir_demo.utils.names import UnknownNameError
+
+    def fail(exc):
+        def body():
+            raise exc
+        return body
+
+    err = io.StringIO()
+    assert report_errors(fail(UserError("weights missing; run `hf download X`\nimages missing; fetch")), stream=err) == 2
+    assert err.getvalue() == "error: weights missing; run `hf download X`\nerror: images missing; fetch\n"
+    err = io.StringIO()
+    assert report_errors(fail(UnknownNameError("retriever", "wrold-clip", ["world-clip"])), stream=err) == 1
+    assert err.getvalue().count("\n") == 1 and "did you mean" in err.getvalue().lower()
+    err = io.StringIO()
+    assert report_errors(fail(KeyError("boom")), stream=err) == 1  # a bug: one line, and how to see more
+    assert "Traceback" not in err.getvalue() and "--debug" in err.getvalue()
+    err = io.StringIO()
+    assert report_errors(fail(KeyError("boom")), stream=err, debug=True) == 1
+    assert "Traceback" in err.getvalue()
+    # the page shows the same words as the command line
+    assert error_message("Load", UserError("weights missing; run `hf download X`")) == \
+        "Load: weights missing; run `hf download X`"
+    assert "failed (KeyError" in error_message("Load", KeyError("boom"))

@@ -127,6 +127,12 @@ class RememberingStore:
         return img
 
 
+def load_failure_lines(name: str, exc: BaseException, **kw) -> list[str]:
+    from cir_demo.preflight.checks import load_failure_lines as lines  # imported on failure only (no torch at import)
+
+    return lines(name, exc, **kw)
+
+
 def _load_indexes(engine, names: Sequence[str], config: ServiceConfig, stage: Callable[[str], None],
                   notes: list[str]) -> list[str]:
     """Load each retriever and its index (building it on first use); returns those that loaded."""
@@ -137,7 +143,8 @@ def _load_indexes(engine, names: Sequence[str], config: ServiceConfig, stage: Ca
             engine.index(name)
         except Exception as exc:  # the other columns still work
             log.exception("retriever %s failed to load", name)
-            notes.append(f"{name} could not be loaded and is left out ({type(exc).__name__}: {exc})")
+            notes.append(f"{name} could not be loaded and is left out: " + " | ".join(
+                load_failure_lines(name, exc, trust_remote_code=config.trust_remote_code)))  # the doctor's facts
             continue
         loaded.append(name)
         stale = engine.stale_reasons(name) if config.allow_stale else []
@@ -192,7 +199,9 @@ def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s
             engine.reranker(reranker, **dict(config.reranker_kwargs))
         except Exception as exc:  # the app works without the toggle
             log.exception("reranker %s failed to load", reranker)
-            rr_note = f"The reranker {reranker!r} could not be loaded ({type(exc).__name__}: {exc}); the toggle is off."
+            rr_note = (f"The reranker {reranker!r} could not be loaded ("
+                       + " | ".join(load_failure_lines(reranker, exc, reranker_kw=dict(config.reranker_kwargs)))
+                       + "); the toggle is off.")
             reranker = None
     stage("preparing the explorer")
     if config.pixel_cache and bench.images is not None:

@@ -203,14 +203,18 @@ def render_table(lines: list[Line]) -> str:
     return "\n".join(out)
 
 
-def load_failure_lines(name: str, exc: BaseException, trust_remote_code: bool = False) -> list[str]:
-    """What the app says about a retriever that could not load: the doctor's blocking and
-    warning lines for it (each with its fix), else the error's own one line."""
+def load_failure_lines(name: str, exc: BaseException, trust_remote_code: bool = False,
+                       reranker_kw: dict | None = None) -> list[str]:
+    """What the app says about a retriever (or, with `reranker_kw`, a reranker backend) that
+    could not load: the doctor's lines for it that are not ready (each with its fix), else
+    the error's own one line."""
     from cir_demo.errors import one_line, user_message
 
     try:
-        lines = [ln.message() for ln in retriever_lines(name, trust_remote_code=trust_remote_code)
-                 if ln.status != "ready"]
+        lines = (reranker_lines(name, **reranker_kw) if reranker_kw is not None
+                 else retriever_lines(name, trust_remote_code=trust_remote_code))
+        facts = [ln.message() for ln in lines if ln.status != "ready"]
     except Exception:  # noqa: BLE001 - the facts are a help; the error itself still shows
-        lines = []
-    return lines or [f"retriever {name}: " + one_line(user_message(exc) or f"{type(exc).__name__}: {exc}")]
+        facts = []
+    what = "reranker" if reranker_kw is not None else "retriever"
+    return facts or [f"{what} {name}: " + one_line(user_message(exc) or f"{type(exc).__name__}: {exc}")]

@@ -9,15 +9,18 @@ from typing import Callable
 
 import gradio as gr
 
+from cir_demo.errors import user_message
 from cir_demo.explorer import ServiceError
 
 log = logging.getLogger("cir_demo.ui")
 
 
 def error_message(action: str, exc: BaseException) -> str:
-    """The text a user sees: service errors as written, anything else with its type."""
-    if isinstance(exc, ServiceError):
-        text = f"{action}: {exc}"
+    """The text a user sees: service errors and the errors the command line shows as one line
+    (`cir_demo.errors.user_message`: the same words in both places) as written, anything else with its type."""
+    known = str(exc) if isinstance(exc, ServiceError) else user_message(exc)
+    if known is not None:
+        text = f"{action}: {known}"
     else:
         text = f"{action} failed ({type(exc).__name__}: {exc}). The app is still running; try another query or setting."
     return html.escape(text, quote=False)  # gradio renders the message as HTML
@@ -29,7 +32,7 @@ def guarded(action: str) -> Callable:
     `gr.SelectData` / `gr.Request` / `gr.Progress` injection still works."""
 
     def visible(exc: Exception) -> gr.Error:
-        if not isinstance(exc, ServiceError):  # a bug, not a bad request: keep the traceback in the log
+        if not isinstance(exc, ServiceError) and user_message(exc) is None:  # a bug: keep the traceback in the log
             log.exception("%s", action)
         return gr.Error(error_message(action, exc), print_exception=False)
 

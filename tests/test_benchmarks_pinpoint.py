@@ -133,7 +133,7 @@ def test_image_store_uses_folder_then_cdn(tmp_path):
     assert b.images.open(sig(1)).size == (4, 4)
     src = b.images.source(sig(10))
     assert src.kind == "url" and src.location == f"https://i.pinimg.com/736x/00/00/00/{sig(10)}.jpg"
-    with pytest.raises(FileNotFoundError, match="offline"):
+    with pytest.raises(FileNotFoundError, match="python -m cir_demo images fetch"):
         b.images.open(sig(10))
 
 

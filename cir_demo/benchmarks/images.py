@@ -146,8 +146,9 @@ class FolderImageStore(ImageStore):
             raise ImageUnavailableError(f"image {image_id!r} not found locally (tried {tried}) and no URL pattern is set")
         if not self.online:
             raise ImageUnavailableError(
-                f"image {image_id!r} not found locally (tried {tried}); it is at {url} but the store is "
-                "offline (online=False): pass online=True or put the file in the image folder"
+                f"image {image_id!r} not found locally (tried {tried}); it is at {url}: fetch the benchmark's "
+                "images with `python -m cir_demo images fetch` and the same benchmark flags (or add --fetch-images), "
+                "or put the file in the folder given by --image-dir"
             )
         if self.cache_dir is None:
             raise ImageUnavailableError(f"image {image_id!r}: cannot fetch {url} without a cache_dir")

@@ -227,8 +227,19 @@ def test_cache_many_ids_and_bad_file(tmp_path):
         assert cache.hits == 617 and cache.misses == 617
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(ValueError, match="bad.sqlite"):
-        ScoreCache(bad)
+    # an optimisation never stops a run: the damaged file is moved aside (kept for inspection)
+    with ScoreCache(bad) as cache:
+        assert not cache.in_memory and "bad.sqlite was damaged" in cache.warning
+        cache.put_many("h", "q", ["r"], [CandidateScore("a", 0.25, 0.0, 0.0)])
+        assert cache.get_many("h", "q", ["r"], ["a"])["a"].p_yes == 0.25
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("bad.sqlite.damaged-")]
+    assert len(aside) == 1 and aside[0].read_bytes() == b"this is not sqlite" * 100
+    # a folder that cannot hold it: scores kept in memory, one warning
+    (tmp_path / "blocked").write_text("a file where the folder should be")
+    with ScoreCache(tmp_path / "blocked" / "s.sqlite") as cache:
+        assert cache.in_memory and "keeping reranker scores in memory" in cache.warning
+        cache.put_many("h", "q", ["r"], [CandidateScore("a", 0.5, 0.0, 0.0)])
+        assert cache.get_many("h", "q", ["r"], ["a"])["a"].p_yes == 0.5
 
 
 # --------------------------------------------------------------------------- whole run

@@ -101,7 +101,8 @@ def write_outputs(
         paths["breakdowns.csv"] = out / "breakdowns.csv"
         write_text_atomic(paths["breakdowns.csv"], long.to_csv(index=False, float_format="%.6g"))
 
-    paired = paired_comparisons(benchmark, evaluations, n_boot=n_boot, seed=seed) if len(evaluations) > 1 else pd.DataFrame()
+    paired = (paired_comparisons(benchmark, evaluations, n_boot=n_boot, seed=seed)
+              if len(evaluations) > 1 and n_boot > 0 else pd.DataFrame())  # --n-boot 0: no intervals, no tests
     if len(paired):
         paths["paired.csv"] = out / "paired.csv"
         write_text_atomic(paths["paired.csv"], paired.to_csv(index=False, float_format="%.6g"))

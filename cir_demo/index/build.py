@@ -12,6 +12,7 @@ first use or when stale.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -185,7 +186,9 @@ def rebuild_reasons(out_dir: Path, benchmark, retriever, ids: Sequence[str], kin
 
     kind=None accepts whatever kind is on disk (the app must not undo a CLI-built HNSW index).
     """
-    reasons = check_index(out_dir, retriever, ids, corpus_fingerprint(benchmark))
+    # sha256 of every file, not only sizes: serving a silently damaged index would be worse than
+    # the ~0.1 s per 50 MB this costs
+    reasons = check_index(out_dir, retriever, ids, corpus_fingerprint(benchmark), verify=True)
     if reasons or (kind is None and not params):
         return reasons
     manifest = read_manifest(out_dir)
@@ -237,23 +240,67 @@ def embedding_cache_path(benchmark, retriever, ids: Sequence[str]) -> Path | Non
 def cached_encode_corpus(benchmark, ids: Sequence[str], retriever, batch_size: int = 64,
                          progress: bool = True) -> np.ndarray:
     """`encode_corpus`, reusing embeddings another retriever with the same image tower computed."""
-    from cir_demo.utils.io import atomic_path
-
     path = embedding_cache_path(benchmark, retriever, ids)
-    if path is not None and path.is_file():
-        try:
-            xb = np.load(path)
-            if xb.shape == (len(ids), int(retriever.dim)) and xb.dtype == np.float32:
-                return xb
-        except (OSError, ValueError):
-            pass  # unreadable: encode again and overwrite
+    if path is not None and path.exists():
+        xb, problem = _read_embedding_cache(path, (len(ids), int(retriever.dim)))
+        if xb is not None:
+            return xb
+        say(f"{problem}; encoding the corpus again")
     xb = encode_corpus(benchmark.images, ids, retriever, batch_size=batch_size, progress=progress,
                        desc=f"encode {benchmark.name} with {retriever.name}")
     if path is not None:
-        with atomic_path(path) as tmp:
-            with open(tmp, "wb") as f:
-                np.save(f, xb)
+        try:
+            _write_embedding_cache(path, xb)
+        except OSError as exc:  # an optimisation: the index is still built
+            say(f"warning: embedding cache {path} not written ({exc.strerror or exc}); continuing without it")
     return xb
+
+
+def _record_path(path: Path) -> Path:
+    return path.with_suffix(".json")
+
+
+def _write_embedding_cache(path: Path, xb: np.ndarray) -> None:
+    """The .npy and, beside it, its record (size, sha256, shape), written after it."""
+    from cir_demo.integrity import file_record
+    from cir_demo.utils.io import atomic_path, write_json_atomic
+
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, xb)
+    write_json_atomic(_record_path(path), {**file_record(path), "shape": list(xb.shape)})
+
+
+def _read_embedding_cache(path: Path, shape: tuple[int, int]) -> tuple[np.ndarray | None, str]:
+    """(embeddings, "") when the cache file matches its record and `shape`, else (None, why)."""
+    import json
+
+    from cir_demo.integrity import check_record
+
+    try:
+        record = json.loads(_record_path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:  # written before records existed: trusted if it loads whole, then recorded
+        record = None
+    except (OSError, ValueError) as exc:
+        return None, f"damaged: {_record_path(path)}: unreadable record ({type(exc).__name__})"
+    if record is not None:
+        problem = (check_record(path, record, verify=True) if isinstance(record, dict)
+                   else f"damaged: {_record_path(path)}: not a JSON object")
+        if problem:
+            return None, problem
+    try:
+        xb = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        return None, f"damaged: {path}: unreadable ({exc})"
+    if xb.shape != shape or xb.dtype != np.float32:
+        return None, f"damaged: {path}: holds {xb.dtype} {xb.shape}, expected float32 {shape}"
+    if record is None:
+        with contextlib.suppress(OSError):
+            from cir_demo.integrity import file_record
+            from cir_demo.utils.io import write_json_atomic
+
+            write_json_atomic(_record_path(path), {**file_record(path), "shape": list(xb.shape)})
+    return xb, ""
 
 
 def build_corpus_index(benchmark, retriever, out_dir: str | Path | None = None, kind: str | None = "flat",
@@ -272,13 +319,26 @@ def build_corpus_index(benchmark, retriever, out_dir: str | Path | None = None, 
     if kind is not None:
         requested_params(kind, max(len(ids), 1), params)
     with build_lock(out_dir):
-        if not force and not rebuild_reasons(out_dir, benchmark, retriever, ids, kind, params):
-            return load_index(out_dir, retriever, ids, corpus_fingerprint=corpus_fingerprint(benchmark))
+        reasons = [] if force else rebuild_reasons(out_dir, benchmark, retriever, ids, kind, params)
+        if not force and not reasons:
+            try:
+                return load_index(out_dir, retriever, ids, corpus_fingerprint=corpus_fingerprint(benchmark))
+            except StaleIndexError as exc:  # damage the size check cannot see (e.g. bytes flipped)
+                reasons = exc.reasons
+        if reasons and not reasons[0].startswith("missing: no index"):
+            say(f"index {out_dir}: rebuilding from the corpus ({'; '.join(reasons)[:500]})")
         kind, resolved = plan_rebuild(out_dir, kind, len(ids), params)
         started = time.perf_counter()
         xb = cached_encode_corpus(benchmark, ids, retriever, batch_size=batch_size, progress=progress)
         manifest = make_manifest(benchmark, retriever, ids, kind, resolved, 0.0)
         return write_built_index(xb, ids, out_dir, manifest, started)
+
+
+def say(message: str) -> None:
+    """One line on stderr for work the user did not ask for (a rebuild, a re-encode)."""
+    import sys
+
+    print(message, file=sys.stderr, flush=True)
 
 
 def ensure_index(benchmark, retriever, allow_stale: bool = False, **kw) -> LoadedIndex:
@@ -296,6 +356,7 @@ def ensure_index(benchmark, retriever, allow_stale: bool = False, **kw) -> Loade
                               corpus_fingerprint=corpus_fingerprint(benchmark))
         except MissingIndexError:
             pass
-        except StaleIndexError:  # damaged files: rebuild
+        except StaleIndexError as exc:  # damaged files: rebuild
+            say(f"index {out_dir}: rebuilding from the corpus ({'; '.join(exc.reasons)[:500]})")
             kw["force"] = True
     return build_corpus_index(benchmark, retriever, **kw)

@@ -61,6 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     st.add_argument("--retriever", help="only this retriever")
     st.add_argument("--device", default="cpu", help="device to load retrievers on for the check (default cpu)")
     st.add_argument("--trust-remote-code", action="store_true")
+    st.add_argument("--verify", action="store_true",
+                    help="also compare every file's sha256 with its manifest (default: sizes only, fast)")
 
     sub.add_parser("list", help="list the indexes on disk")
 
@@ -137,7 +139,8 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from cir_demo.index.manifest import check_index, list_indexes, read_manifest
+    from cir_demo.index.manifest import StaleIndexError, check_index, list_indexes, load_index, read_manifest
+    from cir_demo.integrity import DamagedFileError
 
     dirs = list_indexes()
     rows = []
@@ -145,7 +148,7 @@ def _status(args: argparse.Namespace) -> int:
         try:
             m = read_manifest(d)
         except (OSError, ValueError, TypeError) as exc:
-            rows.append((d, "stale", [f"unreadable manifest: {exc}"]))
+            rows.append((d, "damaged", [f"damaged: {d / 'manifest.json'}: unreadable ({exc})"]))
             continue
         if (args.benchmark and m.benchmark != args.benchmark) or (args.retriever and m.retriever != args.retriever):
             continue
@@ -155,17 +158,27 @@ def _status(args: argparse.Namespace) -> int:
             bench = _load_benchmark(args, m.benchmark)
         except Exception as exc:  # report and keep going: status must cover every index
             notes.append(f"cannot check the corpus: {type(exc).__name__}: {exc}")
+        damaged_weights: list[str] = []
         try:
             from cir_demo.retrievers.registry import load_retriever
 
             retriever = load_retriever(m.retriever, device=args.device, trust_remote_code=args.trust_remote_code)
+        except DamagedFileError as exc:
+            damaged_weights = exc.problems
         except Exception as exc:
             notes.append(f"cannot check the retriever: {type(exc).__name__}: {exc}")
         from cir_demo.index.build import corpus_fingerprint
 
-        reasons = check_index(d, retriever, None if bench is None else list(bench.corpus_ids),
-                              None if bench is None else corpus_fingerprint(bench))
-        rows.append((d, "stale" if reasons else ("unchecked" if notes else "fresh"), reasons + notes))
+        reasons = damaged_weights + check_index(d, retriever, None if bench is None else list(bench.corpus_ids),
+                                                None if bench is None else corpus_fingerprint(bench), verify=args.verify)
+        if not reasons and (args.verify or not m.files):  # read it whole: what no record covers
+            try:
+                load_index(d, allow_stale=True)
+            except StaleIndexError as exc:
+                reasons = exc.reasons
+        damaged = any(r.startswith(("damaged", "missing")) for r in reasons)
+        state = "damaged" if damaged else "stale" if reasons else ("unchecked" if notes else "fresh")
+        rows.append((d, state, reasons + notes))
     if not rows:
         print("no indexes found" + (f" for benchmark {args.benchmark!r}" if args.benchmark else ""))
         return 0
@@ -173,7 +186,7 @@ def _status(args: argparse.Namespace) -> int:
         print(f"{state:9s} {d}")
         for r in reasons:
             print(f"          - {r}")
-    return 1 if any(state == "stale" for _, state, _ in rows) else 0
+    return 1 if any(state in ("stale", "damaged") for _, state, _ in rows) else 0
 
 
 def _dir_size(path: Path) -> int:

@@ -76,6 +76,9 @@ class IndexManifest:
     device: str | None = None
     num_shards: int = 1
     format: int = MANIFEST_FORMAT
+    # {file name: {"size": bytes, "sha256": hex}} for index.faiss and ids.json (see cir_demo.integrity);
+    # empty in manifests written before it existed, whose files are then checked by loading them
+    files: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -94,7 +97,9 @@ class IndexManifest:
         if unknown:
             raise ValueError(f"{source}: unknown field(s) {', '.join(unknown)}")
         for name, typ in (("dim", int), ("count", int), ("retriever_spec", dict), ("params", dict),
-                          ("library_versions", dict)):
+                          ("library_versions", dict), ("files", dict)):
+            if name not in data:
+                continue
             if not isinstance(data[name], typ) or isinstance(data[name], bool):
                 raise ValueError(f"{source}: field {name!r} must be {typ.__name__}, got {data[name]!r:.80}")
         return cls(**data)
@@ -240,11 +245,14 @@ def build_lock(directory: Path) -> Iterator[None]:
 
 
 def write_index_files(out: Path, index, ids: Sequence[str], manifest: IndexManifest) -> None:
-    """Write the three files of an index into directory `out` (manifest last)."""
+    """Write the three files of an index into directory `out` (manifest last, recording the
+    size and sha256 of the other two)."""
     from cir_demo.index.faiss_index import write_index
+    from cir_demo.integrity import file_record
 
     write_index(index, out / INDEX_FILE)
     write_json_atomic(out / IDS_FILE, list(ids), indent=None)
+    manifest.files = {name: file_record(out / name) for name in (INDEX_FILE, IDS_FILE)}
     write_json_atomic(out / MANIFEST_FILE, manifest.to_dict())
 
 
@@ -304,12 +312,21 @@ def _missing_files(directory: Path) -> list[str]:
             if not (directory / name).is_file()]
 
 
+def damage_reasons(directory: Path, manifest: IndexManifest, verify: bool = False) -> list[str]:
+    """"damaged: <file>: <what>" for index files that do not match the manifest's records
+    (size always; sha256 with `verify`)."""
+    from cir_demo.integrity import check_records
+
+    return check_records(directory, manifest.files, verify=verify)
+
+
 def check_index(directory: str | os.PathLike, retriever=None, corpus_ids: Sequence[str] | None = None,
-                corpus_fingerprint: str | None = None) -> list[str]:
+                corpus_fingerprint: str | None = None, verify: bool = False) -> list[str]:
     """Human-readable reasons why the index in `directory` cannot serve `retriever` over `corpus_ids`.
 
     [] means fresh. Reasons start with a short tag: "missing", "unreadable
-    manifest", "retriever changed", "retriever spec changed", "weights changed",
+    manifest", "damaged" (a file does not match the manifest's size, or sha256 with
+    `verify`), "retriever changed", "retriever spec changed", "weights changed",
     "dim mismatch", "corpus changed", "library major version change".
     """
     directory = Path(directory)
@@ -321,7 +338,8 @@ def check_index(directory: str | os.PathLike, retriever=None, corpus_ids: Sequen
         manifest = read_manifest(directory)
     except (OSError, ValueError, TypeError) as exc:
         return [f"unreadable manifest: {exc}"]
-    return stale_reasons(manifest, retriever, corpus_ids, corpus_fingerprint)
+    return damage_reasons(directory, manifest, verify) + stale_reasons(manifest, retriever, corpus_ids,
+                                                                       corpus_fingerprint)
 
 
 @dataclass
@@ -367,7 +385,7 @@ def load_index(directory: str | os.PathLike, retriever=None, corpus_ids: Sequenc
 
     directory = Path(directory)
     reasons = check_index(directory, retriever, corpus_ids, corpus_fingerprint)
-    if any(r.startswith(("missing", "unreadable")) for r in reasons):
+    if any(r.startswith(("missing", "unreadable", "damaged")) for r in reasons):
         cls = MissingIndexError if reasons[0].startswith("missing") else StaleIndexError
         raise cls(directory, reasons)
     if reasons and not allow_stale:
@@ -380,7 +398,12 @@ def load_index(directory: str | os.PathLike, retriever=None, corpus_ids: Sequenc
         raise StaleIndexError(directory, [f"damaged: {ids_path} is not valid JSON ({exc})"]) from None
     if not isinstance(ids, list) or not all(isinstance(x, str) for x in ids):
         raise StaleIndexError(directory, [f"damaged: {ids_path} must be a JSON list of strings"])
-    index = read_index(directory / INDEX_FILE)
+    try:
+        index = read_index(directory / INDEX_FILE)
+    except RuntimeError as exc:  # faiss refuses a damaged file
+        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise StaleIndexError(directory, [f"damaged: {directory / INDEX_FILE}: faiss cannot read it ({first[:200]})"]) \
+            from None
     damage = []
     if corpus_checksum(ids) != manifest.corpus_sha256:
         damage.append(f"damaged: {IDS_FILE} does not match the manifest's corpus checksum")

@@ -125,7 +125,11 @@ def breakdown(
         idx = rows_of[codes == code]
         groups = group_codes[idx]
         row = {"field": field, "value": uniques[code], "n_queries": len(idx), "n_groups": len(np.unique(groups))}
-        cis = bootstrap_cis(values[idx], groups, n_boot, alpha, seed)
+        if n_boot == 0:  # intervals disabled (--n-boot 0): means only
+            means = values[idx].mean(axis=0) if len(idx) else np.full(values.shape[1], np.nan)
+            cis = [(m, np.nan, np.nan) for m in means]
+        else:
+            cis = bootstrap_cis(values[idx], groups, n_boot, alpha, seed)
         for metric, (mean, lo, hi) in zip(metrics, cis):
             row.update({metric: float(mean), f"{metric}_lo": float(lo), f"{metric}_hi": float(hi)})
         rows.append(row)

@@ -53,21 +53,74 @@ def _refs_key(reference_ids: Sequence[str]) -> str:
 
 
 class ScoreCache:
-    """Reranker scores on disk. Use as a context manager or call `close()`."""
+    """Reranker scores on disk. Use as a context manager or call `close()`.
+
+    The cache is an optimisation, so it never stops a run: a damaged database file is moved
+    aside (`<name>.damaged-<time>`) and started afresh; where the folder cannot be written,
+    scores are kept in memory for this process. Either way `warning` says so (one line,
+    also printed once to stderr).
+    """
 
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path is not None else default_cache_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.executescript(_SCHEMA)
-            self._db.commit()
-        except sqlite3.DatabaseError as exc:
-            raise ValueError(f"reranker score cache {self.path}: not a usable SQLite database ({exc})") from exc
+        self.warning: str | None = None
+        self.in_memory = False
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        try:
+            self._db = self._open(self.path)
+        except sqlite3.DatabaseError as exc:
+            if self._is_damaged(exc) and self._move_aside():
+                try:
+                    self._db = self._open(self.path)
+                    self._warn(f"was damaged ({exc}); moved it aside and started a new one")
+                    return
+                except (OSError, sqlite3.Error) as exc2:
+                    exc = exc2
+            self._fall_back(exc)
+        except OSError as exc:
+            self._fall_back(exc)
+
+    @staticmethod
+    def _open(path: Path) -> sqlite3.Connection:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(str(path), check_same_thread=False, timeout=30.0)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(_SCHEMA)
+            db.commit()
+            db.execute("SELECT COUNT(*) FROM specs").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    @staticmethod
+    def _is_damaged(exc: Exception) -> bool:
+        text = str(exc).lower()
+        return "not a database" in text or "malformed" in text or "corrupt" in text
+
+    def _move_aside(self) -> bool:
+        try:
+            self.path.rename(self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}"))
+            for extra in ("-wal", "-shm"):
+                Path(f"{self.path}{extra}").unlink(missing_ok=True)
+            return True
+        except OSError:
+            return False
+
+    def _fall_back(self, exc: Exception) -> None:
+        self._db = sqlite3.connect(":memory:", check_same_thread=False)
+        self._db.executescript(_SCHEMA)
+        self.in_memory = True
+        self._warn(f"cannot be used ({exc}); keeping reranker scores in memory for this run")
+
+    def _warn(self, what: str) -> None:
+        import sys
+
+        self.warning = f"warning: reranker score cache {self.path} {what}"
+        print(self.warning, file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------ reads
     def get_many(
@@ -106,17 +159,29 @@ class ScoreCache:
         ]
         if not rows:
             return 0
-        with self._lock, self._db:
-            self._db.executemany("INSERT OR REPLACE INTO scores VALUES (?,?,?,?,?,?,?,?,?)", rows)
+        with self._lock:
+            try:
+                with self._db:
+                    self._db.executemany("INSERT OR REPLACE INTO scores VALUES (?,?,?,?,?,?,?,?,?)", rows)
+            except sqlite3.OperationalError as exc:  # disk full, folder made read-only meanwhile
+                self._db.close()
+                self._fall_back(exc)
+                with self._db:
+                    self._db.executemany("INSERT OR REPLACE INTO scores VALUES (?,?,?,?,?,?,?,?,?)", rows)
         return len(rows)
 
     def register_spec(self, spec_hash: str, spec: dict) -> None:
         """Keep the full spec beside its hash so the cache can be read without the code that made it."""
-        with self._lock, self._db:
-            self._db.execute(
-                "INSERT OR IGNORE INTO specs VALUES (?,?,?)",
-                (spec_hash, json.dumps(spec, sort_keys=True, ensure_ascii=False), time.time()),
-            )
+        row = (spec_hash, json.dumps(spec, sort_keys=True, ensure_ascii=False), time.time())
+        with self._lock:
+            try:
+                with self._db:
+                    self._db.execute("INSERT OR IGNORE INTO specs VALUES (?,?,?)", row)
+            except sqlite3.OperationalError as exc:
+                self._db.close()
+                self._fall_back(exc)
+                with self._db:
+                    self._db.execute("INSERT OR IGNORE INTO specs VALUES (?,?,?)", row)
 
     def spec(self, spec_hash: str) -> dict | None:
         with self._lock:

@@ -457,6 +457,7 @@ def write_world(world: BuiltWorld, out_dir: Path) -> dict:
         },
         "stats": world_stats(world.test_intents, len(world.test_corpus)),
         "files": checksums,
+        "sizes": {name: len(data) for name, data in payloads.items()},  # a fast check for truncation
         "checksum": overall,
     }
     # The manifest is written last: its presence marks a complete world.
@@ -481,18 +482,34 @@ def read_manifest(root: Path) -> dict | None:
 
 def manifest_matches(root: Path, size: str, seed: int, verify: bool = True) -> bool:
     """True when `root` holds a complete world of this generator version, size and seed."""
-    from cir_demo.utils.io import sha256_file
+    return not world_problems(root, size, seed, verify)
 
-    m = read_manifest(root)
-    if not m or m.get("generator_version") != GENERATOR_VERSION or m.get("size") != size or m.get("seed") != seed:
-        return False
+
+def world_problems(root: Path, size: str, seed: int, verify: bool = True) -> list[str]:
+    """Why `root` does not hold a complete, intact world of this generator version, size and seed
+    ([] = it does). Without `verify`, files are checked by size (sha256 where no size is recorded)."""
+    from cir_demo.integrity import check_record
+
+    try:
+        m = read_manifest(root)
+    except ValueError as exc:
+        return [f"damaged: {exc}"]
+    if not m:
+        return [f"missing: no world at {root}"]
+    for key, want in (("generator_version", GENERATOR_VERSION), ("size", size), ("seed", seed)):
+        if m.get(key) != want:
+            return [f"{key} is {m.get(key)!r}, wanted {want!r}"]
+    files, sizes = m.get("files") or {}, m.get("sizes") or {}
+    problems = []
     for name in DATA_FILES:
-        path = Path(root) / name
-        if not path.exists() or name not in m.get("files", {}):
-            return False
-        if verify and sha256_file(path) != m["files"][name]:
-            return False
-    return True
+        if name not in files:
+            problems.append(f"damaged: {Path(root) / 'manifest.json'}: no record of {name}")
+            continue
+        record = {"sha256": files[name], **({"size": sizes[name]} if name in sizes else {})}
+        problem = check_record(Path(root) / name, record, verify=verify)
+        if problem:
+            problems.append(problem)
+    return problems
 
 
 def generate_world(size: str = "default", seed: int = 0, out_dir=None, progress: bool = True, force: bool = False) -> Path:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from .generate import generate_world, manifest_matches, read_manifest, world_dir
+from .generate import generate_world, read_manifest, world_dir, world_problems
 from .render import RENDER_SIZE, render_scene
 from .scene import Constraint, Scene, scene_from_row
 
@@ -85,7 +86,10 @@ def open_world(root=None, size: str = "default", seed: int = 0, progress: bool =
     manifest = read_manifest(root)
     if explicit and manifest is not None:  # an explicit directory is used as it is
         size, seed = manifest.get("size", size), manifest.get("seed", seed)
-    if not manifest_matches(root, size, seed, verify=False):
+    problems = world_problems(root, size, seed, verify=False)
+    if problems:
+        if not problems[0].startswith("missing"):
+            print(f"world {root}: regenerating ({'; '.join(problems)[:400]})", file=sys.stderr, flush=True)
         generate_world(size, seed, root, progress=progress, force=True)
         manifest = read_manifest(root)
     key = f"{root.resolve()}#{manifest.get('checksum', '')[:16]}"

@@ -2,6 +2,9 @@
 
     python app.py            # the explorer UI (Gradio) on the offline world
     python app.py --eval     # headless run of the full benchmark; see --eval --help
+
+A Hugging Face Space runs `python app.py` without arguments: the Space variable CIR_DEMO_ARGS
+holds them instead (e.g. "--retrievers metaclip2-h14-fusion --reranker qwen2.5-vl").
 """
 from __future__ import annotations
 
@@ -10,11 +13,15 @@ import time
 STARTED = time.perf_counter()  # before the heavy imports: the UI reports its start-up time from here
 
 import argparse  # noqa: E402
+import os  # noqa: E402
+import shlex  # noqa: E402
 import sys  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv and os.environ.get("CIR_DEMO_ARGS"):
+        argv = shlex.split(os.environ["CIR_DEMO_ARGS"])
     if "--eval" in argv:
         argv.remove("--eval")
         from cir_demo.harness import cli as eval_cli

@@ -1,11 +1,18 @@
-"""Where the project keeps generated data. Override with CIR_DEMO_CACHE, CIR_DEMO_INDEXES,
-CIR_DEMO_RUNS; a variable that points at a file is a `DataFolderError` naming it."""
+"""Where the project keeps generated data: caches, indexes and runs.
+
+They live under one data root: `CIR_DEMO_DATA` when set; else the persistent storage of a
+Hugging Face Space (`/data`, when the app runs on a Space, `SPACE_ID` set, and the folder is
+writable), because a Space's working tree is lost on every restart; else the working tree.
+`CIR_DEMO_CACHE`, `CIR_DEMO_INDEXES` and `CIR_DEMO_RUNS` override each folder on its own; a
+variable that points at a file is a `DataFolderError` naming it.
+"""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+SPACE_STORAGE = "/data"  # where Spaces mount persistent storage (`CIR_DEMO_SPACE_STORAGE` overrides, for tests)
 
 
 class DataFolderError(NotADirectoryError):
@@ -13,6 +20,21 @@ class DataFolderError(NotADirectoryError):
 
     def __str__(self) -> str:
         return self.args[0]
+
+
+def space_storage() -> Path | None:
+    """The Space's persistent storage when running on a Space that has it, else None."""
+    if not os.environ.get("SPACE_ID"):
+        return None
+    path = Path(os.environ.get("CIR_DEMO_SPACE_STORAGE", SPACE_STORAGE))
+    return path if path.is_dir() and os.access(path, os.W_OK) else None
+
+
+def data_root() -> Path:
+    """The folder that holds cache/, indexes/ and runs/ unless each is overridden."""
+    if os.environ.get("CIR_DEMO_DATA"):
+        return _folder("CIR_DEMO_DATA", REPO_ROOT)
+    return space_storage() or REPO_ROOT
 
 
 def _folder(env: str, default: Path) -> Path:
@@ -27,11 +49,11 @@ def _folder(env: str, default: Path) -> Path:
 
 def cache_dir() -> Path:
     """Generated worlds, downloaded images, reranker score caches (never committed)."""
-    return _folder("CIR_DEMO_CACHE", REPO_ROOT / "cache")
+    return _folder("CIR_DEMO_CACHE", data_root() / "cache")
 
 
 def indexes_dir() -> Path:
-    return _folder("CIR_DEMO_INDEXES", REPO_ROOT / "indexes")
+    return _folder("CIR_DEMO_INDEXES", data_root() / "indexes")
 
 
 def assets_dir() -> Path:
@@ -40,7 +62,7 @@ def assets_dir() -> Path:
 
 
 def runs_dir() -> Path:
-    return _folder("CIR_DEMO_RUNS", REPO_ROOT / "runs")
+    return _folder("CIR_DEMO_RUNS", data_root() / "runs")
 
 
 def data_folder_problems() -> list[str]:
@@ -51,4 +73,4 @@ def data_folder_problems() -> list[str]:
             get()
         except DataFolderError as exc:
             problems.append(str(exc))
-    return problems
+    return list(dict.fromkeys(problems))  # a bad CIR_DEMO_DATA is one problem, not three

@@ -174,7 +174,8 @@ def test_select_and_view_callbacks(demo, service):
     qid = service.benchmark.queries[3].query_id
     evt = gr.SelectData(None, {"index": [3, 1], "value": "whatever", "row_value": [qid, "text", "Swap", 1, ""]})
     out = wired(demo, "on_select").fn([], names, 10, False, 20, evt)
-    header, paraphrase, results, table, prompt, share, message = out
+    header, paraphrase, results, table, prompt, share, message, k, top_n = out
+    assert (k, top_n) == (10, 20)
     cmp = service.compare(qid, names, k=10)
     for col in cmp.columns:  # badges and counts on the page equal the judgments
         pos = sum(t.judgment == "positive" for t in col.tiles)
@@ -190,6 +191,8 @@ def test_select_and_view_callbacks(demo, service):
     out2 = wired(demo, "on_view").fn(other, names[:2], 5, True, 10)
     assert out2[1]["value"] == other and "rerank=1" in out2[5] and "P(yes)" in out2[2]
     assert out2[2].count('<li class="cir-tile') == 10
+    out3 = wired(demo, "on_view").fn(qid, names[:1], 500, True, -3)  # typed out of range: clamped, not refused
+    assert out3[7:] == (50, 5) and out3[2].count('<li class="cir-tile') == 50 and "top_n=5" in out3[5]
     with pytest.raises(gr.Error, match="at most 4"):
         wired(demo, "on_view").fn(qid, names + names[:1], 10, False, 20)
     with pytest.raises(gr.Error, match="pick a query"):
@@ -311,3 +314,12 @@ def test_query_header_escapes_instruction(service):
     header = components.query_header_html(service.query_view(q.query_id))
     assert html_lib.escape(q.instruction) in header and "<img1>" not in header
     assert "Reference image 1 (" in header and "Reference image 2 (" in header
+
+
+def test_number_sliders_clamp_instead_of_refusing():
+    from cir_demo.ui.controls import clamp, number_slider
+
+    slider = number_slider(5, 50, value=10, step=5, label="Results per column")
+    assert [slider.preprocess(v) for v in (500, -3, 0, 23, 50, None, "x")] == [50, 5, 5, 25, 50, 10, 10]
+    assert slider.get_config()["label"] == "Results per column"  # still gradio's slider, settings intact
+    assert clamp(7, 1, 50) == 7 and clamp(7.5, 1, 50) == 7.5 and clamp(float("nan"), 5, 50, default=20) == 20

@@ -192,3 +192,61 @@ def test_explore_paraphrase_rerank_share_upload_report(app_url, browser, tmp_pat
     shot(page, "06-report")
     page.close()
     assert first_view_s < 30, f"first results took {first_view_s:.1f} s"
+
+
+def no_overflow(page) -> bool:
+    return page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+
+
+def test_phone_width_stacks_columns_without_overflow(app_url, browser):
+    url, service = app_url
+    page = browser.new_page(viewport={"width": 400, "height": 900})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    page.wait_for_selector("#cir-results li.cir-tile")
+    assert no_overflow(page), page.evaluate("document.documentElement.scrollWidth")
+    widths = page.eval_on_selector_all("#cir-results li.cir-tile", "els => els.map(e => e.getBoundingClientRect().width)")
+    assert widths and min(widths) >= 120, widths
+    cols = page.eval_on_selector_all("#cir-results section.cir-col",
+                                     "els => els.map(e => [e.getBoundingClientRect().left, e.getBoundingClientRect().width])")
+    assert len({round(left) for left, _ in cols}) <= 2  # one or two columns per row, never four squeezed
+    assert all(left >= 0 and left + w <= 401 for left, w in cols), cols  # nothing cut off at the right
+    # headings keep retriever names whole: no heading wider than its column, none broken inside a word
+    assert page.eval_on_selector_all("#cir-results section.cir-col h3", "els => els.every(e => e.scrollWidth <= e.clientWidth)")
+    shot(page, "07-phone-400px")
+    page.close()
+
+
+def test_numbers_clamp_and_apply_on_enter_and_keys(app_url, browser):
+    url, service = app_url
+    n_cols = len(service.retriever_names)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    page.wait_for_selector("#cir-results li.cir-tile")
+
+    def tiles() -> int:
+        return page.locator("#cir-results li.cir-tile").count()
+
+    def wait_tiles(n: int) -> None:
+        page.wait_for_function(f"document.querySelectorAll('#cir-results li.cir-tile').length === {n}")
+
+    box = page.locator("#cir-k input[type=number]")
+    for typed, expected in (("500", 50), ("-3", 5), ("0", 5), ("20", 20)):
+        box.fill(typed)
+        box.press("Enter")  # applies without Tab
+        wait_tiles(expected * n_cols)
+        page.wait_for_function(f"document.querySelector('#cir-k input[type=number]').value === '{expected}'")
+        assert "k=" in page.url or expected == 10
+    assert page.locator(".toast-body.error, .error").count() == 0  # no red Error badges anywhere
+    assert not page.get_by_text("less than minimum").count()
+    shot(page, "08-number-clamped")
+
+    slider = page.locator("#cir-k input[type=range]")
+    slider.focus()
+    slider.press("ArrowRight")  # the slider's keys apply as well (20 -> 25)
+    wait_tiles(25 * n_cols)
+    slider.press("Home")
+    wait_tiles(5 * n_cols)
+    assert tiles() == 5 * n_cols
+    page.close()

@@ -18,6 +18,7 @@ import gradio as gr
 from cir_demo.explorer import (FILTER_FIELDS, MAX_COLUMNS, ExplorerService, ServiceConfig, ServiceError,
                                ServiceLoader)
 from cir_demo.ui import explore, report, upload
+from cir_demo.ui.controls import CONTROLS_JS
 from cir_demo.ui.guard import guarded
 from cir_demo.ui.state import ParsedState, decode_state, resolve_state
 
@@ -161,6 +162,7 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig) -> gr.Bl
             yield update
 
         demo.load(on_load, None, outputs, show_progress="hidden")
+        demo.load(None, None, None, js=CONTROLS_JS)
     demo.cir_loader = loader  # for launch helpers and tests
     return demo
 
@@ -204,8 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_fetch_arguments(p)
     s = p.add_argument_group("server")
-    s.add_argument("--server-name", default=None, help="interface to listen on (default 127.0.0.1; 0.0.0.0 for all)")
-    s.add_argument("--port", type=int, default=None, help="port (default 7860, or the next free one)")
+    s.add_argument("--server-name", default=None, help="interface to listen on (default: $GRADIO_SERVER_NAME, else 127.0.0.1; "
+                   "0.0.0.0 for all)")
+    s.add_argument("--port", type=int, default=None, help="port (default: $GRADIO_SERVER_PORT, else 7860 or the next free one)")
     s.add_argument("--share", action="store_true", help="also serve through a temporary public gradio.live link")
     s.add_argument("--queue-size", type=int, default=32, help="requests waiting at most; more are refused (default 32)")
     s.add_argument("--concurrency", type=int, default=2, help="requests worked on at once (default 2)")

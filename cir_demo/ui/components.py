@@ -19,10 +19,10 @@ METRIC_LABELS = {"AP@10": "AP@10", "precision@10": "P@10", "NegRecall@10": "NegR
 # Scoped to each gr.HTML through `css_template` (so it works however the app is launched).
 CSS = """
 .cir-legend { font-size: 0.85rem; margin: 0 0 6px 0; opacity: 0.9; }
-.cir-legend span { margin-right: 14px; white-space: nowrap; }
-.cir-grid { display: grid; gap: 10px; align-items: start; }
+.cir-legend span { margin-right: 14px; display: inline-block; }
+.cir-grid { display: grid; gap: 10px; align-items: start; }  /* columns: grid_style() */
 .cir-col { border: 1px solid #c8c8c8; border-radius: 8px; padding: 6px; min-width: 0; }
-.cir-col h3 { font-size: 1rem; margin: 0; word-break: break-all; }
+.cir-col h3 { font-size: 1rem; margin: 0; overflow-wrap: break-word; hyphens: none; }
 .cir-tag { display: inline-block; font-size: 0.72rem; border: 1px solid #888; border-radius: 4px; padding: 0 4px; margin-left: 4px; }
 .cir-metrics { font-size: 0.8rem; margin: 4px 0; }
 .cir-metrics b { font-variant-numeric: tabular-nums; }
@@ -51,7 +51,7 @@ CSS = """
 .cir-refs figcaption { font-size: 0.8rem; }
 .cir-instruction { font-size: 1.1rem; margin: 8px 0 4px 0; }
 .cir-facts { font-size: 0.8rem; opacity: 0.9; }
-.cir-facts span { margin-right: 12px; white-space: nowrap; }
+.cir-facts span { margin-right: 12px; display: inline-block; overflow-wrap: anywhere; }
 """
 
 
@@ -151,6 +151,17 @@ def column_html(col: Column, k: int, judged: bool) -> str:
     return f'<section class="cir-col" aria-label="Results of {esc(col.retriever)}">{"".join(parts)}</section>'
 
 
+COLUMN_MIN_PX = 180  # narrower screens get fewer result columns per row (tiles stay >= 120 px wide)
+GRID_GAP_PX = 10
+
+
+def grid_style(n: int) -> str:
+    """Up to `n` columns side by side, each at least COLUMN_MIN_PX: four on a laptop, two or one
+    on a phone (the columns wrap instead of shrinking)."""
+    share = f"calc((100% - {(n - 1) * GRID_GAP_PX}px) / {n})"
+    return f"grid-template-columns: repeat(auto-fill, minmax(max({COLUMN_MIN_PX}px, {share}), 1fr));"
+
+
 def results_html(comparison: Comparison | None, empty: str = "Pick a query to see results.") -> str:
     if comparison is None or not comparison.columns:
         return f'<p class="cir-note">{esc(empty)}</p>'
@@ -162,7 +173,7 @@ def results_html(comparison: Comparison | None, empty: str = "Pick a query to se
                 "P(yes); scores are first-stage similarities.</div>")
     grid = "".join(column_html(c, comparison.k, comparison.judged) for c in comparison.columns)
     return (legend(reranked, comparison.judged) + head
-            + f'<div class="cir-grid" style="grid-template-columns: repeat({n}, minmax(0, 1fr));">{grid}</div>')
+            + f'<div class="cir-grid" style="{grid_style(n)}">{grid}</div>')
 
 
 def references_html(thumbs: Sequence[str | None], labels: Sequence[str]) -> str:

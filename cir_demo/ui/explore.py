@@ -15,8 +15,12 @@ import pandas as pd
 
 from cir_demo.explorer import (FILTER_FIELDS, MAX_COLUMNS, SORTS, ExplorerService, ServiceError)
 from cir_demo.ui import components
+from cir_demo.ui.controls import clamp, number_slider
+from cir_demo.ui.gpu import on_gpu
 from cir_demo.ui.guard import guarded
-from cir_demo.ui.state import URL_JS, ViewState, encode_state
+from cir_demo.ui.state import K_RANGE, TOP_N_RANGE, URL_JS, ViewState, encode_state
+
+SLIDER_TOP_N = (5, TOP_N_RANGE[1])  # links may ask for fewer; the slider steps by 5
 
 ANY = "any"
 LIST_COLUMNS = ["query", "instruction", "type", "refs", "why"]
@@ -47,7 +51,8 @@ class ExploreUI:
         return [self.paraphrase, self.retrievers, self.k, self.rerank, self.top_n]
 
     def view_outputs(self) -> list:
-        return [self.header, self.paraphrase, self.results, self.table, self.prompt, self.share, self.message]
+        return [self.header, self.paraphrase, self.results, self.table, self.prompt, self.share, self.message,
+                self.k, self.top_n]
 
 
 def create_ui() -> ExploreUI:
@@ -55,10 +60,11 @@ def create_ui() -> ExploreUI:
         with gr.Column(scale=1, min_width=300):
             gr.Markdown("### Find a query")
             search = gr.Textbox(label="Search", placeholder="words of the instruction, or a query id", elem_id="cir-search")
-            filters = {key: gr.Dropdown([ANY], value=ANY, label=label, elem_id=f"cir-filter-{key}")
-                       for key, label in FILTER_FIELDS.items()}
             sort = gr.Dropdown([(label, key) for key, label in SORTS.items()], value="order",
                                label="Sort by failure", elem_id="cir-sort")
+            with gr.Accordion("Filters (intent type, domain, skin tone, ...)", open=False, elem_id="cir-filters"):
+                filters = {key: gr.Dropdown([ANY], value=ANY, label=label, elem_id=f"cir-filter-{key}")
+                           for key, label in FILTER_FIELDS.items()}
             list_info = gr.Markdown(elem_id="cir-list-info")
             query_list = gr.Dataframe(headers=LIST_COLUMNS, interactive=False, max_height=480, wrap=True,
                                       label="Queries (click a row to open it)", elem_id="cir-query-list")
@@ -70,10 +76,10 @@ def create_ui() -> ExploreUI:
             with gr.Row():
                 retrievers = gr.CheckboxGroup([], label=f"Retrievers (1 to {MAX_COLUMNS} columns)", elem_id="cir-retrievers",
                                               scale=3)
-                k = gr.Slider(5, 50, value=10, step=5, label="Results per column", elem_id="cir-k", scale=1)
+                k = number_slider(*K_RANGE, value=10, step=5, label="Results per column", elem_id="cir-k", scale=1)
             with gr.Row():
                 rerank = gr.Checkbox(False, label="Rerank", interactive=False, elem_id="cir-rerank", scale=1)
-                top_n = gr.Slider(5, 50, value=20, step=5, label="Rerank top n", elem_id="cir-top-n", scale=2)
+                top_n = number_slider(*SLIDER_TOP_N, value=20, step=5, label="Rerank top n", elem_id="cir-top-n", scale=2)
                 rerank_note = gr.Markdown(elem_id="cir-rerank-note")
             message = gr.Markdown(elem_id="cir-message")
             results = gr.HTML(elem_id="cir-results", css_template=components.CSS)
@@ -115,7 +121,7 @@ def show_view(service: ExplorerService, query_id: str, retrievers: list[str] | N
     names = service.check_retrievers(retrievers)
     messages = list(notes or [])
     rerank = bool(rerank) and service.reranker_name is not None
-    k, top_n = int(k), int(top_n)
+    k, top_n = clamp(k, *K_RANGE, default=10), clamp(top_n, *SLIDER_TOP_N, default=20)  # never refused
     if not names:
         comparison = None
         messages.append("Select at least one retriever." if service.retriever_names else
@@ -135,6 +141,8 @@ def show_view(service: ExplorerService, query_id: str, retrievers: list[str] | N
         "prompt": prompt,
         "share": encode_state(state),
         "message": components.notes_markdown(messages),
+        "k": k,
+        "top_n": top_n,
     }
 
 
@@ -153,7 +161,8 @@ def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService]) -> None:
     view_outputs = ui.view_outputs()
 
     def as_view_outputs(out: dict[str, Any]) -> tuple:
-        return (out["header"], out["paraphrase"], out["results"], out["table"], out["prompt"], out["share"], out["message"])
+        return (out["header"], out["paraphrase"], out["results"], out["table"], out["prompt"], out["share"], out["message"],
+                out["k"], out["top_n"])
 
     @guarded("Listing queries")
     def on_list(text, sort, *filter_values):
@@ -167,6 +176,7 @@ def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService]) -> None:
         comp.input(on_list, list_inputs, list_outputs)
 
     @guarded("Opening the query")
+    @on_gpu
     def on_select(ids, retrievers, k, rerank, top_n, evt: gr.SelectData):
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
         query_id = (evt.row_value or [None])[0] if evt.row_value else (ids[row] if ids and row < len(ids) else None)
@@ -175,6 +185,7 @@ def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService]) -> None:
     ui.query_list.select(on_select, [ui.query_ids, ui.retrievers, ui.k, ui.rerank, ui.top_n], view_outputs)
 
     @guarded("Updating the results")
+    @on_gpu
     def on_view(query_id, retrievers, k, rerank, top_n):
         return as_view_outputs(show_view(get_service(), query_id, retrievers, k, rerank, top_n))
 

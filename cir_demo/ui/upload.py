@@ -16,7 +16,10 @@ import gradio as gr
 from cir_demo.explorer import (MAX_COLUMNS, WORLD_UPLOAD_NOTE, ExplorerService, ServiceError, UploadError,
                                ValidatedImage, encode_jpeg_data_uri, validate_upload)
 from cir_demo.ui import components
+from cir_demo.ui.controls import clamp, number_slider
+from cir_demo.ui.gpu import on_gpu
 from cir_demo.ui.guard import guarded
+from cir_demo.ui.state import K_RANGE, TOP_N_RANGE
 
 
 @dataclass
@@ -52,10 +55,10 @@ def create_ui() -> UploadUI:
             with gr.Row():
                 retrievers = gr.CheckboxGroup([], label=f"Retrievers (1 to {MAX_COLUMNS})", elem_id="cir-upload-retrievers",
                                               scale=3)
-                k = gr.Slider(5, 50, value=10, step=5, label="Results per column", elem_id="cir-upload-k", scale=1)
+                k = number_slider(*K_RANGE, value=10, step=5, label="Results per column", elem_id="cir-upload-k", scale=1)
             with gr.Row():
                 rerank = gr.Checkbox(False, label="Rerank", interactive=False, elem_id="cir-upload-rerank")
-                top_n = gr.Slider(5, 50, value=20, step=5, label="Rerank top n", elem_id="cir-upload-top-n")
+                top_n = number_slider(5, TOP_N_RANGE[1], value=20, step=5, label="Rerank top n", elem_id="cir-upload-top-n")
             submit = gr.Button("Search the corpus", variant="primary", elem_id="cir-upload-submit")
     message = gr.Markdown(elem_id="cir-upload-message")
     results = gr.HTML(elem_id="cir-upload-results", css_template=components.CSS)
@@ -96,8 +99,9 @@ def search(service: ExplorerService, paths: Sequence[str | None], instruction: s
                 "message": components.notes_markdown([f"⚠ {e}" for e in errors])}
     if not images:
         raise ServiceError("upload at least one reference image")
-    comparison = service.search_uploads(images, instruction or "", retrievers, k=int(k),
-                                        rerank=bool(rerank) and service.reranker_name is not None, top_n=int(top_n))
+    k, top_n = clamp(k, *K_RANGE, default=10), clamp(top_n, *TOP_N_RANGE, default=20)
+    comparison = service.search_uploads(images, instruction or "", retrievers, k=k,
+                                        rerank=bool(rerank) and service.reranker_name is not None, top_n=top_n)
     lines = list(comparison.notes)
     lines.append(f"Searched {len(service.benchmark.corpus_ids):,} images of {service.benchmark.name!r} with "
                  f"{len(comparison.columns)} retriever(s); uploads have no judgments, so no badges or metrics.")
@@ -138,6 +142,7 @@ def wire(ui: UploadUI, get_service: Callable[[], ExplorerService]) -> None:
     ui.file2.change(on_files, [ui.file1, ui.file2], [ui.preview, ui.message])
 
     @guarded("Searching with your images")
+    @on_gpu
     def on_submit(f1, f2, instruction, retrievers, k, rerank, top_n):
         out = search(get_service(), [f1, f2], instruction, retrievers, k, rerank, top_n)
         return out["results"], out["message"]

@@ -1,16 +1,22 @@
-"""Time PinPoint metric evaluation on 50-item rankings for every query (7,635 by default).
+"""Whole-process speed of `python app.py --eval` on a PinPoint results file against the official evaluate.py.
 
-    python bench/bench_metrics.py                                  # synthetic PinPoint-sized queries
-    python bench/bench_metrics.py --parquet pinpoint_licensed.parquet
-    python bench/bench_metrics.py --official-script /path/to/pinpoint-dataset/evaluate.py [--parquet ...]
+    python bench/bench_metrics.py --official-script /tmp/pinpoint/evaluate.py \
+        --parquet pinpoint_licensed.parquet --corpus-ids index_signatures.txt
+    python bench/bench_metrics.py --official-script /tmp/pinpoint/evaluate.py   # synthetic, same size
 
-Reports the median of `--repeats` runs of `cir_demo.metrics.pinpoint.evaluate`
-(per-query table + aggregates). With `--official-script`, the official
-evaluator is timed in the same run as subprocesses on the same rankings:
-its `evaluate_model` alone (imported from the script's folder; the
-apples-to-apples number) and the whole script end to end (interpreter start,
-imports, parquet and JSON loading included). Its numbers are also compared to
-ours (max abs difference over the official columns).
+Writes one results file (rankings of `--length` distinct items for every query:
+positives, explicit negatives and ids outside the judgments mixed), then times
+both programs end to end as subprocesses (interpreter start, imports, reading,
+scoring, writing): ours with its defaults (1,000-resample confidence
+intervals, breakdowns, plots, report.md), the official script on the same file.
+Runs are paired and alternate (official, ours, ours, official, ...) so that a
+change in machine load hits both; the ratio is the median of the per-pair
+ratios ours / official. The first pair is reported on its own (cold file
+cache) and not counted. Also prints the load average and checks that both
+agree on the official columns. The official script is never copied into
+this repository: pass its path (a checkout of github.com/pinterest/pinpoint-dataset).
+
+Without `--official-script`, times our in-process scoring only (per-query table + aggregates).
 """
 from __future__ import annotations
 
@@ -67,21 +73,21 @@ def queries_from_ground_truth(gt: pd.DataFrame) -> list[Query]:
 
 
 def synthetic_run(queries: list[Query], length: int, seed: int) -> dict[str, list[str]]:
-    """Rankings mixing positives (~20%), negatives (~20%) and random ids, best first."""
+    """`length` distinct ids per query, best first: positives (~20%), negatives (~20%), then other ids."""
     rng = np.random.default_rng(seed)
     noise = [f"noise{i:027d}" for i in range(50_000)]
     run = {}
     for q in queries:
-        kinds = rng.random(length)
         items = []
-        for u in kinds:
+        while len(dict.fromkeys(items)) < length:
+            u = rng.random()
             if u < 0.2 and q.positives:
                 items.append(q.positives[int(rng.integers(len(q.positives)))])
             elif u < 0.4 and q.negatives:
                 items.append(q.negatives[int(rng.integers(len(q.negatives)))])
             else:
                 items.append(noise[int(rng.integers(len(noise)))])
-        run[q.query_id] = list(dict.fromkeys(items))  # rankings from a retriever have no repeats
+        run[q.query_id] = list(dict.fromkeys(items))[:length]  # rankings from a retriever have no repeats
     return run
 
 
@@ -101,46 +107,54 @@ def time_ours(run, queries, repeats: int) -> dict:
             "all_s": totals, "aggregate": agg}
 
 
-# Runs inside a subprocess with the official script's folder on sys.path.
-_OFFICIAL_DRIVER = r"""
-import json, statistics, sys, time, contextlib, io
-import pandas as pd
-sys.path.insert(0, sys.argv[1])
-from evaluate import evaluate_model
-gt = pd.read_parquet(sys.argv[2])
-results = json.load(open(sys.argv[3]))
-times = []
-for _ in range(int(sys.argv[4])):
-    with contextlib.redirect_stdout(io.StringIO()):
-        t = time.perf_counter(); out = evaluate_model("bench", results, gt); times.append(time.perf_counter() - t)
-print(json.dumps({"times": times, "result": {k: (v if isinstance(v, str) else float(v)) for k, v in out.items()}}))
-"""
+def _timed(cmd: list[str], cwd: Path, env: dict) -> float:
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+    return elapsed
 
 
-def time_official(script: Path, gt_path: Path, results_path: Path, repeats: int, workdir: Path) -> dict:
-    script_dir = str(script.resolve().parent)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", _OFFICIAL_DRIVER, script_dir, str(gt_path), str(results_path),
-                           str(repeats)], capture_output=True, text=True, env=env, check=True)
-    driver = json.loads(proc.stdout.strip().splitlines()[-1])
-    wall = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        subprocess.run([sys.executable, str(script.resolve()), "--results", str(results_path), "--ground_truth",
-                        str(gt_path), "--output", str(workdir / "official_metrics.csv")],
-                       cwd=script_dir, capture_output=True, env=env, check=True)
-        wall.append(time.perf_counter() - t)
-    return {"evaluate_model_median_s": statistics.median(driver["times"]), "evaluate_model_all_s": driver["times"],
-            "script_wall_median_s": statistics.median(wall), "script_wall_all_s": wall, "result": driver["result"]}
+def paired_whole_process(official: list[str], ours: list[str], official_cwd: Path, pairs: int) -> dict:
+    """Alternating paired runs; pair i runs official first when i is even, ours first when odd."""
+    env = dict(os.environ)
+    first_official = _timed(official, official_cwd, env)  # cold file cache: reported, not counted
+    first_ours = _timed(ours, REPO, env)
+    t_off, t_ours, loads = [], [], []
+    for i in range(pairs):
+        loads.append(os.getloadavg()[0])
+        if i % 2 == 0:
+            a = _timed(official, official_cwd, env)
+            b = _timed(ours, REPO, env)
+        else:
+            b = _timed(ours, REPO, env)
+            a = _timed(official, official_cwd, env)
+        t_off.append(a)
+        t_ours.append(b)
+        print(f"pair {i + 1}: official {a:.2f} s, ours {b:.2f} s, ratio {b / a:.2f} (load {loads[-1]:.1f})",
+              file=sys.stderr)
+    ratios = [b / a for a, b in zip(t_off, t_ours)]
+    return {
+        "first_run_official_s": first_official, "first_run_ours_s": first_ours,
+        "official_s": t_off, "ours_s": t_ours, "ratios": ratios,
+        "official_median_s": statistics.median(t_off), "ours_median_s": statistics.median(t_ours),
+        "ratio_median": statistics.median(ratios), "load_average_1min": loads,
+        "load_average_median": statistics.median(loads),
+    }
+
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parquet", type=Path, help="real PinPoint ground truth (default: synthetic, same size)")
-    parser.add_argument("--official-script", type=Path, help="the official evaluate.py, timed side by side")
+    parser.add_argument("--corpus-ids", type=Path, help="index_signatures.txt for --parquet (default: every id named)")
+    parser.add_argument("--official-script", type=Path, help="the official evaluate.py (its utils/ beside it)")
     parser.add_argument("--n-queries", type=int, default=7635, help="synthetic queries (ignored with --parquet)")
     parser.add_argument("--length", type=int, default=50, help="ranking length")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="timed pairs (median reported)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="also write the summary JSON here")
     args = parser.parse_args(argv)
@@ -148,40 +162,39 @@ def main(argv=None) -> int:
     gt = pd.read_parquet(args.parquet) if args.parquet else synthetic_ground_truth(args.n_queries, args.seed)
     queries = queries_from_ground_truth(gt)
     run = synthetic_run(queries, args.length, args.seed + 1)
-    print(f"{len(queries)} queries, {args.length}-item rankings, {args.repeats} repeats", file=sys.stderr)
-
-    ours = time_ours(run, queries, args.repeats)
-    summary = {
-        "n_queries": len(queries),
-        "ranking_length": args.length,
-        "repeats": args.repeats,
-        "data": str(args.parquet) if args.parquet else "synthetic",
-        "ours_median_s": ours["median_s"],
-        "ours_per_query_median_s": ours["per_query_median_s"],
-        "ours_all_s": ours["all_s"],
-    }
-    if args.official_script:
+    print(f"{len(queries)} queries, {args.length}-item rankings, {args.repeats} pairs", file=sys.stderr)
+    summary: dict = {"n_queries": len(queries), "ranking_length": args.length, "repeats": args.repeats,
+                     "data": str(args.parquet) if args.parquet else "synthetic", "cpu_count": os.cpu_count()}
+    if not args.official_script:
+        ours = time_ours(run, queries, args.repeats)
+        summary.update({"ours_in_process_median_s": ours["median_s"], "ours_all_s": ours["all_s"]})
+    else:
         with tempfile.TemporaryDirectory(prefix="bench_metrics_") as tmp:
             tmp = Path(tmp)
-            gt_path = args.parquet or tmp / "ground_truth.parquet"
+            gt_path = args.parquet or tmp / "pinpoint_licensed.parquet"
             if not args.parquet:
                 gt.to_parquet(gt_path)
-            results_path = tmp / "results.json"
-            results_path.write_text(json.dumps(
-                {normalize_pinpoint_query_id(k): {"retrieved_items": v} for k, v in run.items()}))
-            official = time_official(args.official_script, gt_path, results_path, args.repeats, tmp)
-        columns = [c for c in pinpoint.OFFICIAL_COLUMNS if c != "model"]
-        diffs = {c: abs(float(official["result"][c]) - float(ours["aggregate"][c])) for c in columns}
-        summary.update({
-            "official_evaluate_model_median_s": official["evaluate_model_median_s"],
-            "official_evaluate_model_all_s": official["evaluate_model_all_s"],
-            "official_script_wall_median_s": official["script_wall_median_s"],
-            "official_script_wall_all_s": official["script_wall_all_s"],
-            "speedup_vs_evaluate_model": official["evaluate_model_median_s"] / ours["median_s"],
-            "parity_max_abs_diff": max(diffs.values()),
-            "parity_columns_exact": sum(d == 0 for d in diffs.values()),
-            "parity_columns": len(diffs),
-        })
+            corpus = args.corpus_ids
+            if corpus is None:
+                corpus = tmp / "index_signatures.txt"
+                ids = {i for q in queries for i in (*q.positives, *q.negatives)} | {i for r in run.values() for i in r}
+                corpus.write_text("\n".join(sorted(ids)))
+            results = tmp / "run.json"
+            results.write_text(json.dumps({normalize_pinpoint_query_id(k): {"retrieved_items": v}
+                                           for k, v in run.items()}))
+            script = args.official_script.resolve()
+            official = [sys.executable, str(script), "--results", str(results), "--ground_truth", str(gt_path),
+                        "--output", str(tmp / "official_metrics.csv")]
+            ours = [sys.executable, str(REPO / "app.py"), "--eval", "--benchmark", "pinpoint", "--annotations",
+                    str(gt_path), "--corpus-ids", str(corpus), "--results-json", str(results), "--out",
+                    str(tmp / "ours")]
+            summary.update(paired_whole_process(official, ours, script.parent, args.repeats))
+            theirs = pd.read_csv(tmp / "official_metrics.csv").iloc[0]
+            mine = pd.read_csv(tmp / "ours" / "metrics.csv").iloc[0]
+            columns = [c for c in pinpoint.OFFICIAL_COLUMNS if c != "model" and c in theirs]
+            diffs = {c: abs(float(theirs[c]) - float(mine[c])) for c in columns}
+            summary.update({"parity_max_abs_diff_4dp": max(diffs.values()), "parity_columns": len(diffs),
+                            "ours_command": " ".join(ours[1:]).replace(str(tmp), "$TMP")})
     print(json.dumps(summary, indent=2))
     if args.out:
         write_json_atomic(args.out, summary)

@@ -61,10 +61,17 @@ def read_id_list(path: Path, collector: IssueCollector, what: str = "id list", a
     except OSError as exc:
         collector.error(None, None, f"cannot read {what}: {exc}", file=path)
         return []
-    ids: list[str] = []
-    first_line: dict[str, int] = {}
     n_errors_before = len(collector.errors)
-    for lineno, raw in enumerate(text.splitlines(), start=1):
+    # Fast path (the real 230K-line list): one id per non-empty line, no repeats; checked at C speed.
+    lines = text.splitlines()
+    ids = text.split()
+    if len(ids) == len(lines) - lines.count("") and len(set(ids)) == len(ids):
+        if not ids and not allow_empty:
+            collector.error(None, None, f"{what} is empty", file=path)
+        return ids
+    ids = []
+    first_line: dict[str, int] = {}
+    for lineno, raw in enumerate(lines, start=1):
         parts = raw.split(None, 1)  # C-level whitespace test: 110K lines must read in milliseconds
         if not parts:
             continue

@@ -269,14 +269,14 @@ def _build_queries(table, path: Path, corpus: list[str] | None, known_refs: froz
             col.error(loc, "positive_candidates", "null list")
             ok = False
             pos = []
-        if any(p is None or p == "" for p in pos):
+        if None in pos or "" in pos:
             col.error(loc, "positive_candidates", "list contains a null or empty id")
             ok = False
         if neg is None:
             col.error(loc, "negative_candidates", "null list (use an empty list for no negatives)")
             ok = False
             neg = []
-        n_null = sum(1 for x in neg if x is None or x == "")
+        n_null = neg.count(None) + neg.count("")
         if n_null:
             null_negs.append(loc)
             neg = [x for x in neg if not (x is None or x == "")]

@@ -107,28 +107,31 @@ def _summary(evaluations, bench) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.results_json and "numpy" not in sys.modules:
+        # Scoring multiplies small matrices (bootstrap counts x group sums); OpenBLAS threads only
+        # contend for the cores there (10x slower on a busy machine). Unless the user chose, use one.
+        # Only on this path (set before numpy loads): the model pipeline keeps its BLAS threads.
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from cir_demo.benchmarks.schema import BenchmarkError
     from cir_demo.checks import eval_problems, report
     from cir_demo.errors import report_errors
-    from cir_demo.index.manifest import StaleIndexError
     from cir_demo.integrity import DamagedFileError
     from cir_demo.paths import DataFolderError
 
     problems = eval_problems(args)  # before any work: nothing is created when a flag is wrong
     if problems:
         return report(problems)
+    expected: tuple[type[BaseException], ...] = (BenchmarkError, DamagedFileError, DataFolderError, PermissionError)
+    if not args.results_json:  # scoring files needs no index code (importing it costs a fifth of a second)
+        from cir_demo.index.manifest import StaleIndexError
+
+        expected += (StaleIndexError,)
 
     def body() -> int:
         if args.results_json:
-            # Scoring multiplies small matrices (bootstrap counts x group sums); OpenBLAS threads only
-            # contend for the cores there (10x slower on a busy machine). Unless the user chose, use one.
-            # Only on this path: the model pipeline keeps its BLAS threads.
-            if "numpy" not in sys.modules:
-                os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
             return evaluate_results_files(args)
         from cir_demo.harness.pipeline import run_benchmark
 
         return run_benchmark(args)
 
-    return report_errors(body, debug=getattr(args, "debug", False),
-                         expected=(BenchmarkError, DamagedFileError, DataFolderError, StaleIndexError, PermissionError))
+    return report_errors(body, debug=getattr(args, "debug", False), expected=expected)

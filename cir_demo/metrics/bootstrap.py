@@ -57,6 +57,7 @@ def group_bootstrap_means(group_sums: np.ndarray, group_sizes: np.ndarray, n_boo
     sums = sums.reshape(n_groups, -1)
     sizes = np.asarray(group_sizes, dtype=float)
     out = np.empty((n_boot, sums.shape[1]))
+    both = np.column_stack([sums, sizes])
     chunk = max(1, _CHUNK_CELLS // max(n_groups, 1))
     for start in range(0, n_boot, chunk):
         stop = min(start + chunk, n_boot)
@@ -65,7 +66,8 @@ def group_bootstrap_means(group_sums: np.ndarray, group_sizes: np.ndarray, n_boo
         # times[b, g]: how often replicate b drew group g.
         flat = (draws + np.arange(m)[:, None] * n_groups).ravel()
         times = np.bincount(flat, minlength=m * n_groups).reshape(m, n_groups).astype(float)
-        out[start:stop] = (times @ sums) / (times @ sizes)[:, None]
+        totals = times @ both  # one product: the drawn sums of every column and of the sizes
+        out[start:stop] = totals[:, :-1] / totals[:, -1:]
     return out[:, 0] if squeeze else out
 
 

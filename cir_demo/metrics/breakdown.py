@@ -37,8 +37,14 @@ def query_meta_frame(queries: Iterable[Query]) -> pd.DataFrame:
     for key in keys:
         if key in data:  # a meta key may not shadow the identifying columns
             continue
-        data[key] = pd.Series([_plain(q.meta.get(key)) for q in queries], dtype=object)
+        column = [q.meta.get(key) for q in queries]
+        if not set(map(type, column)) <= _SCALARS:  # lists only in some fields (CIRCO's semantic_aspects)
+            column = [_plain(v) for v in column]
+        data[key] = pd.Series(column, dtype=object)
     return pd.DataFrame(data)
+
+
+_SCALARS = {str, bool, int, float, type(None)}
 
 
 def _plain(value):
@@ -111,7 +117,7 @@ def breakdown(
             keys += [MISSING if _is_missing(x) else x for x in listed]
         else:
             rows_of.append(i)
-            keys.append(MISSING if _is_missing(v) else v)
+            keys.append(v if type(v) is str or type(v) is bool else MISSING if _is_missing(v) else v)
     rows_of = np.asarray(rows_of, dtype=np.int64)
     codes, uniques = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=False)
     values = df[list(metrics)].to_numpy(dtype=float).reshape(len(df), len(metrics))

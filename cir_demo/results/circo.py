@@ -21,9 +21,11 @@ def read(path: Path, entries: dict, spec) -> ParsedResults:
         if not isinstance(value, list):
             issues.error(loc, None, "expected a list of image ids (CIRCO format)")
             continue
-        if not all(is_id(i) for i in value):
-            issues.error(loc, None, "must be a list of image ids (strings)")
-            continue
-        out.append(Entry(str(key), [str(i) for i in value], None, loc))
+        if not set(map(type, value)) <= {str}:
+            if not all(is_id(i) for i in value):
+                issues.error(loc, None, "must be a list of image ids (strings)")
+                continue
+            value = [str(i) for i in value]
+        out.append(Entry(str(key), value, None, loc))
     issues.raise_if_any()
     return ParsedResults(NAME, out, spec)

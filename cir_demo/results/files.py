@@ -99,11 +99,13 @@ class _DuplicateKey(ValueError):
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
-    out: dict = {}
-    for k, v in pairs:
-        if k in out:
-            raise _DuplicateKey(k)
-        out[k] = v
+    out = dict(pairs)  # C speed; this hook runs for every object of a 10 MB file
+    if len(out) != len(pairs):
+        seen: set = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _DuplicateKey(k)
+            seen.add(k)
     return out
 
 
@@ -201,7 +203,7 @@ def read_results(path: str | Path, benchmark: Benchmark, fmt: str | None = None)
             res.n_empty += 1
         if len(set(ids)) != len(ids):
             res.queries_with_duplicates.append(entry.key)
-        res.n_unknown_ids += sum(1 for i in ids if i not in corpus)
+        res.n_unknown_ids += len(ids) - sum(map(corpus.__contains__, ids))
     if errors:
         raise BenchmarkError(errors)
     res.n_missing_queries = sum(1 for q in benchmark.queries if q.query_id not in res.run)

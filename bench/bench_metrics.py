@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -107,12 +108,20 @@ def time_ours(run, queries, repeats: int) -> dict:
             "all_s": totals, "aggregate": agg}
 
 
-def _timed(cmd: list[str], cwd: Path, env: dict) -> float:
+CPU_SECONDS: dict[str, list[float]] = {"official": [], "ours": []}
+
+
+def _timed(cmd: list[str], cwd: Path, env: dict, who: str | None = None) -> float:
+    """Wall seconds of one run; its CPU seconds (user + system) go to CPU_SECONDS[who]."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+    if who is not None:
+        CPU_SECONDS[who].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     return elapsed
 
 
@@ -125,17 +134,22 @@ def paired_whole_process(official: list[str], ours: list[str], official_cwd: Pat
     for i in range(pairs):
         loads.append(os.getloadavg()[0])
         if i % 2 == 0:
-            a = _timed(official, official_cwd, env)
-            b = _timed(ours, REPO, env)
+            a = _timed(official, official_cwd, env, "official")
+            b = _timed(ours, REPO, env, "ours")
         else:
-            b = _timed(ours, REPO, env)
-            a = _timed(official, official_cwd, env)
+            b = _timed(ours, REPO, env, "ours")
+            a = _timed(official, official_cwd, env, "official")
         t_off.append(a)
         t_ours.append(b)
-        print(f"pair {i + 1}: official {a:.2f} s, ours {b:.2f} s, ratio {b / a:.2f} (load {loads[-1]:.1f})",
+        print(f"pair {i + 1}: official {a:.2f} s, ours {b:.2f} s, ratio {b / a:.2f}; CPU "
+              f"{CPU_SECONDS['official'][-1]:.2f} s vs {CPU_SECONDS['ours'][-1]:.2f} s (load {loads[-1]:.1f})",
               file=sys.stderr)
     ratios = [b / a for a, b in zip(t_off, t_ours)]
+    cpu_ratios = [b / a for a, b in zip(CPU_SECONDS["official"], CPU_SECONDS["ours"])]
     return {
+        # CPU seconds (user + system) are what a busy shared machine distorts least; wall is what the issue asks
+        "official_cpu_s": CPU_SECONDS["official"], "ours_cpu_s": CPU_SECONDS["ours"],
+        "cpu_ratio_median": statistics.median(cpu_ratios),
         "first_run_official_s": first_official, "first_run_ours_s": first_ours,
         "official_s": t_off, "ours_s": t_ours, "ratios": ratios,
         "official_median_s": statistics.median(t_off), "ours_median_s": statistics.median(t_ours),

@@ -15,8 +15,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-# Replicates per chunk: bounds memory at chunk * n_groups counts.
-_CHUNK_CELLS = 4_000_000
+# Replicates per chunk: chunk * n_groups counts at most. Small on purpose: arrays of half a megabyte
+# are reused by the allocator, while multi-megabyte ones are fresh memory every time, and the page
+# faults cost more system time than the arithmetic (16 PinPoint-sized bootstraps: 0.38 s -> 0.004 s).
+_CHUNK_CELLS = 65_536
 
 
 def _as_values(values, name: str) -> np.ndarray:

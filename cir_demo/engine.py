@@ -264,6 +264,32 @@ class RetrievalEngine:
         cache = self.score_cache if query.reference_ids else None  # uploads: nothing stable to key on
         return rerank(request, ranking.ids, ranking.scores, self.open_image, reranker, top_n=top_n, cache=cache)
 
+    def rerank_run(self, backend: str, run: dict[str, list[str]], scores: dict[str, list[float]] | None = None,
+                   queries: Sequence[Query] | None = None, top_n: int = 20, reranker_kw: dict | None = None,
+                   progress: bool = False):
+        """Rerank the top `top_n` of every query's ranking in `run` (the benchmark's queries by default),
+        the queries' candidates scored in batches through the score cache. Returns a `RunRerank`."""
+        from cir_demo.rerank import rerank_run
+
+        reranker = self.reranker(backend, **(reranker_kw or {}))
+        queries = list(self.benchmark.queries if queries is None else queries)
+        return rerank_run(queries, run, self.open_image, reranker, top_n=top_n, cache=self.score_cache,
+                          run_scores=scores, progress=progress)
+
+    def prescore(self, backend: str, query, candidate_ids: Sequence[str], reranker_kw: dict | None = None) -> None:
+        """Score `candidate_ids` for one composed query in one batched reranker call, into the score
+        cache, so that reranking several rankings of that query afterwards (`rerank`) reads each
+        candidate's score instead of computing it once per ranking. Uploads (no reference ids, so
+        nothing stable to key the cache on) are left alone."""
+        if not query.reference_ids:
+            return
+        from cir_demo.rerank import RerankRequest
+        from cir_demo.rerank.rerank import score_candidates
+
+        reranker = self.reranker(backend, **(reranker_kw or {}))
+        request = RerankRequest(tuple(query.reference_images), tuple(query.reference_ids), query.text)
+        score_candidates(request, list(dict.fromkeys(candidate_ids)), self.open_image, reranker, cache=self.score_cache)
+
     @staticmethod
     def set_threads(n: int) -> None:
         """CPU threads the models use (torch's setting is process-wide; torch is imported here so

@@ -31,6 +31,7 @@ from cir_demo.benchmarks._common import (
     require_file,
     warn_rows,
 )
+from cir_demo.benchmarks.families import FAMILIES
 from cir_demo.benchmarks.images import FolderImageStore, check_image_id
 from cir_demo.benchmarks.schema import (
     SKIN_TONE_BUCKETS,
@@ -47,7 +48,7 @@ FORMAT = "cir_demo-benchmark"
 FORMAT_VERSION = 1
 MANIFEST, QUERIES, JUDGMENTS = "benchmark.json", "queries.jsonl", "judgments.jsonl"
 CORPUS, EXTRA_IMAGES, IMAGES = "corpus.txt", "extra_images.txt", "images"
-METRIC_FAMILIES = ("pinpoint", "circo", "edir")
+METRIC_FAMILIES = tuple(FAMILIES)
 RESULTS_ID_FORMATS = ("same", "pinpoint")
 _COPY_SUFFIXES = (".jpg", ".jpeg", ".png")
 

@@ -1,4 +1,6 @@
-"""The declared table of benchmarks: name -> loader, arguments, metric family.
+"""The declared table of benchmarks: name -> loader, arguments, metric family, and the defaults
+that `--eval` and the app both read (default retrievers, the app's first columns, default
+reranker; the headline metrics and official columns come with the metric family).
 
 Loaders are "module:function" strings imported only when a benchmark is
 loaded, so listing benchmarks never imports pyarrow or the world generator.
@@ -11,6 +13,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from cir_demo.benchmarks.families import FAMILIES, MetricFamily
 from cir_demo.benchmarks.schema import Benchmark
 from cir_demo.utils.names import UnknownNameError, lookup
 
@@ -19,21 +22,39 @@ from cir_demo.utils.names import UnknownNameError, lookup
 class BenchmarkSpec:
     name: str
     description: str
-    metric_family: str
+    metric_family: str  # a key of benchmarks.families.FAMILIES, or "from manifest"
     loader: str  # "module:function"
     required: tuple[str, ...] = ()
     optional: tuple[str, ...] = ()
+    # `--eval` runs these (those registered) when --retrievers is not given, in this order
+    default_retrievers: tuple[str, ...] = ()
+    # the app's columns when none are named: at most four of default_retrievers, in display order
+    app_columns: tuple[str, ...] = ()
+    # reranker backend used when none is named (when registered); "+rerank" names its runs
+    default_reranker: str | None = None
 
     @property
     def arguments(self) -> tuple[str, ...]:
         return self.required + self.optional
+
+    @property
+    def family(self) -> MetricFamily | None:
+        """Headline metrics, official columns, shown metrics (None when the data names its family)."""
+        return FAMILIES.get(self.metric_family)
+
+
+RERANK_SUFFIX = "+rerank"  # a reranked run is named "<retriever>+rerank" (results files, metrics.csv, per_query.csv)
 
 
 BENCHMARKS: dict[str, BenchmarkSpec] = {
     s.name: s
     for s in (
         BenchmarkSpec("world", "the offline procedurally rendered world (no downloads)", "pinpoint",
-                      "cir_demo.world:load_world", optional=("size", "seed", "root")),
+                      "cir_demo.world:load_world", optional=("size", "seed", "root"),
+                      default_retrievers=("world-clip-image", "world-clip-text", "world-clip-fusion", "world-clip-slerp",
+                                          "world-cir"),
+                      app_columns=("world-cir", "world-clip-fusion", "world-clip-image", "world-clip-text"),
+                      default_reranker="world-verifier"),
         BenchmarkSpec("pinpoint", "PinPoint: pinpoint_licensed.parquet + index_signatures.txt", "pinpoint",
                       "cir_demo.benchmarks.pinpoint:load_pinpoint", required=("annotations",),
                       optional=("corpus_ids", "image_dir", "cache_dir", "online")),
@@ -98,3 +119,9 @@ def _describe(spec: BenchmarkSpec) -> str:
     req = ", ".join(spec.required) or "nothing required"
     opt = ", ".join(spec.optional)
     return f"{req}" + (f" (optional: {opt})" if opt else "")
+
+
+def declared_defaults(name: str) -> BenchmarkSpec | None:
+    """The declaration of benchmark `name` (for its defaults), or None for a name not declared here
+    (e.g. a JSONL benchmark's own name): such a benchmark has no default retrievers or reranker."""
+    return BENCHMARKS.get(name)

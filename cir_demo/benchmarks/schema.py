@@ -30,6 +30,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
+from cir_demo.benchmarks.families import MetricFamilyName
+
 SKIN_TONE_BUCKETS = ("LIGHTEST", "SECOND_LIGHTEST", "SECOND_DARKEST", "DARKEST")
 
 # Metadata keys that the breakdowns know by name, in display order.
@@ -46,8 +48,6 @@ BREAKDOWN_FIELDS = (
     "semantic_aspects",
 )
 
-# The metric family decides which official evaluator a benchmark is scored like.
-MetricFamily = Literal["pinpoint", "circo", "edir"]
 
 
 # --------------------------------------------------------------------------- errors
@@ -235,7 +235,7 @@ class Benchmark:
     """
 
     name: str
-    metric_family: MetricFamily
+    metric_family: MetricFamilyName  # which official evaluator it is scored like (benchmarks/families.py)
     queries: list[Query]
     corpus_ids: list[str]
     images: ImageStore | None = None

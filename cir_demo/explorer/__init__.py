@@ -19,9 +19,9 @@ metrics of a shown ranking), `images` (thumbnail and pixel stores, the warmer pr
 `uploads` (validating uploaded images), `views` (the dataclasses returned), `runs` (eval run
 folders and reports), `service` (`ExplorerService`), `loader` (building it, in the background).
 """
-from cir_demo.explorer.config import (FILTER_FIELDS, MAX_COLUMNS, MAX_QUERY_ROWS, METRICS, MODALITY_LABELS, NO_VALUE,
-                                      REFERENCE_PX, RERANK_SUFFIX, SEARCH_K, SORTS, TILE_PX, WORLD_RERANKER,
-                                      WORLD_RETRIEVERS, WORLD_UPLOAD_NOTE, ServiceConfig, ServiceError, UploadError,
+from cir_demo.explorer.config import (FILTER_FIELDS, MAX_COLUMNS, MAX_QUERY_ROWS, MODALITY_LABELS, NO_VALUE,
+                                      REFERENCE_PX, SEARCH_K, SORTS, TILE_PX, WORLD_UPLOAD_NOTE,
+                                      ServiceConfig, ServiceError, UploadError,
                                       default_retrievers, resolve_reranker, retriever_modality)
 from cir_demo.explorer.failures import failure_scores, negatives_in_top10, sort_queries
 from cir_demo.explorer.images import (PixelCachedStore, ThumbnailStore, encode_jpeg_data_uri, start_image_warmer,
@@ -36,8 +36,8 @@ from cir_demo.explorer.views import (Column, Comparison, Paraphrase, QueryList, 
                                      fill_metrics)
 
 __all__ = [
-    "FILTER_FIELDS", "MAX_COLUMNS", "MAX_QUERY_ROWS", "METRICS", "MODALITY_LABELS", "NO_VALUE", "REFERENCE_PX",
-    "RERANK_SUFFIX", "SEARCH_K", "SORTS", "TILE_PX", "WORLD_RERANKER", "WORLD_RETRIEVERS", "WORLD_UPLOAD_NOTE",
+    "FILTER_FIELDS", "MAX_COLUMNS", "MAX_QUERY_ROWS", "MODALITY_LABELS", "NO_VALUE", "REFERENCE_PX",
+    "SEARCH_K", "SORTS", "TILE_PX", "WORLD_UPLOAD_NOTE",
     "ServiceConfig", "ServiceError", "UploadError", "default_retrievers", "resolve_reranker", "retriever_modality",
     "failure_scores", "negatives_in_top10", "sort_queries",
     "PixelCachedStore", "ThumbnailStore", "encode_jpeg_data_uri", "start_image_warmer", "warm_images", "warm_thumbnails",

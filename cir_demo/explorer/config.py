@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-# The app's defaults on the offline world: four columns, the world verifier as reranker.
-WORLD_RETRIEVERS = ("world-cir", "world-clip-fusion", "world-clip-image", "world-clip-text")
-WORLD_RERANKER = "world-verifier"
-RERANK_SUFFIX = "+rerank"  # how `--eval` names a reranked run (cir_demo.harness.pipeline)
+from cir_demo.benchmarks.registry import declared_defaults
+
+# The benchmark's defaults (columns, reranker) and the "+rerank" run suffix are declared with the
+# benchmark (cir_demo/benchmarks/registry.py), where `--eval` reads them too.
 MAX_COLUMNS = 4
 SEARCH_K = 50  # rankings are retrieved this deep (as `--eval` does), whatever the view shows
-METRICS = ("AP@10", "precision@10", "NegRecall@10")
 TILE_PX = 128
 REFERENCE_PX = 224
 MAX_QUERY_ROWS = 300  # rows the query list shows at once
@@ -76,11 +75,10 @@ class ServiceConfig:
 
 
 def default_retrievers(benchmark_name: str, known: Iterable[str]) -> list[str]:
-    """The app's columns when none are named: the registered world retrievers on the world."""
+    """The app's columns when none are named: the benchmark's declared `app_columns` that are registered."""
     known = set(known)
-    if benchmark_name != "world":
-        return []
-    return [n for n in WORLD_RETRIEVERS if n in known]
+    spec = declared_defaults(benchmark_name)
+    return [n for n in (spec.app_columns if spec else ()) if n in known]
 
 
 def resolve_reranker(benchmark_name: str, requested: str | None, backends: Iterable[str]) -> tuple[str | None, str]:
@@ -94,10 +92,12 @@ def resolve_reranker(benchmark_name: str, requested: str | None, backends: Itera
 
             raise UnknownNameError("reranker backend", requested, backends)
         return requested, f"Reranker: {requested}."
-    if benchmark_name == "world" and WORLD_RERANKER in backends:
-        return WORLD_RERANKER, f"Reranker: {WORLD_RERANKER}."
-    if benchmark_name == "world":
-        return None, (f"The reranker toggle is off: the {WORLD_RERANKER!r} model is not available yet "
+    spec = declared_defaults(benchmark_name)
+    default = spec.default_reranker if spec else None
+    if default and default in backends:
+        return default, f"Reranker: {default}."
+    if default:
+        return None, (f"The reranker toggle is off: the {default!r} model is not available yet "
                       "(train it, or start the app with --reranker NAME).")
     return None, "No reranker configured (start the app with --reranker NAME to enable the toggle)."
 

@@ -6,7 +6,8 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from cir_demo.explorer.config import RERANK_SUFFIX, SORTS, ServiceError
+from cir_demo.benchmarks.registry import RERANK_SUFFIX
+from cir_demo.explorer.config import SORTS, ServiceError
 
 
 def negatives_in_top10(neg_recall10: np.ndarray, n_neg: np.ndarray) -> np.ndarray:

@@ -8,7 +8,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from cir_demo.explorer.config import WORLD_RETRIEVERS, ServiceConfig, ServiceError, default_retrievers, resolve_reranker
+from cir_demo.benchmarks.registry import declared_defaults
+from cir_demo.explorer.config import ServiceConfig, ServiceError, default_retrievers, resolve_reranker
 from cir_demo.explorer.images import PixelCachedStore, pixel_db_path, start_image_warmer
 from cir_demo.explorer.service import ExplorerService
 
@@ -167,9 +168,10 @@ def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s
     known = [r["name"] for r in list_retrievers()]
     names = list(config.retrievers) if config.retrievers else default_retrievers(bench.name, known)
     notes = []
+    spec = declared_defaults(bench.name)
     if not names:
         notes.append("No retrievers: " + (
-            "none of the world models (" + ", ".join(WORLD_RETRIEVERS) + ") is registered yet; train them "
+            "none of the world models (" + ", ".join(spec.app_columns) + ") is registered yet; train them "
             "(`python -m cir_demo train ...`, see docs/world_models.md) or start with --retrievers NAME,..."
             if bench.name == "world" else "start the app with --retrievers NAME,... "
             "(`python -m cir_demo retrievers list` shows them)"))

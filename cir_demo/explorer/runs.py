@@ -8,7 +8,8 @@ from typing import Mapping
 
 import pandas as pd
 
-from cir_demo.explorer.config import RERANK_SUFFIX, ServiceError
+from cir_demo.benchmarks.registry import RERANK_SUFFIX
+from cir_demo.explorer.config import ServiceError
 from cir_demo.explorer.views import Report, RunSummary
 
 

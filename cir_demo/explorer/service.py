@@ -11,8 +11,10 @@ from typing import Callable, Mapping, Sequence
 
 import pandas as pd
 
+from cir_demo.benchmarks.families import metric_family
+from cir_demo.benchmarks.registry import RERANK_SUFFIX
 from cir_demo.benchmarks.schema import Benchmark, Query
-from cir_demo.explorer.config import (FILTER_FIELDS, MAX_COLUMNS, MAX_QUERY_ROWS, NO_VALUE, REFERENCE_PX, RERANK_SUFFIX,
+from cir_demo.explorer.config import (FILTER_FIELDS, MAX_COLUMNS, MAX_QUERY_ROWS, NO_VALUE, REFERENCE_PX,
                                      SEARCH_K, TILE_PX, WORLD_UPLOAD_NOTE, ServiceConfig, ServiceError, retriever_modality)
 from cir_demo.explorer.failures import failure_scores, sort_queries
 from cir_demo.explorer.images import ThumbnailStore, encode_jpeg_data_uri, thumbnail_db_path
@@ -39,6 +41,7 @@ class ExplorerService:
         self.modality = {n: retriever_modality(get_config(n)) for n in self.retriever_names}
         self.reranker_name = reranker
         self.reranker_note = reranker_note
+        self.family = metric_family(benchmark.metric_family)  # per-column metrics: its `shown` columns
         self.table = query_table(benchmark)
         self._filter_choices = filter_choices(self.table)
         fp = engine.fingerprint
@@ -119,11 +122,25 @@ class ExplorerService:
         return QueryView(q, paraphrases, [thumbs[r] for r in q.reference_ids], facts)
 
     # ------------------------------------------------------------------ retrieval
-    def _column(self, name: str, cq, query: Query | None, k: int, rerank: bool, top_n: int) -> Column:
+    def _search_columns(self, cq, names: Sequence[str], k: int, rerank: bool, top_n: int) -> dict:
+        """Each column's first-stage ranking, searched once: {name: (Ranking or the exception, seconds)}."""
+        out = {}
+        for name in names:
+            t0 = time.perf_counter()
+            try:
+                got = self.engine.search(name, [cq], k=max(SEARCH_K, k, top_n if rerank else 0))[0]
+            except Exception as exc:  # reported in that column
+                got = exc
+            out[name] = (got, time.perf_counter() - t0)
+        return out
+
+    def _column(self, name: str, searched, cq, query: Query | None, k: int, rerank: bool, top_n: int) -> Column:
         t0 = time.perf_counter()
+        ranking, search_s = searched
         col = Column(name, self.modality.get(name, "composed"))
         try:
-            ranking = self.engine.search(name, [cq], k=max(SEARCH_K, k, top_n if rerank else 0))[0]
+            if isinstance(ranking, BaseException):
+                raise ranking
             ids, scores = list(ranking.ids), list(ranking.scores)
             first_rank = None
             p_yes: dict[str, tuple[float | None, str | None, bool]] = {}
@@ -149,31 +166,19 @@ class ExplorerService:
         except ServiceError as exc:
             col.error = str(exc)
         except Exception as exc:  # one failing retriever must not blank the other columns
-            log.exception("retriever %s failed", name)
+            log.error("retriever %s failed", name, exc_info=exc)
             col.error = f"{type(exc).__name__}: {exc}"
-        col.seconds = time.perf_counter() - t0
+        col.seconds = search_s + time.perf_counter() - t0
         return col
 
-    def _prescore(self, cq, names: Sequence[str], top_n: int) -> None:
-        """Score the union of the columns' top-n blocks in one reranker call. It fills the score
-        cache, which each column's rerank then reads: one pass over the reference images and no
-        candidate scored twice when retrievers agree. A failure here is left to the columns."""
-        if not cq.reference_ids:
-            return
-        from cir_demo.rerank import RerankRequest
-        from cir_demo.rerank.rerank import score_candidates
-
-        union: list[str] = []
-        for name in names:
-            try:
-                union += self.engine.search(name, [cq], k=max(SEARCH_K, top_n))[0].ids[:top_n]
-            except Exception:
-                continue
+    def _prescore(self, cq, searched: Mapping, top_n: int) -> None:
+        """Score the union of the columns' top-n blocks in one reranker call (`engine.prescore`): each
+        column's rerank then reads the score cache, so there is one pass over the reference images
+        and no candidate is scored twice when retrievers agree. A failure here is left to the columns."""
+        union = [i for ranking, _ in searched.values() if not isinstance(ranking, BaseException)
+                 for i in ranking.ids[:top_n]]
         try:
-            reranker = self.engine.reranker(self.reranker_name, **dict(self.config.reranker_kwargs))
-            request = RerankRequest(cq.reference_images, cq.reference_ids, cq.text)
-            score_candidates(request, list(dict.fromkeys(union)), self.engine.open_image, reranker,
-                             cache=self.engine.score_cache)
+            self.engine.prescore(self.reranker_name, cq, union, reranker_kw=dict(self.config.reranker_kwargs))
         except Exception:
             log.exception("scoring the union of the top-%d blocks failed", top_n)
 
@@ -200,10 +205,11 @@ class ExplorerService:
         if instruction is not None and not instruction.strip():
             raise ServiceError("the instruction is empty")
         cq = self.engine.composed(q, instruction)
+        searched = self._search_columns(cq, names, k, rerank, top_n)
         if rerank and len(names) > 1:
-            self._prescore(cq, names, top_n)
-        columns = [self._column(n, cq, q, k, rerank, top_n) for n in names]
-        fill_metrics(columns, q)
+            self._prescore(cq, searched, top_n)
+        columns = [self._column(n, searched[n], cq, q, k, rerank, top_n) for n in names]
+        fill_metrics(columns, q, self.family)
         refs = self.references.get_many(list(q.reference_ids))
         labels = [f"Reference image {i + 1} ({r})" if len(q.reference_ids) > 1 else f"Reference image ({r})"
                   for i, r in enumerate(q.reference_ids)]
@@ -226,9 +232,10 @@ class ExplorerService:
         k = self._check_k(k)
         self._check_rerank(rerank, top_n)
         cq = ComposedQuery(tuple(v.image for v in images), instruction.strip(), None, tuple(v.content_id for v in images))
+        searched = self._search_columns(cq, names, k, rerank, top_n)
         if rerank and len(names) > 1:
-            self._prescore(cq, names, top_n)
-        columns = [self._column(n, cq, None, k, rerank, top_n) for n in names]
+            self._prescore(cq, searched, top_n)
+        columns = [self._column(n, searched[n], cq, None, k, rerank, top_n) for n in names]
         notes = [f"{v.name}: {n}" for v in images for n in v.notes]
         if self.is_world:
             notes.insert(0, WORLD_UPLOAD_NOTE)
@@ -238,7 +245,8 @@ class ExplorerService:
                           False, None, self.reranker_name if rerank else None, top_n if rerank else None, notes=notes)
 
     def paraphrase_table(self, query_id: str, retrievers: Sequence[str] | None = None) -> pd.DataFrame:
-        """AP@10 of every paraphrase of the query's intent under each retriever (first stage),
+        """The family's primary metric (AP@10 on PinPoint and the world) of every paraphrase of the
+        query's intent under each retriever (first stage),
         plus a last row with the range (max - min) per retriever."""
         q = self.query(query_id)
         names = self.check_retrievers(retrievers)
@@ -261,9 +269,9 @@ class ExplorerService:
                 continue
             pairs += [(r.ids, p) for r, p in zip(rankings, group)]
             owners += [name] * len(group)
-        values = metrics_many(pairs)
+        values = metrics_many(pairs, self.family)
         for name in dict.fromkeys(owners):
-            table[name] = [v["AP@10"] for v, o in zip(values, owners) if o == name]
+            table[name] = [v[self.family.primary] for v, o in zip(values, owners) if o == name]
         spread = {"paraphrase": "range (max − min)", "instruction": ""}
         spread.update({n: float(table[n].max() - table[n].min()) for n in names})
         table = pd.concat([table, pd.DataFrame([spread])], ignore_index=True)
@@ -390,7 +398,6 @@ class ExplorerService:
 
     def _computed_rerank_per_query(self, name: str, spec_hash: str, rr_hash: str, progress) -> pd.DataFrame:
         from cir_demo.metrics.pinpoint import per_query
-        from cir_demo.rerank import rerank_run
         from cir_demo.utils.io import write_text_atomic
 
         top_n = self.config.default_top_n
@@ -403,9 +410,8 @@ class ExplorerService:
         if progress:
             progress(f"reranking the top {top_n} of {name} for every query")
         run, scores = self.engine.run_benchmark(name, k=SEARCH_K)
-        reranker = self.engine.reranker(self.reranker_name, **dict(self.config.reranker_kwargs))
-        rr = rerank_run(self.benchmark.queries, run, self.engine.open_image, reranker, top_n=top_n,
-                        cache=self.engine.score_cache, run_scores=scores, progress=False)
+        rr = self.engine.rerank_run(self.reranker_name, run, scores, top_n=top_n,
+                                    reranker_kw=dict(self.config.reranker_kwargs))
         df = per_query(rr.run, self.benchmark.queries)[["query_id", "group_id", "AP@10", "precision@10", "NegRecall@10", "n_neg"]]
         df.insert(0, "run", f"{name}{RERANK_SUFFIX}")
         write_text_atomic(path, df.to_csv(index=False))

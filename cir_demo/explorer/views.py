@@ -7,6 +7,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from cir_demo.benchmarks.families import MetricFamily
 from cir_demo.benchmarks.schema import Query
 from cir_demo.explorer.ranking_metrics import metrics_many
 
@@ -43,12 +44,12 @@ class Column:
     first_stage_ranking: list[str] | None = field(default=None, repr=False)  # before reranking
 
 
-def fill_metrics(columns: Sequence[Column], query: Query) -> None:
-    """Per-column metrics of the shown and first-stage rankings, in one metrics call."""
+def fill_metrics(columns: Sequence[Column], query: Query, family: MetricFamily | str = "pinpoint") -> None:
+    """Per-column metrics (the family's shown ones) of the shown and first-stage rankings, in one call."""
     jobs = [(c, "metrics", c.ranking) for c in columns if c.error is None]
     jobs += [(c, "first_stage_metrics", c.first_stage_ranking) for c in columns
              if c.error is None and c.first_stage_ranking is not None]
-    for (col, attr, _), values in zip(jobs, metrics_many([(r, query) for _, _, r in jobs])):
+    for (col, attr, _), values in zip(jobs, metrics_many([(r, query) for _, _, r in jobs], family)):
         setattr(col, attr, values)
 
 

@@ -5,54 +5,14 @@ torch, so evaluating a results file stays cheap.
 """
 from __future__ import annotations
 
-import importlib
 import warnings as warnings_module
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 import pandas as pd
 
+from cir_demo.benchmarks.families import MetricFamily, metric_family
 from cir_demo.benchmarks.schema import Benchmark
-
-
-@dataclass(frozen=True)
-class MetricFamily:
-    """How runs of one benchmark family are scored and summarised."""
-
-    module: str
-    official_columns: str  # attribute of `module` listing the official CSV columns
-    # per-query column -> aggregate name, for the metrics that get CIs and breakdowns
-    headline: Mapping[str, str]
-    primary: str  # per-query column used for paired comparisons and sorting
-
-
-FAMILIES: dict[str, MetricFamily] = {
-    "pinpoint": MetricFamily(
-        module="cir_demo.metrics.pinpoint",
-        official_columns="OFFICIAL_COLUMNS",
-        headline={
-            "AP@10": "mAP@10",
-            "precision@10": "precision@10",
-            "recall@10": "recall@10",
-            "NegRecall@10": "NegRecall@10",
-            "AP@10_noNeg": "mAP@10_noNeg",
-        },
-        primary="AP@10",
-    ),
-    "circo": MetricFamily(
-        module="cir_demo.metrics.circo",
-        official_columns="OFFICIAL_COLUMNS",
-        headline={"AP@5": "mAP@5", "AP@10": "mAP@10", "AP@25": "mAP@25", "AP@50": "mAP@50", "Recall@10": "Recall@10"},
-        primary="AP@10",
-    ),
-    "edir": MetricFamily(
-        module="cir_demo.metrics.edir",
-        official_columns="OFFICIAL_COLUMNS",
-        headline={"Recall@1": "Recall@1", "Recall@3": "Recall@3", "hard_negative@1": "hard_negative@1"},
-        primary="Recall@1",
-    ),
-}
 
 
 @dataclass
@@ -65,11 +25,11 @@ class RunEvaluation:
 
 
 def family_of(benchmark: Benchmark) -> MetricFamily:
-    return FAMILIES[benchmark.metric_family]
+    return metric_family(benchmark.metric_family)
 
 
 def metrics_module(benchmark: Benchmark):
-    return importlib.import_module(family_of(benchmark).module)
+    return family_of(benchmark).metrics_module()
 
 
 def evaluate_run(
@@ -149,9 +109,3 @@ def paired_comparisons(
             )
             rows.append({"a": a.name, "b": b.name, "metric": col, "n_queries": len(shared), **res})
     return pd.DataFrame(rows)
-
-
-def ranking_from_scores(ids: Sequence[str], scores: np.ndarray) -> list[str]:
-    """Stable descending order (ties keep corpus order), the convention used everywhere."""
-    order = np.argsort(-np.asarray(scores), kind="stable")
-    return [ids[i] for i in order]

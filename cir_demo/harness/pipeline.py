@@ -14,16 +14,14 @@ from typing import Sequence
 
 import pandas as pd
 
+from cir_demo.benchmarks.registry import RERANK_SUFFIX, declared_defaults
 from cir_demo.harness.evaluate import RunEvaluation, evaluate_run
 
-WORLD_RETRIEVERS = ("world-clip-image", "world-clip-text", "world-clip-fusion", "world-clip-slerp", "world-cir")
-WORLD_RERANKER = "world-verifier"
-RERANK_SUFFIX = "+rerank"
 
 
 def retriever_names(requested: str | None, benchmark_name: str) -> list[str]:
-    """The retrievers `--retrievers` names (comma-separated), or the world's defaults.
-    ValueError (one line) when none can be chosen."""
+    """The retrievers `--retrievers` names (comma-separated), or the benchmark's declared defaults
+    (`default_retrievers` in cir_demo/benchmarks/registry.py). ValueError (one line) when none can be chosen."""
     from cir_demo.retrievers.registry import list_retrievers
 
     if requested is not None:
@@ -32,24 +30,27 @@ def retriever_names(requested: str | None, benchmark_name: str) -> list[str]:
             raise ValueError(f"--retrievers {requested!r}: names no retriever")
         return names
     known = {c["name"] for c in list_retrievers()}
-    if benchmark_name != "world":
+    spec = declared_defaults(benchmark_name)
+    if spec is None or not spec.default_retrievers:
         raise ValueError(f"--retrievers is required for benchmark {benchmark_name!r} "
                          f"(known: {', '.join(sorted(known))})")
-    names = [n for n in WORLD_RETRIEVERS if n in known]
+    names = [n for n in spec.default_retrievers if n in known]
     if not names:
-        raise ValueError("no world retriever is registered; train them with "
+        raise ValueError(f"no {benchmark_name} retriever is registered; train them with "
                          "`python -m cir_demo train world-clip` (see docs/world_models.md)")
     return names
 
 
 def default_reranker(benchmark_name: str, requested: str | None) -> str | None:
+    """`--rerank` (none: off), else the benchmark's declared default reranker when registered."""
     if requested is not None:
         return None if requested.lower() == "none" else requested
-    if benchmark_name != "world":
+    spec = declared_defaults(benchmark_name)
+    if spec is None or not spec.default_reranker:
         return None
     from cir_demo.rerank import BACKENDS
 
-    return WORLD_RERANKER if WORLD_RERANKER in BACKENDS else None
+    return spec.default_reranker if spec.default_reranker in BACKENDS else None
 
 
 def rerank_section(pairs: Sequence[tuple[RunEvaluation, RunEvaluation]], top_n: int, spec: dict) -> str:
@@ -153,13 +154,9 @@ def _run_into(args, bench, names, reranker_name, top_n, out: Path, final: Path, 
         base = evaluate_run(bench, run, name, n_boot=args.n_boot, seed=args.bootstrap_seed)
         evaluations.append(base)
         if reranker_name:
-            from cir_demo.rerank import rerank_run
-
-            reranker = engine.reranker(reranker_name)
-            reranker_spec = dict(reranker.spec)
+            reranker_spec = dict(engine.reranker(reranker_name).spec)
             t = time.perf_counter()
-            rr = rerank_run(bench.queries, run, engine.open_image, reranker, top_n=top_n,
-                            cache=engine.score_cache, run_scores=scores, progress=True)
+            rr = engine.rerank_run(reranker_name, run, scores, top_n=top_n, progress=True)
             timings[f"{name}/rerank"] = round(time.perf_counter() - t, 3)
             rr_name = f"{name}{RERANK_SUFFIX}"
             rr_scores = {q: [it.p_yes if it.p_yes is not None else float("nan") for it in its] for q, its in rr.items.items()}

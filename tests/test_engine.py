@@ -1,0 +1,109 @@
+"""`RetrievalEngine`, the one path from a query to a (reranked) ranking, against oracles that do
+not go through it: a brute-force ranking of the index's own vectors, and the reranker asked about
+each candidate alone (no batching, no cache)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("open_clip")
+
+from cir_demo.rerank import RerankRequest  # noqa: E402
+from cir_demo.testing.explorer import VERIFIER  # noqa: E402
+
+GROUPS = 20
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_setup, tmp_path_factory):
+    from cir_demo.benchmarks.registry import load_benchmark
+    from cir_demo.engine import RetrievalEngine
+
+    _, names = tiny_setup
+    bench = load_benchmark("world", size="tiny").limit(GROUPS)
+    eng = RetrievalEngine(bench, names, progress=False)
+    eng.use_score_cache(tmp_path_factory.mktemp("engine") / "scores.sqlite")
+    yield eng
+    eng.close()
+
+
+def brute_force(engine, name, cq, k):
+    """Every corpus vector stored in the index against the query's vector(s); a candidate's score
+    is its best over the query's variants; stable order (ties keep corpus order)."""
+    index = engine.index(name)
+    xb = index.index.reconstruct_n(0, index.index.ntotal)
+    variants = engine.retriever(name).encode_query_variants([cq])[0]
+    scores = (xb @ np.asarray(variants).T).max(axis=1)
+    order = np.argsort(-scores, kind="stable")[:k]
+    return [index.ids[i] for i in order], scores[order]
+
+
+def alone(engine, cq, candidate_id):
+    """The verifier's margin (logit yes - logit no) for one candidate, asked on its own."""
+    reranker = engine.reranker(VERIFIER)
+    request = RerankRequest(cq.reference_images, cq.reference_ids, cq.text)
+    (score,) = reranker.score(request, [candidate_id], [engine.open_image(candidate_id)])
+    return score.margin()
+
+
+def test_search_matches_brute_force(engine):
+    for name in engine.retriever_names:
+        queries = engine.benchmark.queries[:6]
+        got = engine.search(name, [engine.composed(q) for q in queries], k=15)
+        for q, ranking in zip(queries, got):
+            ids, scores = brute_force(engine, name, engine.composed(q), 15)
+            assert ranking.scores == pytest.approx(list(scores), abs=1e-5), name
+            # the same ids at every rank, except between scores equal to float precision
+            unique = [i for i, s in enumerate(scores) if np.sum(np.abs(scores - s) < 1e-5) == 1]
+            assert len(unique) > 10 and [ranking.ids[i] for i in unique] == [ids[i] for i in unique], name
+
+
+def test_run_benchmark_is_search_per_query(engine):
+    name = engine.retriever_names[0]
+    run, scores = engine.run_benchmark(name, k=20, batch_size=5)
+    assert list(run) == [q.query_id for q in engine.benchmark.queries]
+    for q in engine.benchmark.queries[::7]:
+        one = engine.search(name, [engine.composed(q)], k=20)[0]
+        assert run[q.query_id] == one.ids and scores[q.query_id] == pytest.approx(one.scores, abs=1e-6)
+
+
+def test_rerank_equals_scoring_each_candidate_alone(engine):
+    name, top_n = engine.retriever_names[0], 8
+    q = next(q for q in engine.benchmark.queries if len(q.reference_ids) == 2)
+    cq = engine.composed(q)
+    first = engine.search(name, [cq], k=30)[0]
+    items = engine.rerank(VERIFIER, cq, first, top_n=top_n)
+    margins = [alone(engine, cq, c) for c in first.ids[:top_n]]
+    expected = [first.ids[i] for i in sorted(range(top_n), key=lambda i: -margins[i])] + first.ids[top_n:]
+    assert [it.candidate_id for it in items] == expected
+    assert [it.first_stage_rank for it in items[top_n:]] == list(range(top_n, len(first.ids)))
+    for it in items[:top_n]:
+        assert it.reranked and it.p_yes == pytest.approx(1 / (1 + np.exp(-margins[first.ids.index(it.candidate_id)])))
+
+
+def test_rerank_run_equals_reranking_each_query(engine, tmp_path):
+    name, top_n = engine.retriever_names[1], 5
+    queries = engine.benchmark.queries[:10]
+    run, scores = engine.run_benchmark(name, queries=queries, k=20)
+    whole = engine.rerank_run(VERIFIER, run, scores, queries=queries, top_n=top_n)
+    assert set(whole.run) == {q.query_id for q in queries}
+    for q in queries:
+        cq = engine.composed(q)
+        margins = [alone(engine, cq, c) for c in run[q.query_id][:top_n]]
+        block = [run[q.query_id][i] for i in sorted(range(top_n), key=lambda i: -margins[i])]
+        assert whole.run[q.query_id] == block + run[q.query_id][top_n:]
+
+
+def test_prescore_fills_the_cache_the_rerank_reads(engine, tmp_path):
+    engine.use_score_cache(tmp_path / "fresh.sqlite")
+    q = engine.benchmark.queries[3]
+    cq = engine.composed(q)
+    rankings = [engine.search(n, [cq], k=20)[0] for n in engine.retriever_names[:2]]
+    union = list(dict.fromkeys(rankings[0].ids[:6] + rankings[1].ids[:6]))
+    engine.prescore(VERIFIER, cq, union)
+    for ranking in rankings:
+        items = engine.rerank(VERIFIER, cq, ranking, top_n=6)
+        assert all(it.from_cache for it in items[:6])  # nothing left to compute
+        margins = [alone(engine, cq, c) for c in ranking.ids[:6]]
+        assert [it.candidate_id for it in items[:6]] == [ranking.ids[i] for i in sorted(range(6), key=lambda i: -margins[i])]

@@ -230,7 +230,7 @@ def test_world_cir_retriever_unit_deterministic_and_equal_to_combiner(cir_dir, c
 
     from cir_demo.retrievers import registry, world_cir
     from cir_demo.retrievers.base import ComposedQuery
-    from cir_demo.training.world_cir import combine_numpy, combiner_from_state
+    from cir_demo.models.world_cir import combine_numpy, combiner_from_state
     from cir_demo.world.loader import render_image
 
     manifest = json.loads((cir_dir / "manifest.json").read_text())

@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
-from cir_demo.benchmarks.cli_args import add_benchmark_arguments, load_benchmark_from_args  # noqa: F401
+from cir_demo.benchmarks.cli_args import add_benchmark_arguments, load_benchmark_from_args
+from cir_demo.harness.staging import default_out_dir
 from cir_demo.results import FORMAT_CHOICES
 
 
@@ -46,12 +46,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals (0 disables)")
     o.add_argument("--bootstrap-seed", type=int, default=0)
     o.add_argument("--no-plots", action="store_true")
-
-
-def default_out_dir(benchmark_name: str) -> Path:
-    from cir_demo.paths import runs_dir
-
-    return runs_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{benchmark_name}"
 
 
 def evaluate_results_files(args: argparse.Namespace) -> int:

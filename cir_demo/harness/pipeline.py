@@ -96,8 +96,8 @@ def dry_run_benchmark(args: argparse.Namespace, bench, names: list[str], reranke
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
-    from cir_demo.harness.cli import default_out_dir, load_benchmark_from_args
-    from cir_demo.harness.staging import staged_run_dir
+    from cir_demo.benchmarks.cli_args import load_benchmark_from_args
+    from cir_demo.harness.staging import default_out_dir, staged_run_dir
 
     t0 = time.perf_counter()
     if getattr(args, "dry_run", False):

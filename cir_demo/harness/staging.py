@@ -12,11 +12,19 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import Iterator
 
 PARTIAL = ".partial"
+
+
+def default_out_dir(benchmark_name: str) -> Path:
+    """`runs/<time>-<benchmark>`: where a run goes when --out is not given."""
+    from cir_demo.paths import runs_dir
+
+    return runs_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{benchmark_name}"
 
 
 def _pid_alive(pid: int) -> bool:

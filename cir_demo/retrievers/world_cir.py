@@ -62,7 +62,7 @@ class WorldCirRetriever(Retriever):
                                  self.dim, f"{self.name}: images", self.progress)
 
     def encode_queries(self, queries: Sequence[ComposedQuery], batch_size: int | None = None) -> np.ndarray:
-        from cir_demo.training.world_cir import combine_numpy
+        from cir_demo.models.world_cir import combine_numpy
 
         queries = list(queries)
         if not queries:
@@ -85,7 +85,7 @@ def load(config: dict, device: str, progress: bool = False, **_: Any) -> WorldCi
     from safetensors.torch import load_file
 
     from cir_demo.retrievers import openclip
-    from cir_demo.training.world_cir import combiner_from_state
+    from cir_demo.models.world_cir import combiner_from_state
     from cir_demo.utils.io import sha256_file
 
     name = config["name"]

@@ -233,8 +233,8 @@ def train_clip_command(size, seed, data_seed, epochs, max_steps, out: Path, eval
 def train_cir_command(size, seed, data_seed, epochs, max_steps, out: Path, clip_dir: Path, clip_ref: str,
                       evaluate=True, progress=True, overrides: dict | None = None) -> dict:
     from cir_demo.training import evaluate as ev
-    from cir_demo.training.world_cir import (WEIGHTS_NAME, WorldCirConfig, combine_numpy, reference_pairs,
-                                             train_world_cir)
+    from cir_demo.models.world_cir import combine_numpy
+    from cir_demo.training.world_cir import WEIGHTS_NAME, WorldCirConfig, reference_pairs, train_world_cir
 
     cfg = _override(WorldCirConfig(seed=data_seed), overrides, epochs=epochs, max_steps=max_steps)
     train, t0, clip_model, tokenizer, clip_manifest, examples, model, info = _train_on_clip_features(

@@ -1,10 +1,5 @@
-"""world-CIR: a CLIP4Cir-style Combiner over frozen world-CLIP features.
-
-query = normalise(a * ref + b * text + MLP([ref1, ref2, text, ref * text]))
-where (a, b) come from a small gating head, ref = normalised mean of the references (the same
-merge the CLIP recipes use) and ref1/ref2 are the two references (ref2 = ref1 for one-image
-queries), so composition queries can take the item from one image and the attribute from the other.
-The output lives in the world-CLIP image space, so world-CIR shares the world-CLIP image index.
+"""Training world-CIR, the CLIP4Cir-style Combiner over frozen world-CLIP features (the model
+itself is defined in cir_demo/models/world_cir.py, which the retriever loads too).
 
 Training data: the train split's intents (every paraphrase; the train triplets are sampled from
 them). Loss per query: a multi-positive softmax over the *whole* train gallery (all ~22k frozen
@@ -21,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from cir_demo.models.world_cir import build_combiner
 from cir_demo.training.loop import lr_at, step_plan
 
 WEIGHTS_NAME = "world_cir.safetensors"
@@ -38,47 +34,6 @@ class WorldCirConfig:
     val_fraction: float = 0.1
     seed: int = 0
     max_steps: int | None = None
-
-
-def build_combiner(dim: int, hidden: int):
-    import torch
-    from torch import nn
-
-    class Combiner(nn.Module):
-        """f(ref1, ref2, text) -> unit query vector in the image space."""
-
-        def __init__(self):
-            super().__init__()
-            self.dim, self.hidden = dim, hidden
-            self.mlp = nn.Sequential(nn.Linear(4 * dim, hidden), nn.GELU(), nn.Dropout(0.1),
-                                     nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, dim))
-            self.gate = nn.Sequential(nn.Linear(4 * dim, hidden // 4), nn.GELU(), nn.Linear(hidden // 4, 2))
-
-        def forward(self, ref1, ref2, text):
-            ref = nn.functional.normalize(ref1 + ref2, dim=-1)
-            x = torch.cat([ref1, ref2, text, ref * text], dim=-1)
-            ab = self.gate(x)
-            out = ab[:, :1] * ref + ab[:, 1:2] * text + self.mlp(x)
-            return nn.functional.normalize(out, dim=-1)
-
-    return Combiner()
-
-
-def combiner_from_state(state: dict):
-    """Rebuild a Combiner from its safetensors state (dims read from the weights)."""
-    hidden, four_dim = state["mlp.0.weight"].shape
-    model = build_combiner(four_dim // 4, hidden)
-    model.load_state_dict({k: v.float() for k, v in state.items()})
-    return model.eval()
-
-
-def combine_numpy(model, ref1: np.ndarray, ref2: np.ndarray, text: np.ndarray) -> np.ndarray:
-    import torch
-
-    with torch.inference_mode():
-        q = model(torch.from_numpy(np.asarray(ref1, np.float32)), torch.from_numpy(np.asarray(ref2, np.float32)),
-                  torch.from_numpy(np.asarray(text, np.float32)))
-    return q.numpy().astype(np.float32)
 
 
 def reference_pairs(ref_emb: np.ndarray, ref_row: dict, queries) -> tuple[np.ndarray, np.ndarray]:

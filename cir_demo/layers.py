@@ -1,0 +1,118 @@
+"""The layer order of the package, written once, and a checker that imports only run downward.
+
+A module may import from its own package and from packages in lower layers, never from a
+package in its own layer or above. Each package's `cli.py` is an entry point and sits in the top
+layer (it wires its package to the rest: argument checks, run folders); the top layer, entry
+points only, may import from any layer, its own included. Imports inside functions
+count as much as those at the top of a file. `tests/test_layers.py` runs the checker over
+cir_demo/.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Iterable
+
+# lowest first; a name is a package (cir_demo/<name>/) or a top-level module (cir_demo/<name>.py)
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("utils", "paths"),  # small helpers: no project imports
+    ("integrity",),  # checksums of downloaded and trained files
+    ("benchmarks",),  # the common schema, adapters, the declared benchmarks and metric families
+    ("metrics", "world", "results"),  # scoring, the offline world, results files: plain data in and out
+    ("models",),  # model definitions shared by serving and training
+    ("retrievers",),
+    ("index", "rerank", "training"),
+    ("engine",),  # the one path from a query to a (reranked) ranking
+    ("harness", "explorer"),  # --eval and the app's service layer
+    ("ui", "checks", "cli", "__main__", "testing", "layers"),  # entry points and test builders
+)
+TOP = len(LAYERS) - 1
+LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
+
+# Imports allowed although they run sideways or up: (importing module, imported package), each
+# with the reason it is still here. Shrink it; never grow it without an issue that removes it.
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    # TODO(issue 11): the lead is replacing the world verifier (its model moves to models/world_judge.py)
+    ("cir_demo.rerank.world_verifier", "training"): "world verifier model still defined in training/",
+}
+
+
+def package_of(module: str) -> str | None:
+    """'cir_demo.rerank.cli' -> 'rerank'; None for modules outside cir_demo or the root package."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "cir_demo" and len(parts) > 1 else None
+
+
+def layer_of(module: str) -> int:
+    """The layer of a cir_demo module: its package's, or the top one for a package's cli.py."""
+    pkg = package_of(module)
+    if pkg is None:
+        return TOP
+    if module.split(".")[-1] == "cli":
+        return TOP
+    if pkg not in LAYER_OF:
+        raise KeyError(f"{module}: package {pkg!r} has no layer; add it to LAYERS in cir_demo/layers.py")
+    return LAYER_OF[pkg]
+
+
+def imported_modules(source: str, module: str) -> list[tuple[int, str]]:
+    """(line, imported module) for every import in `source` (relative ones resolved from `module`),
+    including `from cir_demo import x` as cir_demo.x."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")[: -node.level]
+                base = ".".join(anchor + ([base] if base else []))
+            if base == "cir_demo":
+                out += [(node.lineno, f"cir_demo.{a.name}") for a in node.names]
+            else:
+                out.append((node.lineno, base))
+    return out
+
+
+def violations_in(source: str, module: str, exceptions: Iterable[tuple[str, str]] = EXCEPTIONS) -> list[str]:
+    """'module:line imports X (layer ...)' for each import that does not run downward."""
+    allowed = set(exceptions)
+    own, level = package_of(module), layer_of(module)
+    found = []
+    for line, target in imported_modules(source, module):
+        pkg = package_of(target)
+        if pkg is None or pkg == own or (module, pkg) in allowed:
+            continue
+        target_level = layer_of(target)
+        if target_level >= level and level != TOP:
+            found.append(f"{module}:{line} imports {target} (layer {target_level} {LAYERS[target_level]}; "
+                         f"{module} is in layer {level} {LAYERS[level]})")
+    return found
+
+
+def module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def check_tree(root: Path) -> list[str]:
+    """Every violation under the package folder `root` (cir_demo/)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        found += violations_in(path.read_text(encoding="utf-8"), module_name(path, root))
+    return found
+
+
+def unused_exceptions(root: Path) -> list[tuple[str, str]]:
+    """Exceptions no import needs any more (so the list only shrinks)."""
+    needed = set()
+    for path in sorted(root.rglob("*.py")):
+        module = module_name(path, root)
+        for _, target in imported_modules(path.read_text(encoding="utf-8"), module):
+            pkg = package_of(target)
+            if (module, pkg) in EXCEPTIONS:
+                needed.add((module, pkg))
+    return sorted(set(EXCEPTIONS) - needed)

@@ -1,0 +1,55 @@
+"""Imports run one way (the layer order in cir_demo/layers.py), and the checker catches the
+opposite: an inverted import in a synthetic module is reported."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from cir_demo import layers
+
+ROOT = Path(__file__).resolve().parent.parent / "cir_demo"
+
+
+def test_every_package_has_a_layer_and_imports_run_downward():
+    found = layers.check_tree(ROOT)
+    assert found == [], "\n".join(found)
+
+
+def test_exception_list_only_shrinks():
+    assert layers.unused_exceptions(ROOT) == []
+
+
+def test_an_inverted_import_is_reported():
+    # the metrics layer importing the engine (above it), at the top and inside a function
+    source = "import numpy\nfrom cir_demo.benchmarks.schema import Query\n\n\ndef f():\n    from cir_demo.engine import RetrievalEngine\n"
+    found = layers.violations_in(source, "cir_demo.metrics.fake")
+    assert len(found) == 1 and found[0].startswith("cir_demo.metrics.fake:6 imports cir_demo.engine")
+    # sideways (same layer) counts too; `from cir_demo import x` and relative imports are resolved
+    assert layers.violations_in("from cir_demo import rerank\n", "cir_demo.index.fake")
+    assert layers.violations_in("from ..engine import RetrievalEngine\n", "cir_demo.retrievers.fake")
+    assert layers.violations_in("from .base import x\n", "cir_demo.retrievers.fake") == []
+    # a package's cli.py is an entry point and may import upward; the same import elsewhere may not
+    assert layers.violations_in("from cir_demo.checks import report\n", "cir_demo.index.cli") == []
+    assert layers.violations_in("from cir_demo.checks import report\n", "cir_demo.index.build")
+
+
+def test_serving_never_imports_training():
+    for path in list((ROOT / "retrievers").rglob("*.py")) + list((ROOT / "rerank").rglob("*.py")):
+        module = layers.module_name(path, ROOT)
+        targets = {t for _, t in layers.imported_modules(path.read_text(encoding="utf-8"), module)}
+        bad = {t for t in targets if layers.package_of(t) == "training"} - {
+            t for (m, pkg) in layers.EXCEPTIONS if m == module and pkg == "training" for t in targets}
+        assert not bad, f"{module} imports {bad}"
+
+
+def test_harness_modules_import_no_circle():
+    graph = {}
+    for path in (ROOT / "harness").glob("*.py"):
+        module = layers.module_name(path, ROOT)
+        graph[module] = {t for _, t in layers.imported_modules(path.read_text(encoding="utf-8"), module)
+                         if t.startswith("cir_demo.harness.")}
+
+    def reaches(a, b, seen=()):
+        return any(n == b or (n not in seen and reaches(n, b, (*seen, n))) for n in graph.get(a, ()))
+
+    circles = [m for m in graph if reaches(m, m)]
+    assert circles == [], circles

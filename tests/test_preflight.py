@@ -25,7 +25,9 @@ def dirs(tmp_path, monkeypatch):
 
 
 def test_doctor_on_the_default_world_says_every_world_model_is_ready(dirs, capsys):
-    from cir_demo.harness.pipeline import WORLD_RERANKER, WORLD_RETRIEVERS
+    from cir_demo.benchmarks.registry import declared_defaults
+
+    WORLD_RETRIEVERS, WORLD_RERANKER = declared_defaults("world").default_retrievers, declared_defaults("world").default_reranker
 
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out

@@ -7,11 +7,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("open_clip")
 
+from cir_demo.benchmarks.registry import declared_defaults  # noqa: E402
 from cir_demo.paths import assets_dir  # noqa: E402
 from cir_demo.utils.io import sha256_file  # noqa: E402
 
 WORLD_MODELS = ("world-clip", "world-cir", "world-verifier")
-WORLD_RETRIEVERS = ("world-clip-image", "world-clip-text", "world-clip-fusion", "world-clip-slerp", "world-cir")
+WORLD_RETRIEVERS = declared_defaults("world").default_retrievers
 
 
 @pytest.fixture(scope="module", autouse=True)

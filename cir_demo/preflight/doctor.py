@@ -26,21 +26,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _requested(args: argparse.Namespace) -> tuple[list[str], str | None, bool]:
     """(retrievers, reranker, explicit): what the doctor checks."""
-    from cir_demo.harness.pipeline import WORLD_RERANKER, WORLD_RETRIEVERS
+    from cir_demo.benchmarks.registry import declared_defaults
     from cir_demo.retrievers.registry import list_retrievers
 
     bench = args.benchmark or "world"
+    spec = declared_defaults(bench)
+    defaults = list(spec.default_retrievers) if spec else []
     if args.retrievers:
         names = [n.strip() for n in args.retrievers.split(",") if n.strip()]
-    elif bench == "world":
-        names = list(WORLD_RETRIEVERS)
+    elif defaults:
+        names = defaults
     else:
         names = [r["name"] for r in list_retrievers() if r["family"] != "precomputed"]
     if args.reranker:
         reranker = None if args.reranker.lower() == "none" else args.reranker
     else:
-        reranker = WORLD_RERANKER if bench == "world" else None
-    return names, reranker, bool(args.retrievers) or bench == "world"
+        reranker = spec.default_reranker if spec else None
+    return names, reranker, bool(args.retrievers) or bool(defaults)
 
 
 def doctor_lines(args: argparse.Namespace) -> tuple[list[Line], bool]:

@@ -146,6 +146,8 @@ def fetch_images(store, ids: Iterable[str], *, workers: int = 16, retries: int =
             return image_id, None, False
         except TransientFetchError as exc:
             return image_id, str(exc), False
+        except OSError as exc:  # writing it (disk full, a folder that went away): worth another run
+            return image_id, f"cannot write it: {exc}", False
         except (PermanentFetchError, ValueError) as exc:  # gone, or an id that cannot be a name or address
             return image_id, str(exc), True
 

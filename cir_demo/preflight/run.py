@@ -47,6 +47,7 @@ def images_for_run(bench, args: argparse.Namespace, stream=None):
         coverage_line,
         image_coverage,
         missing_images_message,
+        missing_images_parts,
         restrict_to_present,
     )
 
@@ -62,10 +63,14 @@ def images_for_run(bench, args: argparse.Namespace, stream=None):
         cov = image_coverage(bench)
         if cov.complete:
             return bench
+        detail, _ = missing_images_parts(cov, args)
+        message = f"{detail}; the ids that could not be fetched and why: {report.report_path}"
+    else:
+        message = missing_images_message(cov, args)
     kept = restrict_to_present(bench, cov)
     if not kept.corpus_ids or not kept.queries:
-        raise UserError(missing_images_message(cov, args))
-    print(f"warning: {missing_images_message(cov, args)}", file=stream, flush=True)
+        raise UserError(message)
+    print(f"warning: {message}", file=stream, flush=True)
     print(f"warning: {coverage_line(bench, kept)}", file=stream, flush=True)
     return kept
 

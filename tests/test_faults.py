@@ -226,3 +226,27 @@ def test_killed_index_build_leaves_old_index_serving(world, capsys):
     rc, err = _eval(run, capsys)
     assert rc == 0, err
     _assert_identical(world, run)
+
+
+@pytest.mark.parametrize("fault", ["garbage", "blocked folder"])
+def test_thumbnail_and_pixel_caches_degrade_to_memory(tmp_path, fault):
+    from PIL import Image
+
+    from cir_demo.explorer.images import PixelCachedStore, ThumbnailStore, usable_blob_db
+
+    if fault == "garbage":
+        db = tmp_path / "thumbs.sqlite"
+        db.write_bytes(b"not a database" * 300)
+    else:
+        (tmp_path / "app").write_text("a file where the cache folder should be")
+        db = tmp_path / "app" / "thumbs.sqlite"
+    store = ThumbnailStore(lambda i: Image.new("RGB", (8, 8), (200, 10, 10)), db, size=8)
+    assert store.warning and ("moved it aside" if fault == "garbage" else "working in memory") in store.warning
+    uri = store.get("w-te-000001")
+    assert uri.startswith("data:image/jpeg;base64,") and store.get("w-te-000001") == uri
+    path, warning = usable_blob_db(tmp_path / "app" / "pixels.sqlite" if fault != "garbage" else db, "pixel cache")
+    if fault == "garbage":  # already replaced by a fresh file above
+        assert path == db and warning is None
+        assert isinstance(PixelCachedStore(object(), path), PixelCachedStore)
+    else:
+        assert path is None and "working in memory" in warning

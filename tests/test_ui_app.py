@@ -37,6 +37,17 @@ def wired(demo, name):
     raise AssertionError(f"no event handler {name!r}; have {sorted({getattr(f.fn, '__name__', '?') for f in demo.fns.values()})}")
 
 
+def load_page(demo, params):
+    """What a page load shows, step by step: the status poll's updates, then the prepared view."""
+    import asyncio
+
+    async def poll():
+        return [step async for step in wired(demo, "on_load").fn()]
+
+    steps = asyncio.run(poll())
+    return steps + [wired(demo, "on_ready").fn(gr.Request(query_params=params))]
+
+
 def count(html: str, cls: str) -> int:
     return len(re.findall(rf'class="cir-tile {cls}"', html))
 
@@ -50,7 +61,7 @@ def test_factory_builds_blocks_without_launching(demo):
                    "cir-upload-submit", "cir-report-metrics", "cir-report-plots", "cir-share-query", "cir-status"):
         assert needed in ids, needed
     names = {getattr(f.fn, "__name__", None) for f in demo.fns.values()}
-    assert {"on_load", "on_list", "on_select", "on_view", "on_files", "on_submit", "on_example", "on_show"} <= names
+    assert {"on_load", "on_ready", "on_list", "on_select", "on_view", "on_files", "on_submit", "on_example", "on_show"} <= names
     for f in demo.fns.values():  # every python callback is guarded (exceptions become messages)
         if f.fn is not None:
             assert hasattr(f.fn, "__wrapped__"), f.fn
@@ -77,8 +88,7 @@ def test_page_load_opens_the_linked_view(demo, service):
     names = service.retriever_names[1:3]
     params = {"benchmark": "world", "query": group[0].query_id, "paraphrase": "3", "retrievers": ",".join(names),
               "rerank": "1", "top_n": "10", "k": "5"}
-    steps = list(wired(demo, "on_load").fn(gr.Request(query_params=params)))
-    final = steps[-1]
+    final = load_page(demo, params)[-1]
     by_id = {getattr(c, "elem_id", None): v for c, v in final.items()}
     assert by_id["cir-paraphrases"]["value"] == group[2].query_id
     assert by_id["cir-retrievers"]["value"] == names
@@ -96,7 +106,7 @@ def test_page_load_opens_the_linked_view(demo, service):
 
 def test_page_load_with_a_bad_link_explains_and_falls_back(demo, service):
     params = {"query": "nope", "retrievers": "ghost," + service.retriever_names[0], "k": "999", "colour": "red"}
-    final = list(wired(demo, "on_load").fn(gr.Request(query_params=params)))[-1]
+    final = load_page(demo, params)[-1]
     by_id = {getattr(c, "elem_id", None): v for c, v in final.items()}
     message = by_id["cir-message"]
     assert "nope" in message and "ghost" in message and "k=999" in message and "colour" in message
@@ -125,7 +135,7 @@ def test_page_load_while_loading_shows_progress_then_the_view(service):
     ui_app.LOAD_POLL_S, saved = 0.0, ui_app.LOAD_POLL_S
     try:
         d = ui_app.create_app(SlowLoader())
-        steps = list(wired(d, "on_load").fn(gr.Request(query_params={})))
+        steps = load_page(d, {})
     finally:
         ui_app.LOAD_POLL_S = saved
     first = {getattr(c, "elem_id", None): v for c, v in steps[0].items()}

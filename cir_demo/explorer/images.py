@@ -9,6 +9,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -49,8 +50,7 @@ class ThumbnailStore:
         self._lock = threading.Lock()
         self._local = threading.local()
         self.counts = {"memory": 0, "disk": 0, "rendered": 0}  # where thumbnails came from (benchmarks read it)
-        if self.db_path is not None:
-            open_blob_db(self.db_path).close()
+        self.db_path, self.warning = usable_blob_db(self.db_path, "thumbnail cache")
 
     def _db(self) -> sqlite3.Connection | None:
         if self.db_path is None:
@@ -127,6 +127,26 @@ def open_blob_db(path: Path) -> sqlite3.Connection:
     db.execute("CREATE TABLE IF NOT EXISTS blobs (image_id TEXT PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID")
     db.commit()
     return db
+
+
+def usable_blob_db(path: Path | None, what: str) -> tuple[Path | None, str | None]:
+    """(path, None) when the cache file can be opened and written; a damaged file is moved aside
+    and started afresh; otherwise (None, one-line warning): the caller keeps its data in memory.
+    These caches are optimisations: they never stop the app."""
+    if path is None:
+        return None, None
+    try:
+        open_blob_db(path).close()
+        return path, None
+    except sqlite3.DatabaseError as exc:
+        try:
+            path.rename(path.with_name(f"{path.name}.damaged-{int(time.time())}"))
+            open_blob_db(path).close()
+            return path, f"{what} {path} was damaged ({exc}); moved it aside and started a new one"
+        except (OSError, sqlite3.Error) as exc2:
+            return None, f"{what} {path} cannot be used ({exc2}); working in memory"
+    except OSError as exc:
+        return None, f"{what} {path} cannot be used ({exc}); working in memory"
 
 
 def thumbnail_db_path(fingerprint: str, size: int) -> Path:

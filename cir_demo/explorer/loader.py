@@ -10,7 +10,8 @@ from typing import Any, Callable, Sequence
 
 from cir_demo.benchmarks.registry import declared_defaults
 from cir_demo.explorer.config import ServiceConfig, ServiceError, default_retrievers, resolve_reranker
-from cir_demo.explorer.images import PixelCachedStore, pixel_db_path, start_image_warmer
+from cir_demo.explorer.images import PixelCachedStore, pixel_db_path, start_image_warmer, usable_blob_db
+from cir_demo.paths import DataFolderError
 from cir_demo.explorer.service import ExplorerService
 
 log = logging.getLogger(__name__)
@@ -206,11 +207,23 @@ def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s
                        + "); the toggle is off.")
             reranker = None
     stage("preparing the explorer")
+    cache_notes = []
     if config.pixel_cache and bench.images is not None:
-        bench.images = PixelCachedStore(bench.images, pixel_db_path(engine.fingerprint))
+        try:
+            db_path, warning = usable_blob_db(pixel_db_path(engine.fingerprint), "pixel cache")
+        except DataFolderError as exc:
+            db_path, warning = None, f"pixel cache not used ({exc})"
+        if db_path is not None:
+            bench.images = PixelCachedStore(bench.images, db_path)
+        if warning:
+            cache_notes.append(warning)
     service = ExplorerService(bench, engine, names, reranker, rr_note, config)
     service.warnings.extend(notes)
-    if config.warm_thumbnails and bench.images is not None:
+    # optional caches that could not be used: one visible line each, the app works without them
+    score_cache = engine.score_cache
+    cache_notes += [w for w in (service.tiles.warning, service.references.warning, score_cache.warning) if w]
+    service.warnings.extend(w.removeprefix("warning: ") for w in cache_notes)
+    if config.warm_thumbnails and bench.images is not None and service.tiles.db_path and service.references.db_path:
         pixels = ([{"db_path": str(bench.images.db_path), "kind": "png"}]
                   if isinstance(bench.images, PixelCachedStore) else [])
         jpeg = lambda t: {"db_path": str(t.db_path), "kind": "jpeg", "size": t.size, "quality": t.quality}  # noqa: E731

@@ -377,7 +377,6 @@ class ExplorerService:
 
     def _computed_per_query(self, name: str, spec_hash: str, progress) -> pd.DataFrame:
         from cir_demo.metrics.pinpoint import per_query
-        from cir_demo.utils.io import write_text_atomic
 
         path = self._per_query_cache(name).with_name(f"{name}-{spec_hash[:16]}.csv")
         if path.is_file():
@@ -393,12 +392,11 @@ class ExplorerService:
         run, _ = self.engine.run_benchmark(name, k=SEARCH_K, progress=report)
         df = per_query(run, self.benchmark.queries)[["query_id", "group_id", "AP@10", "precision@10", "NegRecall@10", "n_neg"]]
         df.insert(0, "run", name)
-        write_text_atomic(path, df.to_csv(index=False))
+        _save_optional(path, df)
         return df
 
     def _computed_rerank_per_query(self, name: str, spec_hash: str, rr_hash: str, progress) -> pd.DataFrame:
         from cir_demo.metrics.pinpoint import per_query
-        from cir_demo.utils.io import write_text_atomic
 
         top_n = self.config.default_top_n
         path = self._per_query_cache(name).with_name(f"{name}-{spec_hash[:16]}+{rr_hash}-top{top_n}.csv")
@@ -414,7 +412,7 @@ class ExplorerService:
                                     reranker_kw=dict(self.config.reranker_kwargs))
         df = per_query(rr.run, self.benchmark.queries)[["query_id", "group_id", "AP@10", "precision@10", "NegRecall@10", "n_neg"]]
         df.insert(0, "run", f"{name}{RERANK_SUFFIX}")
-        write_text_atomic(path, df.to_csv(index=False))
+        _save_optional(path, df)
         return df
 
     # ------------------------------------------------------------------ report
@@ -431,3 +429,13 @@ class ExplorerService:
             if r.label == label:
                 return load_report(r)
         raise ServiceError(f"no eval run {label!r} for benchmark {self.benchmark.name!r}")
+
+
+def _save_optional(path: Path, df: pd.DataFrame) -> None:
+    """Write a cache file; a folder that cannot take it only costs a recomputation next start."""
+    from cir_demo.utils.io import write_text_atomic
+
+    try:
+        write_text_atomic(path, df.to_csv(index=False))
+    except OSError as exc:
+        log.warning("per-query cache %s not written: %s", path, exc)

@@ -8,6 +8,7 @@ view (benchmark, query, paraphrase, retrievers, reranker), so a link opens the s
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 import time
@@ -19,6 +20,7 @@ from cir_demo.explorer import (FILTER_FIELDS, MAX_COLUMNS, ExplorerService, Serv
                                ServiceLoader)
 from cir_demo.ui import explore, report, upload
 from cir_demo.ui.controls import CONTROLS_JS
+from cir_demo.ui.components import md_escape
 from cir_demo.ui.guard import guarded
 from cir_demo.ui.state import ParsedState, decode_state, resolve_state
 
@@ -30,6 +32,8 @@ INTRO = (f"# {TITLE}\n"
          "see where explicit negatives (near misses) reach the top 10, how the phrasing changes results, and what a "
          "reranker fixes or breaks.")
 LOAD_POLL_S = 0.25
+WORK_GROUP = "cir-work"  # every callback that computes shares one concurrency limit (share_one_limit)
+STATUS_GROUP = "cir-status"  # the load-status poll: unlimited, it only reads a status
 CALL_TIMEOUT_S = 600.0  # a callback waits this long for loading to finish (first run builds indexes)
 
 
@@ -104,8 +108,8 @@ def initial_outputs(service: ExplorerService, params: dict[str, str]) -> dict[st
 
 def status_markdown(service: ExplorerService | None, status) -> str:
     if service is None:
-        return f"⏳ {status.text()}"
-    lines = [f"**{service.summary()}**"] + [f"⚠ {w}" for w in service.warnings]
+        return f"⏳ {md_escape(status.text())}"
+    lines = [f"**{md_escape(service.summary())}**"] + [f"⚠ {md_escape(w)}" for w in service.warnings]
     return "  \n".join(lines)
 
 
@@ -143,15 +147,24 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig) -> gr.Bl
         })
         outputs = [status, *by_name.values()]
 
+        # Two steps: every visitor sees the load status (a cheap async poll, outside the work
+        # limit, so it never waits behind other visitors' queries), then the linked view is
+        # prepared in the shared work group like every other callback.
         @guarded("Loading the explorer")
-        def on_load(request: gr.Request):
+        async def on_load():
             while not loader.ready:
                 st = loader.status()
                 if st.error:
-                    yield {status: f"❌ {st.text()}"}
+                    yield {status: f"❌ {md_escape(st.text())}"}
                     return
                 yield {status: status_markdown(None, st)}
-                time.sleep(LOAD_POLL_S)
+                await asyncio.sleep(LOAD_POLL_S)
+            yield {status: "⏳ loaded; preparing your view…"}
+
+        @guarded("Opening the linked view")
+        def on_ready(request: gr.Request):
+            if not loader.ready:  # loading failed: on_load shows why
+                return {}
             service = get_service()
             params = dict(request.query_params) if request is not None else {}
             started = time.perf_counter()
@@ -159,22 +172,33 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig) -> gr.Bl
             log.info("page view prepared in %.2f s", time.perf_counter() - started)
             update = {by_name[k]: v for k, v in values.items() if k in by_name}
             update[status] = status_markdown(service, loader.status())
-            yield update
+            return update
 
-        demo.load(on_load, None, outputs, show_progress="hidden")
+        demo.load(on_load, None, [status], show_progress="hidden", concurrency_limit=None,
+                  concurrency_id=STATUS_GROUP).then(on_ready, None, outputs, show_progress="hidden")
         demo.load(None, None, None, js=CONTROLS_JS)
     demo.cir_loader = loader  # for launch helpers and tests
     return demo
 
 
+def share_one_limit(demo: gr.Blocks) -> None:
+    """Put every Python callback except the load-status poll into one concurrency group, so
+    `--concurrency` bounds the callbacks running at once across the whole app (gradio applies
+    a limit per event listener otherwise: six listeners x 2)."""
+    for fn in demo.fns.values():
+        if fn.fn is not None and fn.concurrency_id != STATUS_GROUP:
+            fn.concurrency_id = WORK_GROUP
+            fn.concurrency_limit = "default"
+
+
 def launch_app(demo: gr.Blocks, server_name: str | None = None, port: int | None = None, share: bool = False,
                queue_size: int = 32, concurrency: int = 2, prevent_thread_lock: bool = False, quiet: bool = False):
-    """Queue (bounded, so many visitors cannot exhaust memory) and launch."""
-    from cir_demo.paths import runs_dir
-
+    """Queue (bounded, so many visitors cannot exhaust memory) and launch. No data folder is
+    served by path (report plots are sent as images), so nothing under runs/ reaches a visitor."""
+    share_one_limit(demo)
     demo.queue(max_size=queue_size, default_concurrency_limit=concurrency)
     return demo.launch(server_name=server_name, server_port=port, share=share, show_error=True,
-                       prevent_thread_lock=prevent_thread_lock, quiet=quiet, allowed_paths=[str(runs_dir())],
+                       prevent_thread_lock=prevent_thread_lock, quiet=quiet,
                        max_file_size="25mb", footer_links=["api", "settings"])
 
 

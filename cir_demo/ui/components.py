@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from typing import Iterable, Sequence
 
 from cir_demo.explorer import MODALITY_LABELS, Column, Comparison, QueryView, Tile
@@ -57,6 +58,19 @@ CSS = """
 
 def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
+
+
+# Markdown punctuation that can start a link, image, emphasis, code, heading, list or table, and
+# ":" so that no "scheme://" survives for autolinking (GFM/linkify work on the source text)
+_MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#+\-.!|~:>])")
+
+
+def md_escape(text: object) -> str:
+    """`text` as inert Markdown: it renders as the same characters, never as a link, image, tag
+    or structure. For every value that comes from a URL, a file or folder name, a results file
+    or an error message, before it is put into a gr.Markdown."""
+    one_line = " ".join(str(text).split())  # a newline could start a block (heading, list, fence)
+    return _MD_PUNCT.sub(r"\\\1", html.escape(one_line, quote=False))
 
 
 def fmt(value: float | None, digits: int = 3) -> str:
@@ -197,5 +211,7 @@ def query_header_html(view: QueryView, instruction: str | None = None) -> str:
 
 
 def notes_markdown(notes: Iterable[str]) -> str:
+    """A Markdown list of plain-text notes (each escaped: notes echo link parameters, file names,
+    error messages)."""
     notes = [n for n in notes if n]
-    return "\n".join(f"- {n}" for n in notes)
+    return "\n".join(f"- {md_escape(n)}" for n in notes)

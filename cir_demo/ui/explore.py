@@ -101,9 +101,9 @@ def list_queries(service: ExplorerService, text: str, filters: dict[str, str], s
     shown = len(found.rows)
     info = f"**{found.total:,}** matching queries" + (f" (showing the first {shown})" if shown < found.total else "")
     if found.note:
-        info += f" — {found.note}"
+        info += f" — {components.md_escape(found.note)}"
     if sort and sort != "order" and service.failure_source:
-        info += f". Results from: {service.failure_source}"
+        info += f". Results from: {components.md_escape(service.failure_source)}"
     return {"table": found.rows, "ids": list(found.rows["query"]), "info": info}
 
 
@@ -150,7 +150,7 @@ def rerank_controls(service: ExplorerService, on: bool = False) -> dict[str, Any
     """The reranker checkbox (disabled, with the reason, when there is no reranker)."""
     if service.reranker_name:
         return {"rerank": gr.update(value=bool(on), interactive=True, label=f"Rerank with {service.reranker_name}"),
-                "note": service.reranker_note}
+                "note": components.md_escape(service.reranker_note) if service.reranker_note else ""}
     return {"rerank": gr.update(value=False, interactive=False, label="Rerank (unavailable)"),
             "note": service.reranker_note}
 

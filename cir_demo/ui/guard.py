@@ -37,6 +37,18 @@ def guarded(action: str) -> Callable:
         return gr.Error(error_message(action, exc), print_exception=False)
 
     def wrap(fn: Callable) -> Callable:
+        if inspect.isasyncgenfunction(fn):
+            @functools.wraps(fn)
+            async def agen(*args, **kwargs):
+                try:
+                    async for item in fn(*args, **kwargs):
+                        yield item
+                except gr.Error:
+                    raise
+                except Exception as exc:
+                    raise visible(exc) from exc
+            return agen
+
         if inspect.isgeneratorfunction(fn):
             @functools.wraps(fn)
             def gen(*args, **kwargs):

@@ -9,6 +9,7 @@ import gradio as gr
 import pandas as pd
 
 from cir_demo.explorer import ExplorerService
+from cir_demo.ui.components import md_escape
 from cir_demo.ui.guard import guarded
 
 
@@ -38,14 +39,32 @@ def show_report(service: ExplorerService, label: str | None = None) -> dict[str,
     choices = [r.label for r in runs]
     if not runs:
         return {"run": gr.update(choices=[], value=None), "metrics": pd.DataFrame(), "plots": [],
-                "info": (f"No evaluation run of **{service.benchmark.name}** yet. Run `python app.py --eval` "
-                         + ("" if service.is_world else f"--benchmark {service.benchmark.name} ... ")
+                "info": (f"No evaluation run of **{md_escape(service.benchmark.name)}** yet. Run `python app.py --eval` "
+                         + ("" if service.is_world else f"--benchmark {md_escape(service.benchmark.name)} ... ")
                          + "and press Refresh.")}
     label = label if label in choices else choices[0]
     report = service.report(label)
-    lines = [f"Run **{report.run.label}** ({report.run.path})."] + report.info
+    # folder names and run_info values are whatever is on disk: escaped, never rendered
+    lines = [f"Run **{md_escape(report.run.label)}** ({md_escape(report.run.path)})."] + [md_escape(i) for i in report.info]
     return {"run": gr.update(choices=choices, value=label), "metrics": report.metrics,
-            "plots": [(str(p), caption) for p, caption in report.plots], "info": "\n\n".join(lines)}
+            "plots": plot_images(report.plots), "info": "\n\n".join(lines)}
+
+
+def plot_images(plots) -> list[tuple[Any, str]]:
+    """The run's PNG plots decoded in memory (gradio serves its own copies), so no file under runs/
+    is ever served by path: a run folder holding an .html file, or a link to one, cannot reach a visitor."""
+    from PIL import Image
+
+    out = []
+    for path, caption in plots:
+        try:
+            with Image.open(path) as im:
+                if im.format != "PNG":
+                    continue
+                out.append((im.convert("RGB"), str(caption)))
+        except (OSError, ValueError):  # a damaged plot is left out; the table still shows
+            continue
+    return out
 
 
 def wire(ui: ReportUI, get_service: Callable[[], ExplorerService]) -> None:

@@ -128,7 +128,7 @@ def upload_note(service: ExplorerService) -> str:
     if service.is_world:
         return f"**Your own images on the offline world.** {WORLD_UPLOAD_NOTE}"
     return (f"Results come from the {len(service.benchmark.corpus_ids):,} corpus images of "
-            f"{service.benchmark.name!r}.")
+            f"{components.md_escape(repr(service.benchmark.name))}.")
 
 
 # ------------------------------------------------------------------ wiring

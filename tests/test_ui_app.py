@@ -48,6 +48,11 @@ def load_page(demo, params):
     return steps + [wired(demo, "on_ready").fn(gr.Request(query_params=params))]
 
 
+def plain(md: str) -> str:
+    """The text a Markdown value shows (echoed values are escaped: components.md_escape)."""
+    return html_lib.unescape(re.sub(r"\\(.)", r"\1", md))
+
+
 def count(html: str, cls: str) -> int:
     return len(re.findall(rf'class="cir-tile {cls}"', html))
 
@@ -100,7 +105,7 @@ def test_page_load_opens_the_linked_view(demo, service):
     assert all(f">{n}<" in results for n in names) and service.retriever_names[0] + "<" not in results
     assert results.count('<li class="cir-tile') == 5 * len(names)
     assert "P(yes)" in results
-    assert "world (tiny)" in by_id["cir-status"]
+    assert "world (tiny)" in plain(by_id["cir-status"])
     assert isinstance(by_id["cir-query-list"], pd.DataFrame) and len(by_id["cir-query-list"]) == len(service.table)
 
 
@@ -108,7 +113,7 @@ def test_page_load_with_a_bad_link_explains_and_falls_back(demo, service):
     params = {"query": "nope", "retrievers": "ghost," + service.retriever_names[0], "k": "999", "colour": "red"}
     final = load_page(demo, params)[-1]
     by_id = {getattr(c, "elem_id", None): v for c, v in final.items()}
-    message = by_id["cir-message"]
+    message = plain(by_id["cir-message"])
     assert "nope" in message and "ghost" in message and "k=999" in message and "colour" in message
     assert by_id["cir-paraphrases"]["value"] == service.benchmark.queries[0].query_id
     assert by_id["cir-retrievers"]["value"] == [service.retriever_names[0]]
@@ -139,7 +144,7 @@ def test_page_load_while_loading_shows_progress_then_the_view(service):
     finally:
         ui_app.LOAD_POLL_S = saved
     first = {getattr(c, "elem_id", None): v for c, v in steps[0].items()}
-    assert "building index for tiny-ui-fusion" in first["cir-status"] and "encode 10/396" in first["cir-status"]
+    assert "building index for tiny-ui-fusion" in plain(first["cir-status"]) and "encode 10/396" in plain(first["cir-status"])
     assert len(steps) >= 2 and any(getattr(c, "elem_id", None) == "cir-results" for c in steps[-1])
 
 
@@ -211,7 +216,7 @@ def test_select_and_view_callbacks(demo, service):
 
 def test_view_without_retrievers_says_so(service):
     out = explore.show_view(service, service.benchmark.queries[0].query_id, [], 10, False, 20)
-    assert "Select at least one retriever" in out["message"] and "cir-tile" not in out["results"]
+    assert "Select at least one retriever" in plain(out["message"]) and "cir-tile" not in out["results"]
 
 
 # =========================================================================== upload callbacks
@@ -224,6 +229,7 @@ def test_upload_callbacks(demo, service, tmp_path):
     assert preview_html.count("<img") == 2 and message == ""
     results, message = wired(demo, "on_submit").fn(str(p1), str(p2), q.instruction, service.retriever_names, 10, True, 10)
     assert results.count('<li class="cir-tile') == 10 * len(service.retriever_names)
+    message = plain(message)
     assert "cir-pos" not in results and "offline world" in message and "no badges" in message
     # the same pixels as the benchmark query: the reranked top 10 is a reordering of its first-stage top 10
     expected = service.compare(q.query_id, service.retriever_names[:1], k=10).columns[0]
@@ -233,7 +239,7 @@ def test_upload_callbacks(demo, service, tmp_path):
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
     preview_html, message = wired(demo, "on_files").fn(str(bad), None)
-    assert "⚠" in message and "bad.jpg" in message and preview_html == ""
+    assert "⚠" in message and "bad.jpg" in plain(message) and preview_html == ""
     results, message = wired(demo, "on_submit").fn(str(bad), None, "make it red", service.retriever_names, 10, False, 20)
     assert "⚠" in message and "cir-tile" not in results
     with pytest.raises(gr.Error, match="upload at least one"):
@@ -263,9 +269,9 @@ def test_report_callback(demo, service, tiny_setup):
     (run / "run_info.json").write_text('{"benchmark_fingerprint": "%s"}' % service.fingerprint)
     try:
         run_update, info, metrics, plots = wired(demo, "on_show").fn(None)
-        assert run_update["value"] == run.name and run.name in info
+        assert run_update["value"] == run.name and run.name in plain(info)
         assert metrics.loc[0, "mAP@10"] == "0.5000 [0.4000, 0.6000]"
-        assert plots[0][0].endswith("precision_vs_safety.png") and "safety" in plots[0][1]
+        assert plots[0][0].size == (8, 8) and "safety" in plots[0][1]  # sent as an image, not a served path
     finally:
         for f in [run / "plots" / "precision_vs_safety.png", run / "metrics.csv", run / "run_info.json"]:
             f.unlink()

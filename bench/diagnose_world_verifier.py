@@ -1,15 +1,18 @@
-"""Why the world verifier moves NegRecall@10 the way it does (docs/world_models.md).
+"""How far the world verifier (the world judge) is from perfect judges, per retriever (docs/world_models.md).
 
     python app.py --eval                                        # writes runs/<stamp>-world/
-    python bench/diagnose_world_verifier.py runs/<stamp>-world [--retriever world-clip-fusion]
+    python bench/diagnose_world_verifier.py runs/<stamp>-world [--retrievers world-cir world-clip-fusion ...]
 
-Reads the run's results files for RETRIEVER and RETRIEVER+rerank (default world, seed 0) and prints:
-1. what the first stage's top 20 holds (positives, explicit negatives per query);
-2. NegRecall@10 of oracle rerankings of that top 20 next to the first stage and the verifier;
+Reads the run's results files for each RETRIEVER and RETRIEVER+rerank (default world, seed 0) and prints:
+1. what each first stage's top 20 holds (positives, explicit negatives per query);
+2. mAP@10 and NegRecall@10 of the first stage, of the run's reranking and of oracle rerankings of the
+   same top 20: a perfect yes/no judge (positives first, the rest in first-stage order), a perfect
+   *graded* judge (positives, then the explicit negatives, then the rest) and a perfect judge that puts
+   near misses last (positives, the rest, then the explicit negatives);
 3. the explicit negatives in each top 10, by the constraint they break (the instruction's focus
    or another one), with the focus negatives of the negation kinds;
-4. a probe of the pooled world-CLIP text embedding: is "coat not red" closer to the caption
-   "red coat" than to every other colour's, and does "blue instead of red" point to blue?
+4. (--probe) the old question of the pooled world-CLIP text embedding: is "coat not red" closer to the
+   caption "red coat" than to every other colour's, and does "blue instead of red" point to blue?
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+WORLD_RETRIEVERS = ("world-cir", "world-clip-fusion", "world-clip-slerp", "world-clip-image", "world-clip-text")
+
 
 def _neg_recall(top, negatives) -> float:
     return sum(x in negatives for x in top[:10]) / min(len(negatives), 10) if negatives else 0.0
@@ -35,25 +40,31 @@ def _results(run: Path, name: str) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def composition_and_oracles(bench, first: dict, reranked: dict) -> None:
-    rows = collections.defaultdict(list)
+def composition_and_oracles(bench, name: str, first: dict, reranked: dict) -> list[str]:
+    """Markdown rows: (ranking, mAP@10, NegRecall@10) for the first stage, the run's reranking and oracles."""
+    from cir_demo.metrics.pinpoint import evaluate
+
+    runs = collections.defaultdict(dict)
+    n_pos, n_neg = [], []
     for q in bench.queries:
-        top = first[q.query_id]["retrieved_items"][:20]
+        ranked = first[q.query_id]["retrieved_items"]
+        top, rest = ranked[:20], ranked[20:]
         pos, negs = set(q.judgments.positives), set(q.judgments.negatives)
         p = [x for x in top if x in pos]
         n = [x for x in top if x in negs]
         o = [x for x in top if x not in pos and x not in negs]
-        rows["positives in the top 20"].append(len(p))
-        rows["explicit negatives in the top 20"].append(len(n))
-        rows["share of queries with < 10 positives there"].append(float(len(p) < 10))
-        rows["first stage"].append(_neg_recall(top, negs))
-        rows["reranked (the run's verifier)"].append(_neg_recall(reranked[q.query_id]["retrieved_items"], negs))
-        rows["oracle: positives, then the rest in first-stage order"].append(_neg_recall(p + [x for x in top if x not in pos], negs))
-        rows["oracle: positives, then explicit negatives, then the rest"].append(_neg_recall(p + n + o, negs))
-        rows["oracle: positives, then the rest, then explicit negatives"].append(_neg_recall(p + o + n, negs))
-    print("top 20 of the first stage, means over queries; NegRecall@10 of rerankings of it:")
-    for name, values in rows.items():
-        print(f"  {name:60s} {np.mean(values):.4f}")
+        n_pos.append(len(p))
+        n_neg.append(len(n))
+        runs["first stage"][q.query_id] = ranked
+        runs["reranked by the world verifier"][q.query_id] = reranked[q.query_id]["retrieved_items"]
+        runs["oracle yes/no judge"][q.query_id] = p + [x for x in top if x not in pos] + rest
+        runs["oracle graded judge (near misses next)"][q.query_id] = p + n + o + rest
+        runs["oracle judge, near misses last"][q.query_id] = p + o + n + rest
+    rows = [f"| {name} | top 20 holds {np.mean(n_pos):.2f} positives, {np.mean(n_neg):.2f} explicit negatives | | |"]
+    for label, run in runs.items():
+        agg, _ = evaluate(run, bench.queries)
+        rows.append(f"| {name} | {label} | {agg['mAP@10']:.4f} | {agg['NegRecall@10']:.4f} |")
+    return rows
 
 
 def negatives_by_constraint(bench, runs: dict) -> None:
@@ -116,17 +127,21 @@ def text_probe() -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", help="an `app.py --eval` run folder on the default world")
-    ap.add_argument("--retriever", default="world-clip-fusion")
-    ap.add_argument("--no-probe", action="store_true", help="skip the text-embedding probe")
+    ap.add_argument("--retrievers", nargs="+", default=list(WORLD_RETRIEVERS))
+    ap.add_argument("--probe", action="store_true", help="also run the pooled text-embedding probe")
     args = ap.parse_args(argv)
     from cir_demo.world import load_world
 
     run = Path(args.run)
     bench = load_world(size="default", seed=0, progress=False)
-    first, reranked = _results(run, args.retriever), _results(run, f"{args.retriever}+rerank")
-    composition_and_oracles(bench, first, reranked)
-    negatives_by_constraint(bench, {args.retriever: first, f"{args.retriever}+rerank": reranked})
-    if not args.no_probe:
+    print("| retriever | ranking of its top 20 | mAP@10 | NegRecall@10 |\n| --- | --- | --- | --- |")
+    by_constraint = {}
+    for name in args.retrievers:
+        first, reranked = _results(run, name), _results(run, f"{name}+rerank")
+        print("\n".join(composition_and_oracles(bench, name, first, reranked)))
+        by_constraint[name], by_constraint[f"{name}+rerank"] = first, reranked
+    negatives_by_constraint(bench, by_constraint)
+    if args.probe:
         text_probe()
     return 0
 

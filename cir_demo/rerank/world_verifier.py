@@ -1,14 +1,20 @@
-"""The world verifier backend: a small cross-encoder trained by this project on the offline world.
+"""The world verifier backend: the world judge (`cir_demo/models/world_judge.py`), trained by this project.
 
-`load_reranker("world-verifier")` loads `assets/world-verifier/world_verifier.safetensors`, the
-world-CLIP it was trained on (named in the asset manifest, sha256 checked) and scores each
-candidate as (logit_yes, logit_no); P(relevant) = sigmoid(logit_yes - logit_no). It uses no text
-prompt; `spec["description"]` (and `prompt_text`) says what it reads instead. Fast on a CPU
-(see bench/bench_world_models.py).
+`load_reranker("world-verifier")` loads `assets/world-verifier/` (weights, tokenizer, manifest; sha256
+checked) and answers "does this candidate satisfy the instruction applied to the reference image(s)?"
+from the pixels of the references and the candidate and the words of the instruction, as
+(logit_yes, logit_no); P(yes) = sigmoid(logit_yes - logit_no), calibrated on held-out train intents.
+It reads no text prompt; `spec["description"]` (and `prompt_text`) says what it reads instead.
+
+Costs: an image's features (the CNN, pooled patch tokens) are computed once and kept (a benchmark's
+corpus comes from the shared embedding cache, `image_spec`); a query's probes (references + words)
+once per query; each candidate costs two small cross-attention blocks.
 """
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -16,209 +22,241 @@ import numpy as np
 
 from cir_demo.rerank.base import LogitPairReranker, RerankRequest
 
-DEFAULT_WEIGHTS = "assets/world-verifier/world_verifier.safetensors"
+DEFAULT_WEIGHTS = "assets/world-verifier/world_judge.safetensors"
+TOKENIZER_FILE = "tokenizer/tokenizer.json"
+MANIFEST_FORMAT = "cir_demo.world_model/1"
+DESCRIPTION = ("world judge: no text prompt; reads the pixels of the reference image(s) and the candidate "
+               "(a small CNN's 4x4 patch tokens at 64 px) and the instruction's words (<img1>/<img2> rendered "
+               "as words); learned probes read the words and the reference patches jointly, then cross-attend "
+               "to the candidate's patches, ending in (logit_yes, logit_no), calibrated")
+_PROBE_MEMO = 4096  # queries whose probes are kept (the app revisits queries; an eval reranks each 5 times)
+
+
+def read_judge_manifest(weights: Path) -> tuple[dict, str]:
+    """The judge's manifest, checked against its weights and tokenizer files: (manifest, weights sha256)."""
+    from cir_demo.utils.io import sha256_file
+
+    if not weights.is_file():
+        raise FileNotFoundError(f"world verifier: weights not found: {weights} "
+                                f"(restore: git checkout {weights.parent}; or train: python -m cir_demo train world-verifier)")
+    manifest_path = weights.parent / "manifest.json"
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"world verifier: {weights} needs its manifest at {manifest_path}")
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    files = manifest.get("files") or {}
+    digest = ""
+    for name in (weights.name, TOKENIZER_FILE):
+        path = weights.parent / name
+        if name not in files:
+            raise ValueError(f"{manifest_path}: missing field 'files.{name}'")
+        got = sha256_file(path) if path.is_file() else "(missing)"
+        if got != files[name]:
+            raise ValueError(f"world verifier: {path} is damaged or replaced (sha256 {got[:16]}..., manifest "
+                             f"{files[name][:16]}...); restore it: git checkout {weights.parent}")
+        if name == weights.name:
+            digest = got
+    if "architecture" not in manifest:
+        raise ValueError(f"{manifest_path}: missing field 'architecture'")
+    return manifest, digest
 
 
 class WorldVerifierReranker(LogitPairReranker):
     backend = "world-verifier"
 
-    def __init__(self, weights: str | Path = DEFAULT_WEIGHTS, device: str = "cpu", batch_size: int = 64,
+    def __init__(self, weights: str | Path = DEFAULT_WEIGHTS, device: str = "cpu", batch_size: int = 256,
                  marker_style: str = "words"):
-        from safetensors import safe_open
         from safetensors.torch import load_file
 
-        from cir_demo.retrievers import openclip
+        from cir_demo.models.preprocess import PREPROCESS
+        from cir_demo.models.world_judge import JudgeArch, feature_dim, judge_from_state, load_tokenizer
         from cir_demo.retrievers.base import resolve_path
-        from cir_demo.training.world_verifier import DESCRIPTION, DESCRIPTION_POOLED_ONLY, verifier_from_state
-        from cir_demo.utils.io import sha256_file
 
         path = resolve_path(weights)
-        if not path.is_file():
-            raise FileNotFoundError(f"world verifier: weights not found: {path} "
-                                    f"(train: python -m cir_demo train world-verifier)")
-        manifest_path = path.parent / "manifest.json"
-        if not manifest_path.is_file():
-            raise FileNotFoundError(f"world verifier: {path} needs its manifest at {manifest_path}")
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        digest = sha256_file(path)
-        if manifest.get("files", {}).get(path.name) != digest:
-            raise ValueError(f"{manifest_path}: field 'files.{path.name}' does not match the sha256 of {path}")
-        clip = manifest.get("clip") or {}
-        for key in ("path", "weights_sha256", "model_name"):
-            if key not in clip:
-                raise ValueError(f"{manifest_path}: missing field 'clip.{key}'")
-        clip_dir = resolve_path(clip["path"])
-        self.encoder, clip_spec = openclip.load_encoder(
-            # the manifest's (repo-relative) path, so the spec equals the world-CLIP retrievers'
-            clip["model_name"], f"{clip['path']}/world_clip.safetensors", f"{clip['path']}/model_config.json",
-            device, "fp32", where="world verifier")
-        if clip_spec["weights"]["sha256"] != clip["weights_sha256"]:
-            raise ValueError(f"{manifest_path}: field 'clip.weights_sha256' does not match {clip_dir}: "
-                             f"the verifier was trained on other world-CLIP weights; retrain it")
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-        layers, heads = int(meta.get("layers", 3)), int(meta.get("heads", 4))
-        text_layers = int(meta.get("text_layers", 1))
-        self.model = verifier_from_state(load_file(str(path)), layers, heads, text_layers)
-        self.reads_tokens = bool(self.model.vocab_size)
+        manifest, digest = read_judge_manifest(path)
+        self.arch = JudgeArch.from_json(manifest["architecture"])
+        self.model = judge_from_state(load_file(str(path)), self.arch)
+        self.tokenizer = load_tokenizer(path.parent / TOKENIZER_FILE)
         self.name = "world-verifier"
-        self.dim = int(self.encoder.dim)
-        self.image_spec = {"family": openclip.FAMILY, **clip_spec}  # equal to world-CLIP retrievers' image spec
-        self._known: dict[str, np.ndarray] = {}  # image id -> world-CLIP embedding, for ids fixed by their id
-        self._remember: frozenset[str] = frozenset()
-        self._texts: dict[str, np.ndarray] = {}
+        self.dim = feature_dim(self.arch)
         self.batch_size = int(batch_size)
         self.marker_style = marker_style
-        self.description = DESCRIPTION if self.reads_tokens else DESCRIPTION_POOLED_ONLY
+        self.description = DESCRIPTION
+        self.preprocess = dict(manifest.get("preprocess") or PREPROCESS)
+        # The embedding cache key of the image features (shared by every caller of this judge).
+        self.image_spec = {"family": "world-judge", "weights_sha256": digest, "preprocess": self.preprocess}
+        self._lock = threading.Lock()
+        self._row: dict[str, int] = {}  # image id -> row of self._feats
+        self._feats = np.zeros((0, self.dim), np.float32)
+        self._memory = None  # cross-attention keys/values of every row of self._feats, built on first use
+        self._remember: frozenset[str] = frozenset()
+        self._probes: OrderedDict = OrderedDict()
         self.spec = {
             "backend": self.backend,
-            "model": "world-verifier",
+            "model": "world-judge",
             "weights": {"path": str(weights), "sha256": digest},
-            "clip_weights_sha256": clip_spec["weights"]["sha256"],
-            "architecture": {"width": self.model.width, "layers": layers, "heads": heads, "dim": self.model.dim,
-                             "instruction_reader": ({"text_layers": text_layers, "vocab_size": self.model.vocab_size}
-                                                    if self.reads_tokens else None)},
-            "score": "sigmoid(logit_yes - logit_no) from the [CLS] token's two logits",
+            "architecture": self.arch.to_json(),
+            "score": "sigmoid(logit_yes - logit_no), calibrated on held-out train intents",
             "description": self.description,  # no "prompt": this backend reads no text prompt
             "marker_style": marker_style,
-            "image_preprocess": clip_spec["preprocess"],
+            "image_preprocess": self.preprocess,
         }
 
     def prompt_text(self, request: RerankRequest) -> str:
         return self.description
 
-    # -- precomputed image embeddings
+    # -- image features
     def encode_images(self, images: Sequence[Any], batch_size: int | None = None) -> np.ndarray:
-        """world-CLIP image embeddings (n, dim), as the world-CLIP retrievers compute them."""
-        from cir_demo.retrievers.dual_encoder import encode_in_batches
+        """(n, dim) unit-row image features from PIL images (or uint8 arrays)."""
+        import torch
 
-        return encode_in_batches(list(images), self.encoder.encode_image_batch, batch_size or self.batch_size,
-                                 self.dim, "world verifier: images")
+        from cir_demo.models.preprocess import normalize_pixels, to_model_pixels
+
+        images = list(images)
+        out = np.zeros((len(images), self.dim), np.float32)
+        step = batch_size or self.batch_size
+        with torch.inference_mode():
+            for s in range(0, len(images), step):
+                px = normalize_pixels(to_model_pixels(images[s:s + step], self.preprocess), self.preprocess)
+                out[s:s + step] = self.model.patch_features(px).numpy()
+        return out
 
     def use_image_embeddings(self, ids: Sequence[str], embeddings: np.ndarray, remember_ids: Sequence[str] = ()) -> None:
-        """Serve these images' embeddings from `embeddings` (rows in `ids` order; e.g. a benchmark's
-        corpus, encoded once and shared with the world-CLIP indexes) instead of encoding them for
-        every query. Images in `remember_ids` (e.g. the benchmark's reference images) are encoded
-        on first use and kept. Only ids whose image is fixed by the id belong here: never uploads."""
+        """Serve these images' features from `embeddings` (rows in `ids` order; e.g. a benchmark's corpus
+        from the shared embedding cache) instead of computing them per query. Images in
+        `remember_ids` (e.g. the benchmark's reference images) are computed on first use and kept.
+        Only ids whose image is fixed by the id belong here: never uploads."""
         embeddings = np.asarray(embeddings, np.float32)
         if embeddings.shape != (len(ids), self.dim):
-            raise ValueError(f"world verifier: embeddings of shape {embeddings.shape} for {len(ids)} ids of dim {self.dim}")
-        self._known.update(zip(map(str, ids), embeddings))
-        self._remember = frozenset(map(str, remember_ids))
+            raise ValueError(f"world verifier: features of shape {embeddings.shape} for {len(ids)} ids of dim {self.dim}")
+        with self._lock:
+            self._row = {str(i): r for r, i in enumerate(ids)}
+            self._feats = np.ascontiguousarray(embeddings)
+            self._memory = None
+            self._remember = frozenset(map(str, remember_ids))
 
     def needs_image(self, image_id: str) -> bool:
-        return str(image_id) not in self._known
+        return str(image_id) not in self._row
 
-    def _image_embeddings(self, ids: Sequence[str | None], images: Sequence[Any]) -> np.ndarray:
-        """Embeddings of images given by id and/or pixels: known ids from the table, the rest
-        encoded in one batch (and kept when their id is in the remember set)."""
+    def _features(self, ids: Sequence[str | None], images: Sequence[Any]) -> np.ndarray:
+        """Features of images given by id and/or pixels: known ids from the table, the rest computed in
+        one batch (and kept when their id is in the remember set)."""
         out = np.zeros((len(images), self.dim), np.float32)
         todo = []
         for i, (image_id, image) in enumerate(zip(ids, images)):
-            known = self._known.get(image_id) if image_id is not None else None
-            if known is not None:
-                out[i] = known
+            row = self._row.get(image_id) if image_id is not None else None
+            if row is not None:
+                out[i] = self._feats[row]
             elif image is None:
-                raise ValueError(f"world verifier: no image and no precomputed embedding for {image_id!r}")
+                raise ValueError(f"world verifier: no image and no precomputed features for {image_id!r}")
             else:
                 todo.append(i)
         if todo:
-            emb = self.encode_images([images[i] for i in todo])
-            out[todo] = emb
-            for i, e in zip(todo, emb):
-                if ids[i] in self._remember:
-                    self._known[ids[i]] = e
+            feats = self.encode_images([images[i] for i in todo])
+            out[todo] = feats
+            keep = [(ids[i], f) for i, f in zip(todo, feats) if ids[i] in self._remember and ids[i] not in self._row]
+            if keep:
+                with self._lock:
+                    base = len(self._feats)
+                    self._feats = np.concatenate([self._feats, np.stack([f for _, f in keep])])
+                    self._row.update({k: base + n for n, (k, _) in enumerate(keep)})
+                    self._memory = None  # rebuilt (cheap) with the new rows
         return out
 
-    def _instruction_tokens(self, instructions: Sequence[str]):
-        """world-CLIP token ids (q, L) of the instructions, markers rendered as for the text embedding,
-        or None for a verifier that reads only the pooled text embedding."""
-        from cir_demo.retrievers.base import render_markers
+    def _known_memory(self):
+        """Keys/values of every known image, built once (a corpus of 6,809 images: ~0.3 s, 84 MB)."""
+        import torch
 
-        if not self.reads_tokens:
-            return None
-        return self.encoder.tokenizer([render_markers(t, self.marker_style) for t in instructions]).cpu()
+        with self._lock:
+            if self._memory is None or self._memory[0][0].shape[0] != len(self._feats):
+                with torch.inference_mode():
+                    parts = [self.model.candidate_memory(torch.from_numpy(self._feats[s:s + 2048]))
+                             for s in range(0, len(self._feats), 2048)]
+                    self._memory = [(torch.cat([p[b][0] for p in parts]), torch.cat([p[b][1] for p in parts]))
+                                    for b in range(len(self.model.blocks))] if parts else None
+            return self._memory
 
-    def _text_embeddings(self, instructions: Sequence[str]) -> np.ndarray:
+    def _words(self, instructions: Sequence[str]):
+        import torch
+
+        from cir_demo.models.world_judge import encode_words
         from cir_demo.retrievers.base import render_markers
 
         rendered = [render_markers(t, self.marker_style) for t in instructions]
-        missing = list(dict.fromkeys(t for t in rendered if t not in self._texts))
-        for start in range(0, len(missing), self.batch_size):
-            part = missing[start:start + self.batch_size]
-            self._texts.update(zip(part, self.encoder.encode_text_batch(part)))
-        if len(self._texts) > 50_000:  # a long-running app: keep memory bounded
-            self._texts = {t: self._texts[t] for t in rendered}
-        return np.stack([self._texts[t] for t in rendered]) if rendered else np.zeros((0, self.dim), np.float32)
+        return torch.from_numpy(encode_words(self.tokenizer, rendered, self.arch.context_length))
 
-    def features(self, request: RerankRequest, candidate_images: Sequence[Any], candidate_ids: Sequence[str] | None = None):
-        """Frozen world-CLIP embeddings: (ref1, ref2, text) each (1, d), candidates (n, d), and the
-        instruction's token ids (1, L) (None for a verifier without an instruction reader)."""
-        n_ref = len(request.reference_images)
-        ids = list(request.reference_ids) + list(candidate_ids if candidate_ids is not None else [None] * len(candidate_images))
-        emb = self._image_embeddings(ids, list(request.reference_images) + list(candidate_images))
-        text = self._text_embeddings([request.instruction])
-        return emb[:1], emb[n_ref - 1:n_ref], text, emb[n_ref:], self._instruction_tokens([request.instruction])
-
-    def logits_from_features(self, ref1: np.ndarray, ref2: np.ndarray, text: np.ndarray, cands: np.ndarray,
-                             tokens=None) -> np.ndarray:
+    def _query_probes(self, requests: Sequence[RerankRequest]):
+        """(q, probes, width) for each request; memoised for requests whose references are known ids."""
         import torch
 
-        n = len(cands)
-        rep = lambda a: torch.from_numpy(np.repeat(np.asarray(a, np.float32), n, axis=0))  # noqa: E731
-        with torch.inference_mode():
-            instruction = self.model.encode_instruction(tokens).repeat_interleave(n, 0) if tokens is not None else None
-            logits = self.model(rep(ref1), rep(ref2), rep(text), torch.from_numpy(np.asarray(cands, np.float32)),
-                                instruction)
-        return logits.numpy().astype(np.float64)
+        keys = [(r.reference_ids, r.instruction) if all(i in self._row for i in r.reference_ids) else None
+                for r in requests]
+        out: list = [self._probes.get(k) if k is not None else None for k in keys]
+        todo = [i for i, p in enumerate(out) if p is None]
+        if todo:
+            ids, images = [], []
+            for i in todo:
+                r = requests[i]
+                ids += [r.reference_ids[0], r.reference_ids[-1]]
+                images += [r.reference_images[0], r.reference_images[-1]]
+            feats = torch.from_numpy(self._features(ids, images))
+            two = torch.tensor([len(requests[i].reference_ids) > 1 for i in todo])
+            with torch.inference_mode():
+                probes = self.model.encode_query(feats[0::2], feats[1::2], two,
+                                                 self._words([requests[i].instruction for i in todo]))
+            for n, i in enumerate(todo):
+                out[i] = probes[n]
+                if keys[i] is not None:
+                    self._probes[keys[i]] = probes[n]
+            while len(self._probes) > _PROBE_MEMO:
+                self._probes.popitem(last=False)
+        return torch.stack(out) if out else torch.zeros(0)
 
+    # -- scoring
     def score_logits(self, request: RerankRequest, candidate_images: Sequence[Any]) -> np.ndarray:
         if not candidate_images:
             return np.zeros((0, 2))
-        return self.logits_from_features(*self.features(request, candidate_images))
+        return self._logits([(request, [None] * len(candidate_images), list(candidate_images))])
 
     def score(self, request: RerankRequest, candidate_ids: Sequence[str], candidate_images: Sequence[Any]):
         return self.score_batch([(request, candidate_ids, candidate_images)])[0]
 
     def score_batch(self, items):
-        """All candidates of all queries in one forward pass (rows are independent)."""
-        import torch
-
+        """All candidates of all queries at once (rows are independent)."""
         from cir_demo.rerank.base import scores_from_logits
 
         items = [(request, list(ids), list(images)) for request, ids, images in items]
         for _, ids, images in items:
             self._check_lengths(ids, images)
-        ids_all: list[str | None] = []
-        images_all: list[Any] = []
-        ref_rows, counts = [], []
-        for request, ids, images in items:
-            start = len(ids_all)
-            ids_all += list(request.reference_ids) + ids
-            images_all += list(request.reference_images) + images
-            ref_rows.append((start, start + len(request.reference_ids) - 1))
-            counts.append(len(ids))
-        emb = self._image_embeddings(ids_all, images_all)
-        instructions = [request.instruction for request, _, _ in items]
-        text = self._text_embeddings(instructions)
-        tokens = self._instruction_tokens(instructions)
-        rows = [(q, start + len(items[q][0].reference_ids) + j) for q, (start, _) in enumerate(ref_rows)
-                for j in range(counts[q])]
-        if not rows:
-            return [[] for _ in items]
-        query_of = np.array([q for q, _ in rows])
-        first = np.array([ref_rows[q][0] for q in query_of])
-        last = np.array([ref_rows[q][1] for q in query_of])
-        cand = np.array([r for _, r in rows])
-        t = lambda a: torch.from_numpy(np.ascontiguousarray(a, np.float32))  # noqa: E731
-        with torch.inference_mode():
-            instruction = None
-            if tokens is not None:  # read once per query, then one row per candidate
-                instruction = self.model.encode_instruction(tokens)[torch.from_numpy(query_of)]
-            logits = self.model(t(emb[first]), t(emb[last]), t(text[query_of]), t(emb[cand]),
-                                instruction).numpy().astype(np.float64)
+        logits = self._logits(items)
         out, pos = [], 0
-        for (_, ids, _), n in zip(items, counts):
-            out.append(scores_from_logits(ids, logits[pos:pos + n]) if n else [])
-            pos += n
+        for _, ids, _ in items:
+            out.append(scores_from_logits(ids, logits[pos:pos + len(ids)]) if ids else [])
+            pos += len(ids)
+        return out
+
+    def _logits(self, items) -> np.ndarray:
+        import torch
+
+        n_pairs = sum(len(ids) for _, ids, _ in items)
+        if not n_pairs:
+            return np.zeros((0, 2))
+        out = np.zeros((n_pairs, 2), np.float64)
+        step = max(1, self.batch_size // 8)  # queries per forward pass
+        pos = 0
+        for s in range(0, len(items), step):
+            chunk = items[s:s + step]
+            probes = self._query_probes([request for request, _, _ in chunk])
+            query_of = np.concatenate([np.full(len(ids), q) for q, (_, ids, _) in enumerate(chunk)])
+            known = [self._row.get(i) if i is not None else None for _, ids, _ in chunk for i in ids]
+            images = [img for _, _, imgs in chunk for img in imgs]
+            with torch.inference_mode():
+                if all(r is not None for r in known):
+                    memory, index = self._known_memory(), torch.tensor(known, dtype=torch.long)
+                else:  # uploads or images outside the known table: their features now
+                    ids = [i for _, ids, _ in chunk for i in ids]
+                    memory = self.model.candidate_memory(torch.from_numpy(self._features(ids, images)))
+                    index = torch.arange(len(ids))
+                logits = self.model.logits(probes[torch.from_numpy(query_of)], memory, index)
+            out[pos:pos + len(query_of)] = logits.numpy()
+            pos += len(query_of)
         return out

@@ -196,7 +196,8 @@ def train_clip_command(size, seed, data_seed, epochs, max_steps, out: Path, eval
                        model_name: str | None = None, overrides: dict | None = None) -> dict:
     from cir_demo.paths import REPO_ROOT
     from cir_demo.training import evaluate as ev
-    from cir_demo.training.data import PREPROCESS, world_pixels
+    from cir_demo.models.preprocess import PREPROCESS
+    from cir_demo.training.data import world_pixels
     from cir_demo.training.world_clip import MODEL_NAME, WorldClipConfig, save_world_clip, train_world_clip
     from cir_demo.world.loader import load_train
 
@@ -261,61 +262,117 @@ def train_cir_command(size, seed, data_seed, epochs, max_steps, out: Path, clip_
                                                data_seed, info, t0, examples, weights, held_out))
 
 
-# --------------------------------------------------------------------------- world verifier
+# --------------------------------------------------------------------------- world verifier (the world judge)
+def _judge_cnn(train, pixels, arch, cfg, progress: bool):
+    """Stage 1 (the judge's CNN), kept in the pixel cache keyed by its config and the world: an
+    interrupted or repeated run resumes at stage 2."""
+    import hashlib
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from cir_demo.models.world_judge import build_image_encoder
+    from cir_demo.training.data import pixel_cache_dir
+    from cir_demo.training.world_judge import train_cnn
+    from cir_demo.utils.io import atomic_path
+
+    stage1 = {k: getattr(cfg, k) for k in ("cnn_epochs", "cnn_batch", "cnn_lr", "seed", "cnn_max_steps")}
+    key = hashlib.sha256(json.dumps([stage1, arch.to_json()], sort_keys=True).encode()).hexdigest()[:16]
+    path = pixel_cache_dir(train.world.manifest["checksum"]) / f"judge-cnn-{key}.safetensors"
+    info_path = path.with_suffix(".json")
+    if path.is_file() and info_path.is_file():
+        cnn = build_image_encoder(arch)
+        cnn.load_state_dict(load_file(str(path)))
+        return cnn.eval(), {**json.loads(info_path.read_text(encoding="utf-8")), "resumed_from": str(path)}
+    cnn, info = train_cnn(pixels, train.scenes, arch, cfg, progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        save_file({k: v.contiguous() for k, v in cnn.state_dict().items()}, str(tmp))
+    with atomic_path(info_path) as tmp:
+        tmp.write_text(json.dumps(info), encoding="utf-8")
+    torch.manual_seed(cfg.seed)
+    return cnn, info
+
+
+def fusion_first_stage(examples, img, text_fn, k: int):
+    """Per intent, (paraphrases, k) world-CLIP fusion top-k train rows, best first (references excluded):
+    what a first stage shows the judge during training."""
+    import numpy as np
+
+    from cir_demo.retrievers import recipes
+
+    out = []
+    for ex in examples:
+        t = text_fn(ex.texts)
+        ref = recipes.mean_of_references([img[r] for r in ex.ref_rows])
+        s = recipes.early_fusion(np.repeat(ref[None], len(t), 0), t, 0.8) @ img.T
+        s[:, list(ex.ref_rows)] = -np.inf
+        out.append(np.argsort(-s, axis=1, kind="stable")[:, :k])
+    return out
+
+
 def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, clip_dir: Path, clip_ref: str,
                            evaluate=True, progress=True, overrides: dict | None = None) -> dict:
-    import numpy as np
+    """The world judge: stage 1 (CNN on train attributes), stage 2 (the judge on train intents), calibration.
+    world-CLIP only picks training candidates (what a first stage shows); the judge never reads it."""
+    import shutil
+
     import torch
 
-    from cir_demo.training import evaluate as ev
-    from cir_demo.training.world_cir import reference_pairs
-    from cir_demo.training.world_verifier import (DESCRIPTION, DESCRIPTION_POOLED_ONLY, N_INSTRUCTION_TOKENS, N_TOKENS,
-                                                 WEIGHTS_NAME, VerifierConfig, train_world_verifier)
-
+    from cir_demo.models.preprocess import PREPROCESS
+    from cir_demo.models.world_judge import JudgeArch, build_judge, encode_words, load_tokenizer
+    from cir_demo.rerank.world_verifier import DESCRIPTION, TOKENIZER_FILE
     from cir_demo.retrievers.base import render_markers
+    from cir_demo.training.data import intent_examples, world_pixels
+    from cir_demo.training.world_judge import WEIGHTS_NAME, JudgeData, JudgeTrainConfig, patch_features, train_judge
+    from cir_demo.utils.io import sha256_file
+    from cir_demo.world.loader import load_train
 
-    cfg = _override(VerifierConfig(seed=data_seed), overrides, epochs=epochs, max_steps=max_steps)
+    cfg = _override(JudgeTrainConfig(seed=data_seed), overrides, epochs=epochs, max_steps=max_steps,
+                    cnn_max_steps=max_steps)
+    train = load_train(size=size, seed=seed)
+    t0 = time.time()
+    tokenizer_src = clip_dir / "tokenizer" / "tokenizer.json"
+    tokenizer = load_tokenizer(tokenizer_src)
+    arch = JudgeArch(**{**cfg.arch, "vocab_size": tokenizer.get_vocab_size()})
+    pixels = world_pixels(train.world, train.image_ids, "train", progress=progress)
+    cnn, cnn_info = _judge_cnn(train, pixels, arch, cfg, progress)
+    model = build_judge(arch)
+    model.image.load_state_dict(cnn.state_dict())
+    model.image.eval()
+    for p in model.image.parameters():
+        p.requires_grad_(False)
+    feats = patch_features(model.image, pixels, progress=progress, desc="judge features of the train images")
+    _, _, img, text_fn, clip_manifest = _clip_train_embeddings(clip_dir, train, progress)
+    examples = intent_examples(train, seed=data_seed)
+    fs = fusion_first_stage(examples, img, text_fn, cfg.first_stage_k)
 
-    def token_kwargs(clip_model, tokenizer):
-        if not cfg.instruction_tokens:
-            return {}
-        return {"tokenize": lambda texts: tokenizer([render_markers(t, "words") for t in texts]).numpy(),
-                "word_init": clip_model.token_embedding.weight.detach().numpy()}
+    def tokenize(texts, length):
+        return encode_words(tokenizer, [render_markers(t, "words") for t in texts], length)
 
-    train, t0, clip_model, tokenizer, clip_manifest, examples, model, info = _train_on_clip_features(
-        size, seed, data_seed, clip_dir, cfg, train_world_verifier, progress, token_kwargs)
+    model, info = train_judge(model, JudgeData(feats, examples, tokenize, arch.context_length), fs, cfg, progress)
     weights = out / WEIGHTS_NAME
-    _save_weights(model, weights, {"format": "cir_demo.world_verifier/1", "layers": str(cfg.layers),
-                                   "heads": str(cfg.heads), "text_layers": str(cfg.text_layers)})
+    (out / TOKENIZER_FILE).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(tokenizer_src, out / TOKENIZER_FILE)
+    _save_weights(model, weights, {"format": "cir_demo.world_judge/1"})
+    for stale in ("world_verifier.safetensors",):  # the previous verifier's weights
+        (out / stale).unlink(missing_ok=True)
     held_out = {}
     if evaluate:
-        test = ev.load_test_data(size, seed, progress)
-        emb = ev.clip_embeddings(clip_model, tokenizer, test, progress, cache_key=manifest_clip_sha(clip_manifest))
-        r1, r2 = reference_pairs(emb["refs"], test.ref_row, test.bench.queries)
-        tokens = None
-        if cfg.instruction_tokens:
-            tokens = tokenizer(test.query_texts())
+        from cir_demo.training.judge_eval import held_out_judge
 
-        def score_fn(idx):
-            m = idx.shape[1]
-            with torch.inference_mode():
-                t = lambda a: torch.from_numpy(np.repeat(a, m, axis=0))  # noqa: E731
-                instruction = None
-                if tokens is not None:
-                    instruction = model.encode_instruction(tokens).repeat_interleave(m, dim=0)
-                logits = model(t(r1), t(r2), t(emb["texts"]), torch.from_numpy(emb["corpus"][idx.reshape(-1)]),
-                               instruction)
-            return (logits[:, 0] - logits[:, 1]).view(len(idx), m).numpy()
-
-        held_out = ev.evaluate_reranked_fusion(score_fn, test, emb, top_n=20)
-        held_out["raises_mAP@10"] = bool(held_out["after"]["mAP@10"] > held_out["before"]["mAP@10"])
-        held_out["lowers_NegRecall@10"] = bool(held_out["after"]["NegRecall@10"] < held_out["before"]["NegRecall@10"])
-    architecture = {"width": cfg.width, "layers": cfg.layers, "heads": cfg.heads,
-                    "tokens": N_TOKENS + 1 + (N_INSTRUCTION_TOKENS if cfg.instruction_tokens else 0),
-                    "instruction_reader": ({"text_layers": cfg.text_layers, "vocab_size": model.vocab_size,
-                                            "context_length": model.context_length}
-                                           if cfg.instruction_tokens else None)}
-    description = DESCRIPTION if cfg.instruction_tokens else DESCRIPTION_POOLED_ONLY
-    return _write_manifest(out, _head_manifest("world-verifier", description, clip_ref, clip_manifest, train, size,
-                                               seed, data_seed, info, t0, examples, weights, held_out,
-                                               architecture=architecture))
+        with torch.inference_mode():
+            held_out = held_out_judge(model, tokenize, arch, size, seed, clip_dir, clip_manifest, progress)
+    manifest = {
+        "format": MANIFEST_FORMAT, "model": "world-verifier", "description": DESCRIPTION,
+        "architecture": arch.to_json(), "preprocess": PREPROCESS,
+        "first_stage_for_training": {"clip": clip_ref, "weights_sha256": clip_manifest["files"]["world_clip.safetensors"],
+                                     "recipe": "early_fusion text_weight 0.8", "k": cfg.first_stage_k},
+        "world": _world_block(train, size, seed), "data_seed": data_seed,
+        "training": {"stage1_cnn": cnn_info, "stage2_judge": info, "wall_seconds": round(time.time() - t0, 1),
+                     "n_intents": len(examples)},
+        "hardware": hardware(),
+        "files": {weights.name: sha256_file(weights), TOKENIZER_FILE: sha256_file(out / TOKENIZER_FILE)},
+        "held_out": held_out, "held_out_note": "test split only (never used for training or model selection)",
+    }
+    return _write_manifest(out, manifest)

@@ -6,12 +6,12 @@ ToTensor/Normalize; the uint8 result is cached as .npy under
 `cache_dir()/world_models/<world checksum>/`. So train-time and serve-time pixels are identical
 by construction (tests check it), and normalising is `(x / 255 - mean) / std`.
 
-Heavy libraries (torch, open_clip) are imported inside functions.
+Heavy libraries (torch, open_clip) are imported inside functions. The pixel preprocessing itself lives in
+`cir_demo/models/preprocess.py`, shared with the serving code.
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,63 +19,9 @@ from typing import Sequence
 
 import numpy as np
 
-# The model-input preprocessing of every world model (written into the open_clip sidecar).
-PREPROCESS = {
-    "size": 64,
-    "mean": [0.5, 0.5, 0.5],
-    "std": [0.5, 0.5, 0.5],
-    "interpolation": "bicubic",
-    "resize_mode": "shortest",
-}
+from cir_demo.models.preprocess import PREPROCESS, preprocess_key, to_model_pixels
+
 RENDER_CHUNK = 512
-
-
-def pixel_transform(preprocess: dict = PREPROCESS):
-    """The open_clip eval transform for `preprocess` (PIL -> normalised CHW tensor)."""
-    from open_clip.transform import PreprocessCfg, image_transform_v2
-
-    cfg = {k: (tuple(v) if isinstance(v, list) else v) for k, v in preprocess.items()}
-    return image_transform_v2(PreprocessCfg(**cfg), is_train=False)
-
-
-def resize_stage(preprocess: dict = PREPROCESS):
-    """The PIL-to-PIL part of `pixel_transform` (everything before ToTensor/Normalize)."""
-    from torchvision import transforms as T
-
-    full = pixel_transform(preprocess)
-    steps = []
-    for step in full.transforms:
-        if type(step).__name__ in ("MaybeToTensor", "ToTensor", "Normalize"):
-            break
-        steps.append(step)
-    return T.Compose(steps)
-
-
-def to_model_pixels(images: Sequence, preprocess: dict = PREPROCESS) -> np.ndarray:
-    """PIL images or uint8 (H, W, 3) arrays -> uint8 (n, size, size, 3) model-input pixels."""
-    from PIL import Image
-
-    stage = resize_stage(preprocess)
-    out = []
-    for img in images:
-        pil = Image.fromarray(img) if isinstance(img, np.ndarray) else img
-        out.append(np.asarray(stage(pil.convert("RGB")), dtype=np.uint8))
-    size = int(preprocess["size"])
-    return np.stack(out) if out else np.zeros((0, size, size, 3), dtype=np.uint8)
-
-
-def normalize_pixels(pixels_uint8: np.ndarray, preprocess: dict = PREPROCESS):
-    """uint8 (n, H, W, 3) -> float32 torch tensor (n, 3, H, W), as ToTensor + Normalize would give."""
-    import torch
-
-    x = torch.from_numpy(np.ascontiguousarray(pixels_uint8)).permute(0, 3, 1, 2).float().div_(255.0)
-    mean = torch.tensor(preprocess["mean"], dtype=torch.float32).view(1, 3, 1, 1)
-    std = torch.tensor(preprocess["std"], dtype=torch.float32).view(1, 3, 1, 1)
-    return (x - mean) / std
-
-
-def preprocess_key(preprocess: dict = PREPROCESS) -> str:
-    return hashlib.sha256(json.dumps(preprocess, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def pixel_cache_dir(world_checksum: str) -> Path:

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from cir_demo.training.data import PREPROCESS
+from cir_demo.models.preprocess import PREPROCESS
 from cir_demo.training.loop import lr_at, step_plan
 
 MODEL_NAME = "world-clip"
@@ -122,7 +122,7 @@ def encode_pixels(model, pixels_uint8: np.ndarray, batch_size: int = 512, progre
     """(n, dim) float32 unit rows from uint8 model-input pixels."""
     import torch
 
-    from cir_demo.training.data import normalize_pixels
+    from cir_demo.models.preprocess import normalize_pixels
 
     out = []
     starts = range(0, len(pixels_uint8), batch_size)
@@ -224,7 +224,8 @@ def train_world_clip(train, pixels: np.ndarray, out_dir: Path, cfg: WorldClipCon
     """
     import torch
 
-    from cir_demo.training.data import caption_data, normalize_pixels
+    from cir_demo.models.preprocess import normalize_pixels
+    from cir_demo.training.data import caption_data
 
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)

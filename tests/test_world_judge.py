@@ -1,0 +1,195 @@
+"""The world judge (the world-verifier backend) against oracles: scoring a batch equals scoring each
+candidate alone from its pixels, precomputed features equal features from pixels, the pooling and the
+calibration against hand computations, and inference that reads pixels and words only."""
+import ast
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cir_demo.models.world_judge import (  # noqa: E402
+    GRID, N_TOKENS, JudgeArch, build_judge, feature_dim, pool_tokens,
+)
+from cir_demo.paths import REPO_ROOT  # noqa: E402
+from cir_demo.rerank import RerankRequest, load_reranker  # noqa: E402
+
+TINY = JudgeArch(channels=(4, 4, 8, 8, 8, 8, 8), feat_dim=8, width=16, heads=2, query_layers=1, cand_layers=2,
+                 probes=3, vocab_size=305, context_length=48)
+
+
+@pytest.fixture(scope="module")
+def judge_dir(tmp_path_factory):
+    """A randomly initialised tiny judge saved as the trainer saves one (weights, tokenizer, manifest)."""
+    from safetensors.torch import save_file
+
+    from cir_demo.utils.io import sha256_file
+
+    out = tmp_path_factory.mktemp("judge")
+    torch.manual_seed(0)
+    model = build_judge(TINY).eval()
+    with torch.no_grad():  # non-trivial batch-norm statistics
+        for m in model.image.modules():
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.uniform_(-0.1, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out / "world_judge.safetensors"))
+    (out / "tokenizer").mkdir()
+    shutil.copyfile(REPO_ROOT / "assets/world-clip/tokenizer/tokenizer.json", out / "tokenizer/tokenizer.json")
+    manifest = {"model": "world-verifier", "architecture": TINY.to_json(),
+                "files": {"world_judge.safetensors": sha256_file(out / "world_judge.safetensors"),
+                          "tokenizer/tokenizer.json": sha256_file(out / "tokenizer/tokenizer.json")}}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+@pytest.fixture(scope="module")
+def judge(judge_dir, one_torch_thread):
+    return load_reranker("world-verifier", weights=str(judge_dir / "world_judge.safetensors"))
+
+
+def _images(n, seed=0):
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    return [Image.fromarray(rng.integers(0, 256, (160, 160, 3), dtype=np.uint8)) for _ in range(n)]
+
+
+def test_pool_tokens_is_mean_and_max_of_each_cell():
+    feats = torch.randn(2, GRID * GRID, 3)
+    got = pool_tokens(feats).numpy()
+    grid = feats.numpy().reshape(2, GRID, GRID, 3)
+    k = GRID // int(math.sqrt(N_TOKENS))
+    for i in range(2):
+        for t in range(N_TOKENS):
+            r, c = divmod(t, int(math.sqrt(N_TOKENS)))
+            cell = grid[i, r * k:(r + 1) * k, c * k:(c + 1) * k].reshape(-1, 3)
+            np.testing.assert_allclose(got[i, t], np.concatenate([cell.mean(0), cell.max(0)]), atol=1e-6)
+
+
+def test_features_are_unit_rows_and_precomputed_equal_pixels(judge):
+    ims = _images(4)
+    feats = judge.encode_images(ims)
+    assert feats.shape == (4, feature_dim(TINY))
+    np.testing.assert_allclose(np.linalg.norm(feats, axis=1), 1.0, atol=1e-5)
+    request = RerankRequest((ims[0],), ("ref-a",), "Same item but in red")
+    from_pixels = [s.logit_yes for s in judge.score(request, ["c1", "c2", "c3"], ims[1:])]
+    judge.use_image_embeddings(["c1", "c2", "c3", "ref-a"], judge.encode_images(ims[1:] + ims[:1]))
+    assert not judge.needs_image("c2") and judge.needs_image("other")
+    known = [s.logit_yes for s in judge.score(RerankRequest((None,), ("ref-a",), "Same item but in red"),
+                                              ["c1", "c2", "c3"], [None, None, None])]
+    np.testing.assert_allclose(known, from_pixels, atol=1e-5)
+
+
+def test_batched_scoring_equals_each_candidate_alone(judge_dir, one_torch_thread):
+    """Oracle: one batch over several queries (one- and two-image, shared candidates, known and
+    unknown ids) gives each pair the logits of scoring that candidate alone from pixels."""
+    fresh = load_reranker("world-verifier", weights=str(judge_dir / "world_judge.safetensors"))
+    ims = _images(8, seed=1)
+    fresh.use_image_embeddings(["k0", "k1", "k2"], fresh.encode_images(ims[:3]), remember_ids=["r0"])
+    items = [
+        (RerankRequest((ims[3],), ("r0",), "Same mug but not red"), ["k0", "k1", "x"], [None, None, ims[4]]),
+        (RerankRequest((ims[3], ims[5]), ("r0", "r1"), "The <img1> item in the colour of <img2>"),
+         ["k2", "k0"], [None, None]),
+        (RerankRequest((ims[6],), ("r2",), "Same mug but not red"), ["k1"], [None]),
+    ]
+    batched = fresh.score_batch(items)
+    alone = load_reranker("world-verifier", weights=str(judge_dir / "world_judge.safetensors"))
+    pixels_of = {"k0": ims[0], "k1": ims[1], "k2": ims[2], "x": ims[4]}
+    for (request, ids, _), scores in zip(items, batched):
+        assert [s.candidate_id for s in scores] == ids
+        for cid, s in zip(ids, scores):
+            one = alone.score(request, [cid], [pixels_of[cid]])[0]
+            assert s.logit_yes == pytest.approx(one.logit_yes, abs=1e-4)
+            assert s.logit_no == pytest.approx(one.logit_no, abs=1e-4)
+    # the two-image query reads its second image: swapping it changes the answer
+    swapped = alone.score(RerankRequest((ims[3], ims[7]), ("r0", "r9"), items[1][0].instruction), ["k2"], [ims[2]])
+    assert abs(swapped[0].logit_yes - batched[1][0].logit_yes) > 1e-6
+
+
+def test_damaged_weights_name_the_file_and_the_fix(judge_dir, tmp_path):
+    bad = tmp_path / "judge"
+    shutil.copytree(judge_dir, bad)
+    with open(bad / "world_judge.safetensors", "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(ValueError, match=r"world_judge.safetensors is damaged.*git checkout"):
+        load_reranker("world-verifier", weights=str(bad / "world_judge.safetensors"))
+
+
+def test_calibration_recovers_temperature_and_bias_and_folds_into_the_head():
+    from cir_demo.training.world_judge import calibrate, fold_calibration
+
+    rng = np.random.default_rng(0)
+    margins = rng.normal(0, 3, 20000)
+    labels = (rng.random(20000) < 1 / (1 + np.exp(-(margins / 2.0 - 0.5)))).astype(float)
+    t, b = calibrate(margins, labels)
+    assert t == pytest.approx(2.0, rel=0.1) and b == pytest.approx(-0.5, abs=0.1)
+    torch.manual_seed(0)
+    model = build_judge(TINY).eval()
+    x = torch.randn(5, TINY.width)
+    before = model.head(model.head_norm(x))
+    fold_calibration(model, 2.0, -0.5)
+    after = model.head(model.head_norm(x))
+    torch.testing.assert_close(after[:, 0] - after[:, 1], (before[:, 0] - before[:, 1]) / 2.0 - 0.5)
+
+
+def test_reliability_table_by_hand():
+    from cir_demo.training.judge_eval import reliability
+
+    p = np.array([0.05, 0.15, 0.95, 0.92, 0.5])
+    y = np.array([0, 1, 1, 1, 0])
+    table = reliability(p, y, bins=10)
+    by_bin = {row["bin"]: row for row in table["bins"]}
+    assert by_bin["0.0-0.1"]["n"] == 1 and by_bin["0.9-1.0"]["n"] == 2 and by_bin["0.5-0.6"]["n"] == 1
+    expected = (abs(0.05 - 0) + abs(0.15 - 1) + 2 * abs(0.935 - 1) + abs(0.5 - 0)) / 5
+    assert table["ece"] == pytest.approx(expected, abs=1e-4)
+
+
+# --------------------------------------------------------------------------- pixels and words only
+INFERENCE_MODULES = ("cir_demo/models/world_judge.py", "cir_demo/models/preprocess.py",
+                     "cir_demo/rerank/world_verifier.py")
+FORBIDDEN = ("cir_demo.world", "cir_demo.training", "cir_demo.benchmarks", "cir_demo.metrics")
+
+
+def test_inference_modules_import_no_scene_graph_or_judgment_code():
+    for rel in INFERENCE_MODULES:
+        tree = ast.parse((REPO_ROOT / rel).read_text(encoding="utf-8"))
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+        bad = [m for m in names if m.startswith(FORBIDDEN)]
+        assert not bad, f"{rel} imports {bad}"
+
+
+def test_scoring_loads_no_scene_graph_or_judgment_module(judge_dir):
+    """Load and score in a fresh interpreter; the world, training, benchmark and metric packages
+    (scene graphs, judgments) must never be imported."""
+    code = f"""
+import sys
+import numpy as np
+from PIL import Image
+from cir_demo.rerank import RerankRequest, load_reranker
+r = load_reranker("world-verifier", weights={str(judge_dir / "world_judge.safetensors")!r})
+ims = [Image.fromarray(np.full((160, 160, 3), v, np.uint8)) for v in (10, 120, 240)]
+s = r.score(RerankRequest((ims[0],), ("a",), "Same dress but blue"), ["b", "c"], ims[1:])
+assert len(s) == 2 and all(0.0 <= x.p_yes <= 1.0 for x in s)
+bad = sorted(m for m in sys.modules if m.startswith({FORBIDDEN!r}))
+print("LOADED", bad)
+"""
+    env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO_ROOT,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "LOADED []" in out.stdout, out.stdout
+
+
+def test_world_verifier_files_are_listed_in_the_committed_manifest():
+    manifest_path = Path(REPO_ROOT / "assets/world-verifier/manifest.json")
+    manifest = json.loads(manifest_path.read_text())
+    assert set(manifest["files"]) == {"world_judge.safetensors", "tokenizer/tokenizer.json"}
+    assert JudgeArch.from_json(manifest["architecture"]).feat_dim > 0

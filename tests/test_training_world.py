@@ -267,8 +267,8 @@ def test_judge_training_writes_a_loadable_calibrated_backend(tmp_path_factory, c
                                       evaluate=False, progress=False)
     assert manifest["training"]["stage1_cnn"]["steps"] == 2 and manifest["training"]["stage2_judge"]["steps"] == 2
     assert set(manifest["files"]) == {"world_judge.safetensors", "tokenizer/tokenizer.json"}
-    for name, digest in manifest["files"].items():
-        assert sha256_file(out / name) == digest, name
+    for name, record in manifest["files"].items():
+        assert sha256_file(out / name) == record["sha256"] and (out / name).stat().st_size == record["size"], name
     cal = manifest["training"]["stage2_judge"]["calibration"]
     assert cal["temperature"] > 0
     reranker = load_reranker("world-verifier", weights=str(out / "world_judge.safetensors"))

@@ -118,7 +118,7 @@ def test_damaged_weights_name_the_file_and_the_fix(judge_dir, tmp_path):
     shutil.copytree(judge_dir, bad)
     with open(bad / "world_judge.safetensors", "r+b") as f:
         f.truncate(100)
-    with pytest.raises(ValueError, match=r"world_judge.safetensors is damaged.*git checkout"):
+    with pytest.raises(ValueError, match=r"damaged: .*world_judge.safetensors: .*git checkout"):
         load_reranker("world-verifier", weights=str(bad / "world_judge.safetensors"))
 
 

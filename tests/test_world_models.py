@@ -37,7 +37,8 @@ def test_committed_manifest_checksums_match_files(model):
     manifest = _manifest(model)
     assert manifest["model"] == model and manifest["world"]["size"] == "default"
     assert manifest["files"], "manifest lists no files"
-    for name, digest in manifest["files"].items():
+    for name, record in manifest["files"].items():
+        digest = record if isinstance(record, str) else record["sha256"]
         assert sha256_file(assets_dir() / model / name) == digest, f"{model}/{name}"
     assert manifest["held_out"], "held-out metrics missing"
     assert manifest["training"]["wall_seconds"] < 45 * 60
@@ -50,8 +51,10 @@ def test_assets_stay_small():
 
 def test_downstream_models_name_the_committed_clip():
     clip_sha = _manifest("world-clip")["files"]["world_clip.safetensors"]
-    for model in ("world-cir", "world-verifier"):
-        assert _manifest(model)["clip"]["weights_sha256"] == clip_sha
+    clip_sha = clip_sha if isinstance(clip_sha, str) else clip_sha["sha256"]
+    assert _manifest("world-cir")["clip"]["weights_sha256"] == clip_sha
+    # the judge reads no world-CLIP; world-CLIP only chose its training candidates
+    assert _manifest("world-verifier")["first_stage_for_training"]["weights_sha256"] == clip_sha
 
 
 def test_world_retrievers_are_registered():
@@ -85,21 +88,22 @@ def test_committed_verifier_scores(images):
     assert [s.candidate_id for s in scores] == ["a", "b", "c"]
     for s in scores:
         assert s.p_yes == pytest.approx(1 / (1 + math.exp(-(s.logit_yes - s.logit_no))), abs=1e-12)
-    assert rr.spec["weights"]["sha256"] == _manifest("world-verifier")["files"]["world_verifier.safetensors"]
+    assert rr.spec["weights"]["sha256"] == _manifest("world-verifier")["files"]["world_judge.safetensors"]["sha256"]
     assert "no text prompt" in rr.prompt_text(RerankRequest((images[0],), ("x",), "red"))
 
 
-def test_world_cir_and_verifier_share_world_clip_corpus_embeddings():
+def test_world_cir_shares_world_clip_corpus_embeddings_and_the_judge_has_its_own():
     from cir_demo.rerank import load_reranker
     from cir_demo.retrievers.registry import load_retriever
 
     clip = load_retriever("world-clip-image", device="cpu")
     assert load_retriever("world-cir", device="cpu").image_spec == clip.image_spec
-    assert load_reranker("world-verifier").image_spec == clip.image_spec
     assert load_retriever("world-clip-text", device="cpu").image_spec == clip.image_spec
+    judge = load_reranker("world-verifier").image_spec
+    assert judge["family"] == "world-judge" and judge != clip.image_spec
 
 
-def test_verifier_batched_with_precomputed_embeddings_equals_one_query_at_a_time():
+def test_verifier_batched_with_precomputed_features_equals_one_query_at_a_time():
     """Oracle: each query scored alone from pixels (no precomputed embeddings) against the
     engine path: corpus embeddings from the shared cache, queries batched across a chunk."""
     from cir_demo.engine import RetrievalEngine

@@ -36,10 +36,14 @@ class JudgeArch:
     probes: int = 6
     vocab_size: int = 305
     context_length: int = 48
+    # classes of each visual property the attribute reader predicts from an image's patch tokens
+    # (colour, pattern, material, ...; set by the trainer from the train split)
+    attr_classes: tuple = ()
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["channels"] = list(self.channels)
+        d["attr_classes"] = list(self.attr_classes)
         return d
 
     @classmethod
@@ -49,8 +53,9 @@ class JudgeArch:
         if unknown:
             raise ValueError(f"world judge architecture: unknown field(s) {sorted(unknown)}")
         obj = dict(obj)
-        if "channels" in obj:
-            obj["channels"] = tuple(int(c) for c in obj["channels"])
+        for key in ("channels", "attr_classes"):
+            if key in obj:
+                obj[key] = tuple(int(c) for c in obj[key])
         return cls(**obj)
 
 
@@ -88,6 +93,18 @@ def pool_tokens(feats):
     k = GRID // TOKEN_GRID
     pooled = torch.cat([torch.nn.functional.avg_pool2d(f, k), torch.nn.functional.max_pool2d(f, k)], dim=1)
     return pooled.flatten(2).transpose(1, 2).contiguous()
+
+
+def pooled_stats(tokens):
+    """(n, N_TOKENS, 2d) patch tokens -> (n, 4d): global mean, global max, left-half mean, right-half mean."""
+    import torch
+
+    n, t, d2 = tokens.shape
+    d = d2 // 2
+    side = TOKEN_GRID
+    means = tokens[..., :d].reshape(n, side, side, d)
+    return torch.cat([means.mean((1, 2)), tokens[..., d:].amax(1), means[:, :, :side // 2].mean((1, 2)),
+                      means[:, :, side // 2:].mean((1, 2))], dim=1)
 
 
 def feature_dim(arch: JudgeArch) -> int:
@@ -158,6 +175,19 @@ def build_judge(arch: JudgeArch):
             self.blocks = nn.ModuleList(CrossBlock(w, arch.heads) for _ in range(arch.cand_layers))
             self.head_norm = nn.LayerNorm(w)
             self.head = nn.Linear(w, 2)  # (logit_yes, logit_no)
+            # The attribute reader: linear heads over an image's pooled patch tokens giving a distribution
+            # over each visual property (trained on train-split scene graphs, then frozen). The judge
+            # reads these distributions, never a scene graph.
+            n_attr_classes = sum(arch.attr_classes)
+            self.attr_heads = nn.Linear(4 * arch.feat_dim, n_attr_classes) if n_attr_classes else None
+            if n_attr_classes:
+                self.attr_proj = nn.Linear(n_attr_classes, w)
+                # from the probes: the wanted distribution of each property, and how much each one matters
+                self.want = nn.Linear(w, n_attr_classes)
+                self.gate = nn.Linear(w, len(arch.attr_classes))
+                self.attr_weight = nn.Parameter(torch.tensor(1.0))
+                bounds = torch.tensor([0] + list(arch.attr_classes)).cumsum(0)
+                self.register_buffer("attr_bounds", bounds, persistent=False)
 
         # -- image side: once per image
         def patch_features(self, pixels):
@@ -169,6 +199,32 @@ def build_judge(arch: JudgeArch):
             tokens = feats.view(feats.shape[0], n_patch, -1) * self.token_scale
             return self.feat_proj(tokens) + self.patch_pos + self.role[role]
 
+        def attribute_logits(self, feats):
+            """(n, feature_dim) -> (n, sum(attr_classes)) logits of the attribute reader."""
+            tokens = feats.view(feats.shape[0], n_patch, -1) * self.token_scale
+            return self.attr_heads(pooled_stats(tokens))
+
+        def _per_attribute_softmax(self, logits):
+            out = []
+            for a in range(len(self.arch.attr_classes)):
+                lo, hi = int(self.attr_bounds[a]), int(self.attr_bounds[a + 1])
+                out.append(torch.softmax(logits[..., lo:hi], dim=-1))
+            return torch.cat(out, dim=-1)
+
+        def attribute_probs(self, feats):
+            return self._per_attribute_softmax(self.attribute_logits(feats))
+
+        def _match(self, probes, cand_probs):
+            """Log-probability that the candidate shows each wanted property value, weighted by how much
+            the query cares about it: (n,)."""
+            pooled = probes.mean(1)
+            want = self._per_attribute_softmax(self.want(pooled))
+            joint = want * cand_probs
+            match = torch.stack([joint[:, int(self.attr_bounds[a]):int(self.attr_bounds[a + 1])].sum(1)
+                                 for a in range(len(self.arch.attr_classes))], dim=1)
+            gate = torch.sigmoid(self.gate(pooled))
+            return (gate * torch.log(match + 1e-4)).sum(1)
+
         # -- query side: once per query
         def encode_query(self, ref1, ref2, two_refs, words):
             """ref1/ref2 (q, feature_dim) image features (ref2 anything where `two_refs` is False),
@@ -176,13 +232,18 @@ def build_judge(arch: JudgeArch):
             q = ref1.shape[0]
             n_words = max(1, int((words != 0).sum(1).max())) if len(words) else 1
             words = words[:, :n_words]
-            x = torch.cat([self.probe.expand(q, -1, -1),
-                           self.word_emb(words) + self.word_pos[:n_words] + self.role[3],
-                           self._tokens(ref1, 0), self._tokens(ref2, 1)], dim=1)
+            parts = [self.probe.expand(q, -1, -1), self.word_emb(words) + self.word_pos[:n_words] + self.role[3],
+                     self._tokens(ref1, 0), self._tokens(ref2, 1)]
             p = self.arch.probes
-            pad = torch.cat([torch.zeros(q, p, dtype=torch.bool), words == 0,
-                             torch.zeros(q, n_patch, dtype=torch.bool),
-                             (~two_refs.bool())[:, None].expand(q, n_patch)], dim=1)
+            single = (~two_refs.bool())[:, None]
+            masks = [torch.zeros(q, p, dtype=torch.bool), words == 0, torch.zeros(q, n_patch, dtype=torch.bool),
+                     single.expand(q, n_patch)]
+            if self.attr_heads is not None:  # each reference's properties as one more token
+                parts += [self.attr_proj(self.attribute_probs(ref1))[:, None] + self.role[0],
+                          self.attr_proj(self.attribute_probs(ref2))[:, None] + self.role[1]]
+                masks += [torch.zeros(q, 1, dtype=torch.bool), single]
+            x = torch.cat(parts, dim=1)
+            pad = torch.cat(masks, dim=1)
             h = self.query_encoder(x, src_key_padding_mask=pad)
             return self.query_norm(h[:, :p])
 
@@ -191,7 +252,11 @@ def build_judge(arch: JudgeArch):
             """(m, feature_dim) image features -> per block (keys, values), each (m, N_TOKENS, width): once per
             candidate image."""
             t = self.cand_norm(self._tokens(cand_feats, 2))
-            return [blk.keys_values(t) for blk in self.blocks]
+            memory = [blk.keys_values(t) for blk in self.blocks]
+            if self.attr_heads is not None:
+                probs = self.attribute_probs(cand_feats)
+                memory.append((probs, probs))
+            return memory
 
         def logits(self, probes, memory, cand_index):
             """probes (n, P, w) of each pair's query, memory from `candidate_memory`, cand_index (n,)
@@ -199,7 +264,11 @@ def build_judge(arch: JudgeArch):
             h = probes
             for blk, (k, v) in zip(self.blocks, memory):
                 h = blk(h, k[cand_index], v[cand_index])
-            return self.head(self.head_norm(h.mean(1)))
+            logits = self.head(self.head_norm(h.mean(1)))
+            if self.attr_heads is not None:
+                match = self.attr_weight * self._match(probes, memory[-1][0][cand_index])
+                logits = logits + torch.stack([match, torch.zeros_like(match)], dim=1)
+            return logits
 
         def forward(self, ref1, ref2, two_refs, words, cand_feats, query_index=None):
             """Training/oracle path: one row per pair (or `query_index` maps pairs to query rows)."""

@@ -47,7 +47,7 @@ def load_reranker(name_or_backend: str, **kw) -> Reranker:
     yes_token/no_token, batch_size, min_pixels/max_pixels, prompt.
     "openai": base_url, model, api_key_env (env var NAME), concurrency, timeout,
     retries, yes_token/no_token, top_logprobs, prompt.
-    "world-verifier": weights (default assets/world-verifier/world_verifier.safetensors), device, batch_size.
+    "world-verifier": weights (default assets/world-verifier/world_judge.safetensors), device, batch_size.
     """
     from cir_demo.integrity import require_assets_of
 

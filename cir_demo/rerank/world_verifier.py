@@ -34,7 +34,7 @@ _PROBE_MEMO = 4096  # queries whose probes are kept (the app revisits queries; a
 
 def read_judge_manifest(weights: Path) -> tuple[dict, str]:
     """The judge's manifest, checked against its weights and tokenizer files: (manifest, weights sha256)."""
-    from cir_demo.utils.io import sha256_file
+    from cir_demo.integrity import check_record
 
     if not weights.is_file():
         raise FileNotFoundError(f"world verifier: weights not found: {weights} "
@@ -44,20 +44,17 @@ def read_judge_manifest(weights: Path) -> tuple[dict, str]:
         raise FileNotFoundError(f"world verifier: {weights} needs its manifest at {manifest_path}")
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     files = manifest.get("files") or {}
-    digest = ""
     for name in (weights.name, TOKENIZER_FILE):
-        path = weights.parent / name
         if name not in files:
             raise ValueError(f"{manifest_path}: missing field 'files.{name}'")
-        got = sha256_file(path) if path.is_file() else "(missing)"
-        if got != files[name]:
-            raise ValueError(f"world verifier: {path} is damaged or replaced (sha256 {got[:16]}..., manifest "
-                             f"{files[name][:16]}...); restore it: git checkout {weights.parent}")
-        if name == weights.name:
-            digest = got
+        problem = check_record(weights.parent / name, files[name], verify=True)
+        if problem:
+            raise ValueError(f"world verifier: {problem}; restore it: git checkout {weights.parent} "
+                             f"(or retrain: python -m cir_demo train world-verifier)")
     if "architecture" not in manifest:
         raise ValueError(f"{manifest_path}: missing field 'architecture'")
-    return manifest, digest
+    record = files[weights.name]
+    return manifest, record if isinstance(record, str) else record["sha256"]
 
 
 class WorldVerifierReranker(LogitPairReranker):
@@ -172,7 +169,7 @@ class WorldVerifierReranker(LogitPairReranker):
                     parts = [self.model.candidate_memory(torch.from_numpy(self._feats[s:s + 2048]))
                              for s in range(0, len(self._feats), 2048)]
                     self._memory = [(torch.cat([p[b][0] for p in parts]), torch.cat([p[b][1] for p in parts]))
-                                    for b in range(len(self.model.blocks))] if parts else None
+                                    for b in range(len(parts[0]))] if parts else None
             return self._memory
 
     def _words(self, instructions: Sequence[str]):

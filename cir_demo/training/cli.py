@@ -277,7 +277,8 @@ def _judge_cnn(train, pixels, arch, cfg, progress: bool):
     from cir_demo.utils.io import atomic_path
 
     stage1 = {k: getattr(cfg, k) for k in ("cnn_epochs", "cnn_batch", "cnn_lr", "seed", "cnn_max_steps")}
-    key = hashlib.sha256(json.dumps([stage1, arch.to_json()], sort_keys=True).encode()).hexdigest()[:16]
+    eyes = {k: arch.to_json()[k] for k in ("image_size", "channels", "feat_dim")}  # what the CNN depends on
+    key = hashlib.sha256(json.dumps([stage1, eyes], sort_keys=True).encode()).hexdigest()[:16]
     path = pixel_cache_dir(train.world.manifest["checksum"]) / f"judge-cnn-{key}.safetensors"
     info_path = path.with_suffix(".json")
     if path.is_file() and info_path.is_file():
@@ -307,7 +308,9 @@ def fusion_first_stage(examples, img, text_fn, k: int):
         ref = recipes.mean_of_references([img[r] for r in ex.ref_rows])
         s = recipes.early_fusion(np.repeat(ref[None], len(t), 0), t, 0.8) @ img.T
         s[:, list(ex.ref_rows)] = -np.inf
-        out.append(np.argsort(-s, axis=1, kind="stable")[:, :k])
+        top = np.argpartition(-s, k, axis=1)[:, :k]
+        order = np.argsort(-np.take_along_axis(s, top, axis=1), axis=1, kind="stable")
+        out.append(np.take_along_axis(top, order, axis=1))
     return out
 
 
@@ -324,8 +327,9 @@ def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, 
     from cir_demo.rerank.world_verifier import DESCRIPTION, TOKENIZER_FILE
     from cir_demo.retrievers.base import render_markers
     from cir_demo.training.data import intent_examples, world_pixels
-    from cir_demo.training.world_judge import WEIGHTS_NAME, JudgeData, JudgeTrainConfig, patch_features, train_judge
-    from cir_demo.utils.io import sha256_file
+    from cir_demo.training.world_judge import (WEIGHTS_NAME, JudgeData, JudgeTrainConfig, attribute_targets,
+                                               patch_features, train_attribute_reader, train_judge)
+    from cir_demo.integrity import file_record
     from cir_demo.world.loader import load_train
 
     cfg = _override(JudgeTrainConfig(seed=data_seed), overrides, epochs=epochs, max_steps=max_steps,
@@ -334,7 +338,8 @@ def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, 
     t0 = time.time()
     tokenizer_src = clip_dir / "tokenizer" / "tokenizer.json"
     tokenizer = load_tokenizer(tokenizer_src)
-    arch = JudgeArch(**{**cfg.arch, "vocab_size": tokenizer.get_vocab_size()})
+    arch = JudgeArch(**{**cfg.arch, "vocab_size": tokenizer.get_vocab_size(),
+                        "attr_classes": tuple(attribute_targets(train.scenes)[1])})
     pixels = world_pixels(train.world, train.image_ids, "train", progress=progress)
     cnn, cnn_info = _judge_cnn(train, pixels, arch, cfg, progress)
     model = build_judge(arch)
@@ -343,6 +348,8 @@ def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, 
     for p in model.image.parameters():
         p.requires_grad_(False)
     feats = patch_features(model.image, pixels, progress=progress, desc="judge features of the train images")
+    attr_info = train_attribute_reader(model, feats, train.scenes, steps=cfg.attr_steps, seed=cfg.seed,
+                                       progress=progress)
     _, _, img, text_fn, clip_manifest = _clip_train_embeddings(clip_dir, train, progress)
     examples = intent_examples(train, seed=data_seed)
     fs = fusion_first_stage(examples, img, text_fn, cfg.first_stage_k)
@@ -369,10 +376,10 @@ def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, 
         "first_stage_for_training": {"clip": clip_ref, "weights_sha256": clip_manifest["files"]["world_clip.safetensors"],
                                      "recipe": "early_fusion text_weight 0.8", "k": cfg.first_stage_k},
         "world": _world_block(train, size, seed), "data_seed": data_seed,
-        "training": {"stage1_cnn": cnn_info, "stage2_judge": info, "wall_seconds": round(time.time() - t0, 1),
+        "training": {"stage1_cnn": cnn_info, "attribute_reader": attr_info, "stage2_judge": info, "wall_seconds": round(time.time() - t0, 1),
                      "n_intents": len(examples)},
         "hardware": hardware(),
-        "files": {weights.name: sha256_file(weights), TOKENIZER_FILE: sha256_file(out / TOKENIZER_FILE)},
+        "files": {weights.name: file_record(weights), TOKENIZER_FILE: file_record(out / TOKENIZER_FILE)},
         "held_out": held_out, "held_out_note": "test split only (never used for training or model selection)",
     }
     return _write_manifest(out, manifest)

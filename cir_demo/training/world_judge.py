@@ -12,12 +12,15 @@ to the references" from (references, paraphrase, candidate, label) pairs of the 
 Candidates per query: positives, **near misses** (train images that break exactly one constraint;
 half of them break the constraint the instruction is about: the same dress still red), what a
 first stage shows (world-CLIP fusion top 30 on the train gallery) and random train images. Loss:
-binary cross-entropy on the logit margin (near misses weighted `near_miss_weight`), a pairwise
-logistic loss asking every positive to outscore every near miss, and one asking every other
-non-relevant candidate to outscore the near misses (`near_miss_last_weight`): an image that breaks
-the instruction is a worse answer than an off-topic one, PinPoint's premise, and what lowers
-NegRecall below a plain yes/no judge. 10% of the train intents are held out (still train data) to
-choose the epoch and to calibrate P(yes) (temperature and bias, folded into the head).
+binary cross-entropy on the logit margin (near misses weighted `near_miss_weight`) and a pairwise
+logistic loss asking every positive to outscore every near miss; optionally one asking every other
+non-relevant candidate to outscore the near misses (`near_miss_last_weight`, off by default: see the
+config). 10% of the train intents are held out (still train data) to choose the epoch and to
+calibrate P(yes) (temperature and bias, folded into the head).
+
+Between the stages, the judge's attribute reader (linear heads over pooled patch tokens) learns the
+train images' properties from the frozen features; the judge then compares a wanted distribution of
+each property (from the query's probes) with the candidate's.
 """
 from __future__ import annotations
 
@@ -54,7 +57,10 @@ class JudgeTrainConfig:
     weight_decay: float = 0.01
     near_miss_weight: float = 2.0
     pairwise_weight: float = 1.0
-    near_miss_last_weight: float = 0.5
+    # off: at 0.5 it taught the judge "looks like the reference -> no" before it could read the edit, and
+    # positives fell below near misses (validation, docs/world_models.md)
+    near_miss_last_weight: float = 0.0
+    attr_steps: int = 400
     val_fraction: float = 0.1
     val_neg_penalty: float = 1.0
     seed: int = 0
@@ -149,6 +155,46 @@ def patch_features(cnn, pixels: np.ndarray, batch: int = 256, progress: bool = F
         for s in chunks:
             out.append(image_features(cnn, normalize_pixels(pixels[s:s + batch])).numpy())
     return np.concatenate(out) if out else np.zeros((0, N_TOKENS * 2 * cnn.proj.out_channels), np.float32)
+
+
+def train_attribute_reader(model, feats: np.ndarray, scenes, steps: int = 400, batch: int = 2048, seed: int = 0,
+                           progress: bool = True) -> dict:
+    """The judge's attribute reader (linear heads over pooled patch tokens) on the frozen features of
+    the train images, cross-entropy per property; 5% of the images held out for its accuracy."""
+    import torch
+
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    y, _ = attribute_targets(scenes)
+    order = rng.permutation(len(feats))
+    n_val = max(1, int(round(0.05 * len(feats))))
+    val, tr = order[:n_val], order[n_val:]
+    x = torch.from_numpy(np.ascontiguousarray(feats, np.float32))
+    y_t = torch.from_numpy(y)
+    bounds = [0] + np.cumsum(model.arch.attr_classes).tolist()
+    opt = torch.optim.AdamW(model.attr_heads.parameters(), lr=1e-2, weight_decay=1e-4)
+
+    def loss_of(logits, target):
+        return sum(torch.nn.functional.cross_entropy(logits[:, bounds[a]:bounds[a + 1]], target[:, a])
+                   for a in range(len(bounds) - 1)) / (len(bounds) - 1)
+
+    t0 = time.time()
+    total, it = step_plan(1, steps, None, "train world judge: attribute reader", progress)
+    for step in it:
+        rows = torch.from_numpy(rng.choice(tr, min(batch, len(tr)), replace=False))
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, total, 1e-2)
+        loss = loss_of(model.attribute_logits(x[rows]), y_t[rows])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    with torch.inference_mode():
+        logits = model.attribute_logits(x[torch.from_numpy(val)])
+        acc = {a: round(float((logits[:, bounds[i]:bounds[i + 1]].argmax(1) == y_t[val, i]).float().mean()), 4)
+               for i, a in enumerate(ATTRIBUTES)}
+    for p in model.attr_heads.parameters():
+        p.requires_grad_(False)
+    return {"steps": total, "train_seconds": round(time.time() - t0, 1), "val_attribute_accuracy": acc}
 
 
 # --------------------------------------------------------------------------- stage 2: the judge
@@ -265,6 +311,8 @@ def fold_calibration(model, temperature: float, bias: float) -> None:
         model.head.weight[1] = 0.0
         model.head.bias[0] = (b[0] - b[1]) / temperature + bias
         model.head.bias[1] = 0.0
+        if model.attr_heads is not None:  # the attribute-match term is added to logit_yes too
+            model.attr_weight /= temperature
 
 
 def train_judge(model, data: JudgeData, fs: list[np.ndarray], cfg: JudgeTrainConfig, progress: bool = True):
@@ -278,7 +326,7 @@ def train_judge(model, data: JudgeData, fs: list[np.ndarray], cfg: JudgeTrainCon
     idx = list(range(len(data.examples)))
     tr_idx, val_idx = split_intents(idx, cfg.val_fraction, cfg.seed)
     rows = np.array([(i, j) for i in tr_idx for j in range(len(data.examples[i].texts))], dtype=np.int64)
-    params = [p for n, p in model.named_parameters() if not n.startswith("image.")]
+    params = [p for n, p in model.named_parameters() if not n.startswith(("image.", "attr_heads."))]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     steps_per_epoch = max(1, math.ceil(len(rows) / cfg.queries_per_batch))
     total, it = step_plan(steps_per_epoch, cfg.epochs, cfg.max_steps, "train world judge", progress)

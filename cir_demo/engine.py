@@ -221,9 +221,26 @@ class RetrievalEngine:
                 self._rerankers[key] = reranker
             return self._rerankers[key]
 
+    def prefetch_corpus_embeddings(self, names: Sequence[str], reranker_backend: str | None = None) -> None:
+        """On a first run, encode the corpus for these retrievers' image towers and the reranker's
+        image features in one pass (each image rendered or decoded once) into the shared caches."""
+        if self.benchmark.images is None:
+            return
+        from cir_demo.index.build import corpus_ids_of, prefetch_corpus_embeddings
+        from cir_demo.rerank import load_reranker
+
+        encoders = [r for r in (self.retriever(n) for n in names) if getattr(r, "image_spec", None)]
+        if reranker_backend:
+            with self._lock:
+                cached = [r for (b, _), r in self._rerankers.items() if b == reranker_backend]
+            reranker = cached[0] if cached else load_reranker(reranker_backend)
+            if getattr(reranker, "image_spec", None) and hasattr(reranker, "encode_images"):
+                encoders.append(reranker)
+        prefetch_corpus_embeddings(self.benchmark, corpus_ids_of(self.benchmark), encoders, progress=self.progress)
+
     def _share_corpus_embeddings(self, reranker) -> None:
-        """A reranker that reads the same image embeddings as a retriever (the world verifier
-        reads world-CLIP's) gets the corpus's from the shared embedding cache, encoded once."""
+        """A reranker that reads precomputed image features (the world judge) gets the corpus's from
+        the shared embedding cache, encoded once."""
         if not (hasattr(reranker, "use_image_embeddings") and getattr(reranker, "image_spec", None)):
             return
         if self.benchmark.images is None:

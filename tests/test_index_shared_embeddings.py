@@ -36,3 +36,47 @@ def test_recipes_share_corpus_embeddings(tmp_path, monkeypatch):
     finally:
         for n in names:
             registry.unregister(n)
+
+
+def test_prefetch_encodes_several_image_towers_in_one_pass_equal_to_separate_encodes(tmp_path, monkeypatch):
+    """Oracle: each encoder's cache after one shared pass equals its own `encode_corpus`, and every
+    corpus image was opened once, not once per encoder."""
+    from cir_demo.retrievers import registry
+    from cir_demo.retrievers.testing import build_tiny_open_clip, tiny_open_clip_config
+    from cir_demo.world import load_world
+
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
+    bench = load_world(size="tiny")
+    ids = index_build.corpus_ids_of(bench)
+    encoders, registered = [], []
+    try:
+        for n, seed_dir in enumerate(("a", "b")):
+            weights = build_tiny_open_clip(tmp_path / seed_dir, seed=n)
+            registry.register_config(tiny_open_clip_config(weights, f"prefetch-{n}", recipe="image_only"), replace=True)
+            registered.append(f"prefetch-{n}")
+            encoders.append(registry.load_retriever(f"prefetch-{n}"))
+        assert encoders[0].image_spec != encoders[1].image_spec
+        opened = []
+
+        class CountingStore:
+            def open(self, image_id):
+                opened.append(image_id)
+                return bench.images.open(image_id)
+
+        class Bench:
+            name, images, corpus_ids, queries = bench.name, CountingStore(), bench.corpus_ids, bench.queries
+
+            def __getattr__(self, item):
+                return getattr(bench, item)
+
+        assert index_build.prefetch_corpus_embeddings(Bench(), ids, encoders, progress=False) == [
+            e.name for e in encoders]
+        assert sorted(opened) == sorted(ids)  # one pass
+        for e in encoders:
+            cached = index_build.cached_encode_corpus(bench, ids, e, progress=False)
+            np.testing.assert_allclose(cached, index_build.encode_corpus(bench.images, ids, e, progress=False),
+                                       atol=1e-6)
+        assert index_build.prefetch_corpus_embeddings(Bench(), ids, encoders, progress=False) == []  # all cached
+    finally:
+        for name in registered:
+            registry.unregister(name)

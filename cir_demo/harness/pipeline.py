@@ -140,6 +140,8 @@ def _run_into(args, bench, names, reranker_name, top_n, out: Path, final: Path, 
     timings: dict[str, float] = {}
     specs: dict[str, dict] = {}
     reranker_spec = None
+    if reranker_name:  # a first run renders the corpus once for the retrievers and the reranker
+        engine.prefetch_corpus_embeddings(names, reranker_name)
     for name in names:
         t = time.perf_counter()
         engine.index(name)  # build or load, with its own progress bar

@@ -76,22 +76,29 @@ def encode_corpus(images, ids: Sequence[str], retriever, batch_size: int = 64, p
     the current batch is encoded; image decoding and the world's renderer
     release the GIL for much of their work.
     """
+    return encode_corpus_with(images, ids, [retriever], batch_size, progress, desc, position, loader_threads)[0]
+
+
+def encode_corpus_with(images, ids: Sequence[str], encoders: Sequence, batch_size: int = 64, progress: bool = True,
+                       desc: str | None = None, position: int | None = None, loader_threads: int = 2
+                       ) -> list[np.ndarray]:
+    """`encode_corpus` for several image encoders in one pass: each image is opened (rendered) once."""
     from tqdm.auto import tqdm
 
     from cir_demo.retrievers.base import check_embeddings
     from cir_demo.utils.oom import OomBackoff
 
-    require_encoder(retriever)
+    for encoder in encoders:
+        require_encoder(encoder)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if isinstance(loader_threads, bool) or not isinstance(loader_threads, int) or loader_threads < 1:
         raise ValueError(f"loader_threads must be a positive integer, got {loader_threads!r}")
     ids = list(ids)
-    dim = int(retriever.dim)
-    out = np.empty((len(ids), dim), dtype=np.float32)
-    what = desc or f"encode with {retriever.name}"
+    outs = [np.empty((len(ids), int(e.dim)), dtype=np.float32) for e in encoders]
+    what = desc or f"encode with {', '.join(e.name for e in encoders)}"
     starts = list(range(0, len(ids), batch_size))
-    backoff = OomBackoff(batch_size, what)  # out of GPU memory: half the batch, then say
+    backoffs = [OomBackoff(batch_size, what) for _ in encoders]  # out of GPU memory: half the batch, then say
     with ThreadPoolExecutor(max_workers=loader_threads) as pool, \
             tqdm(total=len(ids), unit="img", desc=what, disable=not progress, position=position) as bar:
         def submit(start: int) -> list:
@@ -103,15 +110,16 @@ def encode_corpus(images, ids: Sequence[str], retriever, batch_size: int = 64, p
                 batch_ids = ids[start:start + batch_size]
                 batch = [f.result() for f in pending]
                 pending = submit(starts[n + 1]) if n + 1 < len(starts) else []
-                emb = backoff(batch, lambda chunk, bs: retriever.encode_images(chunk, batch_size=bs))
-                out[start:start + len(batch_ids)] = check_embeddings(
-                    emb, len(batch_ids), dim,
-                    f"retriever {retriever.name!r} on images {batch_ids[0]!r}..{batch_ids[-1]!r}")
+                for encoder, out, backoff in zip(encoders, outs, backoffs):
+                    emb = backoff(batch, lambda chunk, bs, e=encoder: e.encode_images(chunk, batch_size=bs))
+                    out[start:start + len(batch_ids)] = check_embeddings(
+                        emb, len(batch_ids), int(encoder.dim),
+                        f"retriever {encoder.name!r} on images {batch_ids[0]!r}..{batch_ids[-1]!r}")
                 bar.update(len(batch_ids))
         finally:
             for f in pending:  # a failure must not wait for a whole prefetched batch
                 f.cancel()
-    return out
+    return outs
 
 
 def default_index_dir(benchmark, retriever) -> Path:
@@ -254,6 +262,31 @@ def cached_encode_corpus(benchmark, ids: Sequence[str], retriever, batch_size: i
         except OSError as exc:  # an optimisation: the index is still built
             say(f"warning: embedding cache {path} not written ({exc.strerror or exc}); continuing without it")
     return xb
+
+
+def prefetch_corpus_embeddings(benchmark, ids: Sequence[str], encoders: Sequence, batch_size: int = 64,
+                               progress: bool = True) -> list[str]:
+    """Encode the corpus once for every encoder (one per image spec) whose embedding cache is missing or
+    damaged, opening each image once, and write their caches; returns the names encoded. Only worth it
+    for two or more: a retriever's image tower and a reranker's image features on a first run."""
+    todo, seen = [], set()
+    for encoder in encoders:
+        path = embedding_cache_path(benchmark, encoder, ids)
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        if not path.exists() or _read_embedding_cache(path, (len(ids), int(encoder.dim)))[0] is None:
+            todo.append((encoder, path))
+    if len(todo) < 2:
+        return []
+    outs = encode_corpus_with(benchmark.images, ids, [e for e, _ in todo], batch_size=batch_size, progress=progress,
+                              desc=f"encode {benchmark.name} for {', '.join(e.name for e, _ in todo)}")
+    for (encoder, path), xb in zip(todo, outs):
+        try:
+            _write_embedding_cache(path, xb)
+        except OSError as exc:
+            say(f"warning: embedding cache {path} not written ({exc.strerror or exc}); continuing without it")
+    return [e.name for e, _ in todo]
 
 
 def _record_path(path: Path) -> Path:

@@ -89,6 +89,7 @@ def test_eval_with_world_verifier_reranks_top_n_by_p_yes(tmp_path, tiny_retrieve
     assert set(metrics["model"]) == {name, f"{name}+rerank"}
     report = (out / "report.md").read_text()
     assert "## Reranking (top 10)" in report and "linguistic sensitivity rose for" in report
+    assert "mAP@10 gain [95% CI]" in report and "ling. sens. change" in report
 
     # Oracle: each query's new top 10 is its first-stage top 10 ordered by P(yes) of the verifier
     # scoring that query alone from pixels (ties keep the first-stage order); the rest is unchanged.

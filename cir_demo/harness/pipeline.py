@@ -53,14 +53,20 @@ def default_reranker(benchmark_name: str, requested: str | None) -> str | None:
     return spec.default_reranker if spec.default_reranker in BACKENDS else None
 
 
-def rerank_section(pairs: Sequence[tuple[RunEvaluation, RunEvaluation]], top_n: int, spec: dict) -> str:
+def rerank_section(pairs: Sequence[tuple[RunEvaluation, RunEvaluation]], top_n: int, spec: dict,
+                   n_boot: int = 1000, seed: int = 0) -> str:
     """Markdown: what the reranker changed, per retriever."""
+    from cir_demo.metrics.bootstrap import paired_bootstrap
+
     lines = [f"## Reranking (top {top_n})", "",
              f"Reranker: `{spec.get('backend', spec.get('name', '?'))}`; its full spec (with the exact prompt or "
              "input description) is in `run_info.json`. Helped/hurt count queries whose AP@10 rose/fell. "
-             "Linguistic sensitivity: the mean over intents of the range (max - min) of AP@10 across the paraphrases.", "",
-             "| retriever | mAP@10 | mAP@10 reranked | NegRecall@10 (lower is better) | NegRecall@10 reranked | ling. sens. | ling. sens. reranked | helped | hurt |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "mAP@10 gain: reranked minus first stage with its 95% CI from a paired bootstrap over paraphrase groups. "
+             "Linguistic sensitivity: the mean over intents of the range (max - min) of AP@10 across the paraphrases "
+             "(lower is steadier); its change is reranked minus first stage.", "",
+             "| retriever | mAP@10 | mAP@10 reranked | mAP@10 gain [95% CI] | NegRecall@10 (lower is better) | "
+             "NegRecall@10 reranked | ling. sens. | ling. sens. reranked | ling. sens. change | helped | hurt |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     worst: list[str] = []
     changes = {"mAP@10 rose": 0, "NegRecall@10 fell": 0, "linguistic sensitivity rose": 0}
     for base, rr in pairs:
@@ -68,10 +74,18 @@ def rerank_section(pairs: Sequence[tuple[RunEvaluation, RunEvaluation]], top_n: 
         b = rr.per_query.set_index("query_id")["AP@10"].reindex(a.index)
         delta = (b - a).dropna()
         m0, m1 = base.metrics, rr.metrics
+        gain = "n/a"
+        if len(delta) and n_boot > 0:
+            groups = base.per_query.set_index("query_id")["group_id"].reindex(delta.index).to_numpy()
+            res = paired_bootstrap(a.reindex(delta.index).to_numpy(float), b.reindex(delta.index).to_numpy(float),
+                                   groups, n_boot=n_boot, seed=seed)
+            gain = f"{res['diff']:+.4f} [{res['lo']:+.4f}, {res['hi']:+.4f}]"
+        ls0 = m0.get("ling_sens_paraphrase_range", float("nan"))
+        ls1 = m1.get("ling_sens_paraphrase_range", float("nan"))
         lines.append(
-            f"| {base.name} | {m0['mAP@10']:.4f} | {m1['mAP@10']:.4f} | {m0['NegRecall@10']:.4f} | "
-            f"{m1['NegRecall@10']:.4f} | {m0.get('ling_sens_paraphrase_range', float('nan')):.4f} | "
-            f"{m1.get('ling_sens_paraphrase_range', float('nan')):.4f} | {(delta > 0).sum()} | {(delta < 0).sum()} |")
+            f"| {base.name} | {m0['mAP@10']:.4f} | {m1['mAP@10']:.4f} | {gain} | {m0['NegRecall@10']:.4f} | "
+            f"{m1['NegRecall@10']:.4f} | {ls0:.4f} | {ls1:.4f} | {ls1 - ls0:+.4f} | {(delta > 0).sum()} | "
+            f"{(delta < 0).sum()} |")
         changes["mAP@10 rose"] += m1["mAP@10"] > m0["mAP@10"]
         changes["NegRecall@10 fell"] += m1["NegRecall@10"] < m0["NegRecall@10"]
         changes["linguistic sensitivity rose"] += (m1.get("ling_sens_paraphrase_range", float("nan"))
@@ -170,7 +184,8 @@ def _run_into(args, bench, names, reranker_name, top_n, out: Path, final: Path, 
             pairs.append((base, reranked))
     engine.close()
 
-    sections = [rerank_section(pairs, top_n, reranker_spec or {})] if pairs else []
+    sections = ([rerank_section(pairs, top_n, reranker_spec or {}, n_boot=args.n_boot, seed=args.bootstrap_seed)]
+                if pairs else [])
     paths = write_outputs(bench, evaluations, out, n_boot=args.n_boot, seed=args.bootstrap_seed,
                           extra_sections=sections, plots=not args.no_plots)
     write_json_atomic(out / "run_info.json", {

@@ -13,9 +13,9 @@ Candidates per query: positives, **near misses** (train images that break exactl
 half of them break the constraint the instruction is about: the same dress still red), what a
 first stage shows (world-CLIP fusion top 30 on the train gallery) and random train images. Loss:
 binary cross-entropy on the logit margin (near misses weighted `near_miss_weight`) and a pairwise
-logistic loss asking every positive to outscore every near miss; optionally one asking every other
-non-relevant candidate to outscore the near misses (`near_miss_last_weight`, off by default: see the
-config). 10% of the train intents are held out (still train data) to choose the epoch and to
+logistic loss asking every positive to outscore every near miss; optionally, in the last epochs, one
+asking every other non-relevant candidate to outscore the near misses (`near_miss_last_weight`, off:
+see the config). 10% of the train intents are held out (still train data) to choose the epoch and to
 calibrate P(yes) (temperature and bias, folded into the head).
 
 Between the stages, the judge's attribute reader (linear heads over pooled patch tokens) learns the
@@ -57,9 +57,13 @@ class JudgeTrainConfig:
     weight_decay: float = 0.01
     near_miss_weight: float = 2.0
     pairwise_weight: float = 1.0
-    # off: at 0.5 it taught the judge "looks like the reference -> no" before it could read the edit, and
-    # positives fell below near misses (validation, docs/world_models.md)
+    # An image that breaks the instruction is a worse answer than an off-topic one (PinPoint's premise;
+    # it is what would lower NegRecall below a plain yes/no judge): a pairwise loss asking every other
+    # non-relevant candidate to outscore the near misses, in the last `near_miss_last_epochs`. Off: from
+    # the first step (weight 0.5) positives fell below near misses on validation; in the last 2 of 6
+    # epochs (weight 1) validation mAP@10 fell from 0.071 to 0.023 (docs/world_models.md).
     near_miss_last_weight: float = 0.0
+    near_miss_last_epochs: float = 2.0
     attr_steps: int = 400
     val_fraction: float = 0.1
     val_neg_penalty: float = 1.0
@@ -355,7 +359,7 @@ def train_judge(model, data: JudgeData, fs: list[np.ndarray], cfg: JudgeTrainCon
             pair = (labels[:, :, None] > 0) & near[:, None, :]
             if bool(pair.any()):
                 loss = loss + cfg.pairwise_weight * softplus(diff[pair]).mean()
-        if cfg.near_miss_last_weight > 0:
+        if cfg.near_miss_last_weight > 0 and step >= total - cfg.near_miss_last_epochs * steps_per_epoch:
             other = (labels == 0) & ~near
             pair = other[:, :, None] & near[:, None, :]
             if bool(pair.any()):

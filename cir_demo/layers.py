@@ -34,8 +34,6 @@ LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 # Imports allowed although they run sideways or up: (importing module, imported package or module),
 # each with the reason it is still here. Shrink it; never grow it without an issue that removes it.
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    # TODO(issue 11): the lead is replacing the world verifier (its model moves to models/world_judge.py)
-    ("cir_demo.rerank.world_verifier", "training"): "world verifier model still defined in training/",
     # TODO(issue 16): argument helpers (fetch_for, check_fetch_arguments) living in an entry point
     ("cir_demo.preflight.run", "cir_demo.images.cli"): "image-fetch helpers still in images/cli.py",
 }

@@ -92,7 +92,8 @@ def held_out_judge(model, tokenize, arch, size: str, seed: int, clip_dir, clip_m
     from cir_demo.retrievers import recipes
     from cir_demo.training import evaluate as ev
     from cir_demo.training.world_clip import load_world_clip
-    from cir_demo.training.world_cir import combine_numpy, combiner_from_state, reference_pairs
+    from cir_demo.models.world_cir import combine_numpy, combiner_from_state
+    from cir_demo.training.world_cir import reference_pairs
     from cir_demo.training.world_judge import patch_features
 
     test = ev.load_test_data(size, seed, progress)

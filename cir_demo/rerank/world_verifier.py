@@ -86,6 +86,7 @@ class WorldVerifierReranker(LogitPairReranker):
         self._feats = np.zeros((0, self.dim), np.float32)
         self._memory = None  # cross-attention keys/values of every row of self._feats, built on first use
         self._remember: frozenset[str] = frozenset()
+        self._remembered: dict[str, np.ndarray] = {}  # features of images in the remember set, on first use
         self._probes: OrderedDict = OrderedDict()
         self.spec = {
             "backend": self.backend,
@@ -130,9 +131,10 @@ class WorldVerifierReranker(LogitPairReranker):
             self._feats = np.ascontiguousarray(embeddings)
             self._memory = None
             self._remember = frozenset(map(str, remember_ids))
+            self._remembered = {}
 
     def needs_image(self, image_id: str) -> bool:
-        return str(image_id) not in self._row
+        return str(image_id) not in self._row and str(image_id) not in self._remembered
 
     def _features(self, ids: Sequence[str | None], images: Sequence[Any]) -> np.ndarray:
         """Features of images given by id and/or pixels: known ids from the table, the rest computed in
@@ -143,6 +145,8 @@ class WorldVerifierReranker(LogitPairReranker):
             row = self._row.get(image_id) if image_id is not None else None
             if row is not None:
                 out[i] = self._feats[row]
+            elif image_id is not None and image_id in self._remembered:
+                out[i] = self._remembered[image_id]
             elif image is None:
                 raise ValueError(f"world verifier: no image and no precomputed features for {image_id!r}")
             else:
@@ -150,17 +154,12 @@ class WorldVerifierReranker(LogitPairReranker):
         if todo:
             feats = self.encode_images([images[i] for i in todo])
             out[todo] = feats
-            keep = [(ids[i], f) for i, f in zip(todo, feats) if ids[i] in self._remember and ids[i] not in self._row]
-            if keep:
-                with self._lock:
-                    base = len(self._feats)
-                    self._feats = np.concatenate([self._feats, np.stack([f for _, f in keep])])
-                    self._row.update({k: base + n for n, (k, _) in enumerate(keep)})
-                    self._memory = None  # rebuilt (cheap) with the new rows
+            with self._lock:  # kept apart from the corpus table, whose keys/values stay valid
+                self._remembered.update((ids[i], f) for i, f in zip(todo, feats) if ids[i] in self._remember)
         return out
 
     def _known_memory(self):
-        """Keys/values of every known image, built once (a corpus of 6,809 images: ~0.3 s, 84 MB)."""
+        """Keys/values of every corpus image, built once (6,809 images: well under a second, 84 MB)."""
         import torch
 
         with self._lock:
@@ -185,8 +184,9 @@ class WorldVerifierReranker(LogitPairReranker):
         """(q, probes, width) for each request; memoised for requests whose references are known ids."""
         import torch
 
-        keys = [(r.reference_ids, r.instruction) if all(i in self._row for i in r.reference_ids) else None
-                for r in requests]
+        known = lambda i: i in self._row or i in self._remembered  # noqa: E731
+        keys = [(r.reference_ids, r.instruction) if all(known(i) or i in self._remember for i in r.reference_ids)
+                else None for r in requests]
         out: list = [self._probes.get(k) if k is not None else None for k in keys]
         todo = [i for i, p in enumerate(out) if p is None]
         if todo:

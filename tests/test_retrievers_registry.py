@@ -36,7 +36,22 @@ def test_builtin_configs_valid_and_listed():
     assert all(rows[n]["needs_remote_code"] for n in REMOTE)
     assert not rows["metaclip2-h14-slerp"]["needs_remote_code"]
     for name in BRIEF_NAMES:
-        assert registry.config_source(name).endswith(f"configs/{name}.json")
+        assert registry.config_source(name).endswith((f"configs/{name}.json", f"configs/recipes.json ({name})"))
+
+
+def test_recipe_configs_take_their_encoder_from_the_encoder_table(tmp_path):
+    import json
+
+    encoders = json.loads((registry.CONFIG_DIR / "encoders.json").read_text())
+    for cfg, _ in registry.encoder_recipe_configs(registry.CONFIG_DIR / "encoders.json",
+                                                  registry.CONFIG_DIR / "recipes.json"):
+        enc = encoders[cfg["encoder"]]
+        assert {k: cfg[k] for k in enc if k != "description"} == {k: v for k, v in enc.items() if k != "description"}
+        assert registry.get_config(cfg["name"])["model"] == enc["model"]
+    (tmp_path / "encoders.json").write_text(json.dumps({"enc-a": {"family": "open_clip", "model": "M", "pretrained": "p"}}))
+    (tmp_path / "recipes.json").write_text(json.dumps([{"name": "a-image", "encoder": "enc-b", "recipe": "image_only"}]))
+    with pytest.raises(registry.ConfigError, match="recipes.json entry 0.*enc-a"):
+        registry.encoder_recipe_configs(tmp_path / "encoders.json", tmp_path / "recipes.json")
 
 
 def test_unknown_name_did_you_mean():

@@ -1,8 +1,12 @@
 """Retrievers declared as data: one JSON config per named retriever.
 
-Built-in configs live in `cir_demo/retrievers/configs/*.json`; more can be
-added at run time with `register_config` (the world retrievers register theirs
-from assets/). Every config is validated by a strict schema: an unknown key,
+Built-in configs live in `cir_demo/retrievers/configs/`: one `<name>.json` per retriever,
+except dual encoders used under several recipes (as open_clip's pretrained table): their
+encoders (model, pretrained tag, precision, requirements) are declared once in `encoders.json`
+and `recipes.json` lists the recipe configs that name one. The world retrievers are there
+too (they point at the committed weights under assets/); tests add more at run time
+with `register_config`, and `expand_recipes` makes the four recipe configs of a dual
+encoder. Every config is validated by a strict schema: an unknown key,
 a wrong type or a parameter the family does not take is an error naming the
 file (or source) and the key.
 
@@ -54,6 +58,7 @@ SCHEMA: dict[str, tuple[tuple[type, ...], bool]] = {
     "requires": ((list,), False),
     "needs_remote_code": ((bool,), False),
     "transformers_pin": ((dict, type(None)), False),
+    "encoder": ((str,), False),  # the encoders.json entry a recipe config was made from
 }
 PIN_KEYS = {"spec": str, "hard": bool, "tested": str}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -177,23 +182,70 @@ _CONFIGS: dict[str, dict] | None = None
 _SOURCES: dict[str, str] = {}
 
 
+ENCODERS_FILE, RECIPES_FILE = "encoders.json", "recipes.json"
+# what an encoder entry of encoders.json declares (a recipe entry adds name, recipe, params, description)
+ENCODER_KEYS = ("family", "model", "pretrained", "model_config", "precision", "requires", "needs_remote_code",
+                "transformers_pin")
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON: line {exc.lineno}: {exc.msg}") from None
+
+
+def encoder_recipe_configs(encoders_path: Path, recipes_path: Path) -> list[tuple[dict, str]]:
+    """(config, source) for every entry of recipes.json: the encoder it names (model, pretrained tag,
+    precision, requirements, from encoders.json) plus its recipe and parameters."""
+    encoders = _read_json(encoders_path) if encoders_path.is_file() else {}
+    entries = _read_json(recipes_path) if recipes_path.is_file() else []
+    if not isinstance(encoders, dict):
+        raise ConfigError(f"{encoders_path}: must be a JSON object of encoder name -> encoder")
+    if not isinstance(entries, list):
+        raise ConfigError(f"{recipes_path}: must be a JSON list of recipe configs")
+    for enc_name, enc in encoders.items():
+        unknown = sorted(set(enc) - set(ENCODER_KEYS) - {"description"}) if isinstance(enc, dict) else ["(not an object)"]
+        if unknown:
+            raise ConfigError(f"{encoders_path}: encoder {enc_name!r}: unknown key {unknown[0]!r}; "
+                              f"allowed keys: {sorted((*ENCODER_KEYS, 'description'))}")
+    out = []
+    for i, entry in enumerate(entries):
+        where = f"{recipes_path} entry {i}"
+        if not isinstance(entry, dict) or not isinstance(entry.get("encoder"), str):
+            raise ConfigError(f"{where}: needs key 'encoder' naming an entry of {encoders_path.name}")
+        if entry["encoder"] not in encoders:
+            raise ConfigError(f"{where}: {UnknownNameError('encoder', entry['encoder'], encoders)}")
+        enc = encoders[entry["encoder"]]
+        cfg = {"name": entry.get("name"), "encoder": entry["encoder"],
+               **{k: copy.deepcopy(enc[k]) for k in ENCODER_KEYS if k in enc},
+               **{k: v for k, v in entry.items() if k not in ("name", "encoder", "description")}}
+        cfg["description"] = "; ".join(d for d in (enc.get("description"), entry.get("description")) if d)
+        out.append((cfg, f"{recipes_path} ({entry.get('name')})"))
+    return out
+
+
 def _table() -> dict[str, dict]:
     global _CONFIGS
     if _CONFIGS is None:
         table: dict[str, dict] = {}
-        for path in sorted(CONFIG_DIR.glob("*.json")):
-            try:
-                raw = json.loads(path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}: not valid JSON: line {exc.lineno}: {exc.msg}") from None
-            cfg = validate_config(raw, str(path))
+
+        def add(cfg: dict, source: str) -> None:
             if cfg["name"] in table:
-                raise ConfigError(f"{path}: retriever name {cfg['name']!r} already defined in {_SOURCES[cfg['name']]}")
+                raise ConfigError(f"{source}: retriever name {cfg['name']!r} already defined in {_SOURCES[cfg['name']]}")
+            table[cfg["name"]] = cfg
+            _SOURCES[cfg["name"]] = source
+
+        for path in sorted(CONFIG_DIR.glob("*.json")):
+            if path.name in (ENCODERS_FILE, RECIPES_FILE):
+                continue
+            cfg = validate_config(_read_json(path), str(path))
             if path.stem != cfg["name"]:
                 raise ConfigError(f"{path}: file name must match key 'name' ({cfg['name']!r}.json)")
-            table[cfg["name"]] = cfg
-            _SOURCES[cfg["name"]] = str(path)
-        _CONFIGS = table
+            add(cfg, str(path))
+        for raw, source in encoder_recipe_configs(CONFIG_DIR / ENCODERS_FILE, CONFIG_DIR / RECIPES_FILE):
+            add(validate_config(raw, source), source)
+        _CONFIGS = dict(sorted(table.items()))
     return _CONFIGS
 
 

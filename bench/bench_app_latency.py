@@ -28,8 +28,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 TARGETS_MS = {"plain": 150.0, "rerank": 400.0}
 
 

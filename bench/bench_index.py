@@ -29,7 +29,6 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 SECTIONS = ("flat", "bruteforce", "ivf", "hnsw", "encode")
 
@@ -306,7 +305,6 @@ def main(argv=None) -> int:
     res["load_after"] = [round(x, 2) for x in os.getloadavg()]
     print_report(res)
     if args.out:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
         from cir_demo.utils.io import write_json_atomic
 
         write_json_atomic(args.out, res)
@@ -315,5 +313,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     sys.exit(main())

@@ -35,8 +35,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from cir_demo.benchmarks.schema import Judgments, Query, normalize_pinpoint_query_id  # noqa: E402
 from cir_demo.metrics import CoverageWarning, pinpoint  # noqa: E402
 from cir_demo.utils.io import write_json_atomic  # noqa: E402

@@ -22,8 +22,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 
 def noise_images(n: int, side: int, seed: int):
     import numpy as np
@@ -110,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from cir_demo.rerank import load_reranker
-    from cir_demo.rerank.tiny_qwen import SIZES, build_tiny_qwen2_5_vl
+    from cir_demo.testing.tiny_qwen import SIZES, build_tiny_qwen2_5_vl
     from cir_demo.utils.io import write_json_atomic
 
     torch.set_num_threads(args.threads)

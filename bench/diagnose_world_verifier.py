@@ -19,12 +19,9 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 WORLD_RETRIEVERS = ("world-cir", "world-clip-fusion", "world-clip-slerp", "world-clip-image", "world-clip-text")
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from cir_demo.benchmarks.schema import Benchmark, Query
+from cir_demo.utils.lru import LRU
 
 DEFAULT_K = 50
 
@@ -38,27 +38,6 @@ def benchmark_fingerprint(benchmark: Benchmark) -> str:
             h.update(b"\n")
         key = h.hexdigest()
     return f"{benchmark.name}-{str(key)[:16]}"
-
-
-class _LRU:
-    def __init__(self, maxsize: int):
-        self.maxsize = maxsize
-        self._d: OrderedDict = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key):
-        with self._lock:
-            if key in self._d:
-                self._d.move_to_end(key)
-                return self._d[key]
-        return None
-
-    def put(self, key, value) -> None:
-        with self._lock:
-            self._d[key] = value
-            self._d.move_to_end(key)
-            while len(self._d) > self.maxsize:
-                self._d.popitem(last=False)
 
 
 class RetrievalEngine:
@@ -93,8 +72,8 @@ class RetrievalEngine:
         self._indexes: dict[str, Any] = {}
         self._rerankers: dict[str, Any] = {}
         self._score_cache = None
-        self._query_vectors = _LRU(4096)
-        self._images = _LRU(256)
+        self._query_vectors = LRU(4096)
+        self._images = LRU(256)
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ loading

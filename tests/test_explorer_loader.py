@@ -42,7 +42,7 @@ def test_loader_reports_progress_and_errors(tiny_setup):
 
 def test_missing_retriever_weights_leave_the_rest_working(tiny_setup):
     from cir_demo.retrievers import registry
-    from cir_demo.retrievers.testing import tiny_open_clip_config
+    from cir_demo.testing.tiny_retrievers import tiny_open_clip_config
 
     _, names = tiny_setup
     registry.register_config(tiny_open_clip_config("/nonexistent/w.safetensors", "tiny-ui-broken"), replace=True)

@@ -14,7 +14,7 @@ from cir_demo.harness import cli as eval_cli
 @pytest.fixture()
 def tiny_retrievers(tmp_path, monkeypatch):
     from cir_demo.retrievers import registry
-    from cir_demo.retrievers.testing import build_tiny_open_clip, tiny_open_clip_config
+    from cir_demo.testing.tiny_retrievers import build_tiny_open_clip, tiny_open_clip_config
 
     monkeypatch.setenv("CIR_DEMO_INDEXES", str(tmp_path / "indexes"))
     weights = build_tiny_open_clip(tmp_path)

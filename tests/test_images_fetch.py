@@ -102,7 +102,7 @@ def test_fetch_resumes_after_a_kill(bench_files):
 @pytest.fixture()
 def tiny_clip(tmp_path):
     from cir_demo.retrievers import registry
-    from cir_demo.retrievers.testing import build_tiny_open_clip, tiny_open_clip_config
+    from cir_demo.testing.tiny_retrievers import build_tiny_open_clip, tiny_open_clip_config
 
     weights = build_tiny_open_clip(tmp_path / "w")
     registry.register_config(tiny_open_clip_config(weights, "tiny-fetch-fusion"), replace=True)

@@ -27,7 +27,7 @@ from cir_demo.index.manifest import (
     recover_dir,
     safe_component,
 )
-from test_index_support import TinyConvRetriever, tiny_benchmark
+from cir_demo.testing.tiny_index import TinyConvRetriever, tiny_benchmark
 
 
 @pytest.fixture()

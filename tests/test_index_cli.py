@@ -7,7 +7,7 @@ import pytest
 
 from cir_demo.index import cli
 from cir_demo.index.manifest import read_manifest
-from test_index_support import TinyConvRetriever, tiny_benchmark
+from cir_demo.testing.tiny_index import TinyConvRetriever, tiny_benchmark
 
 
 def run_cli(argv: list[str]) -> int:

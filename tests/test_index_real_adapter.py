@@ -7,7 +7,7 @@ import pytest
 from cir_demo.index.build import build_corpus_index
 from cir_demo.index.faiss_index import brute_force_search
 from cir_demo.index.manifest import check_index, read_manifest
-from test_index_support import tiny_benchmark
+from cir_demo.testing.tiny_index import tiny_benchmark
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def weights_dir(tmp_path_factory):
 @pytest.mark.slow
 def test_open_clip_adapter_index_matches_brute_force_and_tracks_weights(weights_dir, tmp_path):
     from cir_demo.retrievers.base import ComposedQuery
-    from cir_demo.retrievers.testing import tiny_open_clip_retriever
+    from cir_demo.testing.tiny_retrievers import tiny_open_clip_retriever
 
     bench = tiny_benchmark(30)
     retriever = tiny_open_clip_retriever(weights_dir, seed=0)

@@ -57,7 +57,7 @@ def assert_same_index(a, b):
 
 
 def test_shards_encoded_one_after_another_merge_to_the_single_build(tmp_path):
-    from test_index_support import TinyConvRetriever, tiny_benchmark
+    from cir_demo.testing.tiny_index import TinyConvRetriever, tiny_benchmark
 
     bench = tiny_benchmark(N_IMAGES)
     single = build_corpus_index(bench, TinyConvRetriever(), out_dir=tmp_path / "single", batch_size=4, progress=False)
@@ -81,7 +81,7 @@ def test_shards_encoded_one_after_another_merge_to_the_single_build(tmp_path):
 
 
 def test_build_sharded_in_one_process_equals_single_build(tmp_path):
-    from test_index_support import TinyConvRetriever, tiny_benchmark
+    from cir_demo.testing.tiny_index import TinyConvRetriever, tiny_benchmark
 
     bench = tiny_benchmark(N_IMAGES)
     single = build_corpus_index(bench, TinyConvRetriever(), out_dir=tmp_path / "single", progress=False)
@@ -92,7 +92,7 @@ def test_build_sharded_in_one_process_equals_single_build(tmp_path):
 
 
 def test_failure_on_one_rank_is_raised_on_every_rank(tmp_path):
-    from test_index_support import TinyConvRetriever, tiny_benchmark
+    from cir_demo.testing.tiny_index import TinyConvRetriever, tiny_benchmark
 
     statuses = {"encode": [None, "Traceback...\nRuntimeError: CUDA out of memory"]}
     ctx = DistContext(rank=0, world_size=2, all_gather=lambda obj: [obj] + statuses["encode"][1:])
@@ -116,7 +116,7 @@ def _worker_env(tmp_path: Path) -> dict:
 
 
 def _single_reference(tmp_path: Path):
-    from test_index_support import TinyConvRetriever, tiny_benchmark
+    from cir_demo.testing.tiny_index import TinyConvRetriever, tiny_benchmark
 
     return build_corpus_index(tiny_benchmark(N_IMAGES), TinyConvRetriever(), out_dir=tmp_path / "single",
                               progress=False)
@@ -163,7 +163,7 @@ def _worker(tmp: Path) -> None:
     """One process of a sharded build (run by the two-process tests)."""
     import torch
 
-    from test_index_support import TinyConvRetriever, tiny_benchmark
+    from cir_demo.testing.tiny_index import TinyConvRetriever, tiny_benchmark
 
     torch.set_num_threads(1)
     retriever = TinyConvRetriever()

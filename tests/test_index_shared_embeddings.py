@@ -8,7 +8,7 @@ from cir_demo.index import build as index_build
 
 def test_recipes_share_corpus_embeddings(tmp_path, monkeypatch):
     from cir_demo.retrievers import registry
-    from cir_demo.retrievers.testing import build_tiny_open_clip, tiny_open_clip_config
+    from cir_demo.testing.tiny_retrievers import build_tiny_open_clip, tiny_open_clip_config
     from cir_demo.world import load_world
 
     monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))

@@ -100,7 +100,7 @@ def _tree(*folders: Path) -> dict[str, tuple[int, float]]:
 def test_dry_run_prints_counts_and_a_measured_estimate_and_creates_nothing(dirs, tmp_path, capsys):
     from cir_demo.harness import cli as eval_cli
     from cir_demo.retrievers import registry
-    from cir_demo.retrievers.testing import build_tiny_open_clip, tiny_open_clip_config
+    from cir_demo.testing.tiny_retrievers import build_tiny_open_clip, tiny_open_clip_config
     from cir_demo.world import load_world
 
     bench = load_world(size="tiny")  # generated before the snapshot: the dry run must not generate it

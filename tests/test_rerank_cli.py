@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from cir_demo.rerank import cli  # noqa: E402
-from cir_demo.rerank.tiny_qwen import build_tiny_qwen2_5_vl  # noqa: E402
+from cir_demo.testing.tiny_qwen import build_tiny_qwen2_5_vl  # noqa: E402
 
 
 def parse(argv):

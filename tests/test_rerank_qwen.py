@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 from PIL import Image  # noqa: E402
 
 from cir_demo.rerank import RerankRequest, load_reranker  # noqa: E402
-from cir_demo.rerank.tiny_qwen import build_tiny_qwen2_5_vl  # noqa: E402
+from cir_demo.testing.tiny_qwen import build_tiny_qwen2_5_vl  # noqa: E402
 
 TOL = 1e-4
 # The test model's processor resizes to exactly 56x56 (4 tokens); the reranker

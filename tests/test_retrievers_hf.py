@@ -12,7 +12,7 @@ from PIL import Image  # noqa: E402
 from cir_demo.retrievers import registry  # noqa: E402
 from cir_demo.retrievers.base import ComposedQuery  # noqa: E402
 from cir_demo.retrievers.dual_encoder import features_tensor  # noqa: E402
-from cir_demo.retrievers.testing import build_tiny_hf  # noqa: E402
+from cir_demo.testing.tiny_retrievers import build_tiny_hf  # noqa: E402
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -12,7 +12,7 @@ from PIL import Image  # noqa: E402
 from cir_demo.retrievers import recipes, registry  # noqa: E402
 from cir_demo.retrievers.base import ComposedQuery  # noqa: E402
 from cir_demo.retrievers.openclip import preprocess_sidecar_path, read_preprocess_sidecar  # noqa: E402
-from cir_demo.retrievers.testing import (  # noqa: E402
+from cir_demo.testing.tiny_retrievers import (  # noqa: E402
     TINY_PREPROCESS, build_tiny_open_clip, tiny_open_clip_config, tiny_open_clip_retriever,
 )
 
@@ -176,7 +176,7 @@ def test_changed_weights_refused_at_load(tmp_path):
 
 def test_custom_config_name_clash_with_builtin_is_refused(tmp_path):
     from cir_demo.retrievers.openclip import register_model_config
-    from cir_demo.retrievers.testing import TINY_OPEN_CLIP_CONFIG
+    from cir_demo.testing.tiny_retrievers import TINY_OPEN_CLIP_CONFIG
 
     with pytest.raises(ValueError, match="already registered with a different config"):
         register_model_config("ViT-B-32", TINY_OPEN_CLIP_CONFIG)

@@ -15,7 +15,7 @@ from PIL import Image  # noqa: E402
 
 from cir_demo.retrievers import recipes, registry  # noqa: E402
 from cir_demo.retrievers.base import ComposedQuery  # noqa: E402
-from cir_demo.retrievers.testing import build_tiny_open_clip, tiny_open_clip_config  # noqa: E402
+from cir_demo.testing.tiny_retrievers import build_tiny_open_clip, tiny_open_clip_config  # noqa: E402
 from cir_demo.retrievers.text_proxy import ChatError, parse_completion  # noqa: E402
 
 SLOW_S = 1.0

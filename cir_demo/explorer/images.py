@@ -10,12 +10,12 @@ import os
 import sqlite3
 import threading
 import time
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from cir_demo.benchmarks.schema import Benchmark
 from cir_demo.explorer.config import ServiceConfig
+from cir_demo.utils.lru import LRU
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class ThumbnailStore:
         self.quality = quality
         self.db_path = Path(db_path) if db_path is not None else None
         self.max_memory = max_memory
-        self._mem: OrderedDict[str, str] = OrderedDict()
+        self._mem = LRU(max_memory)
         self._lock = threading.Lock()
         self._local = threading.local()
         self.counts = {"memory": 0, "disk": 0, "rendered": 0}  # where thumbnails came from (benchmarks read it)
@@ -61,20 +61,16 @@ class ThumbnailStore:
         return db
 
     def _remember(self, image_id: str, uri: str) -> None:
-        with self._lock:
-            self._mem[image_id] = uri
-            self._mem.move_to_end(image_id)
-            while len(self._mem) > self.max_memory:
-                self._mem.popitem(last=False)
+        self._mem.put(image_id, uri)
 
     def get_many(self, image_ids: Sequence[str]) -> dict[str, str | None]:
         """{id: data URI, or None when the image cannot be opened}."""
         out: dict[str, str | None] = {}
+        for i in image_ids:
+            uri = self._mem.get(i)
+            if uri is not None:
+                out[i] = uri
         with self._lock:
-            for i in image_ids:
-                if i in self._mem:
-                    self._mem.move_to_end(i)
-                    out[i] = self._mem[i]
             self.counts["memory"] += len(out)
         todo = [i for i in dict.fromkeys(image_ids) if i not in out]
         db = self._db()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -23,6 +22,7 @@ from cir_demo.explorer.ranking_metrics import metrics_many
 from cir_demo.explorer.runs import list_runs, load_report, read_eval_per_query
 from cir_demo.explorer.uploads import ValidatedImage
 from cir_demo.explorer.views import Column, Comparison, Paraphrase, QueryList, QueryView, Report, RunSummary, Tile, fill_metrics
+from cir_demo.utils.lru import LRU
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class ExplorerService:
                                          REFERENCE_PX, quality=90)
         self._failures: pd.DataFrame | None = None
         self._failure_source = ""
-        self._paraphrase_tables: OrderedDict[tuple, pd.DataFrame] = OrderedDict()
+        self._paraphrase_tables = LRU(256)  # (intent, retrievers) -> table
         self._lock = threading.RLock()
         self.warnings: list[str] = []
 
@@ -251,10 +251,9 @@ class ExplorerService:
         q = self.query(query_id)
         names = self.check_retrievers(retrievers)
         key = (q.group_id, tuple(names))
-        with self._lock:
-            if key in self._paraphrase_tables:
-                self._paraphrase_tables.move_to_end(key)
-                return self._paraphrase_tables[key].copy()
+        cached = self._paraphrase_tables.get(key)
+        if cached is not None:
+            return cached.copy()
         group = self.benchmark.paraphrases(query_id)
         cqs = [self.engine.composed(p) for p in group]
         forms = [str(p.meta.get("paraphrase_form") or f"phrasing {i + 1}").replace("_", " ") for i, p in enumerate(group)]
@@ -276,10 +275,7 @@ class ExplorerService:
         spread.update({n: float(table[n].max() - table[n].min()) for n in names})
         table = pd.concat([table, pd.DataFrame([spread])], ignore_index=True)
         table = table[["paraphrase", *names, "instruction"]]  # numbers first: the instruction is long
-        with self._lock:
-            self._paraphrase_tables[key] = table
-            while len(self._paraphrase_tables) > 256:
-                self._paraphrase_tables.popitem(last=False)
+        self._paraphrase_tables.put(key, table)
         return table.copy()
 
     def reranker_prompt(self, instruction: str, n_references: int) -> str:

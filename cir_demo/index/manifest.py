@@ -31,6 +31,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from cir_demo.paths import indexes_dir
+from cir_demo.utils import versions
 from cir_demo.utils.io import write_json_atomic
 
 INDEX_FILE = "index.faiss"
@@ -132,22 +133,7 @@ def weights_checksum(spec: dict) -> str | None:
 
 def library_versions() -> dict[str, str | None]:
     """Versions of the libraries an index depends on (read from package metadata, no imports)."""
-    from importlib import metadata
-
-    import cir_demo
-
-    def first(*dists: str) -> str | None:
-        for dist in dists:
-            with contextlib.suppress(metadata.PackageNotFoundError):
-                return metadata.version(dist)
-        return None
-
-    return {
-        "faiss": first("faiss-cpu", "faiss-gpu", "faiss-gpu-cu12", "faiss-gpu-cu11", "faiss"),
-        "numpy": first("numpy"),
-        "torch": first("torch"),
-        "cir_demo": cir_demo.__version__,
-    }
+    return versions.library_versions("faiss", "numpy", "torch", "cir_demo")
 
 
 def _major(version: str | None) -> str | None:

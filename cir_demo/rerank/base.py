@@ -8,8 +8,6 @@ subclass `LogitPairReranker` and implement only `score_logits`.
 from __future__ import annotations
 
 import abc
-import hashlib
-import json
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -17,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from cir_demo.rerank.prompt import PromptTemplate, render_display_text
+from cir_demo.utils.specs import spec_hash
 
 # CandidateScore.flag values. A flagged candidate has no usable score and keeps
 # its first-stage slot when reranked.
@@ -104,9 +103,9 @@ def scores_from_logits(candidate_ids: Sequence[str], logits: np.ndarray) -> list
 
 
 def spec_hash_of(spec: dict) -> str:
-    """Stable short hash of a JSON-able spec (key order does not matter)."""
-    blob = json.dumps(spec, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+    """Stable short hash of a JSON-able spec (key order does not matter): the project's spec hash,
+    16 hex digits, nothing excluded."""
+    return spec_hash(spec, length=16)
 
 
 class Reranker(abc.ABC):

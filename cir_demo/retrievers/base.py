@@ -14,13 +14,13 @@ This module imports no heavy library; `default_device` imports torch lazily.
 from __future__ import annotations
 
 import abc
-import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
+
+from cir_demo.utils import specs
 
 if TYPE_CHECKING:  # PIL is light, but keep the import surface minimal
     import PIL.Image
@@ -55,13 +55,12 @@ class ComposedQuery:
 
 def canonical_spec_json(spec: dict, exclude: Sequence[str] = SPEC_HASH_EXCLUDED_KEYS) -> str:
     """The spec as canonical JSON (sorted keys, no whitespace), top-level `exclude` keys dropped."""
-    kept = {k: v for k, v in spec.items() if k not in exclude}
-    return json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return specs.canonical_spec_json(spec, exclude)
 
 
 def spec_hash(spec: dict, exclude: Sequence[str] = SPEC_HASH_EXCLUDED_KEYS) -> str:
     """sha256 (hex) of the canonical JSON spec; library versions are excluded by default."""
-    return hashlib.sha256(canonical_spec_json(spec, exclude).encode("utf-8")).hexdigest()
+    return specs.spec_hash(spec, exclude)
 
 
 class Retriever(abc.ABC):

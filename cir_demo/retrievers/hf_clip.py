@@ -17,6 +17,7 @@ import numpy as np
 
 from cir_demo.retrievers import recipes
 from cir_demo.retrievers.dual_encoder import DualEncoder, DualEncoderRetriever, features_tensor, torch_precision
+from cir_demo.utils import versions
 
 FAMILY = "hf_clip"
 # text_padding: "auto" = "max_length" for SigLIP-type models, "longest" otherwise.
@@ -78,11 +79,8 @@ def _is_siglip(model) -> bool:
     return "siglip" in str(getattr(model.config, "model_type", "")).lower()
 
 
-def library_versions() -> dict[str, str]:
-    import torch
-    import transformers
-
-    return {"transformers": transformers.__version__, "torch": torch.__version__}
+def library_versions() -> dict[str, str | None]:
+    return versions.library_versions("transformers", "torch", imported=True)
 
 
 def load_encoder(

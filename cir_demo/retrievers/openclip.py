@@ -29,6 +29,7 @@ import numpy as np
 from cir_demo.retrievers import recipes
 from cir_demo.retrievers.base import resolve_path
 from cir_demo.retrievers.dual_encoder import DualEncoder, DualEncoderRetriever, torch_precision
+from cir_demo.utils import versions
 
 FAMILY = "open_clip"
 # Family options in a config's "params" (recipe parameters are added per recipe).
@@ -246,11 +247,8 @@ def _rgb(img):
     return img if getattr(img, "mode", "RGB") == "RGB" else img.convert("RGB")
 
 
-def library_versions() -> dict[str, str]:
-    import open_clip
-    import torch
-
-    return {"open_clip": open_clip.__version__, "torch": torch.__version__}
+def library_versions() -> dict[str, str | None]:
+    return versions.library_versions("open_clip", "torch", imported=True)
 
 
 def load_encoder(

@@ -53,7 +53,7 @@ def register_tiny_models(folder: Path) -> list[str]:
     """Register the tiny open_clip model under four recipes and the tiny verifier; returns retriever names."""
     from cir_demo.rerank import register_backend
     from cir_demo.retrievers import registry
-    from cir_demo.retrievers.testing import build_tiny_open_clip, tiny_open_clip_config
+    from cir_demo.testing.tiny_retrievers import build_tiny_open_clip, tiny_open_clip_config
 
     folder.mkdir(parents=True, exist_ok=True)
     weights = folder / "cir-demo-tiny-clip-seed0.safetensors"

@@ -107,11 +107,6 @@ def list_queries(service: ExplorerService, text: str, filters: dict[str, str], s
     return {"table": found.rows, "ids": list(found.rows["query"]), "info": info}
 
 
-def paraphrase_choices(service: ExplorerService, query_id: str) -> list[tuple[str, str]]:
-    view = service.query_view(query_id)
-    return [(f"{p.label}: {p.instruction}", p.query_id) for p in view.paraphrases]
-
-
 def show_view(service: ExplorerService, query_id: str, retrievers: list[str] | None, k: int, rerank: bool,
               top_n: int, notes: list[str] | None = None) -> dict[str, Any]:
     """Everything the right-hand side shows for one query (one paraphrase) and settings."""

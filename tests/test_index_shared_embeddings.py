@@ -42,7 +42,7 @@ def test_prefetch_encodes_several_image_towers_in_one_pass_equal_to_separate_enc
     """Oracle: each encoder's cache after one shared pass equals its own `encode_corpus`, and every
     corpus image was opened once, not once per encoder."""
     from cir_demo.retrievers import registry
-    from cir_demo.retrievers.testing import build_tiny_open_clip, tiny_open_clip_config
+    from cir_demo.testing.tiny_retrievers import build_tiny_open_clip, tiny_open_clip_config
     from cir_demo.world import load_world
 
     monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))

@@ -339,3 +339,12 @@ def test_number_sliders_clamp_instead_of_refusing():
     assert [slider.preprocess(v) for v in (500, -3, 0, 23, 50, None, "x")] == [50, 5, 5, 25, 50, 10, 10]
     assert slider.get_config()["label"] == "Results per column"  # still gradio's slider, settings intact
     assert clamp(7, 1, 50) == 7 and clamp(7.5, 1, 50) == 7.5 and clamp(float("nan"), 5, 50, default=20) == 20
+
+
+def test_a_link_naming_a_retriever_twice_opens_one_column(service):
+    name, qid = service.retriever_names[0], service.benchmark.queries[0].query_id
+    out = ui_app.initial_outputs(service, {"query": qid, "retrievers": f"{name},{name}"})
+    assert out["retrievers"]["value"] == [name]
+    assert out["view:results"].count("<section class=\"cir-col\"") == 1
+    assert list(out["view:table"].columns)[1:2] == [name] and name not in list(out["view:table"].columns)[2:]
+    assert service.check_retrievers([name, name]) == [name]  # the one place every caller goes through

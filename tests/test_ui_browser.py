@@ -250,3 +250,18 @@ def test_numbers_clamp_and_apply_on_enter_and_keys(app_url, browser):
     wait_tiles(5 * n_cols)
     assert tiles() == 5 * n_cols
     page.close()
+
+
+def test_link_with_a_duplicate_retriever(app_url, browser):
+    url, service = app_url
+    name, qid = service.retriever_names[1], service.benchmark.queries[2].query_id
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(f"{url}?query={qid}&retrievers={name},{name}")
+    page.wait_for_selector("#cir-results li.cir-tile")
+    assert [c.get_attribute("aria-label") for c in page.locator("#cir-results section.cir-col").all()] == \
+        [f"Results of {name}"]
+    assert page.locator("#cir-retrievers input[type=checkbox]:checked").count() == 1
+    assert "world (tiny)" in page.locator("#cir-status").inner_text()  # loaded, not "starting…"
+    assert page.locator(".toast-body").count() == 0
+    page.close()

@@ -74,8 +74,9 @@ class ExplorerService:
         return dict(self._filter_choices)
 
     def check_retrievers(self, names: Sequence[str] | None) -> list[str]:
-        """The requested columns (default: the first four), validated."""
-        names = list(self.retriever_names[:MAX_COLUMNS] if names is None else names)
+        """The requested columns (default: the first four), validated; every caller (links,
+        checkboxes, uploads) goes through here, so a name asked for twice is one column."""
+        names = list(dict.fromkeys(self.retriever_names[:MAX_COLUMNS] if names is None else names))
         unknown = [n for n in names if n not in self.retriever_names]
         if unknown:
             raise ServiceError(f"unknown retriever(s) {', '.join(unknown)}; this app serves: "

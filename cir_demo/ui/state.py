@@ -76,7 +76,7 @@ def decode_state(params: Mapping[str, str]) -> ParsedState:
         notes.append(f"unknown link parameter(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
     retrievers = None
     if params.get("retrievers") is not None:
-        retrievers = tuple(r.strip() for r in str(params["retrievers"]).split(",") if r.strip())
+        retrievers = tuple(dict.fromkeys(r.strip() for r in str(params["retrievers"]).split(",") if r.strip()))
     rerank_raw = str(params.get("rerank", "0")).lower()
     if rerank_raw not in ("0", "1", "true", "false", "yes", "no", "on", "off", ""):
         notes.append(f"link parameter rerank={params.get('rerank')!r} should be 0 or 1; ignored")

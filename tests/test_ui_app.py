@@ -227,7 +227,7 @@ def test_upload_callbacks(demo, service, tmp_path):
     service.engine.open_image(q.reference_ids[1]).convert("RGBA").save(p2)
     preview_html, message = wired(demo, "on_files").fn(str(p1), str(p2))
     assert preview_html.count("<img") == 2 and message == ""
-    results, message = wired(demo, "on_submit").fn(str(p1), str(p2), q.instruction, service.retriever_names, 10, True, 10)
+    results, message, *problems = wired(demo, "on_submit").fn(str(p1), str(p2), q.instruction, service.retriever_names, 10, True, 10)
     assert results.count('<li class="cir-tile') == 10 * len(service.retriever_names)
     message = plain(message)
     assert "cir-pos" not in results and "offline world" in message and "no badges" in message
@@ -240,12 +240,22 @@ def test_upload_callbacks(demo, service, tmp_path):
     bad.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
     preview_html, message = wired(demo, "on_files").fn(str(bad), None)
     assert "⚠" in message and "bad.jpg" in plain(message) and preview_html == ""
-    results, message = wired(demo, "on_submit").fn(str(bad), None, "make it red", service.retriever_names, 10, False, 20)
-    assert "⚠" in message and "cir-tile" not in results
-    with pytest.raises(gr.Error, match="upload at least one"):
-        wired(demo, "on_submit").fn(None, None, "make it red", service.retriever_names, 10, False, 20)
-    with pytest.raises(gr.Error, match="instruction"):
-        wired(demo, "on_submit").fn(str(p1), None, "", service.retriever_names, 10, False, 20)
+    submit = wired(demo, "on_submit").fn
+    names = service.retriever_names
+    # problems show next to the field to fix (files, instruction, retrievers) and clear stale results
+    results, message, files, text, retr = submit(str(bad), None, "make it red", names, 10, False, 20)
+    assert "⚠" in files and "bad.jpg" in files and "cir-tile" not in results and (message, text, retr) == ("", "", "")
+    results, message, files, text, retr = submit(None, None, "make it red", names, 10, False, 20)
+    assert "upload at least one" in files and "cir-tile" not in results
+    results, message, files, text, retr = submit(str(p1), None, "  ", names, 10, False, 20)
+    assert "type an instruction" in text and not files and "cir-tile" not in results
+    results, message, files, text, retr = submit(str(p1), None, "like <img1> but <img2>", [], 10, False, 20)
+    assert "only one image" in text and "select at least one retriever" in retr and "cir-tile" not in results
+    results, message, files, text, retr = submit(str(p1), str(p2), "make it red", names[:1], 10, False, 20)
+    assert "<img1> and <img2>" in message and results.count('<li class="cir-tile') == 10  # a hint, still searched
+    button, problem = wired(demo, "on_retrievers").fn([])
+    assert button["interactive"] is False and "select at least one" in problem
+    assert wired(demo, "on_retrievers").fn(names[:1])[0]["interactive"] is True
 
 
 def test_example_callback_writes_world_references(demo, service):

@@ -265,3 +265,35 @@ def test_link_with_a_duplicate_retriever(app_url, browser):
     assert "world (tiny)" in page.locator("#cir-status").inner_text()  # loaded, not "starting…"
     assert page.locator(".toast-body").count() == 0
     page.close()
+
+
+def test_upload_problems_show_next_to_their_field(app_url, browser, tmp_path):
+    url, service = app_url
+    ref = service.benchmark.queries[0].reference_ids[0]
+    p1 = tmp_path / "one.png"
+    service.engine.open_image(ref).save(p1)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    page.wait_for_selector("#cir-results li.cir-tile")
+    page.get_by_role("tab", name="Try your own").click()
+    page.locator("#cir-upload-submit").click()  # nothing uploaded, no instruction
+    page.wait_for_function("document.querySelector('#cir-upload-files-problem').innerText.includes('upload at least one')")
+    assert "type an instruction" in page.locator("#cir-upload-instruction-problem").inner_text()
+    page.locator("#cir-upload-1 input[type=file]").set_input_files(str(p1))
+    page.wait_for_selector("#cir-upload-preview img")
+    page.locator("#cir-upload-instruction textarea").fill("the bag of <img1> in the colour of <img2>")
+    page.locator("#cir-upload-submit").click()
+    page.wait_for_function("document.querySelector('#cir-upload-instruction-problem').innerText.includes('only one image')")
+    assert page.locator("#cir-upload-files-problem").inner_text().strip() == ""  # fixed fields are cleared
+    page.locator("#cir-upload-instruction textarea").fill("make it red")
+    page.locator("#cir-upload-submit").click()
+    page.wait_for_selector("#cir-upload-results li.cir-tile")
+    assert page.locator("#cir-upload-instruction-problem").inner_text().strip() == ""
+    for box in page.locator("#cir-upload-retrievers input[type=checkbox]:checked").all():  # zero retrievers
+        box.uncheck()
+    page.wait_for_function("document.querySelector('#cir-upload-submit').disabled === true")
+    assert "select at least one retriever" in page.locator("#cir-upload-retrievers-problem").inner_text()
+    assert page.locator(".toast-body").count() == 0  # no toasts: every problem is inline
+    shot(page, "09-upload-problems")
+    page.close()

@@ -37,6 +37,9 @@ class UploadUI:
     note: Any
     message: Any
     results: Any
+    files_problem: Any  # inline problems, next to the field to fix
+    instruction_problem: Any
+    retrievers_problem: Any
 
 
 def create_ui() -> UploadUI:
@@ -46,12 +49,14 @@ def create_ui() -> UploadUI:
             file1 = gr.File(label="Reference image 1", file_count="single", type="filepath", elem_id="cir-upload-1")
             file2 = gr.File(label="Reference image 2 (optional: write <img1> and <img2> in the instruction)",
                             file_count="single", type="filepath", elem_id="cir-upload-2")
+            files_problem = gr.Markdown(elem_id="cir-upload-files-problem")
             example = gr.Button("Load a world example (two images and an instruction)", elem_id="cir-upload-example",
                                 size="sm")
         with gr.Column(scale=2, min_width=400):
             preview = gr.HTML(elem_id="cir-upload-preview", css_template=components.CSS)
             instruction = gr.Textbox(label="Instruction", placeholder="e.g. the same dress in blue; or: the coat of <img1> "
                                      "in the colour of <img2>", elem_id="cir-upload-instruction")
+            instruction_problem = gr.Markdown(elem_id="cir-upload-instruction-problem")
             with gr.Row():
                 retrievers = gr.CheckboxGroup([], label=f"Retrievers (1 to {MAX_COLUMNS})", elem_id="cir-upload-retrievers",
                                               scale=3)
@@ -59,11 +64,12 @@ def create_ui() -> UploadUI:
             with gr.Row():
                 rerank = gr.Checkbox(False, label="Rerank", interactive=False, elem_id="cir-upload-rerank")
                 top_n = number_slider(5, TOP_N_RANGE[1], value=20, step=5, label="Rerank top n", elem_id="cir-upload-top-n")
+            retrievers_problem = gr.Markdown(elem_id="cir-upload-retrievers-problem")
             submit = gr.Button("Search the corpus", variant="primary", elem_id="cir-upload-submit")
     message = gr.Markdown(elem_id="cir-upload-message")
     results = gr.HTML(elem_id="cir-upload-results", css_template=components.CSS)
     return UploadUI(file1, file2, preview, instruction, retrievers, k, rerank, top_n, submit, example, note, message,
-                    results)
+                    results, files_problem, instruction_problem, retrievers_problem)
 
 
 # ------------------------------------------------------------------ callbacks
@@ -91,21 +97,53 @@ def preview(paths: Sequence[str | None]) -> dict[str, Any]:
     return {"preview": html, "message": components.notes_markdown(lines)}
 
 
+PROBLEM_FIELDS = ("files", "instruction", "retrievers")
+TWO_IMAGE_HINT = ("Tip: with two images, say which is which: write <img1> and <img2> in the instruction "
+                  "(e.g. \"the coat of <img1> in the colour of <img2>\").")
+
+
+def form_problems(n_images: int, file_errors: Sequence[str], instruction: str,
+                  retrievers: Sequence[str] | None) -> dict[str, list[str]]:
+    """What keeps the form from being searched, by the field to fix (checked before any work)."""
+    problems: dict[str, list[str]] = {f: [] for f in PROBLEM_FIELDS}
+    problems["files"] += list(file_errors)
+    if not n_images and not file_errors:
+        problems["files"].append("upload at least one reference image")
+    text = (instruction or "").strip()
+    if not text:
+        problems["instruction"].append("type an instruction (what should change in the reference image)")
+    elif n_images == 1 and "<img2>" in text:
+        problems["instruction"].append("the instruction mentions <img2> but only one image was uploaded; "
+                                       "upload a second image or remove <img2>")
+    if not retrievers:
+        problems["retrievers"].append("select at least one retriever")
+    return problems
+
+
+def problem_markdown(lines: Sequence[str]) -> str:
+    return "\n".join(f"⚠ {components.esc(line)}" for line in lines)
+
+
 def search(service: ExplorerService, paths: Sequence[str | None], instruction: str, retrievers: list[str] | None,
            k: int, rerank: bool, top_n: int) -> dict[str, Any]:
+    """Results and notes, or (nothing searched, stale results cleared) the problems by field."""
     images, errors = validate_files(paths)
-    if errors:
-        return {"results": components.results_html(None, "Fix the upload problems above and search again."),
-                "message": components.notes_markdown([f"⚠ {e}" for e in errors])}
-    if not images:
-        raise ServiceError("upload at least one reference image")
+    problems = form_problems(len(images), errors, instruction, retrievers)
+    out: dict[str, Any] = {f"problem:{f}": problem_markdown(problems[f]) for f in PROBLEM_FIELDS}
+    if any(problems.values()):
+        out.update(results=components.results_html(None, "Fix what is marked ⚠ above and search again."), message="")
+        return out
     k, top_n = clamp(k, *K_RANGE, default=10), clamp(top_n, *TOP_N_RANGE, default=20)
     comparison = service.search_uploads(images, instruction or "", retrievers, k=k,
                                         rerank=bool(rerank) and service.reranker_name is not None, top_n=top_n)
     lines = list(comparison.notes)
+    text = instruction.strip()
+    if len(images) == 2 and "<img1>" not in text and "<img2>" not in text:
+        lines.append(TWO_IMAGE_HINT)
     lines.append(f"Searched {len(service.benchmark.corpus_ids):,} images of {service.benchmark.name!r} with "
                  f"{len(comparison.columns)} retriever(s); uploads have no judgments, so no badges or metrics.")
-    return {"results": components.results_html(comparison), "message": components.notes_markdown(lines)}
+    out.update(results=components.results_html(comparison), message=components.notes_markdown(lines))
+    return out
 
 
 def example_files(service: ExplorerService, folder: str | Path | None = None) -> tuple[str, str | None, str]:
@@ -145,11 +183,19 @@ def wire(ui: UploadUI, get_service: Callable[[], ExplorerService]) -> None:
     @on_gpu
     def on_submit(f1, f2, instruction, retrievers, k, rerank, top_n):
         out = search(get_service(), [f1, f2], instruction, retrievers, k, rerank, top_n)
-        return out["results"], out["message"]
+        return (out["results"], out["message"], *(out[f"problem:{f}"] for f in PROBLEM_FIELDS))
 
     inputs = [ui.file1, ui.file2, ui.instruction, ui.retrievers, ui.k, ui.rerank, ui.top_n]
-    ui.submit.click(on_submit, inputs, [ui.results, ui.message])
-    ui.instruction.submit(on_submit, inputs, [ui.results, ui.message])
+    outputs = [ui.results, ui.message, ui.files_problem, ui.instruction_problem, ui.retrievers_problem]
+    ui.submit.click(on_submit, inputs, outputs)
+    ui.instruction.submit(on_submit, inputs, outputs)
+
+    def on_retrievers(selected):  # zero retrievers cannot be submitted
+        chosen = bool(selected)
+        return (gr.update(interactive=chosen, value="Search the corpus" if chosen else "Select a retriever to search"),
+                "" if chosen else problem_markdown(["select at least one retriever"]))
+
+    ui.retrievers.input(guarded("Choosing retrievers")(on_retrievers), [ui.retrievers], [ui.submit, ui.retrievers_problem])
 
     @guarded("Loading the example")
     def on_example():

@@ -290,8 +290,9 @@ def test_upload_problems_show_next_to_their_field(app_url, browser, tmp_path):
     page.locator("#cir-upload-submit").click()
     page.wait_for_selector("#cir-upload-results li.cir-tile")
     assert page.locator("#cir-upload-instruction-problem").inner_text().strip() == ""
-    for box in page.locator("#cir-upload-retrievers input[type=checkbox]:checked").all():  # zero retrievers
-        box.uncheck()
+    checked = page.locator("#cir-upload-retrievers input[type=checkbox]:checked")
+    while checked.count():  # zero retrievers
+        checked.first.uncheck()
     page.wait_for_function("document.querySelector('#cir-upload-submit').disabled === true")
     assert "select at least one retriever" in page.locator("#cir-upload-retrievers-problem").inner_text()
     assert page.locator(".toast-body").count() == 0  # no toasts: every problem is inline

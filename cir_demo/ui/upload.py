@@ -121,7 +121,7 @@ def form_problems(n_images: int, file_errors: Sequence[str], instruction: str,
 
 
 def problem_markdown(lines: Sequence[str]) -> str:
-    return "\n".join(f"⚠ {components.esc(line)}" for line in lines)
+    return "  \n".join(f"⚠ {components.md_escape(line)}" for line in lines)  # lines echo file names
 
 
 def search(service: ExplorerService, paths: Sequence[str | None], instruction: str, retrievers: list[str] | None,

@@ -33,6 +33,12 @@ def test_filter_queries_against_brute_force(service):
         assert got == expected
     assert set(choices["is_single"]) == {"single image", "two images"}
     assert choices["skin_tone_bucket"][-1] == NO_VALUE
+    # skin tones read as PinPoint's buckets with their Monk ranges, lightest first
+    buckets = [v for v in choices["skin_tone_bucket"] if v != NO_VALUE]
+    monk = {"lightest (Monk 1-3)": 0, "second lightest (Monk 4-5)": 1, "second darkest (Monk 6-7)": 2,
+            "darkest (Monk 8-10)": 3}
+    assert set(buckets) <= set(monk) and buckets == sorted(buckets, key=monk.get) and len(buckets) >= 2
+    assert filter_value("skin_tone_bucket", "SECOND_DARKEST") == "second darkest (Monk 6-7)"
     with pytest.raises(ServiceError, match="unknown filter"):
         filter_queries(table, "", {"colour": "red"})
 

@@ -24,6 +24,9 @@ FILTER_FIELDS = {
     "skin_tone_bucket": "Skin tone (reference)",
 }
 SINGLE_LABELS = {True: "single image", False: "two images"}
+# PinPoint's skin-tone buckets of the reference image, on the Monk skin tone scale (1 lightest .. 10 darkest)
+SKIN_TONE_LABELS = {"LIGHTEST": "lightest (Monk 1-3)", "SECOND_LIGHTEST": "second lightest (Monk 4-5)",
+                    "SECOND_DARKEST": "second darkest (Monk 6-7)", "DARKEST": "darkest (Monk 8-10)"}
 NO_VALUE = "(none)"
 
 SORTS = {

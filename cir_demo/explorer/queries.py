@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from cir_demo.benchmarks.schema import SKIN_TONE_BUCKETS, Benchmark
-from cir_demo.explorer.config import FILTER_FIELDS, NO_VALUE, SINGLE_LABELS, ServiceError
+from cir_demo.explorer.config import FILTER_FIELDS, NO_VALUE, SINGLE_LABELS, SKIN_TONE_LABELS, ServiceError
 
 
 def query_table(benchmark: Benchmark) -> pd.DataFrame:
@@ -32,6 +32,8 @@ def filter_value(key: str, value: Any) -> str:
         return SINGLE_LABELS[bool(value)]
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return NO_VALUE
+    if key == "skin_tone_bucket":
+        return SKIN_TONE_LABELS.get(str(value), str(value))
     return str(value)
 
 
@@ -42,7 +44,8 @@ def filter_choices(table: pd.DataFrame) -> dict[str, list[str]]:
         values = [v for v in table[key].unique()]
         if len(values) < 2 and NO_VALUE in values:
             continue
-        order = {v: i for i, v in enumerate(SKIN_TONE_BUCKETS)} if key == "skin_tone_bucket" else {}
+        order = ({SKIN_TONE_LABELS.get(v, v): i for i, v in enumerate(SKIN_TONE_BUCKETS)} if key == "skin_tone_bucket"
+                 else {})
         out[key] = sorted(values, key=lambda v: (v == NO_VALUE, order.get(v, len(order)), v))
     return out
 

@@ -27,6 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # run as a script from anywhere
 
 
 def free_port() -> int:
@@ -75,7 +76,10 @@ class Visitor:
         from gradio_client import Client
 
         self.client = Client(url, verbose=False)
-        self.groups, self.retrievers = groups, retrievers
+        # the page load (on_ready) sets this session's phrasing choices to the first query's intent,
+        # as a visitor's browser does; gradio refuses a phrasing outside the session's choices
+        self.client.predict(api_name="/on_ready")
+        self.groups, self.retrievers = groups[:1], retrievers
         self.rng = random.Random(seed)
 
     def view(self, query_id: str, rerank: bool):

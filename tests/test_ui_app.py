@@ -360,3 +360,11 @@ def test_a_link_naming_a_retriever_twice_opens_one_column(service):
     assert out["view:results"].count("<section class=\"cir-col\"") == 1
     assert list(out["view:table"].columns)[1:2] == [name] and name not in list(out["view:table"].columns)[2:]
     assert service.check_retrievers([name, name]) == [name]  # the one place every caller goes through
+
+
+def test_explore_explains_itself(demo):
+    texts = " ".join(str(getattr(b, "value", "")) for b in demo.blocks.values())
+    for term in ("offline world", "AP@10", "P@10", "NegRecall@10", "composed", "image only", "text only", "lower is"):
+        assert term in texts, term
+    html = components.legend(reranked=False, judged=True)
+    assert 'title="explicit negatives in the top 10 over min(negatives, 10)"' in html

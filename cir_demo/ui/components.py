@@ -15,6 +15,9 @@ from typing import Iterable, Sequence
 from cir_demo.explorer import MODALITY_LABELS, Column, Comparison, QueryView, Tile
 
 BADGES = {"positive": ("✓ positive", "cir-pos"), "negative": ("✗ explicit negative", "cir-neg")}
+TAG_TITLES = {"composed": "ranks with the reference image(s) and the instruction together",
+              "image only": "ranks with the reference image alone (a baseline)",
+              "text only": "ranks with the instruction alone (a baseline)"}
 METRIC_LABELS = {"AP@10": "AP@10", "precision@10": "P@10", "NegRecall@10": "NegRecall@10"}
 
 # Scoped to each gr.HTML through `css_template` (so it works however the app is launched).
@@ -83,7 +86,11 @@ def legend(reranked: bool, judged: bool) -> str:
     parts = []
     if judged:
         parts += ['<span>✓ positive = green solid frame</span>', '<span>✗ explicit negative = red dashed frame</span>',
-                  '<span>no badge = neither</span>', '<span>NegRecall@10: lower is better</span>']
+                  '<span>no badge = neither</span>',
+                  '<span title="average precision of the top 10: 1 = every positive ranked first">AP@10: higher is better</span>',
+                  '<span title="positives among the top 10, divided by 10">P@10: share of positives</span>',
+                  '<span title="explicit negatives in the top 10 over min(negatives, 10)">NegRecall@10: lower is better</span>',
+                  '<span>definitions: “What am I looking at?” above</span>']
     if reranked:
         parts += ['<span>▲/▼ places moved by the reranker</span>', '<span>P(yes): the reranker\'s relevance probability</span>']
     return f'<div class="cir-legend">{" ".join(parts)}</div>' if parts else ""
@@ -149,7 +156,8 @@ def counts_line(tiles: Sequence[Tile], k: int) -> str:
 
 
 def column_html(col: Column, k: int, judged: bool) -> str:
-    head = (f'<h3>{esc(col.retriever)}<span class="cir-tag">{esc(MODALITY_LABELS.get(col.modality, col.modality))}</span></h3>')
+    tag = MODALITY_LABELS.get(col.modality, col.modality)
+    head = (f'<h3>{esc(col.retriever)}<span class="cir-tag" title="{esc(TAG_TITLES.get(tag, ""))}">{esc(tag)}</span></h3>')
     if col.error:
         return (f'<section class="cir-col" aria-label="Results of {esc(col.retriever)}">{head}'
                 f'<div class="cir-error" role="alert">⚠ {esc(col.retriever)} failed: {esc(col.error)}</div></section>')

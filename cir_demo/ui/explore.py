@@ -55,7 +55,29 @@ class ExploreUI:
                 self.k, self.top_n]
 
 
+ABOUT = """
+**The benchmark.** By default the *offline world*: procedurally rendered product scenes (accessories, fashion
+and home items in colours, materials and patterns, on backgrounds) with composed queries: a reference image,
+or two, plus an instruction such as “this handbag in a neutral colour”, each intent written in six
+phrasings. Its judgments are exact: **positives** satisfy the instruction; **explicit negatives** are near
+misses (the right item with the wrong change). The world models (world-CLIP, world-CIR, the world
+verifier) were trained here only on such scenes. The app can also serve PinPoint, EDIR, CIRCO or your own.
+
+**The columns.** One per retriever: its top results for the query, with rank and score, a green solid
+frame for a positive and a red dashed one for an explicit negative. Tags: **composed** = ranks with the
+image and the text together; **image only** = with the reference image alone; **text only** = with the
+instruction alone (baselines that show whether composing matters).
+
+**Metrics** of the top 10, per query: **AP@10** = average precision (the precision at each rank that holds
+a positive, summed, over min(positives, 10); 1 = every positive first); **P@10** = positives among the top
+10, divided by 10; **NegRecall@10** = explicit negatives in the top 10 over min(negatives, 10): lower is
+better. The **reranker** rescores each column's top n with P(yes) and reorders them.
+"""
+
+
 def create_ui() -> ExploreUI:
+    with gr.Accordion("What am I looking at?", open=False, elem_id="cir-about"):
+        gr.Markdown(ABOUT)
     with gr.Row(equal_height=False):
         with gr.Column(scale=1, min_width=300):
             gr.Markdown("### Find a query")

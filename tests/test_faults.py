@@ -8,7 +8,6 @@ world (isolated cache, indexes and runs folders) is compared with every disturbe
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -118,13 +117,21 @@ def test_damaged_index_reported_then_rebuilt(world, capsys, damage):
     assert _status(capsys, "--verify")[0] == 0
 
 
-def test_damaged_embedding_cache_is_encoded_again(world, capsys):
-    [npy] = list((Path(world["env"]["CIR_DEMO_CACHE"]) / "embeddings").rglob("*.npy"))
-    _truncate(npy, 200)
-    shutil.rmtree(world["index"])  # so the index is rebuilt from the embedding cache
-    out = world["root"] / "runs" / "after-embeddings"
+@pytest.mark.parametrize("which", ["one", "all"])
+def test_damaged_embedding_cache_is_encoded_again(world, capsys, which):
+    """The retriever's and the reranker's corpus caches (world-CLIP, the world judge): one damaged is
+    encoded again alone; all damaged are encoded again in one shared pass. Either way it is said."""
+    caches = sorted((Path(world["env"]["CIR_DEMO_CACHE"]) / "embeddings").rglob("*.npy"))
+    assert len(caches) == 2, caches
+    damaged = caches[:1] if which == "one" else caches
+    for npy in damaged:
+        _truncate(npy, 200)
+    shutil.rmtree(world["index"], ignore_errors=True)  # so the index is rebuilt from the embedding cache
+    out = world["root"] / "runs" / f"after-embeddings-{which}"
     rc, err = _eval(out, capsys)
-    assert rc == 0 and f"damaged: {npy}" in err and "encoding the corpus again" in err, err
+    assert rc == 0 and "encoding the corpus again" in err, err
+    for npy in damaged:
+        assert f"damaged: {npy}" in err, err
     _assert_identical(world, out)
 
 

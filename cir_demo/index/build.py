@@ -275,18 +275,25 @@ def prefetch_corpus_embeddings(benchmark, ids: Sequence[str], encoders: Sequence
         if path is None or path in seen:
             continue
         seen.add(path)
-        if not path.exists() or _read_embedding_cache(path, (len(ids), int(encoder.dim)))[0] is None:
-            todo.append((encoder, path))
+        if not path.exists():
+            todo.append((encoder, path, None))
+        else:
+            problem = _read_embedding_cache(path, (len(ids), int(encoder.dim)))[1]
+            if problem:
+                todo.append((encoder, path, problem))
     if len(todo) < 2:
         return []
-    outs = encode_corpus_with(benchmark.images, ids, [e for e, _ in todo], batch_size=batch_size, progress=progress,
-                              desc=f"encode {benchmark.name} for {', '.join(e.name for e, _ in todo)}")
-    for (encoder, path), xb in zip(todo, outs):
+    for _, _, problem in todo:
+        if problem:
+            say(f"{problem}; encoding the corpus again")
+    outs = encode_corpus_with(benchmark.images, ids, [e for e, _, _ in todo], batch_size=batch_size,
+                              progress=progress, desc=f"encode {benchmark.name} for {', '.join(e.name for e, _, _ in todo)}")
+    for (encoder, path, _), xb in zip(todo, outs):
         try:
             _write_embedding_cache(path, xb)
         except OSError as exc:
             say(f"warning: embedding cache {path} not written ({exc.strerror or exc}); continuing without it")
-    return [e.name for e, _ in todo]
+    return [e.name for e, _, _ in todo]
 
 
 def _record_path(path: Path) -> Path:

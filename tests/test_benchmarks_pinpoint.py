@@ -15,18 +15,7 @@ import pytest
 from cir_demo.benchmarks.pinpoint import GROUP_COLUMN, OFFICIAL_COLUMNS, export_pinpoint, load_pinpoint
 from cir_demo.benchmarks.schema import Benchmark, BenchmarkError, Judgments, Query
 
-STRING, STRINGS = pa.large_string(), pa.list_(pa.string())
-SCHEMA = pa.schema([
-    ("query_id", STRING), ("query_image_signature", STRING), ("query_image_signature2", STRING),
-    ("instruction", STRING), ("positive_candidates", STRINGS), ("negative_candidates", STRINGS),
-    ("token_count", pa.int64()), ("length_category", STRING), ("is_question", pa.bool_()),
-    ("is_imperative", pa.bool_()), ("is_single", pa.bool_()), ("query_category", STRING),
-    ("skin_tone_bucket", STRING), ("l1_interest", STRING),
-])
-
-
-def sig(n: int) -> str:
-    return f"{n:032x}"
+from pinpoint_images import SCHEMA, sig  # noqa: E402  (the official parquet schema)
 
 
 CORPUS = [sig(i) for i in range(1, 41)]

@@ -44,18 +44,7 @@ def plots(out: Path) -> set[str]:
 
 
 # --------------------------------------------------------------------------- PinPoint
-STRING, STRINGS = pa.large_string(), pa.list_(pa.string())
-PINPOINT_SCHEMA = pa.schema([
-    ("query_id", STRING), ("query_image_signature", STRING), ("query_image_signature2", STRING),
-    ("instruction", STRING), ("positive_candidates", STRINGS), ("negative_candidates", STRINGS),
-    ("token_count", pa.int64()), ("length_category", STRING), ("is_question", pa.bool_()),
-    ("is_imperative", pa.bool_()), ("is_single", pa.bool_()), ("query_category", STRING),
-    ("skin_tone_bucket", STRING), ("l1_interest", STRING),
-])
-
-
-def sig(n: int) -> str:
-    return f"{n:032x}"
+from pinpoint_images import SCHEMA as PINPOINT_SCHEMA, sig  # noqa: E402  (the official parquet schema)
 
 
 def test_pinpoint_family_end_to_end(tmp_path, capsys):

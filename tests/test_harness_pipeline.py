@@ -78,7 +78,7 @@ def test_unknown_retriever_gets_did_you_mean(tmp_path, tiny_retrievers, capsys):
     assert "Did you mean 'tiny-early_fusion'" in capsys.readouterr().err
 
 
-def test_eval_with_world_verifier_reranks_top_n_by_p_yes(tmp_path, tiny_retrievers):
+def test_eval_with_world_verifier_reranks_top_n_by_its_ranking_key(tmp_path, tiny_retrievers):
     pytest.importorskip("safetensors")
     out = tmp_path / "run"
     name = tiny_retrievers[0]
@@ -91,8 +91,8 @@ def test_eval_with_world_verifier_reranks_top_n_by_p_yes(tmp_path, tiny_retrieve
     assert "## Reranking (top 10)" in report and "linguistic sensitivity rose for" in report
     assert "mAP@10 gain [95% CI]" in report and "ling. sens. change" in report
 
-    # Oracle: each query's new top 10 is its first-stage top 10 ordered by P(yes) of the verifier
-    # scoring that query alone from pixels (ties keep the first-stage order); the rest is unchanged.
+    # Oracle: each query's new top 10 is its first-stage top 10 ordered by P(yes) - penalty * P(near miss)
+    # of the verifier scoring that query alone from pixels; the rest is unchanged.
     from cir_demo.engine import RetrievalEngine
     from cir_demo.rerank import RerankRequest, load_reranker
     from cir_demo.world import load_world
@@ -109,6 +109,7 @@ def test_eval_with_world_verifier_reranks_top_n_by_p_yes(tmp_path, tiny_retrieve
         ids1 = reranked[key]["retrieved_items"]
         assert ids1[10:] == ids0[10:] and sorted(ids1[:10]) == sorted(ids0[:10])
         request = RerankRequest([engine.open_image(r) for r in q.reference_ids], q.reference_ids, q.instruction)
-        p = {s.candidate_id: s.p_yes for s in verifier.score(request, ids0[:10], [engine.open_image(c) for c in ids0[:10]])}
+        p = {s.candidate_id: s.p_yes - verifier.near_miss_penalty * s.p_near
+             for s in verifier.score(request, ids0[:10], [engine.open_image(c) for c in ids0[:10]])}
         got = [p[c] for c in ids1[:10]]
         assert all(a >= b - 1e-6 for a, b in zip(got, got[1:]))

@@ -264,3 +264,70 @@ def test_rerank_run_reorders_each_query_and_records_spec(tmp_path):
     d = out.to_dict()
     assert d["reranker"]["spec"] == rr.spec and d["reranker"]["top_n"] == 3
     assert d["items"]["q2"][0]["flag"] == FLAG_TOKENS_MISSING
+
+
+class NearMissReranker(ScriptedReranker):
+    """Scores from {candidate_id: (p_yes, p_near)}; ranks by P(yes) - penalty * P(near)."""
+
+    def __init__(self, table, penalty):
+        super().__init__({c: (p, None) for c, (p, _) in table.items()}, name="near")
+        self.near = {c: pn for c, (_, pn) in table.items()}
+        self.near_miss_penalty = penalty
+        self.spec = {**self.spec, "near_miss_penalty": penalty}
+
+    def score(self, request, candidate_ids, candidate_images):
+        return [CandidateScore(s.candidate_id, s.p_yes, s.logit_yes, s.logit_no, s.flag, self.near[s.candidate_id])
+                for s in super().score(request, candidate_ids, candidate_images)]
+
+
+def test_near_miss_penalty_hand_built_case_with_ties():
+    # keys with penalty 0.5 (binary fractions: exact): a 0.625, b 0.0625 - 0.4375 = -0.375, c 0.25,
+    # d 0.375 - 0.125 = 0.25, e 0.03125 - 0.4375 = -0.40625, f 0.75 - 0.5 = 0.25; g unscored keeps its slot
+    table = {"a": (0.625, 0.0), "b": (0.0625, 0.875), "c": (0.25, 0.0), "d": (0.375, 0.25), "e": (0.03125, 0.875),
+             "f": (0.75, 1.0), "g": (None, None)}
+    ids = ["b", "c", "g", "d", "e", "f", "a"]
+    rr = NearMissReranker(table, 0.5)
+    rr.table["g"] = (None, "error: timeout")
+    items = rerank(REQ, ids, None, load_image, rr, top_n=7)
+    # by hand: a (0.625); then c, d, f tie at 0.25 -> log-odds of yes breaks it: f > d > c
+    assert [it.candidate_id for it in items] == ["a", "f", "g", "d", "c", "b", "e"]
+    assert {it.candidate_id: it.p_near for it in items}["b"] == 0.875
+    # without the penalty the same scores order by P(yes) alone
+    plain = rerank(REQ, ids, None, load_image, NearMissReranker(table | {"g": (0.01, 0.0)}, 0.0), top_n=7)
+    assert [it.candidate_id for it in plain] == ["f", "a", "d", "c", "b", "e", "g"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_near_miss_penalty_matches_brute_force(seed):
+    rnd = random.Random(seed)
+    n = rnd.randint(1, 10)
+    ids = [f"c{i}" for i in range(n)]
+    table = {c: (rnd.choice([0.1, 0.5, 0.9]), rnd.choice([0.0, 0.5, 1.0])) for c in ids}
+    penalty = rnd.choice([0.25, 1.0, 2.0])
+    items = rerank(REQ, ids, None, load_image, NearMissReranker(table, penalty), top_n=n)
+    # brute force: highest key first; equal keys by P(yes) (monotone in log-odds), then first-stage rank
+    expect = sorted(ids, key=lambda c: (-(table[c][0] - penalty * table[c][1]), -table[c][0], ids.index(c)))
+    assert [it.candidate_id for it in items] == expect
+
+
+def test_cache_keeps_p_near_and_upgrades_an_old_cache(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "scores.sqlite"
+    db = sqlite3.connect(path)  # a cache written before P(near) existed
+    db.executescript("""
+        CREATE TABLE scores (spec_hash TEXT NOT NULL, instruction TEXT NOT NULL, reference_ids TEXT NOT NULL,
+            candidate_id TEXT NOT NULL, p_yes REAL, logit_yes REAL, logit_no REAL, flag TEXT, created REAL NOT NULL,
+            PRIMARY KEY (spec_hash, instruction, reference_ids, candidate_id)) WITHOUT ROWID;
+        CREATE TABLE specs (spec_hash TEXT PRIMARY KEY, spec_json TEXT NOT NULL, created REAL NOT NULL);
+        INSERT INTO scores VALUES ('h', 'q', '["r"]', 'old', 0.25, -1.0, 0.1, NULL, 0.0);
+    """)
+    db.commit()
+    db.close()
+    with ScoreCache(path) as cache:
+        assert cache.warning is None
+        old = cache.get_many("h", "q", ["r"], ["old"])["old"]
+        assert old.p_yes == 0.25 and old.p_near is None
+        cache.put_many("h", "q", ["r"], [CandidateScore("new", 0.5, 0.0, 0.0, None, 0.875)])
+    with ScoreCache(path) as cache:
+        assert cache.get_many("h", "q", ["r"], ["new"])["new"].p_near == 0.875

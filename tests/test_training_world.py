@@ -259,6 +259,7 @@ def test_world_cir_retriever_unit_deterministic_and_equal_to_combiner(cir_dir, c
 # --------------------------------------------------------------------------- world verifier (the world judge)
 def test_judge_training_writes_a_loadable_calibrated_backend(tmp_path_factory, clip_dir, train):
     from cir_demo.rerank import RerankRequest, load_reranker
+    from cir_demo.training.world_judge import JudgeTrainConfig
     from cir_demo.training.cli import train_verifier_command
     from cir_demo.world.loader import render_image
 
@@ -279,11 +280,29 @@ def test_judge_training_writes_a_loadable_calibrated_backend(tmp_path_factory, c
     for s in scores:
         assert s.p_yes == pytest.approx(1 / (1 + math.exp(-(s.logit_yes - s.logit_no))), abs=1e-12)
         assert s.logit_no == 0.0  # calibration folded into the head: logit_yes is the calibrated margin
+        assert 0.0 <= s.p_near <= 1.0  # the near-miss answer (stage 3)
+    assert manifest["training"]["stage3_near_miss"]["steps"] == 2
+    penalty = manifest["ranking"]["near_miss_penalty"]
+    assert penalty in JudgeTrainConfig().near_penalties and reranker.near_miss_penalty == penalty
     assert reranker.score(req, [], []) == []
     # resumed: stage 1 comes from the cache, stage 2 runs again and gives the same weights
     again = train_verifier_command("tiny", 0, 0, 1, 2, out, clip_dir=clip_dir, clip_ref=str(clip_dir),
                                    evaluate=False, progress=False)
     assert "resumed_from" in again["training"]["stage1_cnn"]
+    # stage 3 alone on that judge: every other weight is kept as it was
+    from safetensors.torch import load_file
+
+    only3 = tmp_path_factory.mktemp("world_judge_stage3")
+    third = train_verifier_command("tiny", 0, 1, 1, 2, only3, clip_dir=clip_dir, clip_ref=str(clip_dir),
+                                   evaluate=False, progress=False, from_judge=out)
+    assert third["training"]["stage2_judge"] == json.loads(json.dumps(again["training"]["stage2_judge"]))
+    assert third["training"]["stages_1_2_from"]["weights_sha256"] == again["files"]["world_judge.safetensors"]["sha256"]
+    before, after = load_file(str(out / "world_judge.safetensors")), load_file(str(only3 / "world_judge.safetensors"))
+    assert before.keys() == after.keys()
+    for k in before:
+        if not k.startswith("near."):
+            assert torch.equal(before[k], after[k]), k
+    assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith("near."))  # data_seed 1
 
 
 def test_training_config_overrides_convert_types_and_name_unknown_fields():
@@ -300,3 +319,6 @@ def test_training_config_overrides_convert_types_and_name_unknown_fields():
         _override(JudgeTrainConfig(), {"lr": "fast"})
     with pytest.raises(SystemExit, match="FIELD=VALUE"):
         parse_overrides(["lr"])
+    assert _override(JudgeTrainConfig(), {"near_penalties": "0,0.5,3"}).near_penalties == (0.0, 0.5, 3.0)
+    with pytest.raises(SystemExit, match="separated by commas"):
+        _override(JudgeTrainConfig(), {"near_penalties": "0,lots"})

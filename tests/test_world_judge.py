@@ -22,31 +22,46 @@ from cir_demo.rerank import RerankRequest, load_reranker  # noqa: E402
 
 TINY = JudgeArch(channels=(4, 4, 8, 8, 8, 8, 8), feat_dim=8, width=16, heads=2, query_layers=1, cand_layers=2,
                  probes=3, vocab_size=305, context_length=48)
+# with the attribute reader and the near-miss answer (three properties of 3, 4 and 2 values)
+TINY_NEAR = JudgeArch(**{**TINY.to_json(), "channels": TINY.channels, "attr_classes": (3, 4, 2), "near_head": 8})
+NEAR_PENALTY = 0.5
 
 
-@pytest.fixture(scope="module")
-def judge_dir(tmp_path_factory):
+def _save_judge(out, arch, ranking=None):
     """A randomly initialised tiny judge saved as the trainer saves one (weights, tokenizer, manifest)."""
     from safetensors.torch import save_file
 
     from cir_demo.utils.io import sha256_file
 
-    out = tmp_path_factory.mktemp("judge")
     torch.manual_seed(0)
-    model = build_judge(TINY).eval()
+    model = build_judge(arch).eval()
     with torch.no_grad():  # non-trivial batch-norm statistics
         for m in model.image.modules():
             if isinstance(m, torch.nn.BatchNorm2d):
                 m.running_mean.uniform_(-0.1, 0.1)
                 m.running_var.uniform_(0.5, 1.5)
+        if model.near is not None:  # P(near) spread over (0, 1), as a trained answer's
+            model.near[-1].weight.mul_(40.0)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out / "world_judge.safetensors"))
     (out / "tokenizer").mkdir()
     shutil.copyfile(REPO_ROOT / "assets/world-clip/tokenizer/tokenizer.json", out / "tokenizer/tokenizer.json")
-    manifest = {"model": "world-verifier", "architecture": TINY.to_json(),
+    manifest = {"model": "world-verifier", "architecture": arch.to_json(),
                 "files": {"world_judge.safetensors": sha256_file(out / "world_judge.safetensors"),
                           "tokenizer/tokenizer.json": sha256_file(out / "tokenizer/tokenizer.json")}}
+    if ranking is not None:
+        manifest["ranking"] = ranking
     (out / "manifest.json").write_text(json.dumps(manifest))
     return out
+
+
+@pytest.fixture(scope="module")
+def judge_dir(tmp_path_factory):
+    return _save_judge(tmp_path_factory.mktemp("judge"), TINY)
+
+
+@pytest.fixture(scope="module")
+def near_judge_dir(tmp_path_factory):
+    return _save_judge(tmp_path_factory.mktemp("near-judge"), TINY_NEAR, {"near_miss_penalty": NEAR_PENALTY})
 
 
 @pytest.fixture(scope="module")
@@ -87,9 +102,11 @@ def test_features_are_unit_rows_and_precomputed_equal_pixels(judge):
     np.testing.assert_allclose(known, from_pixels, atol=1e-5)
 
 
-def test_batched_scoring_equals_each_candidate_alone(judge_dir, one_torch_thread):
+@pytest.mark.parametrize("which", ["judge_dir", "near_judge_dir"])
+def test_batched_scoring_equals_each_candidate_alone(which, request, one_torch_thread):
     """Oracle: one batch over several queries (one- and two-image, shared candidates, known and
-    unknown ids) gives each pair the logits of scoring that candidate alone from pixels."""
+    unknown ids) gives each pair the logits (and P(near miss)) of scoring that candidate alone from pixels."""
+    judge_dir = request.getfixturevalue(which)
     fresh = load_reranker("world-verifier", weights=str(judge_dir / "world_judge.safetensors"))
     ims = _images(8, seed=1)
     fresh.use_image_embeddings(["k0", "k1", "k2"], fresh.encode_images(ims[:3]), remember_ids=["r0"])
@@ -108,9 +125,42 @@ def test_batched_scoring_equals_each_candidate_alone(judge_dir, one_torch_thread
             one = alone.score(request, [cid], [pixels_of[cid]])[0]
             assert s.logit_yes == pytest.approx(one.logit_yes, abs=1e-4)
             assert s.logit_no == pytest.approx(one.logit_no, abs=1e-4)
+            if which == "near_judge_dir":
+                assert s.p_near is not None and s.p_near == pytest.approx(one.p_near, abs=1e-5)
+            else:
+                assert s.p_near is None
     # the two-image query reads its second image: swapping it changes the answer
     swapped = alone.score(RerankRequest((ims[3], ims[7]), ("r0", "r9"), items[1][0].instruction), ["k2"], [ims[2]])
     assert abs(swapped[0].logit_yes - batched[1][0].logit_yes) > 1e-6
+
+
+def test_near_miss_answer_matches_the_training_path_and_orders_the_rerank(near_judge_dir, one_torch_thread):
+    """The served (yes, no, near) logits equal the model's training path (`forward` on features),
+    and `rerank` orders the top block by P(yes) - penalty * P(near), computed here by hand."""
+    from cir_demo.rerank import rerank
+
+    judge = load_reranker("world-verifier", weights=str(near_judge_dir / "world_judge.safetensors"))
+    assert judge.near_miss_penalty == NEAR_PENALTY and judge.spec["near_miss_penalty"] == NEAR_PENALTY
+    ims = _images(7, seed=3)
+    request = RerankRequest((ims[0],), ("ref",), "Same item but with <img1> in blue")
+    ids = [f"c{i}" for i in range(6)]
+    scores = judge.score(request, ids, ims[1:])
+    feats = torch.from_numpy(judge.encode_images(ims))
+    words = judge._words([request.instruction])
+    with torch.inference_mode():
+        logits = judge.model(feats[:1].expand(6, -1), feats[:1].expand(6, -1), torch.zeros(6, dtype=torch.bool),
+                             words.expand(6, -1), feats[1:]).numpy()
+    assert logits.shape == (6, 3)
+    for s, (ly, ln, lnear) in zip(scores, logits):
+        assert s.logit_yes - s.logit_no == pytest.approx(float(ly - ln), abs=1e-4)
+        assert s.p_near == pytest.approx(1 / (1 + math.exp(-float(lnear))), abs=1e-5)
+    items = rerank(request, ids, None, lambda i: ims[1 + ids.index(i)], judge, top_n=6)
+    key = {s.candidate_id: (s.p_yes - NEAR_PENALTY * s.p_near) for s in scores}
+    by_p_yes = sorted(ids, key=lambda c: -next(s.p_yes for s in scores if s.candidate_id == c))
+    assert by_p_yes != sorted(ids, key=lambda c: -key[c])  # the case tells the two orders apart
+    assert [it.candidate_id for it in items] == sorted(ids, key=lambda c: -key[c])
+    assert all(it.p_near == pytest.approx(next(s.p_near for s in scores if s.candidate_id == it.candidate_id))
+               for it in items)
 
 
 def test_damaged_weights_name_the_file_and_the_fix(judge_dir, tmp_path):

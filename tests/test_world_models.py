@@ -128,6 +128,7 @@ def test_verifier_batched_with_precomputed_features_equals_one_query_at_a_time()
         got = {it.candidate_id: it.p_yes for it in batched.items[q.query_id] if it.reranked}
         assert got.keys() == alone.keys()
         np.testing.assert_allclose([got[c] for c in alone], list(alone.values()), atol=1e-5)
-        # the new order is the p_yes order of the top block (ties keep first-stage order)
-        top = [it for it in batched.items[q.query_id][:10]]
-        assert [it.p_yes for it in top] == sorted((it.p_yes for it in top), reverse=True)
+        # the new order is the order of P(yes) - penalty * P(near miss) in the top block
+        assert fast.near_miss_penalty > 0
+        keys = [it.p_yes - fast.near_miss_penalty * it.p_near for it in batched.items[q.query_id][:10]]
+        assert keys == sorted(keys, reverse=True)

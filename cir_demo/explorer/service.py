@@ -144,12 +144,12 @@ class ExplorerService:
                 raise ranking
             ids, scores = list(ranking.ids), list(ranking.scores)
             first_rank = None
-            p_yes: dict[str, tuple[float | None, str | None, bool]] = {}
+            p_yes: dict[str, tuple[float | None, str | None, bool, float | None]] = {}
             if rerank:
                 items = self.engine.rerank(self.reranker_name, cq, ranking, top_n=top_n,
                                            reranker_kw=dict(self.config.reranker_kwargs))
                 first_rank = {it.candidate_id: it.first_stage_rank + 1 for it in items}
-                p_yes = {it.candidate_id: (it.p_yes, it.flag, it.reranked) for it in items}
+                p_yes = {it.candidate_id: (it.p_yes, it.flag, it.reranked, it.p_near) for it in items}
                 col.first_stage_ranking = ids
                 ids = [it.candidate_id for it in items]
                 scores = [it.first_stage_score for it in items]
@@ -161,9 +161,10 @@ class ExplorerService:
             thumbs = self.tiles.get_many(ids[:k])
             for r, (image_id, score) in enumerate(zip(ids[:k], scores[:k]), 1):
                 judged = "positive" if image_id in pos else "negative" if image_id in neg else None
-                py, flag, was_reranked = p_yes.get(image_id, (None, None, False))
+                py, flag, was_reranked, p_near = p_yes.get(image_id, (None, None, False, None))
                 col.tiles.append(Tile(image_id, r, score, judged, thumbs.get(image_id),
-                                      first_rank.get(image_id) if first_rank else None, py, flag, was_reranked))
+                                      first_rank.get(image_id) if first_rank else None, py, flag, was_reranked,
+                                      p_near))
         except ServiceError as exc:
             col.error = str(exc)
         except Exception as exc:  # one failing retriever must not blank the other columns

@@ -23,6 +23,7 @@ class Tile:
     p_yes: float | None = None
     flag: str | None = None
     reranked: bool = False
+    p_near: float | None = None  # the judge's P(near miss), when it answers that
 
     @property
     def moved(self) -> int | None:

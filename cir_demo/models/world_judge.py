@@ -10,7 +10,12 @@ It reads what an MLLM judge reads, pixels and words, and nothing else:
   target must look like";
 - per candidate, the probes cross-attend to the candidate's patch tokens (`cand_layers` blocks),
   and a linear head gives (logit_yes, logit_no). P(yes) = sigmoid(logit_yes - logit_no), calibrated
-  on validation data carved from the world's train split (temperature and bias folded into the head).
+  on validation data carved from the world's train split (temperature and bias folded into the head);
+- optionally (`near_head` > 0) a third answer, logit_near: "is this a near miss: the target the
+  instruction describes with one thing wrong?" (PinPoint's explicit negatives). A small MLP reads
+  the probes after cross-attention, the yes/no margin, how well the candidate shows each wanted
+  property and how much it looks like reference 1, property by property. Reranking then orders by
+  P(yes) - penalty * P(near) (`rerank/world_verifier.py`): a near miss is the costliest wrong answer.
 
 Model definitions only: serving (`rerank/world_verifier.py`) and training (`training/world_judge.py`)
 both import this module. torch is imported inside the builders.
@@ -36,6 +41,7 @@ class JudgeArch:
     probes: int = 6
     vocab_size: int = 305
     context_length: int = 48
+    near_head: int = 0  # hidden width of the near-miss head; 0: no near-miss answer
     # classes of each visual property the attribute reader predicts from an image's patch tokens
     # (colour, pattern, material, ...; set by the trainer from the train split)
     attr_classes: tuple = ()
@@ -175,6 +181,7 @@ def build_judge(arch: JudgeArch):
             self.blocks = nn.ModuleList(CrossBlock(w, arch.heads) for _ in range(arch.cand_layers))
             self.head_norm = nn.LayerNorm(w)
             self.head = nn.Linear(w, 2)  # (logit_yes, logit_no)
+            self.near = None
             # The attribute reader: linear heads over an image's pooled patch tokens giving a distribution
             # over each visual property (trained on train-split scene graphs, then frozen). The judge
             # reads these distributions, never a scene graph.
@@ -188,6 +195,12 @@ def build_judge(arch: JudgeArch):
                 self.attr_weight = nn.Parameter(torch.tensor(1.0))
                 bounds = torch.tensor([0] + list(arch.attr_classes)).cumsum(0)
                 self.register_buffer("attr_bounds", bounds, persistent=False)
+                if arch.near_head:
+                    d_in = w + 2 + 2 * len(arch.attr_classes)
+                    self.near = nn.Sequential(nn.LayerNorm(d_in), nn.Linear(d_in, arch.near_head), nn.GELU(),
+                                              nn.Linear(arch.near_head, 1))
+            elif arch.near_head:
+                raise ValueError("world judge: a near-miss head needs the attribute reader (attr_classes)")
 
         # -- image side: once per image
         def patch_features(self, pixels):
@@ -214,16 +227,20 @@ def build_judge(arch: JudgeArch):
         def attribute_probs(self, feats):
             return self._per_attribute_softmax(self.attribute_logits(feats))
 
+        def _agreement(self, p, q):
+            """log of the probability that two property distributions agree, per property: (n, n_props)."""
+            joint = p * q
+            return torch.log(torch.stack([joint[:, int(self.attr_bounds[a]):int(self.attr_bounds[a + 1])].sum(1)
+                                          for a in range(len(self.arch.attr_classes))], dim=1) + 1e-4)
+
         def _match(self, probes, cand_probs):
-            """Log-probability that the candidate shows each wanted property value, weighted by how much
-            the query cares about it: (n,)."""
+            """(weighted sum, per property): log-probability that the candidate shows each wanted property
+            value, weighted by how much the query cares about it: ((n,), (n, n_props))."""
             pooled = probes.mean(1)
             want = self._per_attribute_softmax(self.want(pooled))
-            joint = want * cand_probs
-            match = torch.stack([joint[:, int(self.attr_bounds[a]):int(self.attr_bounds[a + 1])].sum(1)
-                                 for a in range(len(self.arch.attr_classes))], dim=1)
+            per_property = self._agreement(want, cand_probs)
             gate = torch.sigmoid(self.gate(pooled))
-            return (gate * torch.log(match + 1e-4)).sum(1)
+            return (gate * per_property).sum(1), per_property
 
         # -- query side: once per query
         def encode_query(self, ref1, ref2, two_refs, words):
@@ -258,25 +275,39 @@ def build_judge(arch: JudgeArch):
                 memory.append((probs, probs))
             return memory
 
-        def logits(self, probes, memory, cand_index):
+        def logits(self, probes, memory, cand_index, ref_props=None):
             """probes (n, P, w) of each pair's query, memory from `candidate_memory`, cand_index (n,)
-            the row of each pair's candidate in it -> (n, 2) logits (yes, no)."""
+            the row of each pair's candidate in it -> (n, 2) logits (yes, no); with a near-miss head
+            and `ref_props` (n, sum(attr_classes)), reference 1's `attribute_probs` of each pair's
+            query: (n, 3) logits (yes, no, near)."""
             h = probes
             for blk, (k, v) in zip(self.blocks, memory):
                 h = blk(h, k[cand_index], v[cand_index])
-            logits = self.head(self.head_norm(h.mean(1)))
-            if self.attr_heads is not None:
-                match = self.attr_weight * self._match(probes, memory[-1][0][cand_index])
-                logits = logits + torch.stack([match, torch.zeros_like(match)], dim=1)
-            return logits
+            pooled = self.head_norm(h.mean(1))
+            logits = self.head(pooled)
+            if self.attr_heads is None:
+                return logits
+            cand_props = memory[-1][0][cand_index]
+            match, per_property = self._match(probes, cand_props)
+            match = self.attr_weight * match
+            logits = logits + torch.stack([match, torch.zeros_like(match)], dim=1)
+            if self.near is None or ref_props is None:
+                return logits
+            margin = logits[:, 0] - logits[:, 1]
+            x = torch.cat([pooled, margin[:, None], match[:, None], per_property,
+                           self._agreement(ref_props, cand_props)], dim=1)
+            return torch.cat([logits, self.near(x)], dim=1)
 
         def forward(self, ref1, ref2, two_refs, words, cand_feats, query_index=None):
-            """Training/oracle path: one row per pair (or `query_index` maps pairs to query rows)."""
+            """Training/oracle path: one row per pair (or `query_index` maps pairs to query rows);
+            (n, 3) logits with a near-miss head, else (n, 2)."""
             probes = self.encode_query(ref1, ref2, two_refs, words)
+            ref_props = self.attribute_probs(ref1) if self.near is not None else None
             if query_index is not None:
                 probes = probes[query_index]
+                ref_props = ref_props[query_index] if ref_props is not None else None
             memory = self.candidate_memory(cand_feats)
-            return self.logits(probes, memory, torch.arange(len(cand_feats)))
+            return self.logits(probes, memory, torch.arange(len(cand_feats)), ref_props)
 
     return WorldJudge()
 

@@ -58,6 +58,9 @@ class CandidateScore:
     logit_yes: float | None
     logit_no: float | None
     flag: str | None = None
+    # P(the candidate is a near miss: the wanted target with one thing wrong), from backends that
+    # answer it (the world judge); None elsewhere
+    p_near: float | None = None
 
     @property
     def has_score(self) -> bool:
@@ -79,6 +82,16 @@ class CandidateScore:
             return math.inf
         return math.log(self.p_yes / (1.0 - self.p_yes))
 
+    def sort_key(self, near_miss_penalty: float = 0.0) -> tuple[float, float] | None:
+        """Reranking key, highest first: (P(yes) - penalty * P(near), log-odds of yes) for a score with a
+        near-miss answer and a penalty, else (log-odds of yes, 0); None for an unscored candidate."""
+        margin = self.margin()
+        if margin is None:
+            return None
+        if near_miss_penalty and self.p_near is not None:
+            return (self.p_yes - near_miss_penalty * self.p_near, margin)
+        return (margin, 0.0)
+
 
 def sigmoid(x: float) -> float:
     """Numerically stable logistic function."""
@@ -89,16 +102,20 @@ def sigmoid(x: float) -> float:
 
 
 def scores_from_logits(candidate_ids: Sequence[str], logits: np.ndarray) -> list[CandidateScore]:
-    """(n, 2) array of (logit_yes, logit_no) -> CandidateScores; a non-finite pair is flagged as an error."""
+    """(n, 2) array of (logit_yes, logit_no), or (n, 3) with logit_near (P(near) = sigmoid(logit_near)),
+    -> CandidateScores; a non-finite row is flagged as an error."""
     logits = np.asarray(logits, dtype=np.float64)
-    if logits.shape != (len(candidate_ids), 2):
-        raise ValueError(f"expected logits of shape ({len(candidate_ids)}, 2), got {logits.shape}")
+    if logits.ndim != 2 or logits.shape[0] != len(candidate_ids) or logits.shape[1] not in (2, 3):
+        raise ValueError(f"expected logits of shape ({len(candidate_ids)}, 2) or ({len(candidate_ids)}, 3), "
+                         f"got {logits.shape}")
     out = []
-    for cid, (ly, ln) in zip(candidate_ids, logits):
-        if not (math.isfinite(ly) and math.isfinite(ln)):
-            out.append(CandidateScore(cid, None, None, None, f"{FLAG_ERROR_PREFIX}non-finite logits ({ly}, {ln})"))
+    for cid, row in zip(candidate_ids, logits):
+        ly, ln = row[0], row[1]
+        if not np.isfinite(row).all():
+            out.append(CandidateScore(cid, None, None, None, f"{FLAG_ERROR_PREFIX}non-finite logits {tuple(row.tolist())}"))
         else:
-            out.append(CandidateScore(cid, sigmoid(ly - ln), float(ly), float(ln), None))
+            p_near = sigmoid(float(row[2])) if len(row) == 3 else None
+            out.append(CandidateScore(cid, sigmoid(ly - ln), float(ly), float(ln), None, p_near))
     return out
 
 
@@ -119,6 +136,9 @@ class Reranker(abc.ABC):
     """
 
     spec: dict
+    # The reranking key is P(yes) - near_miss_penalty * P(near) for backends that answer P(near) (set
+    # from their manifest, and part of their spec); 0: P(yes) alone
+    near_miss_penalty: float = 0.0
 
     @abc.abstractmethod
     def score(

@@ -30,6 +30,7 @@ CREATE TABLE IF NOT EXISTS scores (
     logit_no REAL,
     flag TEXT,
     created REAL NOT NULL,
+    p_near REAL,
     PRIMARY KEY (spec_hash, instruction, reference_ids, candidate_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS specs (
@@ -46,6 +47,17 @@ def default_cache_path() -> Path:
     from cir_demo.paths import cache_dir
 
     return cache_dir() / "rerank" / "scores.sqlite"
+
+
+def _add_missing_columns(db: sqlite3.Connection) -> None:
+    """Caches written before P(near) existed get its column (empty: those backends had no such answer)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(scores)")}
+    if "p_near" not in columns:
+        db.execute("ALTER TABLE scores ADD COLUMN p_near REAL")
+
+
+_INSERT = ("INSERT OR REPLACE INTO scores (spec_hash, instruction, reference_ids, candidate_id, p_yes, logit_yes, "
+           "logit_no, flag, created, p_near) VALUES (?,?,?,?,?,?,?,?,?,?)")
 
 
 def _refs_key(reference_ids: Sequence[str]) -> str:
@@ -89,6 +101,7 @@ class ScoreCache:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(_SCHEMA)
+            _add_missing_columns(db)
             db.commit()
             db.execute("SELECT COUNT(*) FROM specs").fetchone()
         except BaseException:
@@ -135,12 +148,12 @@ class ScoreCache:
                 chunk = wanted[start : start + _MAX_VARS]
                 marks = ",".join("?" * len(chunk))
                 rows = self._db.execute(
-                    "SELECT candidate_id, p_yes, logit_yes, logit_no, flag FROM scores "
+                    "SELECT candidate_id, p_yes, logit_yes, logit_no, flag, p_near FROM scores "
                     f"WHERE spec_hash=? AND instruction=? AND reference_ids=? AND candidate_id IN ({marks})",
                     (spec_hash, instruction, refs, *chunk),
                 ).fetchall()
-                for cid, p, ly, ln, flag in rows:
-                    found[cid] = CandidateScore(cid, p, ly, ln, flag)
+                for cid, p, ly, ln, flag, p_near in rows:
+                    found[cid] = CandidateScore(cid, p, ly, ln, flag, p_near)
             self.hits += len(found)
             self.misses += len(wanted) - len(found)
         return found
@@ -153,7 +166,7 @@ class ScoreCache:
         refs = _refs_key(reference_ids)
         now = time.time()
         rows = [
-            (spec_hash, instruction, refs, s.candidate_id, s.p_yes, s.logit_yes, s.logit_no, s.flag, now)
+            (spec_hash, instruction, refs, s.candidate_id, s.p_yes, s.logit_yes, s.logit_no, s.flag, now, s.p_near)
             for s in scores
             if not s.is_error
         ]
@@ -162,12 +175,12 @@ class ScoreCache:
         with self._lock:
             try:
                 with self._db:
-                    self._db.executemany("INSERT OR REPLACE INTO scores VALUES (?,?,?,?,?,?,?,?,?)", rows)
+                    self._db.executemany(_INSERT, rows)
             except sqlite3.OperationalError as exc:  # disk full, folder made read-only meanwhile
                 self._db.close()
                 self._fall_back(exc)
                 with self._db:
-                    self._db.executemany("INSERT OR REPLACE INTO scores VALUES (?,?,?,?,?,?,?,?,?)", rows)
+                    self._db.executemany(_INSERT, rows)
         return len(rows)
 
     def register_spec(self, spec_hash: str, spec: dict) -> None:

@@ -6,7 +6,9 @@ Ordering policy (`order_top_block`):
 - Inside the block, scored candidates are sorted by P(yes), highest first.
   The sort key is the log-odds (logit_yes - logit_no), which orders exactly
   like P(yes) but does not saturate at 1.0 in floating point; equal keys keep
-  their first-stage order (stable).
+  their first-stage order (stable). A backend that also answers P(near miss)
+  and declares a `near_miss_penalty` (the world judge) is sorted by
+  P(yes) - penalty * P(near), the log-odds breaking ties.
 - A candidate without a score (flag "tokens_missing" or "error: ...") stays
   in its first-stage slot: if it was 3rd it is still 3rd, and scored
   candidates are sorted around it. It is never pushed to the end (the
@@ -35,6 +37,7 @@ class RerankedItem:
     flag: str | None
     logit_yes: float | None = None
     logit_no: float | None = None
+    p_near: float | None = None  # P(near miss), from backends that answer it
     reranked: bool = False  # inside the top-n block the reranker was asked about
     from_cache: bool = False
 
@@ -47,11 +50,11 @@ class RerankedItem:
         return asdict(self)
 
 
-def order_top_block(scores: Sequence[CandidateScore]) -> list[int]:
+def order_top_block(scores: Sequence[CandidateScore], near_miss_penalty: float = 0.0) -> list[int]:
     """New order of a block given in first-stage order, as indices into `scores` (see module doc)."""
-    keys = [s.margin() for s in scores]
+    keys = [s.sort_key(near_miss_penalty) for s in scores]
     movable = [i for i, k in enumerate(keys) if k is not None]
-    ranked = iter(sorted(movable, key=lambda i: -keys[i]))  # sorted() is stable: ties keep first-stage order
+    ranked = iter(sorted(movable, key=lambda i: (-keys[i][0], -keys[i][1])))  # sorted() is stable: ties keep first-stage order
     return [i if keys[i] is None else next(ranked) for i in range(len(scores))]
 
 
@@ -137,7 +140,7 @@ def rerank(
     if cache is not None and block:
         cache.register_spec(spec_hash, reranker.spec)
     scores, from_cache = score_candidates(request, block, load_image, reranker, cache, spec_hash)
-    return assemble(ids, first_stage_scores, block, scores, from_cache)
+    return assemble(ids, first_stage_scores, block, scores, from_cache, reranker.near_miss_penalty)
 
 
 def _check_ranking(candidate_ids: Sequence[str], first_stage_scores: Sequence[float] | None, top_n: int) -> list[str]:
@@ -153,9 +156,9 @@ def _check_ranking(candidate_ids: Sequence[str], first_stage_scores: Sequence[fl
 
 
 def assemble(ids: Sequence[str], first_stage_scores: Sequence[float] | None, block: Sequence[str],
-             scores: dict[str, CandidateScore], from_cache: set[str]) -> list[RerankedItem]:
+             scores: dict[str, CandidateScore], from_cache: set[str], near_miss_penalty: float = 0.0) -> list[RerankedItem]:
     """Every candidate in its new order: the scored block reordered, the rest as it was."""
-    order = order_top_block([scores[c] for c in block])
+    order = order_top_block([scores[c] for c in block], near_miss_penalty)
     new_order = [block[i] for i in order] + list(ids[len(block):])
     first_rank = {c: r for r, c in enumerate(ids)}
 
@@ -173,6 +176,7 @@ def assemble(ids: Sequence[str], first_stage_scores: Sequence[float] | None, blo
                 flag=s.flag if s else None,
                 logit_yes=s.logit_yes if s else None,
                 logit_no=s.logit_no if s else None,
+                p_near=s.p_near if s else None,
                 reranked=s is not None,
                 from_cache=cid in from_cache,
             )
@@ -240,7 +244,7 @@ def rerank_run(
         scored = score_candidates_batch([(request, ids[:top_n]) for _, request, ids, _ in prepared], load_image,
                                         reranker, cache, spec_hash)
         for (q, _, ids, scores), (cand_scores, from_cache) in zip(prepared, scored):
-            its = assemble(ids, scores, ids[:top_n], cand_scores, from_cache)
+            its = assemble(ids, scores, ids[:top_n], cand_scores, from_cache, reranker.near_miss_penalty)
             items[q.query_id] = its
             new_run[q.query_id] = [it.candidate_id for it in its]
         bar.update(len(chunk))

@@ -5,6 +5,9 @@ checked) and answers "does this candidate satisfy the instruction applied to the
 from the pixels of the references and the candidate and the words of the instruction, as
 (logit_yes, logit_no); P(yes) = sigmoid(logit_yes - logit_no), calibrated on held-out train intents.
 It reads no text prompt; `spec["description"]` (and `prompt_text`) says what it reads instead.
+A judge with a near-miss answer also gives P(near miss) per candidate, and reranking orders by
+P(yes) - penalty * P(near) (the penalty chosen on held-out train intents, from the manifest's
+`ranking`): a near miss is the costliest wrong answer, as PinPoint's NegRecall counts it.
 
 Costs: an image's features (the CNN, pooled patch tokens) are computed once and kept (a benchmark's
 corpus comes from the shared embedding cache, `image_spec`); a query's probes (references + words)
@@ -72,6 +75,11 @@ class WorldVerifierReranker(LogitPairReranker):
         manifest, digest = read_judge_manifest(path)
         self.arch = JudgeArch.from_json(manifest["architecture"])
         self.model = judge_from_state(load_file(str(path)), self.arch)
+        penalty = (manifest.get("ranking") or {}).get("near_miss_penalty", 0.0)
+        if not isinstance(penalty, (int, float)) or not penalty >= 0:
+            raise ValueError(f"{path.parent / 'manifest.json'}: field 'ranking.near_miss_penalty' must be a "
+                             f"number >= 0, got {penalty!r}")
+        self.near_miss_penalty = float(penalty) if self.model.near is not None else 0.0
         self.tokenizer = load_tokenizer(path.parent / TOKENIZER_FILE)
         self.name = "world-verifier"
         self.dim = feature_dim(self.arch)
@@ -94,6 +102,8 @@ class WorldVerifierReranker(LogitPairReranker):
             "weights": {"path": str(weights), "sha256": digest},
             "architecture": self.arch.to_json(),
             "score": "sigmoid(logit_yes - logit_no), calibrated on held-out train intents",
+            "near_miss_penalty": self.near_miss_penalty,
+            "ranking": (f"P(yes) - {self.near_miss_penalty:g} * P(near miss)" if self.near_miss_penalty else "P(yes)"),
             "description": self.description,  # no "prompt": this backend reads no text prompt
             "marker_style": marker_style,
             "image_preprocess": self.preprocess,
@@ -181,7 +191,8 @@ class WorldVerifierReranker(LogitPairReranker):
         return torch.from_numpy(encode_words(self.tokenizer, rendered, self.arch.context_length))
 
     def _query_probes(self, requests: Sequence[RerankRequest]):
-        """(q, probes, width) for each request; memoised for requests whose references are known ids."""
+        """((q, probes, width), (q, n_props) reference-1 properties or None) for each request; memoised
+        for requests whose references are known ids."""
         import torch
 
         known = lambda i: i in self._row or i in self._remembered  # noqa: E731
@@ -200,13 +211,17 @@ class WorldVerifierReranker(LogitPairReranker):
             with torch.inference_mode():
                 probes = self.model.encode_query(feats[0::2], feats[1::2], two,
                                                  self._words([requests[i].instruction for i in todo]))
+                props = self.model.attribute_probs(feats[0::2]) if self.model.near is not None else None
             for n, i in enumerate(todo):
-                out[i] = probes[n]
+                out[i] = (probes[n], props[n] if props is not None else None)
                 if keys[i] is not None:
-                    self._probes[keys[i]] = probes[n]
+                    self._probes[keys[i]] = out[i]
             while len(self._probes) > _PROBE_MEMO:
                 self._probes.popitem(last=False)
-        return torch.stack(out) if out else torch.zeros(0)
+        if not out:
+            return torch.zeros(0), None
+        props = torch.stack([p for _, p in out]) if self.model.near is not None else None
+        return torch.stack([pr for pr, _ in out]), props
 
     # -- scoring
     def score_logits(self, request: RerankRequest, candidate_images: Sequence[Any]) -> np.ndarray:
@@ -235,14 +250,15 @@ class WorldVerifierReranker(LogitPairReranker):
         import torch
 
         n_pairs = sum(len(ids) for _, ids, _ in items)
+        width = 3 if self.model.near is not None else 2  # (yes, no[, near])
         if not n_pairs:
-            return np.zeros((0, 2))
-        out = np.zeros((n_pairs, 2), np.float64)
+            return np.zeros((0, width))
+        out = np.zeros((n_pairs, width), np.float64)
         step = max(1, self.batch_size // 8)  # queries per forward pass
         pos = 0
         for s in range(0, len(items), step):
             chunk = items[s:s + step]
-            probes = self._query_probes([request for request, _, _ in chunk])
+            probes, props = self._query_probes([request for request, _, _ in chunk])
             query_of = np.concatenate([np.full(len(ids), q) for q, (_, ids, _) in enumerate(chunk)])
             known = [self._row.get(i) if i is not None else None for _, ids, _ in chunk for i in ids]
             images = [img for _, _, imgs in chunk for img in imgs]
@@ -253,7 +269,8 @@ class WorldVerifierReranker(LogitPairReranker):
                     ids = [i for _, ids, _ in chunk for i in ids]
                     memory = self.model.candidate_memory(torch.from_numpy(self._features(ids, images)))
                     index = torch.arange(len(ids))
-                logits = self.model.logits(probes[torch.from_numpy(query_of)], memory, index)
+                q = torch.from_numpy(query_of)
+                logits = self.model.logits(probes[q], memory, index, props[q] if props is not None else None)
             out[pos:pos + len(query_of)] = logits.numpy()
             pos += len(query_of)
         return out

@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                         help="override a field of the model's training config, e.g. --set near_miss_last_weight=1 "
                              "(repeatable; the fields are in the manifest's training.config)")
+    parser.add_argument("--from-judge", default=None, metavar="DIR",
+                        help="world-verifier only: keep the trained judge in DIR (stages 1-2: eyes, judge, "
+                             "calibration) and train stage 3 (the near-miss answer) on it")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,8 +59,11 @@ def run(args: argparse.Namespace) -> int:
         clip_dir = resolve_path(args.clip)
         if not (clip_dir / "manifest.json").is_file():
             raise SystemExit(f"{args.model}: no world-CLIP at {clip_dir} (train it first: python -m cir_demo train world-clip)")
-        fn = train_cir_command if args.model == "world-cir" else train_verifier_command
-        manifest = fn(clip_dir=clip_dir, clip_ref=args.clip, **kw)
+        if args.model == "world-cir":
+            manifest = train_cir_command(clip_dir=clip_dir, clip_ref=args.clip, **kw)
+        else:
+            from_judge = resolve_path(args.from_judge) if args.from_judge else None
+            manifest = train_verifier_command(clip_dir=clip_dir, clip_ref=args.clip, from_judge=from_judge, **kw)
     print(json.dumps({k: manifest[k] for k in ("model", "training", "held_out") if k in manifest}, indent=2))
     return 0
 
@@ -91,6 +97,11 @@ def _convert(name: str, current, value):
             return None
         if current is None:  # an optional number (max_steps)
             return int(value)
+        if isinstance(current, tuple):  # a list of numbers: "0,0.5,1"
+            try:
+                return tuple(float(v) for v in value.split(","))
+            except ValueError:
+                raise SystemExit(f"--set {name}: expected numbers separated by commas, got {value!r}") from None
     try:
         return type(current)(value) if current is not None else value
     except ValueError:
@@ -315,9 +326,12 @@ def fusion_first_stage(examples, img, text_fn, k: int):
 
 
 def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, clip_dir: Path, clip_ref: str,
-                           evaluate=True, progress=True, overrides: dict | None = None) -> dict:
-    """The world judge: stage 1 (CNN on train attributes), stage 2 (the judge on train intents), calibration.
-    world-CLIP only picks training candidates (what a first stage shows); the judge never reads it."""
+                           evaluate=True, progress=True, overrides: dict | None = None,
+                           from_judge: Path | None = None) -> dict:
+    """The world judge: stage 1 (CNN on train attributes), stage 2 (the judge on train intents), calibration,
+    stage 3 (the near-miss answer and its ranking penalty). world-CLIP only picks training candidates (what
+    a first stage shows); the judge never reads it. `from_judge`: keep that judge's stages 1-2 (its
+    weights and manifest) and train stage 3 only."""
     import shutil
 
     import torch
@@ -328,28 +342,37 @@ def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, 
     from cir_demo.retrievers.base import render_markers
     from cir_demo.training.data import intent_examples, world_pixels
     from cir_demo.training.world_judge import (WEIGHTS_NAME, JudgeData, JudgeTrainConfig, attribute_targets,
-                                               patch_features, train_attribute_reader, train_judge)
+                                               patch_features, train_attribute_reader, train_judge,
+                                               train_near_head)
     from cir_demo.integrity import file_record
     from cir_demo.world.loader import load_train
 
     cfg = _override(JudgeTrainConfig(seed=data_seed), overrides, epochs=epochs, max_steps=max_steps,
                     cnn_max_steps=max_steps)
+    if max_steps is not None:
+        cfg.near_steps = min(cfg.near_steps, max_steps)
     train = load_train(size=size, seed=seed)
     t0 = time.time()
     tokenizer_src = clip_dir / "tokenizer" / "tokenizer.json"
     tokenizer = load_tokenizer(tokenizer_src)
-    arch = JudgeArch(**{**cfg.arch, "vocab_size": tokenizer.get_vocab_size(),
-                        "attr_classes": tuple(attribute_targets(train.scenes)[1])})
     pixels = world_pixels(train.world, train.image_ids, "train", progress=progress)
-    cnn, cnn_info = _judge_cnn(train, pixels, arch, cfg, progress)
-    model = build_judge(arch)
-    model.image.load_state_dict(cnn.state_dict())
-    model.image.eval()
+    if from_judge is not None:
+        model, arch, earlier = _earlier_judge(from_judge, train, cfg)
+        tokenizer_src = from_judge / TOKENIZER_FILE
+        tokenizer = load_tokenizer(tokenizer_src)
+    else:
+        arch = JudgeArch(**{**cfg.arch, "near_head": cfg.near_head, "vocab_size": tokenizer.get_vocab_size(),
+                            "attr_classes": tuple(attribute_targets(train.scenes)[1])})
+        cnn, cnn_info = _judge_cnn(train, pixels, arch, cfg, progress)
+        model = build_judge(arch)
+        model.image.load_state_dict(cnn.state_dict())
+        model.image.eval()
     for p in model.image.parameters():
         p.requires_grad_(False)
     feats = patch_features(model.image, pixels, progress=progress, desc="judge features of the train images")
-    attr_info = train_attribute_reader(model, feats, train.scenes, steps=cfg.attr_steps, seed=cfg.seed,
-                                       progress=progress)
+    if from_judge is None:
+        attr_info = train_attribute_reader(model, feats, train.scenes, steps=cfg.attr_steps, seed=cfg.seed,
+                                           progress=progress)
     _, _, img, text_fn, clip_manifest = _clip_train_embeddings(clip_dir, train, progress)
     examples = intent_examples(train, seed=data_seed)
     fs = fusion_first_stage(examples, img, text_fn, cfg.first_stage_k)
@@ -357,10 +380,21 @@ def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, 
     def tokenize(texts, length):
         return encode_words(tokenizer, [render_markers(t, "words") for t in texts], length)
 
-    model, info = train_judge(model, JudgeData(feats, examples, tokenize, arch.context_length), fs, cfg, progress)
+    data = JudgeData(feats, examples, tokenize, arch.context_length)
+    if from_judge is None:
+        model, info = train_judge(model, data, fs, cfg, progress)
+        training = {"stage1_cnn": cnn_info, "attribute_reader": attr_info, "stage2_judge": info}
+    else:
+        training = {k: v for k, v in earlier["training"].items() if k in ("stage1_cnn", "attribute_reader", "stage2_judge")}
+        training["stages_1_2_from"] = {"manifest": _repo_relative(from_judge / "manifest.json"),
+                                       "weights_sha256": file_record(from_judge / WEIGHTS_NAME)["sha256"]}
+    penalty, near_info = (train_near_head(model, data, fs, cfg, progress) if arch.near_head else (0.0, None))
+    if near_info is not None:
+        training["stage3_near_miss"] = near_info
     weights = out / WEIGHTS_NAME
     (out / TOKENIZER_FILE).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(tokenizer_src, out / TOKENIZER_FILE)
+    if tokenizer_src.resolve() != (out / TOKENIZER_FILE).resolve():
+        shutil.copyfile(tokenizer_src, out / TOKENIZER_FILE)
     _save_weights(model, weights, {"format": "cir_demo.world_judge/1"})
     for stale in ("world_verifier.safetensors",):  # the previous verifier's weights
         (out / stale).unlink(missing_ok=True)
@@ -369,17 +403,53 @@ def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, 
         from cir_demo.training.judge_eval import held_out_judge
 
         with torch.inference_mode():
-            held_out = held_out_judge(model, tokenize, arch, size, seed, clip_dir, clip_manifest, progress)
+            held_out = held_out_judge(model, tokenize, arch, size, seed, clip_dir, clip_manifest, progress,
+                                      near_penalty=penalty)
+    training.update({"wall_seconds": round(time.time() - t0, 1), "n_intents": len(examples)})
     manifest = {
         "format": MANIFEST_FORMAT, "model": "world-verifier", "description": DESCRIPTION,
         "architecture": arch.to_json(), "preprocess": PREPROCESS,
+        "ranking": {"near_miss_penalty": penalty,
+                    "key": "P(yes) - near_miss_penalty * P(near miss)" if arch.near_head else "P(yes)"},
         "first_stage_for_training": {"clip": clip_ref, "weights_sha256": clip_manifest["files"]["world_clip.safetensors"],
                                      "recipe": "early_fusion text_weight 0.8", "k": cfg.first_stage_k},
         "world": _world_block(train, size, seed), "data_seed": data_seed,
-        "training": {"stage1_cnn": cnn_info, "attribute_reader": attr_info, "stage2_judge": info, "wall_seconds": round(time.time() - t0, 1),
-                     "n_intents": len(examples)},
+        "training": training,
         "hardware": hardware(),
         "files": {weights.name: file_record(weights), TOKENIZER_FILE: file_record(out / TOKENIZER_FILE)},
         "held_out": held_out, "held_out_note": "test split only (never used for training or model selection)",
     }
     return _write_manifest(out, manifest)
+
+
+def _repo_relative(path: Path) -> str:
+    from cir_demo.paths import REPO_ROOT
+
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def _earlier_judge(folder: Path, train, cfg):
+    """A trained judge (stages 1-2) from `folder`, given a fresh near-miss head: (model, arch, manifest)."""
+    from dataclasses import replace
+
+    from safetensors.torch import load_file
+
+    from cir_demo.models.world_judge import JudgeArch, build_judge
+    from cir_demo.rerank.world_verifier import read_judge_manifest
+    from cir_demo.training.world_judge import WEIGHTS_NAME
+
+    earlier, _ = read_judge_manifest(folder / WEIGHTS_NAME)
+    if earlier.get("world", {}).get("checksum") != train.world.manifest["checksum"]:
+        raise SystemExit(f"--from-judge {folder}: trained on another world "
+                         f"({earlier.get('world', {}).get('checksum')}), not {train.world.manifest['checksum']}")
+    arch = replace(JudgeArch.from_json(earlier["architecture"]), near_head=cfg.near_head)
+    model = build_judge(arch)
+    state = {k: v for k, v in load_file(str(folder / WEIGHTS_NAME)).items() if not k.startswith("near.")}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or any(not k.startswith("near.") for k in missing):
+        raise SystemExit(f"--from-judge {folder}: weights do not fit the architecture "
+                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    return model.eval(), arch, earlier

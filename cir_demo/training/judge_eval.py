@@ -4,7 +4,9 @@
   one constraint), and random corpus images, separately, overall and by edit subcategory;
 - calibration: a reliability table of P(yes) over the candidates reranking sees (the world-CLIP fusion
   and world-CIR top 20 of every query), with the expected calibration error;
-- reranking: mAP@10 / NegRecall@10 of the fusion and world-CIR top 20 and top 50, before and after.
+- near-miss answer (a judge with one): P(near) > 0.5 on the same pairs;
+- reranking: mAP@10 / NegRecall@10 of the fusion and world-CIR top 20 and top 50, before and after
+  (ordered as the app and `--eval` order: P(yes) - penalty * P(near)).
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ BINS = 10
 
 
 def judge_scorer(model, tokenize, arch, corpus_feats: np.ndarray, ref_feats: np.ndarray, test):
-    """score(idx (q, m) corpus rows for every test query) -> margins (q, m)."""
+    """score(idx (q, m) corpus rows for every test query) -> (margins (q, m), near-miss logits (q, m)
+    or None without a near-miss answer)."""
     import torch
 
     queries = test.bench.queries
@@ -26,16 +29,21 @@ def judge_scorer(model, tokenize, arch, corpus_feats: np.ndarray, ref_feats: np.
     memory = model.candidate_memory(torch.from_numpy(corpus_feats))
     probes = torch.cat([model.encode_query(r1[s:s + 512], r2[s:s + 512], two[s:s + 512], words[s:s + 512])
                         for s in range(0, len(queries), 512)])
+    ref_props = model.attribute_probs(r1) if model.near is not None else None
 
-    def score(idx: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    def score(idx: np.ndarray, rows: np.ndarray | None = None):
         rows = np.arange(len(idx)) if rows is None else rows
         out = np.zeros(idx.shape, np.float32)
+        near = np.zeros(idx.shape, np.float32) if ref_props is not None else None
         for s in range(0, len(idx), 256):
             c = idx[s:s + 256]
             q = torch.from_numpy(np.repeat(rows[s:s + 256], c.shape[1]))
-            lg = model.logits(probes[q], memory, torch.from_numpy(c.reshape(-1)))
+            lg = model.logits(probes[q], memory, torch.from_numpy(c.reshape(-1)),
+                              ref_props[q] if ref_props is not None else None)
             out[s:s + 256] = (lg[:, 0] - lg[:, 1]).view(c.shape).numpy()
-        return out
+            if near is not None:
+                near[s:s + 256] = lg[:, 2].view(c.shape).numpy()
+        return out, near
 
     return score
 
@@ -75,9 +83,11 @@ def pair_accuracy(score, test, seed: int = 0) -> dict:
     subs = [str(q.meta.get("edit_subcategory")) for q in queries]
     for kind, pairs in kinds.items():
         arr = np.array(pairs, dtype=np.int64)
-        margins = score(arr[:, 1:2], rows=arr[:, 0])[:, 0]
-        right = (margins > 0) if kind == "positive" else (margins <= 0)
+        margins, near = score(arr[:, 1:2], rows=arr[:, 0])
+        right = (margins[:, 0] > 0) if kind == "positive" else (margins[:, 0] <= 0)
         out[kind] = {"accuracy": round(float(right.mean()), 4), "n_pairs": int(len(arr))}
+        if near is not None:  # how often the near-miss answer says "near miss" (P(near) > 0.5)
+            out[kind]["said_near_miss"] = round(float((near[:, 0] > 0).mean()), 4)
         for s, r in zip((subs[i] for i in arr[:, 0]), right):
             per_sub.setdefault(s, {}).setdefault(kind, []).append(bool(r))
     out["by_subcategory"] = {s: {k: round(float(np.mean(v)), 4) for k, v in sorted(d.items())}
@@ -85,7 +95,8 @@ def pair_accuracy(score, test, seed: int = 0) -> dict:
     return out
 
 
-def held_out_judge(model, tokenize, arch, size: str, seed: int, clip_dir, clip_manifest, progress: bool) -> dict:
+def held_out_judge(model, tokenize, arch, size: str, seed: int, clip_dir, clip_manifest, progress: bool,
+                   near_penalty: float = 0.0) -> dict:
     from safetensors.torch import load_file
 
     from cir_demo.paths import REPO_ROOT
@@ -94,7 +105,7 @@ def held_out_judge(model, tokenize, arch, size: str, seed: int, clip_dir, clip_m
     from cir_demo.training.world_clip import load_world_clip
     from cir_demo.models.world_cir import combine_numpy, combiner_from_state
     from cir_demo.training.world_cir import reference_pairs
-    from cir_demo.training.world_judge import patch_features
+    from cir_demo.training.world_judge import patch_features, rank_keys
 
     test = ev.load_test_data(size, seed, progress)
     corpus_feats = patch_features(model.image, test.corpus_pixels)
@@ -114,12 +125,13 @@ def held_out_judge(model, tokenize, arch, size: str, seed: int, clip_dir, clip_m
     rerank, cal_p, cal_y = {}, [], []
     for name, qv in first_stage.items():
         idx50, _ = ev.top_k(qv, emb["corpus"], 50)
-        margins50 = score(idx50)
+        margins50, near50 = score(idx50)
+        keys50 = rank_keys(margins50, near50, near_penalty)
         for n in (20, 50):
-            idx, margins = idx50[:, :n], margins50[:, :n]
+            idx = idx50[:, :n]
             before = ev.run_metrics(ev.run_from_topk(queries, test.bench.corpus_ids, idx), queries)
-            after = ev.run_metrics(ev.run_from_topk(queries, test.bench.corpus_ids, ev.rerank_top_block(idx, margins)),
-                                   queries)
+            after = ev.run_metrics(ev.run_from_topk(queries, test.bench.corpus_ids,
+                                                    ev.rerank_top_block(idx, keys50[:, :n])), queries)
             rerank[f"{name} top {n}"] = {"before": before, "after": after}
         pos = [set(q.positives) for q in queries]
         cal_p.append(1.0 / (1.0 + np.exp(-margins50[:, :20].reshape(-1))))

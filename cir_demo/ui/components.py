@@ -14,6 +14,7 @@ from typing import Iterable, Sequence
 
 from cir_demo.explorer import MODALITY_LABELS, Column, Comparison, QueryView, Tile
 
+NEAR_MISS_SHOWN = 0.5  # a tile says "near miss?" when the judge's P(near miss) is at least this
 BADGES = {"positive": ("✓ positive", "cir-pos"), "negative": ("✗ explicit negative", "cir-neg")}
 TAG_TITLES = {"composed": "ranks with the reference image(s) and the instruction together",
               "image only": "ranks with the reference image alone (a baseline)",
@@ -43,6 +44,7 @@ CSS = """
 .cir-badge { display: inline-block; font-weight: 700; border-radius: 4px; padding: 0 4px; margin: 2px 0; }
 .cir-pos .cir-badge { background: #1a7f37; color: #fff; }
 .cir-neg .cir-badge { background: #c62828; color: #fff; }
+.cir-near { font-weight: 700; color: #8a4b00; border-bottom: 1px dotted currentColor; cursor: help; }
 .cir-rank { font-weight: 700; }
 .cir-up { color: #1a7f37; font-weight: 700; }
 .cir-down { color: #c62828; font-weight: 700; }
@@ -123,6 +125,8 @@ def tile_html(tile: Tile, k: int) -> str:
         words.append(move_words)
     if tile.p_yes is not None:
         words.append(f"P(yes) {fmt(tile.p_yes, 2)}")
+    if tile.p_near is not None and tile.p_near >= NEAR_MISS_SHOWN:
+        words.append(f"the judge calls it a near miss (P {fmt(tile.p_near, 2)})")
     alt = esc(", ".join(words))
     img = (f'<img src="{tile.thumb}" alt="{alt}" title="{alt}" loading="lazy">' if tile.thumb
            else f'<div class="cir-missing" role="img" aria-label="{alt}">image unavailable</div>')
@@ -133,7 +137,10 @@ def tile_html(tile: Tile, k: int) -> str:
     if move_html:
         lines.append(move_html)
     if tile.p_yes is not None:
-        lines.append(f"P(yes) {fmt(tile.p_yes, 2)}")
+        near = (f' · <span class="cir-near" title="the judge says: the wanted target with one thing wrong '
+                f'(P(near miss) {fmt(tile.p_near, 2)}); reranking ranks it lower">near miss?</span>'
+                if tile.p_near is not None and tile.p_near >= NEAR_MISS_SHOWN else "")
+        lines.append(f"P(yes) {fmt(tile.p_yes, 2)}{near}")
     elif tile.flag:
         lines.append(f"not scored ({esc(tile.flag)})")
     lines.append(f'<span class="cir-id">{esc(tile.image_id)}</span>')

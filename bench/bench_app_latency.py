@@ -20,6 +20,11 @@ verifier on the top 20 p95 <= 400 ms. Torch uses `--threads` (default 1, as the 
 """
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
 import argparse
 import json
 import os

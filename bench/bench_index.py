@@ -24,6 +24,11 @@ timings because the machine may be shared.
 """
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
 import argparse
 import os
 import statistics

@@ -15,6 +15,11 @@ paths' logits (per-repeat wall and CPU times go to --json).
 """
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
 import argparse
 import statistics
 import sys

@@ -9,6 +9,11 @@ warm (`render_batch`, grouped by background as training would use it).
 """
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
 import argparse
 import json
 import os

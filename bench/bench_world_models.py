@@ -13,6 +13,11 @@ Reports median and p90 over queries (first query excluded as warm-up).
 """
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
 import argparse
 import statistics
 import time

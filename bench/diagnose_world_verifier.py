@@ -16,6 +16,11 @@ Reads the run's results files for each RETRIEVER and RETRIEVER+rerank (default w
 """
 from __future__ import annotations
 
+import sys as _sys
+from pathlib import Path as _Path
+
+_sys.path.insert(0, str(_Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
 import argparse
 import collections
 import json

@@ -53,16 +53,10 @@ class FakeServer:
                 pass
 
             def do_POST(self):
-                with server.lock:
-                    server.in_flight += 1
-                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 try:
                     server.handle(self)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client timed out and left
-                finally:
-                    with server.lock:
-                        server.in_flight -= 1
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -79,8 +73,18 @@ class FakeServer:
             self.headers.append(dict(h.headers))
             attempt = self.attempts.get(cand, 0)
             self.attempts[cand] = attempt + 1
-        if self.hold:
-            time.sleep(self.hold)
+        # In flight: from arrival until the answer is about to be written. Counting until after it was
+        # written would count a request the client already has its answer to (and may follow with the
+        # next one) as still in flight.
+        with self.lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.hold:
+                time.sleep(self.hold)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
         actions = self.behaviour[cand]
         action = actions[min(attempt, len(actions) - 1)]
         if action[0] == "sleep":

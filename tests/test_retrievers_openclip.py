@@ -206,3 +206,25 @@ def test_cuda_fp16_close_to_cpu_fp32(weights_dir, images):
     assert gpu.spec["precision"] == "fp16" and cpu.spec["precision"] == "fp32"
     np.testing.assert_allclose(gpu.encode_images(images), cpu.encode_images(images), atol=2e-2)
     registry.unregister("tiny-cuda-fp16")
+
+
+def test_recipes_of_one_encoder_share_text_embeddings_and_others_do_not(weights_dir, direct):
+    """Cached against uncached: a second recipe of the same weights reads the memo (no text forward
+    for texts seen before) and gets the direct forward's embeddings; other weights never read them."""
+    texts = ["memo: a blue mug", "memo: the dog from the first image", "memo: a blue mug"]
+    fusion = tiny_open_clip_retriever(weights_dir, "early_fusion")
+    slerp = tiny_open_clip_retriever(weights_dir, "slerp", t=0.4)
+    other = tiny_open_clip_retriever(weights_dir, "text_only", seed=1)
+    calls = []
+    for r in (fusion, slerp, other):
+        forward = r.encoder.encode_text_batch
+        r.encoder.encode_text_batch = lambda batch, forward=forward, r=r: calls.append((r.name, list(batch))) or forward(batch)
+    a = fusion.encode_texts(texts)
+    b = slerp.encode_texts(texts[:2] + ["memo: a new one"])
+    c = other.encode_texts(texts[:1])
+    np.testing.assert_allclose(a, direct[1](texts), atol=1e-5)
+    np.testing.assert_allclose(b, direct[1](texts[:2] + ["memo: a new one"]), atol=1e-5)
+    assert calls[0] == (fusion.name, texts[:2])  # each text once
+    assert calls[1] == (slerp.name, ["memo: a new one"])  # the shared texts came from the memo
+    assert calls[2] == (other.name, texts[:1])  # other weights: computed, not read from the memo
+    assert not np.allclose(c[0], a[0], atol=1e-3)

@@ -100,6 +100,10 @@ class ScoreCache:
         db = sqlite3.connect(str(path), check_same_thread=False, timeout=30.0)
         try:
             db.execute("PRAGMA journal_mode=WAL")
+            # WAL + NORMAL: a commit is still atomic and the file never corrupt, but it is not synced
+            # to disk each time (a power cut may drop the last scores; a cache can afford that, and an
+            # eval commits once per query)
+            db.execute("PRAGMA synchronous=NORMAL")
             db.executescript(_SCHEMA)
             _add_missing_columns(db)
             db.commit()

@@ -162,10 +162,17 @@ class WorldVerifierReranker(LogitPairReranker):
             else:
                 todo.append(i)
         if todo:
-            feats = self.encode_images([images[i] for i in todo])
-            out[todo] = feats
+            # an id's image is fixed by the id: each id once (a query's paraphrases share their references)
+            first: dict = {}
+            for i in todo:
+                first.setdefault(ids[i] if ids[i] is not None else ("pixels", i), i)
+            unique = list(first.values())
+            feats = self.encode_images([images[i] for i in unique])
+            row_of = {key: n for n, key in enumerate(first)}
+            for i in todo:
+                out[i] = feats[row_of[ids[i] if ids[i] is not None else ("pixels", i)]]
             with self._lock:  # kept apart from the corpus table, whose keys/values stay valid
-                self._remembered.update((ids[i], f) for i, f in zip(todo, feats) if ids[i] in self._remember)
+                self._remembered.update((ids[i], feats[n]) for n, i in enumerate(unique) if ids[i] in self._remember)
         return out
 
     def _known_memory(self):

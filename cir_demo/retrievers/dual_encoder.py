@@ -7,12 +7,43 @@ progress bars, two-reference merging, <img1>/<img2> handling and the recipe.
 from __future__ import annotations
 
 import abc
+import threading
+from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from cir_demo.retrievers import recipes
-from cir_demo.retrievers.base import ComposedQuery, Retriever, batches, check_embeddings, render_markers
+from cir_demo.retrievers.base import (ComposedQuery, Retriever, batches, check_embeddings, render_markers,
+                                      spec_hash)
+
+
+class TextMemo:
+    """Text embeddings of recent texts, shared by every recipe of one encoder (fusion, slerp and
+    text-only embed the same instruction with the same tower). Keyed by the encoder's identity (its
+    image spec: model, weights, precision) and the text; bounded, oldest dropped first."""
+
+    def __init__(self, capacity: int = 20_000):
+        self.capacity = capacity
+        self._rows: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def encode(self, encoder_key: str, texts: list[str], encode: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+        with self._lock:
+            found = {t: self._rows[(encoder_key, t)] for t in dict.fromkeys(texts) if (encoder_key, t) in self._rows}
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
+        if missing:
+            fresh = encode(missing)
+            with self._lock:
+                for t, row in zip(missing, fresh):
+                    self._rows[(encoder_key, t)] = row
+                    found[t] = row
+                while len(self._rows) > self.capacity:
+                    self._rows.popitem(last=False)
+        return np.stack([found[t] for t in texts])
+
+
+TEXT_MEMO = TextMemo()
 
 
 class DualEncoder(abc.ABC):
@@ -109,11 +140,23 @@ class DualEncoderRetriever(Retriever):
         )
 
     def encode_texts(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
-        """Plain text embeddings (texts used as given, no marker rendering)."""
-        return encode_in_batches(
-            list(texts), self.encoder.encode_text_batch, batch_size or self.batch_size, self.dim,
-            f"{self.name}: texts", self.progress,
-        )
+        """Plain text embeddings (texts used as given, no marker rendering); recent ones from `TEXT_MEMO`."""
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+
+        def encode(missing: list[str]) -> np.ndarray:
+            return encode_in_batches(missing, self.encoder.encode_text_batch, batch_size or self.batch_size, self.dim,
+                                     f"{self.name}: texts", self.progress)
+
+        return TEXT_MEMO.encode(self._encoder_key, texts, encode)
+
+    @property
+    def _encoder_key(self) -> str:
+        key = getattr(self, "_encoder_key_cache", None)
+        if key is None:
+            key = self._encoder_key_cache = spec_hash(self.image_spec)
+        return key
 
     # -- query side
     def reference_embeddings(self, queries: Sequence[ComposedQuery], batch_size: int | None = None) -> np.ndarray:

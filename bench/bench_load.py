@@ -99,7 +99,10 @@ def is_refusal(exc: BaseException) -> bool:
     return bool(re.search(r"queue is full|too many|429", str(exc), re.I))
 
 
-def load_phase(url, groups, retrievers, visitors: int, duration: float) -> dict:
+def load_phase(url, groups, retrievers, visitors: int, duration: float, think: float = 0.0,
+               server_pid: int | None = None, rss_every: float = 0.0) -> dict:
+    """`think`: seconds a visitor pauses after each action (0: back to back); `rss_every`: seconds
+    between samples of the server's RSS (0: none)."""
     times: dict[str, list[float]] = defaultdict(list)
     errors: list[str] = []
     refusals = 0
@@ -130,13 +133,24 @@ def load_phase(url, groups, retrievers, visitors: int, duration: float) -> dict:
                     continue
                 with lock:
                     times[name].append(time.perf_counter() - t)
+                if think:
+                    time.sleep(think)
 
     loads = []
+    started = time.monotonic()
+    rss_timeline: list[dict] = []
+    next_rss = 0.0
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(visitors)]
     for t in threads:
         t.start()
     while any(t.is_alive() for t in threads):
         loads.append(os.getloadavg()[0])
+        elapsed = time.monotonic() - started
+        if server_pid is not None and rss_every and elapsed >= next_rss:
+            rss_timeline.append({"t_s": round(elapsed), "rss_mb": rss_mb(server_pid),
+                                 "load_avg_1m": round(os.getloadavg()[0], 2)})
+            sys.stderr.write(f"[rss] {rss_timeline[-1]}\n")
+            next_rss += rss_every
         time.sleep(2)
     for t in threads:
         t.join()
@@ -149,7 +163,8 @@ def load_phase(url, groups, retrievers, visitors: int, duration: float) -> dict:
     return {"visitors": visitors, "duration_s": duration, "requests": sum(len(v) for v in times.values()),
             "errors": len(errors), "error_examples": errors[:5], "refusals": refusals, "per_action": per_action,
             "load_avg_1m_mean": round(statistics.mean(loads), 2) if loads else None,
-            "load_avg_1m_max": round(max(loads), 2) if loads else None}
+            "load_avg_1m_max": round(max(loads), 2) if loads else None,
+            **({"server_rss_timeline": rss_timeline} if rss_timeline else {})}
 
 
 def burst_phase(url, groups, retrievers, visitors: int) -> dict:
@@ -196,6 +211,9 @@ def main(argv=None) -> int:
     p.add_argument("--burst", type=int, default=60, help="visitors firing at once in the refusal phase (0: skip)")
     p.add_argument("--retrievers", default="world-cir,world-clip-fusion,world-clip-image,world-clip-text",
                    help="columns each view asks for")
+    p.add_argument("--think", type=float, default=0.0, help="seconds each visitor pauses after an action (default 0)")
+    p.add_argument("--rss-every", type=float, default=0.0,
+                   help="sample the started server's RSS every this many seconds during the load (default: never)")
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args(argv)
     proc = None
@@ -208,7 +226,8 @@ def main(argv=None) -> int:
         groups = query_groups(app_args)
         retrievers = [r for r in args.retrievers.split(",") if r]
         result = {"url": url, "app_args": app_args, "cpu_count": os.cpu_count(),
-                  "load": load_phase(url, groups, retrievers, args.visitors, args.duration)}
+                  "load": load_phase(url, groups, retrievers, args.visitors, args.duration, args.think,
+                                    proc.pid if proc is not None else None, args.rss_every)}
         if proc is not None:
             result["server_rss_mb_after_load"] = rss_mb(proc.pid)
         if args.burst:

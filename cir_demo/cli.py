@@ -46,11 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "_missing", None):
         print(f"error: command {args.command!r} is unavailable: {args._missing}", file=sys.stderr)
         return 2
-    from cir_demo.checks import benchmark_flag_problems, report
+    from cir_demo.checks import command_flag_problems, report
     from cir_demo.paths import DataFolderError
 
-    # --world-seed, --limit: the same rule for every command (eval and index check all their flags themselves)
-    problems = [] if args.command in ("eval", "index") else benchmark_flag_problems(args)
+    # --world-seed, --limit: the same rule for every command; the numeric flags of world and train
+    # (eval and index check all their flags themselves)
+    problems = [] if args.command in ("eval", "index") else command_flag_problems(args)
     if problems:
         return report(problems)
     try:

@@ -175,3 +175,47 @@ def test_duplicate_query_key_in_results_file(tmp_path):
     with pytest.raises(BenchmarkError) as exc:
         read_results(f, bench)
     assert str(f) in str(exc.value) and repr(key) in str(exc.value) and "appears twice" in str(exc.value)
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["world", "generate", "--size", "tiny", "--seed", "-1"], "--seed -1: must be a non-negative integer"),
+    (["world", "generate", "--size", "bogus"], "--size: unknown world size 'bogus'"),
+    (["world", "stats", "--size", "tiny", "--seed", "-3"], "--seed -3: must be"),
+    (["world", "export", "--size", "tiny", "--seed", "-1", "--format", "jsonl", "--out", "{tmp}/export"], "--seed -1: must be"),
+    (["world", "contact-sheet", "--size", "tiny", "--out", "{tmp}/sheet.png", "--per-category", "0"], "--per-category 0: must be"),
+    (["world", "contact-sheet", "--size", "tiny", "--out", "{tmp}/sheet.png", "--sample-seed", "-1"], "--sample-seed -1: must be"),
+    (["world", "render", "w-te-000000", "--size", "tiny", "--out", "{tmp}/render", "--pixels", "0"], "--pixels 0: must be"),
+    (["train", "world-clip", "--world-size", "tiny", "--seed", "-1", "--out", "{tmp}/model"], "--seed -1: must be"),
+    (["train", "world-clip", "--world-size", "tiny", "--data-seed", "-1", "--out", "{tmp}/model"], "--data-seed -1: must be"),
+    (["train", "world-clip", "--world-size", "tiny", "--epochs", "-1", "--out", "{tmp}/model"], "--epochs -1.0: must be a positive"),
+    (["train", "world-clip", "--world-size", "tiny", "--max-steps", "0", "--out", "{tmp}/model"], "--max-steps 0: must be"),
+    (["train", "world-clip", "--world-size", "tiny", "--threads", "0", "--out", "{tmp}/model"], "--threads 0: must be"),
+    (["train", "world-clip", "--world-size", "bogus", "--out", "{tmp}/model"], "--world-size: unknown world size 'bogus'"),
+    (["index", "build", "--benchmark", "world", "--world-size", "tiny", "--world-seed", "-1",
+      "--retriever", "world-clip-image"], "--world-seed -1: must be"),
+    (["index", "build", "--benchmark", "world", "--world-size", "tiny", "--retriever", "world-clip-image",
+      "--fetch-workers", "0"], "--fetch-workers 0: must be"),
+    (["validate", "--benchmark", "world", "--world-size", "tiny", "--world-seed", "-1"], "--world-seed -1: must be"),
+    (["validate", "--benchmark", "world", "--world-size", "tiny", "--max-warnings", "-1"], "--max-warnings -1: must be"),
+    (["rerank", "--world-size", "tiny", "--results-json", "{tmp}/r.json", "--out", "{tmp}/o.json", "--top-n", "0"],
+     "--top-n 0: must be"),
+    (["images", "fetch", "--benchmark", "world", "--fetch-timeout", "-1"], "--fetch-timeout -1.0: must be a positive"),
+])
+def test_bad_numeric_flag_of_any_command_is_one_line_exit_2_and_creates_nothing(isolated, monkeypatch, capsys, argv, expect):
+    from cir_demo import cli
+
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(isolated / "cache"))
+    before = _listing(isolated)
+    assert cli.main([a.replace("{tmp}", str(isolated)) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and expect in err[0], err
+    assert _listing(isolated) == before
+
+
+def test_train_without_world_clip_creates_no_output_folder(isolated, capsys):
+    from cir_demo import cli
+
+    with pytest.raises(SystemExit, match="no world-CLIP"):
+        cli.main(["train", "world-cir", "--world-size", "tiny", "--clip", str(isolated / "no-clip"),
+                  "--out", str(isolated / "model")])
+    assert not (isolated / "model").exists()

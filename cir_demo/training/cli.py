@@ -49,21 +49,20 @@ def run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(max(1, args.threads))
     out = resolve_path(args.out or DEFAULT_OUT[args.model])
+    clip_dir = resolve_path(args.clip)
+    if args.model != "world-clip" and not (clip_dir / "manifest.json").is_file():  # before creating --out
+        raise SystemExit(f"{args.model}: no world-CLIP at {clip_dir} (train it first: python -m cir_demo train world-clip)")
     out.mkdir(parents=True, exist_ok=True)
     kw = dict(size=args.world_size, seed=args.seed, data_seed=args.data_seed, epochs=args.epochs,
               max_steps=args.max_steps, out=out, evaluate=not args.no_eval, progress=not args.quiet,
               overrides=parse_overrides(args.overrides))
     if args.model == "world-clip":
         manifest = train_clip_command(**kw)
+    elif args.model == "world-cir":
+        manifest = train_cir_command(clip_dir=clip_dir, clip_ref=args.clip, **kw)
     else:
-        clip_dir = resolve_path(args.clip)
-        if not (clip_dir / "manifest.json").is_file():
-            raise SystemExit(f"{args.model}: no world-CLIP at {clip_dir} (train it first: python -m cir_demo train world-clip)")
-        if args.model == "world-cir":
-            manifest = train_cir_command(clip_dir=clip_dir, clip_ref=args.clip, **kw)
-        else:
-            from_judge = resolve_path(args.from_judge) if args.from_judge else None
-            manifest = train_verifier_command(clip_dir=clip_dir, clip_ref=args.clip, from_judge=from_judge, **kw)
+        from_judge = resolve_path(args.from_judge) if args.from_judge else None
+        manifest = train_verifier_command(clip_dir=clip_dir, clip_ref=args.clip, from_judge=from_judge, **kw)
     print(json.dumps({k: manifest[k] for k in ("model", "training", "held_out") if k in manifest}, indent=2))
     return 0
 

@@ -96,7 +96,7 @@ def test_upload_large_image_is_shrunk(tmp_path):
 @pytest.mark.parametrize("kind, expected", [
     ("empty", "empty"), ("text", "not an image"), ("truncated_png", "truncat"), ("truncated_jpeg", "truncat"),
     ("ppm", "not supported"), ("tiny", "too small"), ("bytes", "limit is"), ("pixels", "megapixels"),
-    ("bomb_header", "megapixels"), ("garbage_png", "corrupt"),
+    ("bomb_header", "claims 3,600 megapixels"), ("garbage_png", "corrupt"),
 ])
 def test_upload_refusals_name_the_file_and_problem(tmp_path, kind, expected):
     path = tmp_path / f"{kind}.bin"

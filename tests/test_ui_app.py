@@ -272,20 +272,34 @@ def test_example_callback_writes_world_references(demo, service):
 def test_report_callback(demo, service, tiny_setup):
     root, _ = tiny_setup
     out = wired(demo, "on_show").fn(None)
-    assert "No evaluation run" in out[1] and out[3] == []
+    assert out[4]["visible"] is False
+    assert "No evaluation run" in out[1] and out[3]["value"] == [] and out[3]["visible"] is False
+    assert out[2]["visible"] is False  # no empty table with placeholder headers
+    assert "--eval" not in out[1] and "terminal" not in out[1]
     run = root / "runs" / "20990101-000000-world"
     (run / "plots").mkdir(parents=True)
     pd.DataFrame({"model": ["tiny-ui-fusion"], "mAP@10": [0.5], "mAP@10_ci_lo": [0.4], "mAP@10_ci_hi": [0.6]}).to_csv(
         run / "metrics.csv", index=False)
     Image.new("RGB", (8, 8)).save(run / "plots" / "precision_vs_safety.png")
     (run / "run_info.json").write_text('{"benchmark_fingerprint": "%s"}' % service.fingerprint)
+    (run / "report.md").write_text("# report\n")
+    (run / "report.html").write_text("<script>alert(1)</script>")  # never shared
+    secret = root / "secret.txt"
+    secret.write_text("server secret")
+    (run / "paired.csv").symlink_to(secret)  # a planted link: not followed
     try:
-        run_update, info, metrics, plots = wired(demo, "on_show").fn(None)
-        assert run_update["value"] == run.name and run.name in plain(info)
-        assert metrics.loc[0, "mAP@10"] == "0.5000 [0.4000, 0.6000]"
-        assert plots[0][0].size == (8, 8) and "safety" in plots[0][1]  # sent as an image, not a served path
+        run_update, info, metrics, plots, files = wired(demo, "on_show").fn(None)
+        shared = {Path(f).name: Path(f) for f in files["value"]}
+        assert set(shared) == {"metrics.csv", "report.md"} and files["visible"] is True
+        assert shared["report.md"].read_text() == "# report\n" and run not in shared["report.md"].parents  # a copy
+        assert "report.md" in plain(info)
+        assert run_update["value"] == run.name and run.name in plain(info) and str(root) not in info  # no server path
+        assert metrics["visible"] is True and metrics["value"].loc[0, "mAP@10"] == "0.5000 [0.4000, 0.6000]"
+        image, caption = plots["value"][0]
+        assert image.size == (8, 8) and "safety" in caption  # sent as an image, not a served path
     finally:
-        for f in [run / "plots" / "precision_vs_safety.png", run / "metrics.csv", run / "run_info.json"]:
+        for f in [run / "plots" / "precision_vs_safety.png", run / "metrics.csv", run / "run_info.json",
+                  run / "report.md", run / "report.html", run / "paired.csv", secret]:
             f.unlink()
         (run / "plots").rmdir()
         run.rmdir()
@@ -368,3 +382,15 @@ def test_explore_explains_itself(demo):
         assert term in texts, term
     html = components.legend(reranked=False, judged=True)
     assert 'title="explicit negatives in the top 10 over min(negatives, 10)"' in html
+
+
+def test_long_link_values_are_cut_in_notes():
+    from cir_demo.ui.state import ECHO_CHARS, decode_state, resolve_state
+
+    long_id = "w" + "9" * 5000
+    parsed = decode_state({"query": long_id, "retrievers": "x" * 300, "k": "7" * 400, "z" * 200: "1"})
+    out = resolve_state(parsed, "world", {"w00001"}, {"w00001": 1}, ["a"], True, "w00001")
+    assert len(out.notes) == 4
+    for note in out.notes:
+        assert len(note) < 3 * ECHO_CHARS + 120 and "…" in note, note
+    assert out.state.query_id == "w00001"

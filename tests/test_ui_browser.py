@@ -298,3 +298,58 @@ def test_upload_problems_show_next_to_their_field(app_url, browser, tmp_path):
     assert page.locator(".toast-body").count() == 0  # no toasts: every problem is inline
     shot(page, "09-upload-problems")
     page.close()
+
+
+@pytest.mark.slow
+def test_fresh_start_computes_every_sort_and_the_report_in_the_background(browser, tmp_path):
+    """`python app.py` on an empty data folder, no terminal step: the background run computes what
+    the failure sorts and the Report need; every sort and the Report then work."""
+    import os
+    import subprocess
+    import sys
+
+    from cir_demo.explorer import SORTS
+
+    data, port = tmp_path / "data", free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CIR_DEMO_")}
+    env.update({"CIR_DEMO_DATA": str(data), "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
+                "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"})
+    log = tmp_path / "app.log"
+    root = Path(__file__).resolve().parent.parent
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "app.py", "--world-size", "tiny", "--limit", "2",
+                                 "--retrievers", "world-clip-fusion,world-clip-image", "--no-thumbnail-warmer"],
+                                cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    try:
+        deadline = time.monotonic() + 300
+        while "explorer ready" not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.5)
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.wait_for_selector("#cir-results li.cir-tile", timeout=120_000)
+        page.wait_for_function("document.querySelector('#cir-status').innerText.includes('failure sorts and report: ready')",
+                               timeout=300_000)
+        assert (data / "runs").is_dir() and any((d / "metrics.csv").is_file() for d in (data / "runs").iterdir())
+        for key, label in SORTS.items():
+            if key == "order":
+                continue
+            page.locator("#cir-sort input").click()
+            page.get_by_role("option", name=label, exact=True).click()
+            page.wait_for_function("(t) => document.querySelector('#cir-list-info').innerText.includes(t)",
+                                   arg="matching queries")
+            info = page.locator("#cir-list-info").inner_text()
+            assert "being computed" not in info and "terminal" not in info and "--eval" not in info, (label, info)
+            assert page.locator(".toast-body").count() == 0, label
+        shot(page, "10-fresh-sorts")
+        page.get_by_role("tab", name="Report").click()
+        page.wait_for_selector("#cir-report-metrics table")
+        text = page.locator("#cir-report-metrics").inner_text()
+        assert "world-clip-fusion+rerank" in text and re.search(r"\d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\]", text)
+        assert "--eval" not in page.locator("#cir-report-info").inner_text()
+        shot(page, "11-fresh-report")
+    finally:
+        page.close()
+        proc.terminate()
+        proc.wait(30)

@@ -101,7 +101,7 @@ def test_hostile_run_folder_and_results_values(service, tiny_setup):
         out = report.show_report(service, name)
         assert_inert_markdown(out["info"], "report info")
         assert name in out["run"]["choices"]  # the dropdown shows it as text
-        assert all(not isinstance(p[0], str) for p in out["plots"])  # plots go out as images, never as paths
+        assert all(not isinstance(p[0], str) for p in out["plots"]["value"])  # plots go out as images, never as paths
         for payload in PAYLOADS:  # gradio shows an error's text as HTML
             assert_inert_html(error_message("Loading the report", ValueError(payload)), payload, "error")
     finally:

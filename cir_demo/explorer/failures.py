@@ -108,8 +108,8 @@ def sort_queries(table: pd.DataFrame, scores: pd.DataFrame | None, sort: str) ->
     elif sort in ("rerank_helped", "rerank_hurt"):
         col = "rerank_gain" if sort == "rerank_helped" else "rerank_loss"
         if col not in s:
-            raise ServiceError("no reranked results to sort by: run `python app.py --eval` with a reranker "
-                               "(the world verifier by default) or compute them from the Explore tab")
+            raise ServiceError("no reranked results to sort by: this app serves no reranker, or its reranked "
+                               "results are still being computed")
         keep = s[col] > 0 if sort == "rerank_helped" else s[col] < 0
         rows["key"] = -s[col] if sort == "rerank_helped" else s[col]
         rows["why"] = [f"AP@10 {fmt(v)} after reranking ({w})" for v, w in zip(s[col], s[f"{col}_who"])]

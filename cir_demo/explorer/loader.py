@@ -135,12 +135,24 @@ def load_failure_lines(name: str, exc: BaseException, **kw) -> list[str]:
     return lines(name, exc, **kw)
 
 
+def _index_on_disk(engine, name: str) -> bool:
+    """Whether `name`'s index folder has a manifest (whether it is fresh is checked when it loads)."""
+    try:
+        from cir_demo.index.manifest import MANIFEST_FILE, index_dir
+        from cir_demo.index.build import benchmark_index_name
+
+        return (index_dir(benchmark_index_name(engine.benchmark), name) / MANIFEST_FILE).is_file()
+    except Exception:  # only the wording of a progress line depends on it
+        return True
+
+
 def _load_indexes(engine, names: Sequence[str], config: ServiceConfig, stage: Callable[[str], None],
                   notes: list[str]) -> list[str]:
     """Load each retriever and its index (building it on first use); returns those that loaded."""
     loaded = []
     for i, name in enumerate(names, 1):
-        stage(f"retriever {i}/{len(names)} {name}: loading the model and its index (built on first use)")
+        stage(f"retriever {i}/{len(names)} {name}: " + ("loading the model and its index" if _index_on_disk(engine, name)
+                                                        else "loading the model and building its index (first start)"))
         try:
             engine.index(name)
         except Exception as exc:  # the other columns still work

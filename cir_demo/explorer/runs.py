@@ -96,7 +96,7 @@ def load_report(run: RunSummary) -> Report:
     if meta.get("n_boot"):
         info.append(f"Intervals: 95% bootstrap over paraphrase groups ({meta['n_boot']} resamples).")
     if (run.path / "report.md").is_file():
-        info.append(f"Full report: {run.path / 'report.md'}")
+        info.append("Full report: report.md, with the run's tables, under Files of this run below.")
     return Report(run, metrics_display_table(metrics), [(p, captions.get(p.name, p.stem.replace("_", " "))) for p in plots], info)
 
 

@@ -315,6 +315,11 @@ class ExplorerService:
             self._failures = failure_scores(per_query, {n: self.modality[n] for n in self.retriever_names})
             return self._failures
 
+    def forget_failures(self) -> None:
+        """Drop the cached failure measures (a new eval run was published; the next sort reads it)."""
+        with self._lock:
+            self._failures = None
+
     @property
     def failure_source(self) -> str:
         return self._failure_source
@@ -363,8 +368,8 @@ class ExplorerService:
             else:
                 raise ServiceError(
                     f"sorting by the reranker's effect needs reranked results for all {len(self.benchmark.queries):,} "
-                    f"queries ({cost:,} candidate scores); run `python app.py --eval` (it reranks with "
-                    f"{self.reranker_name}) and reload the app")
+                    f"queries ({cost:,} candidate scores); the app computes them in the background when it "
+                    f"starts (an eval run with {self.reranker_name}), and offers this sort once they exist")
         self._failure_source = "; ".join(sources)
         return pd.concat(parts, ignore_index=True)
 

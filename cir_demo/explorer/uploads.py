@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,7 +83,9 @@ def validate_upload(path: str | os.PathLike, name: str | None = None, max_bytes:
     except UploadError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise UploadError(f"{label}: refused: its header claims far more pixels than the limit of "
+        claimed = re.search(r"\((\d+) pixels\)", str(exc))  # PIL: "Image size (N pixels) exceeds limit ..."
+        claim = f"{int(claimed.group(1)) / 1e6:,.0f} megapixels" if claimed else "far more pixels"
+        raise UploadError(f"{label}: refused: its header claims {claim}, over the limit of "
                           f"{max_pixels / 1e6:.0f} megapixels (a possible decompression bomb)") from None
     except UnidentifiedImageError:
         raise UploadError(f"{label}: not an image file this app can read "

@@ -34,6 +34,7 @@ INTRO = (f"# {TITLE}\n"
 LOAD_POLL_S = 0.25
 WORK_GROUP = "cir-work"  # every callback that computes shares one concurrency limit (share_one_limit)
 STATUS_GROUP = "cir-status"  # the load-status poll: unlimited, it only reads a status
+PRECOMPUTE_POLL_S = 2.0  # how often a page asks how far the background run is
 CALL_TIMEOUT_S = 600.0  # a callback waits this long for loading to finish (first run builds indexes)
 
 
@@ -72,8 +73,9 @@ def initial_state(service: ExplorerService, params: dict[str, str]) -> ParsedSta
                          service.retriever_names, service.reranker_name is not None, default_query)
 
 
-def initial_outputs(service: ExplorerService, params: dict[str, str]) -> dict[str, Any]:
-    """Everything the page shows once the service is ready, by name (see `create_app` for the mapping)."""
+def initial_outputs(service: ExplorerService, params: dict[str, str], pending=None) -> dict[str, Any]:
+    """Everything the page shows once the service is ready, by name (see `create_app` for the mapping).
+    `pending`: the background run's status (None: no background run)."""
     parsed = initial_state(service, params)
     s = parsed.state
     out: dict[str, Any] = {}
@@ -101,23 +103,30 @@ def initial_outputs(service: ExplorerService, params: dict[str, str]) -> dict[st
     out["upload:note"] = upload.upload_note(service)
     out["upload:retrievers"] = gr.update(choices=service.retriever_names, value=service.retriever_names[:MAX_COLUMNS])
     out["upload:rerank"] = explore.rerank_controls(service)["rerank"]
-    rep = report.show_report(service)
+    rep = report.show_report(service, None, pending)
+    out["sort"] = gr.update(choices=explore.sort_choices(pending))
     out.update({f"report:{k}": v for k, v in rep.items()})
     return out
 
 
-def status_markdown(service: ExplorerService | None, status) -> str:
+def status_markdown(service: ExplorerService | None, status, pending=None) -> str:
     if service is None:
         return f"⏳ {md_escape(status.text())}"
     lines = [f"**{md_escape(service.summary())}**"] + [f"⚠ {md_escape(w)}" for w in service.warnings]
+    if pending is not None and pending.text():
+        lines.append(("⏳ " if not pending.ready else "") + md_escape(pending.text()))
     return "  \n".join(lines)
 
 
 # ------------------------------------------------------------------ the app
-def create_app(source: ServiceLoader | ExplorerService | ServiceConfig) -> gr.Blocks:
+def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompute=None) -> gr.Blocks:
     """The Blocks of the explorer (not launched). `source`: a loader (loading in the
-    background), a ready service, or a config to load."""
+    background), a ready service, or a config to load. `precompute`: the background run
+    (`PrecomputeJob`) whose progress the page shows; None: failure sorts compute on demand."""
     loader = as_loader(source)
+
+    def get_pending():
+        return precompute.status() if precompute is not None else None
 
     def get_service() -> ExplorerService:
         return loader.wait(CALL_TIMEOUT_S)
@@ -132,9 +141,9 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig) -> gr.Bl
                 up = upload.create_ui()
             with gr.Tab("Report", id="report", elem_id="cir-tab-report"):
                 rp = report.create_ui()
-        explore.wire(ex, get_service)
+        explore.wire(ex, get_service, get_pending)
         upload.wire(up, get_service)
-        report.wire(rp, get_service)
+        report.wire(rp, get_service, get_pending)
 
         by_name: dict[str, Any] = {f"filter:{k}": c for k, c in ex.filters.items()}
         by_name.update({
@@ -144,6 +153,7 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig) -> gr.Bl
             "view:table": ex.table, "view:prompt": ex.prompt, "view:share": ex.share, "view:message": ex.message,
             "upload:note": up.note, "upload:retrievers": up.retrievers, "upload:rerank": up.rerank,
             "report:run": rp.run, "report:info": rp.info, "report:metrics": rp.metrics, "report:plots": rp.plots,
+            "report:files": rp.files, "sort": ex.sort,
         })
         outputs = [status, *by_name.values()]
 
@@ -166,16 +176,46 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig) -> gr.Bl
             if not loader.ready:  # loading failed: on_load shows why
                 return {}
             service = get_service()
+            if precompute is not None and precompute.status().state == "failed":
+                precompute.start_for(service)  # a reload retries a failed background run
             params = dict(request.query_params) if request is not None else {}
             started = time.perf_counter()
-            values = initial_outputs(service, params)
+            values = initial_outputs(service, params, get_pending())
             log.info("page view prepared in %.2f s", time.perf_counter() - started)
             update = {by_name[k]: v for k, v in values.items() if k in by_name}
-            update[status] = status_markdown(service, loader.status())
+            update[status] = status_markdown(service, loader.status(), get_pending())
             return update
 
         demo.load(on_load, None, [status], show_progress="hidden", concurrency_limit=None,
                   concurrency_id=STATUS_GROUP).then(on_ready, None, outputs, show_progress="hidden")
+
+        if precompute is not None:
+            # Follow the background run: progress in the status line and the sort labels; when it
+            # is done, the Report shows its run and a failure sort picked meanwhile is applied.
+            # The poll only reads a status, so it runs outside the work limit (STATUS_GROUP).
+            timer = gr.Timer(PRECOMPUTE_POLL_S)
+            seen_ready = gr.State(False)
+            report_outputs = [rp.run, rp.info, rp.metrics, rp.plots, rp.files]
+            list_outputs = [ex.query_list, ex.query_ids, ex.list_info]
+
+            @guarded("Following the background run")
+            def on_tick(was_ready, label, text, sort, *filter_values):
+                if not loader.ready:
+                    return (gr.skip(),) * (4 + len(report_outputs) + len(list_outputs))
+                service = get_service()
+                pending = get_pending()
+                head = (status_markdown(service, loader.status(), pending),
+                        gr.update(choices=explore.sort_choices(pending)), pending.ready,
+                        gr.Timer(active=not pending.ready))
+                if not pending.ready or was_ready:
+                    return (*head, *(gr.skip(),) * (len(report_outputs) + len(list_outputs)))
+                rep = report.show_report(service, label, pending)
+                listed = ex.on_list(text, sort, *filter_values) if sort and sort != "order" else (gr.skip(),) * 3
+                return (*head, rep["run"], rep["info"], rep["metrics"], rep["plots"], rep["files"], *listed)
+
+            timer.tick(on_tick, [seen_ready, rp.run, ex.search, ex.sort, *ex.filters.values()],
+                       [status, ex.sort, seen_ready, timer, *report_outputs, *list_outputs], show_progress="hidden",
+                       concurrency_limit=None, concurrency_id=STATUS_GROUP)
         demo.load(None, None, None, js=CONTROLS_JS)
     demo.cir_loader = loader  # for launch helpers and tests
     return demo
@@ -236,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--share", action="store_true", help="also serve through a temporary public gradio.live link")
     s.add_argument("--queue-size", type=int, default=32, help="requests waiting at most; more are refused (default 32)")
     s.add_argument("--concurrency", type=int, default=2, help="requests worked on at once (default 2)")
+    s.add_argument("--no-precompute", action="store_true",
+                   help="do not compute the failure sorts and the report in a low-priority background eval run "
+                        "on a first start (they are then computed when first asked for)")
     s.add_argument("--no-thumbnail-warmer", action="store_true",
                    help="do not pre-render thumbnails in a low-priority background process")
     return p
@@ -284,7 +327,10 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
         if rc:
             return rc
     loader = ServiceLoader(config, start=False)
-    demo = create_app(loader)
+    from cir_demo.explorer.precompute import PrecomputeJob
+
+    precompute = PrecomputeJob(benchmark_argv(args), enabled=not args.no_precompute)
+    demo = create_app(loader, precompute)
     launch_app(demo, args.server_name, args.port, args.share, args.queue_size, args.concurrency,
                prevent_thread_lock=True)
     # Load after the server is up: the loader's imports would otherwise hold the GIL while the
@@ -296,13 +342,34 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
     try:
         service = loader.wait(None)
         print(f"explorer ready {time.perf_counter() - t0:.1f} s after start: {service.summary()}", flush=True)
+        precompute.on_done(service.forget_failures)
+        precompute.start_for(service)  # after the explorer is usable, at low priority
+        if precompute.status().text():
+            print(precompute.status().text(), flush=True)
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
+    import signal
+
+    def stop(*_):  # SIGTERM (a Space restarting, `kill`) ends the app as Ctrl+C does: the background run too
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         demo.block_thread()
     except KeyboardInterrupt:
         pass
     finally:
+        precompute.stop()
         if service is not None:
             service.engine.close()
     return 0
+
+
+def benchmark_argv(args: argparse.Namespace) -> list[str]:
+    """The benchmark flags of the app's command line, for the background `--eval` run."""
+    argv = ["--benchmark", args.benchmark]
+    for flag in ("annotations", "corpus_ids", "root", "image_dir", "world_size", "world_seed", "limit"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            argv += [f"--{flag.replace('_', '-')}", str(value)]
+    return argv

@@ -116,8 +116,22 @@ def create_ui() -> ExploreUI:
 
 
 # ------------------------------------------------------------------ callbacks (plain functions)
-def list_queries(service: ExplorerService, text: str, filters: dict[str, str], sort: str) -> dict[str, Any]:
-    """The query list for a search text, filters and a sort."""
+def sort_choices(pending=None) -> list[tuple[str, str]]:
+    """The sort dropdown; while the background run computes their data, the failure sorts say so."""
+    busy = pending is not None and not pending.ready
+    return [(label if key == "order" or not busy else f"{label} — being computed ({pending.progress()})", key)
+            for key, label in SORTS.items()]
+
+
+def list_queries(service: ExplorerService, text: str, filters: dict[str, str], sort: str,
+                 pending=None) -> dict[str, Any]:
+    """The query list for a search text, filters and a sort. `pending`: the background run's
+    status (`PrecomputeStatus`); until it is ready a failure sort lists benchmark order and says why."""
+    waiting = ""
+    if sort and sort != "order" and pending is not None and not pending.ready:
+        waiting = (f"⏳ “{SORTS.get(sort, sort)}” is being computed in the background ({pending.progress()}); "
+                   "benchmark order until then, the list re-sorts by itself when it is ready")
+        sort = "order"
     found = service.find_queries(text or "", {k: (None if v in (None, ANY) else v) for k, v in filters.items()},
                                  sort or "order")
     shown = len(found.rows)
@@ -126,6 +140,8 @@ def list_queries(service: ExplorerService, text: str, filters: dict[str, str], s
         info += f" — {components.md_escape(found.note)}"
     if sort and sort != "order" and service.failure_source:
         info += f". Results from: {components.md_escape(service.failure_source)}"
+    if waiting:
+        info = f"{waiting}.  \n{info}"
     return {"table": found.rows, "ids": list(found.rows["query"]), "info": info}
 
 
@@ -173,7 +189,7 @@ def rerank_controls(service: ExplorerService, on: bool = False) -> dict[str, Any
 
 
 # ------------------------------------------------------------------ wiring
-def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService]) -> None:
+def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService], get_pending: Callable[[], Any] = lambda: None) -> None:
     filter_components = list(ui.filters.values())
     view_outputs = ui.view_outputs()
 
@@ -183,8 +199,10 @@ def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService]) -> None:
 
     @guarded("Listing queries")
     def on_list(text, sort, *filter_values):
-        out = list_queries(get_service(), text, dict(zip(ui.filters, filter_values)), sort)
+        out = list_queries(get_service(), text, dict(zip(ui.filters, filter_values)), sort, get_pending())
         return out["table"], out["ids"], out["info"]
+
+    ui.on_list = on_list  # the app re-runs it when the background run is done
 
     list_inputs = [ui.search, ui.sort, *filter_components]
     list_outputs = [ui.query_list, ui.query_ids, ui.list_info]

@@ -53,6 +53,20 @@ def encode_state(state: ViewState) -> str:
     return urlencode(params, safe=",")
 
 
+ECHO_CHARS = 60  # a link value echoed in a note is cut to this many characters
+
+
+def cut(value) -> str:
+    """A link value for a note, cut to ECHO_CHARS (a 5,000-character id is not echoed whole)."""
+    text = str(value)
+    return text if len(text) <= ECHO_CHARS else text[:ECHO_CHARS - 1] + "…"
+
+
+def shown(value) -> str:
+    """`cut(value)` in quotes."""
+    return f"'{cut(value)}'"
+
+
 def _int(params: Mapping[str, str], key: str, lo: int, hi: int, notes: list[str]) -> int | None:
     raw = params.get(key)
     if raw in (None, ""):
@@ -60,10 +74,10 @@ def _int(params: Mapping[str, str], key: str, lo: int, hi: int, notes: list[str]
     try:
         value = int(str(raw))
     except ValueError:
-        notes.append(f"link parameter {key}={raw!r} is not a whole number; ignored")
+        notes.append(f"link parameter {key}={shown(raw)} is not a whole number; ignored")
         return None
     if not lo <= value <= hi:
-        notes.append(f"link parameter {key}={value} is outside {lo}..{hi}; ignored")
+        notes.append(f"link parameter {key}={cut(value)} is outside {lo}..{hi}; ignored")
         return None
     return value
 
@@ -73,13 +87,14 @@ def decode_state(params: Mapping[str, str]) -> ParsedState:
     notes: list[str] = []
     unknown = sorted(k for k in params if k not in KEYS and not k.startswith("__"))
     if unknown:
-        notes.append(f"unknown link parameter(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
+        notes.append(f"unknown link parameter(s) {', '.join(cut(u) for u in unknown[:5])}"
+                     f"{' …' if len(unknown) > 5 else ''}; known: {', '.join(KEYS)}")
     retrievers = None
     if params.get("retrievers") is not None:
         retrievers = tuple(dict.fromkeys(r.strip() for r in str(params["retrievers"]).split(",") if r.strip()))
     rerank_raw = str(params.get("rerank", "0")).lower()
     if rerank_raw not in ("0", "1", "true", "false", "yes", "no", "on", "off", ""):
-        notes.append(f"link parameter rerank={params.get('rerank')!r} should be 0 or 1; ignored")
+        notes.append(f"link parameter rerank={shown(params.get('rerank'))} should be 0 or 1; ignored")
     paraphrase = _int(params, "paraphrase", 1, 1000, notes)
     state = ViewState(
         benchmark=params.get("benchmark") or None,
@@ -102,10 +117,10 @@ def resolve_state(parsed: ParsedState, benchmark: str, query_ids: Sequence[str] 
     """
     s, notes = parsed.state, list(parsed.notes)
     if s.benchmark and s.benchmark != benchmark:
-        notes.append(f"the link is for benchmark {s.benchmark!r}; this app serves {benchmark!r}")
+        notes.append(f"the link is for benchmark {shown(s.benchmark)}; this app serves {benchmark!r}")
         s = replace(s, query_id=None, paraphrase=None)
     if s.query_id and s.query_id not in query_ids:
-        notes.append(f"query {s.query_id!r} is not in this benchmark; showing the first query")
+        notes.append(f"query {shown(s.query_id)} is not in this benchmark; showing the first query")
         s = replace(s, query_id=None, paraphrase=None)
     query_id = s.query_id or default_query
     if s.paraphrase is not None and query_id is not None and s.paraphrase >= group_sizes.get(query_id, 1):
@@ -115,7 +130,8 @@ def resolve_state(parsed: ParsedState, benchmark: str, query_ids: Sequence[str] 
         known = [r for r in s.retrievers if r in retrievers]
         dropped = [r for r in s.retrievers if r not in retrievers]
         if dropped:
-            notes.append(f"retriever(s) {', '.join(dropped)} not loaded in this app; left out")
+            notes.append(f"retriever(s) {', '.join(cut(d) for d in dropped[:5])}{' …' if len(dropped) > 5 else ''} "
+                         "not loaded in this app; left out")
         s = replace(s, retrievers=tuple(known[:4]) if known else None)
     if s.rerank and not can_rerank:
         notes.append("the link turns the reranker on, but no reranker is available here")

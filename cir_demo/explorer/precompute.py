@@ -1,0 +1,212 @@
+"""The background precompute: on a first start, what the failure sorts and the Report need (the
+per-query metrics of every column with and without reranking) is computed as a normal `--eval`
+run of the served benchmark, retrievers and reranker, in a low-priority subprocess started once
+the explorer is usable, so a visitor never needs a terminal.
+
+The run is staged by the harness under runs/.partial/ and published when complete; progress
+is the number of results files written so far (one per retriever, one per reranked retriever)
+plus the report. No gradio here.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from cir_demo.benchmarks.registry import RERANK_SUFFIX
+
+log = logging.getLogger("cir_demo.explorer")
+
+NICENESS = 15  # the job yields the CPU to page views
+
+
+@dataclass(frozen=True)
+class PrecomputeStatus:
+    state: str  # "off", "waiting", "running", "done", "failed"
+    done: int = 0
+    total: int = 0
+    detail: str = ""
+
+    @property
+    def ready(self) -> bool:
+        """Every failure sort and the Report have their data (or nothing will be computed)."""
+        return self.state in ("done", "off", "failed")
+
+    def progress(self) -> str:
+        return f"{self.done}/{self.total}" if self.total else ""
+
+    def text(self) -> str:
+        if self.state == "waiting":
+            return "failure sorts and report: waiting for the explorer to load"
+        if self.state == "running":
+            return f"failure sorts and report: being computed in the background ({self.progress()})"
+        if self.state == "failed":
+            return (f"failure sorts and report: the background run failed ({self.detail}); they are computed when "
+                    "asked for instead, and reloading the page tries the run again")
+        if self.state == "done":
+            return f"failure sorts and report: ready ({self.detail})"
+        return ""
+
+
+def complete_run(service) -> Path | None:
+    """A run of this benchmark content with every served column, plain and reranked, for every
+    query the app shows (then nothing needs computing)."""
+    from cir_demo.explorer.runs import list_runs, read_eval_per_query
+
+    hashes = service._spec_hashes()
+    if not hashes:
+        return None
+    rr_hash = None
+    if service.reranker_name:
+        try:
+            rr_hash = service.engine.reranker(service.reranker_name, **dict(service.config.reranker_kwargs)).spec_hash()
+        except Exception:  # a reranker that cannot load: the plain runs are all that is needed
+            rr_hash = None
+    wanted = set(hashes) | ({f"{n}{RERANK_SUFFIX}" for n in hashes} if rr_hash else set())
+    n_queries = len(service.table)
+    for run in list_runs(service.benchmark.name, service.fingerprint):
+        if run.matches != "fingerprint":
+            continue
+        df = read_eval_per_query(run.path, hashes, rr_hash)
+        if df is None or not len(df):
+            continue
+        covered = df[df["query_id"].isin(set(service.table["query_id"]))].groupby("run")["query_id"].nunique()
+        if all(covered.get(n, 0) == n_queries for n in wanted):
+            return run.path
+    return None
+
+
+def _low_priority_child() -> None:
+    """In the child before it runs: lowest-but-one CPU priority, and (Linux) ended with the app, so
+    an app killed without cleanup leaves no eval running on."""
+    os.nice(NICENESS)
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+class PrecomputeJob:
+    """One background `--eval` run for the served view; `status()` any time, from any thread."""
+
+    def __init__(self, benchmark_argv: Sequence[str], runs_root: Path | None = None, enabled: bool = True):
+        self.benchmark_argv = list(benchmark_argv)
+        self.enabled = enabled
+        self._runs_root = runs_root
+        self._status = PrecomputeStatus("waiting" if enabled else "off")
+        self._proc: subprocess.Popen | None = None
+        self._out: Path | None = None
+        self._total = 0
+        self._lock = threading.Lock()
+        self._on_done = []
+
+    def on_done(self, callback) -> None:
+        """`callback()` once the run is published (e.g. to forget cached failure measures)."""
+        self._on_done.append(callback)
+
+    def start_for(self, service) -> None:
+        """Start the run for `service` unless a complete one exists (then: done at once) or one is
+        running. After a failed run, calling it again retries."""
+        if not self.enabled:
+            return
+        with self._lock:
+            if self._status.state == "running":
+                return
+            self._status = PrecomputeStatus("running", 0, 0, "starting")
+        from cir_demo.paths import REPO_ROOT, runs_dir
+
+        try:
+            existing = complete_run(service)
+            if existing is not None:
+                self._set(PrecomputeStatus("done", detail=f"from {existing.name}"))
+                return
+            root = self._runs_root or runs_dir()
+        except Exception as exc:  # an unreadable runs folder: the sorts then compute on demand
+            self._set(PrecomputeStatus("failed", detail=f"cannot read the runs folder: {exc}"))
+            return
+        self._out = root / f"{time.strftime('%Y%m%d-%H%M%S')}-{service.benchmark.name}-app"
+        names = list(service.retriever_names)
+        self._total = len(names) * (2 if service.reranker_name else 1) + 1
+        argv = self.command(service, self._out)
+        self._set(PrecomputeStatus("running", 0, self._total))
+        # The child is started by the thread that then waits for it: the child's "end with my parent"
+        # signal follows that thread, which lives exactly as long as the child.
+        threading.Thread(target=self._run, args=(argv, REPO_ROOT), name="cir-precompute", daemon=True).start()
+
+    def command(self, service, out: Path) -> list[str]:
+        """The background run: `python -m cir_demo eval` of the served benchmark, columns and reranker."""
+        argv = [sys.executable, "-m", "cir_demo", "eval", *self.benchmark_argv, "--retrievers",
+                ",".join(service.retriever_names), "--rerank", service.reranker_name or "none",
+                "--rerank-top-n", str(service.config.default_top_n), "--out", str(out)]
+        if service.config.device:
+            argv += ["--device", service.config.device]
+        if service.config.trust_remote_code:
+            argv.append("--trust-remote-code")
+        return argv
+
+    def _run(self, argv: list[str], cwd: Path) -> None:
+        try:
+            self._out.parent.mkdir(parents=True, exist_ok=True)
+            self._log_path = self._out.parent / f".{self._out.name}.log"
+            env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+            with open(self._log_path, "w") as out:
+                self._proc = subprocess.Popen(argv, cwd=str(cwd), stdout=out, stderr=subprocess.STDOUT, env=env,
+                                              stdin=subprocess.DEVNULL, preexec_fn=_low_priority_child)
+        except OSError as exc:  # an unwritable runs folder: the sorts then compute on demand
+            self._set(PrecomputeStatus("failed", detail=f"cannot start: {exc}"))
+            return
+        log.info("background run started (pid %d, nice %d): %s", self._proc.pid, NICENESS, " ".join(argv[2:]))
+        self._watch()
+
+    def _set(self, status: PrecomputeStatus) -> None:
+        with self._lock:
+            self._status = status
+        if status.state == "done":
+            for callback in self._on_done:
+                try:
+                    callback()
+                except Exception:
+                    log.exception("precompute callback")
+
+    def _count(self) -> int:
+        assert self._out is not None
+        staged = list((self._out.parent / ".partial").glob(f"*-{self._out.name}/results/*.json"))
+        return min(len(staged), self._total - 1)
+
+    def _watch(self) -> None:
+        assert self._proc is not None
+        while self._proc.poll() is None:
+            with self._lock:
+                self._status = PrecomputeStatus("running", self._count(), self._total)
+            time.sleep(1.0)
+        if self._proc.returncode == 0 and (self._out / "metrics.csv").is_file():
+            self._set(PrecomputeStatus("done", self._total, self._total, f"run {self._out.name}"))
+        else:
+            tail = ""
+            try:
+                tail = self._log_path.read_text(errors="replace").strip().splitlines()[-1][:200]
+            except (OSError, IndexError):
+                pass
+            self._set(PrecomputeStatus("failed", detail=f"exit {self._proc.returncode}: {tail}"))
+
+    def status(self) -> PrecomputeStatus:
+        with self._lock:
+            return self._status
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()

@@ -1,0 +1,109 @@
+"""The background run's state machine, with a scripted child process in place of the eval:
+waiting -> running (n/N from the staged results files) -> done, a failure with the log's last
+line, a retry after it, and no second run while one is running."""
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from cir_demo.explorer import precompute
+from cir_demo.explorer.precompute import PrecomputeJob
+
+CHILD = r'''
+import sys, time
+from pathlib import Path
+out, mode = Path(sys.argv[1]), sys.argv[2]
+staged = out.parent / ".partial" / f"123-abcd1234-{out.name}"
+(staged / "results").mkdir(parents=True)
+(staged / "results" / "a.json").write_text("{}")
+time.sleep(1.5)  # the watcher polls every second: it sees 1 of 3
+if mode == "fail":
+    print("boom: the model file is damaged")
+    sys.exit(3)
+(staged / "results" / "b.json").write_text("{}")
+out.mkdir(parents=True)
+(out / "metrics.csv").write_text("model\n")
+'''
+
+
+class ScriptedJob(PrecomputeJob):
+    def __init__(self, runs_root: Path, modes: list[str]):
+        super().__init__([], runs_root=runs_root)
+        self.modes = modes
+        self.script = runs_root / "child.py"
+        runs_root.mkdir(parents=True, exist_ok=True)
+        self.script.write_text(CHILD)
+
+    def command(self, service, out):
+        return [sys.executable, str(self.script), str(out), self.modes.pop(0)]
+
+
+def service():
+    return SimpleNamespace(retriever_names=["a"], reranker_name="judge", benchmark=SimpleNamespace(name="world"))
+
+
+def wait_for(job, state, seconds=60):
+    seen = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        st = job.status()
+        seen.append((st.state, st.done, st.total))
+        if st.state == state:
+            return st, seen
+        time.sleep(0.1)
+    raise AssertionError(f"never {state}: {seen[-5:]}")
+
+
+def test_waiting_running_done_and_callbacks(tmp_path, monkeypatch):
+    monkeypatch.setattr(precompute, "complete_run", lambda service: None)
+    job = ScriptedJob(tmp_path / "runs", ["ok"])
+    assert job.status().state == "waiting" and not job.status().ready
+    done = []
+    job.on_done(lambda: done.append(True))
+    job.start_for(service())
+    job.start_for(service())  # a second visitor: no second run
+    st, seen = wait_for(job, "done")
+    assert ("running", 1, 3) in seen  # 1 of 3 results files (a and a+rerank, then the report) staged
+    assert st.ready and "ready" in st.text() and done == [True]
+    assert len(job.modes) == 0 and len(list((tmp_path / "runs").glob("*-world-app"))) == 1
+
+
+def test_failure_says_why_and_a_retry_runs_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(precompute, "complete_run", lambda service: None)
+    job = ScriptedJob(tmp_path / "runs", ["fail", "ok"])
+    job.start_for(service())
+    st, _ = wait_for(job, "failed")
+    assert st.ready  # the sorts then compute on demand instead of waiting forever
+    assert "exit 3: boom: the model file is damaged" in st.text() and "reloading the page" in st.text()
+    job.start_for(service())  # the retry a page reload makes
+    wait_for(job, "done")
+
+
+def test_a_complete_run_on_disk_means_no_job(tmp_path, monkeypatch):
+    monkeypatch.setattr(precompute, "complete_run", lambda service: tmp_path / "runs" / "20990101-world")
+    job = ScriptedJob(tmp_path / "runs", [])
+    job.start_for(service())
+    st = job.status()
+    assert st.state == "done" and "20990101-world" in st.text() and job._proc is None
+
+
+def test_disabled_job_is_off(tmp_path):
+    job = PrecomputeJob([], runs_root=tmp_path, enabled=False)
+    job.start_for(service())
+    assert job.status().state == "off" and job.status().ready and job.status().text() == ""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_the_child_runs_at_low_priority(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setattr(precompute, "complete_run", lambda service: None)
+    job = ScriptedJob(tmp_path / "runs", ["ok"])
+    job.start_for(service())
+    deadline = time.monotonic() + 30
+    while job._proc is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.getpriority(os.PRIO_PROCESS, job._proc.pid) >= precompute.NICENESS
+    wait_for(job, "done")

@@ -347,7 +347,10 @@ def test_fresh_start_computes_every_sort_and_the_report_in_the_background(browse
         page.wait_for_selector("#cir-report-metrics table")
         text = page.locator("#cir-report-metrics").inner_text()
         assert "world-clip-fusion+rerank" in text and re.search(r"\d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\]", text)
-        assert "--eval" not in page.locator("#cir-report-info").inner_text()
+        info = page.locator("#cir-report-info").inner_text()
+        assert "--eval" not in info and str(data) not in info  # no terminal step, no server path
+        files = page.locator("#cir-report-files").inner_text().replace("\n", "")
+        assert "report.md" in files and "metrics.csv" in files  # the run's files as downloads
         shot(page, "11-fresh-report")
     finally:
         page.close()

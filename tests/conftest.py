@@ -4,6 +4,14 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# Validated benchmark loads are stored between runs (benchmarks/load_cache.py): in a folder of this
+# session, so the tests exercise storing and replaying without writing into the developer's cache.
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+os.environ["CIR_DEMO_BENCHMARK_CACHE"] = tempfile.mkdtemp(prefix="cir_demo_benchmarks_")
+atexit.register(shutil.rmtree, os.environ["CIR_DEMO_BENCHMARK_CACHE"], True)
 
 import pytest  # noqa: E402
 

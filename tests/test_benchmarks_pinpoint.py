@@ -300,3 +300,76 @@ def test_exported_group_column_wins_over_the_positive_set_rule(tmp_path):
     paths = export_pinpoint(bench, tmp_path)
     again = load_pinpoint(paths["annotations"])
     assert [q.group_id for q in again.queries] == ["intent-A", "intent-B"]
+
+
+# --------------------------------------------------------------------------- stored validation
+def _same_load(a: Benchmark, b: Benchmark):
+    assert a.queries == b.queries
+    assert [dict(q.meta) for q in a.queries] == [dict(q.meta) for q in b.queries]
+    assert a.corpus_ids == b.corpus_ids and a.info == b.info and a.warnings == b.warnings
+    assert a.results_id_format == b.results_id_format and a.images.cache_dir == b.images.cache_dir
+
+
+def test_a_repeated_load_replays_the_stored_validation(tmp_path, monkeypatch):
+    import cir_demo.benchmarks.pinpoint as pinpoint_module
+
+    store = tmp_path / "stored"
+    monkeypatch.setenv("CIR_DEMO_BENCHMARK_CACHE", str(store))
+    path = write_fixture(tmp_path, base_rows())
+    oracle = load_pinpoint(path, tmp_path / "index_signatures.txt", reuse_validation=False)
+    assert not store.exists()
+    assert oracle.warnings  # the trailing null negatives: replayed warnings must be the same ones
+    first = load_pinpoint(path, tmp_path / "index_signatures.txt")
+    assert len(list(store.iterdir())) == 1
+    # the replay must not validate again: make validation impossible and load once more
+    monkeypatch.setattr(pinpoint_module, "_build_queries", lambda *a, **k: pytest.fail("validated again"))
+    again = load_pinpoint(path, tmp_path / "index_signatures.txt")
+    _same_load(oracle, first)
+    _same_load(oracle, again)
+    # paraphrases share one Judgments object, as in a fresh load
+    by_id = {q.query_id: q for q in again.queries}
+    assert by_id["query_00001"].judgments is by_id["query_00002"].judgments is by_id["query_00005"].judgments
+    # the folder holding the parquet names the same file: the same stored load
+    _same_load(oracle, load_pinpoint(tmp_path, tmp_path / "index_signatures.txt"))
+    assert len(list(store.iterdir())) == 1
+
+
+def test_changed_files_are_validated_again_and_failures_are_never_stored(tmp_path, monkeypatch):
+    from cir_demo.benchmarks.load_cache import BenchmarkCacheWarning
+
+    store = tmp_path / "stored"
+    monkeypatch.setenv("CIR_DEMO_BENCHMARK_CACHE", str(store))
+    rows = base_rows()
+    path = write_fixture(tmp_path, rows)
+    corpus = tmp_path / "index_signatures.txt"
+    assert len(load_pinpoint(path, corpus).queries) == 5
+    write_fixture(tmp_path, rows[:3])  # same path, other bytes
+    assert [q.query_id for q in load_pinpoint(path, corpus).queries] == ["query_00001", "query_00002", "query_00003"]
+    corpus.write_text("\n".join(CORPUS[:9]))  # the corpus file is part of the key too: the positives are gone
+    with pytest.raises(BenchmarkError):
+        load_pinpoint(path, corpus)
+    assert len(list(store.iterdir())) == 2  # the two good loads only
+    corpus.write_text("\n".join(CORPUS))
+    # a damaged stored load: validated again (same result as a fresh load), one warning, rewritten
+    stored = max(store.iterdir(), key=lambda p: p.stat().st_mtime_ns)
+    data = bytearray(stored.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    stored.write_bytes(bytes(data))
+    with pytest.warns(BenchmarkCacheWarning, match="damaged"):
+        reloaded = load_pinpoint(path, corpus)
+    _same_load(load_pinpoint(path, corpus, reuse_validation=False), reloaded)
+    import warnings as warnings_module
+
+    with warnings_module.catch_warnings():
+        warnings_module.simplefilter("error", BenchmarkCacheWarning)
+        _same_load(reloaded, load_pinpoint(path, corpus))  # the rewritten file replays cleanly
+
+
+def test_loads_that_depend_on_more_than_the_files_are_not_stored(tmp_path, monkeypatch):
+    store = tmp_path / "stored"
+    monkeypatch.setenv("CIR_DEMO_BENCHMARK_CACHE", str(store))
+    path = write_fixture(tmp_path, base_rows())
+    (tmp_path / "images").mkdir()
+    load_pinpoint(path, tmp_path / "index_signatures.txt", image_dir=tmp_path / "images")  # folder contents count
+    load_pinpoint(path, CORPUS)  # a corpus given as a list
+    assert not store.exists()

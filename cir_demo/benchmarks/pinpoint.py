@@ -81,6 +81,7 @@ def load_pinpoint(
     image_dir: str | Path | None = None,
     cache_dir: str | Path | None = None,
     online: bool = False,
+    reuse_validation: bool = True,
 ) -> Benchmark:
     """Read and validate PinPoint; raise one BenchmarkError listing every error found.
 
@@ -89,10 +90,26 @@ def load_pinpoint(
         that name beside the parquet, else the ids named in the annotations (warning).
     image_dir / cache_dir / online: see `FolderImageStore` (images are `<signature>.jpg`,
         fetched from the public CDN into `cache_dir` only when `online`).
+    reuse_validation: replay a stored earlier load of the same files (benchmarks/load_cache.py;
+        the same result, half a second sooner). Not with `image_dir` (its contents are checked)
+        or a corpus given as a list.
     """
     path = Path(annotations)
     if path.is_dir():
         path = path / ANNOTATIONS_NAME
+    stored = None
+    if reuse_validation and image_dir is None and (corpus_ids is None or isinstance(corpus_ids, (str, Path))):
+        from cir_demo.benchmarks import load_cache
+
+        corpus_file = Path(corpus_ids) if corpus_ids is not None else path.parent / CORPUS_NAME
+        key = load_cache.cache_key("pinpoint", [path, corpus_file, path.parent / EXTRA_REFS_NAME],
+                                   [corpus_ids is None])
+        stored = load_cache.cache_path("pinpoint", key)
+        replay = load_cache.read(stored)
+        if replay is not None:
+            queries, corpus, info, warnings = replay
+            return Benchmark("pinpoint", "pinpoint", queries, corpus, images=_image_store(None, cache_dir, online),
+                             info=info, warnings=warnings, results_id_format="pinpoint")
     col = IssueCollector(path)
     table = _read_table(path, col)
     finish(col)  # nothing more can be checked without the table
@@ -114,17 +131,22 @@ def load_pinpoint(
         stats.pop("referenced_ids")
     warnings = finish(col)
 
+    info = {"source": str(path), "corpus_source": corpus_source,
+            "grouping": "paraphrase_group_id column" if GROUP_COLUMN in table.column_names else "same set of positives", **stats}
+    if stored is not None:
+        load_cache.write(stored, queries, corpus, info, warnings)
+    return Benchmark("pinpoint", "pinpoint", queries, list(corpus), images=_image_store(image_dir, cache_dir, online),
+                     info=info, warnings=warnings, results_id_format="pinpoint")
+
+
+def _image_store(image_dir, cache_dir, online: bool) -> FolderImageStore:
     from cir_demo.paths import cache_dir as default_cache
 
-    store = FolderImageStore(
+    return FolderImageStore(
         root=image_dir, filename_pattern="{id}.jpg", url_pattern=pinpoint_cdn_url,
         cache_dir=Path(cache_dir) if cache_dir is not None else default_cache() / "images" / "pinpoint",
         online=online,
     )
-    info = {"source": str(path), "corpus_source": corpus_source,
-            "grouping": "paraphrase_group_id column" if GROUP_COLUMN in table.column_names else "same set of positives", **stats}
-    return Benchmark("pinpoint", "pinpoint", queries, list(corpus), images=store, info=info,
-                     warnings=warnings, results_id_format="pinpoint")
 
 
 def _read_table(path: Path, col: IssueCollector):

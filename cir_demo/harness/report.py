@@ -18,6 +18,7 @@ from cir_demo.harness.evaluate import (
     metrics_table,
     paired_comparisons,
 )
+from cir_demo.utils.csv_text import frame_csv
 from cir_demo.utils.io import write_json_atomic, write_text_atomic
 
 LING_SENS_NOTE = (
@@ -95,7 +96,7 @@ def write_outputs(
     # rounding first and writing floats as they are is several times faster than a per-value float_format
     floats = per_query.select_dtypes("float").columns
     per_query[floats] = per_query[floats].round(6)
-    write_text_atomic(paths["per_query.csv"], per_query.to_csv(index=False))
+    write_text_atomic(paths["per_query.csv"], frame_csv(per_query))
 
     breakdowns = breakdown_tables(benchmark, evaluations, n_boot=n_boot, seed=seed)
     if breakdowns:

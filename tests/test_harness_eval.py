@@ -110,7 +110,8 @@ def test_outputs_official_columns_and_values(tmp_path):
 
 
 def test_eval_cli_scores_jsonl_benchmark_without_torch(tmp_path):
-    """`python app.py --eval --results-json` on a benchmark folder never imports torch."""
+    """`python app.py --eval --results-json` on a benchmark folder never imports torch (nor tqdm for one
+    file), and gives the cyclic collector back as it found it."""
     from cir_demo.benchmarks.jsonl import export_jsonl_benchmark
 
     bench = small_benchmark()
@@ -122,6 +123,8 @@ def test_eval_cli_scores_jsonl_benchmark_without_torch(tmp_path):
         "'--results-json', %r, '--out', %r, '--n-boot', '50', '--no-plots'];\n"
         "import app; rc = app.main(sys.argv[1:]);\n"
         "assert 'torch' not in sys.modules, 'torch was imported';\n"
+        "import gc; assert gc.isenabled(), 'the cyclic collector was left paused';\n"
+        "assert 'tqdm' not in sys.modules, 'tqdm imported for one file';\n"
         "sys.exit(rc)" % (str(root), str(results), str(out))
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)

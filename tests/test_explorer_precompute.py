@@ -22,6 +22,10 @@ time.sleep(1.5)  # the watcher polls every second: it sees 1 of 3
 if mode == "fail":
     print("boom: the model file is damaged")
     sys.exit(3)
+if mode == "fail-with-bar":  # the command line's error line, then a progress bar's last redraw
+    print("error: world-cir: the index is damaged", flush=True)
+    sys.stdout.write("rerank world-cir:  40%|####      | 2/5 [00:01<00:01]\r")
+    sys.exit(1)
 (staged / "results" / "b.json").write_text("{}")
 out.mkdir(parents=True)
 (out / "metrics.csv").write_text("model\n")
@@ -61,7 +65,7 @@ def test_waiting_running_done_and_callbacks(tmp_path, monkeypatch):
     job = ScriptedJob(tmp_path / "runs", ["ok"])
     assert job.status().state == "waiting" and not job.status().ready
     done = []
-    job.on_done(lambda: done.append(True))
+    job.on_done(lambda: done.append(job.status().state != "done"))  # runs before "done" is visible
     job.start_for(service())
     job.start_for(service())  # a second visitor: no second run
     st, seen = wait_for(job, "done")
@@ -79,6 +83,14 @@ def test_failure_says_why_and_a_retry_runs_again(tmp_path, monkeypatch):
     assert "exit 3: boom: the model file is damaged" in st.text() and "reloading the page" in st.text()
     job.start_for(service())  # the retry a page reload makes
     wait_for(job, "done")
+
+
+def test_a_failure_names_the_error_line_not_a_progress_bar(tmp_path, monkeypatch):
+    monkeypatch.setattr(precompute, "complete_run", lambda service: None)
+    job = ScriptedJob(tmp_path / "runs", ["fail-with-bar"])
+    job.start_for(service())
+    st, _ = wait_for(job, "failed")
+    assert st.detail == "exit 1: error: world-cir: the index is damaged"
 
 
 def test_a_complete_run_on_disk_means_no_job(tmp_path, monkeypatch):

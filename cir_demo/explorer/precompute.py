@@ -96,6 +96,20 @@ def _low_priority_child() -> None:
             pass
 
 
+def log_tail(path: Path, limit: int = 200) -> str:
+    """The line of a failed run's log that says why: its last `error` line (the command line's
+    one-line message) when there is one, else the last line. Progress bars redraw with carriage
+    returns, so a bar's last state counts as a line of its own, never as the reason."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in text.replace("\r", "\n").splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.lower().startswith(("error", "traceback")) or "Error:" in ln]
+    line = (errors or lines or [""])[-1]
+    return line if len(line) <= limit else line[:limit] + " …"
+
+
 class PrecomputeJob:
     """One background `--eval` run for the served view; `status()` any time, from any thread."""
 
@@ -169,14 +183,14 @@ class PrecomputeJob:
         self._watch()
 
     def _set(self, status: PrecomputeStatus) -> None:
-        with self._lock:
-            self._status = status
-        if status.state == "done":
+        if status.state == "done":  # before "done" is visible: no page re-sorts from stale cached measures
             for callback in self._on_done:
                 try:
                     callback()
                 except Exception:
                     log.exception("precompute callback")
+        with self._lock:
+            self._status = status
 
     def _count(self) -> int:
         assert self._out is not None
@@ -192,12 +206,7 @@ class PrecomputeJob:
         if self._proc.returncode == 0 and (self._out / "metrics.csv").is_file():
             self._set(PrecomputeStatus("done", self._total, self._total, f"run {self._out.name}"))
         else:
-            tail = ""
-            try:
-                tail = self._log_path.read_text(errors="replace").strip().splitlines()[-1][:200]
-            except (OSError, IndexError):
-                pass
-            self._set(PrecomputeStatus("failed", detail=f"exit {self._proc.returncode}: {tail}"))
+            self._set(PrecomputeStatus("failed", detail=f"exit {self._proc.returncode}: {log_tail(self._log_path)}"))
 
     def status(self) -> PrecomputeStatus:
         with self._lock:

@@ -97,13 +97,16 @@ def test_sort_queries_orders_and_keeps_failures_only():
 
 
 
-def test_failure_stats_reuse_a_matching_eval_run(tiny_setup, tmp_path):
+def test_failure_stats_reuse_a_matching_eval_run(tiny_setup, tmp_path, monkeypatch):
     """An eval run with the same benchmark content and retriever specs supplies the per-query
-    results (its numbers are used as written); one with another spec is ignored."""
+    results (its numbers are used as written); one with another spec is ignored. The sorts it
+    supplies are offered at once (`stored_sorts`), before any background run."""
     from cir_demo.utils.io import write_json_atomic
 
     root, names = tiny_setup
     svc = build_tiny_service(names[:2], reranker="none")
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))  # no per-query cache of other tests
+    assert svc.stored_sorts() == set()
     runs_root = root / "runs"
     good, stale = runs_root / "20990101-000000-world", runs_root / "20990101-000001-world"
     table = svc.table
@@ -121,6 +124,7 @@ def test_failure_stats_reuse_a_matching_eval_run(tiny_setup, tmp_path):
         long_frame(rows).to_csv(folder / "per_query.csv", index=False)
     os.utime(stale, None)  # the stale run is the newest: it must still be skipped
     try:
+        assert svc.stored_sorts() == {"negatives", "spread", "two_image", "shortcut"}  # no reranker: no rerank sorts
         stats = svc.failure_stats()
         assert svc.failure_source == good.name
         assert stats["neg_top10"].sum() == 10 and stats.loc[table["query_id"][5], "neg_top10"] == 10

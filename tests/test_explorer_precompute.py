@@ -44,8 +44,9 @@ class ScriptedJob(PrecomputeJob):
         return [sys.executable, str(self.script), str(out), self.modes.pop(0)]
 
 
-def service():
-    return SimpleNamespace(retriever_names=["a"], reranker_name="judge", benchmark=SimpleNamespace(name="world"))
+def service(stored=()):
+    return SimpleNamespace(retriever_names=["a"], reranker_name="judge", benchmark=SimpleNamespace(name="world"),
+                           stored_sorts=lambda: set(stored))
 
 
 def wait_for(job, state, seconds=60):
@@ -91,6 +92,21 @@ def test_a_failure_names_the_error_line_not_a_progress_bar(tmp_path, monkeypatch
     job.start_for(service())
     st, _ = wait_for(job, "failed")
     assert st.detail == "exit 1: error: world-cir: the index is damaged"
+
+
+def test_sorts_with_data_on_disk_are_offered_while_the_run_computes_the_rest(tmp_path, monkeypatch):
+    from cir_demo.ui.explore import sort_choices
+
+    monkeypatch.setattr(precompute, "complete_run", lambda service: None)
+    job = ScriptedJob(tmp_path / "runs", ["ok"])
+    job.start_for(service(stored={"negatives", "spread"}))  # e.g. an eval run without the reranker
+    st, _ = wait_for(job, "running")
+    assert st.sort_ready("negatives") and st.sort_ready("spread") and st.sort_ready("order")
+    assert not st.sort_ready("rerank_helped") and not st.sort_ready("shortcut")
+    labels = dict((key, label) for label, key in sort_choices(st))
+    assert "being computed" not in labels["negatives"] and "being computed (" in labels["rerank_hurt"]
+    st, _ = wait_for(job, "done")
+    assert st.sort_ready("rerank_helped")
 
 
 def test_a_complete_run_on_disk_means_no_job(tmp_path, monkeypatch):

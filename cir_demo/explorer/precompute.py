@@ -32,11 +32,16 @@ class PrecomputeStatus:
     done: int = 0
     total: int = 0
     detail: str = ""
+    ready_sorts: frozenset = frozenset()  # sorts whose data was on disk before the run (offered at once)
 
     @property
     def ready(self) -> bool:
         """Every failure sort and the Report have their data (or nothing will be computed)."""
         return self.state in ("done", "off", "failed")
+
+    def sort_ready(self, sort: str | None) -> bool:
+        """Whether `sort` can be applied now (its data exists, or nothing more will come)."""
+        return self.ready or not sort or sort == "order" or sort in self.ready_sorts
 
     def progress(self) -> str:
         return f"{self.done}/{self.total}" if self.total else ""
@@ -121,6 +126,7 @@ class PrecomputeJob:
         self._proc: subprocess.Popen | None = None
         self._out: Path | None = None
         self._total = 0
+        self._ready_sorts: frozenset = frozenset()
         self._lock = threading.Lock()
         self._on_done = []
 
@@ -151,8 +157,12 @@ class PrecomputeJob:
         self._out = root / f"{time.strftime('%Y%m%d-%H%M%S')}-{service.benchmark.name}-app"
         names = list(service.retriever_names)
         self._total = len(names) * (2 if service.reranker_name else 1) + 1
+        try:  # e.g. a first-stage-only run on disk: those sorts need not wait for this one
+            self._ready_sorts = frozenset(service.stored_sorts())
+        except Exception:
+            log.exception("reading the stored per-query results")
         argv = self.command(service, self._out)
-        self._set(PrecomputeStatus("running", 0, self._total))
+        self._set(PrecomputeStatus("running", 0, self._total, ready_sorts=self._ready_sorts))
         # The child is started by the thread that then waits for it: the child's "end with my parent"
         # signal follows that thread, which lives exactly as long as the child.
         threading.Thread(target=self._run, args=(argv, REPO_ROOT), name="cir-precompute", daemon=True).start()
@@ -201,7 +211,7 @@ class PrecomputeJob:
         assert self._proc is not None
         while self._proc.poll() is None:
             with self._lock:
-                self._status = PrecomputeStatus("running", self._count(), self._total)
+                self._status = PrecomputeStatus("running", self._count(), self._total, ready_sorts=self._ready_sorts)
             time.sleep(1.0)
         if self._proc.returncode == 0 and (self._out / "metrics.csv").is_file():
             self._set(PrecomputeStatus("done", self._total, self._total, f"run {self._out.name}"))

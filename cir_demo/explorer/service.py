@@ -14,7 +14,7 @@ from cir_demo.benchmarks.families import metric_family
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
 from cir_demo.benchmarks.schema import Benchmark, Query
 from cir_demo.explorer.config import (FILTER_FIELDS, MAX_COLUMNS, MAX_QUERY_ROWS, NO_VALUE, REFERENCE_PX,
-                                     SEARCH_K, TILE_PX, WORLD_UPLOAD_NOTE, ServiceConfig, ServiceError, retriever_modality)
+                                     SEARCH_K, SORTS, TILE_PX, WORLD_UPLOAD_NOTE, ServiceConfig, ServiceError, retriever_modality)
 from cir_demo.explorer.failures import failure_scores, sort_queries
 from cir_demo.explorer.images import ThumbnailStore, encode_jpeg_data_uri, thumbnail_db_path
 from cir_demo.explorer.queries import filter_choices, filter_queries, filter_value, query_table
@@ -326,16 +326,18 @@ class ExplorerService:
 
     max_rerank_scores = 30_000  # candidate scores the app may compute for the reranker sorts
 
-    def _gather_per_query(self, progress: Callable[[str], None] | None, need_rerank: bool) -> pd.DataFrame:
-        if not self.retriever_names:
-            raise ServiceError("no retrievers are loaded, so there are no results to sort by")
-        hashes = self._spec_hashes()
-        rr_hash = None
-        if self.reranker_name:
-            try:
-                rr_hash = self.engine.reranker(self.reranker_name, **dict(self.config.reranker_kwargs)).spec_hash()
-            except Exception as exc:
-                log.warning("reranker %s: %s", self.reranker_name, exc)
+    def _reranker_hash(self) -> str | None:
+        if not self.reranker_name:
+            return None
+        try:
+            return self.engine.reranker(self.reranker_name, **dict(self.config.reranker_kwargs)).spec_hash()
+        except Exception as exc:
+            log.warning("reranker %s: %s", self.reranker_name, exc)
+            return None
+
+    def _stored_per_query(self, hashes: Mapping[str, str], rr_hash: str | None):
+        """Per-query results of the eval runs on disk that cover every query the app shows:
+        (frames, run names covered, source labels), newest runs first. Reads, never computes."""
         parts: list[pd.DataFrame] = []
         have: set[str] = set()
         sources = []
@@ -354,6 +356,29 @@ class ExplorerService:
             sources.append(run.label)
             if all(n in have for n in hashes) and (not rr_hash or all(f"{n}{RERANK_SUFFIX}" in have for n in hashes)):
                 break
+        return parts, have, sources
+
+    def stored_sorts(self) -> set[str]:
+        """The failure sorts whose data is on disk already (eval runs, or this app's per-query cache
+        for the first stage): they answer at once while the background run computes the rest."""
+        hashes = self._spec_hashes()
+        if not hashes:
+            return set()
+        rr_hash = self._reranker_hash()
+        _, have, _ = self._stored_per_query(hashes, rr_hash)
+        if not all(n in have or self._cached_per_query_path(n, h).is_file() for n, h in hashes.items()):
+            return set()
+        out = {s for s in SORTS if s not in ("order", "rerank_helped", "rerank_hurt")}
+        if rr_hash and all(f"{n}{RERANK_SUFFIX}" in have for n in hashes):
+            out |= {"rerank_helped", "rerank_hurt"}
+        return out
+
+    def _gather_per_query(self, progress: Callable[[str], None] | None, need_rerank: bool) -> pd.DataFrame:
+        if not self.retriever_names:
+            raise ServiceError("no retrievers are loaded, so there are no results to sort by")
+        hashes = self._spec_hashes()
+        rr_hash = self._reranker_hash()
+        parts, have, sources = self._stored_per_query(hashes, rr_hash)
         for name in self.retriever_names:
             if name not in have and name in hashes:
                 parts.append(self._computed_per_query(name, hashes[name], progress))
@@ -378,10 +403,13 @@ class ExplorerService:
 
         return cache_dir() / "app" / "per_query" / self.fingerprint / f"{name}.csv"
 
+    def _cached_per_query_path(self, name: str, spec_hash: str) -> Path:
+        return self._per_query_cache(name).with_name(f"{name}-{spec_hash[:16]}.csv")
+
     def _computed_per_query(self, name: str, spec_hash: str, progress) -> pd.DataFrame:
         from cir_demo.metrics.pinpoint import per_query
 
-        path = self._per_query_cache(name).with_name(f"{name}-{spec_hash[:16]}.csv")
+        path = self._cached_per_query_path(name, spec_hash)
         if path.is_file():
             try:
                 return pd.read_csv(path, dtype={"query_id": str, "group_id": str, "run": str})

@@ -323,3 +323,27 @@ def test_results_key_and_bad_rankings():
         pinpoint.per_query({"00001": "p"}, queries, results_key=lambda s: s.replace("query_", ""))
     with pytest.raises(ValueError, match="ks"):
         pinpoint.per_query({}, queries, ks=(0, 5))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_group_stds_are_numpys_bit_for_bit(seed):
+    """The batched std of linguistic sensitivity against its oracle, np.std per group (as the official loop)."""
+    from cir_demo.metrics.pinpoint import _stds
+
+    rng = np.random.default_rng(seed)
+    groups = []
+    for i in range(3000):
+        n = int(rng.integers(2, 14))
+        kind = i % 4
+        if kind == 0:
+            g = rng.random(n)
+        elif kind == 1:
+            g = rng.integers(0, 11, n) / 10  # precision@10 values
+        elif kind == 2:
+            g = (rng.random(n) * 10.0 ** rng.integers(-8, 8)).round(int(rng.integers(0, 8)))
+        else:
+            g = rng.choice([0.0, -0.0, 1.0, 1 / 3, 2 / 3, 0.1, 0.2, 0.3], n)
+        groups.append([np.float64(x) for x in g])
+    want = np.array([np.std(g) for g in groups])
+    assert np.array_equal(want.view(np.int64), _stds(groups).view(np.int64))
+    assert _stds([]).shape == (0,)

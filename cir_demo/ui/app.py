@@ -195,26 +195,31 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
             # The poll only reads a status, so it runs outside the work limit (STATUS_GROUP).
             timer = gr.Timer(PRECOMPUTE_POLL_S)
             seen_ready = gr.State(False)
+            seen_key = gr.State("")  # the run's status this page shows: a tick that finds it unchanged sends nothing
             report_outputs = [rp.run, rp.info, rp.metrics, rp.plots, rp.files]
             list_outputs = [ex.query_list, ex.query_ids, ex.list_info]
 
             @guarded("Following the background run")
-            def on_tick(was_ready, label, text, sort, *filter_values):
+            def on_tick(was_ready, shown, label, text, sort, *filter_values):
+                skip_all = (gr.skip(),) * (5 + len(report_outputs) + len(list_outputs))
                 if not loader.ready:
-                    return (gr.skip(),) * (4 + len(report_outputs) + len(list_outputs))
-                service = get_service()
+                    return skip_all
                 pending = get_pending()
+                key = f"{pending.state}:{pending.done}/{pending.total}:{pending.detail}"
+                if key == shown and (was_ready or not pending.ready):
+                    return skip_all  # unchanged: an open sort list is not redrawn under the visitor's pointer
+                service = get_service()
                 head = (status_markdown(service, loader.status(), pending),
                         gr.update(choices=explore.sort_choices(pending)), pending.ready,
-                        gr.Timer(active=not pending.ready))
+                        gr.Timer(active=not pending.ready), key)
                 if not pending.ready or was_ready:
                     return (*head, *(gr.skip(),) * (len(report_outputs) + len(list_outputs)))
                 rep = report.show_report(service, label, pending)
                 listed = ex.on_list(text, sort, *filter_values) if sort and sort != "order" else (gr.skip(),) * 3
                 return (*head, rep["run"], rep["info"], rep["metrics"], rep["plots"], rep["files"], *listed)
 
-            timer.tick(on_tick, [seen_ready, rp.run, ex.search, ex.sort, *ex.filters.values()],
-                       [status, ex.sort, seen_ready, timer, *report_outputs, *list_outputs], show_progress="hidden",
+            timer.tick(on_tick, [seen_ready, seen_key, rp.run, ex.search, ex.sort, *ex.filters.values()],
+                       [status, ex.sort, seen_ready, timer, seen_key, *report_outputs, *list_outputs], show_progress="hidden",
                        concurrency_limit=None, concurrency_id=STATUS_GROUP)
         demo.load(None, None, None, js=CONTROLS_JS)
     demo.cir_loader = loader  # for launch helpers and tests

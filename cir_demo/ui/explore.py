@@ -118,7 +118,7 @@ def create_ui() -> ExploreUI:
 # ------------------------------------------------------------------ callbacks (plain functions)
 def sort_choices(pending=None) -> list[tuple[str, str]]:
     """The sort dropdown; while the background run computes their data, the failure sorts say so."""
-    return [(label if pending is None or pending.sort_ready(key) else f"{label} — being computed ({pending.progress()})", key)
+    return [(label if pending is None or pending.sort_ready(key) else f"{label} — being computed ({pending.progress() or 'starting'})", key)
             for key, label in SORTS.items()]
 
 
@@ -128,7 +128,7 @@ def list_queries(service: ExplorerService, text: str, filters: dict[str, str], s
     status (`PrecomputeStatus`); until it is ready a failure sort lists benchmark order and says why."""
     waiting = ""
     if pending is not None and not pending.sort_ready(sort):
-        waiting = (f"⏳ “{SORTS.get(sort, sort)}” is being computed in the background ({pending.progress()}); "
+        waiting = (f"⏳ “{SORTS.get(sort, sort)}” is being computed in the background ({pending.progress() or 'starting'}); "
                    "benchmark order until then, the list re-sorts by itself when it is ready")
         sort = "order"
     found = service.find_queries(text or "", {k: (None if v in (None, ANY) else v) for k, v in filters.items()},

@@ -1,0 +1,177 @@
+"""A first visit with no terminal step: a fresh app (no eval run on disk) computes the failure
+sorts and the Report in its background run while the explorer is usable; a browser (Playwright
+driving Debian's Chromium) watches the sorts say "being computed", the chosen sort apply by
+itself when the run is done, then uses every sort and the Report tab with its downloads.
+The tiny world, tiny real models and the tiny verifier; screenshots go to test-artifacts/.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+if not CHROMIUM.exists():
+    pytest.skip("browser test needs Debian's Chromium at /usr/bin/chromium (apt-get install -y chromium)",
+                allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="browser test needs the playwright package")
+pytest.importorskip("torch")
+pytest.importorskip("open_clip")
+
+from cir_demo.explorer.config import SORTS  # noqa: E402
+from cir_demo.testing.explorer import build_tiny_service  # noqa: E402
+
+from test_ui_browser import CHROMIUM_ARGS, free_port  # noqa: E402
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+GROUPS = 6
+TIMEOUT_MS = 30_000
+RUN_TIMEOUT_MS = 240_000  # the background run: a child process imports torch and evaluates on a busy machine
+SORT_NOTES = {  # what the list says under each sort (cir_demo/explorer/failures.py)
+    "negatives": "explicit negative in some retriever's top 10", "spread": "changes with the phrasing",
+    "two_image": "two-image queries, hardest first", "rerank_helped": "rose with the reranker",
+    "rerank_hurt": "fell with the reranker", "shortcut": "beats every composed one",
+}
+
+
+@pytest.fixture(scope="module")
+def fresh_app(tiny_setup, tmp_path_factory):
+    """The app as `python app.py` starts it on a first start, except that the test starts the
+    background run (after the page has shown the sorts waiting) and its child registers the tiny
+    models first (`cir_demo.testing.tiny_eval`)."""
+    from cir_demo.explorer.precompute import PrecomputeJob
+    from cir_demo.ui import app as ui_app
+
+    root, names = tiny_setup
+
+    class TinyJob(PrecomputeJob):
+        def command(self, service, out):
+            argv = super().command(service, out)
+            assert argv[1:4] == ["-m", "cir_demo", "eval"]
+            return [argv[0], "-m", "cir_demo.testing.tiny_eval", str(root / "models"), "--n-boot", "50", *argv[4:]]
+
+    mp = pytest.MonkeyPatch()
+    runs = tmp_path_factory.mktemp("first_start_runs")
+    mp.setenv("CIR_DEMO_RUNS", str(runs))  # no eval run on disk: a first start
+    service = build_tiny_service(names, limit_groups=GROUPS)
+    job = TinyJob(["--benchmark", "world", "--world-size", "tiny", "--limit", str(GROUPS)], runs_root=runs)
+    job.on_done(service.forget_failures)
+    demo = ui_app.create_app(service, job)
+    port = free_port()
+    ui_app.launch_app(demo, "127.0.0.1", port, prevent_thread_lock=True, quiet=True)
+
+    def start_job():
+        job.start_for(service)
+        return job
+
+    yield f"http://127.0.0.1:{port}/", service, start_job, runs
+    job.stop()
+    demo.close()
+    service.engine.close()
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"first-start-{name}.png"), full_page=True)
+
+
+def pick_sort(page, key: str) -> None:
+    page.locator("#cir-sort input").click()
+    page.get_by_role("option", name=SORTS[key]).click()
+    page.wait_for_function("(t) => document.querySelector('#cir-sort input').value.startsWith(t)", arg=SORTS[key])
+
+
+def wait_text(page, selector: str, text: str, timeout: int = TIMEOUT_MS) -> None:
+    page.wait_for_function("([s, t]) => (document.querySelector(s)?.innerText || '').includes(t)",
+                           arg=[selector, text], timeout=timeout)
+
+
+def test_first_visit_background_run_every_sort_and_report(fresh_app, browser):
+    url, service, start_job, runs = fresh_app
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    page.wait_for_selector("#cir-results li.cir-tile")  # the explorer is usable before the run
+    wait_text(page, "#cir-status", "failure sorts and report: waiting")
+
+    # ---- before the run: every failure sort says it is being computed; choosing one keeps order
+    page.locator("#cir-sort input").click()
+    options = page.get_by_role("option").all_inner_texts()
+    failure_options = [o for o in options if SORTS["order"] not in o]
+    assert len(failure_options) == len(SORTS) - 1
+    assert all("being computed (" in o for o in failure_options), options
+    page.get_by_role("option", name=SORTS["rerank_helped"]).click()  # the list is open
+    wait_text(page, "#cir-list-info", "is being computed in the background")
+    assert "re-sorts by itself" in page.locator("#cir-list-info").inner_text()
+    assert not page.locator("#cir-report-metrics").is_visible()  # no empty table with "1 2 3" headers
+    shot(page, "01-sorts-waiting")
+
+    # ---- the run: progress, then the chosen sort applies by itself
+    t0 = time.perf_counter()
+    job = start_job()
+    wait_text(page, "#cir-status", "being computed in the background (", timeout=RUN_TIMEOUT_MS)  # n/N
+    wait_text(page, "#cir-status", "failure sorts and report: ready", timeout=RUN_TIMEOUT_MS)
+    run_s = time.perf_counter() - t0
+    assert job.status().state == "done", job.status()
+    assert [d.name for d in runs.iterdir() if not d.name.startswith(".")] == [job._out.name]  # a normal run folder
+    wait_text(page, "#cir-list-info", SORT_NOTES["rerank_helped"])
+    assert "being computed" not in page.locator("#cir-list-info").inner_text()
+    shot(page, "02-sort-applied")
+
+    # ---- every sort works now, each with its own note and no "being computed"
+    for key, note in SORT_NOTES.items():
+        pick_sort(page, key)
+        wait_text(page, "#cir-list-info", note)
+        info = page.locator("#cir-list-info").inner_text()
+        assert "being computed" not in info and "matching queries" in info, (key, info)
+        assert page.locator(".toast-body").count() == 0, key  # no error toast
+    page.locator("#cir-sort input").click()
+    assert not any("being computed" in o for o in page.get_by_role("option").all_inner_texts())
+    page.keyboard.press("Escape")
+    shot(page, "03-every-sort")
+
+    # ---- the Report tab shows the background run, with downloads instead of server paths
+    page.get_by_role("tab", name="Report").click()
+    page.wait_for_selector("#cir-report-metrics table")
+    metrics_text = page.locator("#cir-report-metrics").inner_text()
+    assert f"{service.retriever_names[0]}+rerank" in metrics_text
+    assert page.locator("#cir-report-plots img").count() >= 3
+    info = page.locator("#cir-report-info").inner_text()
+    assert job._out.name in info and str(runs) not in info
+    files_text = page.locator("#cir-report-files").inner_text().replace("\n", "")
+    assert "report.md" in files_text and "metrics.csv" in files_text and ".html" not in files_text, files_text
+    hrefs = [a.get_attribute("href") or "" for a in page.locator("#cir-report-files a").all()]
+    assert hrefs and all("/file=" in h and str(runs) not in h for h in hrefs), hrefs  # gradio's copies, not runs/
+    md = next(h for h in hrefs if h.endswith("report.md"))
+    got = page.request.get(md if md.startswith("http") else url.rstrip("/") + md)
+    assert got.ok and "# " in got.text()  # the report downloads as text
+    shot(page, "04-report")
+
+    body = page.locator("body").inner_text()
+    assert "python app.py" not in body and "terminal" not in body.lower()
+    page.close()
+    assert run_s < RUN_TIMEOUT_MS / 1000
+
+
+def test_a_second_visitor_starts_no_second_run(fresh_app, browser):
+    url, service, start_job, runs = fresh_app
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    page.wait_for_selector("#cir-results li.cir-tile")
+    wait_text(page, "#cir-status", "failure sorts and report: ready")
+    start_job()  # what a second visitor's page load may do: the run on disk is complete, so nothing starts
+    assert start_job().status().state == "done"
+    page.close()
+    runs_now = [d for d in runs.iterdir() if not d.name.startswith(".")]
+    assert len(runs_now) == 1

@@ -108,6 +108,8 @@ def test_compare_with_reranker_matches_rerank_and_reports_movement(service):
         assert t.first_stage_rank == it.first_stage_rank + 1
         assert t.moved == it.rank_change
         assert t.p_yes == pytest.approx(it.p_yes)
+        assert t.p_near == it.p_near  # a near-miss answer would reach the tile (this verifier has none)
+    assert cmp.ranking == "P(yes)"  # the rule of a reranker whose spec names none
     assert set(first.ids[:15]) >= {t.image_id for t in col.tiles}  # only the top 15 can reach the top 10
     assert col.first_stage_metrics == pytest.approx(query_metrics(first.ids, query))
     assert col.metrics == pytest.approx(query_metrics([it.candidate_id for it in oracle], query))

@@ -323,6 +323,18 @@ def test_tiles_mark_judgments_with_text_and_escape_content():
     assert "before reranking" in page and "AP@10 <b>0.250</b>" in page
     failed = components.results_html(Comparison("t", [], [], [Column("r", "composed", error="boom <b>")], 10, True))
     assert 'role="alert"' in failed and "boom &lt;b&gt;" in failed
+    assert "near miss?" not in page  # a reranker without a near-miss answer
+
+
+def test_near_miss_answer_is_said_on_the_tile_and_the_ranking_rule_above():
+    tiles = [Tile("a", 1, 0.9, None, "data:x", first_stage_rank=2, p_yes=0.4, reranked=True, p_near=0.1),
+             Tile("b", 2, 0.8, "negative", "data:y", first_stage_rank=1, p_yes=0.2, reranked=True, p_near=0.8)]
+    col = Column("r", "composed", tiles)
+    page = components.results_html(Comparison("t", [None], ["ref"], [col], 10, True, "q", "world-verifier", 20,
+                                              ranking="P(yes) - 2 * P(near miss)"))
+    assert "reordered by P(yes) - 2 * P(near miss)" in page and "near miss?: the judge" in page  # legend
+    assert page.count('class="cir-near"') == 1  # only the tile the judge calls a near miss
+    assert "the judge calls it a near miss (P 0.80)" in page  # in the tile's alt text too
 
 
 def test_guard_turns_exceptions_into_messages():

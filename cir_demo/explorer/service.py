@@ -217,7 +217,7 @@ class ExplorerService:
                   for i, r in enumerate(q.reference_ids)]
         return Comparison(cq.text, [refs[r] for r in q.reference_ids], labels, columns, k, True, q.query_id,
                           self.reranker_name if rerank else None, top_n if rerank else None,
-                          len(q.positives), len(q.negatives))
+                          len(q.positives), len(q.negatives), ranking=self._ranking_rule() if rerank else None)
 
     def search_uploads(self, images: Sequence[ValidatedImage], instruction: str, retrievers: Sequence[str] | None = None,
                        k: int = 10, rerank: bool = False, top_n: int = 20) -> Comparison:
@@ -244,7 +244,13 @@ class ExplorerService:
         labels = [f"Reference image {i + 1} ({v.name})" if len(images) > 1 else f"Reference image ({v.name})"
                   for i, v in enumerate(images)]
         return Comparison(cq.text, [encode_jpeg_data_uri(v.image, REFERENCE_PX, 90) for v in images], labels, columns, k,
-                          False, None, self.reranker_name if rerank else None, top_n if rerank else None, notes=notes)
+                          False, None, self.reranker_name if rerank else None, top_n if rerank else None, notes=notes,
+                          ranking=self._ranking_rule() if rerank else None)
+
+    def _ranking_rule(self) -> str:
+        """How the served reranker orders its top n (its spec's "ranking"; P(yes) when it says none)."""
+        reranker = self.engine.reranker(self.reranker_name, **dict(self.config.reranker_kwargs))
+        return str(reranker.spec.get("ranking") or "P(yes)")
 
     def paraphrase_table(self, query_id: str, retrievers: Sequence[str] | None = None) -> pd.DataFrame:
         """The family's primary metric (AP@10 on PinPoint and the world) of every paraphrase of the

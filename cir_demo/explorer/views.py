@@ -68,6 +68,7 @@ class Comparison:
     n_positives: int | None = None
     n_negatives: int | None = None
     notes: list[str] = field(default_factory=list)
+    ranking: str | None = None  # how the reranker orders its top n, from its spec ("P(yes)", "P(yes) - 2 * P(near miss)")
 
 
 @dataclass

@@ -84,7 +84,7 @@ def fmt(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
-def legend(reranked: bool, judged: bool) -> str:
+def legend(reranked: bool, judged: bool, near_miss: bool = False) -> str:
     parts = []
     if judged:
         parts += ['<span>✓ positive = green solid frame</span>', '<span>✗ explicit negative = red dashed frame</span>',
@@ -95,6 +95,9 @@ def legend(reranked: bool, judged: bool) -> str:
                   '<span>definitions: “What am I looking at?” above</span>']
     if reranked:
         parts += ['<span>▲/▼ places moved by the reranker</span>', '<span>P(yes): the reranker\'s relevance probability</span>']
+    if reranked and near_miss:
+        parts += ['<span title="the world judge says: the wanted item with one thing wrong (P(near miss) at least '
+                  f'{NEAR_MISS_SHOWN}); its ranking puts such candidates lower">near miss?: the judge\'s warning</span>']
     return f'<div class="cir-legend">{" ".join(parts)}</div>' if parts else ""
 
 
@@ -199,9 +202,10 @@ def results_html(comparison: Comparison | None, empty: str = "Pick a query to se
     head = ""
     if reranked:
         head = (f'<div class="cir-note">Reranked with {esc(comparison.reranker)}: top {comparison.top_n} reordered by '
-                "P(yes); scores are first-stage similarities.</div>")
+                f"{esc(comparison.ranking or 'P(yes)')}; scores are first-stage similarities.</div>")
     grid = "".join(column_html(c, comparison.k, comparison.judged) for c in comparison.columns)
-    return (legend(reranked, comparison.judged) + head
+    near_miss = "near miss" in (comparison.ranking or "")
+    return (legend(reranked, comparison.judged, near_miss) + head
             + f'<div class="cir-grid" style="{grid_style(n)}">{grid}</div>')
 
 

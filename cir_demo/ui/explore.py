@@ -71,7 +71,9 @@ instruction alone (baselines that show whether composing matters).
 **Metrics** of the top 10, per query: **AP@10** = average precision (the precision at each rank that holds
 a positive, summed, over min(positives, 10); 1 = every positive first); **P@10** = positives among the top
 10, divided by 10; **NegRecall@10** = explicit negatives in the top 10 over min(negatives, 10): lower is
-better. The **reranker** rescores each column's top n with P(yes) and reorders them.
+better. The **reranker** rescores each column's top n with P(yes) and reorders them. The world judge also
+answers **near miss?** (the wanted item with one thing wrong) and ranks by P(yes) − 2 × P(near miss): a near
+miss is the costliest wrong answer, so it goes below off-topic images.
 """
 
 

@@ -51,6 +51,7 @@ class ExplorerService:
         self._failures: pd.DataFrame | None = None
         self._failure_source = ""
         self._paraphrase_tables = LRU(256)  # (intent, retrievers) -> table
+        self._metrics = LRU(4096)  # (query id, ranking) -> the column's metrics
         self._lock = threading.RLock()
         self.warnings: list[str] = []
 
@@ -211,7 +212,7 @@ class ExplorerService:
         if rerank and len(names) > 1:
             self._prescore(cq, searched, top_n)
         columns = [self._column(n, searched[n], cq, q, k, rerank, top_n) for n in names]
-        fill_metrics(columns, q, self.family)
+        fill_metrics(columns, q, self.family, self._metrics)
         refs = self.references.get_many(list(q.reference_ids))
         labels = [f"Reference image {i + 1} ({r})" if len(q.reference_ids) > 1 else f"Reference image ({r})"
                   for i, r in enumerate(q.reference_ids)]

@@ -45,13 +45,26 @@ class Column:
     first_stage_ranking: list[str] | None = field(default=None, repr=False)  # before reranking
 
 
-def fill_metrics(columns: Sequence[Column], query: Query, family: MetricFamily | str = "pinpoint") -> None:
-    """Per-column metrics (the family's shown ones) of the shown and first-stage rankings, in one call."""
+def fill_metrics(columns: Sequence[Column], query: Query, family: MetricFamily | str = "pinpoint",
+                 memo=None) -> None:
+    """Per-column metrics (the family's shown ones) of the shown and first-stage rankings, in one call.
+    `memo` (an `LRU`, optional): metrics by (query id, ranking), so a view seen before (swapping
+    back to a phrasing, toggling the reranker) costs no call of the per-query code (~10 ms)."""
     jobs = [(c, "metrics", c.ranking) for c in columns if c.error is None]
     jobs += [(c, "first_stage_metrics", c.first_stage_ranking) for c in columns
              if c.error is None and c.first_stage_ranking is not None]
-    for (col, attr, _), values in zip(jobs, metrics_many([(r, query) for _, _, r in jobs], family)):
+    todo = []
+    for col, attr, ranking in jobs:
+        key = (query.query_id, tuple(ranking))
+        known = memo.get(key) if memo is not None else None
+        if known is not None:
+            setattr(col, attr, dict(known))
+        else:
+            todo.append((col, attr, ranking, key))
+    for (col, attr, _, key), values in zip(todo, metrics_many([(r, query) for _, _, r, _ in todo], family)):
         setattr(col, attr, values)
+        if memo is not None:
+            memo.put(key, dict(values))
 
 
 @dataclass

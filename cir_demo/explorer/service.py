@@ -52,6 +52,7 @@ class ExplorerService:
         self._failure_source = ""
         self._paraphrase_tables = LRU(256)  # (intent, retrievers) -> table
         self._metrics = LRU(4096)  # (query id, ranking) -> the column's metrics
+        self._query_lists = LRU(256)  # (search text, filters, limit) -> QueryList in benchmark order
         self._lock = threading.RLock()
         self.warnings: list[str] = []
 
@@ -95,6 +96,11 @@ class ExplorerService:
     # ------------------------------------------------------------------ finding queries
     def find_queries(self, text: str = "", filters: Mapping[str, str | None] | None = None, sort: str = "order",
                      limit: int = MAX_QUERY_ROWS, progress: Callable[[str], None] | None = None) -> QueryList:
+        # the benchmark order of a search and filters is fixed: remembered (the failure sorts
+        # depend on statistics that may still be loading)
+        key = (text, tuple(sorted((filters or {}).items())), limit) if sort == "order" else None
+        if key is not None and (found := self._query_lists.get(key)) is not None:
+            return found
         rows = filter_queries(self.table, text, filters)
         note = ""
         if sort != "order":
@@ -105,7 +111,10 @@ class ExplorerService:
         display = pd.DataFrame({"query": shown["query_id"].to_numpy(), "instruction": shown["instruction"].to_numpy(),
                                 "type": kind.to_numpy(), "refs": shown["n_refs"].to_numpy(),
                                 "why": shown["why"].to_numpy() if "why" in shown else ""})
-        return QueryList(display, total, note)
+        found = QueryList(display, total, note)
+        if key is not None:
+            self._query_lists.put(key, found)
+        return found
 
     def query_view(self, query_id: str) -> QueryView:
         q = self.query(query_id)
@@ -253,13 +262,22 @@ class ExplorerService:
         reranker = self.engine.reranker(self.reranker_name, **dict(self.config.reranker_kwargs))
         return str(reranker.spec.get("ranking") or "P(yes)")
 
-    def paraphrase_table(self, query_id: str, retrievers: Sequence[str] | None = None) -> pd.DataFrame:
+    def paraphrase_table(self, query_id: str, retrievers: Sequence[str] | None = None,
+                         shown: bool = False) -> pd.DataFrame:
         """The family's primary metric (AP@10 on PinPoint and the world) of every paraphrase of the
         query's intent under each retriever (first stage),
-        plus a last row with the range (max - min) per retriever."""
+        plus a last row with the range (max - min) per retriever.
+        `shown`: as the page shows it (no instruction column, rounded to 3 places), made once per
+        intent and shared: the caller must not modify it."""
         q = self.query(query_id)
         names = self.check_retrievers(retrievers)
         key = (q.group_id, tuple(names))
+        if shown:
+            table = self._paraphrase_tables.get(("shown", *key))
+            if table is None:
+                table = self.paraphrase_table(query_id, names).drop(columns=["instruction"]).round(3)
+                self._paraphrase_tables.put(("shown", *key), table)
+            return table
         cached = self._paraphrase_tables.get(key)
         if cached is not None:
             return cached.copy()

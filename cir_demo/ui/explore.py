@@ -163,7 +163,7 @@ def show_view(service: ExplorerService, query_id: str, retrievers: list[str] | N
         table = pd.DataFrame()
     else:
         comparison = service.compare(query_id, names, k=k, rerank=rerank, top_n=top_n)
-        table = service.paraphrase_table(query_id, names)
+        table = service.paraphrase_table(query_id, names, shown=True)
     state = ViewState(service.benchmark.name, query_id, view.paraphrase_index, tuple(names), rerank, top_n, k)
     prompt = service.reranker_prompt(view.query.instruction, len(view.query.reference_ids))
     return {
@@ -171,7 +171,7 @@ def show_view(service: ExplorerService, query_id: str, retrievers: list[str] | N
         "paraphrase": gr.update(choices=[(f"{p.label}: {p.instruction}", p.query_id) for p in view.paraphrases],
                                 value=query_id),
         "results": components.results_html(comparison, "Select a retriever to see results."),
-        "table": table.drop(columns=["instruction"]).round(3) if len(table) else table,  # the radio shows the text
+        "table": table,  # without the instructions: the radio shows them
         "prompt": prompt,
         "share": encode_state(state),
         "message": components.notes_markdown(messages),

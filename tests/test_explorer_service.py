@@ -130,6 +130,30 @@ def test_paraphrase_table_matches_per_paraphrase_compare(service):
         assert table.iloc[-1][n] == pytest.approx(table[n].iloc[:-1].max() - table[n].iloc[:-1].min())
 
 
+def test_remembered_work_gives_the_same_answers(service):
+    """Per-view work is remembered (metrics by ranking, the shown paraphrase table, the query
+    list in benchmark order): a second answer equals the first and a freshly computed one."""
+    names = service.retriever_names[:2]
+    qid = service.benchmark.queries[7].query_id
+    for rerank in (False, True):
+        first = service.compare(qid, names, k=10, rerank=rerank, top_n=15)
+        again = service.compare(qid, names, k=10, rerank=rerank, top_n=15)
+        for a, b in zip(first.columns, again.columns):
+            assert a.metrics == b.metrics and a.first_stage_metrics == b.first_stage_metrics
+            assert a.metrics == pytest.approx(query_metrics(a.ranking, service.query(qid)))
+            a.metrics["AP@10"] = -1.0  # a caller changing its copy leaves the remembered metrics alone
+        assert service.compare(qid, names, k=10, rerank=rerank, top_n=15).columns[0].metrics == again.columns[0].metrics
+    shown = service.paraphrase_table(qid, names, shown=True)
+    full = service.paraphrase_table(qid, names)
+    assert shown.equals(full.drop(columns=["instruction"]).round(3))
+    assert service.paraphrase_table(qid, names, shown=True) is shown  # made once per intent
+    filters = {"domain": service.filter_choices()["domain"][0]}
+    listed = service.find_queries("bag", filters)
+    assert service.find_queries("bag", filters) is listed
+    assert list(listed.rows["query"]) == list(filter_queries(service.table, "bag", filters)["query_id"])
+    assert len(service.find_queries("bag").rows) >= len(listed.rows)  # other filters: another list
+
+
 def test_uploaded_world_image_ranks_like_the_benchmark_query(service, tmp_path):
     query = service.benchmark.queries[3]
     path = tmp_path / "ref.png"

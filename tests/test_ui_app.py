@@ -406,3 +406,20 @@ def test_long_link_values_are_cut_in_notes():
     for note in out.notes:
         assert len(note) < 3 * ECHO_CHARS + 120 and "…" in note, note
     assert out.state.query_id == "w00001"
+
+def test_queue_analytics_summary_is_not_rebuilt_per_event(monkeypatch):
+    """Gradio rebuilds a pandas summary of up to 10,000 events after every event unless told not to;
+    an operator's own setting is kept."""
+    from cir_demo.ui.app import QUEUE_ANALYTICS_ENV, quiet_queue_analytics
+
+    monkeypatch.delenv("GRADIO_ANALYTICS_CACHE_FREQUENCY", raising=False)
+    monkeypatch.setenv("GRADIO_ANALYTICS_MAX_EVENTS", "50")
+    quiet_queue_analytics()
+    import os
+
+    assert os.environ["GRADIO_ANALYTICS_CACHE_FREQUENCY"] == QUEUE_ANALYTICS_ENV["GRADIO_ANALYTICS_CACHE_FREQUENCY"]
+    assert os.environ["GRADIO_ANALYTICS_MAX_EVENTS"] == "50"
+    with gr.Blocks() as blocks:
+        gr.Markdown("x")
+    blocks.queue()
+    assert blocks._queue.ANAYLTICS_CACHE_FREQUENCY >= 1_000_000 and blocks._queue.ANALYTICS_MAX_EVENTS == 50

@@ -407,6 +407,7 @@ def test_long_link_values_are_cut_in_notes():
         assert len(note) < 3 * ECHO_CHARS + 120 and "…" in note, note
     assert out.state.query_id == "w00001"
 
+
 def test_queue_analytics_summary_is_not_rebuilt_per_event(monkeypatch):
     """Gradio rebuilds a pandas summary of up to 10,000 events after every event unless told not to;
     an operator's own setting is kept."""

@@ -53,10 +53,17 @@ def breakdown_tables(
     fam = family_of(benchmark)
     metrics = list(fam.headline)
     out: dict[str, pd.DataFrame] = {}
-    for field_ in benchmark.meta_fields():
+    fields = benchmark.meta_fields()
+    # the scored rows of each run, with only the columns a breakdown reads: selected once, not once per field
+    scored_rows = []
+    for ev in evaluations:
+        pq = ev.per_query
+        pq = pq[[c for c in pq.columns if c in ("query_id", "group_id", *fields, *metrics)]][
+            pq["scored"].to_numpy(dtype=bool) if "scored" in pq else slice(None)]
+        scored_rows.append(pq)
+    for field_ in fields:
         parts = []
-        for ev in evaluations:
-            pq = ev.per_query[ev.per_query["scored"]] if "scored" in ev.per_query else ev.per_query
+        for ev, pq in zip(evaluations, scored_rows):
             present = [m for m in metrics if m in pq]
             if field_ not in pq or not present:
                 continue

@@ -1,12 +1,15 @@
-"""Load test of the explorer through its real event endpoints (gradio_client, as the page calls them).
+"""Load test of the explorer through its real event endpoints, called as the page calls them
+(gradio's queue protocol over plain HTTP; `--client gradio_client` for the official client).
 
     python bench/bench_load.py --visitors 20 --duration 60 -- --world-size tiny
-    python bench/bench_load.py --url http://127.0.0.1:7860 --visitors 20 --duration 60
+    python bench/bench_load.py --url http://127.0.0.1:7860 --server-pid PID --visitors 20 --duration 60
+    nice -n 10 python bench/bench_load.py --duration 1800 --think 2 --burst 0 --rss-every 60 -- --world-size tiny
 
 Without --url it starts `python app.py <args after -->` on a free port, waits until the explorer is
-ready, and measures it. Each visitor repeats what a person does: open a query, swap to another
-phrasing of it, turn reranking on, search the list; the report gives p50/p95 per action, errors,
-the machine's load average and the server's RSS. Then `--burst` visitors (default 60) fire one
+ready, and measures it. Each visitor opens the page (timed apart), then repeats what a person
+does: open a query, swap to another phrasing of it, turn reranking on, search the list; the
+report gives p50/p95 per action, errors, the machine's load average, the CPU the bench and the
+server used, and the server's RSS (over time with --rss-every). Then `--burst` visitors (default 60) fire one
 request each at once: beyond the queue they must get a clean "queue is full" refusal, never an
 error of another kind.
 """

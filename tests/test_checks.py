@@ -219,3 +219,15 @@ def test_train_without_world_clip_creates_no_output_folder(isolated, capsys):
         cli.main(["train", "world-cir", "--world-size", "tiny", "--clip", str(isolated / "no-clip"),
                   "--out", str(isolated / "model")])
     assert not (isolated / "model").exists()
+
+
+def test_world_render_checks_every_image_id_before_creating_out(tmp_path, capsys):
+    from cir_demo import cli
+
+    out = tmp_path / "render"
+    assert cli.main(["world", "render", "w-te-000001", "not-an-id", "--size", "tiny", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'not-an-id' is not a world image id" in err[0], err
+    assert not out.exists()  # the good id first does not leave a half-filled folder either
+    assert cli.main(["world", "render", "w-te-000001", "--size", "tiny", "--out", str(out)]) == 0
+    assert [p.name for p in out.iterdir()] == ["w-te-000001.png"]

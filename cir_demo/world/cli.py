@@ -106,6 +106,8 @@ def _render(args) -> int:
 
     from .loader import open_world, render_image
     world = open_world(args.root, args.size, args.seed)
+    for image_id in args.image_ids:  # every id checked before --out is created
+        world.table_and_row(image_id)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for image_id in args.image_ids:

@@ -7,33 +7,18 @@ Skips when /usr/bin/chromium is missing (`apt-get install -y chromium`; never `p
 from __future__ import annotations
 
 import re
-import socket
 import time
 from pathlib import Path
 
 import pytest
+from browser_support import browser, free_port, require_chromium, screenshot  # noqa: F401  (browser: a fixture)
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip("browser test needs Debian's Chromium at /usr/bin/chromium (apt-get install -y chromium)",
-                allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="browser test needs the playwright package")
-pytest.importorskip("torch")
-pytest.importorskip("open_clip")
+require_chromium()
 
 from cir_demo.testing.explorer import VERIFIER, build_tiny_service  # noqa: E402
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 GROUPS = 6  # paraphrase groups served (and evaluated): small, so the eval run takes seconds
 TIMEOUT_MS = 30_000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -58,17 +43,8 @@ def app_url(tiny_setup):
     service.engine.close()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
 def shot(page, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"browser-{name}.png"), full_page=True)
+    screenshot(page, f"browser-{name}")
 
 
 def column_counts(page, root: str) -> list[tuple[str, int, int, int, int]]:

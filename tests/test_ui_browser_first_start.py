@@ -7,24 +7,16 @@ The tiny world, tiny real models and the tiny verifier; screenshots go to test-a
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip("browser test needs Debian's Chromium at /usr/bin/chromium (apt-get install -y chromium)",
-                allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="browser test needs the playwright package")
-pytest.importorskip("torch")
-pytest.importorskip("open_clip")
+from browser_support import browser, free_port, require_chromium, screenshot  # noqa: F401  (browser: a fixture)
+
+require_chromium()
 
 from cir_demo.explorer.config import SORTS  # noqa: E402
 from cir_demo.testing.explorer import build_tiny_service  # noqa: E402
 
-from test_ui_browser import CHROMIUM_ARGS, free_port  # noqa: E402
-
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 GROUPS = 6
 TIMEOUT_MS = 30_000
 RUN_TIMEOUT_MS = 240_000  # the background run: a child process imports torch and evaluates on a busy machine
@@ -72,17 +64,8 @@ def fresh_app(tiny_setup, tmp_path_factory):
     mp.undo()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
-
-
 def shot(page, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"first-start-{name}.png"), full_page=True)
+    screenshot(page, f"first-start-{name}")
 
 
 def pick_sort(page, key: str) -> None:

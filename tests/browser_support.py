@@ -1,0 +1,47 @@
+"""What the browser tests share: Debian's Chromium driven by Playwright (never `playwright install`),
+the module-level skip when either is missing, a free port, the browser fixture and screenshots into
+test-artifacts/. A test module calls `require_chromium()` before its other imports and imports
+`browser` (a pytest fixture) from here."""
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+
+def require_chromium():
+    """Skip the calling module unless Chromium, playwright, torch and open_clip are there; returns
+    playwright's sync API."""
+    if not CHROMIUM.exists():
+        pytest.skip("browser test needs Debian's Chromium at /usr/bin/chromium (apt-get install -y chromium)",
+                    allow_module_level=True)
+    sync_api = pytest.importorskip("playwright.sync_api", reason="browser test needs the playwright package")
+    pytest.importorskip("torch")
+    pytest.importorskip("open_clip")
+    return sync_api
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = require_chromium()
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def screenshot(page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)

@@ -17,6 +17,14 @@ those caches decide the tail: the app fills the thumbnail file in a background p
 
 Targets (issue 6): four world retrievers without reranking p95 <= 150 ms; with the world
 verifier on the top 20 p95 <= 400 ms. Torch uses `--threads` (default 1, as the app) CPU threads.
+
+`--beside-precompute` measures beside the app's first-start background run: it starts that run
+as the app does (the same command line and `spawn_low_priority`: nice 15, one BLAS thread) into a
+temporary runs folder, with an empty reranker score cache as on a first start (the world and its
+embeddings are shared read-only), waits until it has worked `--precompute-warmup` CPU seconds,
+and then alternates visits between the run working and the run paused (SIGSTOP), so both
+conditions share the machine's noise; it prints p50/p95 of each, their ratio, and the CPU share
+the run got while it worked. A run that ends before the last visit is reported, not restarted.
 """
 from __future__ import annotations
 
@@ -59,11 +67,13 @@ def interactions(service, n_queries: int, swaps: int, seed: int) -> list[list[st
     return visits
 
 
-def run_phase(service, visits, names, k: int, rerank: bool, top_n: int) -> dict:
+def run_phase(service, visits, names, k: int, rerank: bool, top_n: int, background=None) -> dict:
     from cir_demo.ui import components  # plain string rendering; no gradio import
 
     first, swap, totals, html_only = [], [], [], []
-    for visit in visits:
+    by_condition: dict[str, list[float]] = {}
+    for i, visit in enumerate(visits):
+        condition = background.set_for_visit(i) if background else None
         for step, query_id in enumerate(visit):
             t0 = time.perf_counter()
             cmp = service.compare(query_id, names, k=k, rerank=rerank, top_n=top_n)
@@ -76,8 +86,97 @@ def run_phase(service, visits, names, k: int, rerank: bool, top_n: int) -> dict:
             (first if step == 0 else swap).append(t2 - t0)
             totals.append(t2 - t0)
             html_only.append(t2 - t1)
-    return {"all": percentiles(totals), "first_view": percentiles(first), "paraphrase_swap": percentiles(swap) if swap else None,
-            "html_render": percentiles(html_only)}
+            if condition:
+                by_condition.setdefault(condition, []).append(t2 - t0)
+        if background:
+            background.end_visit()
+    out = {"all": percentiles(totals), "first_view": percentiles(first),
+           "paraphrase_swap": percentiles(swap) if swap else None, "html_render": percentiles(html_only)}
+    if background:
+        out["background_run"] = {c: percentiles(v) for c, v in by_condition.items()}
+        out["background_run"]["run_cpu_share_while_working"] = background.cpu_share()
+    return out
+
+
+class BackgroundRun:
+    """The app's first-start background run, started beside the measurement (see the docstring)."""
+
+    def __init__(self, service, benchmark_argv: list[str], warmup_cpu_s: float):
+        import signal
+        import shutil
+        import subprocess
+
+        from cir_demo.explorer.precompute import PrecomputeJob, spawn_low_priority
+        from cir_demo.paths import REPO_ROOT, cache_dir
+
+        self._signal, self._shutil = signal, shutil
+        self.tmp = Path(tempfile.mkdtemp(prefix="cir_demo_bench_run_"))
+        cache = self.tmp / "cache"
+        cache.mkdir()
+        for entry in cache_dir().iterdir():  # a first start's score cache is empty; everything else is shared
+            if entry.name != "rerank":
+                (cache / entry.name).symlink_to(entry.resolve())
+        env = dict(os.environ, CIR_DEMO_CACHE=str(cache), CIR_DEMO_RUNS=str(self.tmp / "runs"))
+        argv = PrecomputeJob(benchmark_argv).command(service, self.tmp / "runs" / "bench-run")
+        self.log_path = self.tmp / "run.log"
+        self._log = open(self.log_path, "w")
+        self.proc = spawn_low_priority(argv, REPO_ROOT, self._log, env=env)
+        self._ticks = os.sysconf("SC_CLK_TCK")
+        self._paused = False
+        self._work_wall = self._work_cpu = 0.0
+        self._mark = None
+        t0 = time.perf_counter()
+        while self.cpu_s() < warmup_cpu_s:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"error: the background run ended during warm-up (exit {self.proc.returncode}); "
+                                 f"see {self.log_path}")
+            time.sleep(0.5)
+        print(f"background run (pid {self.proc.pid}) working: {self.cpu_s():.1f} CPU s in "
+              f"{time.perf_counter() - t0:.1f} s of warm-up", flush=True)
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds of the run so far (Linux /proc)."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / self._ticks
+
+    def set_for_visit(self, i: int) -> str:
+        """Even visits beside the working run, odd ones with it paused."""
+        if self.proc.poll() is not None:
+            return "run ended"
+        want_paused = bool(i % 2)
+        if want_paused != self._paused:
+            os.kill(self.proc.pid, self._signal.SIGSTOP if want_paused else self._signal.SIGCONT)
+            self._paused = want_paused
+        if want_paused:
+            time.sleep(0.05)  # let the core settle; a paused run holds no CPU
+            return "run paused"
+        self._mark = (time.perf_counter(), self.cpu_s())
+        return "run working"
+
+    def end_visit(self) -> None:
+        if self._mark and not self._paused:
+            t, c = self._mark
+            self._work_wall += time.perf_counter() - t
+            self._work_cpu += self.cpu_s() - c
+        self._mark = None
+
+    def cpu_share(self) -> float | None:
+        """CPU seconds the run got per wall second of the visits beside it (1.0 = one full core)."""
+        return round(self._work_cpu / self._work_wall, 3) if self._work_wall else None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, self._signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except Exception:
+                self.proc.kill()
+        self._log.close()
+        self._shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def counts_delta(before: dict, after: dict) -> dict:
@@ -104,6 +203,10 @@ def main(argv=None) -> int:
     p.add_argument("--reuse-scores", action="store_true",
                    help="let the rerank phase read reranker scores already on disk (e.g. from --eval); by default it "
                         "starts from an empty score cache, so every score is computed during the interaction")
+    p.add_argument("--beside-precompute", action="store_true",
+                   help="alternate visits beside the app's first-start background run and with it paused (Linux)")
+    p.add_argument("--precompute-warmup", type=float, default=10.0,
+                   help="CPU seconds the background run works before the first visit (default 10)")
     p.add_argument("--json", help="write the numbers here")
     args = p.parse_args(argv)
 
@@ -151,6 +254,10 @@ def main(argv=None) -> int:
         print(f"filled the image caches in {results['fill_caches_s']} s ({opened} images opened)")
     warm = interactions(service, 2, 0, args.seed + 99)  # load lazily built pieces (first encode) before timing
     run_phase(service, warm, names, args.k, False, args.top_n)
+    background = None
+    if args.beside_precompute:
+        argv = ["--benchmark", args.benchmark] + (["--world-size", args.world_size] if args.benchmark == "world" else [])
+        background = BackgroundRun(service, argv, args.precompute_warmup)
 
     plan = [("plain", False, args.seed)]
     if service.reranker_name:
@@ -169,7 +276,7 @@ def main(argv=None) -> int:
         if rerank:  # the reranker model loads on first use: not part of an interaction
             run_phase(service, warm, names, args.k, True, args.top_n)
             hits0, misses0 = cache.hits, cache.misses
-        res = run_phase(service, visits, names, args.k, rerank, args.top_n)
+        res = run_phase(service, visits, names, args.k, rerank, args.top_n, background)
         res["thumbnails"] = counts_delta(thumbs0, service.tiles.counts)
         if pixels0 is not None:
             res["images"] = counts_delta(pixels0, pixel_counts)
@@ -194,6 +301,21 @@ def main(argv=None) -> int:
         if cache:
             r = res["reranker_scores"]
             print(f"  reranker scores: {r['from_cache']} from the score cache, {r['computed']} computed")
+        if background:
+            b = res["background_run"]
+            for cond in ("run working", "run paused", "run ended"):
+                if cond in b:
+                    print(f"  {cond:16s} n={b[cond]['n']:4d}  p50 {b[cond]['p50_ms']:7.1f} ms  p95 {b[cond]['p95_ms']:7.1f} ms")
+            if "run working" in b and "run paused" in b:
+                w, q = b["run working"], b["run paused"]
+                print(f"  working / paused: p50 x{w['p50_ms'] / q['p50_ms']:.2f}, p95 x{w['p95_ms'] / q['p95_ms']:.2f}; "
+                      f"the run got {b['run_cpu_share_while_working']} of a core while it worked")
+    if background:
+        results["background_run_pid"] = background.proc.pid
+        results["background_run_cpu_s"] = round(background.cpu_s(), 1)
+        results["background_run_ended"] = background.proc.poll() is not None
+        background.close()
+    results["load_average"] = os.getloadavg()
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
     service.engine.close()

@@ -101,6 +101,15 @@ def _low_priority_child() -> None:
             pass
 
 
+def spawn_low_priority(argv: Sequence[str], cwd: Path, log, env: dict | None = None) -> subprocess.Popen:
+    """Start `argv` as the background run is started: nice 15, one BLAS/OpenMP thread, output to
+    the open file `log`, no stdin, ended with the thread that starts it (Linux)."""
+    env = dict(env if env is not None else os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               MKL_NUM_THREADS="1")
+    return subprocess.Popen(list(argv), cwd=str(cwd), stdout=log, stderr=subprocess.STDOUT, env=env,
+                            stdin=subprocess.DEVNULL, preexec_fn=_low_priority_child)
+
+
 def log_tail(path: Path, limit: int = 200) -> str:
     """The line of a failed run's log that says why: its last `error` line (the command line's
     one-line message) when there is one, else the last line. Progress bars redraw with carriage
@@ -182,10 +191,8 @@ class PrecomputeJob:
         try:
             self._out.parent.mkdir(parents=True, exist_ok=True)
             self._log_path = self._out.parent / f".{self._out.name}.log"
-            env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
             with open(self._log_path, "w") as out:
-                self._proc = subprocess.Popen(argv, cwd=str(cwd), stdout=out, stderr=subprocess.STDOUT, env=env,
-                                              stdin=subprocess.DEVNULL, preexec_fn=_low_priority_child)
+                self._proc = spawn_low_priority(argv, cwd, out)
         except OSError as exc:  # an unwritable runs folder: the sorts then compute on demand
             self._set(PrecomputeStatus("failed", detail=f"cannot start: {exc}"))
             return

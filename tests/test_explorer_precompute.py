@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from cir_demo.explorer import precompute
-from cir_demo.explorer.precompute import PrecomputeJob
+from cir_demo.explorer.precompute import PrecomputeJob, PrecomputeStatus
 
 CHILD = r'''
 import sys, time
@@ -135,3 +135,61 @@ def test_the_child_runs_at_low_priority(tmp_path, monkeypatch):
         time.sleep(0.05)
     assert os.getpriority(os.PRIO_PROCESS, job._proc.pid) >= precompute.NICENESS
     wait_for(job, "done")
+
+
+def published_run(root: Path):
+    """complete_run's stand-in: the newest published run of the scripted child."""
+    runs = sorted(p for p in root.glob("*-world-app") if (p / "metrics.csv").is_file())
+    return runs[-1] if runs else None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="flock")
+def test_a_second_app_process_follows_the_first_run_and_uses_it(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    monkeypatch.setattr(precompute, "complete_run", lambda service: published_run(root))
+    monkeypatch.setattr(PrecomputeJob, "FOLLOW_POLL_S", 0.1)
+    first, second = ScriptedJob(root, ["ok"]), ScriptedJob(root, ["ok"])  # two processes' jobs: two lock fds
+    first.start_for(service())
+    wait_for(first, "running")
+    second.start_for(service())
+    st, seen = wait_for(second, "done")
+    assert ("running", 1, 3) in seen  # the first process's staged results, counted from its lock's run name
+    assert second._proc is None and second.modes == ["ok"]  # it started no run of its own
+    assert "computed by another app process" in st.detail
+    wait_for(first, "done")
+    assert len(list(root.glob("*-world-app"))) == 1
+    labels = PrecomputeStatus("running", 1, 3, precompute.FOLLOWING).text()
+    assert "by another app process (1/3)" in labels
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="flock")
+def test_a_follower_computes_the_run_when_the_first_process_fails(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    monkeypatch.setattr(precompute, "complete_run", lambda service: published_run(root))
+    monkeypatch.setattr(PrecomputeJob, "FOLLOW_POLL_S", 0.1)
+    first, second = ScriptedJob(root, ["fail"]), ScriptedJob(root, ["ok"])
+    first.start_for(service())
+    wait_for(first, "running")
+    second.start_for(service())
+    assert second.status().detail == precompute.FOLLOWING
+    wait_for(first, "failed")
+    st, _ = wait_for(second, "done")
+    assert second.modes == [] and st.detail.startswith("run ")  # it computed the run itself
+    assert len(list(root.glob("*-world-app"))) == 1
+
+
+def test_the_run_lock_is_held_while_the_run_works_and_released_after(tmp_path, monkeypatch):
+    from cir_demo.explorer.run_lock import RunLock, holder_run_name
+
+    monkeypatch.setattr(precompute, "complete_run", lambda service: None)
+    job = ScriptedJob(tmp_path / "runs", ["ok"])
+    job.start_for(service())
+    wait_for(job, "running")
+    path = job._lock_path(service(), tmp_path / "runs")
+    if sys.platform.startswith("linux"):
+        assert RunLock.take(path) is None  # another process could not take it now
+        assert holder_run_name(path) == job._out.name
+    wait_for(job, "done")
+    probe = RunLock.take(path)
+    assert probe is not None
+    probe.release()

@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Sequence
 
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
+from cir_demo.explorer.run_lock import RunLock, holder_run_name, lock_path
 
 log = logging.getLogger("cir_demo.explorer")
 
 NICENESS = 15  # the job yields the CPU to page views
+FOLLOWING = "by another app process"  # the detail of a run this process follows instead of computing
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,8 @@ class PrecomputeStatus:
         if self.state == "waiting":
             return "failure sorts and report: waiting for the explorer to load"
         if self.state == "running":
-            return f"failure sorts and report: being computed in the background ({self.progress()})"
+            by = f" {FOLLOWING}" if self.detail == FOLLOWING else ""
+            return f"failure sorts and report: being computed in the background{by} ({self.progress() or 'starting'})"
         if self.state == "failed":
             return (f"failure sorts and report: the background run failed ({self.detail}); they are computed when "
                     "asked for instead, and reloading the page tries the run again")
@@ -125,7 +128,13 @@ def log_tail(path: Path, limit: int = 200) -> str:
 
 
 class PrecomputeJob:
-    """One background `--eval` run for the served view; `status()` any time, from any thread."""
+    """One background `--eval` run for the served view; `status()` any time, from any thread.
+
+    App processes sharing the runs folder compute a run once: the one that takes the run's lock
+    (`run_lock`) computes it, the others follow its progress and use its result; if the holder
+    ends without a complete run, a follower takes the lock and computes it itself."""
+
+    FOLLOW_POLL_S = 3.0
 
     def __init__(self, benchmark_argv: Sequence[str], runs_root: Path | None = None, enabled: bool = True):
         self.benchmark_argv = list(benchmark_argv)
@@ -134,6 +143,7 @@ class PrecomputeJob:
         self._status = PrecomputeStatus("waiting" if enabled else "off")
         self._proc: subprocess.Popen | None = None
         self._out: Path | None = None
+        self._run_lock: RunLock | None = None
         self._total = 0
         self._ready_sorts: frozenset = frozenset()
         self._lock = threading.Lock()
@@ -145,14 +155,15 @@ class PrecomputeJob:
 
     def start_for(self, service) -> None:
         """Start the run for `service` unless a complete one exists (then: done at once) or one is
-        running. After a failed run, calling it again retries."""
+        running (here, or in another app process on the same storage: then follow that one).
+        After a failed run, calling it again retries."""
         if not self.enabled:
             return
         with self._lock:
             if self._status.state == "running":
                 return
             self._status = PrecomputeStatus("running", 0, 0, "starting")
-        from cir_demo.paths import REPO_ROOT, runs_dir
+        from cir_demo.paths import runs_dir
 
         try:
             existing = complete_run(service)
@@ -163,18 +174,74 @@ class PrecomputeJob:
         except Exception as exc:  # an unreadable runs folder: the sorts then compute on demand
             self._set(PrecomputeStatus("failed", detail=f"cannot read the runs folder: {exc}"))
             return
-        self._out = root / f"{time.strftime('%Y%m%d-%H%M%S')}-{service.benchmark.name}-app"
         names = list(service.retriever_names)
         self._total = len(names) * (2 if service.reranker_name else 1) + 1
         try:  # e.g. a first-stage-only run on disk: those sorts need not wait for this one
             self._ready_sorts = frozenset(service.stored_sorts())
         except Exception:
             log.exception("reading the stored per-query results")
-        argv = self.command(service, self._out)
+        self._launch_or_follow(service, root)
+
+    def _lock_path(self, service, root: Path) -> Path:
+        return lock_path(root, [*self.benchmark_argv, "--retrievers", *service.retriever_names,
+                                "--rerank", str(service.reranker_name)])
+
+    def _launch_or_follow(self, service, root: Path, held: RunLock | None = None) -> None:
+        out = root / f"{time.strftime('%Y%m%d-%H%M%S')}-{service.benchmark.name}-app"
+        try:
+            held = held or RunLock.take(self._lock_path(service, root), out.name)
+        except OSError as exc:  # an unwritable runs folder: the sorts then compute on demand
+            self._set(PrecomputeStatus("failed", detail=f"cannot start: {exc}"))
+            return
+        if held is None:
+            self._set(PrecomputeStatus("running", 0, self._total, FOLLOWING, ready_sorts=self._ready_sorts))
+            threading.Thread(target=self._follow, args=(service, root), name="cir-precompute-follow",
+                             daemon=True).start()
+            return
+        try:  # the holder before us may have published it between our look and our lock
+            existing = complete_run(service)
+        except Exception:
+            existing = None
+        if existing is not None:
+            held.release()
+            self._set(PrecomputeStatus("done", detail=f"from {existing.name}"))
+            return
+        from cir_demo.paths import REPO_ROOT
+
+        held.record(out.name)
+        self._run_lock, self._out = held, out
+        argv = self.command(service, out)
         self._set(PrecomputeStatus("running", 0, self._total, ready_sorts=self._ready_sorts))
         # The child is started by the thread that then waits for it: the child's "end with my parent"
         # signal follows that thread, which lives exactly as long as the child.
         threading.Thread(target=self._run, args=(argv, REPO_ROOT), name="cir-precompute", daemon=True).start()
+
+    def _follow(self, service, root: Path) -> None:
+        """Another app process holds the lock: show its progress, use its run once published, and
+        compute the run here if that process ends without one (killed, failed)."""
+        path = self._lock_path(service, root)
+        seen = None
+        while True:
+            time.sleep(self.FOLLOW_POLL_S)
+            try:  # complete_run reads per-query files: look only when a run folder was added
+                published = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+                existing = complete_run(service) if published != seen else None
+                seen = published
+            except Exception:
+                existing = None
+            if existing is not None:
+                self._set(PrecomputeStatus("done", detail=f"from {existing.name}, computed by another app process"))
+                return
+            try:
+                held = RunLock.take(path, "")
+            except OSError:
+                held = None
+            if held is not None:
+                log.info("the app process computing the background run ended without it; computing it here")
+                self._launch_or_follow(service, root, held)
+                return
+            done = self._count_staged(root, holder_run_name(path))
+            self._set(PrecomputeStatus("running", done, self._total, FOLLOWING, ready_sorts=self._ready_sorts))
 
     def command(self, service, out: Path) -> list[str]:
         """The background run: `python -m cir_demo eval` of the served benchmark, columns and reranker."""
@@ -194,6 +261,7 @@ class PrecomputeJob:
             with open(self._log_path, "w") as out:
                 self._proc = spawn_low_priority(argv, cwd, out)
         except OSError as exc:  # an unwritable runs folder: the sorts then compute on demand
+            self._release_run_lock()
             self._set(PrecomputeStatus("failed", detail=f"cannot start: {exc}"))
             return
         log.info("background run started (pid %d, nice %d): %s", self._proc.pid, NICENESS, " ".join(argv[2:]))
@@ -207,23 +275,34 @@ class PrecomputeJob:
                 except Exception:
                     log.exception("precompute callback")
         with self._lock:
-            self._status = status
+            before, self._status = self._status, status
+        if status.state in ("done", "failed") and before.state != status.state:
+            log.info(status.text())  # the console says when the sorts are ready, as the page does
 
-    def _count(self) -> int:
-        assert self._out is not None
-        staged = list((self._out.parent / ".partial").glob(f"*-{self._out.name}/results/*.json"))
+    def _count_staged(self, root: Path, run_name: str) -> int:
+        """Results files the run `run_name` has staged so far (the report is the last step)."""
+        if not run_name:
+            return 0
+        staged = list((root / ".partial").glob(f"*-{run_name}/results/*.json"))
         return min(len(staged), self._total - 1)
 
     def _watch(self) -> None:
         assert self._proc is not None
         while self._proc.poll() is None:
             with self._lock:
-                self._status = PrecomputeStatus("running", self._count(), self._total, ready_sorts=self._ready_sorts)
+                self._status = PrecomputeStatus("running", self._count_staged(self._out.parent, self._out.name),
+                                                 self._total, ready_sorts=self._ready_sorts)
             time.sleep(1.0)
+        self._release_run_lock()
         if self._proc.returncode == 0 and (self._out / "metrics.csv").is_file():
             self._set(PrecomputeStatus("done", self._total, self._total, f"run {self._out.name}"))
         else:
             self._set(PrecomputeStatus("failed", detail=f"exit {self._proc.returncode}: {log_tail(self._log_path)}"))
+
+    def _release_run_lock(self) -> None:
+        held, self._run_lock = self._run_lock, None
+        if held is not None:
+            held.release()
 
     def status(self) -> PrecomputeStatus:
         with self._lock:
@@ -236,3 +315,4 @@ class PrecomputeJob:
                 self._proc.wait(10)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
+        self._release_run_lock()

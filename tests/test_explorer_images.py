@@ -66,3 +66,27 @@ def test_image_warmer_fills_reference_tile_and_pixel_files(tiny_setup, tmp_path)
     for image_id in [bench.corpus_ids[0], bench.corpus_ids[-1], sorted(refs)[0]]:
         assert np.array_equal(np.asarray(cached.open(image_id)), np.asarray(bench.images.open(image_id)))
     assert cached.counts == {"cached": 3, "opened": 0}
+
+
+def test_the_warmer_process_is_reaped_when_done(tiny_setup, tmp_path):
+    """A finished warmer leaves no zombie behind for the app's lifetime."""
+    import sys
+    import time
+    from pathlib import Path
+
+    import pytest
+
+    from cir_demo.explorer import ServiceConfig
+    from cir_demo.explorer.images import start_image_warmer
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads the process state from /proc")
+    config = ServiceConfig(benchmark="world", benchmark_kwargs={"size": "tiny"}, limit_groups=1)
+    proc = start_image_warmer(config, [{"what": "references", "targets": [
+        {"db_path": str(tmp_path / "refs.sqlite"), "kind": "jpeg", "size": 24, "quality": 80}]}], limit=2)
+    stat = Path(f"/proc/{proc.pid}/stat")
+    deadline = time.monotonic() + 120
+    while stat.exists() and time.monotonic() < deadline:  # a zombie keeps its /proc entry until reaped
+        time.sleep(0.2)
+    assert not stat.exists(), "the finished warmer stayed a zombie"
+    assert proc.wait(10) == 0

@@ -286,4 +286,7 @@ def start_image_warmer(config: ServiceConfig, jobs: Sequence[dict], limit: int =
             proc.terminate()
 
     atexit.register(stop)
+    import threading
+
+    threading.Thread(target=proc.wait, name="cir-warmer-reaper", daemon=True).start()  # no zombie once it is done
     return proc

@@ -23,6 +23,7 @@ from cir_demo.ui import explore, report, upload
 from cir_demo.ui.controls import CONTROLS_JS
 from cir_demo.ui.components import md_escape
 from cir_demo.ui.guard import guarded
+from cir_demo.ui.session_copies import bound_session_copies
 from cir_demo.ui.state import ParsedState, decode_state, resolve_state
 
 log = logging.getLogger("cir_demo.ui")
@@ -224,7 +225,7 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
                        concurrency_limit=None, concurrency_id=STATUS_GROUP)
         demo.load(None, None, None, js=CONTROLS_JS)
     demo.cir_loader = loader  # for launch helpers and tests
-    return demo
+    return bound_session_copies(demo)
 
 
 def share_one_limit(demo: gr.Blocks) -> None:

@@ -133,6 +133,7 @@ def test_first_visit_background_run_every_sort_and_report(fresh_app, browser):
     assert job._out.name in info and str(runs) not in info
     files_text = page.locator("#cir-report-files").inner_text().replace("\n", "")
     assert "report.md" in files_text and "metrics.csv" in files_text and ".html" not in files_text, files_text
+    assert "×" not in files_text  # read-only downloads: no "Remove this file" buttons
     hrefs = [a.get_attribute("href") or "" for a in page.locator("#cir-report-files a").all()]
     assert hrefs and all("/file=" in h and str(runs) not in h for h in hrefs), hrefs  # gradio's copies, not runs/
     md = next(h for h in hrefs if h.endswith("report.md"))

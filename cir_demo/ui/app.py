@@ -251,6 +251,11 @@ def quiet_queue_analytics() -> None:
         os.environ.setdefault(name, value)
 
 
+# Page-wide rules for gradio's own components (the app's HTML is styled by components.CSS):
+# the Report's downloads are read-only, so gradio's "Remove this file" buttons are not offered.
+PAGE_CSS = "#cir-report-files .label-clear-button { display: none; }"
+
+
 def launch_app(demo: gr.Blocks, server_name: str | None = None, port: int | None = None, share: bool = False,
                queue_size: int = 32, concurrency: int = 2, prevent_thread_lock: bool = False, quiet: bool = False):
     """Queue (bounded, so many visitors cannot exhaust memory) and launch. No data folder is
@@ -259,7 +264,7 @@ def launch_app(demo: gr.Blocks, server_name: str | None = None, port: int | None
     quiet_queue_analytics()
     demo.queue(max_size=queue_size, default_concurrency_limit=concurrency)
     return demo.launch(server_name=server_name, server_port=port, share=share, show_error=True,
-                       prevent_thread_lock=prevent_thread_lock, quiet=quiet,
+                       prevent_thread_lock=prevent_thread_lock, quiet=quiet, css=PAGE_CSS,
                        max_file_size="25mb", footer_links=["api", "settings"])
 
 

@@ -121,7 +121,6 @@ class BackgroundRun:
         self.log_path = self.tmp / "run.log"
         self._log = open(self.log_path, "w")
         self.proc = spawn_low_priority(argv, REPO_ROOT, self._log, env=env)
-        self._ticks = os.sysconf("SC_CLK_TCK")
         self._paused = False
         self._work_wall = self._work_cpu = 0.0
         self._mark = None
@@ -136,11 +135,9 @@ class BackgroundRun:
 
     def cpu_s(self) -> float:
         """User + system CPU seconds of the run so far (Linux /proc)."""
-        try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / self._ticks
+        from bench_load import cpu_seconds  # this folder is on sys.path when a bench runs as a script
+
+        return cpu_seconds(self.proc.pid) or 0.0
 
     def set_for_visit(self, i: int) -> str:
         """Even visits beside the working run, odd ones with it paused."""

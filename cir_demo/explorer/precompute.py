@@ -70,12 +70,7 @@ def complete_run(service) -> Path | None:
     hashes = service._spec_hashes()
     if not hashes:
         return None
-    rr_hash = None
-    if service.reranker_name:
-        try:
-            rr_hash = service.engine.reranker(service.reranker_name, **dict(service.config.reranker_kwargs)).spec_hash()
-        except Exception:  # a reranker that cannot load: the plain runs are all that is needed
-            rr_hash = None
+    rr_hash = service._reranker_hash()  # None when the reranker cannot load: the plain runs are all that is needed
     wanted = set(hashes) | ({f"{n}{RERANK_SUFFIX}" for n in hashes} if rr_hash else set())
     n_queries = len(service.table)
     for run in list_runs(service.benchmark.name, service.fingerprint):

@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "_missing", None):
         print(f"error: command {args.command!r} is unavailable: {args._missing}", file=sys.stderr)
         return 2
-    from cir_demo.checks import command_flag_problems, report
+    from cir_demo.preflight.commands import report
+    from cir_demo.preflight.flags import command_flag_problems
     from cir_demo.paths import DataFolderError
 
     # --world-seed, --limit: the same rule for every command; the numeric flags of world and train

@@ -16,7 +16,7 @@ import traceback
 from typing import Callable
 
 
-USAGE_EXIT = 2  # a problem the user fixes (the same status as a bad flag, cir_demo.checks)
+USAGE_EXIT = 2  # a problem the user fixes (the same status as a bad flag, cir_demo.preflight.commands)
 
 
 class UserError(Exception):

@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine",),  # the one path from a query to a (reranked) ranking
     ("preflight",),  # doctor and dry run: what a run would need, checked before any work
     ("harness", "explorer"),  # --eval and the app's service layer
-    ("ui", "checks", "cli", "__main__", "testing", "layers"),  # entry points and test builders
+    ("ui", "cli", "__main__", "testing", "layers"),  # entry points and test builders
 )
 TOP = len(LAYERS) - 1
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}

@@ -28,8 +28,8 @@ def test_an_inverted_import_is_reported():
     assert layers.violations_in("from ..engine import RetrievalEngine\n", "cir_demo.retrievers.fake")
     assert layers.violations_in("from .base import x\n", "cir_demo.retrievers.fake") == []
     # a package's cli.py is an entry point and may import upward; the same import elsewhere may not
-    assert layers.violations_in("from cir_demo.checks import report\n", "cir_demo.index.cli") == []
-    assert layers.violations_in("from cir_demo.checks import report\n", "cir_demo.index.build")
+    assert layers.violations_in("from cir_demo.preflight.commands import report\n", "cir_demo.index.cli") == []
+    assert layers.violations_in("from cir_demo.preflight.commands import report\n", "cir_demo.index.build")
 
 
 def test_serving_never_imports_training():

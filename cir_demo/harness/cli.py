@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         # Only on this path (set before numpy loads): the model pipeline keeps its BLAS threads.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from cir_demo.benchmarks.schema import BenchmarkError
-    from cir_demo.checks import eval_problems, report
+    from cir_demo.preflight.commands import eval_problems, report
     from cir_demo.errors import report_errors
     from cir_demo.integrity import DamagedFileError
     from cir_demo.paths import DataFolderError

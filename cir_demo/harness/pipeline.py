@@ -14,43 +14,9 @@ from typing import Sequence
 
 import pandas as pd
 
-from cir_demo.benchmarks.registry import RERANK_SUFFIX, declared_defaults
+from cir_demo.benchmarks.registry import RERANK_SUFFIX
 from cir_demo.harness.evaluate import RunEvaluation, evaluate_run
-
-
-
-def retriever_names(requested: str | None, benchmark_name: str) -> list[str]:
-    """The retrievers `--retrievers` names (comma-separated), or the benchmark's declared defaults
-    (`default_retrievers` in cir_demo/benchmarks/registry.py). ValueError (one line) when none can be chosen."""
-    from cir_demo.retrievers.registry import list_retrievers
-
-    if requested is not None:
-        names = [n.strip() for n in requested.split(",") if n.strip()]
-        if not names:
-            raise ValueError(f"--retrievers {requested!r}: names no retriever")
-        return names
-    known = {c["name"] for c in list_retrievers()}
-    spec = declared_defaults(benchmark_name)
-    if spec is None or not spec.default_retrievers:
-        raise ValueError(f"--retrievers is required for benchmark {benchmark_name!r} "
-                         f"(known: {', '.join(sorted(known))})")
-    names = [n for n in spec.default_retrievers if n in known]
-    if not names:
-        raise ValueError(f"no {benchmark_name} retriever is registered; train them with "
-                         "`python -m cir_demo train world-clip` (see docs/world_models.md)")
-    return names
-
-
-def default_reranker(benchmark_name: str, requested: str | None) -> str | None:
-    """`--rerank` (none: off), else the benchmark's declared default reranker when registered."""
-    if requested is not None:
-        return None if requested.lower() == "none" else requested
-    spec = declared_defaults(benchmark_name)
-    if spec is None or not spec.default_reranker:
-        return None
-    from cir_demo.rerank import BACKENDS
-
-    return spec.default_reranker if spec.default_reranker in BACKENDS else None
+from cir_demo.preflight.request import default_reranker, retriever_names
 
 
 def rerank_section(pairs: Sequence[tuple[RunEvaluation, RunEvaluation]], top_n: int, spec: dict,

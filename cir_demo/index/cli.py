@@ -219,15 +219,13 @@ def run(args: argparse.Namespace) -> int:
     if action is None:
         print("usage: python -m cir_demo index {build,status,list} ... (see --help)", file=sys.stderr)
         return 2
-    from cir_demo.checks import benchmark_flag_problems, data_folder_problems, index_build_problems, report
+    from cir_demo.preflight.commands import index_problems, report
     from cir_demo.errors import report_errors
     from cir_demo.index.manifest import StaleIndexError
     from cir_demo.index.shard import ShardedBuildError
     from cir_demo.integrity import DamagedFileError
 
-    # before any work: a wrong flag costs nothing and creates nothing
-    problems = index_build_problems(args) if action == "build" else data_folder_problems() + (
-        benchmark_flag_problems(args) if action == "status" else [])
+    problems = index_problems(args)  # before any work: a wrong flag costs nothing and creates nothing
     if problems:
         return report(problems)
     return report_errors(lambda: {"build": _build, "status": _status, "list": _list}[action](args),

@@ -4,7 +4,8 @@ Statuses: "ready"; "download" (not here, fetched on first use from a reachable h
 "warning" (runs, but read the detail); "missing" and "blocked" stop a run: their
 `message()` is the one line a user reads, with the fix. The doctor prints every line;
 `--eval` and `index build` stop on the blocking ones before any long work; the app
-shows a retriever's lines when it cannot load.
+shows a retriever's lines when it cannot load. A `Line` is the one problem type of
+preflight/: the flag and folder checks (`flags`, `folders`, `commands`) return blocking lines too.
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ class Line:
         return self.status in BLOCKING
 
     def message(self) -> str:
-        return f"{self.item}: {self.detail}" + (f"; {self.fix}" if self.fix else "")
+        """The one line a user reads; a problem with no single subject (item "") is its detail alone."""
+        return (f"{self.item}: " if self.item else "") + self.detail + (f"; {self.fix}" if self.fix else "")
 
 
 # --------------------------------------------------------------------------- device

@@ -1,0 +1,120 @@
+"""The checks a command makes on its arguments before any work: numeric flags, named retrievers
+and rerankers (their committed weights present and checksummed), the output folder and the
+data folders.
+
+Every problem is a blocking `Line`. A command collects them all, prints each as "error: ..."
+and exits 2 before it creates a file or spends a minute (`report`).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from cir_demo.errors import USAGE_EXIT
+from cir_demo.preflight.checks import Line
+from cir_demo.preflight.flags import benchmark_flag_problems, fetch_flag_problems, int_problems
+from cir_demo.preflight.folders import creatable_dir_problem, data_folder_problems, run_dir_problem
+
+
+def report(problems: Iterable[Line], file=None) -> int:
+    """Print each problem as one "error: ..." line; USAGE_EXIT."""
+    file = file or sys.stderr
+    for p in problems:
+        print(f"error: {p.message()}", file=file)
+    return USAGE_EXIT
+
+
+def _asset_problems(owner: str, config) -> list[Line]:
+    from cir_demo.integrity import check_assets_of
+
+    return [Line(owner, "missing", p) for p in check_assets_of(config)]  # each names its restore command
+
+
+def retriever_problems(names: Sequence[str]) -> list[Line]:
+    """Unknown retriever names ("did you mean") and damaged or missing committed weights."""
+    from cir_demo.retrievers.registry import get_config
+    from cir_demo.utils.names import UnknownNameError
+
+    problems: list[Line] = []
+    if not names:
+        return [Line("--retrievers", "blocked", "no retriever named")]
+    for name in names:
+        try:
+            config = get_config(name)
+        except UnknownNameError as exc:
+            problems.append(Line("--retrievers", "blocked", str(exc)))
+            continue
+        problems += _asset_problems(f"retriever {name!r}", config)
+    return problems
+
+
+def reranker_problems(backend: str, flag: str = "--rerank", **kw) -> list[Line]:
+    """Unknown reranker backend, and damaged or missing committed weights it loads."""
+    from cir_demo.rerank import reranker_settings
+    from cir_demo.utils.names import UnknownNameError
+
+    try:
+        settings = reranker_settings(backend, **kw)
+    except UnknownNameError as exc:
+        return [Line(flag, "blocked", str(exc))]
+    return _asset_problems(f"reranker {backend!r}", settings)
+
+
+def _out_problems(path: str | None, flag: str, default_dir, default_what: str, run: bool = False) -> list[Line]:
+    """The output folder a flag names, else the default data folder (when the data folders are usable)."""
+    if path:
+        problem = run_dir_problem(Path(path), flag) if run else creatable_dir_problem(Path(path), flag)
+    elif not data_folder_problems():
+        problem = creatable_dir_problem(default_dir(), default_what)
+    else:
+        problem = None
+    return [problem] if problem else []
+
+
+def eval_problems(args: argparse.Namespace) -> list[Line]:
+    """Everything `--eval` would trip on later, found now."""
+    from cir_demo.paths import runs_dir
+
+    problems = data_folder_problems() + benchmark_flag_problems(args)
+    problems += int_problems(args, [("n_boot", 0, "a non-negative number of resamples (0 disables)"),
+                                    ("bootstrap_seed", 0, "a non-negative integer"),
+                                    ("rerank_top_n", 1, "a positive number of candidates")])
+    problems += fetch_flag_problems(args)
+    if getattr(args, "results_json", None):
+        problems += [Line(f"--results-json {f}", "blocked", "not a file" if Path(f).exists() else "file not found")
+                     for f in args.results_json if not Path(f).is_file()]
+    else:
+        from cir_demo.preflight.request import default_reranker, retriever_names
+
+        try:
+            names = retriever_names(args.retrievers, args.benchmark)
+        except ValueError as exc:
+            problems.append(Line("", "blocked", str(exc)))
+        else:
+            problems += retriever_problems(names)
+        reranker = default_reranker(args.benchmark, getattr(args, "rerank", None))
+        if reranker:
+            problems += reranker_problems(reranker)
+    return problems + _out_problems(getattr(args, "out", None), "--out", runs_dir, "runs folder", run=True)
+
+
+def index_build_problems(args: argparse.Namespace) -> list[Line]:
+    from cir_demo.paths import indexes_dir
+
+    problems = data_folder_problems() + benchmark_flag_problems(args)
+    problems += int_problems(args, [(a, 1, "a positive integer") for a in
+                                    ("batch_size", "nlist", "nprobe", "train_size", "M", "ef_construction",
+                                     "ef_search")])
+    problems += fetch_flag_problems(args)
+    problems += retriever_problems([args.retriever])
+    return problems + _out_problems(getattr(args, "out_dir", None), "--out-dir", indexes_dir, "indexes folder")
+
+
+def index_problems(args: argparse.Namespace) -> list[Line]:
+    """`index build|status|list`: a wrong flag costs nothing and creates nothing."""
+    action = args.index_command
+    if action == "build":
+        return index_build_problems(args)
+    return data_folder_problems() + (benchmark_flag_problems(args) if action == "status" else [])

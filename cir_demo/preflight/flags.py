@@ -1,0 +1,91 @@
+"""Numeric flags and names checked before any work: ranges (`--n-boot -5`), world sizes.
+
+Each problem is a blocking `Line` whose item is the flag with its value; `commands.report`
+prints them. Unset flags pass (argparse defaults are valid).
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Sequence
+
+from cir_demo.preflight.checks import Line
+
+SEED = "a non-negative integer"
+FETCH_INT_FLAGS = [("fetch_workers", 1, "a positive integer"), ("fetch_retries", 0, "a non-negative integer")]
+
+
+def _flag(attr: str) -> str:
+    return f"--{attr.replace('_', '-')}"
+
+
+def _int_problem(args: argparse.Namespace, attr: str, minimum: int, what: str) -> Line | None:
+    value = getattr(args, attr, None)
+    if value is None or (not isinstance(value, bool) and isinstance(value, int) and value >= minimum):
+        return None
+    return Line(f"{_flag(attr)} {value}", "blocked", f"must be {what} (>= {minimum})")
+
+
+def int_problems(args: argparse.Namespace, table: Sequence[tuple[str, int, str]]) -> list[Line]:
+    """`--flag` range problems for (attribute, minimum, description) rows (unset flags pass)."""
+    return [p for attr, minimum, what in table if (p := _int_problem(args, attr, minimum, what))]
+
+
+def positive_float_problems(args: argparse.Namespace, attrs: Sequence[str]) -> list[Line]:
+    """`--flag` problems for floats that must be > 0 (unset flags pass)."""
+    out = []
+    for attr in attrs:
+        value = getattr(args, attr, None)
+        if value is not None and not (isinstance(value, (int, float)) and value > 0):
+            out.append(Line(f"{_flag(attr)} {value}", "blocked", "must be a positive number (> 0)"))
+    return out
+
+
+def fetch_flag_problems(args: argparse.Namespace) -> list[Line]:
+    """`--fetch-workers`, `--fetch-retries`, `--fetch-timeout` (eval, index build and images fetch)."""
+    return int_problems(args, FETCH_INT_FLAGS) + positive_float_problems(args, ["fetch_timeout"])
+
+
+def benchmark_flag_problems(args: argparse.Namespace) -> list[Line]:
+    return int_problems(args, [("world_seed", 0, "a non-negative integer"),
+                               ("limit", 1, "a positive number of paraphrase groups")])
+
+
+# (command, subcommand) -> (attribute, minimum, description) of its integer flags; `--size` /
+# `--world-size` are checked against the world sizes. Eval and index check theirs in `commands`.
+COMMAND_INT_FLAGS: dict[tuple[str, str | None], list[tuple[str, int, str]]] = {
+    ("world", "generate"): [("seed", 0, SEED)],
+    ("world", "contact-sheet"): [("seed", 0, SEED), ("per_category", 1, "a positive number of intents"),
+                                 ("sample_seed", 0, SEED)],
+    ("world", "stats"): [("seed", 0, SEED)],
+    ("world", "export"): [("seed", 0, SEED)],
+    ("world", "render"): [("seed", 0, SEED), ("pixels", 32, "an image size in pixels")],
+    ("train", None): [("seed", 0, SEED), ("data_seed", 0, SEED), ("max_steps", 1, "a positive number of steps"),
+                      ("threads", 1, "a positive number of threads")],
+    ("images", "fetch"): FETCH_INT_FLAGS,
+    ("rerank", None): [("top_n", 1, "a positive integer"), ("batch_size", 1, "a positive integer"),
+                       ("max_pixels", 1, "a positive integer"), ("concurrency", 1, "a positive integer"),
+                       ("retries", 0, "a non-negative integer")],
+    ("validate", None): [("max_warnings", 0, "a non-negative integer")],
+}
+COMMAND_POSITIVE_FLOATS: dict[tuple[str, str | None], list[str]] = {
+    ("train", None): ["epochs"], ("images", "fetch"): ["fetch_timeout"], ("rerank", None): ["timeout"],
+}
+
+
+def command_flag_problems(args: argparse.Namespace) -> list[Line]:
+    """Range problems of the numeric flags of a command other than eval and index (and every
+    command's `--world-seed` / `--limit`), and an unknown world size: checked before anything is created."""
+    key = (args.command, getattr(args, f"{args.command}_command", None))
+    problems = benchmark_flag_problems(args)
+    problems += int_problems(args, COMMAND_INT_FLAGS.get(key, []))
+    problems += positive_float_problems(args, COMMAND_POSITIVE_FLOATS.get(key, []))
+    size_attr = {"world": "size", "train": "world_size"}.get(args.command)
+    size = getattr(args, size_attr, None) if size_attr else None
+    if size is not None:
+        from cir_demo.world.generate import SIZES
+
+        if size not in SIZES:
+            from cir_demo.utils.names import UnknownNameError
+
+            problems.append(Line(_flag(size_attr), "blocked", str(UnknownNameError("world size", size, SIZES))))
+    return problems

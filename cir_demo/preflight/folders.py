@@ -1,0 +1,58 @@
+"""Folders a run writes, checked before it creates anything: the output folder (new, empty, or
+an earlier run it replaces) and the data folders (`CIR_DEMO_DATA`, `_CACHE`, `_INDEXES`, `_RUNS`).
+
+Each problem is a blocking `Line`: the flag and folder as item, what is wrong, the fix.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cir_demo.preflight.checks import Line
+
+# files that mark a folder as a run this project wrote (it may be replaced by a new run)
+RUN_MARKERS = ("metrics.csv", "run_info.json", "report.md")
+
+
+def data_folder_problems() -> list[Line]:
+    """A data folder variable that names a file (the message names the variable and its fix)."""
+    from cir_demo.paths import data_folder_problems as problems
+
+    return [Line("", "blocked", p) for p in problems()]
+
+
+def _nearest_existing(path: Path) -> Path:
+    p = path.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def creatable_dir_problem(path: Path, flag: str) -> Line | None:
+    """None when `path` is a folder or can be created as one."""
+    item = f"{flag} {path}"
+    if path.exists():
+        if not path.is_dir():
+            return Line(item, "blocked", "an existing file, not a folder", "name a new folder")
+        if not os.access(path, os.W_OK | os.X_OK):
+            return Line(item, "blocked", "folder is not writable")
+        return None
+    base = _nearest_existing(path)
+    if not base.is_dir():
+        return Line(item, "blocked", f"cannot be created, {base} is a file")
+    if not os.access(base, os.W_OK | os.X_OK):
+        return Line(item, "blocked", f"cannot be created, {base} is not writable")
+    return None
+
+
+def run_dir_problem(path: Path, flag: str = "--out") -> Line | None:
+    """A run's output folder: new, empty, or an earlier run (which the new run replaces)."""
+    problem = creatable_dir_problem(path, flag)
+    if problem or not path.is_dir():
+        return problem
+    entries = [e.name for e in path.iterdir()]
+    if entries and not any(m in entries for m in RUN_MARKERS):
+        return Line(f"{flag} {path}", "blocked",
+                    f"folder holds files that are not a cir_demo run ({', '.join(sorted(entries)[:3])}"
+                    f"{', ...' if len(entries) > 3 else ''})", "name a new or empty folder")
+    return None

@@ -1,8 +1,9 @@
 """`python -m cir_demo COMMAND ...`: one subcommand per stage.
 
-Each subcommand lives in its stage's package as a module with
-`add_arguments(parser)` and `run(args) -> int`; it is imported only when used,
-so `python -m cir_demo world ...` never pays for torch.
+Each subcommand's flags live in its stage's package, in a `cli.py` with `add_arguments(parser)`;
+`run(args) -> int` runs it, in the same module unless the run needs more than the package's
+layer may import (`index build` makes the pre-run checks of preflight/ first: harness/index_run.py).
+A command's modules are imported only when used, so `python -m cir_demo world ...` never pays for torch.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-# command -> (module, one-line help)
+# command -> (module with add_arguments, and run unless RUNNERS names another, one-line help)
 COMMANDS = {
     "world": ("cir_demo.world.cli", "generate the offline world, draw contact sheets, export it"),
     "validate": ("cir_demo.benchmarks.cli", "validate a benchmark's files and print its statistics"),
@@ -22,6 +23,7 @@ COMMANDS = {
     "images": ("cir_demo.images.cli", "fetch a benchmark's images (parallel, resumable) or count those present"),
     "eval": ("cir_demo.harness.cli", "evaluate results files or run the full benchmark (same as app.py --eval)"),
 }
+RUNNERS = {"index": "cir_demo.harness.index_run"}  # command -> module with run, where not its COMMANDS module
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        p.set_defaults(_module=module)
+        p.set_defaults(_module=RUNNERS.get(name, module))
         try:
             importlib.import_module(module).add_arguments(p)
         except ModuleNotFoundError as exc:  # a stage not installed in this build

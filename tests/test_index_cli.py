@@ -5,6 +5,7 @@ import argparse
 
 import pytest
 
+from cir_demo.harness import index_run
 from cir_demo.index import cli
 from cir_demo.index.manifest import read_manifest
 from cir_demo.testing.tiny_index import TinyConvRetriever, tiny_benchmark
@@ -13,7 +14,7 @@ from cir_demo.testing.tiny_index import TinyConvRetriever, tiny_benchmark
 def run_cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
-    return cli.run(parser.parse_args(argv))
+    return index_run.run(parser.parse_args(argv))
 
 
 @pytest.fixture()
@@ -32,7 +33,7 @@ def env(tmp_path, monkeypatch):
         state["loaded"].append((name, device))
         return r
 
-    monkeypatch.setattr(cli, "_load_benchmark", load_benchmark)
+    monkeypatch.setattr(index_run, "_load_benchmark", load_benchmark)
     monkeypatch.setattr(registry, "load_retriever", load_retriever)
     monkeypatch.setattr(registry, "get_config", lambda name: {"name": name, "family": "tiny"})  # for the pre-checks
     state["root"] = tmp_path / "indexes"

@@ -32,7 +32,7 @@ def train():
 
 @pytest.fixture(scope="module")
 def clip_dir(tmp_path_factory, train):
-    from cir_demo.training.cli import train_clip_command
+    from cir_demo.training.pipeline import train_clip_command
 
     out = tmp_path_factory.mktemp("world_clip")
     train_clip_command("tiny", 0, 0, None, 2, out, evaluate=True, progress=False, model_name=CLIP_NAME)
@@ -219,7 +219,7 @@ def test_merged_references_is_normalised_mean():
 # --------------------------------------------------------------------------- world-CIR
 @pytest.fixture(scope="module")
 def cir_dir(tmp_path_factory, clip_dir):
-    from cir_demo.training.cli import train_cir_command
+    from cir_demo.training.pipeline import train_cir_command
 
     out = tmp_path_factory.mktemp("world_cir")
     train_cir_command("tiny", 0, 0, 1, 2, out, clip_dir=clip_dir, clip_ref=str(clip_dir), evaluate=False, progress=False)
@@ -260,7 +260,7 @@ def test_world_cir_retriever_unit_deterministic_and_equal_to_combiner(cir_dir, c
 def test_judge_training_writes_a_loadable_calibrated_backend(tmp_path_factory, clip_dir, train):
     from cir_demo.rerank import RerankRequest, load_reranker
     from cir_demo.training.world_judge import JudgeTrainConfig
-    from cir_demo.training.cli import train_verifier_command
+    from cir_demo.training.pipeline import train_verifier_command
     from cir_demo.world.loader import render_image
 
     out = tmp_path_factory.mktemp("world_judge")
@@ -306,7 +306,8 @@ def test_judge_training_writes_a_loadable_calibrated_backend(tmp_path_factory, c
 
 
 def test_training_config_overrides_convert_types_and_name_unknown_fields():
-    from cir_demo.training.cli import _override, parse_overrides
+    from cir_demo.training.cli import parse_overrides
+    from cir_demo.training.pipeline import _override
     from cir_demo.training.world_judge import JudgeTrainConfig
 
     cfg = _override(JudgeTrainConfig(), parse_overrides(["near_miss_last_weight=1.5", "max_steps=7", "epochs=3"]),

@@ -1,18 +1,16 @@
 """`python app.py --eval` / `python -m cir_demo eval`: headless evaluation.
 
 With `--results-json`, scores rankings produced elsewhere (no images, no model,
-no torch import). Without it, runs the retrievers on the benchmark first.
+no torch import: harness/results_files.py). Without it, runs the retrievers on the benchmark
+first (harness/pipeline.py). This module parses the flags and checks them before any work.
 """
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
-from pathlib import Path
 
-from cir_demo.benchmarks.cli_args import add_benchmark_arguments, load_benchmark_from_args
-from cir_demo.harness.staging import default_out_dir
+from cir_demo.benchmarks.cli_args import add_benchmark_arguments
 from cir_demo.results import FORMAT_CHOICES
 
 
@@ -49,61 +47,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--no-plots", action="store_true")
 
 
-def evaluate_results_files(args: argparse.Namespace) -> int:
-    from cir_demo.harness.evaluate import evaluate_run
-    from cir_demo.harness.report import write_outputs
-    from cir_demo.results import read_results
-
-    bench = load_benchmark_from_args(args)
-    for w in bench.warnings:
-        text = str(w)
-        print(text if len(text) <= 400 else text[:400] + " ...", file=sys.stderr)
-    if bench.warnings:
-        print(f"({len(bench.warnings)} warnings reading the benchmark; `python -m cir_demo validate` lists them in full)",
-              file=sys.stderr)
-    evaluations = []
-    names_seen: set[str] = set()
-    paths = args.results_json
-    if len(paths) > 1:  # a bar for one file says nothing, and importing tqdm costs 40 ms of a one-second run
-        from tqdm import tqdm
-
-        paths = tqdm(paths, desc="evaluating results files", unit="file")
-    for path in paths:
-        rf = read_results(path, bench, fmt=args.results_format)
-        name = rf.name if rf.name not in names_seen else f"{rf.name}_{len(names_seen)}"
-        names_seen.add(name)
-        msgs = [w.message for w in rf.warnings()]
-        for m in msgs:
-            print(f"warning: {path}: {m}", file=sys.stderr)
-        ev = evaluate_run(bench, rf.run, name, n_boot=args.n_boot, seed=args.bootstrap_seed, warnings=msgs)
-        for m in ev.warnings[len(msgs):]:  # what scoring found (e.g. queries without positives)
-            print(f"warning: {path}: {m}", file=sys.stderr)
-        ev.metrics["coverage"] = rf.coverage
-        ev.metrics["unknown_ids"] = rf.n_unknown_ids
-        ev.metrics["unknown_query_keys"] = len(rf.unknown_query_keys)
-        evaluations.append(ev)
-    from cir_demo.harness.staging import staged_run_dir
-
-    final = Path(args.out) if args.out else default_out_dir(bench.name)
-    with staged_run_dir(final) as out:
-        paths = write_outputs(bench, evaluations, out, n_boot=args.n_boot, seed=args.bootstrap_seed,
-                              plots=not args.no_plots)
-    print(f"wrote {len(paths)} files to {final}")
-    print(_summary(evaluations, bench))
-    return 0
-
-
-def _summary(evaluations, bench) -> str:
-    from cir_demo.harness.evaluate import family_of
-
-    heads = list(family_of(bench).headline.values())[:4]
-    lines = []
-    for ev in evaluations:
-        vals = "  ".join(f"{h}={ev.metrics.get(h, float('nan')):.4f}" for h in heads)
-        lines.append(f"{ev.name}: {vals}")
-    return "\n".join(lines)
-
-
 def run(args: argparse.Namespace) -> int:
     if args.results_json and "numpy" not in sys.modules:
         # Scoring multiplies small matrices (bootstrap counts x group sums); OpenBLAS threads only
@@ -127,16 +70,9 @@ def run(args: argparse.Namespace) -> int:
 
     def body() -> int:
         if args.results_json:
-            # Scoring a file builds millions of small objects (ids, rankings, queries) that all live to
-            # the end and hold no reference cycles: the collector's 300 passes over them free nothing and
-            # cost a tenth of the run. Reference counting still frees everything; the collector is back after.
-            was_enabled = gc.isenabled()
-            gc.disable()
-            try:
-                return evaluate_results_files(args)
-            finally:
-                if was_enabled:
-                    gc.enable()
+            from cir_demo.harness.results_files import evaluate_results_files
+
+            return evaluate_results_files(args)
         from cir_demo.harness.pipeline import run_benchmark
 
         return run_benchmark(args)

@@ -41,43 +41,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
-def check_fetch_arguments(args: argparse.Namespace) -> None:
-    from cir_demo.errors import UserError
-
-    if getattr(args, "fetch_workers", 1) < 1:
-        raise UserError(f"--fetch-workers must be at least 1, got {args.fetch_workers}")
-    if getattr(args, "fetch_retries", 0) < 0:
-        raise UserError(f"--fetch-retries must be 0 or more, got {args.fetch_retries}")
-    if getattr(args, "fetch_timeout", 1.0) <= 0:
-        raise UserError(f"--fetch-timeout must be positive, got {args.fetch_timeout}")
-    pattern = getattr(args, "url_pattern", None)
-    if pattern is not None and "{id}" not in pattern:
-        raise UserError(f"--url-pattern must contain {{id}}, got {pattern!r}")
-
-
-def fetch_for(bench, args: argparse.Namespace, progress: bool = True):
-    """Fetch `bench`'s missing images as `args` say; returns the FetchReport."""
-    from cir_demo.errors import UserError
-    from cir_demo.images.coverage import has_file_images, needed_image_ids
-    from cir_demo.images.fetch import fetch_images
-
-    check_fetch_arguments(args)
-    if not has_file_images(bench):
-        raise UserError(f"benchmark {bench.name!r} has no image files to fetch (its images are generated)")
-    store = bench.images
-    if getattr(args, "url_pattern", None):
-        store.url_pattern = args.url_pattern
-    if getattr(store, "url_pattern", None) is None:
-        raise UserError(f"benchmark {bench.name!r} names no address for its images; pass --url-pattern "
-                        "or put the images in the folder given by --image-dir")
-    return fetch_images(store, needed_image_ids(bench), workers=args.fetch_workers, retries=args.fetch_retries,
-                        timeout=args.fetch_timeout, progress=progress, report_path=getattr(args, "report", None))
-
-
 def _fetch(args: argparse.Namespace) -> int:
     from cir_demo.benchmarks.cli_args import load_benchmark_from_args
 
     bench = load_benchmark_from_args(args)
+    from cir_demo.images.benchmark_fetch import fetch_for
+
     report = fetch_for(bench, args, progress=not args.no_progress)
     print(report.summary())
     transient = {i: r for i, r in report.failed.items() if i not in report.permanent}

@@ -1,4 +1,5 @@
-"""`python -m cir_demo index build|status|list`: corpus indexes on disk.
+"""`python -m cir_demo index build|status|list`: the flags of the index command (it runs in
+harness/index_run.py, above the pre-run checks of preflight/).
 
     python -m cir_demo index build --benchmark world --retriever R [--kind flat|ivf|hnsw] [--force]
     accelerate launch --num_processes 4 -m cir_demo index build --sharded --benchmark B --retriever R
@@ -8,9 +9,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
-
 
 
 def _add_benchmark_args(p: argparse.ArgumentParser, required: bool) -> None:
@@ -67,13 +65,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub.add_parser("list", help="list the indexes on disk")
 
 
-def _load_benchmark(args: argparse.Namespace, name: str | None = None):
-    from cir_demo.benchmarks.cli_args import load_benchmark_from_args
-
-    return load_benchmark_from_args(args, name)
-
-
-def _index_params(args: argparse.Namespace) -> dict:
+def index_params(args: argparse.Namespace) -> dict:
+    """The `--kind` parameters given on the command line, by their index name; ValueError for one that
+    does not apply to the kind."""
     names = {"ivf": {"nlist": "nlist", "nprobe": "nprobe", "train_size": "train_size"},
              "hnsw": {"M": "M", "efConstruction": "ef_construction", "efSearch": "ef_search"}}
     chosen = names.get(args.kind, {})
@@ -83,152 +77,3 @@ def _index_params(args: argparse.Namespace) -> dict:
         raise ValueError(f"{', '.join(wrong)} do(es) not apply to --kind {args.kind or '(not given)'}"
                          + ("; name the kind with --kind" if args.kind is None else ""))
     return {param: getattr(args, attr) for param, attr in chosen.items() if getattr(args, attr, None) is not None}
-
-
-def _build(args: argparse.Namespace) -> int:
-    from cir_demo.retrievers.registry import load_retriever
-
-    params = _index_params(args)
-    device = args.device
-    ctx = None
-    if args.sharded:
-        from cir_demo.index.shard import distributed_context
-
-        ctx = distributed_context()
-        device = device or ctx.device
-    if args.dry_run:
-        from cir_demo.preflight.dry_run import world_not_generated_note
-
-        note = world_not_generated_note(args)
-        if note:
-            print(note)
-            return 0
-    bench = _load_benchmark(args)
-    if args.dry_run:
-        from cir_demo.preflight.dry_run import dry_run
-        from cir_demo.preflight.run import model_lines
-
-        lines = model_lines([args.retriever], None, args.trust_remote_code, device)
-        print(dry_run(args, bench, [args.retriever], None, 0, lines, batch_size=args.batch_size))
-        return 1 if any(ln.blocking for ln in lines) else 0
-    from cir_demo.preflight.run import check_run
-
-    bench = check_run(args, bench, [args.retriever])  # weights, opt-ins and images before any long work
-    retriever = load_retriever(args.retriever, device=device, trust_remote_code=args.trust_remote_code)
-    common = dict(out_dir=args.out_dir, kind=args.kind, batch_size=args.batch_size,
-                  progress=not args.no_progress, force=args.force, **params)
-    if args.sharded:
-        from cir_demo.index.shard import build_sharded
-
-        try:
-            loaded = build_sharded(bench, retriever, context=ctx, shard_dir=args.shard_dir,
-                                   keep_shards=args.keep_shards, **common)
-        finally:
-            ctx.close()
-        if not ctx.is_main:
-            return 0
-    else:
-        from cir_demo.index.build import build_corpus_index
-
-        loaded = build_corpus_index(bench, retriever, **common)
-    m = loaded.manifest
-    print(f"{loaded.directory}: {m.kind} index of {m.count} images x {m.dim} dims, "
-          f"built {m.built_at} in {m.build_seconds:.1f} s on {m.device}"
-          + (f" across {m.num_shards} processes" if m.num_shards > 1 else ""))
-    return 0
-
-
-def _status(args: argparse.Namespace) -> int:
-    from cir_demo.index.manifest import StaleIndexError, check_index, list_indexes, load_index, read_manifest
-    from cir_demo.integrity import DamagedFileError
-
-    dirs = list_indexes()
-    rows = []
-    for d in dirs:
-        try:
-            m = read_manifest(d)
-        except (OSError, ValueError, TypeError) as exc:
-            rows.append((d, "damaged", [f"damaged: {d / 'manifest.json'}: unreadable ({exc})"]))
-            continue
-        if (args.benchmark and m.benchmark != args.benchmark) or (args.retriever and m.retriever != args.retriever):
-            continue
-        notes = []
-        bench = retriever = None
-        try:
-            bench = _load_benchmark(args, m.benchmark)
-        except Exception as exc:  # report and keep going: status must cover every index
-            notes.append(f"cannot check the corpus: {type(exc).__name__}: {exc}")
-        damaged_weights: list[str] = []
-        try:
-            from cir_demo.retrievers.registry import load_retriever
-
-            retriever = load_retriever(m.retriever, device=args.device, trust_remote_code=args.trust_remote_code)
-        except DamagedFileError as exc:
-            damaged_weights = exc.problems
-        except Exception as exc:
-            notes.append(f"cannot check the retriever: {type(exc).__name__}: {exc}")
-        from cir_demo.index.build import corpus_fingerprint
-
-        reasons = damaged_weights + check_index(d, retriever, None if bench is None else list(bench.corpus_ids),
-                                                None if bench is None else corpus_fingerprint(bench), verify=args.verify)
-        if not reasons and (args.verify or not m.files):  # read it whole: what no record covers
-            try:
-                load_index(d, allow_stale=True)
-            except StaleIndexError as exc:
-                reasons = exc.reasons
-        damaged = any(r.startswith(("damaged", "missing")) for r in reasons)
-        state = "damaged" if damaged else "stale" if reasons else ("unchecked" if notes else "fresh")
-        rows.append((d, state, reasons + notes))
-    if not rows:
-        print("no indexes found" + (f" for benchmark {args.benchmark!r}" if args.benchmark else ""))
-        return 0
-    for d, state, reasons in rows:
-        print(f"{state:9s} {d}")
-        for r in reasons:
-            print(f"          - {r}")
-    return 1 if any(state in ("stale", "damaged") for _, state, _ in rows) else 0
-
-
-def _dir_size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
-
-
-def _list(args: argparse.Namespace) -> int:
-    from cir_demo.index.manifest import list_indexes, read_manifest
-    from cir_demo.paths import indexes_dir
-
-    dirs = list_indexes()
-    if not dirs:
-        print(f"no indexes under {indexes_dir()}")
-        return 0
-    header = f"{'benchmark':16s} {'retriever':28s} {'kind':5s} {'images':>8s} {'dim':>5s} {'MB':>8s}  built"
-    print(header)
-    for d in dirs:
-        try:
-            m = read_manifest(d)
-        except (OSError, ValueError, TypeError) as exc:
-            print(f"{d}: unreadable manifest: {exc}")
-            continue
-        print(f"{m.benchmark:16s} {m.retriever:28s} {m.kind:5s} {m.count:8d} {m.dim:5d} "
-              f"{_dir_size(d) / 2**20:8.1f}  {m.built_at}")
-    return 0
-
-
-def run(args: argparse.Namespace) -> int:
-    action = getattr(args, "index_command", None)
-    if action is None:
-        print("usage: python -m cir_demo index {build,status,list} ... (see --help)", file=sys.stderr)
-        return 2
-    from cir_demo.preflight.commands import index_problems, report
-    from cir_demo.errors import report_errors
-    from cir_demo.index.manifest import StaleIndexError
-    from cir_demo.index.shard import ShardedBuildError
-    from cir_demo.integrity import DamagedFileError
-
-    problems = index_problems(args)  # before any work: a wrong flag costs nothing and creates nothing
-    if problems:
-        return report(problems)
-    return report_errors(lambda: {"build": _build, "status": _status, "list": _list}[action](args),
-                         debug=getattr(args, "debug", False),
-                         expected=(ValueError, KeyError, TypeError, ImportError, PermissionError, FileNotFoundError,
-                                   StaleIndexError, ShardedBuildError, DamagedFileError))

@@ -56,7 +56,7 @@ def images_for_run(bench, args: argparse.Namespace, stream=None):
     if cov is None or cov.complete:
         return bench
     if getattr(args, "fetch_images", False) and cov.fetchable:
-        from cir_demo.images.cli import fetch_for
+        from cir_demo.images.benchmark_fetch import fetch_for
 
         report = fetch_for(bench, args, progress=not getattr(args, "no_progress", False))
         print(f"fetch: {report.summary()}", file=stream, flush=True)
@@ -77,7 +77,7 @@ def images_for_run(bench, args: argparse.Namespace, stream=None):
 
 def check_run(args: argparse.Namespace, bench, names, reranker: str | None = None):
     """All checks for a run, cheap ones first; returns the benchmark to run (maybe cut to its images)."""
-    from cir_demo.images.cli import check_fetch_arguments
+    from cir_demo.images.benchmark_fetch import check_fetch_arguments
 
     if getattr(args, "fetch_images", False):
         check_fetch_arguments(args)

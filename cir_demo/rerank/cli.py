@@ -86,9 +86,9 @@ def backend_kwargs(args: argparse.Namespace) -> dict:
 def run(args: argparse.Namespace) -> int:
     from cir_demo.benchmarks.schema import BenchmarkError
     from cir_demo.benchmarks.cli_args import load_benchmark_from_args
-    from cir_demo.results import read_results, write_results
-    from cir_demo.rerank import ScoreCache, load_reranker, rerank_run
-    from cir_demo.utils.io import write_json_atomic
+    from cir_demo.rerank import ScoreCache, load_reranker
+    from cir_demo.rerank.results_file import rerank_results_file
+    from cir_demo.results import read_results
     from cir_demo.utils.names import UnknownNameError
 
     try:
@@ -105,22 +105,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, TypeError, FileNotFoundError, UnknownNameError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    cache = None if args.no_cache else ScoreCache(args.cache)
-    try:
-        result = rerank_run(
-            bench.queries, first.run, bench.images.open, reranker, top_n=args.top_n, cache=cache,
-            run_scores=first.scores or None,
-        )
-    finally:
-        if cache is not None:
-            cache.close()
-        reranker.close()
     out = Path(args.out)
-    spec = {"first_stage": first.spec, "first_stage_file": str(first.path),
-            "reranker": {"spec": result.spec, "spec_hash": result.spec_hash, "top_n": result.top_n}}
-    write_results(out, bench, result.run, spec=spec, fmt=first.format)
-    details = out.with_name(out.stem + ".rerank.json")
-    write_json_atomic(details, {"first_stage_file": str(first.path), **result.to_dict()}, indent=None)
+    result, details = rerank_results_file(bench, first, reranker, out, args.top_n,
+                                          cache=None if args.no_cache else ScoreCache(args.cache))
     s = result.stats
     print(f"reranked {s['queries']} queries (top {args.top_n}): {s['candidates_scored']} candidates, "
           f"{s['from_cache']} from cache, {s['tokens_missing']} tokens missing, {s['errors']} errors, "

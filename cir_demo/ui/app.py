@@ -324,7 +324,7 @@ def config_from_args(args: argparse.Namespace) -> ServiceConfig:
 
 def _fetch_images(args: argparse.Namespace) -> int:
     from cir_demo.benchmarks.cli_args import load_benchmark_from_args
-    from cir_demo.images.cli import fetch_for
+    from cir_demo.images.benchmark_fetch import fetch_for
 
     report = fetch_for(load_benchmark_from_args(args), args)
     print(f"fetch: {report.summary()}", flush=True)

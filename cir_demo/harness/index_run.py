@@ -1,0 +1,105 @@
+"""`python -m cir_demo index build|status|list` runs here (its flags are parsed in index/cli.py):
+above the index package because a build first makes the pre-run checks of preflight/ (flags,
+weights, opt-ins, images) or prints its dry run, and only then encodes a corpus.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _load_benchmark(args: argparse.Namespace, name: str | None = None):
+    from cir_demo.benchmarks.cli_args import load_benchmark_from_args
+
+    return load_benchmark_from_args(args, name)
+
+
+def _dry_run(args: argparse.Namespace, device: str | None) -> int:
+    """What the build would download and encode, and how long it would take here; creates nothing."""
+    from cir_demo.preflight.dry_run import dry_run, world_not_generated_note
+    from cir_demo.preflight.run import model_lines
+
+    note = world_not_generated_note(args)
+    if note:
+        print(note)
+        return 0
+    bench = _load_benchmark(args)
+    lines = model_lines([args.retriever], None, args.trust_remote_code, device)
+    print(dry_run(args, bench, [args.retriever], None, 0, lines, batch_size=args.batch_size))
+    return 1 if any(ln.blocking for ln in lines) else 0
+
+
+def _build(args: argparse.Namespace) -> int:
+    from cir_demo.index.cli import index_params
+    from cir_demo.preflight.run import check_run
+    from cir_demo.retrievers.registry import load_retriever
+
+    params = index_params(args)
+    device = args.device
+    ctx = None
+    if args.sharded:
+        from cir_demo.index.shard import distributed_context
+
+        ctx = distributed_context()
+        device = device or ctx.device
+    if args.dry_run:
+        return _dry_run(args, device)
+    bench = check_run(args, _load_benchmark(args), [args.retriever])  # weights, opt-ins and images before any long work
+    retriever = load_retriever(args.retriever, device=device, trust_remote_code=args.trust_remote_code)
+    common = dict(out_dir=args.out_dir, kind=args.kind, batch_size=args.batch_size,
+                  progress=not args.no_progress, force=args.force, **params)
+    if args.sharded:
+        from cir_demo.index.shard import build_sharded
+
+        try:
+            loaded = build_sharded(bench, retriever, context=ctx, shard_dir=args.shard_dir,
+                                   keep_shards=args.keep_shards, **common)
+        finally:
+            ctx.close()
+        if not ctx.is_main:
+            return 0
+    else:
+        from cir_demo.index.build import build_corpus_index
+
+        loaded = build_corpus_index(bench, retriever, **common)
+    m = loaded.manifest
+    print(f"{loaded.directory}: {m.kind} index of {m.count} images x {m.dim} dims, "
+          f"built {m.built_at} in {m.build_seconds:.1f} s on {m.device}"
+          + (f" across {m.num_shards} processes" if m.num_shards > 1 else ""))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from cir_demo.index.status import index_status, status_lines
+
+    rows = index_status(args.benchmark, args.retriever, lambda name: _load_benchmark(args, name), args.device,
+                        args.trust_remote_code, args.verify)
+    print("\n".join(status_lines(rows, args.benchmark)))
+    return 1 if any(state in ("stale", "damaged") for _, state, _ in rows) else 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from cir_demo.index.status import listing_lines
+
+    print("\n".join(listing_lines()))
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    action = getattr(args, "index_command", None)
+    if action is None:
+        print("usage: python -m cir_demo index {build,status,list} ... (see --help)", file=sys.stderr)
+        return 2
+    from cir_demo.errors import report_errors
+    from cir_demo.index.manifest import StaleIndexError
+    from cir_demo.index.shard import ShardedBuildError
+    from cir_demo.integrity import DamagedFileError
+    from cir_demo.preflight.commands import index_problems, report
+
+    problems = index_problems(args)  # before any work: a wrong flag costs nothing and creates nothing
+    if problems:
+        return report(problems)
+    return report_errors(lambda: {"build": _build, "status": _status, "list": _list}[action](args),
+                         debug=getattr(args, "debug", False),
+                         expected=(ValueError, KeyError, TypeError, ImportError, PermissionError, FileNotFoundError,
+                                   StaleIndexError, ShardedBuildError, DamagedFileError))

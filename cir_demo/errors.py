@@ -42,16 +42,15 @@ def _hub_error_message(exc: BaseException) -> str | None:
 
 
 def user_message(exc: BaseException) -> str | None:
-    """The one line to show for an error we raise on purpose; None for a bug."""
-    from cir_demo.utils.names import UnknownNameError
-
-    if isinstance(exc, (UserError, UnknownNameError)):
+    """The one line to show for an error we raise on purpose; None for a bug. The error types of
+    other modules are known by name: this module, in the bottom layer, imports none of them."""
+    module = type(exc).__module__
+    name = type(exc).__name__
+    if isinstance(exc, UserError) or (module, name) == ("cir_demo.utils.names", "UnknownNameError"):
         return str(exc)
     hub = _hub_error_message(exc)
     if hub is not None:
         return hub
-    module = type(exc).__module__
-    name = type(exc).__name__
     if (module, name) in {("cir_demo.benchmarks.schema", "BenchmarkError"),
                           ("cir_demo.retrievers.registry", "ConfigError"),
                           ("cir_demo.benchmarks.images", "ImageUnavailableError")}:

@@ -1,12 +1,13 @@
 """The layer order of the package, written once, and a checker that imports only run downward.
 
 A module may import from its own package and from packages in lower layers, never from a
-package in its own layer or above. A package's `cli.py` holds its command's argument parsing and
-sits in its package's layer like any other module of it (a command whose run needs more runs
-higher up: `index build` in harness/index_run.py); the top layer, entry points only, may import
-from any layer, its own included; the bottom layer's helpers may use each other. Imports inside
-functions count as much as those at the top of a file. `tests/test_layers.py` runs the checker
-over cir_demo/.
+package in its own layer or above; every layer is checked, the bottom and the top ones too. A
+package's `cli.py` holds its command's argument parsing and sits in its package's layer like any
+other module of it (a command whose run needs more runs higher up: `index build` in
+harness/index_run.py). The entry points (`ui`, `cli`) and the test builders (`testing`) may
+import from every layer below them, never from each other; `__main__` sits above them and only
+runs `cli`. Imports inside functions count as much as those at the top of a file.
+`tests/test_layers.py` runs the checker over cir_demo/.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from typing import Iterable
 
 # lowest first; a name is a package (cir_demo/<name>/) or a top-level module (cir_demo/<name>.py)
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("utils", "paths", "errors"),  # small helpers (they may use each other)
+    ("errors", "paths"),  # user errors and their one line; the data folders
+    ("utils",),  # small helpers (atomic writes, names with "did you mean", GPU batch back-off)
     ("integrity",),  # checksums of downloaded and trained files
     ("benchmarks",),  # the common schema, adapters, the declared benchmarks and metric families
     ("metrics", "world", "results", "images"),  # scoring, the offline world, results files, image fetching
@@ -27,7 +29,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine",),  # the one path from a query to a (reranked) ranking
     ("preflight",),  # doctor and dry run: what a run would need, checked before any work
     ("harness", "explorer"),  # --eval and the app's service layer
-    ("ui", "cli", "__main__", "testing", "layers"),  # entry points and test builders
+    ("ui", "cli", "testing", "layers"),  # entry points and test builders
+    ("__main__",),  # `python -m cir_demo`: runs cli
 )
 TOP = len(LAYERS) - 1
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
@@ -82,7 +85,7 @@ def violations_in(source: str, module: str, exceptions: Iterable[tuple[str, str]
         if pkg is None or pkg == own or (module, pkg) in allowed or (module, target) in allowed:
             continue
         target_level = layer_of(target)
-        if target_level >= level and level not in (0, TOP):
+        if target_level >= level:
             found.append(f"{module}:{line} imports {target} (layer {target_level} {LAYERS[target_level]}; "
                          f"{module} is in layer {level} {LAYERS[level]})")
     return found

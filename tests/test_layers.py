@@ -33,6 +33,20 @@ def test_an_inverted_import_is_reported():
     assert layers.violations_in("from cir_demo.index.cli import add_arguments\n", "cir_demo.harness.index_run") == []
 
 
+def test_bottom_and_top_layers_are_checked_too():
+    # the bottom layer: nothing sideways or up
+    assert layers.violations_in("from cir_demo.paths import cache_dir\n", "cir_demo.errors")
+    assert layers.violations_in("from cir_demo.utils.names import lookup\n", "cir_demo.errors")
+    assert layers.violations_in("from cir_demo.errors import UserError\n", "cir_demo.utils.oom") == []
+    # the top layer: entry points and test builders import every layer below, never each other
+    assert layers.violations_in("from cir_demo.testing.explorer import register_tiny_models\n", "cir_demo.ui.app")
+    assert layers.violations_in("from cir_demo.ui import app\n", "cir_demo.cli")
+    assert layers.violations_in("from cir_demo.harness import cli\n", "cir_demo.testing.tiny_eval") == []
+    assert layers.violations_in("from cir_demo.explorer import build_service\n", "cir_demo.ui.app") == []
+    assert layers.violations_in("from cir_demo.cli import main\n", "cir_demo.__main__") == []
+    assert layers.violations_in("from cir_demo.__main__ import main\n", "cir_demo.cli")
+
+
 def test_serving_never_imports_training():
     for path in list((ROOT / "retrievers").rglob("*.py")) + list((ROOT / "rerank").rglob("*.py")):
         module = layers.module_name(path, ROOT)

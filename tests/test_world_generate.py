@@ -150,3 +150,36 @@ def test_default_world_statistics():
     assert 0.11 <= stats["two_image_fraction"] <= 0.15
     assert len(w.train_scenes) >= 20000
     assert max(len(i["negatives"]) for i in w.test_intents) <= 40
+
+
+def test_every_intent_template_is_used_and_filled(monkeypatch):
+    """The template table (world/intent_templates.json) against the builders: every entry is used, every
+    alternative of every form is drawn, and no placeholder is left unfilled."""
+    import random
+
+    from cir_demo.world import intents
+    from cir_demo.world.scene import sample_scene
+
+    table = intents.intent_templates()
+    drawn: set[tuple[str, int, int]] = set()  # (entry, form, alternative)
+    real_texts = intents._texts
+
+    def recording(key, rng, w, **values):
+        texts = real_texts(key, rng, w, **values)
+        words = {**vars(w), **values}
+        for j, (form, text) in enumerate(zip(table[key], texts)):
+            options = [t.format_map(words) for t in (form if isinstance(form, list) else [form])]
+            drawn.add((key, j, options.index(text)))
+        return texts
+
+    monkeypatch.setattr(intents, "_texts", recording)
+    rng = random.Random(7)
+    for i in range(1500):
+        ref = sample_scene(rng)
+        for name, kind in KINDS.items():
+            if ref.domain in kind.domains and kind.applies(ref):
+                draft = intents.build_intent(name, ref, random.Random(i))
+                assert draft is None or not any("{" in t or "}" in t for t in draft.texts), draft.texts
+    expected = {(key, j, k) for key, forms in table.items() for j, form in enumerate(forms)
+                for k in range(len(form) if isinstance(form, list) else 1)}
+    assert drawn == expected

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from cir_demo.benchmarks.schema import BenchmarkError, IssueCollector, ValidationIssue
 
@@ -115,6 +115,50 @@ def read_jsonl(path: Path, collector: IssueCollector) -> list[tuple[int, dict]]:
         except UnicodeDecodeError as exc:
             collector.error(None, None, f"not UTF-8 text ({exc})", file=path)
     return rows
+
+
+def id_rows(path: Path, collector: IssueCollector, field: str, what: str, first: dict[str, int] | None = None,
+            duplicate: str | None = None, loc_with_id: bool = True) -> Iterator[tuple[int, dict, str, str]]:
+    """(line number, row, id, location) of each JSONL row whose `field` holds an id; a row without one is an
+    error ("missing or empty <what>") and is skipped. With `first` (id -> first line, filled here) a
+    repeated id is an error too (`duplicate`, formatted with the id and the first line, or "duplicate
+    <what> (first on line N)") and is skipped. The location is "line N (id)", or "line N" without
+    `loc_with_id`."""
+    for lineno, row in read_jsonl(path, collector):
+        loc = f"line {lineno}"
+        rid = as_id(row.get(field))
+        if rid is None:
+            collector.error(loc, field, f"missing or empty {what}", file=path)
+            continue
+        if loc_with_id:
+            loc = f"line {lineno} ({rid})"
+        if first is not None:
+            if rid in first:
+                message = (duplicate or f"duplicate {what} (first on line {{line}})").format(id=rid, line=first[rid])
+                collector.error(loc, field, message, file=path)
+                continue
+            first[rid] = lineno
+        yield lineno, row, rid, loc
+
+
+def judgment_rows(path: Path, collector: IssueCollector, field: str, what: str, recorded: dict[str, tuple],
+                  duplicate: str, pos_field: str, neg_field: str,
+                  loc_with_id: bool = True) -> Iterator[tuple[int, str, str, list[str], list[str]]]:
+    """(line number, id, location, positives, negatives) of each JSONL judgment row (negatives default to
+    none). Errors, and the row skipped: no id (see `id_rows`), an id already in `recorded` (the caller's
+    id -> (first line, ...) of the rows it kept; `duplicate` is formatted with the id and that line), a
+    list that is not a list of ids."""
+    for lineno, row, rid, loc in id_rows(path, collector, field, what, loc_with_id=loc_with_id):
+        if rid in recorded:
+            collector.error(loc, field, duplicate.format(id=rid, line=recorded[rid][0]), file=path)
+            continue
+        pos, neg = id_list(row.get(pos_field)), id_list(row.get(neg_field, []))
+        if pos is None:
+            collector.error(loc, pos_field, "must be a list of image ids", file=path)
+        if neg is None:
+            collector.error(loc, neg_field, "must be a list of image ids", file=path)
+        if pos is not None and neg is not None:
+            yield lineno, rid, loc, pos, neg
 
 
 def as_id(value: Any) -> str | None:

@@ -28,8 +28,8 @@ from cir_demo.benchmarks._common import (
     as_id,
     check_judgments,
     finish,
-    id_list,
-    read_jsonl,
+    id_rows,
+    judgment_rows,
     require_file,
     warn_rows,
 )
@@ -78,16 +78,8 @@ def _read_corpus(path: Path, col: IssueCollector) -> tuple[list[str], dict[str, 
     ids: list[str] = []
     first: dict[str, int] = {}
     filenames: dict[str, str] = {}
-    for lineno, row in read_jsonl(path, col):
-        loc = f"line {lineno}"
-        cid = as_id(row.get("id"))
-        if cid is None:
-            col.error(loc, "id", "missing or empty id", file=path)
-            continue
-        if cid in first:
-            col.error(loc, "id", f"duplicate corpus id {cid!r} (first on line {first[cid]})", file=path)
-            continue
-        first[cid] = lineno
+    for _, row, cid, loc in id_rows(path, col, "id", "id", first, "duplicate corpus id {id!r} (first on line {line})",
+                                    loc_with_id=False):
         ids.append(cid)
         image = row.get("image", cid)
         if not isinstance(image, str) or not image.strip():
@@ -102,23 +94,9 @@ def _read_corpus(path: Path, col: IssueCollector) -> tuple[list[str], dict[str, 
 def _read_instances(path: Path, corpus: frozenset[str], col: IssueCollector) -> dict[str, tuple[int, Judgments]]:
     out: dict[str, tuple[int, Judgments]] = {}
     missing_neg, dups, pos_and_neg, several_pos, no_pos, missing_pos = [], [], [], [], [], []
-    for lineno, row in read_jsonl(path, col):
-        loc = f"line {lineno}"
-        qid = as_id(row.get("qid"))
-        if qid is None:
-            col.error(loc, "qid", "missing or empty query id", file=path)
-            continue
-        if qid in out:
-            col.error(loc, "qid", f"duplicate judgments for query {qid!r} (first on line {out[qid][0]})", file=path)
-            continue
-        pos = id_list(row.get("pos"))
-        neg = id_list(row.get("neg", []))
-        if pos is None:
-            col.error(loc, "pos", "must be a list of image ids", file=path)
-        if neg is None:
-            col.error(loc, "neg", "must be a list of image ids", file=path)
-        if pos is None or neg is None:
-            continue
+    rows = judgment_rows(path, col, "qid", "query id", out, "duplicate judgments for query {id!r} (first on line {line})",
+                         "pos", "neg", loc_with_id=False)
+    for lineno, qid, loc, pos, neg in rows:
         check_judgments(col, loc, pos, neg, corpus, pos_field="pos", neg_field="neg", missing_neg=missing_neg,
                         dup_rows=dups, pos_and_neg=pos_and_neg, file=path, no_pos=no_pos, missing_pos=missing_pos)
         if len(pos) > 1:
@@ -165,17 +143,7 @@ def _read_queries(path: Path, judgments: dict[str, tuple[int, Judgments]], filen
     first: dict[str, int] = {}
     group_of: dict[str, tuple[int, Judgments]] = {}
     no_subcategory, no_judgments = [], []
-    for lineno, row in read_jsonl(path, col):
-        loc = f"line {lineno}"
-        qid = as_id(row.get("id"))
-        if qid is None:
-            col.error(loc, "id", "missing or empty query id", file=path)
-            continue
-        loc = f"line {lineno} ({qid})"
-        if qid in first:
-            col.error(loc, "id", f"duplicate query id (first on line {first[qid]})", file=path)
-            continue
-        first[qid] = lineno
+    for lineno, row, qid, loc in id_rows(path, col, "id", "query id", first):
         ok = True
         image = row.get("image")
         if not isinstance(image, str) or not image.strip():

@@ -26,8 +26,9 @@ from cir_demo.benchmarks._common import (
     check_judgments,
     finish,
     id_list,
+    id_rows,
+    judgment_rows,
     read_id_list,
-    read_jsonl,
     require_file,
     warn_rows,
 )
@@ -271,23 +272,9 @@ def _image_ids(folder: Path) -> frozenset[str] | None:
 def _read_judgments(path: Path, corpus: frozenset[str], col: IssueCollector) -> dict[str, tuple[int, Judgments]]:
     out: dict[str, tuple[int, Judgments]] = {}
     missing_neg, dups, pos_and_neg = [], [], []
-    for lineno, row in read_jsonl(path, col):
-        loc = f"line {lineno}"
-        gid = as_id(row.get("group_id"))
-        if gid is None:
-            col.error(loc, "group_id", "missing or empty group id", file=path)
-            continue
-        loc = f"line {lineno} ({gid})"
-        if gid in out:
-            col.error(loc, "group_id", f"duplicate group id (first on line {out[gid][0]})", file=path)
-            continue
-        pos, neg = id_list(row.get("positives")), id_list(row.get("negatives", []))
-        if pos is None:
-            col.error(loc, "positives", "must be a list of image ids", file=path)
-        if neg is None:
-            col.error(loc, "negatives", "must be a list of image ids", file=path)
-        if pos is None or neg is None:
-            continue
+    rows = judgment_rows(path, col, "group_id", "group id", out, "duplicate group id (first on line {line})",
+                         "positives", "negatives")
+    for lineno, gid, loc, pos, neg in rows:
         check_judgments(col, loc, pos, neg, corpus, pos_field="positives", neg_field="negatives",
                         missing_neg=missing_neg, dup_rows=dups, pos_and_neg=pos_and_neg, file=path)
         out[gid] = (lineno, Judgments(tuple(pos), tuple(neg)))
@@ -303,17 +290,7 @@ def _read_queries(path: Path, judgments: dict[str, tuple[int, Judgments]], corpu
     first: dict[str, int] = {}
     used: set[str] = set()
     odd_tone, single_mismatch, target_not_pos = [], [], []
-    for lineno, row in read_jsonl(path, col):
-        loc = f"line {lineno}"
-        qid = as_id(row.get("query_id"))
-        if qid is None:
-            col.error(loc, "query_id", "missing or empty query id", file=path)
-            continue
-        loc = f"line {lineno} ({qid})"
-        if qid in first:
-            col.error(loc, "query_id", f"duplicate query id (first on line {first[qid]})", file=path)
-            continue
-        first[qid] = lineno
+    for lineno, row, qid, loc in id_rows(path, col, "query_id", "query id", first):
         ok = True
         refs = id_list(row.get("reference_ids"))
         if refs is None or not 1 <= len(refs) <= 2:

@@ -214,79 +214,102 @@ def _column(table, name: str, n: int) -> list:
     return table.column(name).to_pylist() if name in table.column_names else [None] * n
 
 
-def _build_queries(table, path: Path, corpus: list[str] | None, known_refs: frozenset[str] | None, image_dir,
-                   col: IssueCollector):
-    n = table.num_rows
-    if n == 0:
-        col.error(None, None, "the annotations have no rows")
-    corpus_set = frozenset(corpus) if corpus is not None else None
-    known_refs = known_refs if known_refs is not None else corpus_set
-    image_root = Path(image_dir) if image_dir is not None else None
-    qids = _column(table, "query_id", n)
-    refs1 = _column(table, "query_image_signature", n)
-    refs2 = _column(table, "query_image_signature2", n)
-    instructions = _column(table, "instruction", n)
-    positives = _column(table, "positive_candidates", n)
-    negatives = _column(table, "negative_candidates", n)
-    meta_cols = {key: _column(table, c, n) for c, key in META_COLUMNS.items() if c in table.column_names}
+class _QueryRows:
+    """Reads the annotation rows into queries, one row at a time: every error goes to `col` as it is
+    found, row-level oddities are gathered into lists and warned about once, at the end (`warn`)."""
 
-    group_col = _column(table, GROUP_COLUMN, n) if GROUP_COLUMN in table.column_names else None
-    groups: dict[object, str] = {}  # group key -> group id
-    group_first: dict[str, tuple] = {}  # group id -> (refs, negatives, n_null) of its first query
-    mixed_groups: set[str] = set()
-    judgments_cache: dict[tuple, Judgments] = {}
-    seen_ids: dict[str, int] = {}
-    seen_keys: dict[str, str] = {}
-    referenced: dict[str, None] = {}
-    queries: list[Query] = []
-    odd_ids, null_negs, missing_neg, dup_rows, pos_and_neg = [], [], [], [], []
-    no_markers, stray_markers, single_mismatch, same_refs, ref_is_pos, odd_tone = [], [], [], [], [], []
-    for i in range(n):
-        qid = qids[i]
+    def __init__(self, table, corpus: list[str] | None, known_refs: frozenset[str] | None, image_dir):
+        n = table.num_rows
+        self.corpus_set = frozenset(corpus) if corpus is not None else None
+        self.known_refs = known_refs if known_refs is not None else self.corpus_set
+        self.image_root = Path(image_dir) if image_dir is not None else None
+        self.qids = _column(table, "query_id", n)
+        self.refs1 = _column(table, "query_image_signature", n)
+        self.refs2 = _column(table, "query_image_signature2", n)
+        self.instructions = _column(table, "instruction", n)
+        self.positives = _column(table, "positive_candidates", n)
+        self.negatives = _column(table, "negative_candidates", n)
+        self.meta_cols = {key: _column(table, c, n) for c, key in META_COLUMNS.items() if c in table.column_names}
+        self.group_col = _column(table, GROUP_COLUMN, n) if GROUP_COLUMN in table.column_names else None
+        self.groups: dict[object, str] = {}  # group key -> group id
+        self.group_first: dict[str, tuple] = {}  # group id -> (refs, negatives, n_null) of its first query
+        self.mixed_groups: set[str] = set()
+        self.judgments_cache: dict[tuple, Judgments] = {}
+        self.seen_ids: dict[str, int] = {}
+        self.seen_keys: dict[str, str] = {}
+        self.referenced: dict[str, None] = {}
+        self.odd_ids, self.null_negs, self.missing_neg, self.dup_rows, self.pos_and_neg = [], [], [], [], []
+        self.no_markers, self.stray_markers, self.single_mismatch, self.same_refs = [], [], [], []
+        self.ref_is_pos, self.odd_tone = [], []
+
+    def query(self, i: int, col: IssueCollector) -> Query | None:
+        """Row i as a Query; None when it has an error."""
+        qid = self.qids[i]
         loc = f"row {i} ({qid})" if qid else f"row {i}"
-        ok = True
+        if not self._check_id(i, qid, loc, col):
+            return None
+        refs, refs_ok = self._refs(i, loc, col)
+        instruction_ok = self._check_instruction(self.instructions[i], refs, loc, col)
+        pos, neg, n_null, lists_ok = self._judgment_lists(i, loc, col)
+        if not (refs_ok and instruction_ok and lists_ok):
+            return None
+        group_id = self._group(i, qid, refs, pos, neg, n_null)
+        judgments = self._judgments(pos, neg, n_null, refs, loc, col)
+        if refs[0] in judgments.positives or (len(refs) == 2 and refs[1] in judgments.positives):
+            self.ref_is_pos.append(loc)
+        return Query(qid, refs, self.instructions[i], group_id, judgments, self._meta(i, refs, loc))
+
+    def _check_id(self, i: int, qid, loc: str, col: IssueCollector) -> bool:
         if is_missing(qid):
             col.error(f"row {i}", "query_id", "empty query id")
-            continue
-        if qid in seen_ids:
-            col.error(loc, "query_id", f"duplicate query id (first at row {seen_ids[qid]})")
-            continue
-        seen_ids[qid] = i
+            return False
+        if qid in self.seen_ids:
+            col.error(loc, "query_id", f"duplicate query id (first at row {self.seen_ids[qid]})")
+            return False
+        self.seen_ids[qid] = i
         if not _QUERY_ID.match(qid):
-            odd_ids.append(loc)
+            self.odd_ids.append(loc)
         key = normalize_pinpoint_query_id(qid)
-        if key in seen_keys:
-            col.error(loc, "query_id", f"results key {key!r} collides with query {seen_keys[key]!r}")
-        seen_keys[key] = qid
+        if key in self.seen_keys:
+            col.error(loc, "query_id", f"results key {key!r} collides with query {self.seen_keys[key]!r}")
+        self.seen_keys[key] = qid
+        return True
 
-        r1, r2 = refs1[i], refs2[i]
+    def _refs(self, i: int, loc: str, col: IssueCollector) -> tuple[tuple, bool]:
+        """The row's reference ids, and whether it has a first one; unknown references are errors."""
+        r1, r2 = self.refs1[i], self.refs2[i]
+        ok = True
         if is_missing(r1):
             col.error(loc, "query_image_signature", "no reference image")
             ok = False
         refs = (r1,) if is_missing(r2) else (r1, r2)
         for field, r in zip(("query_image_signature", "query_image_signature2"), refs):
-            if is_missing(r) or (known_refs is not None and r in known_refs):
+            if is_missing(r) or (self.known_refs is not None and r in self.known_refs):
                 continue
-            if image_root is not None and (image_root / f"{r}.jpg").is_file():
+            if self.image_root is not None and (self.image_root / f"{r}.jpg").is_file():
                 continue
-            if corpus_set is not None:
+            if self.corpus_set is not None:
                 col.error(loc, field, f"reference image {r!r} does not exist (not in the corpus id list or "
-                          f"{EXTRA_REFS_NAME}" + (", not in the image folder)" if image_root is not None else ")"))
+                          f"{EXTRA_REFS_NAME}" + (", not in the image folder)" if self.image_root is not None else ")"))
         if len(refs) == 2 and r1 == r2:
-            same_refs.append(loc)
+            self.same_refs.append(loc)
+        return refs, ok
 
-        instruction = instructions[i]
+    def _check_instruction(self, instruction, refs: tuple, loc: str, col: IssueCollector) -> bool:
         if not isinstance(instruction, str) or not instruction.strip():
             col.error(loc, "instruction", "empty instruction")
-            ok = False
-        else:
-            has1, has2 = "<img1>" in instruction, "<img2>" in instruction
-            if len(refs) == 2 and not (has1 and has2):
-                no_markers.append(loc)
-            elif len(refs) == 1 and (has1 or has2):
-                stray_markers.append(loc)
+            return False
+        has1, has2 = "<img1>" in instruction, "<img2>" in instruction
+        if len(refs) == 2 and not (has1 and has2):
+            self.no_markers.append(loc)
+        elif len(refs) == 1 and (has1 or has2):
+            self.stray_markers.append(loc)
+        return True
 
-        pos, neg = positives[i], negatives[i]
+    def _judgment_lists(self, i: int, loc: str, col: IssueCollector) -> tuple[list, list, int, bool]:
+        """(positives, negatives without null entries, number of null negatives, whether the lists are usable)."""
+        pos, neg = self.positives[i], self.negatives[i]
+        ok = True
         if pos is None:
             col.error(loc, "positive_candidates", "null list")
             ok = False
@@ -300,67 +323,81 @@ def _build_queries(table, path: Path, corpus: list[str] | None, known_refs: froz
             neg = []
         n_null = neg.count(None) + neg.count("")
         if n_null:
-            null_negs.append(loc)
+            self.null_negs.append(loc)
             neg = [x for x in neg if not (x is None or x == "")]
-        if not ok:
-            continue
+        return pos, neg, n_null, ok
 
-        if group_col is not None and not is_missing(group_col[i]):
-            group_id = groups.setdefault(group_col[i], group_col[i])
+    def _group(self, i: int, qid: str, refs: tuple, pos: list, neg: list, n_null: int) -> str:
+        """The paraphrase group id: the group column's value, else the first query with the same positives."""
+        if self.group_col is not None and not is_missing(self.group_col[i]):
+            group_id = self.groups.setdefault(self.group_col[i], self.group_col[i])
         else:
-            group_id = groups.setdefault(frozenset(pos), qid)
-        first = group_first.setdefault(group_id, (refs, tuple(neg), n_null))
+            group_id = self.groups.setdefault(frozenset(pos), qid)
+        first = self.group_first.setdefault(group_id, (refs, tuple(neg), n_null))
         if first != (refs, tuple(neg), n_null):
-            mixed_groups.add(group_id)
-        judgments_key = (tuple(pos), tuple(neg), n_null)
-        judgments = judgments_cache.get(judgments_key)
-        if judgments is None:
-            judgments = judgments_cache[judgments_key] = Judgments(tuple(pos), tuple(neg), n_null)
-            check_judgments(col, loc, judgments.positives, judgments.negatives, corpus_set,
-                            pos_field="positive_candidates", neg_field="negative_candidates",
-                            missing_neg=missing_neg, dup_rows=dup_rows, pos_and_neg=pos_and_neg)
-            for x in refs + judgments.positives + judgments.negatives:
-                referenced[x] = None
-        if r1 in judgments.positives or (len(refs) == 2 and r2 in judgments.positives):
-            ref_is_pos.append(loc)
+            self.mixed_groups.add(group_id)
+        return group_id
 
-        meta = {key: values[i] for key, values in meta_cols.items()}
+    def _judgments(self, pos: list, neg: list, n_null: int, refs: tuple, loc: str, col: IssueCollector) -> Judgments:
+        """One shared Judgments per distinct set of lists, checked against the corpus once."""
+        judgments_key = (tuple(pos), tuple(neg), n_null)
+        judgments = self.judgments_cache.get(judgments_key)
+        if judgments is None:
+            judgments = self.judgments_cache[judgments_key] = Judgments(tuple(pos), tuple(neg), n_null)
+            check_judgments(col, loc, judgments.positives, judgments.negatives, self.corpus_set,
+                            pos_field="positive_candidates", neg_field="negative_candidates",
+                            missing_neg=self.missing_neg, dup_rows=self.dup_rows, pos_and_neg=self.pos_and_neg)
+            for x in refs + judgments.positives + judgments.negatives:
+                self.referenced[x] = None
+        return judgments
+
+    def _meta(self, i: int, refs: tuple, loc: str) -> dict:
+        meta = {key: values[i] for key, values in self.meta_cols.items()}
         tone = meta.get("skin_tone_bucket")
         if "skin_tone_bucket" in meta:
             if is_missing(tone) or tone == "UNKNOWN":
                 meta["skin_tone_bucket"] = None
             elif tone not in SKIN_TONE_BUCKETS:
-                odd_tone.append(loc)
+                self.odd_tone.append(loc)
         if "is_single" in meta and meta["is_single"] is not None and meta["is_single"] != (len(refs) == 1):
-            single_mismatch.append(loc)
-        queries.append(Query(qid, refs, instruction, group_id, judgments, meta))
+            self.single_mismatch.append(loc)
+        return meta
 
-    warn_rows(col, odd_ids, "query_id", "query id is not 'query_<digits>'; results files key it as "
-              "normalize_pinpoint_query_id(id)")
-    warn_rows(col, null_negs, "negative_candidates", "null entry in the negative list, dropped (counted in "
-              "Judgments.n_null_negatives: the official evaluator counts it in NegRecall's min(len(negatives), k))")
-    if mixed_groups:
-        col.warn(None, "positive_candidates", f"{len(mixed_groups)} paraphrase groups (same positives) differ in "
-                 "their reference images or negatives between paraphrases; each query keeps its own lists, "
-                 "as the official evaluator does")
-    warn_rows(col, missing_neg, "negative_candidates", "negative(s) not in the corpus (they can never be "
-              "retrieved)", unit="paraphrase groups")
-    warn_rows(col, dup_rows, None, "an id is repeated within a judgment list (kept: the official evaluator "
-              "counts list lengths with repeats)", unit="judgment lists")
-    warn_rows(col, pos_and_neg, "negative_candidates", "an id is both a positive and a negative (the "
-              "official evaluator counts it as both)", unit="paraphrase groups")
-    warn_rows(col, no_markers, "instruction", "two-image query without both <img1> and <img2> markers")
-    warn_rows(col, stray_markers, "instruction", "single-image query mentions <img1>/<img2>")
-    warn_rows(col, single_mismatch, "is_single", "is_single disagrees with the reference images "
-              "(query_image_signature2 set but is_single=True, or the reverse); meta keeps the file's label")
-    warn_rows(col, same_refs, "query_image_signature2", "second reference image equals the first")
-    warn_rows(col, ref_is_pos, "positive_candidates", "a reference image is also a positive")
-    warn_rows(col, odd_tone, "skin_tone_bucket", f"value not in {SKIN_TONE_BUCKETS} or UNKNOWN")
+    def warn(self, col: IssueCollector) -> None:
+        warn_rows(col, self.odd_ids, "query_id", "query id is not 'query_<digits>'; results files key it as "
+                  "normalize_pinpoint_query_id(id)")
+        warn_rows(col, self.null_negs, "negative_candidates", "null entry in the negative list, dropped (counted in "
+                  "Judgments.n_null_negatives: the official evaluator counts it in NegRecall's min(len(negatives), k))")
+        if self.mixed_groups:
+            col.warn(None, "positive_candidates", f"{len(self.mixed_groups)} paraphrase groups (same positives) differ in "
+                     "their reference images or negatives between paraphrases; each query keeps its own lists, "
+                     "as the official evaluator does")
+        warn_rows(col, self.missing_neg, "negative_candidates", "negative(s) not in the corpus (they can never be "
+                  "retrieved)", unit="paraphrase groups")
+        warn_rows(col, self.dup_rows, None, "an id is repeated within a judgment list (kept: the official evaluator "
+                  "counts list lengths with repeats)", unit="judgment lists")
+        warn_rows(col, self.pos_and_neg, "negative_candidates", "an id is both a positive and a negative (the "
+                  "official evaluator counts it as both)", unit="paraphrase groups")
+        warn_rows(col, self.no_markers, "instruction", "two-image query without both <img1> and <img2> markers")
+        warn_rows(col, self.stray_markers, "instruction", "single-image query mentions <img1>/<img2>")
+        warn_rows(col, self.single_mismatch, "is_single", "is_single disagrees with the reference images "
+                  "(query_image_signature2 set but is_single=True, or the reverse); meta keeps the file's label")
+        warn_rows(col, self.same_refs, "query_image_signature2", "second reference image equals the first")
+        warn_rows(col, self.ref_is_pos, "positive_candidates", "a reference image is also a positive")
+        warn_rows(col, self.odd_tone, "skin_tone_bucket", f"value not in {SKIN_TONE_BUCKETS} or UNKNOWN")
 
+
+def _build_queries(table, path: Path, corpus: list[str] | None, known_refs: frozenset[str] | None, image_dir,
+                   col: IssueCollector):
+    if table.num_rows == 0:
+        col.error(None, None, "the annotations have no rows")
+    rows = _QueryRows(table, corpus, known_refs, image_dir)
+    queries = [q for q in (rows.query(i, col) for i in range(table.num_rows)) if q is not None]
+    rows.warn(col)
     stats = {
-        "n_groups": len(groups),
+        "n_groups": len(rows.groups),
         "n_reference_sets": len({q.reference_ids for q in queries}),
-        "referenced_ids": list(referenced),
+        "referenced_ids": list(rows.referenced),
     }
     return queries, stats
 

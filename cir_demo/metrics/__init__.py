@@ -58,6 +58,30 @@ def ranking_or_none(run: Mapping[str, Any], query_id: str, results_key: Callable
     return ranking if isinstance(ranking, list) else list(ranking)
 
 
+def matched_rankings(run: Mapping[str, Any], queries: Sequence, results_key: Callable[[str], str] | None
+                     ) -> tuple[list, list[list]]:
+    """(the queries of `queries` that have an entry in `run`, in their order; those entries as lists)."""
+    matched, rankings = [], []
+    for q in queries:
+        ranking = ranking_or_none(run, q.query_id, results_key)
+        if ranking is not None:
+            matched.append(q)
+            rankings.append(ranking)
+    return matched, rankings
+
+
+def evaluator(per_query: Callable, aggregate: Callable) -> Callable:
+    """A metrics module's `evaluate(run, queries, **per_query options) -> (metrics, per-query table)`:
+    `aggregate(per_query(...))` with the benchmark size taken from `queries`."""
+
+    def evaluate(run, queries, *args, **kwargs):
+        """`aggregate(per_query(run, queries, ...))` with the benchmark size taken from `queries`."""
+        df = per_query(run, queries, *args, **kwargs)
+        return aggregate(df, len(queries)), df
+
+    return evaluate
+
+
 def plain_mean(values: np.ndarray) -> float:
     """`np.mean` over the values, 0.0 when there are none (the official rule)."""
     values = np.asarray(values, dtype=float)

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from cir_demo.benchmarks.schema import BenchmarkError, Query, ValidationIssue
-from cir_demo.metrics import check_ks, plain_mean, ranking_or_none, warn_coverage
+from cir_demo.metrics import check_ks, evaluator, matched_rankings, plain_mean, warn_coverage
 
 KS = (5, 10, 25, 50)
 
@@ -98,13 +98,7 @@ def per_query(
     """
     ks = check_ks(ks)
     width = ks[-1]
-    matched: list[Query] = []
-    rankings: list[list] = []
-    for q in queries:
-        ranking = ranking_or_none(run, q.query_id, results_key)
-        if ranking is not None:
-            matched.append(q)
-            rankings.append(ranking)
+    matched, rankings = matched_rankings(run, queries, results_key)
     _check_queries(matched, rankings, source)
 
     n = len(matched)
@@ -160,12 +154,4 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
     return out
 
 
-def evaluate(
-    run: Mapping[str, Sequence[str]],
-    queries: Sequence[Query],
-    ks: Sequence[int] = KS,
-    results_key: Callable[[str], str] | None = None,
-    source: str = "run",
-) -> tuple[dict, pd.DataFrame]:
-    df = per_query(run, queries, ks=ks, results_key=results_key, source=source)
-    return aggregate(df, len(queries)), df
+evaluate = evaluator(per_query, aggregate)

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from cir_demo.benchmarks.schema import Query
-from cir_demo.metrics import check_ks, duplicate_count, plain_mean, ranking_or_none, warn_coverage
+from cir_demo.metrics import check_ks, duplicate_count, evaluator, matched_rankings, plain_mean, warn_coverage
 
 KS = (1, 5, 10, 50)
 
@@ -173,13 +173,7 @@ def per_query(
     """
     ks = check_ks(ks)
     width = ks[-1]
-    matched: list[Query] = []
-    rankings: list[list[str]] = []
-    for q in queries:
-        ranking = ranking_or_none(run, q.query_id, results_key)
-        if ranking is not None:
-            matched.append(q)
-            rankings.append(ranking)
+    matched, rankings = matched_rankings(run, queries, results_key)
 
     # Paraphrases share one Judgments object: build each membership set once.
     set_cache: dict[int, tuple[frozenset, frozenset]] = {}
@@ -337,12 +331,4 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
     return ordered
 
 
-def evaluate(
-    run: Mapping[str, Sequence[str]],
-    queries: Sequence[Query],
-    ks: Sequence[int] = KS,
-    results_key: Callable[[str], str] | None = None,
-) -> tuple[dict, pd.DataFrame]:
-    """`aggregate(per_query(...))` with the benchmark size taken from `queries`."""
-    df = per_query(run, queries, ks=ks, results_key=results_key)
-    return aggregate(df, len(queries)), df
+evaluate = evaluator(per_query, aggregate)

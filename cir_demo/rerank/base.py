@@ -183,6 +183,12 @@ class Reranker(abc.ABC):
         if len(candidate_ids) != len(candidate_images):
             raise ValueError(f"{len(candidate_ids)} candidate ids but {len(candidate_images)} candidate images")
 
+    @classmethod
+    def _nothing_to_score(cls, candidate_ids: Sequence[str], candidate_images: Sequence[Any]) -> bool:
+        """The start of every `score`: one image per id (else ValueError); True when there are none."""
+        cls._check_lengths(candidate_ids, candidate_images)
+        return not candidate_ids
+
 
 class LogitPairReranker(Reranker):
     """Base for backends that compute (logit_yes, logit_no) per candidate."""
@@ -194,7 +200,6 @@ class LogitPairReranker(Reranker):
     def score(
         self, request: RerankRequest, candidate_ids: Sequence[str], candidate_images: Sequence[Any]
     ) -> list[CandidateScore]:
-        self._check_lengths(candidate_ids, candidate_images)
-        if not candidate_ids:
+        if self._nothing_to_score(candidate_ids, candidate_images):
             return []
         return scores_from_logits(candidate_ids, self.score_logits(request, candidate_images))

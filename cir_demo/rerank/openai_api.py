@@ -157,8 +157,7 @@ class OpenAIReranker(Reranker):
     def score(
         self, request: RerankRequest, candidate_ids: Sequence[str], candidate_images: Sequence[Any]
     ) -> list[CandidateScore]:
-        self._check_lengths(candidate_ids, candidate_images)
-        if not candidate_ids:
+        if self._nothing_to_score(candidate_ids, candidate_images):
             return []
         system, segments = render_segments(
             self.template, request.instruction, len(request.reference_ids), self.spec["yes_token"], self.spec["no_token"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cir_demo.results.parsed import Entry, Issues, ParsedResults, is_id
+from cir_demo.results.parsed import Issues, ParsedResults, as_ids, read_per_query
 
 NAME = "circo"
 SHAPE = '{"<query>": ["<image>", ...]}'
@@ -13,19 +13,16 @@ def fits(value) -> bool:
     return isinstance(value, list)
 
 
+def _ranking(value, loc: str, issues: Issues):
+    if not isinstance(value, list):
+        issues.error(loc, None, "expected a list of image ids (CIRCO format)")
+        return None
+    items = as_ids(value)
+    if items is None:
+        issues.error(loc, None, "must be a list of image ids (strings)")
+        return None
+    return items, None
+
+
 def read(path: Path, entries: dict, spec) -> ParsedResults:
-    issues = Issues(path)
-    out: list[Entry] = []
-    for key, value in entries.items():
-        loc = f"query {key!r}"
-        if not isinstance(value, list):
-            issues.error(loc, None, "expected a list of image ids (CIRCO format)")
-            continue
-        if not set(map(type, value)) <= {str}:
-            if not all(is_id(i) for i in value):
-                issues.error(loc, None, "must be a list of image ids (strings)")
-                continue
-            value = [str(i) for i in value]
-        out.append(Entry(str(key), value, None, loc))
-    issues.raise_if_any()
-    return ParsedResults(NAME, out, spec)
+    return read_per_query(NAME, path, entries, spec, _ranking)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from cir_demo.benchmarks.schema import BenchmarkError, ValidationIssue
 
@@ -41,6 +41,29 @@ class Issues:
     def raise_if_any(self) -> None:
         if self.errors:
             raise BenchmarkError(self.errors)
+
+
+def read_per_query(name: str, path: Path, entries: dict, spec, ranking_of: Callable) -> ParsedResults:
+    """The Entry of each query of a results object `{query key: value}`: `ranking_of(value, location, issues)`
+    gives (items, scores or None), or None after recording an error; all errors are raised together."""
+    issues = Issues(path)
+    out: list[Entry] = []
+    for key, value in entries.items():
+        loc = f"query {key!r}"
+        ranking = ranking_of(value, loc, issues)
+        if ranking is not None:
+            out.append(Entry(str(key), ranking[0], ranking[1], loc))
+    issues.raise_if_any()
+    return ParsedResults(name, out, spec)
+
+
+def as_ids(items: list) -> list[str] | None:
+    """A list of image ids as strings (integer ids converted); None when an entry is not an id."""
+    if set(map(type, items)) <= {str}:  # the common case checked at C speed; the rest one by one
+        return items
+    if not all(is_id(i) for i in items):
+        return None
+    return [str(i) for i in items]
 
 
 def fail(path: Path, location: str | None, field_: str | None, message: str) -> BenchmarkError:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cir_demo.results.parsed import Entry, Issues, ParsedResults, is_id, is_number
+from cir_demo.results.parsed import Issues, ParsedResults, as_ids, is_number, read_per_query
 
 NAME = "pinpoint"
 SHAPE = '{"<query>": {"retrieved_items": ["<image>", ...]}}'
@@ -18,30 +18,23 @@ def fits(value) -> bool:
     return isinstance(value, dict) and "retrieved_items" in value
 
 
+def _ranking(value, loc: str, issues: Issues):
+    if not fits(value):
+        issues.error(loc, "retrieved_items", "expected an object with a 'retrieved_items' list (PinPoint format)")
+        return None
+    items, scores = value["retrieved_items"], value.get("scores")
+    if items is None:  # the official reader treats a null list as empty
+        items = []
+    ids = as_ids(items) if isinstance(items, list) else None
+    if ids is None:
+        issues.error(loc, "retrieved_items", "must be a list of image ids (strings)")
+        return None
+    if scores is not None and (not isinstance(scores, list) or len(scores) != len(ids)
+                               or not all(is_number(s) for s in scores)):
+        issues.error(loc, "scores", "must be a list of finite numbers as long as retrieved_items")
+        return None
+    return ids, [float(s) for s in scores] if scores is not None else None
+
+
 def read(path: Path, entries: dict, spec) -> ParsedResults:
-    issues = Issues(path)
-    out: list[Entry] = []
-    for key, value in entries.items():
-        loc = f"query {key!r}"
-        if not fits(value):
-            issues.error(loc, "retrieved_items", "expected an object with a 'retrieved_items' list (PinPoint format)")
-            continue
-        items, scores = value["retrieved_items"], value.get("scores")
-        if items is None:  # the official reader treats a null list as empty
-            items = []
-        if not isinstance(items, list):
-            issues.error(loc, "retrieved_items", "must be a list of image ids (strings)")
-            continue
-        if not set(map(type, items)) <= {str}:  # the common case checked at C speed; the rest one by one
-            if not all(is_id(i) for i in items):
-                issues.error(loc, "retrieved_items", "must be a list of image ids (strings)")
-                continue
-            items = [str(i) for i in items]
-        if scores is not None and (not isinstance(scores, list) or len(scores) != len(items)
-                                   or not all(is_number(s) for s in scores)):
-            issues.error(loc, "scores", "must be a list of finite numbers as long as retrieved_items")
-            continue
-        out.append(Entry(str(key), items,
-                         [float(s) for s in scores] if scores is not None else None, loc))
-    issues.raise_if_any()
-    return ParsedResults(NAME, out, spec)
+    return read_per_query(NAME, path, entries, spec, _ranking)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cir_demo.results.parsed import Entry, Issues, ParsedResults, is_number, short, trec_order
+from cir_demo.results.parsed import Issues, ParsedResults, is_number, read_per_query, short, trec_order
 
 NAME = "run-dict"
 SHAPE = '{"<query>": {"<image>": <score>, ...}}'
@@ -19,19 +19,16 @@ def fits(value) -> bool:
     return isinstance(value, dict) and "retrieved_items" not in value and all(is_number(s) for s in value.values())
 
 
+def _ranking(value, loc: str, issues: Issues):
+    if not isinstance(value, dict):
+        issues.error(loc, None, f"expected an object mapping image ids to scores (run dict), got {short(value)}")
+        return None
+    bad = next((k for k, s in value.items() if not is_number(s)), None)
+    if bad is not None:
+        issues.error(loc, str(bad), f"score must be a finite number, got {short(value[bad])}")
+        return None
+    return trec_order([str(k) for k in value], [float(s) for s in value.values()])
+
+
 def read(path: Path, entries: dict, spec) -> ParsedResults:
-    issues = Issues(path)
-    out: list[Entry] = []
-    for key, value in entries.items():
-        loc = f"query {key!r}"
-        if not isinstance(value, dict):
-            issues.error(loc, None, f"expected an object mapping image ids to scores (run dict), got {short(value)}")
-            continue
-        bad = next((k for k, s in value.items() if not is_number(s)), None)
-        if bad is not None:
-            issues.error(loc, str(bad), f"score must be a finite number, got {short(value[bad])}")
-            continue
-        ids, scores = trec_order([str(k) for k in value], [float(s) for s in value.values()])
-        out.append(Entry(str(key), ids, scores, loc))
-    issues.raise_if_any()
-    return ParsedResults(NAME, out, spec)
+    return read_per_query(NAME, path, entries, spec, _ranking)

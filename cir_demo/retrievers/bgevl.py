@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from cir_demo.retrievers.remote_code import (
-    NativeComposedRetriever, as_file, remote_code_failure, require_opt_in, to_numpy,
+    as_file, guarded, native_retriever, remote_code_failure, require_opt_in, to_numpy,
 )
 
 FAMILY = "bge_vl"
@@ -60,10 +60,6 @@ def _load_model(config: dict, device: str, fp16: bool):
 
 def load(config: dict, device: str, progress: bool = False, trust_remote_code: bool = False, **_: Any):
     require_opt_in(config, trust_remote_code)
-    import torch
-    import transformers
-    from PIL import Image
-
     from cir_demo.retrievers.dual_encoder import torch_precision
 
     p = {**PARAMS, **config.get("params", {})}
@@ -90,29 +86,7 @@ def load(config: dict, device: str, progress: bool = False, trust_remote_code: b
             return _last_token(model.data_process(images=[as_file(i) for i in images], text=list(texts),
                                                   q_or_c="q", task_instruction=instruction))
 
-    def guarded(fn, stage):
-        def run(*args):
-            try:
-                return fn(*args)
-            except Exception as exc:
-                raise remote_code_failure(config, stage, exc) from exc
-        return run
-
-    encode_images_g, encode_pairs_g = guarded(encode_images, "encoding images"), guarded(encode_pairs, "encoding queries")
-    with torch.inference_mode():
-        dim = int(encode_images_g([Image.new("RGB", (64, 64), (128, 128, 128))]).shape[1])
-    spec = {
-        "name": config["name"],
-        "family": FAMILY,
-        "model": config["model"],
-        "variant": p["variant"],
-        "weights": {"hub": config["model"]},
-        "composition": "native" + ("" if p["variant"] == "clip" else f" (task_instruction={p['task_instruction']!r})"),
-        "reference_merge": "mean_of_composed_embeddings",
-        "marker_style": p["marker_style"],
-        "precision": precision,
-        "dim": dim,
-        "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
-    }
-    return NativeComposedRetriever(config["name"], spec, device, dim, int(p["batch_size"]), p["marker_style"],
-                                   encode_images_g, encode_pairs_g, progress)
+    composition = "native" + ("" if p["variant"] == "clip" else f" (task_instruction={p['task_instruction']!r})")
+    return native_retriever(config, FAMILY, p, precision, device, guarded(config, encode_images, "encoding images"),
+                            guarded(config, encode_pairs, "encoding queries"), progress, composition,
+                            variant=p["variant"])

@@ -96,7 +96,28 @@ def encode_in_batches(
 QUERY_ONLY_SPEC_KEYS = ("name", "description", "recipe", "params", "reference_merge", "marker_style", "versions")
 
 
-class DualEncoderRetriever(Retriever):
+class EncoderRetriever(Retriever):
+    """A retriever whose corpus side is an encoder's image tower: the attributes and `encode_images` it shares
+    with every such retriever (a dual encoder with a recipe, a combiner over one)."""
+
+    def _set_encoder(self, name: str, encoder, spec: dict, batch_size: int, marker_style: str, progress: bool):
+        self.name = name
+        self.encoder = encoder
+        self.spec = spec
+        self.dim = int(encoder.dim)
+        self.device = encoder.device
+        self.batch_size = int(batch_size)
+        self.marker_style = marker_style
+        self.progress = progress
+
+    def encode_images(self, images: Sequence[Any], batch_size: int | None = None) -> np.ndarray:
+        return encode_in_batches(
+            list(images), self.encoder.encode_image_batch, batch_size or self.batch_size, self.dim,
+            f"{self.name}: images", self.progress,
+        )
+
+
+class DualEncoderRetriever(EncoderRetriever):
     """Retriever = dual encoder + recipe (image_only, text_only, early_fusion, slerp).
 
     Two reference images are merged as normalise(mean of their normalised
@@ -115,29 +136,16 @@ class DualEncoderRetriever(Retriever):
         marker_style: str = "words",
         progress: bool = False,
     ):
-        self.name = name
-        self.encoder = encoder
+        self._set_encoder(name, encoder, spec, batch_size, marker_style, progress)
         self.recipe = recipe
         self.recipe_params = dict(recipe_params)
         self.needs_image, self.needs_text = recipes.recipe_needs(recipe)
-        self.spec = spec
-        self.dim = int(encoder.dim)
-        self.device = encoder.device
-        self.batch_size = int(batch_size)
-        self.marker_style = marker_style
-        self.progress = progress
 
     # -- corpus side
     @property
     def image_spec(self) -> dict:
         """The image tower alone: every recipe of one encoder shares corpus embeddings."""
         return {k: v for k, v in self.spec.items() if k not in QUERY_ONLY_SPEC_KEYS}
-
-    def encode_images(self, images: Sequence[Any], batch_size: int | None = None) -> np.ndarray:
-        return encode_in_batches(
-            list(images), self.encoder.encode_image_batch, batch_size or self.batch_size, self.dim,
-            f"{self.name}: images", self.progress,
-        )
 
     def encode_texts(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
         """Plain text embeddings (texts used as given, no marker rendering); recent ones from `TEXT_MEMO`."""
@@ -206,3 +214,30 @@ def features_tensor(output: Any, what: str):
         if isinstance(value, torch.Tensor):
             return value
     raise TypeError(f"{what}: cannot find an embedding tensor in a {type(output).__name__} output")
+
+
+def retriever_from_config(config: dict, family: str, param_defaults: dict, load_encoder: Callable,
+                          library_versions: Callable[[], dict], progress: bool = False) -> DualEncoderRetriever:
+    """The DualEncoderRetriever a validated registry config describes: the family's own options
+    (`param_defaults`) come out of `params`, the rest are the recipe's (checked before any weights load);
+    `load_encoder(options, where)` returns the encoder and its spec."""
+    name = config["name"]
+    params = dict(config.get("params") or {})
+    options = {k: params.pop(k, default) for k, default in param_defaults.items()}
+    where = f"retriever {name!r}"
+    rparams = recipes.recipe_params(config["recipe"], params, where=where)
+    encoder, enc_spec = load_encoder(options, where)
+    spec = {
+        "name": name,
+        "family": family,
+        **enc_spec,
+        "recipe": config["recipe"],
+        "params": rparams,
+        "reference_merge": "mean_of_references",
+        "marker_style": options["marker_style"],
+        "versions": library_versions(),
+    }
+    return DualEncoderRetriever(
+        name, encoder, config["recipe"], rparams, spec,
+        batch_size=options["batch_size"], marker_style=options["marker_style"], progress=progress,
+    )

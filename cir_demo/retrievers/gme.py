@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cir_demo.retrievers.remote_code import NativeComposedRetriever, remote_code_failure, require_opt_in, to_numpy
+from cir_demo.retrievers.remote_code import guarded, native_retriever, remote_code_failure, require_opt_in, to_numpy
 
 FAMILY = "gme"
 # MMEB's CIRR instruction (GME is trained and evaluated with MMEB-style instructions); our default.
@@ -35,8 +35,6 @@ def validate(config: dict, where: str) -> None:
 def load(config: dict, device: str, progress: bool = False, trust_remote_code: bool = False, **_: Any):
     require_opt_in(config, trust_remote_code)
     import torch
-    import transformers
-    from PIL import Image
     from transformers import AutoModel
 
     from cir_demo.retrievers.dual_encoder import torch_precision
@@ -52,31 +50,12 @@ def load(config: dict, device: str, progress: bool = False, trust_remote_code: b
     rgb = lambda imgs: [i if i.mode == "RGB" else i.convert("RGB") for i in imgs]  # noqa: E731
 
     def encode_images(images: Sequence) -> np.ndarray:
-        try:
-            return to_numpy(gme.get_image_embeddings(images=rgb(images), is_query=False))
-        except Exception as exc:
-            raise remote_code_failure(config, "encoding images", exc) from exc
+        return to_numpy(gme.get_image_embeddings(images=rgb(images), is_query=False))
 
     def encode_pairs(images: Sequence, texts: Sequence[str]) -> np.ndarray:
-        try:
-            return to_numpy(gme.get_fused_embeddings(texts=list(texts), images=rgb(images),
-                                                     instruction=p["query_instruction"]))
-        except Exception as exc:
-            raise remote_code_failure(config, "encoding queries", exc) from exc
+        return to_numpy(gme.get_fused_embeddings(texts=list(texts), images=rgb(images),
+                                                 instruction=p["query_instruction"]))
 
-    with torch.inference_mode():
-        dim = int(encode_images([Image.new("RGB", (64, 64), (128, 128, 128))]).shape[1])
-    spec = {
-        "name": config["name"],
-        "family": FAMILY,
-        "model": config["model"],
-        "weights": {"hub": config["model"]},
-        "composition": f"native (instruction={p['query_instruction']!r})",
-        "reference_merge": "mean_of_composed_embeddings",
-        "marker_style": p["marker_style"],
-        "precision": precision,
-        "dim": dim,
-        "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
-    }
-    return NativeComposedRetriever(config["name"], spec, device, dim, int(p["batch_size"]), p["marker_style"],
-                                   encode_images, encode_pairs, progress)
+    return native_retriever(config, FAMILY, p, precision, device, guarded(config, encode_images, "encoding images"),
+                            guarded(config, encode_pairs, "encoding queries"), progress,
+                            f"native (instruction={p['query_instruction']!r})")

@@ -26,9 +26,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cir_demo.retrievers import recipes
 from cir_demo.retrievers.base import resolve_path
-from cir_demo.retrievers.dual_encoder import DualEncoder, DualEncoderRetriever, torch_precision
+from cir_demo.retrievers.dual_encoder import DualEncoder, DualEncoderRetriever, retriever_from_config, torch_precision
 from cir_demo.utils import versions
 
 FAMILY = "open_clip"
@@ -318,25 +317,9 @@ def _jsonable(v):
 
 def load(config: dict, device: str, progress: bool = False, **_: Any) -> DualEncoderRetriever:
     """Build the retriever a validated registry config describes."""
-    name = config["name"]
-    params = dict(config.get("params") or {})
-    options = {k: params.pop(k, default) for k, default in PARAMS.items()}
-    rparams = recipes.recipe_params(config["recipe"], params, where=f"retriever {name!r}")
-    encoder, enc_spec = load_encoder(
-        config["model"], config.get("pretrained"), config.get("model_config"), device,
-        config.get("precision", "fp32"), where=f"retriever {name!r}",
-    )
-    spec = {
-        "name": name,
-        "family": FAMILY,
-        **enc_spec,
-        "recipe": config["recipe"],
-        "params": rparams,
-        "reference_merge": "mean_of_references",
-        "marker_style": options["marker_style"],
-        "versions": library_versions(),
-    }
-    return DualEncoderRetriever(
-        name, encoder, config["recipe"], rparams, spec,
-        batch_size=options["batch_size"], marker_style=options["marker_style"], progress=progress,
-    )
+
+    def encoder(options: dict, where: str):
+        return load_encoder(config["model"], config.get("pretrained"), config.get("model_config"), device,
+                            config.get("precision", "fp32"), where=where)
+
+    return retriever_from_config(config, FAMILY, PARAMS, encoder, library_versions, progress)

@@ -99,3 +99,42 @@ class NativeComposedRetriever(Retriever):
         if not out:
             return np.zeros((0, self.dim), dtype=np.float32)
         return check_embeddings(np.stack(out), len(queries), self.dim, f"{self.name}: queries")
+
+
+def guarded(config: dict, fn: Callable, stage: str) -> Callable:
+    """`fn` with any failure inside the repository's code reported by `remote_code_failure` (`stage`: what
+    it was doing)."""
+    def run(*args):
+        try:
+            return fn(*args)
+        except Exception as exc:
+            raise remote_code_failure(config, stage, exc) from exc
+    return run
+
+
+def native_retriever(config: dict, family: str, p: dict, precision: str, device: str, encode_images: Callable,
+                     encode_pairs: Callable, progress: bool, composition: str, **model_spec) -> NativeComposedRetriever:
+    """The NativeComposedRetriever of a repository's encoders (`p`: the config's params over the family's
+    defaults): the embedding size read off one grey 64 px image; `model_spec` goes into the spec beside the
+    model id."""
+    import torch
+    import transformers
+    from PIL import Image
+
+    with torch.inference_mode():
+        dim = int(encode_images([Image.new("RGB", (64, 64), (128, 128, 128))]).shape[1])
+    spec = {
+        "name": config["name"],
+        "family": family,
+        "model": config["model"],
+        **model_spec,
+        "weights": {"hub": config["model"]},
+        "composition": composition,
+        "reference_merge": "mean_of_composed_embeddings",
+        "marker_style": p["marker_style"],
+        "precision": precision,
+        "dim": dim,
+        "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
+    }
+    return NativeComposedRetriever(config["name"], spec, device, dim, int(p["batch_size"]), p["marker_style"],
+                                   encode_images, encode_pairs, progress)

@@ -15,8 +15,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cir_demo.retrievers.base import ComposedQuery, Retriever, check_embeddings, render_markers, resolve_path
-from cir_demo.retrievers.dual_encoder import encode_in_batches
+from cir_demo.retrievers.base import ComposedQuery, check_embeddings, render_markers, resolve_path
+from cir_demo.retrievers.dual_encoder import EncoderRetriever, encode_in_batches
 
 FAMILY = "world_cir"
 PARAMS = {
@@ -38,28 +38,17 @@ def validate(config: dict, where: str) -> None:
             raise ValueError(f"{where}: key 'params.{key}' must be a string")
 
 
-class WorldCirRetriever(Retriever):
+class WorldCirRetriever(EncoderRetriever):
     def __init__(self, name: str, encoder, combiner, spec: dict, batch_size: int = 64,
                  marker_style: str = "words", progress: bool = False, image_spec: dict | None = None):
-        self.name = name
+        self._set_encoder(name, encoder, spec, batch_size, marker_style, progress)
         self._image_spec = image_spec
-        self.encoder = encoder
         self.combiner = combiner
-        self.spec = spec
-        self.dim = int(encoder.dim)
-        self.device = encoder.device
-        self.batch_size = int(batch_size)
-        self.marker_style = marker_style
-        self.progress = progress
 
     @property
     def image_spec(self) -> dict | None:
         """The world-CLIP image tower's spec, equal to `world-clip-*`'s, so the corpus is encoded once."""
         return self._image_spec
-
-    def encode_images(self, images: Sequence[Any], batch_size: int | None = None) -> np.ndarray:
-        return encode_in_batches(list(images), self.encoder.encode_image_batch, batch_size or self.batch_size,
-                                 self.dim, f"{self.name}: images", self.progress)
 
     def encode_queries(self, queries: Sequence[ComposedQuery], batch_size: int | None = None) -> np.ndarray:
         from cir_demo.models.world_cir import combine_numpy

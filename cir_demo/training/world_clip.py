@@ -214,6 +214,48 @@ def aux_attribute_loss(heads, emb, targets, weights, scale: float):
 
 
 # --------------------------------------------------------------------------- training
+def _caption_tokens(train, tokenizer, n_pixel_rows: int):
+    """(token ids (n, captions per image, L), caption ids (n, captions per image)) of every train image."""
+    import torch
+
+    from cir_demo.training.data import caption_data
+
+    data = caption_data(train)
+    n = len(data.image_ids)
+    if n_pixel_rows != n:
+        raise ValueError(f"world-CLIP training: {n_pixel_rows} pixel rows for {n} train images")
+    flat_caps = [c for caps in data.captions for c in caps]
+    per_image = len(data.captions[0])
+    if any(len(c) != per_image for c in data.captions):
+        raise ValueError("world-CLIP training: every train image needs the same number of captions")
+    return tokenizer(flat_caps).view(n, per_image, -1), torch.tensor(data.caption_ids, dtype=torch.long)
+
+
+def _aux_supervision(train, cfg: WorldClipConfig, n: int):
+    """(heads, targets, weights) of the auxiliary attribute loss from the train-split scene graphs (heads
+    discarded at save); (None, None, None) when `cfg.aux_weight` is 0."""
+    import torch
+
+    if cfg.aux_weight <= 0:
+        return None, None, None
+    codes, sizes = attribute_targets(train.scenes)
+    if codes.shape[0] != n:
+        raise ValueError(f"world-CLIP training: {codes.shape[0]} train scenes for {n} train images")
+    return build_aux_heads(cfg.embed_dim, sizes), torch.from_numpy(codes), attribute_weights(AUX_FIELDS, cfg.aux_identity_weight)
+
+
+def _optimizer(model, heads, cfg: WorldClipConfig):
+    """AdamW with weight decay on the matrices only (not embeddings, biases, norms or the aux heads)."""
+    import torch
+
+    decay = [p for nm, p in model.named_parameters() if p.ndim >= 2 and "embedding" not in nm]
+    no_decay = [p for nm, p in model.named_parameters() if not (p.ndim >= 2 and "embedding" not in nm)]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if heads is not None:
+        groups.append({"params": list(heads.parameters()), "weight_decay": 0.0})
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6)
+
+
 def train_world_clip(train, pixels: np.ndarray, out_dir: Path, cfg: WorldClipConfig,
                      model_name: str = MODEL_NAME, tokenizer_ref: str | None = None, progress: bool = True):
     """Train world-CLIP on `train` (TrainSplit) with `pixels` (uint8, rows = train.image_ids).
@@ -225,7 +267,6 @@ def train_world_clip(train, pixels: np.ndarray, out_dir: Path, cfg: WorldClipCon
     import torch
 
     from cir_demo.models.preprocess import normalize_pixels
-    from cir_demo.training.data import caption_data
 
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
@@ -234,33 +275,13 @@ def train_world_clip(train, pixels: np.ndarray, out_dir: Path, cfg: WorldClipCon
     vocab_size = build_tokenizer(world_texts(train), tok_dir)
     arch = model_config(cfg, vocab_size, tokenizer_ref or str(tok_dir.resolve()))
     model, tokenizer = create_model(model_name, arch)
-
-    data = caption_data(train)
-    n = len(data.image_ids)
-    if pixels.shape[0] != n:
-        raise ValueError(f"world-CLIP training: {pixels.shape[0]} pixel rows for {n} train images")
-    flat_caps = [c for caps in data.captions for c in caps]
-    per_image = len(data.captions[0])
-    if any(len(c) != per_image for c in data.captions):
-        raise ValueError("world-CLIP training: every train image needs the same number of captions")
-    all_tokens = tokenizer(flat_caps).view(n, per_image, -1)
-    all_cids = torch.tensor(data.caption_ids, dtype=torch.long)
+    all_tokens, all_cids = _caption_tokens(train, tokenizer, pixels.shape[0])
+    n, per_image = all_tokens.shape[:2]
 
     steps_per_epoch = max(1, n // cfg.batch_size)
     total, it = step_plan(steps_per_epoch, cfg.epochs, cfg.max_steps, "train world-CLIP", progress)
-    decay = [p for nm, p in model.named_parameters() if p.ndim >= 2 and "embedding" not in nm]
-    no_decay = [p for nm, p in model.named_parameters() if not (p.ndim >= 2 and "embedding" not in nm)]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    heads = None
-    if cfg.aux_weight > 0:  # train-split scene graphs -> auxiliary attribute targets (heads discarded at save)
-        codes, sizes = attribute_targets(train.scenes)
-        if codes.shape[0] != n:
-            raise ValueError(f"world-CLIP training: {codes.shape[0]} train scenes for {n} train images")
-        aux_targets = torch.from_numpy(codes)
-        aux_w = attribute_weights(AUX_FIELDS, cfg.aux_identity_weight)
-        heads = build_aux_heads(cfg.embed_dim, sizes)
-        groups.append({"params": list(heads.parameters()), "weight_decay": 0.0})
-    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6)
+    heads, aux_targets, aux_w = _aux_supervision(train, cfg, n)
+    opt = _optimizer(model, heads, cfg)
     model.train()
     t0 = time.time()
     order = rng.permutation(n)

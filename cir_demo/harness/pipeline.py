@@ -115,9 +115,9 @@ def run_benchmark(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     if getattr(args, "dry_run", False):
-        from cir_demo.preflight.dry_run import world_not_generated_note
+        from cir_demo.preflight.dry_run import not_generated_note
 
-        note = world_not_generated_note(args)
+        note = not_generated_note(args)
         if note:
             print(note)
             return 0

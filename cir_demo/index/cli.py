@@ -97,9 +97,9 @@ def _build(args: argparse.Namespace) -> int:
         ctx = distributed_context()
         device = device or ctx.device
     if args.dry_run:
-        from cir_demo.preflight.dry_run import world_not_generated_note
+        from cir_demo.preflight.dry_run import not_generated_note
 
-        note = world_not_generated_note(args)
+        note = not_generated_note(args)
         if note:
             print(note)
             return 0

@@ -46,10 +46,9 @@ def register_backend(name: str, target: str) -> None:
 
 def backend_class(name: str) -> type[Reranker]:
     """The class registered as backend `name` (UnknownNameError with "did you mean" otherwise)."""
-    from cir_demo.utils.names import lookup
+    from cir_demo.utils.names import lookup, resolve_ref
 
-    module_name, class_name = lookup("reranker backend", name, BACKENDS).split(":")
-    return getattr(importlib.import_module(module_name), class_name)
+    return resolve_ref(lookup("reranker backend", name, BACKENDS), f"reranker backend {name!r}")
 
 
 def load_reranker(name_or_backend: str, **kw) -> Reranker:

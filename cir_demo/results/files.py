@@ -168,6 +168,13 @@ def parse_results(path: str | Path, fmt: str | None = None, default: str = "pinp
     return READERS[fmt].read(path, entries, spec)
 
 
+def official_format(benchmark: Benchmark) -> str:
+    """The results format the benchmark's official evaluator reads (its metric family says)."""
+    from cir_demo.benchmarks.families import metric_family
+
+    return metric_family(benchmark.metric_family).results_format
+
+
 def read_results(path: str | Path, benchmark: Benchmark, fmt: str | None = None) -> ResultsFile:
     """Parse a results file (format detected unless `fmt` names it) against `benchmark`.
 
@@ -175,7 +182,7 @@ def read_results(path: str | Path, benchmark: Benchmark, fmt: str | None = None)
     line and the field.
     """
     path = Path(path)
-    parsed = parse_results(path, fmt, default="circo" if benchmark.metric_family == "circo" else "pinpoint")
+    parsed = parse_results(path, fmt, default=official_format(benchmark))
 
     key_to_qid = {benchmark.results_key(q.query_id): q.query_id for q in benchmark.queries}
     # accept our own query ids as keys too (e.g. "query_00001" or world ids)
@@ -224,7 +231,7 @@ def write_results(
     rank r of n gets n - r, so every reader recovers the same order. (Ties in
     given scores are re-ordered by the trec_eval rule when read back.)
     """
-    fmt = fmt or ("circo" if benchmark.metric_family == "circo" else "pinpoint")
+    fmt = fmt or official_format(benchmark)
     if fmt not in READERS:
         raise ValueError(f"parameter fmt: unknown results format {fmt!r}; choose from {', '.join(FORMATS)}")
     rows: list[tuple[str, list[str], list[float] | None]] = []

@@ -313,3 +313,13 @@ def test_dry_run_and_eval_on_the_registered_modules(toy, capsys):
     assert "## Toy first hits" in report and "Linguistic sensitivity" not in report
     assert "| toy-projection | " in report.split("## Reranking (top 24)")[1]  # the generic reranking section
     assert list(pd.read_csv(out / "metrics.csv").columns[:3]) == OFFICIAL_COLUMNS
+
+
+def test_a_family_module_must_declare_what_it_needs(monkeypatch):
+    """A family row pointing at a module without `weights` is refused when a config names it, naming
+    what is missing (no family silently reports "nothing to fetch")."""
+    from cir_demo.retrievers import registry as retrievers
+
+    monkeypatch.setitem(retrievers.FAMILIES, "no_needs", "cir_demo.retrievers.recipes")
+    with pytest.raises(retrievers.ConfigError, match=r"cir_demo.retrievers.recipes does not define PARAMS, load, weights"):
+        retrievers.validate_config({"name": "x", "family": "no_needs"}, "test")

@@ -13,6 +13,11 @@ def fits(value) -> bool:
     return isinstance(value, list)
 
 
+def entry(ids: list[str], scores: list[float] | None) -> list[str]:
+    """What a written file holds for one query (the format has no scores)."""
+    return ids
+
+
 def read(path: Path, entries: dict, spec) -> ParsedResults:
     issues = Issues(path)
     out: list[Entry] = []

@@ -14,6 +14,10 @@ list and a `_spec` key; keys starting with `_` are metadata everywhere.
 Detection: a file that parses as JSON is classified by its first query entry;
 otherwise it is a TREC run when its first line has the six TREC fields. A file
 that fits none gets one error naming the formats tried and its first entry.
+
+A format is one module (NAME, SHAPE, `fits`/`read` or `fits_line`/`read_text`, and for writing
+`entry(ids, scores)`, one query's JSON value, or `render(rows)`, a text file) plus its row in
+JSON_READERS or READERS below; a metric family names the one its official evaluator reads.
 """
 from __future__ import annotations
 
@@ -241,28 +245,15 @@ def write_results(
         s = scores.get(q.query_id) if scores is not None else None
         rows.append((benchmark.results_key(q.query_id), list(run[q.query_id]),
                      [float(x) for x in s] if s is not None else None))
-    if fmt == trec.NAME:
-        tag = "cir_demo"
-        lines = []
-        for key, ids, s in rows:
-            s = s if s is not None else [float(len(ids) - r) for r in range(len(ids))]
-            lines += [f"{key} Q0 {i} {r} {v:.6g} {tag}" for r, (i, v) in enumerate(zip(ids, s), start=1)]
-        write_text_atomic(path, "\n".join(lines) + ("\n" if lines else ""))
+    writer = READERS[fmt]  # each format's module writes its own shape: `render(rows)` or one JSON `entry` per query
+    if hasattr(writer, "render"):
+        write_text_atomic(path, writer.render(rows))
         return Path(path)
     out: dict[str, Any] = {}
     if spec is not None:
         out["_spec"] = dict(spec)
     for key, ids, s in rows:
-        if fmt == circo.NAME:
-            out[key] = ids
-        elif fmt == run_dict.NAME:
-            s = s if s is not None else [float(len(ids) - r) for r in range(len(ids))]
-            out[key] = dict(zip(ids, s))
-        else:
-            entry: dict[str, Any] = {"retrieved_items": ids}
-            if s is not None:
-                entry["scores"] = [round(v, 6) for v in s]
-            out[key] = entry
+        out[key] = writer.entry(ids, s)
     write_json_atomic(path, out, indent=None)
     return Path(path)
 

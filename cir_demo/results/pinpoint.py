@@ -18,6 +18,14 @@ def fits(value) -> bool:
     return isinstance(value, dict) and "retrieved_items" in value
 
 
+def entry(ids: list[str], scores: list[float] | None) -> dict:
+    """What a written file holds for one query: the ranking, and our scores (6 decimals) when given."""
+    out: dict = {"retrieved_items": ids}
+    if scores is not None:
+        out["scores"] = [round(v, 6) for v in scores]
+    return out
+
+
 def read(path: Path, entries: dict, spec) -> ParsedResults:
     issues = Issues(path)
     out: list[Entry] = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cir_demo.results.parsed import Entry, Issues, ParsedResults, is_number, short, trec_order
+from cir_demo.results.parsed import Entry, Issues, ParsedResults, is_number, rank_scores, short, trec_order
 
 NAME = "run-dict"
 SHAPE = '{"<query>": {"<image>": <score>, ...}}'
@@ -17,6 +17,11 @@ SHAPE = '{"<query>": {"<image>": <score>, ...}}'
 
 def fits(value) -> bool:
     return isinstance(value, dict) and "retrieved_items" not in value and all(is_number(s) for s in value.values())
+
+
+def entry(ids: list[str], scores: list[float] | None) -> dict:
+    """What a written file holds for one query; without scores, rank r of n gets n - r (same order back)."""
+    return dict(zip(ids, scores if scores is not None else rank_scores(len(ids))))
 
 
 def read(path: Path, entries: dict, spec) -> ParsedResults:

@@ -17,7 +17,7 @@ that fits none gets one error naming the formats tried and its first entry.
 
 A format is one module (NAME, SHAPE, `fits`/`read` or `fits_line`/`read_text`, and for writing
 `entry(ids, scores)`, one query's JSON value, or `render(rows)`, a text file) plus its row in
-JSON_READERS or READERS below; a metric family names the one its official evaluator reads.
+JSON_READERS or TEXT_READERS below; a metric family names the one its official evaluator reads.
 """
 from __future__ import annotations
 
@@ -33,7 +33,9 @@ from cir_demo.utils.io import write_json_atomic, write_text_atomic
 
 # Detection order for JSON files: the first whose `fits` accepts the first entry wins.
 JSON_READERS = (pinpoint, circo, run_dict)
-READERS = {m.NAME: m for m in (*JSON_READERS, trec)}
+# Line formats, tried in this order (their `fits_line` on the first line) when a file is not JSON.
+TEXT_READERS = (trec,)
+READERS = {m.NAME: m for m in (*JSON_READERS, *TEXT_READERS)}
 FORMATS = tuple(READERS)
 FORMAT_CHOICES = ("auto", *FORMATS)  # what --results-format accepts
 ResultsFormat = str
@@ -137,8 +139,8 @@ def parse_results(path: str | Path, fmt: str | None = None, default: str = "pinp
     except UnicodeDecodeError as exc:
         raise fail(path, None, None, f"not UTF-8 text: {exc}") from None
 
-    if fmt == trec.NAME:
-        return trec.read_text(path, text)
+    if fmt is not None and hasattr(READERS[fmt], "read_text"):
+        return READERS[fmt].read_text(path, text)
     try:
         raw = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except _DuplicateKey as exc:
@@ -148,8 +150,9 @@ def parse_results(path: str | Path, fmt: str | None = None, default: str = "pinp
         if fmt is not None:
             raise fail(path, None, None, f"not valid JSON ({fmt} format): {exc}") from None
         first = _first_line(text)
-        if first is not None and trec.fits_line(first[1]):
-            return trec.read_text(path, text)
+        reader = next((m for m in TEXT_READERS if first is not None and m.fits_line(first[1])), None)
+        if reader is not None:
+            return reader.read_text(path, text)
         if first is None:
             raise fail(path, None, None, "the results file is empty") from None
         raise _no_format(path, f"line {first[0]}", f"{short(first[1])} (not valid JSON: {exc})") from None

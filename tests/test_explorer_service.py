@@ -9,7 +9,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("open_clip")
 
-from cir_demo.explorer import (WORLD_UPLOAD_NOTE, ServiceError, filter_queries, filter_value, query_metrics,  # noqa: E402
+from cir_demo.benchmarks.registry import get_spec  # noqa: E402
+from cir_demo.explorer import (ServiceError, filter_queries, filter_value, query_metrics,  # noqa: E402
                                validate_upload)
 from cir_demo.explorer.config import NO_VALUE  # noqa: E402
 from cir_demo.testing.explorer import VERIFIER, build_tiny_service  # noqa: E402
@@ -164,7 +165,7 @@ def test_uploaded_world_image_ranks_like_the_benchmark_query(service, tmp_path):
     for a, b in zip(got.columns, expected.columns):
         assert [t.image_id for t in a.tiles] == [t.image_id for t in b.tiles]
         assert all(t.judgment is None for t in a.tiles) and a.metrics == {}
-    assert not got.judged and WORLD_UPLOAD_NOTE in got.notes
+    assert not got.judged and get_spec("world").upload_note in got.notes
     reranked = service.search_uploads([upload], query.instruction, service.retriever_names[:1], k=10, rerank=True, top_n=10)
     assert all(t.p_yes is not None for t in reranked.columns[0].tiles)
     with pytest.raises(ServiceError, match="instruction"):

@@ -11,6 +11,18 @@ from cir_demo.index.manifest import read_manifest
 from cir_demo.testing.tiny_index import TinyConvRetriever, tiny_benchmark
 
 
+# this module is the "tiny" retriever family the pre-checks ask (a seeded random model: nothing to fetch)
+PARAMS: dict = {}
+
+
+def weights(config: dict) -> list:
+    return []
+
+
+def load(config: dict, device: str, **_) -> TinyConvRetriever:
+    return TinyConvRetriever(seed=0, name=config["name"])
+
+
 def run_cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
@@ -36,6 +48,7 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setattr(index_run, "_load_benchmark", load_benchmark)
     monkeypatch.setattr(registry, "load_retriever", load_retriever)
     monkeypatch.setattr(registry, "get_config", lambda name: {"name": name, "family": "tiny"})  # for the pre-checks
+    monkeypatch.setitem(registry.FAMILIES, "tiny", __name__)
     state["root"] = tmp_path / "indexes"
     return state
 

@@ -124,7 +124,7 @@ def test_upload_note_escapes_benchmark_name():
     from types import SimpleNamespace
 
     for payload in PAYLOADS:
-        stub = SimpleNamespace(is_world=False, benchmark=SimpleNamespace(name=payload, corpus_ids=["a", "b"]))
+        stub = SimpleNamespace(upload_note="", benchmark=SimpleNamespace(name=payload, corpus_ids=["a", "b"]))
         assert_inert_markdown(upload.upload_note(stub), "upload note")
 
 

@@ -18,9 +18,12 @@ LOADER_ARGS = {
 def add_benchmark_arguments(p: argparse.ArgumentParser, default: str | None = "world", required: bool = False,
                             limit: bool = True, benchmark_help: str | None = None) -> argparse._ArgumentGroup:
     """Add the "benchmark" argument group to `p` and return it."""
+    from cir_demo.benchmarks.registry import BENCHMARKS
+
+    *first, last = BENCHMARKS
     g = p.add_argument_group("benchmark")
     g.add_argument("--benchmark", default=None if required else default, required=required,
-                   help=benchmark_help or ("world, pinpoint, edir, circo or jsonl"
+                   help=benchmark_help or (", ".join(first) + f" or {last}"
                                            + (f" (default: {default})" if default and not required else "")))
     g.add_argument("--annotations", help="PinPoint parquet or CIRCO annotations/val.json")
     g.add_argument("--corpus-ids", help="corpus id list (PinPoint index_signatures.txt; optional for CIRCO)")

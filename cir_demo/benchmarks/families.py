@@ -1,19 +1,32 @@
-"""Metric families: how the runs of a benchmark are scored, summarised and shown.
+"""Metric families: how the runs of a benchmark are scored, summarised, reported and written.
 
 A benchmark names its family (`Benchmark.metric_family`); the family names the metrics module
 whose `per_query` and `aggregate` reproduce the official evaluator (imported only when scoring,
 so this table stays plain data), the official CSV columns, the headline metrics that get
-confidence intervals, and the per-query metrics the app shows under each ranking.
+confidence intervals, the per-query metrics the app shows under each ranking, the results-file
+format its official evaluator reads, and the plots and report sections only it has.
+
+A new family is its metrics module plus one row of `FAMILIES`; the harness, the results files
+and the app ask the row, never the family's name. Plots and report sections are
+"package.module:function" references, imported when a report is written:
+
+    plot(benchmark, evaluations, out_dir) -> {file name: path}   (PNG files written into out_dir)
+    section(benchmark, evaluations, table) -> str               (markdown, "" to leave it out)
+    rerank_section(benchmark, pairs, top_n, reranker_spec, n_boot, seed) -> str
+                                        (markdown; pairs: (first stage, reranked) RunEvaluations)
+
+where `evaluations` are the runs' `harness.evaluate.RunEvaluation`s and `table` is metrics.csv's
+frame. Sections go after the official and extra columns; plots before the breakdown plots.
 """
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
-from cir_demo.utils.names import lookup
+from cir_demo.utils.names import lookup, resolve_ref
 
-MetricFamilyName = Literal["pinpoint", "circo", "edir"]
+MetricFamilyName = str  # a key of FAMILIES
 
 
 @dataclass(frozen=True)
@@ -28,12 +41,31 @@ class MetricFamily:
     primary: str  # per-query column used for paired comparisons and sorting
     shown: tuple[str, ...]  # per-query columns the app shows for one ranking
     shown_kwargs: Mapping[str, Any] = field(default_factory=dict)  # per_query arguments enough for `shown`
+    # results-file format written by default and assumed for an empty file (a cir_demo.results format)
+    results_format: str = "pinpoint"
+    summary: tuple[str, ...] = ()  # aggregates `--eval` prints when done (empty: the headline aggregates)
+    plots: tuple[str, ...] = ()  # "module:function" plot makers only this family has (see above)
+    report_sections: tuple[str, ...] = ()  # "module:function" report sections only this family has
+    # "module:function" writing the reranking section of the report (see above)
+    rerank_section: str = "cir_demo.harness.pipeline:rerank_section"
 
     def metrics_module(self):
         return importlib.import_module(self.module)
 
     def official(self) -> list[str]:
         return list(getattr(self.metrics_module(), self.official_columns))
+
+    def summary_columns(self) -> list[str]:
+        return list(self.summary or self.headline.values())
+
+    def plot_makers(self) -> list:
+        return [resolve_ref(ref, f"metric family {self.name!r} plot") for ref in self.plots]
+
+    def rerank_section_maker(self):
+        return resolve_ref(self.rerank_section, f"metric family {self.name!r} reranking section")
+
+    def section_makers(self) -> list:
+        return [resolve_ref(ref, f"metric family {self.name!r} report section") for ref in self.report_sections]
 
 
 FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
@@ -51,6 +83,10 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         primary="AP@10",
         shown=("AP@10", "precision@10", "NegRecall@10"),
         shown_kwargs={"ks": (10,)},
+        summary=("mAP@10", "precision@10", "NegRecall@10", "ling_sens_paraphrase_range"),
+        plots=("cir_demo.harness.plots:precision_vs_safety", "cir_demo.harness.plots:paraphrase_sensitivity"),
+        report_sections=("cir_demo.harness.report:linguistic_sensitivity",),
+        rerank_section="cir_demo.harness.pipeline:pinpoint_rerank_section",
     ),
     MetricFamily(
         name="circo",
@@ -59,6 +95,7 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         headline={"AP@5": "mAP@5", "AP@10": "mAP@10", "AP@25": "mAP@25", "AP@50": "mAP@50", "Recall@10": "Recall@10"},
         primary="AP@10",
         shown=("AP@10", "AP@25", "Recall@10"),
+        results_format="circo",
     ),
     MetricFamily(
         name="edir",

@@ -9,17 +9,28 @@ unknown names get a "did you mean", missing required arguments a clear error.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from cir_demo.benchmarks.families import FAMILIES, MetricFamily
 from cir_demo.benchmarks.schema import Benchmark
-from cir_demo.utils.names import UnknownNameError, lookup
+from cir_demo.utils.names import UnknownNameError, lookup, resolve_ref
+
+
+@dataclass(frozen=True)
+class GeneratedData:
+    """Data a benchmark's loader generates when it is not on disk yet (the offline world)."""
+
+    what: str  # for people: "the offline world"
+    on_disk: str  # "module:function"(**loader arguments) -> bool: there already (checks, never generates)
+    command: str  # the command that generates it ahead of a run
+    seconds: str  # how long generating takes, for people: "about 5 s"
 
 
 @dataclass(frozen=True)
 class BenchmarkSpec:
+    """One row of BENCHMARKS: everything the CLI, the doctor, `--eval` and the app know about a benchmark."""
+
     name: str
     description: str
     metric_family: str  # a key of benchmarks.families.FAMILIES, or "from manifest"
@@ -32,6 +43,12 @@ class BenchmarkSpec:
     app_columns: tuple[str, ...] = ()
     # reranker backend used when none is named (when registered); "+rerank" names its runs
     default_reranker: str | None = None
+    generated: GeneratedData | None = None  # data generated on first load instead of read from disk
+    # the app's note when none of app_columns is registered ("{columns}" lists them); "" for the generic one
+    no_models_hint: str = ""
+    # shown above the app's upload tab and with every result on uploaded images ("" for none)
+    upload_heading: str = ""
+    upload_note: str = ""
 
     @property
     def arguments(self) -> tuple[str, ...]:
@@ -54,7 +71,19 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
                       default_retrievers=("world-clip-image", "world-clip-text", "world-clip-fusion", "world-clip-slerp",
                                           "world-cir"),
                       app_columns=("world-cir", "world-clip-fusion", "world-clip-image", "world-clip-text"),
-                      default_reranker="world-verifier"),
+                      default_reranker="world-verifier",
+                      generated=GeneratedData("the offline world", "cir_demo.world.loader:world_on_disk",
+                                              "python -m cir_demo world generate", "about 5 s"),
+                      no_models_hint=("none of the world models ({columns}) is registered yet; train them "
+                                      "(`python -m cir_demo train ...`, see docs/world_models.md) or start with "
+                                      "--retrievers NAME,..."),
+                      upload_heading="Your own images on the offline world.",
+                      upload_note=(
+                          "The offline world's models were trained only on the world's rendered scenes (flat, "
+                          "sketch and photo-style drawings of clothes, home objects and accessories). They do not "
+                          "understand real photos: with your own images expect results that look arbitrary. Upload "
+                          "world images (for example reference images saved from the Explore tab) to see them "
+                          "work.")),
         BenchmarkSpec("pinpoint", "PinPoint: pinpoint_licensed.parquet + index_signatures.txt", "pinpoint",
                       "cir_demo.benchmarks.pinpoint:load_pinpoint", required=("annotations",),
                       optional=("corpus_ids", "image_dir", "cache_dir", "online")),
@@ -82,12 +111,7 @@ def get_spec(name: str) -> BenchmarkSpec:
 
 
 def resolve_loader(spec: BenchmarkSpec) -> Callable[..., Benchmark]:
-    module_name, _, func_name = spec.loader.partition(":")
-    module = importlib.import_module(module_name)
-    try:
-        return getattr(module, func_name)
-    except AttributeError:
-        raise ImportError(f"benchmark {spec.name!r}: {module_name} has no {func_name}") from None
+    return resolve_ref(spec.loader, f"benchmark {spec.name!r}")
 
 
 def check_arguments(spec: BenchmarkSpec, kwargs: dict[str, Any]) -> None:
@@ -125,3 +149,13 @@ def declared_defaults(name: str) -> BenchmarkSpec | None:
     """The declaration of benchmark `name` (for its defaults), or None for a name not declared here
     (e.g. a JSONL benchmark's own name): such a benchmark has no default retrievers or reranker."""
     return BENCHMARKS.get(name)
+
+
+def pending_generation(name: str, kwargs: dict[str, Any]) -> GeneratedData | None:
+    """What loading benchmark `name` with `kwargs` would generate first (None: nothing, its data is
+    there or it reads files). Checks only; generates nothing."""
+    spec = declared_defaults(name)
+    if spec is None or spec.generated is None:
+        return None
+    on_disk = resolve_ref(spec.generated.on_disk, f"benchmark {name!r} generated data")
+    return None if on_disk(**{k: v for k, v in kwargs.items() if k in spec.arguments}) else spec.generated

@@ -20,7 +20,7 @@ metrics of a shown ranking), `images` (thumbnail and pixel stores, the warmer pr
 folders and reports), `service` (`ExplorerService`), `loader` (building it, in the background).
 """
 from cir_demo.explorer.config import (FILTER_FIELDS, MAX_COLUMNS, MAX_QUERY_ROWS, MODALITY_LABELS, NO_VALUE,
-                                      REFERENCE_PX, SEARCH_K, SORTS, TILE_PX, WORLD_UPLOAD_NOTE,
+                                      REFERENCE_PX, SEARCH_K, SORTS, TILE_PX,
                                       ServiceConfig, ServiceError, UploadError,
                                       default_retrievers, resolve_reranker, retriever_modality)
 from cir_demo.explorer.failures import failure_scores, negatives_in_top10, sort_queries
@@ -37,7 +37,7 @@ from cir_demo.explorer.views import (Column, Comparison, Paraphrase, QueryList, 
 
 __all__ = [
     "FILTER_FIELDS", "MAX_COLUMNS", "MAX_QUERY_ROWS", "MODALITY_LABELS", "NO_VALUE", "REFERENCE_PX",
-    "SEARCH_K", "SORTS", "TILE_PX", "WORLD_UPLOAD_NOTE",
+    "SEARCH_K", "SORTS", "TILE_PX",
     "ServiceConfig", "ServiceError", "UploadError", "default_retrievers", "resolve_reranker", "retriever_modality",
     "failure_scores", "negatives_in_top10", "sort_queries",
     "PixelCachedStore", "ThumbnailStore", "encode_jpeg_data_uri", "start_image_warmer", "warm_images", "warm_thumbnails",

@@ -39,14 +39,6 @@ SORTS = {
     "shortcut": "Modality shortcut (image-only or text-only beats composed)",
 }
 
-WORLD_UPLOAD_NOTE = (
-    "The offline world's models were trained only on the world's rendered scenes (flat, sketch and "
-    "photo-style drawings of clothes, home objects and accessories). They do not understand real "
-    "photos: with your own images expect results that look arbitrary. Upload world images (for "
-    "example reference images saved from the Explore tab) to see them work."
-)
-
-
 class ServiceError(Exception):
     """A request the service cannot answer as asked; the message is written for the user."""
 

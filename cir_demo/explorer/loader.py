@@ -173,8 +173,9 @@ def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s
     from cir_demo.rerank import BACKENDS
     from cir_demo.retrievers.registry import list_retrievers
 
-    stage(f"loading benchmark {config.benchmark!r}" + (" (the offline world is generated on first use)"
-                                                         if config.benchmark == "world" else ""))
+    generated = getattr(declared_defaults(config.benchmark), "generated", None)
+    stage(f"loading benchmark {config.benchmark!r}" + (f" ({generated.what} is generated on first use)"
+                                                         if generated else ""))
     bench = load_benchmark(config.benchmark, **dict(config.benchmark_kwargs))
     if config.limit_groups:
         bench = bench.limit(config.limit_groups)
@@ -183,10 +184,9 @@ def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s
     notes = []
     spec = declared_defaults(bench.name)
     if not names:
+        hint = spec.no_models_hint if spec else ""
         notes.append("No retrievers: " + (
-            "none of the world models (" + ", ".join(spec.app_columns) + ") is registered yet; train them "
-            "(`python -m cir_demo train ...`, see docs/world_models.md) or start with --retrievers NAME,..."
-            if bench.name == "world" else "start the app with --retrievers NAME,... "
+            hint.format(columns=", ".join(spec.app_columns)) if hint else "start the app with --retrievers NAME,... "
             "(`python -m cir_demo retrievers list` shows them)"))
     reranker, rr_note = resolve_reranker(bench.name, config.reranker, BACKENDS)
     stage("loading retrieval libraries")

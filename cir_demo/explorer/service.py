@@ -11,10 +11,10 @@ from typing import Callable, Mapping, Sequence
 import pandas as pd
 
 from cir_demo.benchmarks.families import metric_family
-from cir_demo.benchmarks.registry import RERANK_SUFFIX
+from cir_demo.benchmarks.registry import RERANK_SUFFIX, declared_defaults
 from cir_demo.benchmarks.schema import Benchmark, Query
 from cir_demo.explorer.config import (FILTER_FIELDS, MAX_COLUMNS, MAX_QUERY_ROWS, NO_VALUE, REFERENCE_PX,
-                                     SEARCH_K, SORTS, TILE_PX, WORLD_UPLOAD_NOTE, ServiceConfig, ServiceError, retriever_modality)
+                                     SEARCH_K, SORTS, TILE_PX, ServiceConfig, ServiceError, retriever_modality)
 from cir_demo.explorer.failures import failure_scores, sort_queries
 from cir_demo.explorer.images import ThumbnailStore, encode_jpeg_data_uri, thumbnail_db_path
 from cir_demo.explorer.queries import filter_choices, filter_queries, filter_value, query_table
@@ -58,8 +58,15 @@ class ExplorerService:
 
     # ------------------------------------------------------------------ facts
     @property
-    def is_world(self) -> bool:
-        return self.benchmark.name == "world"
+    def upload_heading(self) -> str:
+        """What uploading one's own images means on this benchmark, as its declaration says ("" for nothing)."""
+        spec = declared_defaults(self.benchmark.name)
+        return spec.upload_heading if spec else ""
+
+    @property
+    def upload_note(self) -> str:
+        spec = declared_defaults(self.benchmark.name)
+        return spec.upload_note if spec else ""
 
     @property
     def fingerprint(self) -> str:
@@ -249,8 +256,8 @@ class ExplorerService:
             self._prescore(cq, searched, top_n)
         columns = [self._column(n, searched[n], cq, None, k, rerank, top_n) for n in names]
         notes = [f"{v.name}: {n}" for v in images for n in v.notes]
-        if self.is_world:
-            notes.insert(0, WORLD_UPLOAD_NOTE)
+        if self.upload_note:
+            notes.insert(0, self.upload_note)
         labels = [f"Reference image {i + 1} ({v.name})" if len(images) > 1 else f"Reference image ({v.name})"
                   for i, v in enumerate(images)]
         return Comparison(cq.text, [encode_jpeg_data_uri(v.image, REFERENCE_PX, 90) for v in images], labels, columns, k,

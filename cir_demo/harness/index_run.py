@@ -16,10 +16,10 @@ def _load_benchmark(args: argparse.Namespace, name: str | None = None):
 
 def _dry_run(args: argparse.Namespace, device: str | None) -> int:
     """What the build would download and encode, and how long it would take here; creates nothing."""
-    from cir_demo.preflight.dry_run import dry_run, world_not_generated_note
+    from cir_demo.preflight.dry_run import dry_run, not_generated_note
     from cir_demo.preflight.run import model_lines
 
-    note = world_not_generated_note(args)
+    note = not_generated_note(args)
     if note:
         print(note)
         return 0

@@ -14,16 +14,49 @@ from typing import Sequence
 
 import pandas as pd
 
+from cir_demo.benchmarks.families import metric_family
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
 from cir_demo.harness.evaluate import RunEvaluation, evaluate_run
 from cir_demo.preflight.request import default_reranker, retriever_names
 
 
-def rerank_section(pairs: Sequence[tuple[RunEvaluation, RunEvaluation]], top_n: int, spec: dict,
-                   n_boot: int = 1000, seed: int = 0) -> str:
-    """Markdown: what the reranker changed, per retriever."""
+def _paired_change(base: RunEvaluation, rr: RunEvaluation, col: str, n_boot: int, seed: int):
+    """(first stage, reranked, per-query change, "gain [95% CI]") of per-query column `col` on the shared queries."""
     from cir_demo.metrics.bootstrap import paired_bootstrap
 
+    a = base.per_query.set_index("query_id")[col]
+    b = rr.per_query.set_index("query_id")[col].reindex(a.index)
+    delta = (b - a).dropna()
+    gain = "n/a"
+    if len(delta) and n_boot > 0:
+        groups = base.per_query.set_index("query_id")["group_id"].reindex(delta.index).to_numpy()
+        res = paired_bootstrap(a.reindex(delta.index).to_numpy(float), b.reindex(delta.index).to_numpy(float),
+                               groups, n_boot=n_boot, seed=seed)
+        gain = f"{res['diff']:+.4f} [{res['lo']:+.4f}, {res['hi']:+.4f}]"
+    return a, b, delta, gain
+
+
+def rerank_section(benchmark, pairs: Sequence[tuple[RunEvaluation, RunEvaluation]], top_n: int, spec: dict,
+                   n_boot: int = 1000, seed: int = 0) -> str:
+    """Markdown, for any metric family: its primary metric before and after reranking, per retriever."""
+    fam = metric_family(benchmark.metric_family)
+    col, agg = fam.primary, fam.headline.get(fam.primary, fam.primary)
+    lines = [f"## Reranking (top {top_n})", "",
+             f"Reranker: `{spec.get('backend', spec.get('name', '?'))}`; its full spec is in `run_info.json`. "
+             f"Helped/hurt count queries whose {col} rose/fell. {agg} gain: reranked minus first stage with its "
+             "95% CI from a paired bootstrap over paraphrase groups.", "",
+             f"| retriever | {agg} | {agg} reranked | {agg} gain [95% CI] | helped | hurt |", "|---|---|---|---|---|---|"]
+    for base, rr in pairs:
+        _, _, delta, gain = _paired_change(base, rr, col, n_boot, seed)
+        lines.append(f"| {base.name} | {base.metrics.get(agg, float('nan')):.4f} | {rr.metrics.get(agg, float('nan')):.4f} | "
+                     f"{gain} | {(delta > 0).sum()} | {(delta < 0).sum()} |")
+    return "\n".join(lines)
+
+
+def pinpoint_rerank_section(benchmark, pairs: Sequence[tuple[RunEvaluation, RunEvaluation]], top_n: int, spec: dict,
+                            n_boot: int = 1000, seed: int = 0) -> str:
+    """Markdown: what the reranker changed, per retriever, in the PinPoint paper's terms (precision, safety,
+    linguistic sensitivity)."""
     lines = [f"## Reranking (top {top_n})", "",
              f"Reranker: `{spec.get('backend', spec.get('name', '?'))}`; its full spec (with the exact prompt or "
              "input description) is in `run_info.json`. Helped/hurt count queries whose AP@10 rose/fell. "
@@ -36,16 +69,8 @@ def rerank_section(pairs: Sequence[tuple[RunEvaluation, RunEvaluation]], top_n: 
     worst: list[str] = []
     changes = {"mAP@10 rose": 0, "NegRecall@10 fell": 0, "linguistic sensitivity rose": 0}
     for base, rr in pairs:
-        a = base.per_query.set_index("query_id")["AP@10"]
-        b = rr.per_query.set_index("query_id")["AP@10"].reindex(a.index)
-        delta = (b - a).dropna()
+        a, b, delta, gain = _paired_change(base, rr, "AP@10", n_boot, seed)
         m0, m1 = base.metrics, rr.metrics
-        gain = "n/a"
-        if len(delta) and n_boot > 0:
-            groups = base.per_query.set_index("query_id")["group_id"].reindex(delta.index).to_numpy()
-            res = paired_bootstrap(a.reindex(delta.index).to_numpy(float), b.reindex(delta.index).to_numpy(float),
-                                   groups, n_boot=n_boot, seed=seed)
-            gain = f"{res['diff']:+.4f} [{res['lo']:+.4f}, {res['hi']:+.4f}]"
         ls0 = m0.get("ling_sens_paraphrase_range", float("nan"))
         ls1 = m1.get("ling_sens_paraphrase_range", float("nan"))
         lines.append(
@@ -81,9 +106,9 @@ def run_benchmark(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     if getattr(args, "dry_run", False):
-        from cir_demo.preflight.dry_run import world_not_generated_note
+        from cir_demo.preflight.dry_run import not_generated_note
 
-        note = world_not_generated_note(args)
+        note = not_generated_note(args)
         if note:
             print(note)
             return 0
@@ -150,8 +175,8 @@ def _run_into(args, bench, names, reranker_name, top_n, out: Path, final: Path, 
             pairs.append((base, reranked))
     engine.close()
 
-    sections = ([rerank_section(pairs, top_n, reranker_spec or {}, n_boot=args.n_boot, seed=args.bootstrap_seed)]
-                if pairs else [])
+    sections = ([metric_family(bench.metric_family).rerank_section_maker()(
+        bench, pairs, top_n, reranker_spec or {}, n_boot=args.n_boot, seed=args.bootstrap_seed)] if pairs else [])
     paths = write_outputs(bench, evaluations, out, n_boot=args.n_boot, seed=args.bootstrap_seed,
                           extra_sections=sections, plots=not args.no_plots)
     write_json_atomic(out / "run_info.json", {
@@ -166,7 +191,7 @@ def _run_into(args, bench, names, reranker_name, top_n, out: Path, final: Path, 
         "argv": sys.argv,
     })
     table = pd.read_csv(paths["metrics.csv"])
-    cols = [c for c in ("model", "mAP@10", "precision@10", "NegRecall@10", "ling_sens_paraphrase_range") if c in table]
+    cols = [c for c in ("model", *metric_family(bench.metric_family).summary_columns()) if c in table]
     print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     print(f"wrote {len(paths) + 1 + len(names) * (2 if reranker_name else 1)} files to {final} "
           f"in {time.perf_counter() - t0:.1f} s (report: {final / paths['report.md'].relative_to(out)})")

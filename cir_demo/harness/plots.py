@@ -8,7 +8,7 @@ import pandas as pd
 
 from cir_demo.benchmarks.schema import Benchmark
 from cir_demo.harness import charts
-from cir_demo.harness.evaluate import RunEvaluation
+from cir_demo.harness.evaluate import RunEvaluation, family_of
 
 BREAKDOWN_PLOTS = (
     ("is_single", "single_vs_two_image.png", "Single versus two-image queries"),
@@ -17,37 +17,47 @@ BREAKDOWN_PLOTS = (
 )
 
 
+def precision_vs_safety(benchmark: Benchmark, evaluations: Sequence[RunEvaluation], out_dir: Path) -> dict[str, Path]:
+    """The PinPoint paper's Figure 6: mAP@10 against NegRecall@10 per run; up-left is better."""
+    nan = float("nan")
+    points = {ev.name: (float(ev.metrics.get("NegRecall@10", nan)), float(ev.metrics.get("mAP@10", nan)))
+              for ev in evaluations}
+    return {"precision_vs_safety.png": charts.scatter_chart(
+        out_dir / "precision_vs_safety.png", points, f"Precision versus safety: {benchmark.name}",
+        "NegRecall@10 (explicit negatives in the top 10; lower is safer)", "mAP@10 (higher is better)")}
+
+
+def paraphrase_sensitivity(benchmark: Benchmark, evaluations: Sequence[RunEvaluation], out_dir: Path) -> dict[str, Path]:
+    """Per run: the paper's paraphrase sensitivity (within-intent AP@10 spread) beside the official one."""
+    nan = float("nan")
+    names = [ev.name for ev in evaluations]
+    return {"paraphrase_sensitivity.png": charts.bar_chart(
+        out_dir / "paraphrase_sensitivity.png", names,
+        {"AP@10 range over paraphrases of one intent":
+             [float(ev.metrics.get("ling_sens_paraphrase_range", nan)) for ev in evaluations],
+         "official ling_sens_range (P@10, by reference image)":
+             [float(ev.metrics.get("ling_sens_range", nan)) for ev in evaluations]},
+        "Paraphrase sensitivity", "mean range (lower is more robust)")}
+
+
 def write_plots(
     benchmark: Benchmark,
     evaluations: Sequence[RunEvaluation],
     breakdowns: dict[str, pd.DataFrame],
     out_dir: Path,
 ) -> dict[str, Path]:
+    """The metric family's own plots, then one breakdown plot of its primary metric per field."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
     if not evaluations:
         return paths
     nan = float("nan")
+    fam = family_of(benchmark)
+    for plot in fam.plot_makers():
+        paths.update(plot(benchmark, evaluations, out_dir))
 
-    if benchmark.metric_family == "pinpoint":
-        # Precision versus safety (the PinPoint paper's Figure 6): up-left is better.
-        points = {ev.name: (float(ev.metrics.get("NegRecall@10", nan)), float(ev.metrics.get("mAP@10", nan)))
-                  for ev in evaluations}
-        paths["precision_vs_safety.png"] = charts.scatter_chart(
-            out_dir / "precision_vs_safety.png", points, f"Precision versus safety: {benchmark.name}",
-            "NegRecall@10 (explicit negatives in the top 10; lower is safer)", "mAP@10 (higher is better)")
-        # Paraphrase sensitivity per run: the paper's notion (within-intent AP@10 spread) and the official one.
-        names = [ev.name for ev in evaluations]
-        paths["paraphrase_sensitivity.png"] = charts.bar_chart(
-            out_dir / "paraphrase_sensitivity.png", names,
-            {"AP@10 range over paraphrases of one intent":
-                 [float(ev.metrics.get("ling_sens_paraphrase_range", nan)) for ev in evaluations],
-             "official ling_sens_range (P@10, by reference image)":
-                 [float(ev.metrics.get("ling_sens_range", nan)) for ev in evaluations]},
-            "Paraphrase sensitivity", "mean range (lower is more robust)")
-
-    metric = "Recall@1" if benchmark.metric_family == "edir" else "AP@10"
-    label = metric if metric.startswith("Recall") else f"m{metric}"
+    metric = fam.primary
+    label = fam.headline.get(metric, metric)
     for field_, fname, title in BREAKDOWN_PLOTS:
         tab = breakdowns.get(field_)
         if tab is None or metric not in tab:

@@ -44,6 +44,12 @@ def _md_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def linguistic_sensitivity(benchmark: Benchmark, evaluations: Sequence[RunEvaluation], table: pd.DataFrame) -> str:
+    """PinPoint's report section: the official and the paper's paraphrase sensitivity, side by side."""
+    cols = ["model", "ling_sens_range", "ling_sens_std", "ling_sens_paraphrase_range", "ling_sens_paraphrase_std"]
+    return "## Linguistic sensitivity\n\n" + LING_SENS_NOTE + "\n\n" + _md_table(table[[c for c in cols if c in table.columns]])
+
+
 def breakdown_tables(
     benchmark: Benchmark, evaluations: Sequence[RunEvaluation], n_boot: int, seed: int = 0
 ) -> dict[str, pd.DataFrame]:
@@ -197,10 +203,10 @@ def render_report(
         w("## Our extra columns\n\n")
         w(_md_table(table[["model"] + extra_cols]) + "\n\n")
 
-    if benchmark.metric_family == "pinpoint":
-        w("## Linguistic sensitivity\n\n" + LING_SENS_NOTE + "\n\n")
-        cols = ["model", "ling_sens_range", "ling_sens_std", "ling_sens_paraphrase_range", "ling_sens_paraphrase_std"]
-        w(_md_table(table[[c for c in cols if c in table.columns]]) + "\n\n")
+    for section in fam.section_makers():
+        text = section(benchmark, evaluations, table)
+        if text:
+            w(text.rstrip() + "\n\n")
 
     if len(paired):
         w("## Paired comparisons\n\n")

@@ -142,13 +142,12 @@ def reranker_lines(backend: str, **kw) -> list[Line]:
 
 
 # --------------------------------------------------------------------------- benchmark
-def world_generated(args: argparse.Namespace) -> bool:
-    from cir_demo.world.generate import manifest_matches, world_dir
+def pending_generation_of(args: argparse.Namespace):
+    """What loading the benchmark the flags name would generate first (the world, not generated yet), or None."""
+    from cir_demo.benchmarks.cli_args import benchmark_kwargs
+    from cir_demo.benchmarks.registry import pending_generation
 
-    if getattr(args, "root", None):
-        return True
-    size, seed = getattr(args, "world_size", None) or "default", getattr(args, "world_seed", None) or 0
-    return manifest_matches(world_dir(size, seed), size, seed, verify=False)
+    return pending_generation(getattr(args, "benchmark", None) or "world", benchmark_kwargs(args))
 
 
 def benchmark_lines(args: argparse.Namespace, load: bool = True):
@@ -159,8 +158,10 @@ def benchmark_lines(args: argparse.Namespace, load: bool = True):
 
     name = getattr(args, "benchmark", None) or "world"
     item = f"benchmark {name}"
-    if name == "world" and not world_generated(args):
-        return None, [Line(item, "ready", "the offline world is not generated yet; the run generates it first (about 5 s)")]
+    pending = pending_generation_of(args)
+    if pending is not None:
+        return None, [Line(item, "ready", f"{pending.what} is not generated yet; the run generates it first "
+                                          f"({pending.seconds})")]
     if not load:
         return None, []
     try:

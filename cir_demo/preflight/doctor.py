@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _requested(args: argparse.Namespace) -> tuple[list[str], str | None, bool]:
     """(retrievers, reranker, explicit): what the doctor checks."""
     from cir_demo.benchmarks.registry import declared_defaults
-    from cir_demo.retrievers.registry import list_retrievers
+    from cir_demo.retrievers.registry import family_module, list_retrievers
 
     bench = args.benchmark or "world"
     spec = declared_defaults(bench)
@@ -37,7 +37,7 @@ def _requested(args: argparse.Namespace) -> tuple[list[str], str | None, bool]:
     elif defaults:
         names = defaults
     else:
-        names = [r["name"] for r in list_retrievers() if r["family"] != "precomputed"]
+        names = [r["name"] for r in list_retrievers() if getattr(family_module(r["family"]), "RUNS_MODEL", True)]
     if args.reranker:
         reranker = None if args.reranker.lower() == "none" else args.reranker
     else:

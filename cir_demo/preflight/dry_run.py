@@ -132,14 +132,16 @@ def _plain_reranker(backend: str, args):
     return load_reranker(backend, **({"device": device} if device else {}))
 
 
-def world_not_generated_note(args: argparse.Namespace) -> str | None:
-    """Loading the world generates it when missing, which a dry run must not do: say so instead."""
-    from cir_demo.preflight.checks import world_generated
+def not_generated_note(args: argparse.Namespace) -> str | None:
+    """Loading a benchmark whose data is generated on first load (the world) generates it when missing,
+    which a dry run must not do: say so instead."""
+    from cir_demo.preflight.checks import pending_generation_of
 
-    if (getattr(args, "benchmark", None) or "world") != "world" or world_generated(args):
+    pending = pending_generation_of(args)
+    if pending is None:
         return None
-    return ("dry run: the offline world is not generated yet; the run would generate it first (about 5 s). "
-            "Generate it with `python -m cir_demo world generate` to see the counts and a measured time estimate; "
+    return (f"dry run: {pending.what} is not generated yet; the run would generate it first ({pending.seconds}). "
+            f"Generate it with `{pending.command}` to see the counts and a measured time estimate; "
             "nothing was created")
 
 

@@ -1,9 +1,9 @@
 """Where a model's weights come from and whether they are on this machine, without downloading.
 
-Hub models are looked up in the Hugging Face cache (`HF_HOME`, `HF_HUB_CACHE`) with
-`try_to_load_from_cache`; open_clip tags are resolved through open_clip's own tag
-table to the hub repository (or URL) it downloads from; local files are checked on
-disk. Nothing here touches the network.
+What a model needs is declared by its own module (a retriever family's `weights(config)`, a
+reranker backend's `weights(**kw)`, as `cir_demo.utils.needs` items); this module only finds
+them. Hub models are looked up in the Hugging Face cache (`HF_HOME`, `HF_HUB_CACHE`) with
+`try_to_load_from_cache`; local files are checked on disk. Nothing here touches the network.
 """
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ from pathlib import Path
 # weights files a transformers checkpoint has (one of them, or its shard index)
 HF_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                    "pytorch_model.bin.index.json")
-# the files open_clip reads from a hub repository, safetensors first (open_clip.pretrained)
-OPEN_CLIP_HUB_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 
 
 @dataclass
@@ -87,31 +85,6 @@ def _hub_source(owner: str, repo: str, label: str) -> WeightsSource:
                          patterns=("*.json", "*.safetensors", "*.model", "*.txt", "*.py"))
 
 
-def open_clip_source(owner: str, model: str, pretrained: str) -> WeightsSource:
-    """An open_clip tag: the hub repository (or URL) open_clip's tag table names."""
-    import open_clip
-
-    label = f"open_clip {model} / {pretrained}"
-    cfg = open_clip.get_pretrained_cfg(model, pretrained) or {}
-    hub = cfg.get("hf_hub") or ""
-    create = f"python -c \"import open_clip; open_clip.create_model('{model}', pretrained='{pretrained}')\""
-    if hub:
-        parts = hub.strip("/").split("/")
-        repo = "/".join(parts[:2])
-        files = (parts[2],) if len(parts) > 2 and parts[2] else OPEN_CLIP_HUB_FILES
-        hit = cached_hub_files(repo, files)
-        return WeightsSource(owner, "hub", label, hit is not None, repo=repo, location=hit or hub_cache_dir(),
-                             fix=f"`{hub_download_command(repo)} --include 'open_clip_*'` (into {_where_hub()}) "
-                                 f"or `{create}`",
-                             patterns=files)
-    url = cfg.get("url") or ""
-    if url:
-        cache = Path(os.path.expanduser("~/.cache/clip")) / os.path.basename(url)
-        return WeightsSource(owner, "url", label, cache.is_file(), location=str(cache), fix=f"`{create}`")
-    return WeightsSource(owner, "none", label, False,
-                         fix=f"open_clip has no tag {pretrained!r} for {model!r}; see `open_clip.list_pretrained()`")
-
-
 def local_file_source(owner: str, path: str, label: str, fix: str) -> WeightsSource:
     from cir_demo.retrievers.base import resolve_path
 
@@ -136,52 +109,48 @@ def api_source(owner: str, base_url: str, key_env: str | None, model: str | None
                          notes=[] if have_key else [f"{key_env} is not set"])
 
 
+def sources_of(owner: str, needs: list) -> list[WeightsSource]:
+    """Where each declared need (`cir_demo.utils.needs`) is, whether it is here, how to get it."""
+    from cir_demo.utils import needs as n
+
+    out: list[WeightsSource] = []
+    for need in needs:
+        if isinstance(need, n.HubModel):
+            out.append(_hub_source(owner, need.repo, need.label))
+        elif isinstance(need, n.HubFiles):
+            hit = cached_hub_files(need.repo, need.files)
+            fix = (f"`{hub_download_command(need.repo)}" + (f" --include '{need.include}'" if need.include else "")
+                   + f"` (into {_where_hub()})" + (f" or {need.alternative}" if need.alternative else ""))
+            out.append(WeightsSource(owner, "hub", need.label, hit is not None, repo=need.repo,
+                                     location=hit or hub_cache_dir(), fix=fix, patterns=need.files))
+        elif isinstance(need, n.DownloadedFile):
+            out.append(WeightsSource(owner, "url", need.label, Path(need.path).is_file(), location=need.path,
+                                     fix=need.fix))
+        elif isinstance(need, n.LocalFile):
+            out.append(local_file_source(owner, need.path, need.label,
+                                         need.fix if need.fix is not None else _asset_fix(need.path)))
+        elif isinstance(need, n.ApiAccess):
+            out.append(api_source(owner, need.base_url, need.key_env, need.model))
+        elif isinstance(need, n.Unavailable):
+            out.append(WeightsSource(owner, "none", need.label, False, fix=need.fix))
+        elif isinstance(need, n.RetrieverNeeds):
+            out += retriever_sources(need.name)
+        else:
+            raise TypeError(f"{owner} declares {need!r}, which is not one of cir_demo.utils.needs")
+    return out
+
+
 def retriever_sources(name: str) -> list[WeightsSource]:
-    """The weights retriever `name` needs (a text proxy also needs its text encoder's)."""
-    from cir_demo.retrievers.registry import get_config
+    """The weights retriever `name` needs, as its family module declares them (`weights(config)`)."""
+    from cir_demo.retrievers.registry import family_module, get_config
 
     cfg = get_config(name)
-    owner = f"retriever {name!r}"
-    family = cfg["family"]
-    model, pretrained = cfg.get("model"), cfg.get("pretrained")
-    if family == "open_clip":
-        from cir_demo.retrievers.openclip import is_local_weights
-
-        if is_local_weights(pretrained):
-            return [local_file_source(owner, pretrained, f"open_clip {model} weights file", _asset_fix(pretrained))]
-        return [open_clip_source(owner, model, pretrained)]
-    if family in ("hf_clip", "bge_vl", "gme"):
-        return [_hub_source(owner, model, "transformers model")]
-    if family == "world_cir":
-        return [local_file_source(owner, pretrained, "world-CIR weights", _asset_fix(pretrained))]
-    if family == "precomputed":
-        path = cfg["params"]["path"]
-        return [local_file_source(owner, path, "precomputed rankings", f"put the rankings file at {path}")]
-    if family == "text_proxy":
-        from cir_demo.retrievers.text_proxy import PARAMS
-
-        p = {**PARAMS, **cfg.get("params", {})}
-        out = [api_source(owner, p["base_url"], p["api_key_env"], model)]
-        if p.get("text_encoder"):
-            out += retriever_sources(p["text_encoder"])
-        return out
-    return [WeightsSource(owner, "none", family, True)]
+    return sources_of(f"retriever {name!r}", family_module(cfg["family"]).weights(cfg))
 
 
 def reranker_sources(backend: str, **kw) -> list[WeightsSource]:
-    """The weights (or API key) reranker `backend` needs, with the keywords it would be built with."""
-    owner = f"reranker {backend!r}"
-    if backend == "qwen2.5-vl":
-        from cir_demo.rerank.qwen_vl import DEFAULT_MODEL
+    """The weights (or API key) reranker `backend` needs with the keywords it would be built with,
+    as its class declares them (`weights(**kw)`)."""
+    from cir_demo.rerank import backend_class
 
-        model = kw.get("model") or DEFAULT_MODEL
-        return [_hub_source(owner, model, "transformers model")]
-    if backend == "world-verifier":
-        from cir_demo.rerank.world_verifier import DEFAULT_WEIGHTS
-
-        path = str(kw.get("weights") or DEFAULT_WEIGHTS)
-        return [local_file_source(owner, path, "world verifier weights", _asset_fix(path))]
-    if backend == "openai":
-        base = kw.get("base_url") or "http://localhost:8000/v1"
-        return [api_source(owner, base, kw.get("api_key_env"), kw.get("model"))]
-    return [WeightsSource(owner, "none", backend, True)]
+    return sources_of(f"reranker {backend!r}", backend_class(backend).weights(**kw))

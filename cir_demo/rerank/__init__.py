@@ -5,9 +5,13 @@ Backends (loaded lazily, so importing this package never imports torch):
   (`cir_demo.rerank.qwen_vl.QwenVLReranker`).
 - "openai": an OpenAI-compatible server with logprobs (vLLM, SGLang, Ollama)
   (`cir_demo.rerank.openai_api.OpenAIReranker`).
-Another backend registers itself with `register_backend(name, "module:Class")`;
-a backend class takes keyword arguments and implements `Reranker`
-(or `LogitPairReranker` when it produces a (logit_yes, logit_no) pair).
+- "world-verifier": the offline world's trained judge (`cir_demo.rerank.world_verifier`).
+A backend is one module and one row of `BACKENDS` ("module:Class"; or, at run time,
+`register_backend(name, "module:Class")`). The class takes keyword arguments, implements
+`Reranker` (or `LogitPairReranker` when it produces a (logit_yes, logit_no) pair) and declares
+what it needs: `FLAGS`, the `rerank` command flags it takes, and the classmethod
+`weights(**kw)`, what must be on this machine (`cir_demo.utils.needs`), which the doctor and
+`--dry-run` ask.
 """
 from __future__ import annotations
 
@@ -40,6 +44,13 @@ def register_backend(name: str, target: str) -> None:
     BACKENDS[name] = target
 
 
+def backend_class(name: str) -> type[Reranker]:
+    """The class registered as backend `name` (UnknownNameError with "did you mean" otherwise)."""
+    from cir_demo.utils.names import lookup, resolve_ref
+
+    return resolve_ref(lookup("reranker backend", name, BACKENDS), f"reranker backend {name!r}")
+
+
 def load_reranker(name_or_backend: str, **kw) -> Reranker:
     """Build a reranker by backend name; keyword arguments go to the backend class.
 
@@ -52,9 +63,7 @@ def load_reranker(name_or_backend: str, **kw) -> Reranker:
     from cir_demo.integrity import require_assets_of
 
     require_assets_of(reranker_settings(name_or_backend, **kw))  # damaged weights: one line saying how to restore
-    module_name, class_name = BACKENDS[name_or_backend].split(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls(**kw)
+    return backend_class(name_or_backend)(**kw)
 
 
 def reranker_settings(name_or_backend: str, **kw) -> dict:
@@ -81,6 +90,7 @@ __all__ = [
     "RerankedItem",
     "Reranker",
     "RunRerank",
+    "backend_class",
     "ScoreCache",
     "default_cache_path",
     "load_reranker",

@@ -136,9 +136,19 @@ class Reranker(abc.ABC):
     """
 
     spec: dict
+    # The `rerank` command's flags (argparse names) this backend takes as keywords, passed when set;
+    # anything else reaches it through --backend-arg KEY=VALUE
+    FLAGS: tuple[str, ...] = ()
     # The reranking key is P(yes) - near_miss_penalty * P(near) for backends that answer P(near) (set
     # from their manifest, and part of their spec); 0: P(yes) alone
     near_miss_penalty: float = 0.0
+
+    @classmethod
+    def weights(cls, **kw) -> list:
+        """What this backend, built with keywords `kw`, needs on this machine (`cir_demo.utils.needs`
+        items; [] for none). The doctor and `--dry-run` ask it; every backend must answer."""
+        raise NotImplementedError(f"reranker class {cls.__name__} does not declare the weights it needs: "
+                                  "define the classmethod weights(**kw) (see cir_demo/rerank/base.py)")
 
     @abc.abstractmethod
     def score(

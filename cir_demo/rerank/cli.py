@@ -19,6 +19,7 @@ from pathlib import Path
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from cir_demo.benchmarks.cli_args import add_benchmark_arguments
+    from cir_demo.rerank import BACKENDS
     from cir_demo.results import FORMAT_CHOICES
 
     add_benchmark_arguments(p)
@@ -33,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--cache", help="score cache file (default: <cache dir>/rerank/scores.sqlite)")
     r.add_argument("--no-cache", action="store_true", help="do not read or write the score cache")
     b = p.add_argument_group("backend")
-    b.add_argument("--backend", default="qwen2.5-vl", help="qwen2.5-vl (local, default) or openai")
+    b.add_argument("--backend", default="qwen2.5-vl", help=f"one of {', '.join(BACKENDS)} (default: qwen2.5-vl, local)")
     b.add_argument("--model", help="model name or path (default: Qwen/Qwen2.5-VL-7B-Instruct)")
     b.add_argument("--yes-token", default="yes")
     b.add_argument("--no-token", default="no")
@@ -67,20 +68,11 @@ def parse_backend_args(pairs: list[str]) -> dict:
 
 
 def backend_kwargs(args: argparse.Namespace) -> dict:
-    extra = parse_backend_args(args.backend_arg)
-    if args.backend not in ("qwen2.5-vl", "openai"):
-        return extra
-    kw = {"yes_token": args.yes_token, "no_token": args.no_token}
-    if args.model:
-        kw["model"] = args.model
-    if args.backend == "qwen2.5-vl":
-        kw.update(device=args.device, dtype=args.dtype, batch_size=args.batch_size)
-        if args.max_pixels:
-            kw["max_pixels"] = args.max_pixels
-    elif args.backend == "openai":
-        kw.update(base_url=args.base_url, api_key_env=args.api_key_env, concurrency=args.concurrency,
-                  timeout=args.timeout, retries=args.retries)
-    return {**kw, **extra}
+    """The flags the backend's class takes (its `FLAGS`, those set), then every --backend-arg."""
+    from cir_demo.rerank import backend_class
+
+    kw = {flag: getattr(args, flag) for flag in backend_class(args.backend).FLAGS if getattr(args, flag) is not None}
+    return {**kw, **parse_backend_args(args.backend_arg)}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -95,6 +95,13 @@ class OpenAIReranker(Reranker):
     attempts after a retryable failure."""
 
     backend = "openai"
+    FLAGS = ("yes_token", "no_token", "model", "base_url", "api_key_env", "concurrency", "timeout", "retries")
+
+    @classmethod
+    def weights(cls, **kw) -> list:
+        from cir_demo.utils.needs import ApiAccess
+
+        return [ApiAccess(kw.get("base_url") or "http://localhost:8000/v1", kw.get("api_key_env"), kw.get("model"))]
 
     def __init__(
         self,

@@ -113,6 +113,13 @@ class QwenVLReranker(LogitPairReranker):
     """
 
     backend = "qwen2.5-vl"
+    FLAGS = ("yes_token", "no_token", "model", "device", "dtype", "batch_size", "max_pixels")
+
+    @classmethod
+    def weights(cls, **kw) -> list:
+        from cir_demo.utils.needs import HubModel
+
+        return [HubModel(kw.get("model") or DEFAULT_MODEL)]
 
     def __init__(
         self,

@@ -63,6 +63,12 @@ def read_judge_manifest(weights: Path) -> tuple[dict, str]:
 class WorldVerifierReranker(LogitPairReranker):
     backend = "world-verifier"
 
+    @classmethod
+    def weights(cls, **kw) -> list:
+        from cir_demo.utils.needs import LocalFile
+
+        return [LocalFile(str(kw.get("weights") or DEFAULT_WEIGHTS), "world verifier weights")]
+
     def __init__(self, weights: str | Path = DEFAULT_WEIGHTS, device: str = "cpu", batch_size: int = 256,
                  marker_style: str = "words"):
         from safetensors.torch import load_file

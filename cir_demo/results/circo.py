@@ -24,5 +24,10 @@ def _ranking(value, loc: str, issues: Issues):
     return items, None
 
 
+def entry(ids: list[str], scores: list[float] | None) -> list[str]:
+    """What a written file holds for one query (the format has no scores)."""
+    return ids
+
+
 def read(path: Path, entries: dict, spec) -> ParsedResults:
     return read_per_query(NAME, path, entries, spec, _ranking)

@@ -14,6 +14,10 @@ list and a `_spec` key; keys starting with `_` are metadata everywhere.
 Detection: a file that parses as JSON is classified by its first query entry;
 otherwise it is a TREC run when its first line has the six TREC fields. A file
 that fits none gets one error naming the formats tried and its first entry.
+
+A format is one module (NAME, SHAPE, `fits`/`read` or `fits_line`/`read_text`, and for writing
+`entry(ids, scores)`, one query's JSON value, or `render(rows)`, a text file) plus its row in
+JSON_READERS or TEXT_READERS below; a metric family names the one its official evaluator reads.
 """
 from __future__ import annotations
 
@@ -29,7 +33,9 @@ from cir_demo.utils.io import write_json_atomic, write_text_atomic
 
 # Detection order for JSON files: the first whose `fits` accepts the first entry wins.
 JSON_READERS = (pinpoint, circo, run_dict)
-READERS = {m.NAME: m for m in (*JSON_READERS, trec)}
+# Line formats, tried in this order (their `fits_line` on the first line) when a file is not JSON.
+TEXT_READERS = (trec,)
+READERS = {m.NAME: m for m in (*JSON_READERS, *TEXT_READERS)}
 FORMATS = tuple(READERS)
 FORMAT_CHOICES = ("auto", *FORMATS)  # what --results-format accepts
 ResultsFormat = str
@@ -133,8 +139,8 @@ def parse_results(path: str | Path, fmt: str | None = None, default: str = "pinp
     except UnicodeDecodeError as exc:
         raise fail(path, None, None, f"not UTF-8 text: {exc}") from None
 
-    if fmt == trec.NAME:
-        return trec.read_text(path, text)
+    if fmt is not None and hasattr(READERS[fmt], "read_text"):
+        return READERS[fmt].read_text(path, text)
     try:
         raw = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except _DuplicateKey as exc:
@@ -144,8 +150,9 @@ def parse_results(path: str | Path, fmt: str | None = None, default: str = "pinp
         if fmt is not None:
             raise fail(path, None, None, f"not valid JSON ({fmt} format): {exc}") from None
         first = _first_line(text)
-        if first is not None and trec.fits_line(first[1]):
-            return trec.read_text(path, text)
+        reader = next((m for m in TEXT_READERS if first is not None and m.fits_line(first[1])), None)
+        if reader is not None:
+            return reader.read_text(path, text)
         if first is None:
             raise fail(path, None, None, "the results file is empty") from None
         raise _no_format(path, f"line {first[0]}", f"{short(first[1])} (not valid JSON: {exc})") from None
@@ -168,6 +175,13 @@ def parse_results(path: str | Path, fmt: str | None = None, default: str = "pinp
     return READERS[fmt].read(path, entries, spec)
 
 
+def official_format(benchmark: Benchmark) -> str:
+    """The results format the benchmark's official evaluator reads (its metric family says)."""
+    from cir_demo.benchmarks.families import metric_family
+
+    return metric_family(benchmark.metric_family).results_format
+
+
 def read_results(path: str | Path, benchmark: Benchmark, fmt: str | None = None) -> ResultsFile:
     """Parse a results file (format detected unless `fmt` names it) against `benchmark`.
 
@@ -175,7 +189,7 @@ def read_results(path: str | Path, benchmark: Benchmark, fmt: str | None = None)
     line and the field.
     """
     path = Path(path)
-    parsed = parse_results(path, fmt, default="circo" if benchmark.metric_family == "circo" else "pinpoint")
+    parsed = parse_results(path, fmt, default=official_format(benchmark))
 
     key_to_qid = {benchmark.results_key(q.query_id): q.query_id for q in benchmark.queries}
     # accept our own query ids as keys too (e.g. "query_00001" or world ids)
@@ -224,7 +238,7 @@ def write_results(
     rank r of n gets n - r, so every reader recovers the same order. (Ties in
     given scores are re-ordered by the trec_eval rule when read back.)
     """
-    fmt = fmt or ("circo" if benchmark.metric_family == "circo" else "pinpoint")
+    fmt = fmt or official_format(benchmark)
     if fmt not in READERS:
         raise ValueError(f"parameter fmt: unknown results format {fmt!r}; choose from {', '.join(FORMATS)}")
     rows: list[tuple[str, list[str], list[float] | None]] = []
@@ -234,28 +248,15 @@ def write_results(
         s = scores.get(q.query_id) if scores is not None else None
         rows.append((benchmark.results_key(q.query_id), list(run[q.query_id]),
                      [float(x) for x in s] if s is not None else None))
-    if fmt == trec.NAME:
-        tag = "cir_demo"
-        lines = []
-        for key, ids, s in rows:
-            s = s if s is not None else [float(len(ids) - r) for r in range(len(ids))]
-            lines += [f"{key} Q0 {i} {r} {v:.6g} {tag}" for r, (i, v) in enumerate(zip(ids, s), start=1)]
-        write_text_atomic(path, "\n".join(lines) + ("\n" if lines else ""))
+    writer = READERS[fmt]  # each format's module writes its own shape: `render(rows)` or one JSON `entry` per query
+    if hasattr(writer, "render"):
+        write_text_atomic(path, writer.render(rows))
         return Path(path)
     out: dict[str, Any] = {}
     if spec is not None:
         out["_spec"] = dict(spec)
     for key, ids, s in rows:
-        if fmt == circo.NAME:
-            out[key] = ids
-        elif fmt == run_dict.NAME:
-            s = s if s is not None else [float(len(ids) - r) for r in range(len(ids))]
-            out[key] = dict(zip(ids, s))
-        else:
-            entry: dict[str, Any] = {"retrieved_items": ids}
-            if s is not None:
-                entry["scores"] = [round(v, 6) for v in s]
-            out[key] = entry
+        out[key] = writer.entry(ids, s)
     write_json_atomic(path, out, indent=None)
     return Path(path)
 

@@ -78,6 +78,11 @@ def is_id(x: Any) -> bool:
     return isinstance(x, (str, int)) and not isinstance(x, bool)
 
 
+def rank_scores(n: int) -> list[float]:
+    """Scores for a ranking written without any: rank r of n gets n - r, so every reader recovers the order."""
+    return [float(n - r) for r in range(n)]
+
+
 def trec_order(ids: list[str], scores: list[float]) -> tuple[list[str], list[float]]:
     """Score descending; equal scores by image id descending (byte order).
 

@@ -36,5 +36,13 @@ def _ranking(value, loc: str, issues: Issues):
     return ids, [float(s) for s in scores] if scores is not None else None
 
 
+def entry(ids: list[str], scores: list[float] | None) -> dict:
+    """What a written file holds for one query: the ranking, and our scores (6 decimals) when given."""
+    out: dict = {"retrieved_items": ids}
+    if scores is not None:
+        out["scores"] = [round(v, 6) for v in scores]
+    return out
+
+
 def read(path: Path, entries: dict, spec) -> ParsedResults:
     return read_per_query(NAME, path, entries, spec, _ranking)

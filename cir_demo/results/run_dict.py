@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cir_demo.results.parsed import Issues, ParsedResults, is_number, read_per_query, short, trec_order
+
+
+from cir_demo.results.parsed import Entry, Issues, ParsedResults, is_number, rank_scores, read_per_query, short, trec_order
 
 NAME = "run-dict"
 SHAPE = '{"<query>": {"<image>": <score>, ...}}'
@@ -28,6 +30,11 @@ def _ranking(value, loc: str, issues: Issues):
         issues.error(loc, str(bad), f"score must be a finite number, got {short(value[bad])}")
         return None
     return trec_order([str(k) for k in value], [float(s) for s in value.values()])
+
+
+def entry(ids: list[str], scores: list[float] | None) -> dict:
+    """What a written file holds for one query; without scores, rank r of n gets n - r (same order back)."""
+    return dict(zip(ids, scores if scores is not None else rank_scores(len(ids))))
 
 
 def read(path: Path, entries: dict, spec) -> ParsedResults:

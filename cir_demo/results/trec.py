@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from cir_demo.results.parsed import Entry, Issues, ParsedResults, short, trec_order
+from cir_demo.results.parsed import Entry, Issues, ParsedResults, rank_scores, short, trec_order
 
 NAME = "trec"
 SHAPE = '"<query> Q0 <image> <rank> <score> <tag>" per line'
@@ -30,6 +30,15 @@ def _score(text: str) -> float | None:
 def fits_line(line: str) -> bool:
     parts = line.split()
     return len(parts) == 6 and _score(parts[4]) is not None and parts[3].lstrip("-").isdigit()
+
+
+def render(rows: list[tuple[str, list[str], list[float] | None]], tag: str = "cir_demo") -> str:
+    """A written file: one line per (query key, image) with its rank and score (n - r without scores)."""
+    lines = []
+    for key, ids, scores in rows:
+        scores = scores if scores is not None else rank_scores(len(ids))
+        lines += [f"{key} Q0 {i} {r} {v:.6g} {tag}" for r, (i, v) in enumerate(zip(ids, scores), start=1)]
+    return "\n".join(lines) + ("\n" if lines else "")
 
 
 def read_text(path: Path, text: str) -> ParsedResults:

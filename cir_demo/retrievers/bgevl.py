@@ -32,6 +32,7 @@ CIR_TASK_INSTRUCTION = (
 )
 PARAMS = {"variant": None, "task_instruction": CIR_TASK_INSTRUCTION, "batch_size": 16, "marker_style": "words"}
 VARIANTS = ("clip", "mllm")
+REMOTE_CODE = True  # runs its repository's code: a config must say so ("needs_remote_code": true)
 
 
 def validate(config: dict, where: str) -> None:
@@ -40,8 +41,12 @@ def validate(config: dict, where: str) -> None:
         raise ValueError(f"{where}: key 'params.variant' must be one of {VARIANTS}, got {p.get('variant')!r}")
     if not config.get("model"):
         raise ValueError(f"{where}: key 'model' is required for family 'bge_vl'")
-    if not config.get("needs_remote_code"):
-        raise ValueError(f"{where}: family 'bge_vl' runs repository code: set \"needs_remote_code\": true")
+
+
+def weights(config: dict) -> list:
+    from cir_demo.utils.needs import HubModel
+
+    return [HubModel(config["model"])]
 
 
 def _load_model(config: dict, device: str, fp16: bool):

@@ -11,10 +11,12 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from cir_demo.retrievers.registry import FAMILIES
+
     sub = parser.add_subparsers(dest="retrievers_command", metavar="ACTION")
     p_list = sub.add_parser("list", help="list the declared retrievers")
     p_list.add_argument("--json", action="store_true", help="print the rows as JSON")
-    p_list.add_argument("--family", help="only this family (open_clip, hf_clip, bge_vl, gme, text_proxy, precomputed)")
+    p_list.add_argument("--family", help=f"only this family ({', '.join(FAMILIES)})")
     p_show = sub.add_parser("show", help="print one retriever's config and where it was declared")
     p_show.add_argument("name")
 
@@ -36,6 +38,14 @@ def retriever_from_args(args: argparse.Namespace, progress: bool = True):
                           progress=progress)
 
 
+def _family_says(row: dict, hook: str, default):
+    """What the row's family module answers to `hook(config)` (see the family protocol in registry.py)."""
+    from cir_demo.retrievers.registry import family_module
+
+    answer = getattr(family_module(row["family"]), hook, None)
+    return answer(row) if answer is not None else default
+
+
 def _format_table(rows: list[dict]) -> str:
     headers = ("name", "family", "model", "recipe", "status")
     table = []
@@ -45,13 +55,13 @@ def _format_table(rows: list[dict]) -> str:
             status.append("missing: " + ", ".join(r["missing"]))
         if r["needs_remote_code"]:
             status.append("needs --trust-remote-code")
-        key_env = r["params"].get("api_key_env", "OPENAI_API_KEY") if r["family"] == "text_proxy" else None
+        key_env = _family_says(r, "api_key_env", None)
         if key_env and not os.environ.get(key_env):
             status.append(f"needs ${key_env}")
         pin = r.get("transformers_pin")
         if pin:
             status.append(f"transformers{pin['spec']}" + (" (required)" if pin.get("hard") else " (recommended)"))
-        recipe = r["recipe"] or (f"{r['params'].get('merge', 'pre')}-merge" if r["family"] == "text_proxy" else "native")
+        recipe = r["recipe"] or _family_says(r, "recipe_label", "native")
         if r["recipe"] and r["params"]:
             recipe += "(" + ", ".join(f"{k}={v}" for k, v in r["params"].items() if k in ("text_weight", "t")) + ")"
         model = r["model"] or ""

@@ -23,13 +23,18 @@ FAMILY = "gme"
 # MMEB's CIRR instruction (GME is trained and evaluated with MMEB-style instructions); our default.
 CIR_INSTRUCTION = "Given an image, find a similar everyday image with the described changes."
 PARAMS = {"query_instruction": CIR_INSTRUCTION, "batch_size": 8, "marker_style": "words"}
+REMOTE_CODE = True  # runs its repository's code: a config must say so ("needs_remote_code": true)
 
 
 def validate(config: dict, where: str) -> None:
     if not config.get("model"):
         raise ValueError(f"{where}: key 'model' is required for family 'gme'")
-    if not config.get("needs_remote_code"):
-        raise ValueError(f"{where}: family 'gme' runs repository code: set \"needs_remote_code\": true")
+
+
+def weights(config: dict) -> list:
+    from cir_demo.utils.needs import HubModel
+
+    return [HubModel(config["model"])]
 
 
 def load(config: dict, device: str, progress: bool = False, trust_remote_code: bool = False, **_: Any):

@@ -23,6 +23,13 @@ FAMILY = "hf_clip"
 # text_padding: "auto" = "max_length" for SigLIP-type models, "longest" otherwise.
 PARAMS = {"marker_style": "words", "batch_size": 64, "text_padding": "auto", "revision": None}
 _TEXT_PADDING = ("auto", "max_length", "longest")
+USES_RECIPE = True  # queries are composed by a recipe (recipes.py) over this dual encoder
+
+
+def weights(config: dict) -> list:
+    from cir_demo.utils.needs import HubModel
+
+    return [HubModel(config["model"])]
 
 
 class HFClipEncoder(DualEncoder):

@@ -36,12 +36,46 @@ PARAMS = {"marker_style": "words", "batch_size": 64}
 SIDECAR_FORMAT = "cir_demo.open_clip_weights/1"
 PREPROCESS_KEYS = ("size", "mode", "mean", "std", "interpolation", "resize_mode", "fill_color")
 WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin")
+HUB_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")  # what open_clip reads from a hub repo
+USES_RECIPE = True  # queries are composed by a recipe (recipes.py) over this dual encoder
+CONFIG_KEYS = ("model_config",)  # top-level config keys only this family takes
 
 
 # --------------------------------------------------------------------------- weights + preprocessing pairing
 def is_local_weights(pretrained: str) -> bool:
     """A path (has a weights suffix or a path separator), not an open_clip tag."""
     return pretrained.endswith(WEIGHT_SUFFIXES) or "/" in pretrained or "\\" in pretrained
+
+
+def weights(config: dict) -> list:
+    """Its local weights file, or the hub files (or URL) open_clip's tag table names for the tag."""
+    from cir_demo.utils.needs import DownloadedFile, HubFiles, LocalFile, Unavailable
+
+    model, pretrained = config["model"], config["pretrained"]
+    if is_local_weights(pretrained):
+        return [LocalFile(pretrained, f"open_clip {model} weights file")]
+    import open_clip
+
+    label = f"open_clip {model} / {pretrained}"
+    cfg = open_clip.get_pretrained_cfg(model, pretrained) or {}
+    hub = cfg.get("hf_hub") or ""
+    create = f"python -c \"import open_clip; open_clip.create_model('{model}', pretrained='{pretrained}')\""
+    if hub:
+        parts = hub.strip("/").split("/")
+        repo = "/".join(parts[:2])
+        files = (parts[2],) if len(parts) > 2 and parts[2] else HUB_FILES
+        return [HubFiles(repo, files, label, include="open_clip_*", alternative=f"`{create}`")]
+    url = cfg.get("url") or ""
+    if url:
+        cache = Path("~/.cache/clip").expanduser() / Path(url).name
+        return [DownloadedFile(str(cache), label, f"`{create}`")]
+    return [Unavailable(label, f"open_clip has no tag {pretrained!r} for {model!r}; see `open_clip.list_pretrained()`")]
+
+
+def validate(config: dict, where: str) -> None:
+    """Family check (called by the registry): weights are an open_clip tag or a file."""
+    if not config.get("pretrained"):
+        raise ValueError(f"{where}: key 'pretrained' (an open_clip tag or a weights file) is required for family 'open_clip'")
 
 
 def preprocess_sidecar_path(weights_path: str | Path) -> Path:

@@ -23,6 +23,7 @@ from cir_demo.utils.names import UnknownNameError
 FAMILY = "precomputed"
 PARAMS = {"path": None, "format": "auto"}
 FORMATS = ("auto", "pinpoint", "circo")
+RUNS_MODEL = False  # reads rankings from a file: no device, and not among the models the doctor checks by default
 
 
 def validate(config: dict, where: str) -> None:
@@ -31,6 +32,13 @@ def validate(config: dict, where: str) -> None:
         raise ValueError(f"{where}: key 'params.path' (the results file) is required for family 'precomputed'")
     if params.get("format", "auto") not in FORMATS:
         raise ValueError(f"{where}: key 'params.format' must be one of {FORMATS}, got {params.get('format')!r}")
+
+
+def weights(config: dict) -> list:
+    from cir_demo.utils.needs import LocalFile
+
+    path = config["params"]["path"]
+    return [LocalFile(path, "precomputed rankings", f"put the rankings file at {path}")]
 
 
 def detect_format(data: dict) -> str:

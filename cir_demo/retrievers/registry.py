@@ -14,6 +14,24 @@ file (or source) and the key.
 (ImportError with a `pip install` hint), the transformers version a
 remote-code model was written for, and the explicit `trust_remote_code`
 opt-in, then imports the family adapter, which imports the heavy libraries.
+
+A family is one module and one row of `FAMILIES`. Everything else asks the module:
+
+    PARAMS: dict                 the `params` it takes, with their defaults (required)
+    load(config, device, progress=False, trust_remote_code=False, **_) -> Retriever (required)
+    weights(config) -> list      what must be on this machine: `cir_demo.utils.needs` items;
+                                 the doctor, `--dry-run` and the app's load errors read it (required)
+    validate(config, where)      family rules beyond the schema; raise ValueError naming the key
+    USES_RECIPE = False          True: queries composed by a recipe (recipes.py) over a dual
+                                 encoder, so a config needs `model` and `recipe`
+    CONFIG_KEYS = ()             top-level config keys only this family takes (open_clip: model_config)
+    REMOTE_CODE = False          True: it runs its model repository's code, so a config must say
+                                 "needs_remote_code": true (and loading needs --trust-remote-code)
+    RUNS_MODEL = True            False: no model (rankings read from a file): no device, and the
+                                 doctor leaves it out of "every retriever"
+    recipe_label(config) -> str  how `retrievers list` names its query composition (default: the
+                                 config's recipe, else "native")
+    api_key_env(config)          the environment variable holding its API key, for `retrievers list`
 """
 from __future__ import annotations
 
@@ -27,7 +45,7 @@ from typing import Any
 
 from cir_demo.retrievers import recipes
 from cir_demo.retrievers.base import MARKER_STYLES
-from cir_demo.utils.names import UnknownNameError
+from cir_demo.utils.names import UnknownNameError, lookup
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -41,8 +59,7 @@ FAMILIES = {
     "precomputed": "cir_demo.retrievers.precomputed",
     "world_cir": "cir_demo.retrievers.world_cir",
 }
-# Families whose queries are composed by a recipe over a dual encoder.
-RECIPE_FAMILIES = ("open_clip", "hf_clip")
+REQUIRED_IN_FAMILY = ("PARAMS", "load", "weights")  # what every family module defines (see above)
 
 # key -> (allowed types, required)
 SCHEMA: dict[str, tuple[tuple[type, ...], bool]] = {
@@ -61,6 +78,7 @@ SCHEMA: dict[str, tuple[tuple[type, ...], bool]] = {
     "encoder": ((str,), False),  # the encoders.json entry a recipe config was made from
 }
 PIN_KEYS = {"spec": str, "hard": bool, "tested": str}
+FAMILY_ONLY_KEYS = ("model_config",)  # schema keys a family must list in its CONFIG_KEYS to take
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 # pip distribution -> import name, where they differ
@@ -127,8 +145,9 @@ def validate_config(config: Any, source: str = "<dict>") -> dict:
         if "spec" not in pin:
             raise ConfigError(f"{where}: key 'transformers_pin' needs a 'spec' (e.g. '<4.52.0')")
 
-    # family-specific parts
-    if family in RECIPE_FAMILIES:
+    # family-specific parts, as the family module declares them
+    module = family_module(family)
+    if getattr(module, "USES_RECIPE", False):
         if not cfg.get("model"):
             raise ConfigError(f"{where}: key 'model' is required for family {family!r}")
         if cfg["recipe"] is None:
@@ -137,12 +156,13 @@ def validate_config(config: Any, source: str = "<dict>") -> dict:
             raise ConfigError(f"{where}: key 'recipe' must be one of {sorted(recipes.RECIPES)}, got {cfg['recipe']!r}")
     elif cfg["recipe"] is not None:
         raise ConfigError(f"{where}: key 'recipe' must be null for family {family!r} (it composes queries itself)")
-    if cfg.get("model_config") is not None and family != "open_clip":
-        raise ConfigError(f"{where}: key 'model_config' is only for family 'open_clip'")
-    if family == "open_clip" and not cfg.get("pretrained"):
-        raise ConfigError(f"{where}: key 'pretrained' (an open_clip tag or a weights file) is required for family 'open_clip'")
+    for key in FAMILY_ONLY_KEYS:
+        if cfg.get(key) is not None and key not in getattr(module, "CONFIG_KEYS", ()):
+            takers = [f for f in FAMILIES if key in getattr(family_module(f), "CONFIG_KEYS", ())]
+            raise ConfigError(f"{where}: key {key!r} is only for family " + ", ".join(map(repr, takers)))
+    if getattr(module, "REMOTE_CODE", False) and not cfg["needs_remote_code"]:
+        raise ConfigError(f"{where}: family {family!r} runs repository code: set \"needs_remote_code\": true")
 
-    module = importlib.import_module(FAMILIES[family])
     allowed = dict(module.PARAMS)
     if cfg["recipe"] is not None:
         allowed.update(recipes.RECIPES[cfg["recipe"]][2])
@@ -170,6 +190,16 @@ def validate_config(config: Any, source: str = "<dict>") -> dict:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     return cfg
+
+
+def family_module(family: str):
+    """The adapter module of a registered family, checked to define what every family must."""
+    module = importlib.import_module(lookup("retriever family", family, FAMILIES))
+    missing = [a for a in REQUIRED_IN_FAMILY if not hasattr(module, a)]
+    if missing:
+        raise ConfigError(f"retriever family {family!r}: its module {module.__name__} does not define "
+                          f"{', '.join(missing)} (see the family protocol in cir_demo/retrievers/registry.py)")
+    return module
 
 
 def _requirement_name(req: str) -> str | None:
@@ -442,9 +472,9 @@ def load_retriever(name: str, device: str | None = None, trust_remote_code: bool
     require_assets_of(cfg)  # committed weights checksummed: a damaged file names how to restore it
     check_remote_code(cfg, trust_remote_code)
     check_transformers_pin(cfg)
-    if device is None and cfg["family"] != "precomputed":
+    module = family_module(cfg["family"])
+    if device is None and getattr(module, "RUNS_MODEL", True):
         from cir_demo.retrievers.base import default_device
 
         device = default_device()
-    module = importlib.import_module(FAMILIES[cfg["family"]])
     return module.load(cfg, device=device or "cpu", progress=progress, trust_remote_code=trust_remote_code)

@@ -101,6 +101,25 @@ def validate(config: dict, where: str) -> None:
             raise ValueError(f"{where}: key 'params.{key}' must be an integer >= {0 if key == 'max_retries' else 1}")
 
 
+def weights(config: dict) -> list:
+    """The chat API that writes descriptions, and whatever the text encoder needs."""
+    from cir_demo.utils.needs import ApiAccess, RetrieverNeeds
+
+    p = {**PARAMS, **config.get("params", {})}
+    return [ApiAccess(p["base_url"], p["api_key_env"], config.get("model"))] + (
+        [RetrieverNeeds(p["text_encoder"])] if p.get("text_encoder") else [])
+
+
+def api_key_env(config: dict) -> str | None:
+    """The environment variable the listing checks (`retrievers list`)."""
+    return config["params"].get("api_key_env", PARAMS["api_key_env"])
+
+
+def recipe_label(config: dict) -> str:
+    """How the listing names the way queries are composed: the merge rule."""
+    return f"{config['params'].get('merge', 'pre')}-merge"
+
+
 # --------------------------------------------------------------------------- HTTP client
 class ChatError(Exception):
     """A failed generation; `kind` is timeout, http_<code>, network, malformed, refusal or empty."""

@@ -38,6 +38,12 @@ def validate(config: dict, where: str) -> None:
             raise ValueError(f"{where}: key 'params.{key}' must be a string")
 
 
+def weights(config: dict) -> list:
+    from cir_demo.utils.needs import LocalFile
+
+    return [LocalFile(config["pretrained"], "world-CIR weights")]
+
+
 class WorldCirRetriever(EncoderRetriever):
     def __init__(self, name: str, encoder, combiner, spec: dict, batch_size: int = 64,
                  marker_style: str = "words", progress: bool = False, image_spec: dict | None = None):

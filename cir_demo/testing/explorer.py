@@ -19,6 +19,10 @@ class TinyVerifier(LogitPairReranker):
     """A real (tiny, randomly initialised) torch model judging (references, instruction, candidate):
     a small CNN over the stacked 32 px images plus a hashed bag of instruction words."""
 
+    @classmethod
+    def weights(cls, **kw) -> list:
+        return []  # initialised from its seed: nothing to fetch
+
     def __init__(self, seed: int = 0):
         import torch
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import gradio as gr
 
-from cir_demo.explorer import (MAX_COLUMNS, WORLD_UPLOAD_NOTE, ExplorerService, ServiceError, UploadError,
+from cir_demo.explorer import (MAX_COLUMNS, ExplorerService, ServiceError, UploadError,
                                ValidatedImage, encode_jpeg_data_uri, validate_upload)
 from cir_demo.ui import components
 from cir_demo.ui.controls import clamp, number_slider
@@ -163,8 +163,8 @@ def example_files(service: ExplorerService, folder: str | Path | None = None) ->
 
 
 def upload_note(service: ExplorerService) -> str:
-    if service.is_world:
-        return f"**Your own images on the offline world.** {WORLD_UPLOAD_NOTE}"
+    if service.upload_note:  # what the benchmark's declaration says about uploads (the world: its models' limits)
+        return f"**{service.upload_heading}** {service.upload_note}"
     return (f"Results come from the {len(service.benchmark.corpus_ids):,} corpus images of "
             f"{components.md_escape(repr(service.benchmark.name))}.")
 

@@ -1,7 +1,9 @@
-"""Name lookup with a "did you mean" answer for unknown names."""
+"""Name lookup with a "did you mean" answer for unknown names, and "module:attribute" references
+(how registration tables name code that is imported only when used)."""
 from __future__ import annotations
 
 import difflib
+import importlib
 from typing import Iterable
 
 
@@ -23,3 +25,16 @@ def lookup(kind: str, name: str, table: dict):
         return table[name]
     except KeyError:
         raise UnknownNameError(kind, name, table.keys()) from None
+
+
+def resolve_ref(ref: str, what: str):
+    """The attribute a "package.module:attribute" reference names, imported now; `what` names the
+    table row in errors."""
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{what}: {ref!r} must look like 'package.module:attribute'")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ImportError(f"{what}: {module_name} has no {attr}") from None

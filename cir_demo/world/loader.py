@@ -254,3 +254,13 @@ def caption_hits(caption: TestCaption, world: WorldData | None = None) -> list[s
     world = world or current_world()
     idx = np.flatnonzero(violation_counts(world.test_corpus, caption.constraints) == 0)
     return [f"w-te-{i:06d}" for i in idx]
+
+
+def world_on_disk(root=None, size: str = "default", seed: int = 0) -> bool:
+    """True when `load_world` with these arguments would find the world instead of generating it
+    (a given `root` counts as there: loading it reports what is wrong with it)."""
+    from cir_demo.world.generate import manifest_matches, world_dir
+
+    if root:
+        return True
+    return manifest_matches(world_dir(size, seed), size, seed, verify=False)

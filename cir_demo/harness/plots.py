@@ -8,12 +8,13 @@ import pandas as pd
 
 from cir_demo.benchmarks.schema import Benchmark
 from cir_demo.harness import charts
-from cir_demo.harness.evaluate import RunEvaluation
+from cir_demo.harness.evaluate import RunEvaluation, family_of
 
 BREAKDOWN_PLOTS = (
     ("is_single", "single_vs_two_image.png", "Single versus two-image queries"),
     ("intent_category", "per_category.png", "Per intent category"),
     ("edit_subcategory", "per_subcategory.png", "Per edit subcategory"),
+    ("category", "per_garment_category.png", "Per garment category"),
 )
 
 
@@ -46,7 +47,7 @@ def write_plots(
                  [float(ev.metrics.get("ling_sens_range", nan)) for ev in evaluations]},
             "Paraphrase sensitivity", "mean range (lower is more robust)")
 
-    metric = "Recall@1" if benchmark.metric_family == "edir" else "AP@10"
+    metric = family_of(benchmark).primary  # AP@10 (PinPoint, CIRCO), Recall@1 (EDIR, CIRR), Recall@10 (FashionIQ)
     label = metric if metric.startswith("Recall") else f"m{metric}"
     for field_, fname, title in BREAKDOWN_PLOTS:
         tab = breakdowns.get(field_)

@@ -139,12 +139,14 @@ def _read_category(path: Path, category: str, gallery: frozenset[str], col: Issu
 # --------------------------------------------------------------------------- export
 def export_fashioniq(benchmark: Benchmark, out_dir: str | Path, image_mode: str = "none",
                      skip_two_image: bool = False) -> dict[str, Path]:
-    """Write `benchmark` in FashionIQ's val layout (every gallery = the corpus plus the references).
+    """Write `benchmark` in FashionIQ's val layout, one gallery per category.
 
     Paraphrases of one intent become FashionIQ's caption pairs: a group's paraphrases are taken two
     at a time (a lone last one is paired with the group's first), so each entry's two captions are
     two wordings of one change, as FashionIQ's two annotators wrote. Paraphrase groups are dealt to
-    the three categories in turn. Only single-image queries with a target (else a first positive).
+    the three categories in turn. A category's gallery holds its entries' candidates and targets
+    and a third of the other images (dealt in turn), so the galleries differ as FashionIQ's do.
+    Only single-image queries with a target (else a first positive).
     image_mode "render" writes images/<id>.png (the loader finds .png beside .jpg). Two-image queries
     are refused, or left out with `skip_two_image` (the caller says so).
     """
@@ -170,12 +172,16 @@ def export_fashioniq(benchmark: Benchmark, out_dir: str | Path, image_mode: str 
                 {"candidate": first.reference_ids[0], "target": target, "captions": texts[i:i + 2],
                  GROUP_FIELD: first.group_id})
     images = list(dict.fromkeys([*benchmark.corpus_ids, *(q.reference_ids[0] for q in queries)]))
+    named = {c: {i for e in entries[c] for i in (e["candidate"], e["target"])} for c in CATEGORIES}
+    rest = [i for i in images if not any(i in n for n in named.values())]
     paths: dict[str, Path] = {}
-    for category in CATEGORIES:
+    for n, category in enumerate(CATEGORIES):
+        dealt = set(rest[n::len(CATEGORIES)])
         paths[f"captions/{category}"] = captions_path(out, category)
         write_json_atomic(paths[f"captions/{category}"], entries[category], indent=None)
         paths[f"image_splits/{category}"] = split_path(out, category)
-        write_json_atomic(paths[f"image_splits/{category}"], images, indent=None)
+        write_json_atomic(paths[f"image_splits/{category}"],
+                          [i for i in images if i in named[category] or i in dealt], indent=None)
     if image_mode != "none":
         _export_images(benchmark, images, out / "images", image_mode)
     return paths

@@ -21,7 +21,7 @@ def add_benchmark_arguments(p: argparse.ArgumentParser, default: str | None = "w
     """Add the "benchmark" argument group to `p` and return it."""
     g = p.add_argument_group("benchmark")
     g.add_argument("--benchmark", default=None if required else default, required=required,
-                   help=benchmark_help or ("world, pinpoint, edir, circo or jsonl"
+                   help=benchmark_help or ("world, pinpoint, edir, circo, cirr, fashioniq, icir or jsonl"
                                            + (f" (default: {default})" if default and not required else "")))
     g.add_argument("--annotations", help="PinPoint parquet or CIRCO annotations/val.json")
     g.add_argument("--corpus-ids", help="corpus id list (PinPoint index_signatures.txt; optional for CIRCO)")

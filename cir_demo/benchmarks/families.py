@@ -85,6 +85,14 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         primary="Recall@10",
         shown=("Recall@10", "Recall@50"),
     ),
+    MetricFamily(
+        name="icir",
+        module="cir_demo.metrics.icir",
+        official_columns="OFFICIAL_COLUMNS",
+        headline={"AP": "mAP"},
+        primary="AP",
+        shown=("AP",),
+    ),
 )}
 
 

@@ -68,6 +68,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
         BenchmarkSpec("fashioniq", "FashionIQ val: captions/cap.<category>.val.json + image_splits/split.<category>.val.json",
                       "fashioniq", "cir_demo.benchmarks.fashioniq:load_fashioniq", required=("root",),
                       optional=("image_dir", "categories")),
+        BenchmarkSpec("icir", "i-CIR: query_files.csv + database_files.csv (image_path,text,instance)", "icir",
+                      "cir_demo.benchmarks.icir:load_icir", required=("root",), optional=("image_dir",)),
         BenchmarkSpec("jsonl", "a benchmark folder in the project's JSONL format (docs/formats.md)", "from manifest",
                       "cir_demo.benchmarks.jsonl:load_jsonl_benchmark", required=("root",)),
     )

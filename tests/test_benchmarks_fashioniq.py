@@ -37,6 +37,7 @@ def test_joins_the_two_captions_as_clip4cir_validation_does():
         "Is solid black with no sleeves and is black with straps"
     # strip('.?, ') at both ends; capitalize() lowercases the rest of the first caption
     assert join_captions(" Is Longer.", "has a belt?") == "Is longer and has a belt"
+    assert join_captions("", "is grey") == " and is grey"  # an empty first caption, as in the real shirt file
 
 
 def test_reads_the_official_layout_with_one_gallery_per_category(tmp_path):
@@ -52,12 +53,14 @@ def test_reads_the_official_layout_with_one_gallery_per_category(tmp_path):
 
 
 def test_errors_name_file_entry_and_field(tmp_path):
-    bad = [dict(DRESS[0], target="S1"), dict(DRESS[1], captions=["only one"]), {"candidate": "D3"}]
+    bad = [dict(DRESS[0], target="S1"), dict(DRESS[1], captions=["only one"]), {"candidate": "D3"},
+           dict(DRESS[0], captions=["", "is red"])]  # the real shirt and toptee files have empty captions
     with pytest.raises(BenchmarkError) as exc:
         load_fashioniq(fiq_folder(tmp_path, {"dress": bad, "shirt": SHIRT, "toptee": TOPTEE}, GALLERIES))
     text = str(exc.value)
     assert "cap.dress.val.json, entry 0, field 'target': target 'S1' is not in split.dress.val.json" in text
-    assert "cap.dress.val.json, entry 1, field 'captions': expected two non-empty relative captions" in text
+    assert "cap.dress.val.json, entry 1, field 'captions': expected a list of two relative captions" in text
+    assert "cap.dress.val.json, entry 3, field 'captions': an empty caption (kept" in text
     assert "cap.dress.val.json, entry 2, field 'target': missing target image name" in text
     with pytest.raises(BenchmarkError, match="choose among dress, shirt, toptee"):
         load_fashioniq(tmp_path, categories="skirt")
@@ -75,9 +78,9 @@ def test_a_run_over_the_union_is_cut_to_the_query_s_gallery(tmp_path):
 
 
 # --------------------------------------------------------------------------- parity through --eval
-def clip4cir_fiq(bench, scores):
+def clip4cir_fiq_hits(bench, scores) -> dict:
     """Per category: rank that category's gallery by score (ties by name descending, as a run dict is
-    read), labels = the target, Recall@k = mean over its queries; then the plain mean of categories."""
+    read), label the target; returns {category: (queries, hits in the top 10, hits in the top 50)}."""
     out = {}
     corpus = np.array(bench.corpus_ids)
     for c in CATEGORIES:
@@ -92,8 +95,15 @@ def clip4cir_fiq(bench, scores):
         order = np.lexsort((np.broadcast_to(-name_rank, sub.shape), -sub), axis=1)
         labels = names[order] == np.array([bench.queries[i].target_id for i in rows])[:, None]
         assert (labels.sum(1) == 1).all()
-        for k in (10, 50):
-            out[f"Recall@{k}/{c}"] = labels[:, :k].sum() / len(rows)
+        out[c] = (len(rows), int(labels[:, :10].sum()), int(labels[:, :50].sum()))
+    return out
+
+
+def fiq_metrics(hits: dict) -> dict:
+    """CLIP4Cir's numbers from per-category hits: Recall@k per category, their plain mean, average_recall."""
+    out = {}
+    for c, (n, h10, h50) in hits.items():
+        out[f"Recall@10/{c}"], out[f"Recall@50/{c}"] = h10 / n, h50 / n
     for k in (10, 50):
         out[f"Recall@{k}"] = float(np.mean([out[f"Recall@{k}/{c}"] for c in CATEGORIES]))
     out["average_recall"] = (out["Recall@10"] + out["Recall@50"]) / 2
@@ -127,7 +137,7 @@ def test_eval_matches_clip4cir_per_category_and_average(world_fiq, tmp_path):
     assert main(["eval", "--benchmark", "fashioniq", "--root", str(world_fiq), "--results-json",
                  str(tmp_path / "run.json"), "--out", str(tmp_path / "out"), "--n-boot", "0", "--no-plots"]) == 0
     got = json.loads((tmp_path / "out" / "metrics.json").read_text())["runs"][0]["metrics"]
-    ref = clip4cir_fiq(bench, scores)
+    ref = fiq_metrics(clip4cir_fiq_hits(bench, scores))
     for name, value in ref.items():
         assert abs(got[name] - value) <= 1e-9, name
     assert 0 < ref["Recall@10"] < ref["Recall@50"] < 1

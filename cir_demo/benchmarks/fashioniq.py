@@ -105,6 +105,7 @@ def _read_gallery(path: Path, col: IssueCollector) -> list[str]:
 def _read_category(path: Path, category: str, gallery: frozenset[str], col: IssueCollector) -> list[Query]:
     queries = []
     ref_outside: list[str] = []
+    empty: list[str] = []  # the real shirt and toptee files have three
     for k, e in enumerate(_read_json(path, col, "captions file")):
         loc = f"entry {k}"
         if not isinstance(e, dict):
@@ -121,16 +122,19 @@ def _read_category(path: Path, category: str, gallery: frozenset[str], col: Issu
         elif target not in gallery:
             col.error(loc, "target", f"target {target!r} is not in split.{category}.{SPLIT}.json (CLIP4Cir ranks "
                       "only that gallery and asserts the target is in it)", file=path)
-        if (not isinstance(captions, list) or len(captions) != 2
-                or not all(isinstance(c, str) and c.strip('.?, ') for c in captions)):
-            col.error(loc, "captions", "expected two non-empty relative captions", file=path)
+        if not isinstance(captions, list) or len(captions) != 2 or not all(isinstance(c, str) for c in captions):
+            col.error(loc, "captions", "expected a list of two relative captions", file=path)
         if len(col.errors) > n_errors:
             continue
+        if not all(c.strip('.?, ') for c in captions):
+            empty.append(loc)
         qid = f"{category}-{k}"
         meta = {"category": category, "captions": tuple(captions)}
         judgments = ScopedJudgments((target,), gallery=gallery)
         group = e.get(GROUP_FIELD) if isinstance(e.get(GROUP_FIELD), str) else qid
         queries.append(Query(qid, (ref,), join_captions(*captions), group, judgments, meta, target_id=target))
+    warn_rows(col, empty, "captions", "an empty caption (kept, joined as CLIP4Cir joins it: ' and <second>')",
+              file=path)
     warn_rows(col, ref_outside, "candidate", f"the reference is not in split.{category}.{SPLIT}.json (CLIP4Cir "
               "reads reference features from that gallery and would fail)", file=path)
     return queries

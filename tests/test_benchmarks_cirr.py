@@ -4,7 +4,6 @@ ranking matrix), on the offline world exported to CIRR's files with a tied-score
 from __future__ import annotations
 
 import json
-import random
 import warnings
 from pathlib import Path
 
@@ -74,8 +73,8 @@ def test_cirr_errors_name_entry_and_field(tmp_path):
         load_cirr(tmp_path, split="test1")
 
 
-def test_subset_ranks_unseen_members_last_and_the_target_after_them():
-    bench_queries = load_cirr(cirr_folder(Path(_tmp()))).queries
+def test_subset_ranks_unseen_members_last_and_the_target_after_them(tmp_path):
+    bench_queries = load_cirr(cirr_folder(tmp_path)).queries
     q = bench_queries[0]  # reference test1-147-1-img1, target test1-83-0-img1, 5 other members
     full = ["test1-7-0-img0", "test1-147-1-img1", "test1-906-0-img1", "test1-83-0-img1", "test1-83-1-img1"]
     with pytest.warns(cirr.UnseenSetMemberWarning):
@@ -91,12 +90,6 @@ def test_subset_ranks_unseen_members_last_and_the_target_after_them():
     assert np.isnan(df.iloc[0]["target_rank"])
     with pytest.raises(BenchmarkError, match="query 12063, field 'ranking': the ranking repeats an image"):
         cirr.evaluate({"12063": ["a", "a"]}, [q])
-
-
-def _tmp() -> str:
-    import tempfile
-
-    return tempfile.mkdtemp(prefix="cirr_")
 
 
 # --------------------------------------------------------------------------- parity through --eval

@@ -27,7 +27,7 @@ import pandas as pd
 
 from cir_demo.benchmarks.schema import BenchmarkError, Query, ValidationIssue
 from cir_demo.benchmarks.scoped import subset_of
-from cir_demo.metrics import check_ks, plain_mean, ranking_or_none, warn_coverage
+from cir_demo.metrics import check_ks, evaluator, matched_rankings, plain_mean, repeated_id_issues, warn_coverage
 
 KS = (1, 5, 10, 50)
 SUBSET_KS = (1, 2, 3)
@@ -49,15 +49,11 @@ class ShortRankingWarning(UserWarning):
 
 
 def _check(matched: Sequence[Query], rankings: Sequence[list], source: str) -> None:
-    issues = []
-    for q, ranking in zip(matched, rankings):
-        if len(set(ranking)) != len(ranking):
-            issues.append(ValidationIssue("error", source, f"query {q.query_id}", "ranking",
-                                          "the ranking repeats an image; CIRR rankings list each image once"))
-        if q.target_id is None:
-            issues.append(ValidationIssue("error", source, f"query {q.query_id}", "target_hard",
-                                          "no target (the test1 split hides them): write the test-server files "
-                                          "with `python -m cir_demo submission --benchmark cirr --split test1 ...`"))
+    issues = repeated_id_issues(matched, rankings, source, "; CIRR rankings list each image once")
+    issues += [ValidationIssue("error", source, f"query {q.query_id}", "target_hard",
+                               "no target (the test1 split hides them): write the test-server files with "
+                               "`python -m cir_demo submission --benchmark cirr --split test1 ...`")
+               for q in matched if q.target_id is None]
     if issues:
         raise BenchmarkError(issues)
 
@@ -108,12 +104,7 @@ def per_query(
     Raises BenchmarkError naming every query whose ranking repeats an id or that has no target.
     """
     ks, subset_ks = check_ks(ks), check_ks(subset_ks)
-    matched, rankings = [], []
-    for q in queries:
-        ranking = ranking_or_none(run, q.query_id, results_key)
-        if ranking is not None:
-            matched.append(q)
-            rankings.append(ranking)
+    matched, rankings = matched_rankings(run, queries, results_key)
     _check(matched, rankings, source)
     n = len(matched)
     rank = np.empty(n)
@@ -178,12 +169,4 @@ def run_warnings(metrics: Mapping) -> list[str]:
     return out
 
 
-def evaluate(
-    run: Mapping[str, Sequence[str]],
-    queries: Sequence[Query],
-    ks: Sequence[int] = KS,
-    results_key: Callable[[str], str] | None = None,
-    source: str = "run",
-) -> tuple[dict, pd.DataFrame]:
-    df = per_query(run, queries, ks=ks, results_key=results_key, source=source)
-    return aggregate(df, len(queries)), df
+evaluate = evaluator(per_query, aggregate)

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from cir_demo.benchmarks.schema import Query
-from cir_demo.metrics import check_ks, duplicate_count, plain_mean, ranking_or_none, warn_coverage
+from cir_demo.metrics import check_ks, duplicate_count, matched_rankings, plain_mean, warn_coverage
 
 KS = (1, 3)
 
@@ -77,12 +77,7 @@ def per_query(
     where not scored). `source` is kept for callers that name the run.
     """
     ks = check_ks(ks)
-    matched, rankings = [], []
-    for q in queries:
-        ranking = ranking_or_none(run, q.query_id, results_key)
-        if ranking is not None:
-            matched.append(q)
-            rankings.append(ranking)
+    matched, rankings = matched_rankings(run, queries, results_key)
     n = len(matched)
     scored = np.array([bool(q.positives) for q in matched], dtype=bool)
     recall = np.full((n, len(ks)), np.nan)

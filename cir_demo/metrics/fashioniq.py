@@ -29,7 +29,7 @@ import pandas as pd
 
 from cir_demo.benchmarks.schema import BenchmarkError, Query, ValidationIssue
 from cir_demo.benchmarks.scoped import gallery_of
-from cir_demo.metrics import check_ks, plain_mean, ranking_or_none, warn_coverage
+from cir_demo.metrics import check_ks, evaluator, matched_rankings, plain_mean, repeated_id_issues, warn_coverage
 
 KS = (10, 50)
 CATEGORIES = ("dress", "shirt", "toptee")
@@ -75,14 +75,8 @@ def per_query(
     """One row per query with an entry in `run`: query_id, group_id, category, scored, target_rank
     (NaN when not within the largest cutoff), n_gallery_ranked (capped at the largest cutoff), Recall@k."""
     ks = check_ks(ks)
-    matched, rankings = [], []
-    for q in queries:
-        ranking = ranking_or_none(run, q.query_id, results_key)
-        if ranking is not None:
-            matched.append(q)
-            rankings.append(ranking)
-    bad = [ValidationIssue("error", source, f"query {q.query_id}", "ranking", "the ranking repeats an image")
-           for q, r in zip(matched, rankings) if len(set(r)) != len(r)]
+    matched, rankings = matched_rankings(run, queries, results_key)
+    bad = repeated_id_issues(matched, rankings, source)
     bad += [ValidationIssue("error", source, f"query {q.query_id}", "target", "no target image")
             for q in matched if q.target_id is None]
     if bad:
@@ -142,12 +136,4 @@ def run_warnings(metrics: Mapping) -> list[str]:
     return []
 
 
-def evaluate(
-    run: Mapping[str, Sequence[str]],
-    queries: Sequence[Query],
-    ks: Sequence[int] = KS,
-    results_key: Callable[[str], str] | None = None,
-    source: str = "run",
-) -> tuple[dict, pd.DataFrame]:
-    df = per_query(run, queries, ks=ks, results_key=results_key, source=source)
-    return aggregate(df, len(queries)), df
+evaluate = evaluator(per_query, aggregate)

@@ -23,9 +23,9 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from cir_demo.benchmarks.schema import BenchmarkError, Query, ValidationIssue
+from cir_demo.benchmarks.schema import BenchmarkError, Query
 from cir_demo.benchmarks.scoped import gallery_of
-from cir_demo.metrics import plain_mean, ranking_or_none, warn_coverage
+from cir_demo.metrics import evaluator, matched_rankings, plain_mean, repeated_id_issues, warn_coverage
 
 EPSILON = 1e-5  # the reference code's recall step is 1 / (n + 1e-5)
 OFFICIAL_COLUMNS = ["model", "mAP", "mmAP", "minmAP"]
@@ -55,14 +55,8 @@ def per_query(
 ) -> pd.DataFrame:
     """One row per query with an entry in `run`: query_id, group_id (the instance), instance, scored,
     n_positives, n_positives_ranked, AP. `ks` is accepted for the common signature and unused."""
-    matched, rankings = [], []
-    for q in queries:
-        ranking = ranking_or_none(run, q.query_id, results_key)
-        if ranking is not None:
-            matched.append(q)
-            rankings.append(ranking)
-    bad = [ValidationIssue("error", source, f"query {q.query_id}", "ranking", "the ranking repeats an image")
-           for q, r in zip(matched, rankings) if len(set(r)) != len(r)]
+    matched, rankings = matched_rankings(run, queries, results_key)
+    bad = repeated_id_issues(matched, rankings, source)
     if bad:
         raise BenchmarkError(bad)
     ap, found = np.empty(len(matched)), np.empty(len(matched), dtype=np.int64)
@@ -110,12 +104,4 @@ def run_warnings(metrics: Mapping) -> list[str]:
     return []
 
 
-def evaluate(
-    run: Mapping[str, Sequence[str]],
-    queries: Sequence[Query],
-    ks: Sequence[int] = (),
-    results_key: Callable[[str], str] | None = None,
-    source: str = "run",
-) -> tuple[dict, pd.DataFrame]:
-    df = per_query(run, queries, results_key=results_key, source=source)
-    return aggregate(df, len(queries)), df
+evaluate = evaluator(per_query, aggregate)

@@ -84,7 +84,7 @@ def test_subset_ranks_unseen_members_last_and_the_target_after_them(tmp_path):
     assert row["target_rank"] == 3 and row["subset_rank"] == 2 and row["n_unseen_set_members"] == 2
     assert (row["Recall@1"], row["Recall@5"], row["Recall_subset@1"], row["Recall_subset@2"]) == (0, 1, 0, 1)
     # the target unseen: ranked after every other member (5th of 5), whatever the set's order says
-    with pytest.warns(cirr.UnseenSetMemberWarning):
+    with pytest.warns(cirr.ShortRankingWarning), pytest.warns(cirr.UnseenSetMemberWarning):
         _, df = cirr.evaluate({"12063": ["test1-7-0-img0"]}, [q])
     assert df.iloc[0]["subset_rank"] == 5 and df.iloc[0]["Recall_subset@3"] == 0
     assert np.isnan(df.iloc[0]["target_rank"])

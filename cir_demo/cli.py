@@ -21,6 +21,7 @@ COMMANDS = {
     "rerank": ("cir_demo.rerank.cli", "rerank a results file or one query with a reranker backend"),
     "doctor": ("cir_demo.preflight.doctor", "what this machine can run now, what is missing, and the command that fixes each"),
     "images": ("cir_demo.images.cli", "fetch a benchmark's images (parallel, resumable) or count those present"),
+    "submission": ("cir_demo.results.cli", "write a benchmark's test-server files from results files (CIRR test1)"),
     "eval": ("cir_demo.harness.cli", "evaluate results files or run the full benchmark (same as app.py --eval)"),
 }
 RUNNERS = {"index": "cir_demo.harness.index_run"}  # command -> module with run, where not its COMMANDS module

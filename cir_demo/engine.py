@@ -180,13 +180,25 @@ class RetrievalEngine:
         queries = list(self.benchmark.queries if queries is None else queries)
         run: dict[str, list[str]] = {}
         scores: dict[str, list[float]] = {}
+        from cir_demo.retrievers.query_templates import render
+
+        template = self.query_template(name)
         for start in range(0, len(queries), batch_size):
             chunk = queries[start:start + batch_size]
-            for q, r in zip(chunk, self.search(name, [self.composed(q) for q in chunk], k=k, batch_size=batch_size)):
+            composed = [self.composed(q, None if template is None else render(template["template"], q)) for q in chunk]
+            for q, r in zip(chunk, self.search(name, composed, k=k, batch_size=batch_size)):
                 run[q.query_id], scores[q.query_id] = r.ids, r.scores
             if progress:
                 progress(min(start + batch_size, len(queries)), len(queries))
         return run, scores
+
+    def query_template(self, name: str) -> dict[str, str] | None:
+        """{"template", "source"} that turns this benchmark's queries into retriever `name`'s text; None: the
+        instruction as loaded (retrievers/query_templates.py)."""
+        from cir_demo.retrievers.query_templates import resolve
+        from cir_demo.retrievers.registry import get_config
+
+        return resolve(get_config(name), self.benchmark.name)
 
     # ------------------------------------------------------------------ reranking
     def reranker(self, backend: str, **kw):

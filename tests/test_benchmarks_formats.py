@@ -386,7 +386,7 @@ def test_pinpoint_cdn_url():
 # =========================================================================== registry and CLI
 def test_registry_declares_benchmarks_and_checks_arguments(tmp_path):
     names = [s.name for s in list_benchmarks()]
-    assert names == ["world", "pinpoint", "edir", "circo", "jsonl"]
+    assert names == ["world", "pinpoint", "edir", "circo", "cirr", "fashioniq", "icir", "jsonl"]
     assert next(s for s in list_benchmarks() if s.name == "world").loader == "cir_demo.world:load_world"
     for spec in list_benchmarks():
         if spec.name != "world":  # written in parallel; only referenced by name here

@@ -200,7 +200,8 @@ def test_jsonl_family_end_to_end(tmp_path, capsys):
                     "edit_category": ["attribute", "object"][g % 2],
                     "domain": ["Art", "Food"][p], "skin_tone_bucket": ["DARKEST", "LIGHTEST", None][g % 3],
                     "is_question": p == 1, "is_imperative": p == 0, "length_category": ["short", "long"][p],
-                    "semantic_aspects": ["addition", "negation"][: 1 + g % 2]}
+                    "semantic_aspects": ["addition", "negation"][: 1 + g % 2],
+                    "category": ["dress", "shirt"][g % 2], "img_set_size": 6, "sole_target": g % 2 == 0}
             refs = ("ref", f"ref{g}") if g % 3 == 0 else (f"ref{g}",)
             queries.append(Query(f"q{g}_{p}", refs, f"text {g} {p}", f"g{g}", j, meta))
     assert set(BREAKDOWN_FIELDS) <= set(queries[0].meta) | {"is_single"}

@@ -12,6 +12,7 @@ LOADER_ARGS = {
     "image_dir": "image_dir",
     "size": "world_size",
     "seed": "world_seed",
+    "split": "split",
 }
 
 
@@ -29,6 +30,7 @@ def add_benchmark_arguments(p: argparse.ArgumentParser, default: str | None = "w
     g.add_argument("--corpus-ids", help="corpus id list (PinPoint index_signatures.txt; optional for CIRCO)")
     g.add_argument("--root", help="benchmark folder (EDIR, jsonl, or a generated world)")
     g.add_argument("--image-dir", help="folder of benchmark images")
+    g.add_argument("--split", help="CIRR split: val (default) or test1")
     g.add_argument("--world-size", default=None, choices=["tiny", "default"], help="offline world size (default: default)")
     g.add_argument("--world-seed", type=int, default=None, help="offline world seed (default 0)")
     if limit:

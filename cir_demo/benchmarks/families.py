@@ -105,6 +105,31 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         primary="Recall@1",
         shown=("Recall@1", "Recall@3", "hard_negative@1"),
     ),
+    MetricFamily(
+        name="cirr",
+        module="cir_demo.metrics.cirr",
+        official_columns="OFFICIAL_COLUMNS",
+        headline={"Recall@1": "Recall@1", "Recall@5": "Recall@5", "Recall@10": "Recall@10", "Recall@50": "Recall@50",
+                  "Recall_subset@1": "Recall_subset@1"},
+        primary="Recall@1",
+        shown=("Recall@1", "Recall@10", "Recall_subset@1"),
+    ),
+    MetricFamily(
+        name="fashioniq",
+        module="cir_demo.metrics.fashioniq",
+        official_columns="OFFICIAL_COLUMNS",
+        headline={"Recall@10": "Recall@10_pooled", "Recall@50": "Recall@50_pooled"},
+        primary="Recall@10",
+        shown=("Recall@10", "Recall@50"),
+    ),
+    MetricFamily(
+        name="icir",
+        module="cir_demo.metrics.icir",
+        official_columns="OFFICIAL_COLUMNS",
+        headline={"AP": "mAP"},
+        primary="AP",
+        shown=("AP",),
+    ),
 )}
 
 

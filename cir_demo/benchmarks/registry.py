@@ -92,6 +92,13 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
         BenchmarkSpec("circo", "CIRCO validation split: annotations/val.json + COCO unlabeled2017", "circo",
                       "cir_demo.benchmarks.circo:load_circo", required=("annotations",),
                       optional=("image_dir", "corpus_ids")),
+        BenchmarkSpec("cirr", "CIRR: captions/cap.rc2.<split>.json + image_splits/split.rc2.<split>.json (+ images)",
+                      "cirr", "cir_demo.benchmarks.cirr:load_cirr", required=("root",), optional=("split", "image_dir")),
+        BenchmarkSpec("fashioniq", "FashionIQ val: captions/cap.<category>.val.json + image_splits/split.<category>.val.json",
+                      "fashioniq", "cir_demo.benchmarks.fashioniq:load_fashioniq", required=("root",),
+                      optional=("image_dir", "categories")),
+        BenchmarkSpec("icir", "i-CIR: query_files.csv + database_files.csv (image_path,text,instance)", "icir",
+                      "cir_demo.benchmarks.icir:load_icir", required=("root",), optional=("image_dir",)),
         BenchmarkSpec("jsonl", "a benchmark folder in the project's JSONL format (docs/formats.md)", "from manifest",
                       "cir_demo.benchmarks.jsonl:load_jsonl_benchmark", required=("root",)),
     )

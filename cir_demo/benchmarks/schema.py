@@ -20,7 +20,8 @@ Metadata keys (all optional; breakdowns use whichever are present):
 `edit_subcategory` (EDIR subcategory), `edit_category` (EDIR category), `domain` (PinPoint l1_interest),
 `skin_tone_bucket` (one of SKIN_TONE_BUCKETS), `is_question`, `is_imperative`,
 `length_category`, `is_single` (bool; derived from the reference count when absent),
-`shared_concept`, `semantic_aspects` (CIRCO).
+`shared_concept`, `semantic_aspects` (CIRCO), `category` (FashionIQ), `instance` (i-CIR),
+`img_set_size`, `sole_target` (CIRR).
 """
 from __future__ import annotations
 
@@ -46,6 +47,9 @@ BREAKDOWN_FIELDS = (
     "is_imperative",
     "length_category",
     "semantic_aspects",
+    "category",  # FashionIQ garment category (dress, shirt, toptee)
+    "img_set_size",  # CIRR: members of the query's img_set
+    "sole_target",  # CIRR: target_soft marks no image but the hard target as a match
 )
 
 

@@ -54,6 +54,7 @@ def evaluate_run(
     if metrics.get("n_queries_without_positives"):
         warnings.append(f"{metrics['n_queries_without_positives']} queries have no positives; they are left out of "
                         "every mean (as pytrec_eval, which the official code uses, leaves them out)")
+    warnings += getattr(mod, "run_warnings", lambda _: [])(metrics)  # a family's own caveats (CIRR: unseen set members)
     meta = query_meta_frame(benchmark.queries)
     extra_cols = [c for c in meta.columns if c not in per_query.columns or c == "query_id"]
     per_query = per_query.merge(meta[extra_cols], on="query_id", how="left")

@@ -91,6 +91,16 @@ def pinpoint_rerank_section(benchmark, pairs: Sequence[tuple[RunEvaluation, RunE
     return "\n".join(lines)
 
 
+def query_text_section(specs: dict[str, dict]) -> list[str]:
+    """Markdown stating each retriever's query template, when the benchmark has templates (none: [])."""
+    rows = [(n, s["query_template"]) for n, s in specs.items() if "query_template" in s]
+    if not rows:
+        return []
+    return ["## Query text\n\nHow each retriever's text was made from a query (configs/query_templates.json, or the "
+            "retriever config's `query_templates`):\n\n| retriever | template | source |\n|---|---|---|\n"
+            + "\n".join(f"| {n} | `{t['template']}` | {t['source']} |" for n, t in rows)]
+
+
 def dry_run_benchmark(args: argparse.Namespace, bench, names: list[str], reranker_name: str | None, top_n: int) -> int:
     from cir_demo.preflight.dry_run import dry_run
     from cir_demo.preflight.run import model_lines
@@ -153,6 +163,8 @@ def _run_into(args, bench, names, reranker_name, top_n, out: Path, final: Path, 
         timings[f"{name}/index"] = round(time.perf_counter() - t, 3)
         retriever = engine.retriever(name)
         specs[name] = dict(retriever.spec)
+        if engine.query_template(name) is not None:  # recorded in results files and stated in the report
+            specs[name]["query_template"] = engine.query_template(name)
         t = time.perf_counter()
         with tqdm(total=len(bench.queries), desc=f"retrieve {name}", unit="query") as bar:
             run, scores = engine.run_benchmark(name, k=DEFAULT_K, progress=lambda done, total: bar.update(done - bar.n))
@@ -177,6 +189,7 @@ def _run_into(args, bench, names, reranker_name, top_n, out: Path, final: Path, 
 
     sections = ([metric_family(bench.metric_family).rerank_section_maker()(
         bench, pairs, top_n, reranker_spec or {}, n_boot=args.n_boot, seed=args.bootstrap_seed)] if pairs else [])
+    sections += query_text_section(specs)
     paths = write_outputs(bench, evaluations, out, n_boot=args.n_boot, seed=args.bootstrap_seed,
                           extra_sections=sections, plots=not args.no_plots)
     write_json_atomic(out / "run_info.json", {

@@ -14,6 +14,7 @@ BREAKDOWN_PLOTS = (
     ("is_single", "single_vs_two_image.png", "Single versus two-image queries"),
     ("intent_category", "per_category.png", "Per intent category"),
     ("edit_subcategory", "per_subcategory.png", "Per edit subcategory"),
+    ("category", "per_garment_category.png", "Per garment category"),
 )
 
 

@@ -198,7 +198,7 @@ def render_report(
     official = list(getattr(metrics_module(benchmark), fam.official_columns))
     w("## Official columns\n\n")
     w(_md_table(table[[c for c in official if c in table.columns]]) + "\n\n")
-    extra_cols = [c for c in table.columns if c not in official and not c.endswith(("_ci_lo", "_ci_hi"))]
+    extra_cols = [c for c in table.columns if c not in official and c != "model" and not c.endswith(("_ci_lo", "_ci_hi"))]
     if extra_cols:
         w("## Our extra columns\n\n")
         w(_md_table(table[["model"] + extra_cols]) + "\n\n")

@@ -104,3 +104,32 @@ def warn_coverage(benchmark: str, matched: int, total: int, stacklevel: int = 3)
 def duplicate_count(ranking: Sequence[str]) -> int:
     """How many entries of a ranking repeat an earlier entry."""
     return len(ranking) - len(set(ranking))
+
+
+def matched_rankings(run: Mapping[str, Any], queries, results_key: Callable[[str], str] | None) -> tuple[list, list]:
+    """The queries that have an entry in `run` (in the order of `queries`) and their rankings."""
+    matched, rankings = [], []
+    for q in queries:
+        ranking = ranking_or_none(run, q.query_id, results_key)
+        if ranking is not None:
+            matched.append(q)
+            rankings.append(ranking)
+    return matched, rankings
+
+
+def repeated_id_issues(matched, rankings, source: str, why: str = "") -> list:
+    """One error per ranking that lists an image twice (protocols whose reference rankings are permutations)."""
+    from cir_demo.benchmarks.schema import ValidationIssue
+
+    return [ValidationIssue("error", source, f"query {q.query_id}", "ranking", "the ranking repeats an image" + why)
+            for q, r in zip(matched, rankings) if len(set(r)) != len(r)]
+
+
+def evaluator(per_query: Callable, aggregate: Callable) -> Callable:
+    """A module's `evaluate(run, queries, **per_query arguments)`: (aggregate dict, per-query frame)."""
+    def evaluate(run, queries, **kwargs):
+        df = per_query(run, queries, **kwargs)
+        return aggregate(df, len(queries)), df
+
+    evaluate.__doc__ = f"(aggregate, per-query frame) of `run`: {per_query.__module__}.per_query, then aggregate."
+    return evaluate

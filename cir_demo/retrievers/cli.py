@@ -85,7 +85,10 @@ def run(args: argparse.Namespace) -> int:
         except UnknownNameError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(json.dumps({"source": registry.config_source(args.name), "config": cfg}, indent=2))
+        from cir_demo.retrievers.query_templates import effective_templates
+
+        print(json.dumps({"source": registry.config_source(args.name), "config": cfg,
+                          "query_templates": effective_templates(cfg)}, indent=2))
         return 0
     rows = registry.list_retrievers()
     family = getattr(args, "family", None)

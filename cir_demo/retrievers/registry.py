@@ -76,6 +76,7 @@ SCHEMA: dict[str, tuple[tuple[type, ...], bool]] = {
     "needs_remote_code": ((bool,), False),
     "transformers_pin": ((dict, type(None)), False),
     "encoder": ((str,), False),  # the encoders.json entry a recipe config was made from
+    "query_templates": ((dict,), False),  # benchmark -> template (retrievers/query_templates.py)
 }
 PIN_KEYS = {"spec": str, "hard": bool, "tested": str}
 FAMILY_ONLY_KEYS = ("model_config",)  # schema keys a family must list in its CONFIG_KEYS to take
@@ -173,6 +174,13 @@ def validate_config(config: Any, source: str = "<dict>") -> dict:
                           + f"; allowed params: {sorted(allowed)}")
     if "marker_style" in cfg["params"] and cfg["params"]["marker_style"] not in MARKER_STYLES:
         raise ConfigError(f"{where}: key 'params.marker_style' must be one of {MARKER_STYLES}")
+    for bench, template in (cfg.get("query_templates") or {}).items():
+        from cir_demo.retrievers.query_templates import TemplateError, check_template
+
+        try:
+            check_template(template, f"{where}: key 'query_templates.{bench}'")
+        except TemplateError as exc:
+            raise ConfigError(str(exc)) from None
     if "batch_size" in cfg["params"]:
         bs = cfg["params"]["batch_size"]
         if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
@@ -213,6 +221,7 @@ _SOURCES: dict[str, str] = {}
 
 
 ENCODERS_FILE, RECIPES_FILE = "encoders.json", "recipes.json"
+QUERY_TEMPLATES_FILE = "query_templates.json"  # per-family query templates (retrievers/query_templates.py)
 # what an encoder entry of encoders.json declares (a recipe entry adds name, recipe, params, description)
 ENCODER_KEYS = ("family", "model", "pretrained", "model_config", "precision", "requires", "needs_remote_code",
                 "transformers_pin")
@@ -267,7 +276,7 @@ def _table() -> dict[str, dict]:
             _SOURCES[cfg["name"]] = source
 
         for path in sorted(CONFIG_DIR.glob("*.json")):
-            if path.name in (ENCODERS_FILE, RECIPES_FILE):
+            if path.name in (ENCODERS_FILE, RECIPES_FILE, QUERY_TEMPLATES_FILE):
                 continue
             cfg = validate_config(_read_json(path), str(path))
             if path.stem != cfg["name"]:

@@ -135,15 +135,25 @@ def load_failure_lines(name: str, exc: BaseException, **kw) -> list[str]:
     return lines(name, exc, **kw)
 
 
-def _index_on_disk(engine, name: str) -> bool:
-    """Whether `name`'s index folder has a manifest (whether it is fresh is checked when it loads)."""
+def _index_source(engine, name: str) -> str:
+    """How `name`'s index will come, for the progress line: "disk" (a manifest in its folder; whether it
+    is fresh is checked when it loads), "prebuilt" (the repository's prebuilt corpus embeddings) or "build"."""
     try:
-        from cir_demo.index.manifest import MANIFEST_FILE, index_dir
         from cir_demo.index.build import benchmark_index_name
+        from cir_demo.index.manifest import MANIFEST_FILE, index_dir
+        from cir_demo.index.prebuilt import image_encoder, prebuilt_dir
 
-        return (index_dir(benchmark_index_name(engine.benchmark), name) / MANIFEST_FILE).is_file()
+        if (index_dir(benchmark_index_name(engine.benchmark), name) / MANIFEST_FILE).is_file():
+            return "disk"
+        tower = image_encoder(engine.retriever(name))
+        return "prebuilt" if tower and (prebuilt_dir(engine.benchmark, tower) / MANIFEST_FILE).is_file() else "build"
     except Exception:  # only the wording of a progress line depends on it
-        return True
+        return "disk"
+
+
+_INDEX_STAGE = {"disk": "loading the model and its index",
+                "prebuilt": "loading the model and its index from the prebuilt corpus embeddings",
+                "build": "loading the model and building its index (first start)"}
 
 
 def _load_indexes(engine, names: Sequence[str], config: ServiceConfig, stage: Callable[[str], None],
@@ -151,8 +161,7 @@ def _load_indexes(engine, names: Sequence[str], config: ServiceConfig, stage: Ca
     """Load each retriever and its index (building it on first use); returns those that loaded."""
     loaded = []
     for i, name in enumerate(names, 1):
-        stage(f"retriever {i}/{len(names)} {name}: " + ("loading the model and its index" if _index_on_disk(engine, name)
-                                                        else "loading the model and building its index (first start)"))
+        stage(f"retriever {i}/{len(names)} {name}: " + _INDEX_STAGE[_index_source(engine, name)])
         try:
             engine.index(name)
         except Exception as exc:  # the other columns still work
@@ -165,6 +174,39 @@ def _load_indexes(engine, names: Sequence[str], config: ServiceConfig, stage: Ca
         if stale:
             notes.append(f"{name}: serving a stale index ({'; '.join(stale)})")
     return loaded
+
+
+FEATURES_POLL_S = 2.0
+
+
+def adopt_reranker_features(engine, backend: str, kwargs: dict) -> None:
+    """Load the reranker without waiting for its corpus features: when none are stored yet (a first
+    start: the world verifier's features of 6,809 images take ~20 s), views score their candidates
+    from pixels (~40 ms for a top 20, the same scores), and a thread hands the reranker the features
+    once the background run (or any `--eval`) has stored them."""
+    import weakref
+
+    reranker = engine.reranker(backend, **kwargs)
+    if not (hasattr(reranker, "use_image_embeddings") and engine.benchmark.corpus_ids
+            and reranker.needs_image(engine.benchmark.corpus_ids[0])):
+        return
+    ref = weakref.ref(engine)
+
+    def adopt() -> None:
+        while True:
+            time.sleep(FEATURES_POLL_S)
+            live = ref()
+            if live is None:
+                return
+            try:
+                if live.adopt_stored_features(backend, **kwargs):
+                    log.info("reranker %s: corpus features adopted from the stored cache", backend)
+                    return
+            except Exception:  # e.g. a half-written cache: looked at again on the next poll
+                log.exception("reranker %s: reading the stored corpus features", backend)
+            del live
+
+    threading.Thread(target=adopt, name="cir-demo-reranker-features", daemon=True).start()
 
 
 def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s: None) -> ExplorerService:
@@ -193,7 +235,7 @@ def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s
     from cir_demo.engine import RetrievalEngine
 
     engine = RetrievalEngine(bench, names, device=config.device, allow_stale=config.allow_stale, progress=True,
-                             trust_remote_code=config.trust_remote_code)
+                             trust_remote_code=config.trust_remote_code, encode_reranker_corpus=False)
     store = bench.images
     if store is not None and len(names) > 1:
         bench.images = RememberingStore(store)  # the engine holds this same benchmark object
@@ -211,7 +253,7 @@ def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s
     if reranker:
         stage(f"loading reranker {reranker}")
         try:
-            engine.reranker(reranker, **dict(config.reranker_kwargs))
+            adopt_reranker_features(engine, reranker, dict(config.reranker_kwargs))
         except Exception as exc:  # the app works without the toggle
             log.exception("reranker %s failed to load", reranker)
             rr_note = (f"The reranker {reranker!r} could not be loaded ("

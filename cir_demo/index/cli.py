@@ -4,6 +4,7 @@
     accelerate launch --num_processes 4 -m cir_demo index build --sharded --benchmark B --retriever R
     python -m cir_demo index status [--benchmark B] [--retriever R]
     python -m cir_demo index list
+    python -m cir_demo index prebuilt [--check]     # the committed indexes/prebuilt/ of the default world
 """
 from __future__ import annotations
 
@@ -65,6 +66,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="also compare every file's sha256 with its manifest (default: sizes only, fast)")
 
     sub.add_parser("list", help="list the indexes on disk")
+
+    pb = sub.add_parser("prebuilt", help="rebuild the prebuilt corpus embeddings committed in indexes/prebuilt/ "
+                                         "(one per distinct image encoder of the benchmark's default retrievers)")
+    _add_benchmark_args(pb, required=False)
+    pb.add_argument("--retrievers", help="comma-separated retriever names (default: the benchmark's default "
+                                         "retrievers, as `--eval` runs them)")
+    pb.add_argument("--check", action="store_true",
+                    help="only say whether the prebuilt files match the benchmark and the weights (exit 1 if not)")
+    pb.add_argument("--batch-size", type=int, default=64, help="images per encoder call (default 64, as index builds)")
+    pb.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _load_benchmark(args: argparse.Namespace, name: str | None = None):
@@ -214,10 +225,36 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prebuilt(args: argparse.Namespace) -> int:
+    from cir_demo.harness.pipeline import retriever_names
+    from cir_demo.index.build import corpus_ids_of
+    from cir_demo.index.prebuilt import image_encoder, prebuilt_dir, prebuilt_problems, build_prebuilt
+    from cir_demo.retrievers.registry import load_retriever
+
+    args.benchmark = args.benchmark or "world"
+    bench = _load_benchmark(args)
+    names = retriever_names(args.retrievers, bench.name)
+    retrievers = [load_retriever(n, device="cpu") for n in names]
+    if not args.check:
+        for d in build_prebuilt(bench, retrievers, batch_size=args.batch_size, progress=not args.no_progress):
+            print(f"wrote {d}")
+    ids, bad = corpus_ids_of(bench), 0
+    for r in retrievers:
+        tower = image_encoder(r)
+        if tower is None:
+            print(f"{r.name}: no image_spec, nothing prebuilt")
+            continue
+        reasons = prebuilt_problems(prebuilt_dir(bench, tower), bench, tower, ids)
+        bad += bool(reasons)
+        print(f"{'stale' if reasons else 'fresh':6s} {r.name}: {prebuilt_dir(bench, tower)}"
+              + "".join(f"\n       - {x}" for x in reasons))
+    return 1 if bad else 0
+
+
 def run(args: argparse.Namespace) -> int:
     action = getattr(args, "index_command", None)
     if action is None:
-        print("usage: python -m cir_demo index {build,status,list} ... (see --help)", file=sys.stderr)
+        print("usage: python -m cir_demo index {build,status,list,prebuilt} ... (see --help)", file=sys.stderr)
         return 2
     from cir_demo.checks import benchmark_flag_problems, data_folder_problems, index_build_problems, report
     from cir_demo.errors import report_errors
@@ -227,10 +264,10 @@ def run(args: argparse.Namespace) -> int:
 
     # before any work: a wrong flag costs nothing and creates nothing
     problems = index_build_problems(args) if action == "build" else data_folder_problems() + (
-        benchmark_flag_problems(args) if action == "status" else [])
+        benchmark_flag_problems(args) if action in ("status", "prebuilt") else [])
     if problems:
         return report(problems)
-    return report_errors(lambda: {"build": _build, "status": _status, "list": _list}[action](args),
+    return report_errors(lambda: {"build": _build, "status": _status, "list": _list, "prebuilt": _prebuilt}[action](args),
                          debug=getattr(args, "debug", False),
                          expected=(ValueError, KeyError, TypeError, ImportError, PermissionError, FileNotFoundError,
                                    StaleIndexError, ShardedBuildError, DamagedFileError))

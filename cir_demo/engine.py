@@ -92,6 +92,14 @@ class RetrievalEngine:
                     name, device=self.device, trust_remote_code=self.trust_remote_code, progress=False)
             return self._retrievers[name]
 
+    def adopt_retrievers(self, loaded: dict[str, Any]) -> None:
+        """Retrievers of this engine loaded before it existed (the app loads them while the world is
+        generated); `retriever(name)` then returns them instead of loading them again."""
+        with self._lock:
+            for name, retriever in loaded.items():
+                if name in self.retriever_names:
+                    self._retrievers.setdefault(name, retriever)
+
     def index(self, name: str):
         """The corpus index of retriever `name` (built on first use)."""
         from cir_demo.retrievers.base import is_ranking_only

@@ -209,12 +209,60 @@ def adopt_reranker_features(engine, backend: str, kwargs: dict) -> None:
     threading.Thread(target=adopt, name="cir-demo-reranker-features", daemon=True).start()
 
 
+def generate_world_aside(config: ServiceConfig):
+    """On a first start of the offline world, a child process that generates it (~3 s of pure Python
+    holding the GIL) while this process imports torch and loads the models; None when the world is
+    on disk or another benchmark is served. The loader waits for it before opening the world (which
+    generates it itself if the child failed)."""
+    import json
+    import subprocess
+    import sys
+
+    kwargs = dict(config.benchmark_kwargs)
+    if config.benchmark != "world" or kwargs.get("root") is not None:  # an explicit folder is used as it is
+        return None
+    from cir_demo.paths import REPO_ROOT
+    from cir_demo.world.generate import world_dir, world_problems
+
+    size, seed = kwargs.get("size", "default"), kwargs.get("seed", 0)
+    try:
+        if not world_problems(world_dir(size, seed), size, seed, verify=False):
+            return None
+        return subprocess.Popen([sys.executable, "-c", "import json, sys; from cir_demo.world.loader import open_world; "
+                                 "open_world(**json.loads(sys.argv[1]))", json.dumps({"size": size, "seed": seed})],
+                                cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL)
+    except Exception:  # e.g. a bad size: the loader reports it when it opens the world
+        return None
+
+
+def preload_retrievers(config: ServiceConfig, names: Sequence[str]) -> dict[str, Any]:
+    """The retrievers that load (the others are loaded again, and reported, by the engine)."""
+    from cir_demo.retrievers.registry import load_retriever
+
+    loaded = {}
+    for name in names:
+        try:
+            loaded[name] = load_retriever(name, device=config.device, trust_remote_code=config.trust_remote_code,
+                                          progress=False)
+        except Exception:
+            log.info("retriever %s: not preloaded (loaded again below)", name, exc_info=True)
+    return loaded
+
+
 def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s: None) -> ExplorerService:
     """Load the benchmark, resolve retrievers and reranker, load models and indexes."""
     from cir_demo.benchmarks.registry import load_benchmark
     from cir_demo.rerank import BACKENDS
     from cir_demo.retrievers.registry import list_retrievers
 
+    preloaded: dict[str, Any] = {}
+    world_child = generate_world_aside(config)
+    if world_child is not None:
+        stage("generating the offline world (first start) while the models load")
+        known = [r["name"] for r in list_retrievers()]
+        preloaded = preload_retrievers(config, list(config.retrievers) if config.retrievers
+                                       else default_retrievers(config.benchmark, known))
+        world_child.wait()
     stage(f"loading benchmark {config.benchmark!r}" + (" (the offline world is generated on first use)"
                                                          if config.benchmark == "world" else ""))
     bench = load_benchmark(config.benchmark, **dict(config.benchmark_kwargs))
@@ -236,6 +284,7 @@ def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s
 
     engine = RetrievalEngine(bench, names, device=config.device, allow_stale=config.allow_stale, progress=True,
                              trust_remote_code=config.trust_remote_code, encode_reranker_corpus=False)
+    engine.adopt_retrievers(preloaded)
     store = bench.images
     if store is not None and len(names) > 1:
         bench.images = RememberingStore(store)  # the engine holds this same benchmark object

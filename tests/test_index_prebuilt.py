@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -190,3 +191,38 @@ def test_committed_prebuilt_files_match_the_default_world_and_the_weights(tmp_pa
         block = ids[start:start + 64]
         fresh = retriever.encode_images([bench.images.open(i) for i in block], batch_size=64)
         np.testing.assert_allclose(xb[start:start + 64], fresh, atol=1e-6)
+
+
+def test_the_app_reranks_from_pixels_until_the_corpus_features_are_stored_then_adopts_them(tmp_path, monkeypatch):
+    """The app's engine does not encode the world verifier's corpus features while loading; a view's
+    candidates are scored from their pixels, and once an --eval run stored the features the loader's
+    thread hands them over. Oracle: the scores of an engine that encoded the features up front."""
+    pytest.importorskip("torch")
+    from cir_demo.engine import Ranking, RetrievalEngine
+    from cir_demo.explorer import loader
+    from cir_demo.world import load_world
+
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
+    bench = load_world(size="tiny", progress=False).limit(3)
+    app = RetrievalEngine(bench, [], progress=False, encode_reranker_corpus=False)
+    monkeypatch.setattr(loader, "FEATURES_POLL_S", 0.05)
+    loader.adopt_reranker_features(app, "world-verifier", {})
+    judge = app.reranker("world-verifier")
+    ids = list(bench.corpus_ids)
+    assert judge.needs_image(ids[0])  # nothing encoded while loading
+    query = app.composed(bench.queries[0])
+    ranking = Ranking(ids[:20], [1.0 - i / 100 for i in range(20)])
+    app.use_score_cache(tmp_path / "a.sqlite")
+    from_pixels = [(it.candidate_id, it.p_yes) for it in app.rerank("world-verifier", query, ranking)]
+    full = RetrievalEngine(bench, [], progress=False)  # as --eval: encodes and stores the corpus features
+    full.use_score_cache(tmp_path / "b.sqlite")
+    oracle = [(it.candidate_id, it.p_yes) for it in full.rerank("world-verifier", full.composed(bench.queries[0]),
+                                                                 ranking)]
+    assert from_pixels == oracle
+    for _ in range(200):  # the loader's thread adopts the stored features
+        if not judge.needs_image(ids[0]):
+            break
+        time.sleep(0.05)
+    assert not any(judge.needs_image(i) for i in ids)
+    app.use_score_cache(tmp_path / "c.sqlite")
+    assert [(it.candidate_id, it.p_yes) for it in app.rerank("world-verifier", query, ranking)] == oracle

@@ -55,6 +55,8 @@ class ServiceLoader:
 
     def __init__(self, config: ServiceConfig, start: bool = True):
         self.config = config
+        # a first start's world generation begins now, while the caller still builds and serves the page
+        self._world_child = generate_world_aside(config)
         self._service: ExplorerService | None = None
         self._error: BaseException | None = None
         self._stage = "starting"
@@ -76,7 +78,7 @@ class ServiceLoader:
 
     def _run(self) -> None:
         try:
-            self._service = build_service(self.config, self._set)
+            self._service = build_service(self.config, self._set, world_child=self._world_child)
         except BaseException as exc:  # reported on the page; the server stays up
             log.exception("loading the explorer failed")
             self._error = exc
@@ -249,14 +251,16 @@ def preload_retrievers(config: ServiceConfig, names: Sequence[str]) -> dict[str,
     return loaded
 
 
-def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s: None) -> ExplorerService:
-    """Load the benchmark, resolve retrievers and reranker, load models and indexes."""
+def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s: None,
+                  world_child=None) -> ExplorerService:
+    """Load the benchmark, resolve retrievers and reranker, load models and indexes. `world_child`:
+    a `generate_world_aside` process already started (else one is started here when needed)."""
     from cir_demo.benchmarks.registry import load_benchmark
     from cir_demo.rerank import BACKENDS
     from cir_demo.retrievers.registry import list_retrievers
 
     preloaded: dict[str, Any] = {}
-    world_child = generate_world_aside(config)
+    world_child = world_child or generate_world_aside(config)
     if world_child is not None:
         stage("generating the offline world (first start) while the models load")
         known = [r["name"] for r in list_retrievers()]

@@ -251,12 +251,9 @@ def preload_retrievers(config: ServiceConfig, names: Sequence[str]) -> dict[str,
     return loaded
 
 
-def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s: None,
-                  world_child=None) -> ExplorerService:
-    """Load the benchmark, resolve retrievers and reranker, load models and indexes. `world_child`:
-    a `generate_world_aside` process already started (else one is started here when needed)."""
+def _open_benchmark(config: ServiceConfig, stage: Callable[[str], None], world_child=None):
+    """(the benchmark, {name: retriever} loaded while a first start's world was generated aside)."""
     from cir_demo.benchmarks.registry import load_benchmark
-    from cir_demo.rerank import BACKENDS
     from cir_demo.retrievers.registry import list_retrievers
 
     preloaded: dict[str, Any] = {}
@@ -270,8 +267,17 @@ def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s
     stage(f"loading benchmark {config.benchmark!r}" + (" (the offline world is generated on first use)"
                                                          if config.benchmark == "world" else ""))
     bench = load_benchmark(config.benchmark, **dict(config.benchmark_kwargs))
-    if config.limit_groups:
-        bench = bench.limit(config.limit_groups)
+    return (bench.limit(config.limit_groups) if config.limit_groups else bench), preloaded
+
+
+def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s: None,
+                  world_child=None) -> ExplorerService:
+    """Load the benchmark, resolve retrievers and reranker, load models and indexes. `world_child`:
+    a `generate_world_aside` process already started (else one is started here when needed)."""
+    from cir_demo.rerank import BACKENDS
+    from cir_demo.retrievers.registry import list_retrievers
+
+    bench, preloaded = _open_benchmark(config, stage, world_child)
     known = [r["name"] for r in list_retrievers()]
     names = list(config.retrievers) if config.retrievers else default_retrievers(bench.name, known)
     notes = []

@@ -5,12 +5,15 @@
 #     bench/bench_first_start.sh /tmp/first-start                        # the default world
 #     bench/bench_first_start.sh /tmp/first-start --world-size tiny --limit 2
 #
-# Starts `python app.py` on an empty data folder (OUT_DIR/data, via CIR_DEMO_DATA), and every 2 s
+# Starts `python app.py` on an empty data folder (OUT_DIR/data, via CIR_DEMO_DATA), and every second
 # records the seconds since start, the resident memory (KB) of the app and of its children (the
 # background eval run), the 1-minute load average and the child pids (OUT_DIR/samples.tsv). It
 # notes when the page first answers HTTP 200, and when the background run's folder is published
-# (OUT_DIR/events.txt); "explorer ready N s after start" is in OUT_DIR/app.log. Stop it with
-# `kill $(cat OUT_DIR/app.pid)` once you have what you need (then the script ends).
+# (OUT_DIR/events.txt), and copies the app log's "explorer ready N s after start" there as
+# `explorer_ready_s N` with the load average of that moment. Stop it with
+# `kill $(cat OUT_DIR/app.pid)` once you have what you need (then the script ends), or set
+# STOP_AFTER=ready (stop once the explorer is usable) or STOP_AFTER=job (once the background run is
+# published); the script then prints events.txt.
 # Run bench/bench_app_latency.py with CIR_DEMO_DATA=OUT_DIR/data beside it to measure query views
 # while the background run works.
 set -u
@@ -36,8 +39,17 @@ while kill -0 $APP 2>/dev/null; do
   rss_app=$(ps -o rss= -p $APP 2>/dev/null | tr -d ' ')
   rss_kids=0; for k in $kids; do r=$(ps -o rss= -p "$k" 2>/dev/null | tr -d ' '); rss_kids=$((rss_kids + ${r:-0})); done
   echo -e "$el\t${rss_app:-0}\t$rss_kids\t$(cut -d' ' -f1 /proc/loadavg)\t$kids" >> "$OUT/samples.tsv"
-  if ls "$OUT"/data/runs/*-app/metrics.csv >/dev/null 2>&1 && ! grep -q job_done "$OUT/events.txt"; then
-    echo "job_done_at_s $el" >> "$OUT/events.txt"
+  if ! grep -q explorer_ready "$OUT/events.txt"; then
+    ready=$(sed -n 's/.*explorer ready \([0-9.]*\) s after start.*/\1/p' "$OUT/app.log" | head -1)
+    if [ -n "$ready" ]; then
+      echo "explorer_ready_s $ready (app log; load average $(cut -d' ' -f1-3 /proc/loadavg))" >> "$OUT/events.txt"
+      [ "${STOP_AFTER:-}" = ready ] && kill $APP
+    fi
   fi
-  sleep 2
+  if ls "$OUT"/data/runs/*-app/metrics.csv >/dev/null 2>&1 && ! grep -q job_done "$OUT/events.txt"; then
+    echo "job_done_at_s $el (load average $(cut -d' ' -f1-3 /proc/loadavg))" >> "$OUT/events.txt"
+    [ "${STOP_AFTER:-}" = job ] && kill $APP
+  fi
+  sleep 1
 done
+cat "$OUT/events.txt"

@@ -56,6 +56,7 @@ class RetrievalEngine:
         allow_stale: bool = False,
         progress: bool = True,
         trust_remote_code: bool = False,
+        encode_reranker_corpus: bool = True,
     ):
         from cir_demo.retrievers.registry import get_config
 
@@ -67,6 +68,9 @@ class RetrievalEngine:
         self.allow_stale = allow_stale
         self.progress = progress
         self.trust_remote_code = trust_remote_code
+        # False (the app): a reranker gets the corpus features already stored and computes the others
+        # from pixels per candidate, so no first view waits for the whole corpus (adopt_stored_features)
+        self.encode_reranker_corpus = encode_reranker_corpus
         self.fingerprint = benchmark_fingerprint(benchmark)
         self._retrievers: dict[str, Any] = {}
         self._indexes: dict[str, Any] = {}
@@ -87,6 +91,14 @@ class RetrievalEngine:
                 self._retrievers[name] = load_retriever(
                     name, device=self.device, trust_remote_code=self.trust_remote_code, progress=False)
             return self._retrievers[name]
+
+    def adopt_retrievers(self, loaded: dict[str, Any]) -> None:
+        """Retrievers of this engine loaded before it existed (the app loads them while the world is
+        generated); `retriever(name)` then returns them instead of loading them again."""
+        with self._lock:
+            for name, retriever in loaded.items():
+                if name in self.retriever_names:
+                    self._retrievers.setdefault(name, retriever)
 
     def index(self, name: str):
         """The corpus index of retriever `name` (built on first use)."""
@@ -229,19 +241,35 @@ class RetrievalEngine:
                 encoders.append(reranker)
         prefetch_corpus_embeddings(self.benchmark, corpus_ids_of(self.benchmark), encoders, progress=self.progress)
 
-    def _share_corpus_embeddings(self, reranker) -> None:
+    def _share_corpus_embeddings(self, reranker, first: bool = True) -> bool:
         """A reranker that reads precomputed image features (the world judge) gets the corpus's from
-        the shared embedding cache, encoded once."""
+        the shared embedding cache, encoded once; True when it got them. With `encode_reranker_corpus`
+        off, only features already stored are given (else it scores candidates from their pixels)."""
         if not (hasattr(reranker, "use_image_embeddings") and getattr(reranker, "image_spec", None)):
-            return
+            return False
         if self.benchmark.images is None:
-            return
-        from cir_demo.index.build import cached_encode_corpus, corpus_ids_of
+            return False
+        from cir_demo.index.build import cached_encode_corpus, corpus_ids_of, stored_corpus_embeddings
 
         ids = corpus_ids_of(self.benchmark)
-        xb = cached_encode_corpus(self.benchmark, ids, reranker, progress=self.progress)
+        if self.encode_reranker_corpus:
+            xb = cached_encode_corpus(self.benchmark, ids, reranker, progress=self.progress)
+        else:
+            xb = stored_corpus_embeddings(self.benchmark, ids, reranker)
+            if xb is None and not first:
+                return False
+            if xb is None:  # none stored yet: references are still computed once and kept
+                ids, xb = [], np.zeros((0, int(reranker.dim)), np.float32)
         refs = {r for q in self.benchmark.queries for r in q.reference_ids}
         reranker.use_image_embeddings(ids, xb, remember_ids=refs)
+        return bool(ids)
+
+    def adopt_stored_features(self, backend: str, **kw) -> bool:
+        """Give the loaded reranker `backend` the corpus features once they are stored (by an `--eval`
+        run, e.g. the app's background run); True when it has them. See `encode_reranker_corpus`."""
+        with self._lock:
+            reranker = self._rerankers.get((backend, tuple(sorted(kw.items()))))
+        return reranker is not None and self._share_corpus_embeddings(reranker, first=False)
 
     @property
     def score_cache(self):

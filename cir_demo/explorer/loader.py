@@ -55,6 +55,8 @@ class ServiceLoader:
 
     def __init__(self, config: ServiceConfig, start: bool = True):
         self.config = config
+        # a first start's world generation begins now, while the caller still builds and serves the page
+        self._world_child = generate_world_aside(config)
         self._service: ExplorerService | None = None
         self._error: BaseException | None = None
         self._stage = "starting"
@@ -76,7 +78,7 @@ class ServiceLoader:
 
     def _run(self) -> None:
         try:
-            self._service = build_service(self.config, self._set)
+            self._service = build_service(self.config, self._set, world_child=self._world_child)
         except BaseException as exc:  # reported on the page; the server stays up
             log.exception("loading the explorer failed")
             self._error = exc
@@ -135,15 +137,25 @@ def load_failure_lines(name: str, exc: BaseException, **kw) -> list[str]:
     return lines(name, exc, **kw)
 
 
-def _index_on_disk(engine, name: str) -> bool:
-    """Whether `name`'s index folder has a manifest (whether it is fresh is checked when it loads)."""
+def _index_source(engine, name: str) -> str:
+    """How `name`'s index will come, for the progress line: "disk" (a manifest in its folder; whether it
+    is fresh is checked when it loads), "prebuilt" (the repository's prebuilt corpus embeddings) or "build"."""
     try:
-        from cir_demo.index.manifest import MANIFEST_FILE, index_dir
         from cir_demo.index.build import benchmark_index_name
+        from cir_demo.index.manifest import MANIFEST_FILE, index_dir
+        from cir_demo.index.prebuilt import image_encoder, prebuilt_dir
 
-        return (index_dir(benchmark_index_name(engine.benchmark), name) / MANIFEST_FILE).is_file()
+        if (index_dir(benchmark_index_name(engine.benchmark), name) / MANIFEST_FILE).is_file():
+            return "disk"
+        tower = image_encoder(engine.retriever(name))
+        return "prebuilt" if tower and (prebuilt_dir(engine.benchmark, tower) / MANIFEST_FILE).is_file() else "build"
     except Exception:  # only the wording of a progress line depends on it
-        return True
+        return "disk"
+
+
+_INDEX_STAGE = {"disk": "loading the model and its index",
+                "prebuilt": "loading the model and its index from the prebuilt corpus embeddings",
+                "build": "loading the model and building its index (first start)"}
 
 
 def _load_indexes(engine, names: Sequence[str], config: ServiceConfig, stage: Callable[[str], None],
@@ -151,8 +163,7 @@ def _load_indexes(engine, names: Sequence[str], config: ServiceConfig, stage: Ca
     """Load each retriever and its index (building it on first use); returns those that loaded."""
     loaded = []
     for i, name in enumerate(names, 1):
-        stage(f"retriever {i}/{len(names)} {name}: " + ("loading the model and its index" if _index_on_disk(engine, name)
-                                                        else "loading the model and building its index (first start)"))
+        stage(f"retriever {i}/{len(names)} {name}: " + _INDEX_STAGE[_index_source(engine, name)])
         try:
             engine.index(name)
         except Exception as exc:  # the other columns still work
@@ -167,18 +178,108 @@ def _load_indexes(engine, names: Sequence[str], config: ServiceConfig, stage: Ca
     return loaded
 
 
-def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s: None) -> ExplorerService:
-    """Load the benchmark, resolve retrievers and reranker, load models and indexes."""
+FEATURES_POLL_S = 2.0
+
+
+def adopt_reranker_features(engine, backend: str, kwargs: dict) -> None:
+    """Load the reranker without waiting for its corpus features: when none are stored yet (a first
+    start: the world verifier's features of 6,809 images take ~20 s), views score their candidates
+    from pixels (~40 ms for a top 20, the same scores), and a thread hands the reranker the features
+    once the background run (or any `--eval`) has stored them."""
+    import weakref
+
+    reranker = engine.reranker(backend, **kwargs)
+    if not (hasattr(reranker, "use_image_embeddings") and engine.benchmark.corpus_ids
+            and reranker.needs_image(engine.benchmark.corpus_ids[0])):
+        return
+    ref = weakref.ref(engine)
+
+    def adopt() -> None:
+        while True:
+            time.sleep(FEATURES_POLL_S)
+            live = ref()
+            if live is None:
+                return
+            try:
+                if live.adopt_stored_features(backend, **kwargs):
+                    log.info("reranker %s: corpus features adopted from the stored cache", backend)
+                    return
+            except Exception:  # e.g. a half-written cache: looked at again on the next poll
+                log.exception("reranker %s: reading the stored corpus features", backend)
+            del live
+
+    threading.Thread(target=adopt, name="cir-demo-reranker-features", daemon=True).start()
+
+
+def generate_world_aside(config: ServiceConfig):
+    """On a first start of a benchmark whose loader generates its data (the offline world: ~3 s of pure
+    Python holding the GIL), a child process that generates it while this process imports torch and
+    loads the models; None when the data is on disk or the benchmark reads its files. The loader waits
+    for it before opening the benchmark (which generates the data itself if the child failed)."""
+    import json
+    import subprocess
+    import sys
+
+    from cir_demo.paths import REPO_ROOT
+    from cir_demo.utils.names import resolve_ref
+
+    generated = getattr(declared_defaults(config.benchmark), "generated", None)
+    if generated is None:
+        return None
+    kwargs = dict(config.benchmark_kwargs)
+    try:
+        if resolve_ref(generated.on_disk, f"benchmark {config.benchmark!r} generated data")(**kwargs):
+            return None
+        return subprocess.Popen([sys.executable, "-c", "import json, sys; from cir_demo.benchmarks.registry import "
+                                 "load_benchmark; load_benchmark(sys.argv[1], **json.loads(sys.argv[2]))",
+                                 config.benchmark, json.dumps(kwargs, default=str)],
+                                cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL)
+    except Exception:  # e.g. a bad size: the loader reports it when it opens the benchmark
+        return None
+
+
+def preload_retrievers(config: ServiceConfig, names: Sequence[str]) -> dict[str, Any]:
+    """The retrievers that load (the others are loaded again, and reported, by the engine)."""
+    from cir_demo.retrievers.registry import load_retriever
+
+    loaded = {}
+    for name in names:
+        try:
+            loaded[name] = load_retriever(name, device=config.device, trust_remote_code=config.trust_remote_code,
+                                          progress=False)
+        except Exception:
+            log.info("retriever %s: not preloaded (loaded again below)", name, exc_info=True)
+    return loaded
+
+
+def _open_benchmark(config: ServiceConfig, stage: Callable[[str], None], world_child=None):
+    """(the benchmark, {name: retriever} loaded while a first start's world was generated aside)."""
     from cir_demo.benchmarks.registry import load_benchmark
-    from cir_demo.rerank import BACKENDS
     from cir_demo.retrievers.registry import list_retrievers
 
+    preloaded: dict[str, Any] = {}
+    world_child = world_child or generate_world_aside(config)
+    if world_child is not None:
+        stage("generating the offline world (first start) while the models load")
+        known = [r["name"] for r in list_retrievers()]
+        preloaded = preload_retrievers(config, list(config.retrievers) if config.retrievers
+                                       else default_retrievers(config.benchmark, known))
+        world_child.wait()
     generated = getattr(declared_defaults(config.benchmark), "generated", None)
     stage(f"loading benchmark {config.benchmark!r}" + (f" ({generated.what} is generated on first use)"
                                                          if generated else ""))
     bench = load_benchmark(config.benchmark, **dict(config.benchmark_kwargs))
-    if config.limit_groups:
-        bench = bench.limit(config.limit_groups)
+    return (bench.limit(config.limit_groups) if config.limit_groups else bench), preloaded
+
+
+def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s: None,
+                  world_child=None) -> ExplorerService:
+    """Load the benchmark, resolve retrievers and reranker, load models and indexes. `world_child`:
+    a `generate_world_aside` process already started (else one is started here when needed)."""
+    from cir_demo.rerank import BACKENDS
+    from cir_demo.retrievers.registry import list_retrievers
+
+    bench, preloaded = _open_benchmark(config, stage, world_child)
     known = [r["name"] for r in list_retrievers()]
     names = list(config.retrievers) if config.retrievers else default_retrievers(bench.name, known)
     notes = []
@@ -193,7 +294,8 @@ def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s
     from cir_demo.engine import RetrievalEngine
 
     engine = RetrievalEngine(bench, names, device=config.device, allow_stale=config.allow_stale, progress=True,
-                             trust_remote_code=config.trust_remote_code)
+                             trust_remote_code=config.trust_remote_code, encode_reranker_corpus=False)
+    engine.adopt_retrievers(preloaded)
     store = bench.images
     if store is not None and len(names) > 1:
         bench.images = RememberingStore(store)  # the engine holds this same benchmark object
@@ -211,7 +313,7 @@ def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s
     if reranker:
         stage(f"loading reranker {reranker}")
         try:
-            engine.reranker(reranker, **dict(config.reranker_kwargs))
+            adopt_reranker_features(engine, reranker, dict(config.reranker_kwargs))
         except Exception as exc:  # the app works without the toggle
             log.exception("reranker %s failed to load", reranker)
             rr_note = (f"The reranker {reranker!r} could not be loaded ("

@@ -1,4 +1,4 @@
-"""`python -m cir_demo index build|status|list` runs here (its flags are parsed in index/cli.py):
+"""`python -m cir_demo index build|status|list|prebuilt` runs here (its flags are parsed in index/cli.py):
 above the index package because a build first makes the pre-run checks of preflight/ (flags,
 weights, opt-ins, images) or prints its dry run, and only then encodes a corpus.
 """
@@ -85,10 +85,37 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prebuilt(args: argparse.Namespace) -> int:
+    """Rebuild (or with --check, only check) the committed prebuilt corpus embeddings."""
+    from cir_demo.index.build import corpus_ids_of
+    from cir_demo.index.prebuilt import build_prebuilt, image_encoder, prebuilt_dir, prebuilt_problems
+    from cir_demo.preflight.request import retriever_names
+    from cir_demo.retrievers.registry import load_retriever
+
+    args.benchmark = args.benchmark or "world"
+    bench = _load_benchmark(args)
+    names = retriever_names(args.retrievers, bench.name)
+    retrievers = [load_retriever(n, device="cpu") for n in names]
+    if not args.check:
+        for d in build_prebuilt(bench, retrievers, batch_size=args.batch_size, progress=not args.no_progress):
+            print(f"wrote {d}")
+    ids, bad = corpus_ids_of(bench), 0
+    for r in retrievers:
+        tower = image_encoder(r)
+        if tower is None:
+            print(f"{r.name}: no image_spec, nothing prebuilt")
+            continue
+        reasons = prebuilt_problems(prebuilt_dir(bench, tower), bench, tower, ids)
+        bad += bool(reasons)
+        print(f"{'stale' if reasons else 'fresh':6s} {r.name}: {prebuilt_dir(bench, tower)}"
+              + "".join(f"\n       - {x}" for x in reasons))
+    return 1 if bad else 0
+
+
 def run(args: argparse.Namespace) -> int:
     action = getattr(args, "index_command", None)
     if action is None:
-        print("usage: python -m cir_demo index {build,status,list} ... (see --help)", file=sys.stderr)
+        print("usage: python -m cir_demo index {build,status,list,prebuilt} ... (see --help)", file=sys.stderr)
         return 2
     from cir_demo.errors import report_errors
     from cir_demo.index.manifest import StaleIndexError
@@ -99,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     problems = index_problems(args)  # before any work: a wrong flag costs nothing and creates nothing
     if problems:
         return report(problems)
-    return report_errors(lambda: {"build": _build, "status": _status, "list": _list}[action](args),
+    return report_errors(lambda: {"build": _build, "status": _status, "list": _list, "prebuilt": _prebuilt}[action](args),
                          debug=getattr(args, "debug", False),
                          expected=(ValueError, KeyError, TypeError, ImportError, PermissionError, FileNotFoundError,
                                    StaleIndexError, ShardedBuildError, DamagedFileError))

@@ -245,15 +245,37 @@ def embedding_cache_path(benchmark, retriever, ids: Sequence[str]) -> Path | Non
     return cache_dir() / "embeddings" / benchmark_index_name(benchmark) / f"{h.hexdigest()[:32]}.npy"
 
 
-def cached_encode_corpus(benchmark, ids: Sequence[str], retriever, batch_size: int = 64,
-                         progress: bool = True) -> np.ndarray:
-    """`encode_corpus`, reusing embeddings another retriever with the same image tower computed."""
-    path = embedding_cache_path(benchmark, retriever, ids)
+def stored_corpus_embeddings(benchmark, ids: Sequence[str], encoder) -> np.ndarray | None:
+    """The corpus rows of `encoder`'s image tower when they are stored and intact: the embedding cache
+    of the data folder, else the repository's prebuilt ones (`cir_demo.index.prebuilt`); None when
+    they would have to be encoded. Says why when a stored file is refused."""
+    path = embedding_cache_path(benchmark, encoder, ids)
     if path is not None and path.exists():
-        xb, problem = _read_embedding_cache(path, (len(ids), int(retriever.dim)))
+        xb, problem = _read_embedding_cache(path, (len(ids), int(encoder.dim)))
         if xb is not None:
             return xb
         say(f"{problem}; encoding the corpus again")
+    return _prebuilt_rows(benchmark, encoder, ids)
+
+
+def _prebuilt_rows(benchmark, encoder, ids: Sequence[str]) -> np.ndarray | None:
+    from cir_demo.index.prebuilt import read_prebuilt
+
+    xb, reasons = read_prebuilt(benchmark, encoder, ids)
+    if reasons:
+        say_once(f"prebuilt corpus embeddings for {encoder.name} not used ({'; '.join(reasons)[:500]}); "
+                 "encoding the corpus (rebuild them: python -m cir_demo index prebuilt)")
+    return xb
+
+
+def cached_encode_corpus(benchmark, ids: Sequence[str], retriever, batch_size: int = 64,
+                         progress: bool = True) -> np.ndarray:
+    """`encode_corpus`, reusing embeddings another retriever with the same image tower computed, or
+    the prebuilt ones committed with the repository."""
+    xb = stored_corpus_embeddings(benchmark, ids, retriever)
+    if xb is not None:
+        return xb
+    path = embedding_cache_path(benchmark, retriever, ids)
     xb = encode_corpus(benchmark.images, ids, retriever, batch_size=batch_size, progress=progress,
                        desc=f"encode {benchmark.name} with {retriever.name}")
     if path is not None:
@@ -275,12 +297,13 @@ def prefetch_corpus_embeddings(benchmark, ids: Sequence[str], encoders: Sequence
         if path is None or path in seen:
             continue
         seen.add(path)
-        if not path.exists():
-            todo.append((encoder, path, None))
-        else:
+        problem = None
+        if path.exists():
             problem = _read_embedding_cache(path, (len(ids), int(encoder.dim)))[1]
-            if problem:
-                todo.append((encoder, path, problem))
+            if not problem:
+                continue
+        if _prebuilt_rows(benchmark, encoder, ids) is None:  # the prebuilt ones are read again when used
+            todo.append((encoder, path, problem))
     if len(todo) < 2:
         return []
     for _, _, problem in todo:
@@ -379,6 +402,16 @@ def say(message: str) -> None:
     import sys
 
     print(message, file=sys.stderr, flush=True)
+
+
+_SAID: set[str] = set()
+
+
+def say_once(message: str) -> None:
+    """`say`, once per process (a refused file is looked at by every retriever that shares it)."""
+    if message not in _SAID:
+        _SAID.add(message)
+        say(message)
 
 
 def ensure_index(benchmark, retriever, allow_stale: bool = False, **kw) -> LoadedIndex:

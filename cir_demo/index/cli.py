@@ -5,6 +5,7 @@ harness/index_run.py, above the pre-run checks of preflight/).
     accelerate launch --num_processes 4 -m cir_demo index build --sharded --benchmark B --retriever R
     python -m cir_demo index status [--benchmark B] [--retriever R]
     python -m cir_demo index list
+    python -m cir_demo index prebuilt [--check]     # the committed indexes/prebuilt/ of the default world
 """
 from __future__ import annotations
 
@@ -63,6 +64,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="also compare every file's sha256 with its manifest (default: sizes only, fast)")
 
     sub.add_parser("list", help="list the indexes on disk")
+
+    pb = sub.add_parser("prebuilt", help="rebuild the prebuilt corpus embeddings committed in indexes/prebuilt/ "
+                                         "(one per distinct image encoder of the benchmark's default retrievers)")
+    _add_benchmark_args(pb, required=False)
+    pb.add_argument("--retrievers", help="comma-separated retriever names (default: the benchmark's default "
+                                         "retrievers, as `--eval` runs them)")
+    pb.add_argument("--check", action="store_true",
+                    help="only say whether the prebuilt files match the benchmark and the weights (exit 1 if not)")
+    pb.add_argument("--batch-size", type=int, default=64, help="images per encoder call (default 64, as index builds)")
+    pb.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def index_params(args: argparse.Namespace) -> dict:

@@ -80,6 +80,9 @@ class IndexManifest:
     # {file name: {"size": bytes, "sha256": hex}} for index.faiss and ids.json (see cir_demo.integrity);
     # empty in manifests written before it existed, whose files are then checked by loading them
     files: dict = field(default_factory=dict)
+    # where a committed (prebuilt) file came from: the world's size, seed and generator version, the
+    # code version, the retrievers sharing it (`cir_demo.index.prebuilt`); empty for built indexes
+    provenance: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -98,7 +101,7 @@ class IndexManifest:
         if unknown:
             raise ValueError(f"{source}: unknown field(s) {', '.join(unknown)}")
         for name, typ in (("dim", int), ("count", int), ("retriever_spec", dict), ("params", dict),
-                          ("library_versions", dict), ("files", dict)):
+                          ("library_versions", dict), ("files", dict), ("provenance", dict)):
             if name not in data:
                 continue
             if not isinstance(data[name], typ) or isinstance(data[name], bool):

@@ -113,8 +113,8 @@ def index_build_problems(args: argparse.Namespace) -> list[Line]:
 
 
 def index_problems(args: argparse.Namespace) -> list[Line]:
-    """`index build|status|list`: a wrong flag costs nothing and creates nothing."""
+    """`index build|status|list|prebuilt`: a wrong flag costs nothing and creates nothing."""
     action = args.index_command
     if action == "build":
         return index_build_problems(args)
-    return data_folder_problems() + (benchmark_flag_problems(args) if action == "status" else [])
+    return data_folder_problems() + (benchmark_flag_problems(args) if action in ("status", "prebuilt") else [])

@@ -142,12 +142,11 @@ class WorldVerifierReranker(LogitPairReranker):
         embeddings = np.asarray(embeddings, np.float32)
         if embeddings.shape != (len(ids), self.dim):
             raise ValueError(f"world verifier: features of shape {embeddings.shape} for {len(ids)} ids of dim {self.dim}")
-        with self._lock:
-            self._row = {str(i): r for r, i in enumerate(ids)}
+        with self._lock:  # scoring reads without the lock: the rows must exist before their ids do
             self._feats = np.ascontiguousarray(embeddings)
             self._memory = None
             self._remember = frozenset(map(str, remember_ids))
-            self._remembered = {}
+            self._row = {str(i): r for r, i in enumerate(ids)}
 
     def needs_image(self, image_id: str) -> bool:
         return str(image_id) not in self._row and str(image_id) not in self._remembered

@@ -1,0 +1,202 @@
+"""Prebuilt corpus embeddings, committed with the repository, so that a fresh clone serves the
+default world without rendering and encoding its 6,809 corpus images first.
+
+Layout (docs/indexes.md): `indexes/prebuilt/<benchmark index name>/<encoder>/` holds
+- `embeddings.npy`  float32 (count, dim) unit rows; row i is the benchmark's corpus image i,
+- `manifest.json`   an `IndexManifest` of the image encoder (`retriever` is the encoder's folder
+                    name, `retriever_spec` its image spec, with the weights' sha256), the corpus
+                    (ordered-id checksum, the world's content checksum), the file's size and sha256,
+                    and `provenance`: the world's size, seed and generator version, the code version
+                    and commit it was built from, the retrievers that share it.
+
+There is one folder per distinct image encoder (`Retriever.image_spec`): the four world-CLIP
+recipes and world-CIR encode the corpus with the same world-CLIP image tower, so one file serves
+all five. `read_prebuilt` hands the rows out only when every check of `manifest.py` passes (sha256
+included) for the encoder and corpus being served; otherwise it says why, and the caller encodes
+the corpus as it would without them. Vectors are float32, exactly what an encode gives: flat
+search over them gives today's rankings and scores bit for bit (float16 would not; docs/indexes.md).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from cir_demo.index.manifest import (
+    MANIFEST_FILE,
+    IndexManifest,
+    damage_reasons,
+    library_versions,
+    new_dir_beside,
+    read_manifest,
+    replace_dir,
+    safe_component,
+    stale_reasons,
+    weights_checksum,
+    corpus_checksum,
+)
+from cir_demo.paths import REPO_ROOT
+
+EMBEDDINGS_FILE = "embeddings.npy"
+PREBUILT_ENV = "CIR_DEMO_PREBUILT"  # another prebuilt folder (tests); an empty folder turns them off
+
+
+def prebuilt_root() -> Path:
+    """`indexes/prebuilt/` of the repository (`$CIR_DEMO_PREBUILT` overrides it)."""
+    value = os.environ.get(PREBUILT_ENV)
+    return Path(value) if value else REPO_ROOT / "indexes" / "prebuilt"
+
+
+@dataclass(frozen=True)
+class ImageEncoder:
+    """What the staleness checks of `manifest.py` compare for a corpus embedding: the image
+    tower's name (its folder), spec (weights sha256 included) and dimension."""
+
+    name: str
+    spec: dict
+    dim: int
+
+    def spec_hash(self) -> str:
+        from cir_demo.retrievers.base import spec_hash
+
+        return spec_hash(self.spec)
+
+
+def image_encoder(encoder) -> ImageEncoder | None:
+    """The image tower of a retriever or reranker that shares corpus embeddings (`image_spec`), else None."""
+    spec = getattr(encoder, "image_spec", None)
+    if not spec:
+        return None
+    return ImageEncoder(safe_component(str(spec.get("model") or spec.get("family") or "encoder")), dict(spec),
+                        int(encoder.dim))
+
+
+def prebuilt_dir(benchmark, tower: ImageEncoder, root: Path | None = None) -> Path:
+    from cir_demo.index.build import benchmark_index_name
+
+    return (root or prebuilt_root()) / safe_component(benchmark_index_name(benchmark)) / tower.name
+
+
+def prebuilt_problems(directory: Path, benchmark, tower: ImageEncoder, ids: Sequence[str]) -> list[str]:
+    """Why the prebuilt embeddings in `directory` cannot serve `tower` over `benchmark`'s corpus `ids`
+    ([] = usable): the reasons of `manifest.check_index` (files' sha256 always verified), plus a
+    changed world generator."""
+    from cir_demo.index.build import corpus_fingerprint
+
+    if not (directory / MANIFEST_FILE).is_file():
+        return [f"missing: {directory / MANIFEST_FILE} not found"]
+    try:
+        manifest = read_manifest(directory)
+    except (OSError, ValueError, TypeError) as exc:
+        return [f"unreadable manifest: {exc}"]
+    if EMBEDDINGS_FILE not in manifest.files:
+        return [f"unreadable manifest: {directory / MANIFEST_FILE}: no record of {EMBEDDINGS_FILE}"]
+    reasons = damage_reasons(directory, manifest, verify=True)
+    reasons += stale_reasons(manifest, tower, list(ids), corpus_fingerprint(benchmark))
+    built = (manifest.provenance.get("benchmark_info") or {}).get("generator_version")
+    now = (getattr(benchmark, "info", None) or {}).get("generator_version")
+    if built != now:
+        reasons.append(f"world generator changed: built with {built!r}, serving {now!r}")
+    return reasons
+
+
+def read_prebuilt(benchmark, encoder, ids: Sequence[str], root: Path | None = None
+                  ) -> tuple[np.ndarray | None, list[str]]:
+    """(rows, []) when prebuilt embeddings of `encoder`'s image tower over `ids` exist and every check
+    passes; (None, []) when there are none; (None, reasons) when they exist but must not be used."""
+    tower = image_encoder(encoder)
+    if tower is None:
+        return None, []
+    directory = prebuilt_dir(benchmark, tower, root)
+    if not directory.is_dir():
+        return None, []
+    reasons = prebuilt_problems(directory, benchmark, tower, ids)
+    if reasons:
+        return None, reasons
+    path = directory / EMBEDDINGS_FILE
+    try:
+        xb = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        return None, [f"damaged: {path}: unreadable ({exc})"]
+    if xb.dtype != np.float32 or xb.shape != (len(ids), tower.dim):
+        return None, [f"damaged: {path}: holds {xb.dtype} {xb.shape}, expected float32 {(len(ids), tower.dim)}"]
+    return xb, []
+
+
+def code_version() -> dict:
+    """The code a prebuilt file was built from: the package version and, in a git checkout, the commit
+    (with "+changes" when the working tree differed from it)."""
+    out = {"cir_demo": library_versions().get("cir_demo")}
+    try:
+        run = lambda *a: subprocess.run(["git", *a], cwd=REPO_ROOT, capture_output=True, text=True,  # noqa: E731
+                                        timeout=10)
+        head = run("rev-parse", "HEAD")
+        if head.returncode == 0:
+            dirty = run("status", "--porcelain", "--untracked-files=no", "--", "cir_demo").stdout.strip()
+            out["git_commit"] = head.stdout.strip() + ("+changes" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+def write_prebuilt(benchmark, tower: ImageEncoder, ids: Sequence[str], xb: np.ndarray, used_by: Sequence[str],
+                   build_seconds: float, device: str | None = None, root: Path | None = None) -> Path:
+    """Write `xb` (the corpus rows of `tower`) with its manifest into its prebuilt folder, atomically."""
+    from cir_demo.index.build import corpus_fingerprint
+    from cir_demo.integrity import file_record
+
+    xb = np.ascontiguousarray(xb, dtype=np.float32)
+    if xb.shape != (len(ids), tower.dim):
+        raise ValueError(f"prebuilt {tower.name}: {xb.shape} rows for {len(ids)} ids of dim {tower.dim}")
+    info = getattr(benchmark, "info", None) or {}
+    manifest = IndexManifest(
+        benchmark=benchmark.name, retriever=tower.name, retriever_spec=tower.spec, spec_hash=tower.spec_hash(),
+        weights_sha256=weights_checksum(tower.spec), corpus_sha256=corpus_checksum(ids), dim=tower.dim,
+        count=len(ids), kind="flat", params={}, library_versions=library_versions(),
+        built_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), build_seconds=round(build_seconds, 3),
+        corpus_fingerprint=corpus_fingerprint(benchmark), device=device,
+        provenance={"benchmark_info": {k: info[k] for k in ("index_name", "size", "seed", "generator_version",
+                                                            "checksum", "split") if k in info},
+                    "code": code_version(), "used_by": sorted(used_by),
+                    "what": "corpus image embeddings of this image encoder, float32, row i = corpus image i"})
+    out = prebuilt_dir(benchmark, tower, root)
+    from cir_demo.utils.io import write_json_atomic
+
+    with new_dir_beside(out) as tmp:
+        with open(tmp / EMBEDDINGS_FILE, "wb") as f:
+            np.save(f, xb)
+        manifest.files = {EMBEDDINGS_FILE: file_record(tmp / EMBEDDINGS_FILE)}
+        write_json_atomic(tmp / MANIFEST_FILE, manifest.to_dict())
+        replace_dir(tmp, out)
+    return out
+
+
+def build_prebuilt(benchmark, encoders: Sequence, batch_size: int = 64, progress: bool = True,
+                   root: Path | None = None) -> list[Path]:
+    """Encode `benchmark`'s corpus once per distinct image tower among `encoders` (retrievers, a
+    reranker), opening each image once, and write each tower's prebuilt folder. Returns the folders."""
+    from cir_demo.index.build import corpus_ids_of, encode_corpus_with
+
+    towers: dict[str, tuple[ImageEncoder, object, list[str]]] = {}
+    for encoder in encoders:
+        tower = image_encoder(encoder)
+        if tower is None:
+            raise ValueError(f"{encoder.name!r} does not say what its image tower is (no image_spec): "
+                             "its corpus embeddings cannot be shared, so none are prebuilt for it")
+        key = tower.spec_hash()
+        if key in towers and towers[key][0].name != tower.name:
+            raise ValueError(f"two image towers would share the folder {tower.name!r}")
+        towers.setdefault(key, (tower, encoder, []))[2].append(encoder.name)
+    ids = corpus_ids_of(benchmark)
+    started = time.perf_counter()
+    outs = encode_corpus_with(benchmark.images, ids, [e for _, e, _ in towers.values()], batch_size=batch_size,
+                              progress=progress, desc=f"encode {benchmark.name} for the prebuilt embeddings")
+    seconds = time.perf_counter() - started
+    return [write_prebuilt(benchmark, tower, ids, xb, used_by, seconds, str(getattr(encoder, "device", None)), root)
+            for (tower, encoder, used_by), xb in zip(towers.values(), outs)]

@@ -91,14 +91,14 @@ def fmt(value: float | None, digits: int = 3) -> str:
 
 
 def prob(p: float | None) -> str:
-    """A probability with two significant digits of its distance to 0 or 1 (0.00031, 0.50, 0.99962), so
-    that tiles the reranker ordered never all read 0.00 or 1.00."""
+    """A probability with two decimals, or two significant digits of its distance to 0 or 1 when that is
+    under 0.01 (0.00031, 0.50, 0.99962), so that tiles the reranker ordered never all read 0.00 or 1.00."""
     if p is None or (isinstance(p, float) and math.isnan(p)):
         return "n/a"
     if p <= 0.0 or p >= 1.0:
         return f"{p:g}"
     gap = min(p, 1.0 - p)
-    digits = min(max(2, 1 - math.floor(math.log10(gap))), 8)
+    digits = 2 if gap >= 0.01 else min(1 - math.floor(math.log10(gap)), 8)
     return f"{p:.{digits}f}"
 
 

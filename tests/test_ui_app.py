@@ -238,8 +238,8 @@ def test_upload_callbacks(demo, service, tmp_path):
     p1, p2 = tmp_path / "one.png", tmp_path / "two.png"
     service.engine.open_image(q.reference_ids[0]).save(p1)
     service.engine.open_image(q.reference_ids[1]).convert("RGBA").save(p2)
-    preview_html, message = wired(demo, "on_files").fn(str(p1), str(p2))
-    assert preview_html.count("<img") == 2 and message == ""
+    preview_html, message, problem = wired(demo, "on_files").fn(str(p1), str(p2))
+    assert preview_html.count("<img") == 2 and message == "" and problem == ""
     results, message, *problems = wired(demo, "on_submit").fn(str(p1), str(p2), q.instruction, service.retriever_names, 10, True, 10)
     assert results.count('<li class="cir-tile') == 10 * len(service.retriever_names)
     message = plain(message)
@@ -251,8 +251,8 @@ def test_upload_callbacks(demo, service, tmp_path):
 
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
-    preview_html, message = wired(demo, "on_files").fn(str(bad), None)
-    assert "⚠" in message and "bad.jpg" in plain(message) and preview_html == ""
+    preview_html, message, problem = wired(demo, "on_files").fn(str(bad), None)
+    assert "⚠" in problem and "bad.jpg" in plain(problem) and preview_html == ""  # next to the file fields, at once
     submit = wired(demo, "on_submit").fn
     names = service.retriever_names
     # problems show next to the field to fix (files, instruction, retrievers) and clear stale results

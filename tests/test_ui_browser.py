@@ -154,8 +154,8 @@ def test_explore_paraphrase_rerank_share_upload_report(app_url, browser, tmp_pat
     bad.write_bytes(b"\xff\xd8\xff\xe0 this is not a jpeg")
     page.locator("#cir-upload-2 button[aria-label='Clear']").click()
     page.locator("#cir-upload-2 input[type=file]").set_input_files(str(bad))
-    page.wait_for_function("document.querySelector('#cir-upload-message').innerText.includes('broken.jpg')")
-    assert "⚠" in page.locator("#cir-upload-message").inner_text()
+    page.wait_for_function("document.querySelector('#cir-upload-files-problem').innerText.includes('broken.jpg')")
+    assert "⚠" in page.locator("#cir-upload-files-problem").inner_text()  # next to the file fields
     shot(page, "05-upload-refused")
 
     # ---- report: the eval run's table with intervals and its plots

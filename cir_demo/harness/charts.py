@@ -217,7 +217,7 @@ def scatter_chart(
     for i, name, (px, py) in shown:
         draw.ellipse([px - r, py - r, px + r, py + r], fill=PALETTE[i % len(PALETTE)])
     for i, name, (px, py) in shown:
-        lx, ly = _place_label(draw, name, small, px, py, r, taken, (left, top, img.width, top + plot_h))
+        lx, ly = _place_label(draw, name, small, px, py, r, taken, (left, top, img.width - 4 * SCALE, top + plot_h))
         if abs(ly + 8 * SCALE - py) > 8 * SCALE:  # moved off the dot's line: a leader line says whose it is
             draw.line([px, py, lx if lx > px else lx + _text_w(draw, name, small), ly + 8 * SCALE],
                       fill=PALETTE[i % len(PALETTE)], width=SCALE)

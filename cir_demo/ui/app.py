@@ -276,7 +276,9 @@ PAGE_CSS = """
 #cir-report-plots .grid-wrap { height: auto !important; max-height: none !important; }
 #cir-report-plots .thumbnail-item { height: auto !important; aspect-ratio: auto !important; display: flex;
                                     flex-direction: column; }
-#cir-report-plots .thumbnail-item img { height: auto !important; width: 100%; }
+#cir-report-plots .grid-container { margin-top: 12px; }
+#cir-report-plots .thumbnail-item img { height: auto !important; width: auto !important; max-width: 100%;
+                                        max-height: 720px; margin: 0 auto; }
 #cir-report-plots .thumbnail-item .caption-label { position: static !important; transform: none !important;
                                                    max-width: 100%; white-space: normal; }
 #cir-report-metrics [role=gridcell] *, #cir-report-metrics [role=columnheader] *,

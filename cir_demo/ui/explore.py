@@ -26,8 +26,8 @@ ANY = "any"
 LIST_COLUMNS = ["query", "instruction", "type", "refs", "why"]
 # the list fits its column (text wraps between words, never cut): widths by the columns shown
 LIST_WIDTHS = {4: ["20%", "49%", "17%", "14%"], 5: ["16%", "33%", "14%", "12%", "25%"]}
-# After a query opens: bring its header into view when it is off-screen (on a phone it is below the
-# list). An IntersectionObserver measures against the top-level viewport, so this also works inside
+# After a query opens: bring its header to the top when it is off-screen or low on it (on a phone
+# it is below the list, and the results below it). An IntersectionObserver measures against the top-level viewport, so this also works inside
 # a Space's iframe, where the page's own scroll position says nothing.
 SCROLL_TO_VIEW_JS = """
 () => {
@@ -35,8 +35,10 @@ SCROLL_TO_VIEW_JS = """
     if (!el || typeof IntersectionObserver === "undefined") { return; }
     const io = new IntersectionObserver((entries) => {
         io.disconnect();
-        const e = entries[0];
-        if (!e.isIntersecting || e.intersectionRect.top > e.boundingClientRect.top + 1) {
+        const e = entries[0], box = e.boundingClientRect, seen = e.intersectionRect;
+        const low = e.rootBounds ? box.top > e.rootBounds.top + e.rootBounds.height / 2  // own page: lower half
+                                 : seen.height < box.height - 1;  // in a frame: its bottom is cut off
+        if (!e.isIntersecting || seen.top > box.top + 1 || low) {
             el.scrollIntoView({behavior: "smooth", block: "start"});
         }
     });

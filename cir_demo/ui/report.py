@@ -55,6 +55,18 @@ def column_label(column: str) -> tuple[str, str]:
     return column.replace("_", " "), "a column of the run's metrics.csv (docs/metrics.md)"
 
 
+NARROW = {"total_queries": 7, "coverage": 8}  # percent of the table's width; the run's name gets RUN_WIDTH
+RUN_WIDTH = 17
+
+
+def column_widths(columns: list[str]) -> list[str]:
+    """Widths that make the table fit the page: "value [lo, hi]" cells then wrap between words."""
+    fixed = {c: NARROW.get(c, RUN_WIDTH if c == "run" else None) for c in columns}
+    rest = [c for c, w in fixed.items() if w is None]
+    share = (100 - sum(w for w in fixed.values() if w)) / max(len(rest), 1)
+    return [f"{fixed[c] if fixed[c] is not None else share:.1f}%" for c in columns]
+
+
 def labelled(metrics: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The table with human column labels, and the Markdown that defines each shown column."""
     labels = {c: column_label(c) for c in metrics.columns}
@@ -122,7 +134,8 @@ def show_report(service: ExplorerService, label: str | None = None, pending=None
     lines = [f"Run **{md_escape(report.run.label)}**."] + [md_escape(i) for i in report.info]
     files = shareable_copies(report.run.path)
     table, columns = labelled(report.metrics)
-    return {"run": gr.update(choices=choices, value=label), "metrics": gr.update(value=table, visible=True),
+    return {"run": gr.update(choices=choices, value=label),
+            "metrics": gr.update(value=table, visible=True, column_widths=column_widths(list(report.metrics.columns))),
             "plots": gr.update(value=plot_images(report.plots), visible=True), "info": "\n\n".join(lines),
             "files": gr.update(value=files or None, visible=bool(files)), "columns": columns}
 

@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_support import browser, free_port, require_chromium, screenshot  # noqa: F401  (browser: a fixture)
+from browser_support import browser, free_port, require_chromium, run_tiny_eval, screenshot  # noqa: F401  (browser: a fixture)
 
 require_chromium()
 
-from cir_demo.testing.explorer import VERIFIER, build_tiny_service  # noqa: E402
+from cir_demo.testing.explorer import build_tiny_service  # noqa: E402
 
 GROUPS = 6  # paraphrase groups served (and evaluated): small, so the eval run takes seconds
 TIMEOUT_MS = 30_000
@@ -23,17 +23,10 @@ TIMEOUT_MS = 30_000
 
 @pytest.fixture(scope="module")
 def app_url(tiny_setup):
-    import argparse
-
-    from cir_demo.harness import cli as eval_cli
     from cir_demo.ui import app as ui_app
 
     root, names = tiny_setup
-    parser = argparse.ArgumentParser()
-    eval_cli.add_arguments(parser)
-    args = parser.parse_args(["--world-size", "tiny", "--limit", str(GROUPS), "--retrievers", ",".join(names),
-                              "--rerank", VERIFIER, "--rerank-top-n", "10", "--n-boot", "50"])
-    assert eval_cli.run(args) == 0  # a real eval run: the Report tab and the failure sorts read it
+    run_tiny_eval(names, GROUPS)  # a real eval run: the Report tab and the failure sorts read it
     service = build_tiny_service(names, limit_groups=GROUPS)
     demo = ui_app.create_app(service)
     port = free_port()

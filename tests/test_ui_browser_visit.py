@@ -12,11 +12,11 @@ import threading
 import time
 
 import pytest
-from browser_support import browser, free_port, require_chromium, screenshot  # noqa: F401  (browser: a fixture)
+from browser_support import browser, free_port, require_chromium, run_tiny_eval, screenshot  # noqa: F401  (browser: a fixture)
 
 require_chromium()
 
-from cir_demo.testing.explorer import VERIFIER, build_tiny_service  # noqa: E402
+from cir_demo.testing.explorer import build_tiny_service  # noqa: E402
 
 GROUPS = 6
 TIMEOUT_MS = 30_000
@@ -40,17 +40,10 @@ document.getElementById("space").src = %(app_url)r + location.search;
 
 @pytest.fixture(scope="module")
 def visit_app(tiny_setup):
-    import argparse
-
-    from cir_demo.harness import cli as eval_cli
     from cir_demo.ui import app as ui_app
 
     root, names = tiny_setup
-    parser = argparse.ArgumentParser()
-    eval_cli.add_arguments(parser)
-    args = parser.parse_args(["--world-size", "tiny", "--limit", str(GROUPS), "--retrievers", ",".join(names),
-                              "--rerank", VERIFIER, "--rerank-top-n", "10", "--n-boot", "50"])
-    assert eval_cli.run(args) == 0  # a real run for the Report tab
+    run_tiny_eval(names, GROUPS)  # a real run for the Report tab
     service = build_tiny_service(names, limit_groups=GROUPS)
     app_port, parent_port = free_port(), free_port()
     app_url = f"http://127.0.0.1:{app_port}/"
@@ -131,8 +124,9 @@ def test_share_link_reaches_the_space_page_and_opens_the_same_view(visit_app, br
 def test_outside_a_frame_the_app_posts_nothing_and_keeps_its_own_url(visit_app, browser):
     app_url, _, service = visit_app
     page = open_page(browser, app_url)
-    page.evaluate("window.parentMessages = []; window.addEventListener('message', (e) => window.parentMessages.push(e.data))")
     page.wait_for_selector("#cir-results li.cir-tile")
+    # not framed, window.parent is the page itself: a spy on its postMessage sees any call
+    page.evaluate("window.parentMessages = []; window.postMessage = (...args) => window.parentMessages.push(args)")
     page.locator("#cir-paraphrases label").nth(1).click()
     page.wait_for_function("location.search.includes('paraphrase=2')")
     assert page.evaluate("window.parentMessages") == []

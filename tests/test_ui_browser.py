@@ -258,7 +258,7 @@ def test_upload_problems_show_next_to_their_field(app_url, browser, tmp_path):
     page.locator("#cir-upload-instruction textarea").fill("make it red")
     page.locator("#cir-upload-submit").click()
     page.wait_for_selector("#cir-upload-results li.cir-tile")
-    assert page.locator("#cir-upload-instruction-problem").inner_text().strip() == ""
+    page.wait_for_function("document.querySelector('#cir-upload-instruction-problem').innerText.trim() === ''")
     checked = page.locator("#cir-upload-retrievers input[type=checkbox]:checked")
     while checked.count():  # zero retrievers
         checked.first.uncheck()

@@ -370,6 +370,10 @@ def test_probabilities_keep_the_order_they_rank_by():
     assert "P(yes) 0.00040 · P(near miss) 0.03" in page and "P(yes) 0.00010 · P(near miss) 0.20" in page
 
 
+def test_help_defines_the_reports_headline():
+    assert "**mAP@10** (the Report's headline) = AP@10 averaged over the queries" in explore.ABOUT
+
+
 def test_report_columns_have_labels_and_definitions():
     from cir_demo.ui.report import column_label, labelled
 

@@ -55,16 +55,15 @@ def column_label(column: str) -> tuple[str, str]:
     return column.replace("_", " "), "a column of the run's metrics.csv (docs/metrics.md)"
 
 
-NARROW = {"total_queries": 7, "coverage": 8}  # percent of the table's width; the run's name gets RUN_WIDTH
-RUN_WIDTH = 17
+# Column widths in pixels (gradio sizes the body's cells from them): about 1,100 px for the world's
+# eight columns, so the table fits a laptop and scrolls sideways on a phone instead of squeezing.
+WIDTH_PX = {"run": 190, "total_queries": 80, "coverage": 90, "ling_sens_paraphrase_range": 110, "ling_sens_range": 110}
+VALUE_WIDTH_PX = 155  # "0.2372 [0.2188, 0.2550]"
 
 
 def column_widths(columns: list[str]) -> list[str]:
-    """Widths that make the table fit the page: "value [lo, hi]" cells then wrap between words."""
-    fixed = {c: NARROW.get(c, RUN_WIDTH if c == "run" else None) for c in columns}
-    rest = [c for c, w in fixed.items() if w is None]
-    share = (100 - sum(w for w in fixed.values() if w)) / max(len(rest), 1)
-    return [f"{fixed[c] if fixed[c] is not None else share:.1f}%" for c in columns]
+    """Pixel widths of the metrics table's columns: "value [lo, hi]" cells on one line."""
+    return [f"{WIDTH_PX.get(c, VALUE_WIDTH_PX)}px" for c in columns]
 
 
 def labelled(metrics: pd.DataFrame) -> tuple[pd.DataFrame, str]:

@@ -45,3 +45,18 @@ def browser():
 def screenshot(page, name: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def run_tiny_eval(names, groups: int) -> None:
+    """A real `--eval` run of the tiny world's first `groups` intents with the tiny models and verifier
+    (the Report tab and the failure sorts read it)."""
+    import argparse
+
+    from cir_demo.harness import cli as eval_cli
+    from cir_demo.testing.explorer import VERIFIER
+
+    parser = argparse.ArgumentParser()
+    eval_cli.add_arguments(parser)
+    args = parser.parse_args(["--world-size", "tiny", "--limit", str(groups), "--retrievers", ",".join(names),
+                              "--rerank", VERIFIER, "--rerank-top-n", "10", "--n-boot", "50"])
+    assert eval_cli.run(args) == 0

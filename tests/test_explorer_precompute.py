@@ -95,7 +95,7 @@ def test_a_failure_names_the_error_line_not_a_progress_bar(tmp_path, monkeypatch
 
 
 def test_sorts_with_data_on_disk_are_offered_while_the_run_computes_the_rest(tmp_path, monkeypatch):
-    from cir_demo.ui.explore import sort_choices
+    from cir_demo.ui.explore import WAITING_MARK, sort_choices
 
     monkeypatch.setattr(precompute, "complete_run", lambda service: None)
     job = ScriptedJob(tmp_path / "runs", ["ok"])
@@ -104,7 +104,7 @@ def test_sorts_with_data_on_disk_are_offered_while_the_run_computes_the_rest(tmp
     assert st.sort_ready("negatives") and st.sort_ready("spread") and st.sort_ready("order")
     assert not st.sort_ready("rerank_helped") and not st.sort_ready("shortcut")
     labels = dict((key, label) for label, key in sort_choices(st))
-    assert "being computed" not in labels["negatives"] and "being computed (" in labels["rerank_hurt"]
+    assert not labels["negatives"].endswith(WAITING_MARK) and labels["rerank_hurt"].endswith(WAITING_MARK)
     st, _ = wait_for(job, "done")
     assert st.sort_ready("rerank_helped")
 

@@ -106,15 +106,20 @@ def test_page_load_opens_the_linked_view(demo, service):
     assert results.count('<li class="cir-tile') == 5 * len(names)
     assert "P(yes)" in results
     assert "world (tiny)" in plain(by_id["cir-status"])
-    assert isinstance(by_id["cir-query-list"], pd.DataFrame) and len(by_id["cir-query-list"]) == len(service.table)
+    listed = by_id["cir-query-list"]["value"]
+    assert isinstance(listed, pd.DataFrame) and len(listed) == len(service.table)
+    assert by_id["cir-query-list"]["column_widths"] == explore.LIST_WIDTHS[len(listed.columns)]
+    assert by_id["cir-loading"]["visible"] is False and by_id["cir-explore-body"]["visible"] is True
+    assert by_id["cir-link-note"] == ""  # a good link: nothing to say
 
 
 def test_page_load_with_a_bad_link_explains_and_falls_back(demo, service):
     params = {"query": "nope", "retrievers": "ghost," + service.retriever_names[0], "k": "999", "colour": "red"}
     final = load_page(demo, params)[-1]
     by_id = {getattr(c, "elem_id", None): v for c, v in final.items()}
-    message = plain(by_id["cir-message"])
+    message = plain(by_id["cir-link-note"])  # at the top of the page, not below the controls
     assert "nope" in message and "ghost" in message and "k=999" in message and "colour" in message
+    assert "could not be opened exactly" in message and "nope" not in plain(by_id["cir-message"])
     assert by_id["cir-paraphrases"]["value"] == service.benchmark.queries[0].query_id
     assert by_id["cir-retrievers"]["value"] == [service.retriever_names[0]]
 
@@ -145,6 +150,9 @@ def test_page_load_while_loading_shows_progress_then_the_view(service):
         ui_app.LOAD_POLL_S = saved
     first = {getattr(c, "elem_id", None): v for c, v in steps[0].items()}
     assert "building index for tiny-ui-fusion" in plain(first["cir-status"]) and "encode 10/396" in plain(first["cir-status"])
+    panel = first["cir-loading"]  # where the results will be: what, n/N with a bar, seconds
+    assert "building index for tiny-ui-fusion" in panel and "<b>10 / 396</b>" in panel
+    assert '<progress max="396" value="10"' in panel and "3 s" in panel
     assert len(steps) >= 2 and any(getattr(c, "elem_id", None) == "cir-results" for c in steps[-1])
 
 
@@ -179,7 +187,10 @@ def test_list_callback_filters_sorts_and_reports_counts(demo, service):
     expected = service.find_queries("", {"is_single": "two images"}, "two_image")
     assert ids == list(expected.rows["query"]) and len(ids) > 0
     assert f"**{expected.total:,}** matching" in info
-    assert list(table.columns) == explore.LIST_COLUMNS
+    assert list(table["value"].columns) == explore.LIST_COLUMNS  # a failure sort: with its reasons
+    assert table["column_widths"] == explore.LIST_WIDTHS[len(explore.LIST_COLUMNS)]
+    table, ids, info = fn("", "order", *[explore.ANY] * len(filters))
+    assert list(table["value"].columns) == [c for c in explore.LIST_COLUMNS if c != "why"]  # no empty "why"
     table, ids, info = fn("no such words anywhere", "order", *[explore.ANY] * len(filters))
     assert ids == [] and "**0** matching" in info
 
@@ -227,8 +238,8 @@ def test_upload_callbacks(demo, service, tmp_path):
     p1, p2 = tmp_path / "one.png", tmp_path / "two.png"
     service.engine.open_image(q.reference_ids[0]).save(p1)
     service.engine.open_image(q.reference_ids[1]).convert("RGBA").save(p2)
-    preview_html, message = wired(demo, "on_files").fn(str(p1), str(p2))
-    assert preview_html.count("<img") == 2 and message == ""
+    preview_html, message, problem = wired(demo, "on_files").fn(str(p1), str(p2))
+    assert preview_html.count("<img") == 2 and message == "" and problem == ""
     results, message, *problems = wired(demo, "on_submit").fn(str(p1), str(p2), q.instruction, service.retriever_names, 10, True, 10)
     assert results.count('<li class="cir-tile') == 10 * len(service.retriever_names)
     message = plain(message)
@@ -240,8 +251,8 @@ def test_upload_callbacks(demo, service, tmp_path):
 
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
-    preview_html, message = wired(demo, "on_files").fn(str(bad), None)
-    assert "⚠" in message and "bad.jpg" in plain(message) and preview_html == ""
+    preview_html, message, problem = wired(demo, "on_files").fn(str(bad), None)
+    assert "⚠" in problem and "bad.jpg" in plain(problem) and preview_html == ""  # next to the file fields, at once
     submit = wired(demo, "on_submit").fn
     names = service.retriever_names
     # problems show next to the field to fix (files, instruction, retrievers) and clear stale results
@@ -272,7 +283,7 @@ def test_example_callback_writes_world_references(demo, service):
 def test_report_callback(demo, service, tiny_setup):
     root, _ = tiny_setup
     out = wired(demo, "on_show").fn(None)
-    assert out[4]["visible"] is False
+    assert out[4]["visible"] is False and out[5] == ""
     assert "No evaluation run" in out[1] and out[3]["value"] == [] and out[3]["visible"] is False
     assert out[2]["visible"] is False  # no empty table with placeholder headers
     assert "--eval" not in out[1] and "terminal" not in out[1]
@@ -288,13 +299,19 @@ def test_report_callback(demo, service, tiny_setup):
     secret.write_text("server secret")
     (run / "paired.csv").symlink_to(secret)  # a planted link: not followed
     try:
-        run_update, info, metrics, plots, files = wired(demo, "on_show").fn(None)
+        run_update, info, metrics, plots, files, columns = wired(demo, "on_show").fn(None)
         shared = {Path(f).name: Path(f) for f in files["value"]}
-        assert set(shared) == {"metrics.csv", "report.md"} and files["visible"] is True
+        assert set(shared) == {"metrics.csv", "report.md", "run.zip"} and files["visible"] is True
+        import zipfile
+
+        with zipfile.ZipFile(shared["run.zip"]) as zf:  # report.md's plot links resolve inside the zip
+            assert sorted(zf.namelist()) == ["metrics.csv", "plots/precision_vs_safety.png", "report.md"]
+        assert "**mAP@10**: AP@10" in columns and "**Run**" in columns
         assert shared["report.md"].read_text() == "# report\n" and run not in shared["report.md"].parents  # a copy
         assert "report.md" in plain(info)
         assert run_update["value"] == run.name and run.name in plain(info) and str(root) not in info  # no server path
         assert metrics["visible"] is True and metrics["value"].loc[0, "mAP@10"] == "0.5000 [0.4000, 0.6000]"
+        assert list(metrics["value"].columns) == ["Run", "mAP@10"]
         image, caption = plots["value"][0]
         assert image.size == (8, 8) and "safety" in caption  # sent as an image, not a served path
     finally:
@@ -319,6 +336,7 @@ def test_tiles_mark_judgments_with_text_and_escape_content():
     assert "✓ positive" in page and "✗ explicit negative" in page  # text, not colour alone
     assert "▲3" in page and "▼1" not in page and "▼2" in page and "new in top 10" in page and "= same place" in page
     assert 'alt="Rank 1: img&lt;1&gt;, positive, score 0.900, moved up 3 (was rank 4), P(yes) 0.91"' in page
+    assert "P(near miss)" not in page  # the reranker gives no near-miss answer
     assert 'aria-label="Rank 2: i2, explicit negative' in page  # a missing image still has a text label
     assert "before reranking" in page and "AP@10 <b>0.250</b>" in page
     failed = components.results_html(Comparison("t", [], [], [Column("r", "composed", error="boom <b>")], 10, True))
@@ -335,6 +353,39 @@ def test_near_miss_answer_is_said_on_the_tile_and_the_ranking_rule_above():
     assert "reordered by P(yes) - 2 * P(near miss)" in page and "near miss?: the judge" in page  # legend
     assert page.count('class="cir-near"') == 1  # only the tile the judge calls a near miss
     assert "the judge calls it a near miss (P 0.80)" in page  # in the tile's alt text too
+
+
+def test_probabilities_keep_the_order_they_rank_by():
+    """Reranked tiles in P(yes) order never all read 0.00: two significant digits of the distance to 0 or 1
+    (an independent check: the shown numbers parse back in the same strict order)."""
+    values = [0.9996, 0.99, 0.5, 0.031, 0.0021, 0.00031, 0.0000452]
+    shown = [components.prob(v) for v in values]
+    assert shown == ["0.99960", "0.99", "0.50", "0.03", "0.0021", "0.00031", "0.000045"]
+    assert all(float(a) > float(b) for a, b in zip(shown, shown[1:]))
+    assert components.prob(0.0) == "0" and components.prob(1.0) == "1" and components.prob(None) == "n/a"
+    tiles = [Tile("a", 1, 0.5, None, None, first_stage_rank=10, p_yes=0.0004, reranked=True, p_near=0.0312),
+             Tile("b", 2, 0.6, None, None, first_stage_rank=1, p_yes=0.0001, reranked=True, p_near=0.2)]
+    page = components.results_html(Comparison("t", [None], ["ref"], [Column("r", "composed", tiles)], 10, True,
+                                              reranker="v", top_n=20, ranking="P(yes) - 2 * P(near miss)"))
+    assert "P(yes) 0.00040 · P(near miss) 0.03" in page and "P(yes) 0.00010 · P(near miss) 0.20" in page
+
+
+def test_help_defines_the_reports_headline():
+    assert "**mAP@10** (the Report's headline) = AP@10 averaged over the queries" in explore.ABOUT
+
+
+def test_report_columns_have_labels_and_definitions():
+    from cir_demo.ui.report import column_label, labelled
+
+    raw = ["run", "mAP@10", "precision@10", "NegRecall@10", "recall@10", "ling_sens_paraphrase_range",
+           "total_queries", "coverage", "mAP@25", "Recall@3", "hard_negative@1"]
+    table, defs = labelled(pd.DataFrame(columns=raw))
+    assert list(table.columns) == ["Run", "mAP@10", "P@10", "NegRecall@10", "Recall@10", "Paraphrase range",
+                                   "Queries", "Coverage", "mAP@25", "Recall@3", "Hard negative@1"]
+    for label in table.columns:
+        assert f"**{components.md_escape(label)}**: " in defs, label
+    assert column_label("mAP@25")[1].startswith("AP@25 (average precision of the top 25)")
+    assert column_label("some_new_column") == ("some new column", "a column of the run's metrics.csv (docs/metrics.md)")
 
 
 def test_guard_turns_exceptions_into_messages():

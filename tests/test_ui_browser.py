@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_support import browser, free_port, require_chromium, screenshot  # noqa: F401  (browser: a fixture)
+from browser_support import browser, free_port, require_chromium, run_tiny_eval, screenshot  # noqa: F401  (browser: a fixture)
 
 require_chromium()
 
-from cir_demo.testing.explorer import VERIFIER, build_tiny_service  # noqa: E402
+from cir_demo.testing.explorer import build_tiny_service  # noqa: E402
 
 GROUPS = 6  # paraphrase groups served (and evaluated): small, so the eval run takes seconds
 TIMEOUT_MS = 30_000
@@ -23,17 +23,10 @@ TIMEOUT_MS = 30_000
 
 @pytest.fixture(scope="module")
 def app_url(tiny_setup):
-    import argparse
-
-    from cir_demo.harness import cli as eval_cli
     from cir_demo.ui import app as ui_app
 
     root, names = tiny_setup
-    parser = argparse.ArgumentParser()
-    eval_cli.add_arguments(parser)
-    args = parser.parse_args(["--world-size", "tiny", "--limit", str(GROUPS), "--retrievers", ",".join(names),
-                              "--rerank", VERIFIER, "--rerank-top-n", "10", "--n-boot", "50"])
-    assert eval_cli.run(args) == 0  # a real eval run: the Report tab and the failure sorts read it
+    run_tiny_eval(names, GROUPS)  # a real eval run: the Report tab and the failure sorts read it
     service = build_tiny_service(names, limit_groups=GROUPS)
     demo = ui_app.create_app(service)
     port = free_port()
@@ -154,8 +147,8 @@ def test_explore_paraphrase_rerank_share_upload_report(app_url, browser, tmp_pat
     bad.write_bytes(b"\xff\xd8\xff\xe0 this is not a jpeg")
     page.locator("#cir-upload-2 button[aria-label='Clear']").click()
     page.locator("#cir-upload-2 input[type=file]").set_input_files(str(bad))
-    page.wait_for_function("document.querySelector('#cir-upload-message').innerText.includes('broken.jpg')")
-    assert "⚠" in page.locator("#cir-upload-message").inner_text()
+    page.wait_for_function("document.querySelector('#cir-upload-files-problem').innerText.includes('broken.jpg')")
+    assert "⚠" in page.locator("#cir-upload-files-problem").inner_text()  # next to the file fields
     shot(page, "05-upload-refused")
 
     # ---- report: the eval run's table with intervals and its plots
@@ -265,7 +258,7 @@ def test_upload_problems_show_next_to_their_field(app_url, browser, tmp_path):
     page.locator("#cir-upload-instruction textarea").fill("make it red")
     page.locator("#cir-upload-submit").click()
     page.wait_for_selector("#cir-upload-results li.cir-tile")
-    assert page.locator("#cir-upload-instruction-problem").inner_text().strip() == ""
+    page.wait_for_function("document.querySelector('#cir-upload-instruction-problem').innerText.trim() === ''")
     checked = page.locator("#cir-upload-retrievers input[type=checkbox]:checked")
     while checked.count():  # zero retrievers
         checked.first.uncheck()

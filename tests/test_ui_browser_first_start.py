@@ -92,7 +92,7 @@ def test_first_visit_background_run_every_sort_and_report(fresh_app, browser):
     options = page.get_by_role("option").all_inner_texts()
     failure_options = [o for o in options if SORTS["order"] not in o]
     assert len(failure_options) == len(SORTS) - 1
-    assert all("being computed (" in o for o in failure_options), options
+    assert all(o.endswith("(computing…)") for o in failure_options), options  # short, and the same while it counts
     page.get_by_role("option", name=SORTS["rerank_helped"]).click()  # the list is open
     wait_text(page, "#cir-list-info", "is being computed in the background")
     assert "re-sorts by itself" in page.locator("#cir-list-info").inner_text()
@@ -103,12 +103,18 @@ def test_first_visit_background_run_every_sort_and_report(fresh_app, browser):
     t0 = time.perf_counter()
     job = start_job()
     wait_text(page, "#cir-status", "being computed in the background (", timeout=RUN_TIMEOUT_MS)  # n/N
+    # the picked sort's line counts on with the status line (it stayed at "(0/9)" before)
+    page.wait_for_function("""() => {
+        const m = (document.querySelector('#cir-list-info')?.innerText || '').match(/background \\((\\d+)\\/(\\d+)\\)/);
+        return m && Number(m[1]) >= 1;
+    }""", timeout=RUN_TIMEOUT_MS)
     wait_text(page, "#cir-status", "failure sorts and report: ready", timeout=RUN_TIMEOUT_MS)
     run_s = time.perf_counter() - t0
     assert job.status().state == "done", job.status()
     assert [d.name for d in runs.iterdir() if not d.name.startswith(".")] == [job._out.name]  # a normal run folder
     wait_text(page, "#cir-list-info", SORT_NOTES["rerank_helped"])
     assert "being computed" not in page.locator("#cir-list-info").inner_text()
+    assert page.locator("#cir-sort input").input_value() == SORTS["rerank_helped"]  # the label is redrawn
     shot(page, "02-sort-applied")
 
     # ---- every sort works now, each with its own note and no "being computed"

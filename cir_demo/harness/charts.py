@@ -43,8 +43,34 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return ticks
 
 
-def _fmt(v: float) -> str:
-    return f"{v:.2f}".rstrip("0").rstrip(".") if abs(v) < 100 else f"{v:.0f}"
+def _fmt(v: float, step: float = 0.01) -> str:
+    """A tick value with the decimals its tick step needs (0.0025 steps: 0.0025, 0.005, never 0.01 twice)."""
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9)) if step > 0 else 2
+    if abs(step * 10 ** decimals - round(step * 10 ** decimals)) > 1e-9:
+        decimals += 1  # 2.5 x a power of ten
+    return f"{v:.{decimals}f}".rstrip("0").rstrip(".") if decimals else f"{v:.0f}"
+
+
+def _step(ticks: Sequence[float]) -> float:
+    return ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
+
+
+def _place_label(draw, text: str, font, px: float, py: float, r: float, taken: list, bounds) -> tuple[float, float]:
+    """Where a point's label goes: right of the dot, else left, else stepped below or above it, the
+    first place that overlaps no label placed before and stays inside `bounds` (x0, y0, x1, y1)."""
+    w, h = _text_w(draw, text, font), 16 * SCALE
+    gap = r + 4 * SCALE
+    spots = [(px + gap, py - h / 2), (px - gap - w, py - h / 2)]
+    for i in range(1, 12):
+        for dy in (i * h, -i * h):
+            spots += [(px + gap, py - h / 2 + dy), (px - gap - w, py - h / 2 + dy)]
+    for x, y in spots:
+        box = (x, y, x + w, y + h)
+        inside = box[0] >= bounds[0] and box[1] >= bounds[1] and box[2] <= bounds[2] and box[3] <= bounds[3]
+        if inside and not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in taken):
+            taken.append(box)
+            return x, y
+    return spots[0]
 
 
 def _text_w(draw, text: str, font) -> int:
@@ -118,7 +144,7 @@ def bar_chart(
     for t in ticks:
         x = x_of(t)
         draw.line([x, top, x, bottom], fill=GRID, width=SCALE)
-        s = _fmt(t)
+        s = _fmt(t, _step(ticks))
         draw.text((x - _text_w(draw, s, small) / 2, bottom + 4 * SCALE), s, fill=INK, font=small)
     draw.text((left + plot_w / 2 - _text_w(draw, xlabel, small) / 2, bottom + 22 * SCALE), xlabel, fill=INK,
               font=small)
@@ -174,20 +200,26 @@ def scatter_chart(
     for t in xt:
         x, _ = pos(t, yt[0])
         draw.line([x, top, x, top + plot_h], fill=GRID, width=SCALE)
-        draw.text((x - _text_w(draw, _fmt(t), small) / 2, top + plot_h + 4 * SCALE), _fmt(t), fill=INK, font=small)
+        s = _fmt(t, _step(xt))
+        draw.text((x - _text_w(draw, s, small) / 2, top + plot_h + 4 * SCALE), s, fill=INK, font=small)
     for t in yt:
         _, y = pos(xt[0], t)
         draw.line([left, y, left + plot_w, y], fill=GRID, width=SCALE)
-        draw.text((left - 6 * SCALE - _text_w(draw, _fmt(t), small), y - 8 * SCALE), _fmt(t), fill=INK, font=small)
+        s = _fmt(t, _step(yt))
+        draw.text((left - 6 * SCALE - _text_w(draw, s, small), y - 8 * SCALE), s, fill=INK, font=small)
     draw.rectangle([left, top, left + plot_w, top + plot_h], outline=INK, width=SCALE)
     draw.text((left + plot_w / 2 - _text_w(draw, xlabel, small) / 2, top + plot_h + 24 * SCALE), xlabel, fill=INK,
               font=small)
     draw.text((left - 40 * SCALE, top - 20 * SCALE), ylabel, fill=INK, font=small)
     r = 5 * SCALE
-    for i, (name, (x, y)) in enumerate(points.items()):
-        if not (math.isfinite(x) and math.isfinite(y)):
-            continue
-        px, py = pos(x, y)
+    shown = [(i, name, pos(x, y)) for i, (name, (x, y)) in enumerate(points.items()) if math.isfinite(x) and math.isfinite(y)]
+    taken = [(px - r, py - r, px + r, py + r) for _, _, (px, py) in shown]  # labels never cover a dot
+    for i, name, (px, py) in shown:
         draw.ellipse([px - r, py - r, px + r, py + r], fill=PALETTE[i % len(PALETTE)])
-        draw.text((px + r + 4 * SCALE, py - 8 * SCALE), name, fill=INK, font=small)
+    for i, name, (px, py) in shown:
+        lx, ly = _place_label(draw, name, small, px, py, r, taken, (left, top, img.width - 4 * SCALE, top + plot_h))
+        if abs(ly + 8 * SCALE - py) > 8 * SCALE:  # moved off the dot's line: a leader line says whose it is
+            draw.line([px, py, lx if lx > px else lx + _text_w(draw, name, small), ly + 8 * SCALE],
+                      fill=PALETTE[i % len(PALETTE)], width=SCALE)
+        draw.text((lx, ly), name, fill=INK, font=small)
     return _save(img, path)

@@ -21,10 +21,10 @@ from cir_demo.explorer import (FILTER_FIELDS, MAX_COLUMNS, ExplorerService, Serv
                                ServiceLoader)
 from cir_demo.ui import explore, report, upload
 from cir_demo.ui.controls import CONTROLS_JS
-from cir_demo.ui.components import md_escape
+from cir_demo.ui.components import loading_html, md_escape, notes_markdown
 from cir_demo.ui.guard import guarded
 from cir_demo.ui.session_copies import bound_session_copies
-from cir_demo.ui.state import ParsedState, decode_state, resolve_state
+from cir_demo.ui.state import HUB_ORIGIN, ParsedState, decode_state, resolve_state
 
 log = logging.getLogger("cir_demo.ui")
 
@@ -86,19 +86,21 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
         values = choices.get(key, [])
         out[f"filter:{key}"] = gr.update(choices=[explore.ANY, *values], value=explore.ANY, visible=bool(values))
     listing = explore.list_queries(service, "", {}, "order")
-    out.update({"list": listing["table"], "ids": listing["ids"], "list_info": listing["info"]})
+    out.update({"list": explore.list_update(listing["table"]), "ids": listing["ids"], "list_info": listing["info"]})
     names = list(s.retrievers) if s.retrievers else service.retriever_names[:MAX_COLUMNS]
     out["retrievers"] = gr.update(choices=service.retriever_names, value=names)
     out["k"], out["top_n"] = s.k, s.top_n
     controls = explore.rerank_controls(service, s.rerank)
     out["rerank"] = controls["rerank"]
     out["rerank_note"] = controls["note"]
-    notes = list(parsed.notes)
+    # what of the link could not be honoured: at the top of the page, where a visitor looks first
+    out["link_note"] = (f"**This link could not be opened exactly:**\n{notes_markdown(parsed.notes)}"
+                        if parsed.notes else "")
     if s.query_id:
         query_id = s.query_id
         if s.paraphrase is not None:
             query_id = service.benchmark.paraphrases(s.query_id)[s.paraphrase].query_id
-        view = explore.show_view(service, query_id, names, s.k, s.rerank, s.top_n, notes)
+        view = explore.show_view(service, query_id, names, s.k, s.rerank, s.top_n)
         out.update({f"view:{k}": v for k, v in view.items()})
     else:
         out["view:message"] = "This benchmark has no queries."
@@ -121,10 +123,12 @@ def status_markdown(service: ExplorerService | None, status, pending=None) -> st
 
 
 # ------------------------------------------------------------------ the app
-def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompute=None) -> gr.Blocks:
+def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompute=None,
+               parent_origin: str = HUB_ORIGIN) -> gr.Blocks:
     """The Blocks of the explorer (not launched). `source`: a loader (loading in the
     background), a ready service, or a config to load. `precompute`: the background run
-    (`PrecomputeJob`) whose progress the page shows; None: failure sorts compute on demand."""
+    (`PrecomputeJob`) whose progress the page shows; None: failure sorts compute on demand.
+    `parent_origin`: the framing page that gets each view's query string (a Space's page)."""
     loader = as_loader(source)
 
     def get_pending():
@@ -136,6 +140,7 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
     with gr.Blocks(title=TITLE, fill_width=True) as demo:
         gr.Markdown(INTRO, elem_id="cir-intro")
         status = gr.Markdown("⏳ starting…", elem_id="cir-status")
+        link_note = gr.Markdown(elem_id="cir-link-note")
         with gr.Tabs():
             with gr.Tab("Explore", id="explore", elem_id="cir-tab-explore"):
                 ex = explore.create_ui()
@@ -143,7 +148,7 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
                 up = upload.create_ui()
             with gr.Tab("Report", id="report", elem_id="cir-tab-report"):
                 rp = report.create_ui()
-        explore.wire(ex, get_service, get_pending)
+        explore.wire(ex, get_service, get_pending, parent_origin)
         upload.wire(up, get_service)
         report.wire(rp, get_service, get_pending)
 
@@ -155,9 +160,9 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
             "view:table": ex.table, "view:prompt": ex.prompt, "view:share": ex.share, "view:message": ex.message,
             "upload:note": up.note, "upload:retrievers": up.retrievers, "upload:rerank": up.rerank,
             "report:run": rp.run, "report:info": rp.info, "report:metrics": rp.metrics, "report:plots": rp.plots,
-            "report:files": rp.files, "sort": ex.sort,
+            "report:files": rp.files, "report:columns": rp.columns, "sort": ex.sort, "link_note": link_note,
         })
-        outputs = [status, *by_name.values()]
+        outputs = [status, ex.loading, ex.body, *by_name.values()]
 
         # Two steps: every visitor sees the load status (a cheap async poll, outside the work
         # limit, so it never waits behind other visitors' queries), then the linked view is
@@ -167,11 +172,13 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
             while not loader.ready:
                 st = loader.status()
                 if st.error:
-                    yield {status: f"❌ {md_escape(st.text())}"}
+                    yield {status: f"❌ {md_escape(st.text())}",
+                           ex.loading: loading_html(st.stage, st.detail, st.elapsed, st.error)}
                     return
-                yield {status: status_markdown(None, st)}
+                yield {status: status_markdown(None, st), ex.loading: loading_html(st.stage, st.detail, st.elapsed)}
                 await asyncio.sleep(LOAD_POLL_S)
-            yield {status: "⏳ loaded; preparing your view…"}
+            yield {status: "⏳ loaded; preparing your view…",
+                   ex.loading: loading_html("loaded; preparing your view", "", loader.status().elapsed)}
 
         @guarded("Opening the linked view")
         def on_ready(request: gr.Request):
@@ -186,9 +193,11 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
             log.info("page view prepared in %.2f s", time.perf_counter() - started)
             update = {by_name[k]: v for k, v in values.items() if k in by_name}
             update[status] = status_markdown(service, loader.status(), get_pending())
+            update[ex.loading] = gr.update(visible=False)
+            update[ex.body] = gr.update(visible=True)
             return update
 
-        demo.load(on_load, None, [status], show_progress="hidden", concurrency_limit=None,
+        demo.load(on_load, None, [status, ex.loading], show_progress="hidden", concurrency_limit=None,
                   concurrency_id=STATUS_GROUP).then(on_ready, None, outputs, show_progress="hidden")
 
         if precompute is not None:
@@ -198,7 +207,7 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
             timer = gr.Timer(PRECOMPUTE_POLL_S)
             seen_ready = gr.State(False)
             seen_key = gr.State("")  # the run's status this page shows: a tick that finds it unchanged sends nothing
-            report_outputs = [rp.run, rp.info, rp.metrics, rp.plots, rp.files]
+            report_outputs = rp.outputs()
             list_outputs = [ex.query_list, ex.query_ids, ex.list_info]
 
             @guarded("Following the background run")
@@ -212,13 +221,16 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
                     return skip_all  # unchanged: an open sort list is not redrawn under the visitor's pointer
                 service = get_service()
                 head = (status_markdown(service, loader.status(), pending),
-                        gr.update(choices=explore.sort_choices(pending)), pending.ready,
+                        gr.update(choices=explore.sort_choices(pending), value=sort or "order"), pending.ready,
                         gr.Timer(active=not pending.ready), key)
                 if not pending.ready or was_ready:
-                    return (*head, *(gr.skip(),) * (len(report_outputs) + len(list_outputs)))
+                    # a failure sort picked meanwhile: its info line counts on with the status line
+                    info = (explore.list_queries(service, text, dict(zip(ex.filters, filter_values)), sort, pending)["info"]
+                            if sort and sort != "order" and not pending.ready else gr.skip())
+                    return (*head, *(gr.skip(),) * (len(report_outputs) + len(list_outputs) - 1), info)
                 rep = report.show_report(service, label, pending)
                 listed = ex.on_list(text, sort, *filter_values) if sort and sort != "order" else (gr.skip(),) * 3
-                return (*head, rep["run"], rep["info"], rep["metrics"], rep["plots"], rep["files"], *listed)
+                return (*head, *(rep[k] for k in report.OUTPUTS), *listed)
 
             timer.tick(on_tick, [seen_ready, seen_key, rp.run, ex.search, ex.sort, *ex.filters.values()],
                        [status, ex.sort, seen_ready, timer, seen_key, *report_outputs, *list_outputs], show_progress="hidden",
@@ -252,8 +264,26 @@ def quiet_queue_analytics() -> None:
 
 
 # Page-wide rules for gradio's own components (the app's HTML is styled by components.CSS):
-# the Report's downloads are read-only, so gradio's "Remove this file" buttons are not offered.
-PAGE_CSS = "#cir-report-files .label-clear-button { display: none; }"
+# the Report's downloads are read-only, so gradio's "Remove this file" buttons are not offered;
+# the query list reads in the page's font (its monospace made the table twice its column's width);
+# table cells break between words, never inside one ("coverage" went down letter by letter);
+# the Report's plots are shown whole with their captions below them (gradio's gallery cell cropped
+# the first plot and laid its caption over the axis label).
+PAGE_CSS = """
+#cir-report-files .label-clear-button { display: none; }
+#cir-query-list [role=gridcell] *, #cir-query-list [role=columnheader] *,
+#cir-report-metrics [role=gridcell] *, #cir-report-metrics [role=columnheader] * { font-family: var(--font); }
+#cir-report-plots .grid-wrap { height: auto !important; max-height: none !important; }
+#cir-report-plots .thumbnail-item { height: auto !important; aspect-ratio: auto !important; display: flex;
+                                    flex-direction: column; }
+#cir-report-plots .grid-container { margin-top: 12px; }
+#cir-report-plots .thumbnail-item img { height: auto !important; width: auto !important; max-width: 100%;
+                                        max-height: 720px; margin: 0 auto; }
+#cir-report-plots .thumbnail-item .caption-label { position: static !important; transform: none !important;
+                                                   max-width: 100%; white-space: normal; }
+#cir-report-metrics [role=gridcell] *, #cir-report-metrics [role=columnheader] *,
+#cir-query-list [role=gridcell] *, #cir-query-list [role=columnheader] * { word-break: normal; overflow-wrap: normal; }
+"""
 
 
 def launch_app(demo: gr.Blocks, server_name: str | None = None, port: int | None = None, share: bool = False,

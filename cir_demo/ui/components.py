@@ -58,6 +58,12 @@ CSS = """
 .cir-instruction { font-size: 1.1rem; margin: 8px 0 4px 0; }
 .cir-facts { font-size: 0.8rem; opacity: 0.9; }
 .cir-facts span { margin-right: 12px; display: inline-block; overflow-wrap: anywhere; }
+.cir-loading { border: 1px solid #c8c8c8; border-radius: 8px; padding: 16px 20px; margin: 8px 0; }
+.cir-loading h3 { margin: 0 0 8px 0; font-size: 1.15rem; }
+.cir-loading p { margin: 4px 0; }
+.cir-loading progress { width: 100%; max-width: 520px; height: 14px; display: block; margin: 6px 0; }
+.cir-loading .cir-step { font-weight: 600; }
+.cir-loading.cir-failed { border: 2px solid #a40000; }
 """
 
 
@@ -82,6 +88,47 @@ def fmt(value: float | None, digits: int = 3) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     return f"{value:.{digits}f}"
+
+
+def prob(p: float | None) -> str:
+    """A probability with two decimals, or two significant digits of its distance to 0 or 1 when that is
+    under 0.01 (0.00031, 0.50, 0.99962), so that tiles the reranker ordered never all read 0.00 or 1.00."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "n/a"
+    if p <= 0.0 or p >= 1.0:
+        return f"{p:g}"
+    gap = min(p, 1.0 - p)
+    digits = 2 if gap >= 0.01 else min(1 - math.floor(math.log10(gap)), 8)
+    return f"{p:.{digits}f}"
+
+
+_COUNT = re.compile(r"^(?P<what>.*?):?\s*(?P<done>[\d,]+)\s*/\s*(?P<total>[\d,]+)\s*$")
+
+
+def loading_html(stage: str, detail: str, elapsed: float, error: str | None = None) -> str:
+    """The panel shown where the results will be while the explorer loads: what is being done, the
+    running counts (n/N, with a bar) and the seconds since start; or why loading failed."""
+    if error:
+        return (f'<div class="cir-loading cir-failed" role="alert"><h3>The explorer could not load</h3>'
+                f"<p>{esc(error)}</p><p class=\"cir-note\">The server log has the details; reload the page "
+                "after fixing the cause.</p></div>")
+    rows = []
+    for part in (p.strip() for p in (detail or "").split(";")):
+        m = _COUNT.match(part)
+        if not m:
+            if part:
+                rows.append(f"<p>{esc(part)}</p>")
+            continue
+        done, total = int(m["done"].replace(",", "")), int(m["total"].replace(",", ""))
+        share = f" ({done / total:.0%})" if total else ""
+        rows.append(f'<p>{esc(m["what"] or "working")}: <b>{done:,} / {total:,}</b>{share}</p>'
+                    f'<progress max="{total}" value="{min(done, total)}" aria-label="{esc(m["what"])}"></progress>')
+    return (f'<div class="cir-loading" role="status" aria-live="polite">'
+            f"<h3>Loading the explorer… <span class=\"cir-elapsed\">{elapsed:.0f} s</span></h3>"
+            f'<p class="cir-step">{esc(stage or "starting")}</p>{"".join(rows)}'
+            '<p class="cir-note">The results appear here by themselves when loading is done (a first start '
+            "on an empty data folder prepares the benchmark and its indexes once; later starts take seconds).</p>"
+            "</div>")
 
 
 def legend(reranked: bool, judged: bool, near_miss: bool = False) -> str:
@@ -127,7 +174,7 @@ def tile_html(tile: Tile, k: int) -> str:
     if move_words:
         words.append(move_words)
     if tile.p_yes is not None:
-        words.append(f"P(yes) {fmt(tile.p_yes, 2)}")
+        words.append(f"P(yes) {prob(tile.p_yes)}")
     if tile.p_near is not None and tile.p_near >= NEAR_MISS_SHOWN:
         words.append(f"the judge calls it a near miss (P {fmt(tile.p_near, 2)})")
     alt = esc(", ".join(words))
@@ -143,7 +190,8 @@ def tile_html(tile: Tile, k: int) -> str:
         near = (f' · <span class="cir-near" title="the judge says: the wanted target with one thing wrong '
                 f'(P(near miss) {fmt(tile.p_near, 2)}); reranking ranks it lower">near miss?</span>'
                 if tile.p_near is not None and tile.p_near >= NEAR_MISS_SHOWN else "")
-        lines.append(f"P(yes) {fmt(tile.p_yes, 2)}{near}")
+        shown_near = f" · P(near miss) {prob(tile.p_near)}" if tile.p_near is not None else ""
+        lines.append(f"P(yes) {prob(tile.p_yes)}{shown_near}{near}")
     elif tile.flag:
         lines.append(f"not scored ({esc(tile.flag)})")
     lines.append(f'<span class="cir-id">{esc(tile.image_id)}</span>')

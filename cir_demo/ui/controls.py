@@ -5,6 +5,9 @@ applies a value on Enter in the number box and on the slider's keys, not only on
 Gradio's slider sends `release` on blur of its number box and on pointer-up of its range;
 `CONTROLS_JS` (run once on page load) turns Enter into a blur and a key release on the range
 into a pointer-up, so every way of setting a value reaches the same `release` handler.
+Gradio also sends `release` on a pointer-up in the number box, i.e. when a visitor clicks into it
+to type: that sent the old value, and its answer overwrote what was typed meanwhile; the script
+stops that pointer-up (the blur that follows the typing applies the new value).
 """
 from __future__ import annotations
 
@@ -53,6 +56,12 @@ CONTROLS_JS = f"""
         if (e.key === "Enter" && t && t.type === "number" && t.closest && t.closest(".{CSS_CLASS}")) {{
             e.preventDefault();
             t.blur();  // gradio applies the number on blur
+        }}
+    }}, true);
+    document.addEventListener("pointerup", (e) => {{
+        const t = e.target;
+        if (t && t.type === "number" && t.closest && t.closest(".{CSS_CLASS}")) {{
+            e.stopPropagation();  // clicking into the box to type is not a release
         }}
     }}, true);
     document.addEventListener("keyup", (e) => {{

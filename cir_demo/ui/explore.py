@@ -18,12 +18,33 @@ from cir_demo.ui import components
 from cir_demo.ui.controls import clamp, number_slider
 from cir_demo.ui.gpu import on_gpu
 from cir_demo.ui.guard import guarded
-from cir_demo.ui.state import K_RANGE, TOP_N_RANGE, URL_JS, ViewState, encode_state
+from cir_demo.ui.state import HUB_ORIGIN, K_RANGE, TOP_N_RANGE, ViewState, encode_state, url_js
 
 SLIDER_TOP_N = (5, TOP_N_RANGE[1])  # links may ask for fewer; the slider steps by 5
 
 ANY = "any"
 LIST_COLUMNS = ["query", "instruction", "type", "refs", "why"]
+# the list fits its column (text wraps between words, never cut): widths by the columns shown
+LIST_WIDTHS = {4: ["20%", "49%", "17%", "14%"], 5: ["16%", "33%", "14%", "12%", "25%"]}
+# After a query opens: bring its header to the top when it is off-screen or low on it (on a phone
+# it is below the list, and the results below it). An IntersectionObserver measures against the top-level viewport, so this also works inside
+# a Space's iframe, where the page's own scroll position says nothing.
+SCROLL_TO_VIEW_JS = """
+() => {
+    const el = document.querySelector("#cir-query-header");
+    if (!el || typeof IntersectionObserver === "undefined") { return; }
+    const io = new IntersectionObserver((entries) => {
+        io.disconnect();
+        const e = entries[0], box = e.boundingClientRect, seen = e.intersectionRect;
+        const low = e.rootBounds ? box.top > e.rootBounds.top + e.rootBounds.height / 2  // own page: lower half
+                                 : seen.height < box.height - 1;  // in a frame: its bottom is cut off
+        if (!e.isIntersecting || seen.top > box.top + 1 || low) {
+            el.scrollIntoView({behavior: "smooth", block: "start"});
+        }
+    });
+    io.observe(el);
+}
+"""
 
 
 @dataclass
@@ -46,6 +67,8 @@ class ExploreUI:
     table: Any
     prompt: Any
     share: Any
+    loading: Any  # the loading panel, shown where the results will be until the explorer is ready
+    body: Any  # the explorer itself (hidden while loading)
 
     def view_inputs(self) -> list:
         return [self.paraphrase, self.retrievers, self.k, self.rerank, self.top_n]
@@ -71,7 +94,8 @@ instruction alone (baselines that show whether composing matters).
 **Metrics** of the top 10, per query: **AP@10** = average precision (the precision at each rank that holds
 a positive, summed, over min(positives, 10); 1 = every positive first); **P@10** = positives among the top
 10, divided by 10; **NegRecall@10** = explicit negatives in the top 10 over min(negatives, 10): lower is
-better. The **reranker** rescores each column's top n with P(yes) and reorders them. The world judge also
+better. **mAP@10** (the Report's headline) = AP@10 averaged over the queries; the Report's other columns are
+defined under its table. The **reranker** rescores each column's top n with P(yes) and reorders them. The world judge also
 answers **near miss?** (the wanted item with one thing wrong) and ranks by P(yes) − 2 × P(near miss): a near
 miss is the costliest wrong answer, so it goes below off-topic images.
 """
@@ -80,8 +104,11 @@ miss is the costliest wrong answer, so it goes below off-topic images.
 def create_ui() -> ExploreUI:
     with gr.Accordion("What am I looking at?", open=False, elem_id="cir-about"):
         gr.Markdown(ABOUT)
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=1, min_width=300):
+    loading = gr.HTML(components.loading_html("starting", "", 0.0), elem_id="cir-loading",
+                      css_template=components.CSS)
+    with gr.Row(equal_height=False, visible=False, elem_id="cir-explore-body") as body:
+        # the list gets 2/7 of the width (~380 px at 1400 px): room for its columns, which wrap
+        with gr.Column(scale=2, min_width=340, elem_id="cir-find"):
             gr.Markdown("### Find a query")
             search = gr.Textbox(label="Search", placeholder="words of the instruction, or a query id", elem_id="cir-search")
             sort = gr.Dropdown([(label, key) for key, label in SORTS.items()], value="order",
@@ -91,9 +118,10 @@ def create_ui() -> ExploreUI:
                            for key, label in FILTER_FIELDS.items()}
             list_info = gr.Markdown(elem_id="cir-list-info")
             query_list = gr.Dataframe(headers=LIST_COLUMNS, interactive=False, max_height=480, wrap=True,
-                                      label="Queries (click a row to open it)", elem_id="cir-query-list")
+                                      label="Queries (click a row to open it)", elem_id="cir-query-list",
+                                      column_widths=LIST_WIDTHS[len(LIST_COLUMNS)])
             query_ids = gr.State([])
-        with gr.Column(scale=3, min_width=600):
+        with gr.Column(scale=5, min_width=360):
             header = gr.HTML(elem_id="cir-query-header", css_template=components.CSS)
             paraphrase = gr.Radio([], label="Paraphrases of this intent (one click swaps the phrasing)",
                                   elem_id="cir-paraphrases")
@@ -104,23 +132,28 @@ def create_ui() -> ExploreUI:
             with gr.Row():
                 rerank = gr.Checkbox(False, label="Rerank", interactive=False, elem_id="cir-rerank", scale=1)
                 top_n = number_slider(*SLIDER_TOP_N, value=20, step=5, label="Rerank top n", elem_id="cir-top-n", scale=2)
-                rerank_note = gr.Markdown(elem_id="cir-rerank-note")
+            rerank_note = gr.Markdown(elem_id="cir-rerank-note")  # below the row: squeezed beside it, it wrapped per letter
             message = gr.Markdown(elem_id="cir-message")
             results = gr.HTML(elem_id="cir-results", css_template=components.CSS)
             table = gr.Dataframe(interactive=False, label="Paraphrase sensitivity: AP@10 of each phrasing (first stage)",
-                                 elem_id="cir-paraphrase-table", wrap=True)
+                                 elem_id="cir-paraphrase-table", wrap=True)  # in the hidden body until it has data
             with gr.Accordion("Reranker prompt (exactly what the reranker is asked)", open=False):
                 prompt = gr.Textbox(lines=14, max_lines=40, show_label=False, interactive=False, elem_id="cir-prompt",
                                     buttons=["copy"])
     share = gr.Textbox(visible="hidden", elem_id="cir-share-query")
     return ExploreUI(search, filters, sort, list_info, query_list, query_ids, header, paraphrase, retrievers, k,
-                     rerank, top_n, rerank_note, results, message, table, prompt, share)
+                     rerank, top_n, rerank_note, results, message, table, prompt, share, loading, body)
 
 
 # ------------------------------------------------------------------ callbacks (plain functions)
+WAITING_MARK = " (computing…)"
+
+
 def sort_choices(pending=None) -> list[tuple[str, str]]:
-    """The sort dropdown; while the background run computes their data, the failure sorts say so."""
-    return [(label if pending is None or pending.sort_ready(key) else f"{label} — being computed ({pending.progress() or 'starting'})", key)
+    """The sort dropdown; while the background run computes their data, the failure sorts say so. The
+    label stays the same while the run counts on (the list's info line says n/N): a label that changes
+    under a chosen value is not redrawn by gradio's dropdown, and a long one is cut under its arrow."""
+    return [(label if pending is None or pending.sort_ready(key) else f"{label}{WAITING_MARK}", key)
             for key, label in SORTS.items()]
 
 
@@ -143,7 +176,15 @@ def list_queries(service: ExplorerService, text: str, filters: dict[str, str], s
         info += f". Results from: {components.md_escape(service.failure_source)}"
     if waiting:
         info = f"{waiting}.  \n{info}"
-    return {"table": found.rows, "ids": list(found.rows["query"]), "info": info}
+    rows = found.rows
+    if "why" in rows and not rows["why"].astype(str).str.len().any():  # benchmark order: no reasons to show
+        rows = rows.drop(columns="why")
+    return {"table": rows, "ids": list(found.rows["query"]), "info": info}
+
+
+def list_update(rows: pd.DataFrame) -> dict:
+    """The query list's value with the column widths for the columns it has."""
+    return gr.update(value=rows, column_widths=LIST_WIDTHS.get(len(rows.columns)))
 
 
 def show_view(service: ExplorerService, query_id: str, retrievers: list[str] | None, k: int, rerank: bool,
@@ -190,7 +231,8 @@ def rerank_controls(service: ExplorerService, on: bool = False) -> dict[str, Any
 
 
 # ------------------------------------------------------------------ wiring
-def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService], get_pending: Callable[[], Any] = lambda: None) -> None:
+def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService], get_pending: Callable[[], Any] = lambda: None,
+         parent_origin: str = HUB_ORIGIN) -> None:
     filter_components = list(ui.filters.values())
     view_outputs = ui.view_outputs()
 
@@ -201,7 +243,7 @@ def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService], get_pending:
     @guarded("Listing queries")
     def on_list(text, sort, *filter_values):
         out = list_queries(get_service(), text, dict(zip(ui.filters, filter_values)), sort, get_pending())
-        return out["table"], out["ids"], out["info"]
+        return list_update(out["table"]), out["ids"], out["info"]
 
     ui.on_list = on_list  # the app re-runs it when the background run is done
 
@@ -218,7 +260,8 @@ def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService], get_pending:
         query_id = (evt.row_value or [None])[0] if evt.row_value else (ids[row] if ids and row < len(ids) else None)
         return as_view_outputs(show_view(get_service(), query_id, retrievers, k, rerank, top_n))
 
-    ui.query_list.select(on_select, [ui.query_ids, ui.retrievers, ui.k, ui.rerank, ui.top_n], view_outputs)
+    ui.query_list.select(on_select, [ui.query_ids, ui.retrievers, ui.k, ui.rerank, ui.top_n], view_outputs).then(
+        None, None, None, js=SCROLL_TO_VIEW_JS)
 
     @guarded("Updating the results")
     @on_gpu
@@ -228,6 +271,8 @@ def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService], get_pending:
     ui.paraphrase.input(on_view, ui.view_inputs(), view_outputs)
     ui.retrievers.input(on_view, ui.view_inputs(), view_outputs)
     ui.rerank.input(on_view, ui.view_inputs(), view_outputs)
-    ui.k.release(on_view, ui.view_inputs(), view_outputs)
-    ui.top_n.release(on_view, ui.view_inputs(), view_outputs)
-    ui.share.change(None, [ui.share], None, js=URL_JS)
+    # "always_last": a value typed while the previous one is being applied is applied after it
+    # (gradio's default drops an event that fires while the last one runs: fast input was lost)
+    ui.k.release(on_view, ui.view_inputs(), view_outputs, trigger_mode="always_last")
+    ui.top_n.release(on_view, ui.view_inputs(), view_outputs, trigger_mode="always_last")
+    ui.share.change(None, [ui.share], None, js=url_js(parent_origin))

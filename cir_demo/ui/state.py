@@ -139,11 +139,26 @@ def resolve_state(parsed: ParsedState, benchmark: str, query_ids: Sequence[str] 
     return ParsedState(replace(s, benchmark=benchmark, query_id=query_id), notes)
 
 
-URL_JS = """
+HUB_ORIGIN = "https://huggingface.co"  # the Space page that frames the app
+
+
+def url_js(parent_origin: str = HUB_ORIGIN) -> str:
+    """The page script that puts a view's query string into the address bar. Inside a frame (a Space
+    shows the app in an iframe on huggingface.co) it also sends the Hub's `{queryString}` message to
+    the framing page, which puts it in the address bar a visitor copies; the Hub passes that query
+    string back into the frame's URL when the link is opened, where the page load reads it
+    (https://huggingface.co/docs/hub/spaces-handle-url-parameters). The message goes to
+    `parent_origin` only (a test serves its own framing page)."""
+    import json
+
+    return """
 (query) => {
     if (typeof query !== "string") { return; }
     const url = new URL(window.location.href);
     url.search = query;
     window.history.replaceState(null, "", url.toString());
+    if (window.parent !== window) {
+        window.parent.postMessage({queryString: "?" + query}, %s);
+    }
 }
-"""
+""" % json.dumps(parent_origin)

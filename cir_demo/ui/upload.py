@@ -88,13 +88,15 @@ def validate_files(paths: Sequence[str | None]) -> tuple[list[ValidatedImage], l
 
 
 def preview(paths: Sequence[str | None]) -> dict[str, Any]:
-    """Thumbnails of the uploads as the models will see them, with what validation changed or refused."""
+    """Thumbnails of the uploads as the models will see them and what validation changed; a refused
+    file is said at once next to the file fields (`problem:files`), which also drops a warning the
+    new files settled ("upload at least one reference image")."""
     images, errors = validate_files(paths)
-    lines = [f"⚠ {e}" for e in errors] + [f"{v.name}: {n}" for v in images for n in v.notes]
+    lines = [f"{v.name}: {n}" for v in images for n in v.notes]
     html = components.references_html([encode_jpeg_data_uri(v.image, 224, 90) for v in images],
                                       [f"Reference image {i + 1}: {v.name} ({v.image.size[0]} x {v.image.size[1]})"
                                        for i, v in enumerate(images)]) if images else ""
-    return {"preview": html, "message": components.notes_markdown(lines)}
+    return {"preview": html, "message": components.notes_markdown(lines), "problem:files": problem_markdown(errors)}
 
 
 PROBLEM_FIELDS = ("files", "instruction", "retrievers")
@@ -174,10 +176,10 @@ def wire(ui: UploadUI, get_service: Callable[[], ExplorerService]) -> None:
     @guarded("Checking the upload")
     def on_files(f1, f2):
         out = preview([f1, f2])
-        return out["preview"], out["message"]
+        return out["preview"], out["message"], out["problem:files"]
 
-    ui.file1.change(on_files, [ui.file1, ui.file2], [ui.preview, ui.message])
-    ui.file2.change(on_files, [ui.file1, ui.file2], [ui.preview, ui.message])
+    ui.file1.change(on_files, [ui.file1, ui.file2], [ui.preview, ui.message, ui.files_problem])
+    ui.file2.change(on_files, [ui.file1, ui.file2], [ui.preview, ui.message, ui.files_problem])
 
     @guarded("Searching with your images")
     @on_gpu
@@ -196,6 +198,17 @@ def wire(ui: UploadUI, get_service: Callable[[], ExplorerService]) -> None:
                 "" if chosen else problem_markdown(["select at least one retriever"]))
 
     ui.retrievers.input(guarded("Choosing retrievers")(on_retrievers), [ui.retrievers], [ui.submit, ui.retrievers_problem])
+
+    @guarded("Checking the instruction")
+    def on_instruction(f1, f2, instruction, shown):
+        """A shown instruction warning is checked again as the visitor types (none is raised before a search)."""
+        if not (shown or "").strip():
+            return gr.skip()
+        n_images = sum(1 for f in (f1, f2) if f)
+        return problem_markdown(form_problems(n_images, [], instruction, ["any"])["instruction"])
+
+    ui.instruction.change(on_instruction, [ui.file1, ui.file2, ui.instruction, ui.instruction_problem],
+                          [ui.instruction_problem], show_progress="hidden", trigger_mode="always_last")
 
     @guarded("Loading the example")
     def on_example():

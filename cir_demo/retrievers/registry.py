@@ -102,6 +102,31 @@ class ConfigError(ValueError):
 # --------------------------------------------------------------------------- validation
 def validate_config(config: Any, source: str = "<dict>") -> dict:
     """Check a config against the schema; returns a normalised deep copy."""
+    _check_schema(config, source)
+    cfg = copy.deepcopy(config)
+    name = cfg["name"]
+    where = f"{source} (retriever {name!r})"
+    if not NAME_RE.match(name):
+        raise ConfigError(f"{where}: key 'name' must be letters, digits, '.', '_' or '-', got {name!r}")
+    family = cfg["family"]
+    if family not in FAMILIES:
+        raise UnknownNameError("retriever family", family, FAMILIES)
+    _fill_common_keys(cfg, where)
+    module = family_module(family)
+    _check_family_keys(cfg, module, where)
+    _check_params(cfg, module, where)
+    if hasattr(module, "validate"):
+        try:
+            module.validate(cfg, where)
+        except ConfigError:
+            raise
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    return cfg
+
+
+def _check_schema(config: Any, source: str) -> None:
+    """Keys and their types, before anything reads them."""
     where = f"{source}"
     if not isinstance(config, dict):
         raise ConfigError(f"{where}: a retriever config must be a JSON object, got {type(config).__name__}")
@@ -117,14 +142,10 @@ def validate_config(config: Any, source: str = "<dict>") -> dict:
         if not isinstance(config[key], types) or (bool not in types and isinstance(config[key], bool)):
             names = "/".join("null" if t is type(None) else t.__name__ for t in types)
             raise ConfigError(f"{where}: key {key!r} must be {names}, got {type(config[key]).__name__}")
-    cfg = copy.deepcopy(config)
-    name = cfg["name"]
-    where = f"{source} (retriever {name!r})"
-    if not NAME_RE.match(name):
-        raise ConfigError(f"{where}: key 'name' must be letters, digits, '.', '_' or '-', got {name!r}")
-    family = cfg["family"]
-    if family not in FAMILIES:
-        raise UnknownNameError("retriever family", family, FAMILIES)
+
+
+def _fill_common_keys(cfg: dict, where: str) -> None:
+    """Defaults and checks of the keys every family takes."""
     cfg.setdefault("description", "")
     cfg.setdefault("params", {})
     cfg.setdefault("requires", [])
@@ -146,7 +167,10 @@ def validate_config(config: Any, source: str = "<dict>") -> dict:
         if "spec" not in pin:
             raise ConfigError(f"{where}: key 'transformers_pin' needs a 'spec' (e.g. '<4.52.0')")
 
-    # family-specific parts, as the family module declares them
+
+def _check_family_keys(cfg: dict, module, where: str) -> None:
+    """The family-specific parts, as the family module declares them."""
+    family = cfg["family"]
     module = family_module(family)
     if getattr(module, "USES_RECIPE", False):
         if not cfg.get("model"):
@@ -164,6 +188,10 @@ def validate_config(config: Any, source: str = "<dict>") -> dict:
     if getattr(module, "REMOTE_CODE", False) and not cfg["needs_remote_code"]:
         raise ConfigError(f"{where}: family {family!r} runs repository code: set \"needs_remote_code\": true")
 
+
+def _check_params(cfg: dict, module, where: str) -> None:
+    """`params`: those the family (and its recipe) takes, with their values checked."""
+    family = cfg["family"]
     allowed = dict(module.PARAMS)
     if cfg["recipe"] is not None:
         allowed.update(recipes.RECIPES[cfg["recipe"]][2])
@@ -190,14 +218,6 @@ def validate_config(config: Any, source: str = "<dict>") -> dict:
             recipes.recipe_params(cfg["recipe"], {k: v for k, v in cfg["params"].items() if k in recipes.RECIPES[cfg["recipe"]][2]}, where)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-    if hasattr(module, "validate"):
-        try:
-            module.validate(cfg, where)
-        except ConfigError:
-            raise
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-    return cfg
 
 
 def family_module(family: str):

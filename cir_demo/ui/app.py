@@ -164,80 +164,90 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
         })
         outputs = [status, ex.loading, ex.body, *by_name.values()]
 
-        # Two steps: every visitor sees the load status (a cheap async poll, outside the work
-        # limit, so it never waits behind other visitors' queries), then the linked view is
-        # prepared in the shared work group like every other callback.
-        @guarded("Loading the explorer")
-        async def on_load():
-            while not loader.ready:
-                st = loader.status()
-                if st.error:
-                    yield {status: f"❌ {md_escape(st.text())}",
-                           ex.loading: loading_html(st.stage, st.detail, st.elapsed, st.error)}
-                    return
-                yield {status: status_markdown(None, st), ex.loading: loading_html(st.stage, st.detail, st.elapsed)}
-                await asyncio.sleep(LOAD_POLL_S)
-            yield {status: "⏳ loaded; preparing your view…",
-                   ex.loading: loading_html("loaded; preparing your view", "", loader.status().elapsed)}
-
-        @guarded("Opening the linked view")
-        def on_ready(request: gr.Request):
-            if not loader.ready:  # loading failed: on_load shows why
-                return {}
-            service = get_service()
-            if precompute is not None and precompute.status().state == "failed":
-                precompute.start_for(service)  # a reload retries a failed background run
-            params = dict(request.query_params) if request is not None else {}
-            started = time.perf_counter()
-            values = initial_outputs(service, params, get_pending())
-            log.info("page view prepared in %.2f s", time.perf_counter() - started)
-            update = {by_name[k]: v for k, v in values.items() if k in by_name}
-            update[status] = status_markdown(service, loader.status(), get_pending())
-            update[ex.loading] = gr.update(visible=False)
-            update[ex.body] = gr.update(visible=True)
-            return update
-
-        demo.load(on_load, None, [status, ex.loading], show_progress="hidden", concurrency_limit=None,
-                  concurrency_id=STATUS_GROUP).then(on_ready, None, outputs, show_progress="hidden")
-
+        _wire_page_load(demo, loader, precompute, status, ex, by_name, outputs, get_service, get_pending)
         if precompute is not None:
-            # Follow the background run: progress in the status line and the sort labels; when it
-            # is done, the Report shows its run and a failure sort picked meanwhile is applied.
-            # The poll only reads a status, so it runs outside the work limit (STATUS_GROUP).
-            timer = gr.Timer(PRECOMPUTE_POLL_S)
-            seen_ready = gr.State(False)
-            seen_key = gr.State("")  # the run's status this page shows: a tick that finds it unchanged sends nothing
-            report_outputs = rp.outputs()
-            list_outputs = [ex.query_list, ex.query_ids, ex.list_info]
-
-            @guarded("Following the background run")
-            def on_tick(was_ready, shown, label, text, sort, *filter_values):
-                skip_all = (gr.skip(),) * (5 + len(report_outputs) + len(list_outputs))
-                if not loader.ready:
-                    return skip_all
-                pending = get_pending()
-                key = f"{pending.state}:{pending.done}/{pending.total}:{pending.detail}"
-                if key == shown and (was_ready or not pending.ready):
-                    return skip_all  # unchanged: an open sort list is not redrawn under the visitor's pointer
-                service = get_service()
-                head = (status_markdown(service, loader.status(), pending),
-                        gr.update(choices=explore.sort_choices(pending), value=sort or "order"), pending.ready,
-                        gr.Timer(active=not pending.ready), key)
-                if not pending.ready or was_ready:
-                    # a failure sort picked meanwhile: its info line counts on with the status line
-                    info = (explore.list_queries(service, text, dict(zip(ex.filters, filter_values)), sort, pending)["info"]
-                            if sort and sort != "order" and not pending.ready else gr.skip())
-                    return (*head, *(gr.skip(),) * (len(report_outputs) + len(list_outputs) - 1), info)
-                rep = report.show_report(service, label, pending)
-                listed = ex.on_list(text, sort, *filter_values) if sort and sort != "order" else (gr.skip(),) * 3
-                return (*head, *(rep[k] for k in report.OUTPUTS), *listed)
-
-            timer.tick(on_tick, [seen_ready, seen_key, rp.run, ex.search, ex.sort, *ex.filters.values()],
-                       [status, ex.sort, seen_ready, timer, seen_key, *report_outputs, *list_outputs], show_progress="hidden",
-                       concurrency_limit=None, concurrency_id=STATUS_GROUP)
+            _wire_background_run(loader, status, ex, rp, get_service, get_pending)
         demo.load(None, None, None, js=CONTROLS_JS)
     demo.cir_loader = loader  # for launch helpers and tests
     return bound_session_copies(demo)
+
+
+def _wire_page_load(demo: gr.Blocks, loader: ServiceLoader, precompute, status, ex, by_name: dict, outputs: list,
+                    get_service, get_pending) -> None:
+    """The page load: the loading panel while the explorer loads, then the view the URL names."""
+    # Two steps: every visitor sees the load status (a cheap async poll, outside the work
+    # limit, so it never waits behind other visitors' queries), then the linked view is
+    # prepared in the shared work group like every other callback.
+    @guarded("Loading the explorer")
+    async def on_load():
+        while not loader.ready:
+            st = loader.status()
+            if st.error:
+                yield {status: f"❌ {md_escape(st.text())}",
+                       ex.loading: loading_html(st.stage, st.detail, st.elapsed, st.error)}
+                return
+            yield {status: status_markdown(None, st), ex.loading: loading_html(st.stage, st.detail, st.elapsed)}
+            await asyncio.sleep(LOAD_POLL_S)
+        yield {status: "⏳ loaded; preparing your view…",
+               ex.loading: loading_html("loaded; preparing your view", "", loader.status().elapsed)}
+
+    @guarded("Opening the linked view")
+    def on_ready(request: gr.Request):
+        if not loader.ready:  # loading failed: on_load shows why
+            return {}
+        service = get_service()
+        if precompute is not None and precompute.status().state == "failed":
+            precompute.start_for(service)  # a reload retries a failed background run
+        params = dict(request.query_params) if request is not None else {}
+        started = time.perf_counter()
+        values = initial_outputs(service, params, get_pending())
+        log.info("page view prepared in %.2f s", time.perf_counter() - started)
+        update = {by_name[k]: v for k, v in values.items() if k in by_name}
+        update[status] = status_markdown(service, loader.status(), get_pending())
+        update[ex.loading] = gr.update(visible=False)
+        update[ex.body] = gr.update(visible=True)
+        return update
+
+    demo.load(on_load, None, [status, ex.loading], show_progress="hidden", concurrency_limit=None,
+              concurrency_id=STATUS_GROUP).then(on_ready, None, outputs, show_progress="hidden")
+
+
+def _wire_background_run(loader: ServiceLoader, status, ex, rp, get_service, get_pending) -> None:
+    """Follow the background run (failure sorts and the Report) on the page."""
+    # Follow the background run: progress in the status line and the sort labels; when it
+    # is done, the Report shows its run and a failure sort picked meanwhile is applied.
+    # The poll only reads a status, so it runs outside the work limit (STATUS_GROUP).
+    timer = gr.Timer(PRECOMPUTE_POLL_S)
+    seen_ready = gr.State(False)
+    seen_key = gr.State("")  # the run's status this page shows: a tick that finds it unchanged sends nothing
+    report_outputs = rp.outputs()
+    list_outputs = [ex.query_list, ex.query_ids, ex.list_info]
+
+    @guarded("Following the background run")
+    def on_tick(was_ready, shown, label, text, sort, *filter_values):
+        skip_all = (gr.skip(),) * (5 + len(report_outputs) + len(list_outputs))
+        if not loader.ready:
+            return skip_all
+        pending = get_pending()
+        key = f"{pending.state}:{pending.done}/{pending.total}:{pending.detail}"
+        if key == shown and (was_ready or not pending.ready):
+            return skip_all  # unchanged: an open sort list is not redrawn under the visitor's pointer
+        service = get_service()
+        head = (status_markdown(service, loader.status(), pending),
+                gr.update(choices=explore.sort_choices(pending), value=sort or "order"), pending.ready,
+                gr.Timer(active=not pending.ready), key)
+        if not pending.ready or was_ready:
+            # a failure sort picked meanwhile: its info line counts on with the status line
+            info = (explore.list_queries(service, text, dict(zip(ex.filters, filter_values)), sort, pending)["info"]
+                    if sort and sort != "order" and not pending.ready else gr.skip())
+            return (*head, *(gr.skip(),) * (len(report_outputs) + len(list_outputs) - 1), info)
+        rep = report.show_report(service, label, pending)
+        listed = ex.on_list(text, sort, *filter_values) if sort and sort != "order" else (gr.skip(),) * 3
+        return (*head, *(rep[k] for k in report.OUTPUTS), *listed)
+
+    timer.tick(on_tick, [seen_ready, seen_key, rp.run, ex.search, ex.sort, *ex.filters.values()],
+               [status, ex.sort, seen_ready, timer, seen_key, *report_outputs, *list_outputs], show_progress="hidden",
+               concurrency_limit=None, concurrency_id=STATUS_GROUP)
 
 
 def share_one_limit(demo: gr.Blocks) -> None:

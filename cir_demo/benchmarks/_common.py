@@ -141,6 +141,27 @@ def id_rows(path: Path, collector: IssueCollector, field: str, what: str, first:
         yield lineno, row, rid, loc
 
 
+def keyed_entries(entries: list, collector: IssueCollector, field: str, what: str,
+                  seen: dict[str, int]) -> Iterator[tuple[int, str, str, dict]]:
+    """(index, location, id, entry) of each entry of a JSON list of objects keyed by `field`; an entry
+    that is not an object, has no id or repeats one is an error and skipped. `seen` gets id -> index."""
+    for k, e in enumerate(entries):
+        loc = f"entry {k}"
+        if not isinstance(e, dict):
+            collector.error(loc, None, f"expected an object, got {type(e).__name__}")
+            continue
+        qid = as_id(e.get(field))
+        if qid is None:
+            collector.error(loc, field, f"missing {what}")
+            continue
+        loc = f"entry {k} ({field} {qid})"
+        if qid in seen:
+            collector.error(loc, field, f"duplicate {what} (first at entry {seen[qid]})")
+            continue
+        seen[qid] = k
+        yield k, loc, qid, e
+
+
 def judgment_rows(path: Path, collector: IssueCollector, field: str, what: str, recorded: dict[str, tuple],
                   duplicate: str, pos_field: str, neg_field: str,
                   loc_with_id: bool = True) -> Iterator[tuple[int, str, str, list[str], list[str]]]:

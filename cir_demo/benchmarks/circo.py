@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from cir_demo.benchmarks._common import as_id, check_judgments, finish, id_list, read_id_list, warn_rows
+from cir_demo.benchmarks._common import as_id, check_judgments, finish, keyed_entries, id_list, read_id_list, warn_rows
 from cir_demo.benchmarks.images import FolderImageStore
 from cir_demo.benchmarks.schema import Benchmark, IssueCollector, Judgments, Query
 
@@ -135,20 +135,7 @@ def _build_queries(entries: list, path: Path, corpus: frozenset[str] | None,
     seen: dict[str, int] = {}
     referenced: dict[str, None] = {}
     missing_neg, dups, pos_and_neg, target_not_first, no_aspects = [], [], [], [], []
-    for k, e in enumerate(entries):
-        loc = f"entry {k}"
-        if not isinstance(e, dict):
-            col.error(loc, None, f"expected an object, got {type(e).__name__}")
-            continue
-        qid = as_id(e.get("id"))
-        if qid is None:
-            col.error(loc, "id", "missing query id")
-            continue
-        loc = f"entry {k} (id {qid})"
-        if qid in seen:
-            col.error(loc, "id", f"duplicate query id (first at entry {seen[qid]})")
-            continue
-        seen[qid] = k
+    for k, loc, qid, e in keyed_entries(entries, col, "id", "query id", seen):
         ok = True
         ref = as_id(e.get("reference_img_id"))
         if ref is None:

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cir_demo.benchmarks._common import as_id, finish, require_file, warn_rows
+from cir_demo.benchmarks._common import as_id, finish, keyed_entries, require_file, warn_rows
 from cir_demo.benchmarks.images import FolderImageStore
 from cir_demo.benchmarks.pinpoint import _length_category
 from cir_demo.benchmarks.schema import Benchmark, BenchmarkError, IssueCollector, Query
@@ -100,20 +100,7 @@ def _build_queries(entries: list, corpus: frozenset[str], split: str, col: Issue
     ref_outside_set: list[str] = []
     empty_captions: list[str] = []  # the real test1 file has one (pairid 27098); the server still scores it
     sizes: dict[int, int] = {}
-    for k, e in enumerate(entries):
-        loc = f"entry {k}"
-        if not isinstance(e, dict):
-            col.error(loc, None, f"expected an object, got {type(e).__name__}")
-            continue
-        qid = as_id(e.get("pairid"))
-        if qid is None:
-            col.error(loc, "pairid", "missing pair id")
-            continue
-        loc = f"entry {k} (pairid {qid})"
-        if qid in seen:
-            col.error(loc, "pairid", f"duplicate pair id (first at entry {seen[qid]})")
-            continue
-        seen[qid] = k
+    for k, loc, qid, e in keyed_entries(entries, col, "pairid", "pair id", seen):
         n_errors = len(col.errors)
         ref = _image(e, "reference", loc, corpus, col)
         caption = e.get("caption")

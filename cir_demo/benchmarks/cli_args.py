@@ -38,6 +38,14 @@ def add_benchmark_arguments(p: argparse.ArgumentParser, default: str | None = "w
     return g
 
 
+def add_dry_run_and_debug(g, would: str) -> None:
+    """`--dry-run` (what the command `would` do, timed on a small batch; creates nothing) and `--debug`."""
+    g.add_argument("--dry-run", action="store_true",
+                   help=f"print what the {would}, with a time estimate measured on a small batch on this device; "
+                        "creates nothing")
+    g.add_argument("--debug", action="store_true", help="show the traceback of a failure")
+
+
 def benchmark_kwargs(args: argparse.Namespace) -> dict:
     """The loader keywords the flags in `args` set."""
     return {k: getattr(args, attr) for k, attr in LOADER_ARGS.items() if getattr(args, attr, None) is not None}

@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from cir_demo.benchmarks.cli_args import add_benchmark_arguments
+from cir_demo.benchmarks.cli_args import add_benchmark_arguments, add_dry_run_and_debug
 from cir_demo.results import FORMAT_CHOICES
 
 
@@ -31,15 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--device", default=None, help="torch device for models (default: cuda when available, else cpu)")
     r.add_argument("--trust-remote-code", action="store_true",
                    help="allow retrievers that run their model repository's code (BGE-VL, GME); never the default")
-    r.add_argument("--dry-run", action="store_true",
-                   help="print what the run would download, encode and rerank, with a time estimate measured on "
-                        "a small batch on this device; creates nothing")
-    r.add_argument("--fetch-images", action="store_true",
-                   help="download the benchmark's missing images first (as `python -m cir_demo images fetch`)")
-    r.add_argument("--debug", action="store_true", help="show the traceback of a failure")
+    add_dry_run_and_debug(r, "run would download, encode and rerank")
     from cir_demo.images.cli import add_fetch_arguments
 
-    add_fetch_arguments(p)
+    add_fetch_arguments(p, fetch_flag=True)
     o = p.add_argument_group("output")
     o.add_argument("--out", help="output folder (default: runs/<time>-<benchmark>)")
     o.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals (0 disables)")

@@ -15,9 +15,12 @@ import argparse
 import sys
 
 
-def add_fetch_arguments(p: argparse.ArgumentParser) -> None:
-    """The fetch knobs, shared with `--fetch-images` on eval, index build and the app."""
+def add_fetch_arguments(p: argparse.ArgumentParser, fetch_flag: bool = False) -> None:
+    """The fetch knobs, shared with `--fetch-images` (added with `fetch_flag`) on eval, index build and the app."""
     g = p.add_argument_group("image fetching")
+    if fetch_flag:
+        g.add_argument("--fetch-images", action="store_true",
+                       help="download the benchmark's missing images first (as `python -m cir_demo images fetch`)")
     g.add_argument("--fetch-workers", type=int, default=16, help="parallel downloads (default 16)")
     g.add_argument("--fetch-retries", type=int, default=3, help="retries per image for transient failures (default 3)")
     g.add_argument("--fetch-timeout", type=float, default=20.0, help="seconds per request (default 20)")

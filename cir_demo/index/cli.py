@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 
+from cir_demo.benchmarks.cli_args import add_dry_run_and_debug
+
 
 def _add_benchmark_args(p: argparse.ArgumentParser, required: bool) -> None:
     from cir_demo.benchmarks.cli_args import add_benchmark_arguments
@@ -40,15 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--trust-remote-code", action="store_true", help="allow retrievers that run model-repo code")
     b.add_argument("--out-dir", help="index folder (default indexes/<benchmark>/<retriever>)")
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
-    b.add_argument("--dry-run", action="store_true",
-                   help="print what the build would download and encode, with a time estimate measured on a small "
-                        "batch on this device; creates nothing")
-    b.add_argument("--fetch-images", action="store_true",
-                   help="download the benchmark's missing images first (as `python -m cir_demo images fetch`)")
-    b.add_argument("--debug", action="store_true", help="show the traceback of a failure")
+    add_dry_run_and_debug(b, "build would download and encode")
     from cir_demo.images.cli import add_fetch_arguments
 
-    add_fetch_arguments(b)
+    add_fetch_arguments(b, fetch_flag=True)
     s = b.add_argument_group("sharded encoding (run under `accelerate launch`)")
     s.add_argument("--sharded", action="store_true",
                    help="each launched process encodes one contiguous part of the corpus; rank 0 merges")

@@ -106,17 +106,6 @@ def duplicate_count(ranking: Sequence[str]) -> int:
     return len(ranking) - len(set(ranking))
 
 
-def matched_rankings(run: Mapping[str, Any], queries, results_key: Callable[[str], str] | None) -> tuple[list, list]:
-    """The queries that have an entry in `run` (in the order of `queries`) and their rankings."""
-    matched, rankings = [], []
-    for q in queries:
-        ranking = ranking_or_none(run, q.query_id, results_key)
-        if ranking is not None:
-            matched.append(q)
-            rankings.append(ranking)
-    return matched, rankings
-
-
 def repeated_id_issues(matched, rankings, source: str, why: str = "") -> list:
     """One error per ranking that lists an image twice (protocols whose reference rankings are permutations)."""
     from cir_demo.benchmarks.schema import ValidationIssue
@@ -125,11 +114,6 @@ def repeated_id_issues(matched, rankings, source: str, why: str = "") -> list:
             for q, r in zip(matched, rankings) if len(set(r)) != len(r)]
 
 
-def evaluator(per_query: Callable, aggregate: Callable) -> Callable:
-    """A module's `evaluate(run, queries, **per_query arguments)`: (aggregate dict, per-query frame)."""
-    def evaluate(run, queries, **kwargs):
-        df = per_query(run, queries, **kwargs)
-        return aggregate(df, len(queries)), df
-
-    evaluate.__doc__ = f"(aggregate, per-query frame) of `run`: {per_query.__module__}.per_query, then aggregate."
-    return evaluate
+def count_warnings(metrics: Mapping, messages: Mapping[str, str]) -> list[str]:
+    """`run_warnings` of a metrics module: "<count> <message>" for each count in `metrics` that is not 0."""
+    return [f"{metrics[key]} {message}" for key, message in messages.items() if metrics.get(key)]

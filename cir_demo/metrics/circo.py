@@ -81,13 +81,8 @@ def _aspects(q: Query) -> tuple[str, ...]:
     return (aspects,) if isinstance(aspects, str) else tuple(aspects)
 
 
-def per_query(
-    run: Mapping[str, Sequence[str]],
-    queries: Sequence[Query],
-    ks: Sequence[int] = KS,
-    results_key: Callable[[str], str] | None = None,
-    source: str = "run",
-) -> pd.DataFrame:
+def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Sequence[int] = KS,
+              results_key: Callable[[str], str] | None = None, source: str = "run") -> pd.DataFrame:
     """One row per query of `queries` that has an entry in `run` (in the order of `queries`).
 
     Columns: query_id, group_id, scored (always True: an empty ranking scores

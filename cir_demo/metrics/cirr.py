@@ -27,7 +27,7 @@ import pandas as pd
 
 from cir_demo.benchmarks.schema import BenchmarkError, Query, ValidationIssue
 from cir_demo.benchmarks.scoped import subset_of
-from cir_demo.metrics import check_ks, evaluator, matched_rankings, plain_mean, repeated_id_issues, warn_coverage
+from cir_demo.metrics import count_warnings, check_ks, evaluator, matched_rankings, plain_mean, repeated_id_issues, warn_coverage
 
 KS = (1, 5, 10, 50)
 SUBSET_KS = (1, 2, 3)
@@ -89,14 +89,9 @@ def target_ranks(ranking: list, q: Query) -> tuple[float, int, int, int]:
     return rank, subset_rank, len(members), unseen
 
 
-def per_query(
-    run: Mapping[str, Sequence[str]],
-    queries: Sequence[Query],
-    ks: Sequence[int] = KS,
-    results_key: Callable[[str], str] | None = None,
-    source: str = "run",
-    subset_ks: Sequence[int] = SUBSET_KS,
-) -> pd.DataFrame:
+def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Sequence[int] = KS,
+              results_key: Callable[[str], str] | None = None, source: str = "run",
+              subset_ks: Sequence[int] = SUBSET_KS) -> pd.DataFrame:
     """One row per query of `queries` with an entry in `run` (in the order of `queries`).
 
     Columns: query_id, group_id, scored (True), n_retrieved (after the reference deletion),
@@ -159,14 +154,11 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
 
 def run_warnings(metrics: Mapping) -> list[str]:
     """What the report should say about a scored run (the counts `aggregate` returned)."""
-    out = []
-    if metrics.get("n_queries_with_unseen_set_members"):
-        out.append(f"{metrics['n_queries_with_unseen_set_members']} rankings lack some members of their img_set: "
-                   "those members are ranked last (the target after the others) for Recall_subset@k")
-    if metrics.get("n_short_rankings"):
-        out.append(f"{metrics['n_short_rankings']} rankings are shorter than 50 once the reference is deleted and "
-                   "do not contain the target: Recall@50 counts only what they list")
-    return out
+    return count_warnings(metrics, {
+        "n_queries_with_unseen_set_members": "rankings lack some members of their img_set: those members are ranked "
+                                             "last (the target after the others) for Recall_subset@k",
+        "n_short_rankings": "rankings are shorter than 50 once the reference is deleted and do not contain the "
+                            "target: Recall@50 counts only what they list"})
 
 
 evaluate = evaluator(per_query, aggregate)

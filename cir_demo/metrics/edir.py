@@ -62,13 +62,8 @@ class UnjudgedQueryWarning(UserWarning):
     """Some queries have no positives; they are left out of the means, as pytrec_eval leaves them out."""
 
 
-def per_query(
-    run: Mapping[str, Sequence[str]],
-    queries: Sequence[Query],
-    ks: Sequence[int] = KS,
-    results_key: Callable[[str], str] | None = None,
-    source: str = "run",
-) -> pd.DataFrame:
+def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Sequence[int] = KS,
+              results_key: Callable[[str], str] | None = None, source: str = "run") -> pd.DataFrame:
     """One row per query of `queries` that has an entry in `run` (in the order of `queries`).
 
     Columns: query_id, group_id, subcategory (None when the query has no

@@ -29,7 +29,7 @@ import pandas as pd
 
 from cir_demo.benchmarks.schema import BenchmarkError, Query, ValidationIssue
 from cir_demo.benchmarks.scoped import gallery_of
-from cir_demo.metrics import check_ks, evaluator, matched_rankings, plain_mean, repeated_id_issues, warn_coverage
+from cir_demo.metrics import count_warnings, check_ks, evaluator, matched_rankings, plain_mean, repeated_id_issues, warn_coverage
 
 KS = (10, 50)
 CATEGORIES = ("dress", "shirt", "toptee")
@@ -65,13 +65,8 @@ def target_rank(ranking: list, target: str, gallery: frozenset[str] | None, limi
     return math.inf, seen
 
 
-def per_query(
-    run: Mapping[str, Sequence[str]],
-    queries: Sequence[Query],
-    ks: Sequence[int] = KS,
-    results_key: Callable[[str], str] | None = None,
-    source: str = "run",
-) -> pd.DataFrame:
+def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Sequence[int] = KS,
+              results_key: Callable[[str], str] | None = None, source: str = "run") -> pd.DataFrame:
     """One row per query with an entry in `run`: query_id, group_id, category, scored, target_rank
     (NaN when not within the largest cutoff), n_gallery_ranked (capped at the largest cutoff), Recall@k."""
     ks = check_ks(ks)
@@ -130,10 +125,8 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
 
 
 def run_warnings(metrics: Mapping) -> list[str]:
-    if metrics.get("n_short_rankings"):
-        return [f"{metrics['n_short_rankings']} rankings list fewer than 50 images of their category's gallery and "
-                "lack the target: Recall@50 counts only what they list"]
-    return []
+    return count_warnings(metrics, {"n_short_rankings": "rankings list fewer than 50 images of their category's "
+                                                        "gallery and lack the target: Recall@50 counts only what they list"})
 
 
 evaluate = evaluator(per_query, aggregate)

@@ -25,7 +25,7 @@ import pandas as pd
 
 from cir_demo.benchmarks.schema import BenchmarkError, Query
 from cir_demo.benchmarks.scoped import gallery_of
-from cir_demo.metrics import evaluator, matched_rankings, plain_mean, repeated_id_issues, warn_coverage
+from cir_demo.metrics import count_warnings, evaluator, matched_rankings, plain_mean, repeated_id_issues, warn_coverage
 
 EPSILON = 1e-5  # the reference code's recall step is 1 / (n + 1e-5)
 OFFICIAL_COLUMNS = ["model", "mAP", "mmAP", "minmAP"]
@@ -46,13 +46,8 @@ def trapezoid_ap(hit_ranks: Sequence[int], n_positives: int) -> float:
     return ap
 
 
-def per_query(
-    run: Mapping[str, Sequence[str]],
-    queries: Sequence[Query],
-    ks: Sequence[int] = (),
-    results_key: Callable[[str], str] | None = None,
-    source: str = "run",
-) -> pd.DataFrame:
+def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Sequence[int] = (),
+              results_key: Callable[[str], str] | None = None, source: str = "run") -> pd.DataFrame:
     """One row per query with an entry in `run`: query_id, group_id (the instance), instance, scored,
     n_positives, n_positives_ranked, AP. `ks` is accepted for the common signature and unused."""
     matched, rankings = matched_rankings(run, queries, results_key)
@@ -98,10 +93,8 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
 
 
 def run_warnings(metrics: Mapping) -> list[str]:
-    if metrics.get("n_partial_rankings"):
-        return [f"{metrics['n_partial_rankings']} rankings leave some positives unranked: AP scores them as never "
-                "found (the reference code ranks each instance's whole database)"]
-    return []
+    return count_warnings(metrics, {"n_partial_rankings": "rankings leave some positives unranked: AP scores them as "
+                                                          "never found (the reference code ranks each instance's whole database)"})
 
 
 evaluate = evaluator(per_query, aggregate)

@@ -154,12 +154,8 @@ def _ranking_metrics(hits: np.ndarray, n_pos: np.ndarray, ks: Sequence[int]) -> 
     return out
 
 
-def per_query(
-    run: Mapping[str, Sequence[str]],
-    queries: Sequence[Query],
-    ks: Sequence[int] = KS,
-    results_key: Callable[[str], str] | None = None,
-) -> pd.DataFrame:
+def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Sequence[int] = KS,
+              results_key: Callable[[str], str] | None = None) -> pd.DataFrame:
     """One row per query of `queries` that has an entry in `run` (in the order of `queries`).
 
     `results_key` maps a query id to its key in `run` (e.g. the benchmark's

@@ -178,8 +178,8 @@ def wire(ui: UploadUI, get_service: Callable[[], ExplorerService]) -> None:
         out = preview([f1, f2])
         return out["preview"], out["message"], out["problem:files"]
 
-    ui.file1.change(on_files, [ui.file1, ui.file2], [ui.preview, ui.message, ui.files_problem])
-    ui.file2.change(on_files, [ui.file1, ui.file2], [ui.preview, ui.message, ui.files_problem])
+    ui.file1.change(on_files, [ui.file1, ui.file2], [ui.preview, ui.message, ui.files_problem], show_progress="hidden")
+    ui.file2.change(on_files, [ui.file1, ui.file2], [ui.preview, ui.message, ui.files_problem], show_progress="hidden")
 
     @guarded("Searching with your images")
     @on_gpu
@@ -189,8 +189,9 @@ def wire(ui: UploadUI, get_service: Callable[[], ExplorerService]) -> None:
 
     inputs = [ui.file1, ui.file2, ui.instruction, ui.retrievers, ui.k, ui.rerank, ui.top_n]
     outputs = [ui.results, ui.message, ui.files_problem, ui.instruction_problem, ui.retrievers_problem]
-    ui.submit.click(on_submit, inputs, outputs)
-    ui.instruction.submit(on_submit, inputs, outputs)
+    # progress only over the results: a warning field never shows the queue's "queue: 1/1 | 0.1 s"
+    ui.submit.click(on_submit, inputs, outputs, show_progress_on=[ui.results])
+    ui.instruction.submit(on_submit, inputs, outputs, show_progress_on=[ui.results])
 
     def on_retrievers(selected):  # zero retrievers cannot be submitted
         chosen = bool(selected)

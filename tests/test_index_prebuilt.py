@@ -226,3 +226,13 @@ def test_the_app_reranks_from_pixels_until_the_corpus_features_are_stored_then_a
     assert not any(judge.needs_image(i) for i in ids)
     app.use_score_cache(tmp_path / "c.sqlite")
     assert [(it.candidate_id, it.p_yes) for it in app.rerank("world-verifier", query, ranking)] == oracle
+
+
+def test_only_a_generated_benchmark_gets_prebuilt_files(tmp_path):
+    from types import SimpleNamespace
+
+    from cir_demo.index.prebuilt import build_prebuilt
+
+    with pytest.raises(ValueError, match="only a benchmark this project generates"):
+        build_prebuilt(SimpleNamespace(name="pinpoint"), [], root=tmp_path)
+    assert not any(tmp_path.iterdir())

@@ -181,8 +181,12 @@ def build_prebuilt(benchmark, encoders: Sequence, batch_size: int = 64, progress
                    root: Path | None = None) -> list[Path]:
     """Encode `benchmark`'s corpus once per distinct image tower among `encoders` (retrievers, a
     reranker), opening each image once, and write each tower's prebuilt folder. Returns the folders."""
+    from cir_demo.benchmarks.registry import declared_defaults
     from cir_demo.index.build import corpus_ids_of, encode_corpus_with
 
+    if getattr(declared_defaults(benchmark.name), "generated", None) is None:
+        raise ValueError(f"benchmark {benchmark.name!r}: only a benchmark this project generates (the offline world) "
+                         "gets committed prebuilt embeddings; a real benchmark's index is built in the data folder")
     towers: dict[str, tuple[ImageEncoder, object, list[str]]] = {}
     for encoder in encoders:
         tower = image_encoder(encoder)

@@ -23,7 +23,7 @@ from typing import Any
 
 from cir_demo.benchmarks._common import as_id, finish, keyed_entries, require_file, warn_rows
 from cir_demo.benchmarks.images import FolderImageStore
-from cir_demo.benchmarks.pinpoint import _length_category
+from cir_demo.benchmarks.pinpoint import length_category
 from cir_demo.benchmarks.schema import Benchmark, BenchmarkError, IssueCollector, Query
 from cir_demo.benchmarks.scoped import ScopedJudgments, subset_of
 from cir_demo.utils.io import write_json_atomic
@@ -130,7 +130,7 @@ def _build_queries(entries: list, corpus: frozenset[str], split: str, col: Issue
             ref_outside_set.append(loc)
         sizes[len(members)] = sizes.get(len(members), 0) + 1
         meta = {"img_set_size": len(members), "img_set_id": as_id(img_set.get("id")),
-                "length_category": _length_category(len(caption.split()))}
+                "length_category": length_category(len(caption.split()))}
         if target is not None:
             meta["sole_target"] = _sole_target(e.get("target_soft"), target)
         group = as_id(e.get(GROUP_FIELD)) or qid
@@ -178,7 +178,7 @@ def export_cirr(benchmark: Benchmark, out_dir: str | Path, splits: tuple[str, ..
     references too and deletes each query's own). image_mode "render" writes PNGs, "none" none.
     Two-image queries are refused, or left out with `skip_two_image` (the caller says so).
     """
-    from cir_demo.benchmarks.jsonl import _export_images
+    from cir_demo.benchmarks.jsonl import export_images
 
     out = Path(out_dir)
     queries = single_image_queries(benchmark, skip_two_image, "CIRR pairs")
@@ -194,7 +194,7 @@ def export_cirr(benchmark: Benchmark, out_dir: str | Path, splits: tuple[str, ..
         paths[f"image_splits/{split}"] = split_path(out, split)
         write_json_atomic(paths[f"image_splits/{split}"], {i: f"./{folder}/{i}.png" for i in images}, indent=None)
         if image_mode != "none":
-            _export_images(benchmark, images, out / "img_raw" / folder, image_mode)
+            export_images(benchmark, images, out / "img_raw" / folder, image_mode)
     id_map = {p["pairid"]: q.query_id for p, q in zip(pairs, queries)}
     paths["query_id_map"] = out / "query_id_map.json"
     write_json_atomic(paths["query_id_map"], {str(k): v for k, v in id_map.items()})

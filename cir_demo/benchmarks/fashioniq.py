@@ -155,7 +155,7 @@ def export_fashioniq(benchmark: Benchmark, out_dir: str | Path, image_mode: str 
     are refused, or left out with `skip_two_image` (the caller says so).
     """
     from cir_demo.benchmarks.cirr import single_image_queries
-    from cir_demo.benchmarks.jsonl import _export_images
+    from cir_demo.benchmarks.jsonl import export_images
 
     out = Path(out_dir)
     queries = single_image_queries(benchmark, skip_two_image, "FashionIQ triplets")
@@ -187,7 +187,7 @@ def export_fashioniq(benchmark: Benchmark, out_dir: str | Path, image_mode: str 
         write_json_atomic(paths[f"image_splits/{category}"],
                           [i for i in images if i in named[category] or i in dealt], indent=None)
     if image_mode != "none":
-        _export_images(benchmark, images, out / "images", image_mode)
+        export_images(benchmark, images, out / "images", image_mode)
     return paths
 
 

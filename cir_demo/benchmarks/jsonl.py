@@ -84,7 +84,7 @@ def export_jsonl_benchmark(benchmark: Benchmark, out_dir: str | Path, image_mode
 
     n_images = 0
     if image_mode != "none":
-        n_images = _export_images(benchmark, list(benchmark.corpus_ids) + extra, out / IMAGES, image_mode)
+        n_images = export_images(benchmark, list(benchmark.corpus_ids) + extra, out / IMAGES, image_mode)
 
     manifest = {
         "format": FORMAT,
@@ -157,7 +157,7 @@ def _dumps(obj: dict) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
-def _export_images(benchmark: Benchmark, ids: list[str], folder: Path, mode: ImageMode) -> int:
+def export_images(benchmark: Benchmark, ids: list[str], folder: Path, mode: ImageMode) -> int:
     from tqdm import tqdm
 
     store = benchmark.images

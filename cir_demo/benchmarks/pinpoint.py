@@ -426,7 +426,7 @@ def export_pinpoint(benchmark: Benchmark, out_dir: str | Path) -> dict[str, Path
         m = q.meta
         token_count = m.get("token_count")
         token_count = int(token_count) if token_count is not None else len(q.instruction.split())
-        length = m.get("length_category") or _length_category(token_count)
+        length = m.get("length_category") or length_category(token_count)
         is_question = m.get("is_question")
         is_imperative = m.get("is_imperative")
         tone = m.get("skin_tone_bucket")
@@ -475,7 +475,8 @@ def _official_query_ids(ids: list[str]) -> tuple[list[str], dict[str, str] | Non
     return new, dict(zip(new, ids))
 
 
-def _length_category(token_count: int) -> str:
+def length_category(token_count: int) -> str:
+    """The caption-length bucket PinPoint uses (short up to 6 words, medium up to 15, else long); CIRR shares it."""
     for bound, name in _LENGTH_BOUNDS:
         if token_count <= bound:
             return name

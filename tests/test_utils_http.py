@@ -7,10 +7,11 @@ import ast
 import email.utils
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from loopback import LoopbackServer
 
 from cir_demo.utils import http
 from cir_demo.utils.http import HttpError, RetryableBody, RetryPolicy, request, retry_after_seconds
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 2.0  # generous: a loaded machine must never time out a scripted fast answer
 
 
-class ScriptedServer:
+class ScriptedServer(LoopbackServer):
     """script[path] = answers in order, the last one repeating: (status, headers) or ("sleep", s).
     HTTP/1.1 with Content-Length, so a client may keep its connection; `ports` records the client
     port of every request (one port = one connection)."""
@@ -41,10 +42,8 @@ class ScriptedServer:
 
             do_POST = do_GET
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        super().__init__(Handler)
+        self.url = f"http://127.0.0.1:{self.port}"
 
     def answer(self, h: BaseHTTPRequestHandler):
         if "Content-Length" in h.headers:
@@ -68,14 +67,6 @@ class ScriptedServer:
             h.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client timed out and left
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 class Sleeps(list):

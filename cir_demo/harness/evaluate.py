@@ -9,6 +9,7 @@ import warnings as warnings_module
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 from cir_demo.benchmarks.families import MetricFamily, metric_family
@@ -89,10 +90,12 @@ def metrics_table(benchmark: Benchmark, evaluations: Sequence[RunEvaluation]) ->
 def paired_comparisons(
     benchmark: Benchmark, evaluations: Sequence[RunEvaluation], n_boot: int = 1000, seed: int = 0
 ) -> pd.DataFrame:
-    """Paired group bootstrap of the primary metric for every pair of runs, on their shared queries."""
+    """Paired group bootstrap of every headline metric of the family (the primary first) for every pair of
+    runs, on their shared queries: one row per pair and metric."""
     from cir_demo.metrics.bootstrap import paired_bootstrap
 
-    col = family_of(benchmark).primary
+    fam = family_of(benchmark)
+    cols = [fam.primary] + [c for c in fam.headline if c != fam.primary]
     rows = []
     for i, a in enumerate(evaluations):
         for b in evaluations[i + 1:]:
@@ -101,12 +104,10 @@ def paired_comparisons(
             shared = sa.index.intersection(sb.index)
             if len(shared) == 0:
                 continue
-            res = paired_bootstrap(
-                sa.loc[shared, col].to_numpy(dtype=float),
-                sb.loc[shared, col].to_numpy(dtype=float),
-                sa.loc[shared, "group_id"].to_numpy(),
-                n_boot=n_boot,
-                seed=seed,
-            )
-            rows.append({"a": a.name, "b": b.name, "metric": col, "n_queries": len(shared), **res})
+            for col in (c for c in cols if c in sa.columns and c in sb.columns):
+                va, vb = sa.loc[shared, col].to_numpy(dtype=float), sb.loc[shared, col].to_numpy(dtype=float)
+                keep = np.isfinite(va) & np.isfinite(vb)  # a metric undefined for a query (no positives) is left out
+                res = paired_bootstrap(va[keep], vb[keep], sa.loc[shared, "group_id"].to_numpy()[keep],
+                                       n_boot=n_boot, seed=seed)
+                rows.append({"a": a.name, "b": b.name, "metric": col, "n_queries": int(keep.sum()), **res})
     return pd.DataFrame(rows)

@@ -9,7 +9,6 @@ import warnings as warnings_module
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 import pandas as pd
 
 from cir_demo.benchmarks.families import MetricFamily, metric_family
@@ -91,23 +90,12 @@ def paired_comparisons(
     benchmark: Benchmark, evaluations: Sequence[RunEvaluation], n_boot: int = 1000, seed: int = 0
 ) -> pd.DataFrame:
     """Paired group bootstrap of every headline metric of the family (the primary first) for every pair of
-    runs, on their shared queries: one row per pair and metric."""
-    from cir_demo.metrics.bootstrap import paired_bootstrap
+    runs, on their shared queries: one row per pair and metric (`metrics.bootstrap.paired_table`)."""
+    from cir_demo.metrics.bootstrap import paired_table
 
     fam = family_of(benchmark)
-    cols = [fam.primary] + [c for c in fam.headline if c != fam.primary]
-    rows = []
-    for i, a in enumerate(evaluations):
-        for b in evaluations[i + 1:]:
-            sa = _scored(a.per_query).set_index("query_id")
-            sb = _scored(b.per_query).set_index("query_id")
-            shared = sa.index.intersection(sb.index)
-            if len(shared) == 0:
-                continue
-            for col in (c for c in cols if c in sa.columns and c in sb.columns):
-                va, vb = sa.loc[shared, col].to_numpy(dtype=float), sb.loc[shared, col].to_numpy(dtype=float)
-                keep = np.isfinite(va) & np.isfinite(vb)  # a metric undefined for a query (no positives) is left out
-                res = paired_bootstrap(va[keep], vb[keep], sa.loc[shared, "group_id"].to_numpy()[keep],
-                                       n_boot=n_boot, seed=seed)
-                rows.append({"a": a.name, "b": b.name, "metric": col, "n_queries": int(keep.sum()), **res})
-    return pd.DataFrame(rows)
+    metrics = [fam.primary] + [c for c in fam.headline if c != fam.primary]
+    table = paired_table({ev.name: ev.per_query for ev in evaluations}, metrics, n_boot=n_boot, seed=seed)
+    if not len(table):
+        return table
+    return table[["a", "b", "metric", "n_queries"] + [c for c in table.columns if c not in ("a", "b", "metric", "n_queries")]]

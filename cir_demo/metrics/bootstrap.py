@@ -10,7 +10,7 @@ seedable (`numpy.random.default_rng(seed)`).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -204,4 +204,29 @@ def compare_runs(
             n_boot, alpha, seed,
         )
         rows.append({"metric": metric, **result})
+    return pd.DataFrame(rows)
+
+
+def paired_table(per_query: Mapping[str, pd.DataFrame], metrics: Sequence[str], n_boot: int = 1000,
+                 seed: int = 0) -> pd.DataFrame:
+    """Paired group bootstrap of each metric for every pair of runs (a before b in the mapping's order), on
+    the queries both runs scored; a query where a metric is undefined in either run (NaN) is left out of that
+    metric. Rows: a, b, metric, n_queries, then `paired_bootstrap`'s keys (diff = mean(b) - mean(a)).
+    `per_query`: run name -> frame with query_id, group_id and the metric columns (`scored` rows only count)."""
+    names = list(per_query)
+    scored = {n: _scored(per_query[n]).set_index("query_id") for n in names}
+    rows = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            sa, sb = scored[a], scored[b]
+            shared = sa.index.intersection(sb.index)
+            if len(shared) == 0:
+                continue
+            groups = sa.loc[shared, "group_id"].to_numpy()
+            for metric in (m for m in metrics if m in sa.columns and m in sb.columns):
+                va = sa.loc[shared, metric].to_numpy(dtype=float)
+                vb = sb.loc[shared, metric].to_numpy(dtype=float)
+                keep = np.isfinite(va) & np.isfinite(vb)
+                res = paired_bootstrap(va[keep], vb[keep], groups[keep], n_boot=n_boot, seed=seed)
+                rows.append({"a": a, "b": b, "metric": metric, **res})
     return pd.DataFrame(rows)

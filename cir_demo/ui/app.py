@@ -320,6 +320,10 @@ def build_parser() -> argparse.ArgumentParser:
     m = p.add_argument_group("models")
     m.add_argument("--retrievers", help="comma-separated retriever names, up to 4 shown at once (default on the "
                    "world: world-cir, world-clip-fusion, world-clip-image, world-clip-text, those registered)")
+    m.add_argument("--runs", nargs="+", metavar="[NAME=]FILE",
+                   help="your own results files as columns (every format --eval reads, detected per file; the "
+                        "column is named NAME or the file's stem), beside --retrievers or instead of the default "
+                        "models; an eval run folder (--eval --out) is listed in the Report")
     m.add_argument("--reranker", help="reranker backend name, or 'none' (default on the world: world-verifier when "
                    "available)")
     m.add_argument("--reranker-model", help="model path or name passed to the reranker backend (model=...)")
@@ -355,7 +359,11 @@ def config_from_args(args: argparse.Namespace) -> ServiceConfig:
 
     kwargs = benchmark_kwargs(args)
     retrievers = tuple(r.strip() for r in args.retrievers.split(",") if r.strip()) if args.retrievers else None
-    return ServiceConfig(benchmark=args.benchmark, benchmark_kwargs=kwargs, retrievers=retrievers,
+    from cir_demo.explorer.own_runs import parse_run_args
+
+    runs = parse_run_args(args.runs or [])
+    return ServiceConfig(runs=tuple((r.name, r.path) for r in runs),
+                         run_folders=tuple(r.path for r in runs if os.path.isdir(r.path)),benchmark=args.benchmark, benchmark_kwargs=kwargs, retrievers=retrievers,
                          reranker=args.reranker, reranker_kwargs={"model": args.reranker_model} if args.reranker_model else {},
                          limit_groups=args.limit, device=args.device, allow_stale=args.allow_stale,
                          trust_remote_code=args.trust_remote_code,
@@ -381,8 +389,12 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
     try:
         config = config_from_args(args)
         from cir_demo.benchmarks.registry import get_spec
+        from cir_demo.explorer.own_runs import runs_problems
 
         get_spec(config.benchmark)  # a typo fails now, with "did you mean"
+        problems = runs_problems(args.runs)
+        if problems:
+            raise ServiceError("; ".join(problems))
     except (KeyError, ValueError, ServiceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -33,6 +33,7 @@ INTRO = (f"# {TITLE}\n"
          "Composed image retrieval: one or two reference images plus an instruction. Compare retrievers side by side, "
          "see where explicit negatives (near misses) reach the top 10, how the phrasing changes results, and what a "
          "reranker fixes or breaks.")
+VIEW_KEYS = ("header", "paraphrase", "results", "table", "prompt", "share", "message", "k", "top_n")  # view_outputs order
 LOAD_POLL_S = 0.25
 WORK_GROUP = "cir-work"  # every callback that computes shares one concurrency limit (share_one_limit)
 STATUS_GROUP = "cir-status"  # the load-status poll: unlimited, it only reads a status
@@ -141,7 +142,7 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
         gr.Markdown(INTRO, elem_id="cir-intro")
         status = gr.Markdown("⏳ starting…", elem_id="cir-status")
         link_note = gr.Markdown(elem_id="cir-link-note")
-        with gr.Tabs():
+        with gr.Tabs() as tabs:
             with gr.Tab("Explore", id="explore", elem_id="cir-tab-explore"):
                 ex = explore.create_ui()
             with gr.Tab("Try your own", id="upload", elem_id="cir-tab-upload"):
@@ -161,7 +162,14 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
             "upload:note": up.note, "upload:retrievers": up.retrievers, "upload:rerank": up.rerank,
             "report:run": rp.run, "report:info": rp.info, "report:metrics": rp.metrics, "report:plots": rp.plots,
             "report:files": rp.files, "report:columns": rp.columns, "sort": ex.sort, "link_note": link_note,
+            "report:own_info": rp.own_info, "report:own_metrics": rp.own_metrics, "report:paired": rp.paired,
+            "report:pair": rp.pair, "report:open_pair": rp.open_pair,
         })
+        pair_targets = {"tab": tabs, "search": ex.search, "sort": ex.sort, "retrievers": ex.retrievers,
+                        "list": ex.query_list, "ids": ex.query_ids, "list_info": ex.list_info,
+                        **{f"filter:{k}": c for k, c in ex.filters.items()},
+                        **{f"view:{n}": c for n, c in zip(VIEW_KEYS, ex.view_outputs())}}
+        report.wire_pair(rp, pair_targets, get_service, get_pending, [ex.k, ex.rerank, ex.top_n])
         outputs = [status, ex.loading, ex.body, *by_name.values()]
 
         _wire_page_load(demo, loader, precompute, status, ex, by_name, outputs, get_service, get_pending)

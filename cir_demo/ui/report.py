@@ -83,16 +83,26 @@ class ReportUI:
     plots: Any
     files: Any
     columns: Any  # the definitions of the table's columns
+    own_info: Any  # the runs served from results files: what they are
+    own_metrics: Any  # ... their headline aggregates
+    paired: Any  # paired comparisons (the loaded results files, else the eval run's paired.csv)
+    pair: Any  # a pair of columns to open in Explore, sorted A vs B
+    open_pair: Any
 
     def outputs(self) -> list:
         """The components `show_report`'s keys (`OUTPUTS`) fill, in that order."""
-        return [self.run, self.info, self.metrics, self.plots, self.files, self.columns]
+        return [self.run, self.info, self.metrics, self.plots, self.files, self.columns, self.own_info,
+                self.own_metrics, self.paired, self.pair, self.open_pair]
 
 
-OUTPUTS = ("run", "info", "metrics", "plots", "files", "columns")
+OUTPUTS = ("run", "info", "metrics", "plots", "files", "columns", "own_info", "own_metrics", "paired", "pair",
+           "open_pair")
 
 
 def create_ui() -> ReportUI:
+    own_info = gr.Markdown(elem_id="cir-report-own")
+    own_metrics = gr.Dataframe(interactive=False, label="Your runs (results files), scored as --eval scores them",
+                               elem_id="cir-report-own-metrics", wrap=True, visible=False)
     with gr.Row():
         # min widths: on a phone the button wraps below and the run's name keeps the full width
         run = gr.Dropdown([], label="Evaluation run (newest first)", elem_id="cir-report-run", scale=4, min_width=300)
@@ -101,12 +111,43 @@ def create_ui() -> ReportUI:
     metrics = gr.Dataframe(interactive=False, label="Metrics (value [95% CI])", elem_id="cir-report-metrics", wrap=True,
                            visible=False)  # shown with a run (no empty table with placeholder headers)
     columns = gr.Markdown(elem_id="cir-report-columns")
+    paired = gr.Dataframe(interactive=False, label="Paired comparisons", elem_id="cir-report-paired", wrap=True,
+                          visible=False)
+    with gr.Row():
+        pair = gr.Dropdown([], label="Compare two columns query by query", elem_id="cir-report-pair", scale=4,
+                           min_width=300, visible=False)
+        open_pair = gr.Button("Show the queries sorted A vs B", elem_id="cir-report-open-pair", scale=1, size="sm",
+                              min_width=160, visible=False)
     # height "auto": each plot whole (a fixed height cropped the first plot's axis label)
     plots = gr.Gallery(visible=False, label="Plots (click to enlarge)", columns=2, height="auto", object_fit="contain",
                        elem_id="cir-report-plots", interactive=False)
     files = gr.File(label="Files of this run (download; run.zip holds them all with the plots)", file_count="multiple",
                     interactive=False, visible=False, elem_id="cir-report-files")
-    return ReportUI(run, refresh, info, metrics, plots, files, columns)
+    return ReportUI(run, refresh, info, metrics, plots, files, columns, own_info, own_metrics, paired, pair, open_pair)
+
+
+def own_runs_outputs(service: ExplorerService, report=None) -> dict[str, Any]:
+    """The results-file columns' aggregates, the paired comparisons (of those columns when two or more are
+    loaded, else of the shown eval run) and the pairs of columns to open sorted A vs B."""
+    from cir_demo.explorer.paired import P_VALUE_METHOD, pair_choices, paired_display
+
+    scored = service.scored_file_runs()
+    out: dict[str, Any] = {"own_info": "", "own_metrics": gr.update(value=None, visible=False)}
+    paired, source = (report.paired, "this evaluation run (paired.csv)") if report is not None else (None, "")
+    if scored is not None:
+        out["own_info"] = (f"**Your runs**: {md_escape(', '.join(scored.metrics['run']))}: results files scored on "
+                           "the loaded benchmark as `--eval` scores them (whole rankings).")
+        out["own_metrics"] = gr.update(value=scored.metrics.round(4), visible=True)
+        if len(scored.paired):
+            paired, source = paired_display(scored.paired, service.family), "your runs"
+    shown = paired is not None and len(paired) > 0
+    out["paired"] = gr.update(value=paired if shown else None, visible=shown,
+                              label=(f"Paired comparisons of {source}: B − A per headline metric with its 95% interval; "
+                                     f"p: the {P_VALUE_METHOD}") if shown else "Paired comparisons")
+    choices = pair_choices(service.retriever_names) if len(service.retriever_names) > 1 else []
+    out["pair"] = gr.update(choices=choices, value=choices[0][1] if choices else None, visible=bool(choices))
+    out["open_pair"] = gr.update(visible=bool(choices))
+    return out
 
 
 def show_report(service: ExplorerService, label: str | None = None, pending=None) -> dict[str, Any]:
@@ -126,7 +167,7 @@ def show_report(service: ExplorerService, label: str | None = None, pending=None
             text = f"No evaluation run of **{name}** yet."
         return {"run": gr.update(choices=[], value=None), "metrics": gr.update(value=None, visible=False),
                 "plots": gr.update(value=[], visible=False), "info": text,
-                "files": gr.update(value=None, visible=False), "columns": ""}
+                "files": gr.update(value=None, visible=False), "columns": "", **own_runs_outputs(service)}
     label = label if label in choices else choices[0]
     report = service.report(label)
     # folder names and run_info values are whatever is on disk: escaped, never rendered
@@ -136,7 +177,8 @@ def show_report(service: ExplorerService, label: str | None = None, pending=None
     return {"run": gr.update(choices=choices, value=label),
             "metrics": gr.update(value=table, visible=True, column_widths=column_widths(list(report.metrics.columns))),
             "plots": gr.update(value=plot_images(report.plots), visible=True), "info": "\n\n".join(lines),
-            "files": gr.update(value=files or None, visible=bool(files)), "columns": columns}
+            "files": gr.update(value=files or None, visible=bool(files)), "columns": columns,
+            **own_runs_outputs(service, report)}
 
 
 _COPIES: dict[tuple, list[str]] = {}
@@ -226,3 +268,41 @@ def wire(ui: ReportUI, get_service: Callable[[], ExplorerService], get_pending: 
     outputs = ui.outputs()
     ui.run.input(on_show, [ui.run], outputs)
     ui.refresh.click(on_show, [ui.run], outputs)
+
+
+def open_pair(service: ExplorerService, pair: str | None, k, rerank, top_n, pending=None) -> dict[str, Any]:
+    """Explore sorted A vs B (the explorer's sort `diff:A,B`: A's largest per-query gains over B first), with
+    columns A and B side by side on the first query of that list; outputs by name (see `wire_pair`)."""
+    from cir_demo.explorer import ServiceError
+    from cir_demo.ui import explore
+
+    if not pair or not pair.startswith("diff:") or pair.count(",") != 1:
+        raise ServiceError("pick two columns to compare")
+    a, b = pair[len("diff:"):].split(",")
+    names = service.check_retrievers([a, b])
+    listing = explore.list_queries(service, "", {}, pair, pending)
+    if not listing["ids"]:
+        raise ServiceError(f"no query to compare {a} and {b} on")
+    view = explore.show_view(service, listing["ids"][0], names, k, rerank, top_n)
+    choices = explore.sort_choices(pending)
+    if pair not in [value for _, value in choices]:
+        choices.append((f"{a} vs {b}", pair))
+    out = {"tab": gr.Tabs(selected="explore"), "sort": gr.update(choices=choices, value=pair),
+           "retrievers": gr.update(value=names), "search": "", "list": explore.list_update(listing["table"]),
+           "ids": listing["ids"], "list_info": listing["info"]}
+    out.update({f"filter:{key}": explore.ANY for key in service.filter_choices()})
+    out.update({f"view:{key}": value for key, value in view.items()})
+    return out
+
+
+def wire_pair(ui: ReportUI, targets: dict[str, Any], get_service: Callable[[], ExplorerService],
+              get_pending: Callable[[], Any], inputs: list) -> None:
+    """The Report's "Show the queries sorted A vs B": `targets` are the components `open_pair`'s keys name
+    (the tabs, the Explore tab's list, filters and view); `inputs`: the view's k, rerank and top n."""
+
+    @guarded("Opening the pair")
+    def on_open(pair, k, rerank, top_n):
+        out = open_pair(get_service(), pair, k, rerank, top_n, get_pending())
+        return {targets[key]: value for key, value in out.items() if key in targets}
+
+    ui.open_pair.click(on_open, [ui.pair, *inputs], list(targets.values()))

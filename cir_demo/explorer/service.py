@@ -151,7 +151,7 @@ class ExplorerService:
                 if cq.query_id is not None and hasattr(retriever, "has") and not retriever.has(cq.query_id):
                     raise ServiceError(f"{name} has no ranking for this query (its results file leaves it out, "
                                        "and --eval leaves it out of the means)")
-                got = self.engine.search(name, [cq], k=max(SEARCH_K, k, top_n if rerank else 0))[0]
+                got = self.engine.search(name, [cq], k=self._depth(name, max(SEARCH_K, k, top_n if rerank else 0)))[0]
             except Exception as exc:  # reported in that column
                 got = exc
             out[name] = (got, time.perf_counter() - t0)
@@ -241,6 +241,12 @@ class ExplorerService:
                           self.reranker_name if rerank else None, top_n if rerank else None,
                           len(q.positives), len(q.negatives), ranking=self._ranking_rule() if rerank else None)
 
+    def _depth(self, name: str, k: int) -> int:
+        """How deep to rank: a results file's whole ranking (scored as --eval scores it: a metric after
+        the protocol's deletions, e.g. CIRR's Recall@50, may need more than the top 50), else `k`."""
+        rankings = getattr(self.engine.retriever(name), "rankings", None)
+        return max(k, max(map(len, rankings.values()), default=0)) if rankings is not None else k
+
     def _composed(self, q: Query, names: Sequence[str], instruction: str | None = None, rerank: bool = False):
         """The query the columns are given: ids and text only when every column is a results file and
         nothing is reranked (no image is opened: the benchmark's images may be absent)."""
@@ -310,7 +316,7 @@ class ExplorerService:
         pairs, owners = [], []
         for name in names:
             try:
-                rankings = self.engine.search(name, cqs, k=SEARCH_K)
+                rankings = self.engine.search(name, cqs, k=self._depth(name, SEARCH_K))
             except Exception as exc:  # that column shows n/a; the rest of the table stands
                 log.exception("paraphrase table: %s failed", name)
                 table[name] = float("nan")

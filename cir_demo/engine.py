@@ -110,6 +110,21 @@ class RetrievalEngine:
                 if name in self.retriever_names:
                     self._retrievers.setdefault(name, retriever)
 
+    def add_retriever(self, retriever) -> None:
+        """Serve a retriever built here (a results file uploaded in the app) under its name."""
+        with self._lock:
+            if retriever.name not in self.retriever_names:
+                self.retriever_names.append(retriever.name)
+            self._retrievers[retriever.name] = retriever
+
+    def drop_retriever(self, name: str) -> None:
+        """Stop serving `name` (an uploaded results file replaced by newer ones)."""
+        with self._lock:
+            self._retrievers.pop(name, None)
+            self._indexes.pop(name, None)
+            if name in self.retriever_names:
+                self.retriever_names.remove(name)
+
     def index(self, name: str):
         """The corpus index of retriever `name` (built on first use)."""
         from cir_demo.retrievers.base import is_ranking_only

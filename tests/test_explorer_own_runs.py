@@ -179,3 +179,24 @@ def test_world_export_circo_round_trip(tmp_path):
     images = list((tmp_path / "COCO2017_unlabeled" / "unlabeled2017").iterdir())
     assert len(images) == len(circo.corpus_ids)
     assert circo.images.open(circo.corpus_ids[0]).size == world.images.open(circo.corpus_ids[0]).size
+
+
+def test_a_results_file_uploaded_in_the_page_is_validated_as_eval_does(own_service, cirr_world, tmp_path):
+    from cir_demo.ui import report
+
+    _, bench, pa, _, out = cirr_world
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(ServiceError) as info:
+        report.add_run(own_service, str(broken), [])
+    assert str(info.value).startswith("broken.json: line 1: fits none of the results formats")
+    assert str(tmp_path) not in str(info.value) and "\n" not in str(info.value)
+    note, mine = report.add_run(own_service, str(pa), [])
+    assert len(mine) == 1 and mine[0].startswith("A-") and "Added" in note
+    assert own_service.retriever_names == ["A", "B"]  # another visitor's columns are not changed
+    q = bench.queries[0]
+    mine_col, file_col = own_service.compare(q.query_id, [mine[0], "A"]).columns
+    assert mine_col.metrics == file_col.metrics and [t.image_id for t in mine_col.tiles] == [t.image_id for t in file_col.tiles]
+    shown = report.show_report(own_service, None, None, mine)
+    assert mine[0] in set(shown["own_metrics"]["value"]["run"])
+    assert f"diff:{mine[0]},A" in [v for _, v in shown["pair"]["choices"]]

@@ -56,6 +56,7 @@ class ExplorerService:
         self._scored_runs: dict[tuple, object] = {}  # (results-file columns, n_boot, seed) -> paired.RunsScored
         self._lock = threading.RLock()
         self.warnings: list[str] = []
+        self.uploaded_runs: dict[str, str] = {}  # column name -> the uploaded file's name (add_file_run)
 
     # ------------------------------------------------------------------ facts
     @property
@@ -87,7 +88,7 @@ class ExplorerService:
         """The requested columns (default: the first four), validated; every caller (links,
         checkboxes, uploads) goes through here, so a name asked for twice is one column."""
         names = list(dict.fromkeys(self.retriever_names[:MAX_COLUMNS] if names is None else names))
-        unknown = [n for n in names if n not in self.retriever_names]
+        unknown = [n for n in names if n not in self.retriever_names and n not in self.uploaded_runs]
         if unknown:
             raise ServiceError(f"unknown retriever(s) {', '.join(unknown)}; this app serves: "
                                f"{', '.join(self.retriever_names) or 'none'}")
@@ -515,16 +516,42 @@ class ExplorerService:
         raise ServiceError(f"no eval run {label!r} for benchmark {self.benchmark.name!r}")
 
     def file_runs(self) -> list[str]:
-        """The columns served from results files (`--runs`, uploads), in column order."""
+        """The columns served from `--runs` results files, in column order."""
         return [n for n in self.retriever_names if hasattr(self.engine.retriever(n), "rankings")]
 
-    def scored_file_runs(self, n_boot: int = 1000, seed: int = 0):
-        """The results-file columns scored as `--eval` scores them (whole rankings), with the paired
-        comparison of every headline metric for every pair (`paired.score_runs`); None without such columns.
-        Computed once per set of columns."""
+    max_uploaded_runs = 16  # results files uploaded in the page kept at once (the oldest is dropped)
+
+    def add_file_run(self, path: str | Path, name: str) -> tuple[str, list[str]]:
+        """A results file uploaded in the page, read onto the benchmark as `--eval` reads it, as a column
+        (ServiceError: one line naming the file). Its column is named `<name>-<first 6 hex of its sha256>`,
+        so visitors' files never collide; returns (that name, notes)."""
+        from cir_demo.explorer.own_runs import RunFile, load_run, register_runs
+        from cir_demo.utils.io import sha256_file
+
+        try:
+            digest = sha256_file(path)[:6]
+        except OSError as exc:
+            raise ServiceError(f"{Path(path).name}: cannot be read ({exc.strerror or exc})") from None
+        column = f"{name[:40]}-{digest}"
+        retriever, notes = load_run(self.benchmark, path, column)
+        with self._lock:
+            register_runs([RunFile(column, str(path))])
+            self.engine.add_retriever(retriever)
+            self.uploaded_runs[column] = Path(path).name
+            self.modality[column] = "composed"
+            while len(self.uploaded_runs) > self.max_uploaded_runs:
+                oldest = next(iter(self.uploaded_runs))
+                self.engine.drop_retriever(oldest)
+                del self.uploaded_runs[oldest]
+        return column, notes
+
+    def scored_file_runs(self, n_boot: int = 1000, seed: int = 0, extra: Sequence[str] = ()):
+        """The results-file columns (`--runs`, and the `extra` uploaded ones a visitor added) scored as
+        `--eval` scores them (whole rankings), with the paired comparison of every headline metric for every
+        pair (`paired.score_runs`); None without such columns. Computed once per set of columns."""
         from cir_demo.explorer.paired import score_runs
 
-        names = tuple(self.file_runs())
+        names = tuple(self.file_runs() + [n for n in extra if n in self.uploaded_runs])
         if not names:
             return None
         key = (names, n_boot, seed)

@@ -106,7 +106,8 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
     else:
         out["view:message"] = "This benchmark has no queries."
     out["upload:note"] = upload.upload_note(service)
-    out["upload:retrievers"] = gr.update(choices=service.retriever_names, value=service.retriever_names[:MAX_COLUMNS])
+    models = [n for n in service.retriever_names if n not in service.file_runs()]  # a results file answers no upload
+    out["upload:retrievers"] = gr.update(choices=models, value=models[:MAX_COLUMNS])
     out["upload:rerank"] = explore.rerank_controls(service)["rerank"]
     rep = report.show_report(service, None, pending)
     out["sort"] = gr.update(choices=explore.sort_choices(pending))
@@ -170,6 +171,7 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
                         **{f"filter:{k}": c for k, c in ex.filters.items()},
                         **{f"view:{n}": c for n, c in zip(VIEW_KEYS, ex.view_outputs())}}
         report.wire_pair(rp, pair_targets, get_service, get_pending, [ex.k, ex.rerank, ex.top_n])
+        report.wire_upload(rp, ex.retrievers, get_service)
         outputs = [status, ex.loading, ex.body, *by_name.values()]
 
         _wire_page_load(demo, loader, precompute, status, ex, by_name, outputs, get_service, get_pending)

@@ -88,6 +88,9 @@ class ReportUI:
     paired: Any  # paired comparisons (the loaded results files, else the eval run's paired.csv)
     pair: Any  # a pair of columns to open in Explore, sorted A vs B
     open_pair: Any
+    run_file: Any = None  # a results file a visitor uploads as a column
+    run_note: Any = None
+    my_runs: Any = None  # gr.State: the columns this visitor uploaded
 
     def outputs(self) -> list:
         """The components `show_report`'s keys (`OUTPUTS`) fill, in that order."""
@@ -123,15 +126,54 @@ def create_ui() -> ReportUI:
                        elem_id="cir-report-plots", interactive=False)
     files = gr.File(label="Files of this run (download; run.zip holds them all with the plots)", file_count="multiple",
                     interactive=False, visible=False, elem_id="cir-report-files")
-    return ReportUI(run, refresh, info, metrics, plots, files, columns, own_info, own_metrics, paired, pair, open_pair)
+    with gr.Accordion("Add your own results file as a column", open=False, elem_id="cir-report-add-run"):
+        run_file = gr.File(label="A results file for the loaded benchmark (any format --eval reads: PinPoint or "
+                           "CIRCO JSON, a run dict, a TREC run)", file_types=[".json", ".trec", ".run", ".txt"],
+                           elem_id="cir-report-run-file")
+        run_note = gr.Markdown(elem_id="cir-report-run-note")
+    return ReportUI(run, refresh, info, metrics, plots, files, columns, own_info, own_metrics, paired, pair, open_pair,
+                    run_file, run_note, gr.State([]))
 
 
-def own_runs_outputs(service: ExplorerService, report=None) -> dict[str, Any]:
+def add_run(service: ExplorerService, path: str | None, mine: list[str]) -> tuple[str, list[str]]:
+    """A visitor's uploaded results file as a column: (the note to show, this visitor's uploaded columns).
+    A file that cannot be used is one line naming it (ServiceError from the service)."""
+    from pathlib import Path
+
+    if not path:
+        return "", mine
+    stem = Path(path).stem or "run"
+    column, notes = service.add_file_run(path, stem)
+    mine = [n for n in [*mine, column] if n in service.uploaded_runs]
+    text = (f"Added **{md_escape(column)}** (from {md_escape(Path(path).name)}): tick it among the retrievers on "
+            "Explore, or compare it with another column below.")
+    return "  \n".join([text, *(md_escape(n) for n in notes)]), mine
+
+
+def wire_upload(ui: ReportUI, retrievers, get_service: Callable[[], ExplorerService]) -> None:
+    """The results-file upload: the file becomes a column of this visitor's Explore tab and Report."""
+
+    @guarded("Adding your results file")
+    def on_file(path, mine, chosen):
+        service = get_service()
+        note, mine = add_run(service, path, list(mine or []))
+        own = own_runs_outputs(service, None, mine)
+        choices = service.retriever_names + mine
+        return (note, mine, gr.update(choices=choices, value=[c for c in (chosen or []) if c in choices]),
+                *(own[k] for k in ("own_info", "own_metrics", "paired", "pair", "open_pair")))
+
+    ui.run_file.upload(on_file, [ui.run_file, ui.my_runs, retrievers],
+                       [ui.run_note, ui.my_runs, retrievers, ui.own_info, ui.own_metrics, ui.paired, ui.pair,
+                        ui.open_pair])
+
+
+def own_runs_outputs(service: ExplorerService, report=None, extra: list[str] | tuple = ()) -> dict[str, Any]:
     """The results-file columns' aggregates, the paired comparisons (of those columns when two or more are
-    loaded, else of the shown eval run) and the pairs of columns to open sorted A vs B."""
+    loaded, else of the shown eval run) and the pairs of columns to open sorted A vs B. `extra`: the results
+    files this visitor uploaded."""
     from cir_demo.explorer.paired import P_VALUE_METHOD, pair_choices, paired_display
 
-    scored = service.scored_file_runs()
+    scored = service.scored_file_runs(extra=extra)
     out: dict[str, Any] = {"own_info": "", "own_metrics": gr.update(value=None, visible=False)}
     paired, source = (report.paired, "this evaluation run (paired.csv)") if report is not None else (None, "")
     if scored is not None:
@@ -144,15 +186,16 @@ def own_runs_outputs(service: ExplorerService, report=None) -> dict[str, Any]:
     out["paired"] = gr.update(value=paired if shown else None, visible=shown,
                               label=(f"Paired comparisons of {source}: B − A per headline metric with its 95% interval; "
                                      f"p: the {P_VALUE_METHOD}") if shown else "Paired comparisons")
-    choices = pair_choices(service.retriever_names) if len(service.retriever_names) > 1 else []
+    columns = service.retriever_names + [n for n in extra if n in service.uploaded_runs]
+    choices = pair_choices(columns) if len(columns) > 1 else []
     out["pair"] = gr.update(choices=choices, value=choices[0][1] if choices else None, visible=bool(choices))
     out["open_pair"] = gr.update(visible=bool(choices))
     return out
 
 
-def show_report(service: ExplorerService, label: str | None = None, pending=None) -> dict[str, Any]:
+def show_report(service: ExplorerService, label: str | None = None, pending=None, extra=()) -> dict[str, Any]:
     """Run choices, the chosen (default: latest) run's table, plots and notes. `pending`: the
-    background run's status, said while there is no run yet."""
+    background run's status, said while there is no run yet; `extra`: the results files this visitor uploaded."""
     runs = service.runs()
     choices = [r.label for r in runs]
     if not runs:
@@ -167,7 +210,7 @@ def show_report(service: ExplorerService, label: str | None = None, pending=None
             text = f"No evaluation run of **{name}** yet."
         return {"run": gr.update(choices=[], value=None), "metrics": gr.update(value=None, visible=False),
                 "plots": gr.update(value=[], visible=False), "info": text,
-                "files": gr.update(value=None, visible=False), "columns": "", **own_runs_outputs(service)}
+                "files": gr.update(value=None, visible=False), "columns": "", **own_runs_outputs(service, None, extra)}
     label = label if label in choices else choices[0]
     report = service.report(label)
     # folder names and run_info values are whatever is on disk: escaped, never rendered
@@ -178,7 +221,7 @@ def show_report(service: ExplorerService, label: str | None = None, pending=None
             "metrics": gr.update(value=table, visible=True, column_widths=column_widths(list(report.metrics.columns))),
             "plots": gr.update(value=plot_images(report.plots), visible=True), "info": "\n\n".join(lines),
             "files": gr.update(value=files or None, visible=bool(files)), "columns": columns,
-            **own_runs_outputs(service, report)}
+            **own_runs_outputs(service, report, extra)}
 
 
 _COPIES: dict[tuple, list[str]] = {}
@@ -261,13 +304,13 @@ def plot_images(plots) -> list[tuple[Any, str]]:
 
 def wire(ui: ReportUI, get_service: Callable[[], ExplorerService], get_pending: Callable[[], Any] = lambda: None) -> None:
     @guarded("Loading the report")
-    def on_show(label):
-        out = show_report(get_service(), label, get_pending())
+    def on_show(label, mine=()):
+        out = show_report(get_service(), label, get_pending(), mine or ())
         return tuple(out[k] for k in OUTPUTS)
 
     outputs = ui.outputs()
-    ui.run.input(on_show, [ui.run], outputs)
-    ui.refresh.click(on_show, [ui.run], outputs)
+    ui.run.input(on_show, [ui.run, ui.my_runs], outputs)
+    ui.refresh.click(on_show, [ui.run, ui.my_runs], outputs)
 
 
 def open_pair(service: ExplorerService, pair: str | None, k, rerank, top_n, pending=None) -> dict[str, Any]:

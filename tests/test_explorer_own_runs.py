@@ -2,7 +2,6 @@
 run folders written outside runs/: checked against what `--eval` writes for the same files."""
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -12,30 +11,7 @@ import pytest
 import app
 from cir_demo.explorer import ServiceConfig, ServiceError, build_service
 from cir_demo.explorer.own_runs import parse_run_args, runs_problems
-
-
-def _h(*parts: str) -> str:
-    return hashlib.md5("|".join(parts).encode()).hexdigest()
-
-
-def write_two_runs(bench, folder: Path) -> tuple[Path, Path]:
-    """Two unseen runs over the benchmark's queries, as another tool would write them: A (a CIRCO-shaped
-    list) puts the target first on every second query, B (a ranx run dict with scores) fifth on every third;
-    the rest is a fixed pseudo-random order of the corpus (the reference included: CIRR deletes it)."""
-    a, b = {}, {}
-    for i, q in enumerate(bench.queries):
-        order = sorted(bench.corpus_ids, key=lambda c: _h(q.query_id, c))[:60]
-        target = q.target_id or q.positives[0]
-        rest = [x for x in order if x != target]
-        ranked_a = ([target] + rest) if i % 2 == 0 else rest
-        ranked_b = rest[:4] + [target] + rest[4:] if i % 3 == 0 else rest
-        key = bench.results_key(q.query_id)
-        a[key] = ranked_a
-        b[key] = {img: float(len(ranked_b) - r) for r, img in enumerate(ranked_b)}
-    pa, pb = folder / "A.json", folder / "B.json"
-    pa.write_text(json.dumps(a))
-    pb.write_text(json.dumps(b))
-    return pa, pb
+from own_runs_support import write_two_runs
 
 
 @pytest.fixture(scope="module")

@@ -417,7 +417,9 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
     loader = ServiceLoader(config, start=False)
     from cir_demo.explorer.precompute import PrecomputeJob
 
-    precompute = PrecomputeJob(benchmark_argv(args), enabled=not args.no_precompute)
+    # with --runs the columns' per-query numbers come from the files (cheap, computed when asked for): no
+    # background eval run, which could not load the runs' columns by name anyway
+    precompute = PrecomputeJob(benchmark_argv(args), enabled=not (args.no_precompute or args.runs))
     demo = create_app(loader, precompute)
     launch_app(demo, args.server_name, args.port, args.share, args.queue_size, args.concurrency,
                prevent_thread_lock=True)

@@ -28,3 +28,16 @@ def write_two_runs(bench, folder: Path) -> tuple[Path, Path]:
     pa.write_text(json.dumps(a))
     pb.write_text(json.dumps(b))
     return pa, pb
+
+
+def cirr_world_with_runs(root: Path, mp):
+    """The tiny world exported to CIRR under `root` (no images; the data folders under `root` too, set with
+    the MonkeyPatch `mp`) and `write_two_runs` on it: (benchmark, A path, B path)."""
+    from cir_demo.benchmarks.registry import load_benchmark
+    from cir_demo.cli import main as cli
+
+    for var, sub in (("CIR_DEMO_CACHE", "cache"), ("CIR_DEMO_INDEXES", "indexes"), ("CIR_DEMO_RUNS", "runs")):
+        mp.setenv(var, str(root / sub))
+    assert cli(["world", "export", "--format", "cirr", "--size", "tiny", "--out", str(root / "cirr")]) == 0
+    bench = load_benchmark("cirr", root=str(root / "cirr"))
+    return (bench, *write_two_runs(bench, root))

@@ -11,23 +11,15 @@ import pytest
 import app
 from cir_demo.explorer import ServiceConfig, ServiceError, build_service
 from cir_demo.explorer.own_runs import parse_run_args, runs_problems
-from own_runs_support import write_two_runs
+from own_runs_support import cirr_world_with_runs
 
 
 @pytest.fixture(scope="module")
 def cirr_world(tmp_path_factory):
     """The tiny world exported to CIRR (no images), two runs on it, and `--eval` of both."""
-    from cir_demo.benchmarks.registry import load_benchmark
-
     root = tmp_path_factory.mktemp("own_runs")
     mp = pytest.MonkeyPatch()
-    for var, sub in (("CIR_DEMO_CACHE", "cache"), ("CIR_DEMO_INDEXES", "indexes"), ("CIR_DEMO_RUNS", "runs")):
-        mp.setenv(var, str(root / sub))
-    from cir_demo.cli import main as cli
-
-    assert cli(["world", "export", "--format", "cirr", "--size", "tiny", "--out", str(root / "cirr")]) == 0
-    bench = load_benchmark("cirr", root=str(root / "cirr"))
-    pa, pb = write_two_runs(bench, root)
+    bench, pa, pb = cirr_world_with_runs(root, mp)
     out = root / "elsewhere" / "eval-cirr"
     assert app.main(["--eval", "--benchmark", "cirr", "--root", str(root / "cirr"), "--results-json", str(pa),
                      str(pb), "--out", str(out), "--n-boot", "200", "--no-plots"]) == 0

@@ -17,18 +17,13 @@ PAIR = "diff:A,B"
 
 @pytest.fixture(scope="module")
 def own_runs_app(tmp_path_factory):
-    from cir_demo.benchmarks.registry import load_benchmark
-    from cir_demo.cli import main as cli
     from cir_demo.explorer import build_service
     from cir_demo.ui import app as ui_app
-    from own_runs_support import write_two_runs
+    from own_runs_support import cirr_world_with_runs
 
     root = tmp_path_factory.mktemp("browser_own_runs")
     mp = pytest.MonkeyPatch()
-    for var, sub in (("CIR_DEMO_CACHE", "cache"), ("CIR_DEMO_INDEXES", "indexes"), ("CIR_DEMO_RUNS", "runs")):
-        mp.setenv(var, str(root / sub))
-    assert cli(["world", "export", "--format", "cirr", "--size", "tiny", "--out", str(root / "cirr")]) == 0
-    pa, pb = write_two_runs(load_benchmark("cirr", root=str(root / "cirr")), root)
+    _, pa, pb = cirr_world_with_runs(root, mp)
     args = ui_app.build_parser().parse_args(["--benchmark", "cirr", "--root", str(root / "cirr"), "--runs", str(pa),
                                              str(pb), "--reranker", "none", "--no-thumbnail-warmer"])
     service = build_service(ui_app.config_from_args(args))  # the command line's config: columns A and B

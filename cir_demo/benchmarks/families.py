@@ -48,6 +48,8 @@ class MetricFamily:
     report_sections: tuple[str, ...] = ()  # "module:function" report sections only this family has
     # "module:function" writing the reranking section of the report (see above)
     rerank_section: str = "cir_demo.harness.pipeline:rerank_section"
+    # "module:attribute" naming the family's `FailureViews` (the explorer's sorts, tile scope, wording)
+    failure_views: str = "cir_demo.benchmarks.failure_views:PINPOINT"
 
     def metrics_module(self):
         return importlib.import_module(self.module)
@@ -63,6 +65,10 @@ class MetricFamily:
 
     def rerank_section_maker(self):
         return resolve_ref(self.rerank_section, f"metric family {self.name!r} reranking section")
+
+    def views(self):
+        """The family's `FailureViews` (cir_demo/benchmarks/failure_views.py)."""
+        return resolve_ref(self.failure_views, f"metric family {self.name!r} failure views")
 
     def section_makers(self) -> list:
         return [resolve_ref(ref, f"metric family {self.name!r} report section") for ref in self.report_sections]
@@ -96,6 +102,7 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         primary="AP@10",
         shown=("AP@10", "AP@25", "Recall@10"),
         results_format="circo",
+        failure_views="cir_demo.benchmarks.failure_views:CIRCO",
     ),
     MetricFamily(
         name="edir",
@@ -104,6 +111,7 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         headline={"Recall@1": "Recall@1", "Recall@3": "Recall@3", "hard_negative@1": "hard_negative@1"},
         primary="Recall@1",
         shown=("Recall@1", "Recall@3", "hard_negative@1"),
+        failure_views="cir_demo.benchmarks.failure_views:EDIR",
     ),
     MetricFamily(
         name="cirr",
@@ -113,6 +121,7 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
                   "Recall_subset@1": "Recall_subset@1"},
         primary="Recall@1",
         shown=("Recall@1", "Recall@10", "Recall_subset@1"),
+        failure_views="cir_demo.benchmarks.failure_views:CIRR",
     ),
     MetricFamily(
         name="fashioniq",
@@ -121,6 +130,7 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         headline={"Recall@10": "Recall@10_pooled", "Recall@50": "Recall@50_pooled"},
         primary="Recall@10",
         shown=("Recall@10", "Recall@50"),
+        failure_views="cir_demo.benchmarks.failure_views:FASHIONIQ",
     ),
     MetricFamily(
         name="icir",
@@ -129,6 +139,7 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         headline={"AP": "mAP"},
         primary="AP",
         shown=("AP",),
+        failure_views="cir_demo.benchmarks.failure_views:ICIR",
     ),
 )}
 

@@ -7,7 +7,7 @@ goes through `RetrievalEngine`, so a ranking shown in the app is the ranking the
 
     loader = ServiceLoader(ServiceConfig(benchmark="world"))   # loads in a thread
     service = loader.wait()
-    service.find_queries("dress", {"intent_category": "Swap"}, sort="negatives")
+    service.find_queries("dress", {"intent_category": "Swap"}, sort="negatives")   # or "worst", "diff:A,B"
     cmp = service.compare("w00001", ["world-cir", "world-clip-image"], k=10, rerank=True, top_n=20)
     img, notes = validate_upload("photo.heic")                  # UploadError names the file and problem
 
@@ -20,10 +20,10 @@ metrics of a shown ranking), `images` (thumbnail and pixel stores, the warmer pr
 folders and reports), `service` (`ExplorerService`), `loader` (building it, in the background).
 """
 from cir_demo.explorer.config import (FILTER_FIELDS, MAX_COLUMNS, MAX_QUERY_ROWS, MODALITY_LABELS, NO_VALUE,
-                                      REFERENCE_PX, SEARCH_K, SORTS, TILE_PX,
+                                      REFERENCE_PX, SEARCH_K, TILE_PX,
                                       ServiceConfig, ServiceError, UploadError,
                                       default_retrievers, resolve_reranker, retriever_modality)
-from cir_demo.explorer.failures import failure_scores, negatives_in_top10, sort_queries
+from cir_demo.explorer.failures import SortChoice, SortContext, negatives_in_top10, sort_choices, sort_rows
 from cir_demo.explorer.images import (PixelCachedStore, ThumbnailStore, encode_jpeg_data_uri, start_image_warmer,
                                       warm_images, warm_thumbnails)
 from cir_demo.explorer.loader import LoadStatus, RememberingStore, ServiceLoader, build_service
@@ -37,9 +37,9 @@ from cir_demo.explorer.views import (Column, Comparison, Paraphrase, QueryList, 
 
 __all__ = [
     "FILTER_FIELDS", "MAX_COLUMNS", "MAX_QUERY_ROWS", "MODALITY_LABELS", "NO_VALUE", "REFERENCE_PX",
-    "SEARCH_K", "SORTS", "TILE_PX",
+    "SEARCH_K", "TILE_PX",
     "ServiceConfig", "ServiceError", "UploadError", "default_retrievers", "resolve_reranker", "retriever_modality",
-    "failure_scores", "negatives_in_top10", "sort_queries",
+    "SortChoice", "SortContext", "negatives_in_top10", "sort_choices", "sort_rows",
     "PixelCachedStore", "ThumbnailStore", "encode_jpeg_data_uri", "start_image_warmer", "warm_images", "warm_thumbnails",
     "LoadStatus", "RememberingStore", "ServiceLoader", "build_service",
     "filter_choices", "filter_queries", "filter_value", "query_table",

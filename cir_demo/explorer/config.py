@@ -22,6 +22,9 @@ FILTER_FIELDS = {
     "domain": "Domain",
     "is_single": "Reference images",
     "skin_tone_bucket": "Skin tone (reference)",
+    "category": "Category",  # FashionIQ
+    "length_category": "Caption length",  # CIRR
+    "instance": "Instance",  # i-CIR
 }
 SINGLE_LABELS = {True: "single image", False: "two images"}
 # PinPoint's skin-tone buckets of the reference image, on the Monk skin tone scale (1 lightest .. 10 darkest)
@@ -29,15 +32,6 @@ SKIN_TONE_LABELS = {"LIGHTEST": "lightest (Monk 1-3)", "SECOND_LIGHTEST": "secon
                     "SECOND_DARKEST": "second darkest (Monk 6-7)", "DARKEST": "darkest (Monk 8-10)"}
 NO_VALUE = "(none)"
 
-SORTS = {
-    "order": "Benchmark order",
-    "negatives": "Explicit negatives in the top 10 (most first)",
-    "spread": "Largest paraphrase spread (AP@10 max − min)",
-    "two_image": "Two-image queries (lowest AP@10 first)",
-    "rerank_helped": "Reranker helped most (AP@10 gain)",
-    "rerank_hurt": "Reranker hurt most (AP@10 loss)",
-    "shortcut": "Modality shortcut (image-only or text-only beats composed)",
-}
 
 class ServiceError(Exception):
     """A request the service cannot answer as asked; the message is written for the user."""

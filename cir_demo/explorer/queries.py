@@ -8,22 +8,26 @@ import numpy as np
 import pandas as pd
 
 from cir_demo.benchmarks.schema import SKIN_TONE_BUCKETS, Benchmark
+from cir_demo.benchmarks.scoped import subset_of
 from cir_demo.explorer.config import FILTER_FIELDS, NO_VALUE, SINGLE_LABELS, SKIN_TONE_LABELS, ServiceError
 
 
 def query_table(benchmark: Benchmark) -> pd.DataFrame:
-    """One row per query: query_id, group_id, instruction, n_refs, the filter fields, paraphrase index."""
+    """One row per query: query_id, group_id, instruction, n_refs, n_negatives, n_subset (CIRR's img_set
+    members), the filter fields, paraphrase index."""
     rows = []
     position: dict[str, int] = {}
     for q in benchmark.queries:
         idx = position.get(q.group_id, 0)
         position[q.group_id] = idx + 1
         row = {"query_id": q.query_id, "group_id": q.group_id, "instruction": q.instruction,
-               "n_refs": len(q.reference_ids), "paraphrase": idx}
+               "n_refs": len(q.reference_ids), "n_negatives": len(q.negatives),
+               "n_subset": len(subset_of(q.judgments)), "paraphrase": idx}
         for key in FILTER_FIELDS:
             row[key] = filter_value(key, q.meta.get(key))
         rows.append(row)
-    return pd.DataFrame(rows, columns=["query_id", "group_id", "instruction", "n_refs", "paraphrase", *FILTER_FIELDS])
+    return pd.DataFrame(rows, columns=["query_id", "group_id", "instruction", "n_refs", "n_negatives", "n_subset",
+                                       "paraphrase", *FILTER_FIELDS])
 
 
 def filter_value(key: str, value: Any) -> str:

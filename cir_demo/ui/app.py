@@ -108,7 +108,7 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
     out["upload:retrievers"] = gr.update(choices=service.retriever_names, value=service.retriever_names[:MAX_COLUMNS])
     out["upload:rerank"] = explore.rerank_controls(service)["rerank"]
     rep = report.show_report(service, None, pending)
-    out["sort"] = gr.update(choices=explore.sort_choices(pending))
+    out["sort"] = explore.sort_update(service, pending)
     out.update({f"report:{k}": v for k, v in rep.items()})
     return out
 
@@ -234,7 +234,7 @@ def _wire_background_run(loader: ServiceLoader, status, ex, rp, get_service, get
             return skip_all  # unchanged: an open sort list is not redrawn under the visitor's pointer
         service = get_service()
         head = (status_markdown(service, loader.status(), pending),
-                gr.update(choices=explore.sort_choices(pending), value=sort or "order"), pending.ready,
+                explore.sort_update(service, pending, sort or "order"), pending.ready,
                 gr.Timer(active=not pending.ready), key)
         if not pending.ready or was_ready:
             # a failure sort picked meanwhile: its info line counts on with the status line

@@ -277,7 +277,6 @@ def test_fresh_start_computes_every_sort_and_the_report_in_the_background(browse
     import subprocess
     import sys
 
-    from cir_demo.explorer import SORTS
 
     data, port = tmp_path / "data", free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CIR_DEMO_")}
@@ -301,9 +300,10 @@ def test_fresh_start_computes_every_sort_and_the_report_in_the_background(browse
         page.wait_for_function("document.querySelector('#cir-status').innerText.includes('failure sorts and report: ready')",
                                timeout=300_000)
         assert (data / "runs").is_dir() and any((d / "metrics.csv").is_file() for d in (data / "runs").iterdir())
-        for key, label in SORTS.items():
-            if key == "order":
-                continue
+        from cir_demo.benchmarks.failure_views import SORT_LABELS
+
+        for key in ("worst", "negatives", "spread", "two_image", "rerank_helped", "rerank_hurt", "shortcut"):
+            label = SORT_LABELS[key].format(primary="AP@10")
             page.locator("#cir-sort input").click()
             page.get_by_role("option", name=label, exact=True).click()
             page.wait_for_function("(t) => document.querySelector('#cir-list-info').innerText.includes(t)",

@@ -102,8 +102,8 @@ def check_sort(name: str, ctx: SortContext) -> str:
         if unknown or a == b:
             raise ServiceError(f"sort {name!r}: A and B must be two different runs of {', '.join(ctx.runs) or '(none)'}")
     if name not in by_name:
-        offered = ", ".join(["benchmark", *(c.name for c in choices if c.available and not c.name.startswith(DIFF_PREFIX)),
-                             "diff:A,B"])
+        own = [c.name for c in choices if c.available and c.name != "order" and not c.name.startswith(DIFF_PREFIX)]
+        offered = ", ".join(["benchmark", *own, *(["diff:A,B"] if len(ctx.runs) > 1 else [])])
         raise ServiceError(f"unknown sort {name!r}; this benchmark offers: {offered}")
     if not by_name[name].available:
         raise ServiceError(f"sort {name!r} returns nothing here: {by_name[name].reason}")

@@ -72,7 +72,7 @@ def _world_export(tmp_path_factory, kind: str):
     if kind == "cirr":
         from cir_demo.benchmarks.cirr import export_cirr, load_cirr
 
-        export_cirr(world, root, skip_two_image=True)
+        export_cirr(world, root, image_mode="render", skip_two_image=True)  # the explorer opens the references
         return root, load_cirr(root)
     from cir_demo.benchmarks.fashioniq import export_fashioniq, load_fashioniq
 
@@ -127,3 +127,60 @@ def test_every_family_columns_equal_per_query_csv(tmp_path, tmp_path_factory, wo
         assert shown.nunique() > 1, case  # the compared numbers are informative
         families.add(bench.metric_family)
     assert families == set(FAMILIES)  # every family is covered
+
+
+@pytest.fixture()
+def cirr_service(world_cirr, tmp_path):
+    """An explorer over the world exported to CIRR whose columns are two results files (precomputed rankings)."""
+    from cir_demo.engine import RetrievalEngine
+    from cir_demo.explorer import ExplorerService
+    from cir_demo.retrievers import registry
+
+    root, bench = world_cirr
+    runs = {"cons-a": rankings(bench, 0), "cons-b": rankings(bench, 1)}
+    for name, run in runs.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(run))
+        registry.register_config({"name": name, "family": "precomputed",
+                                  "params": {"path": str(tmp_path / f"{name}.json"), "format": "circo"}}, replace=True)
+    engine = RetrievalEngine(bench, list(runs), progress=False)
+    try:
+        yield ExplorerService(bench, engine, list(runs), reranker=None, thumbnails_on_disk=False), runs
+    finally:
+        engine.close()
+        for name in runs:
+            registry.unregister(name)
+
+
+def test_cirr_compare_shows_official_ranks_and_the_eval_numbers(cirr_service, world_cirr, tmp_path):
+    service, runs = cirr_service
+    root, bench = world_cirr
+    table = eval_per_query(["--benchmark", "cirr", "--root", str(root)], runs, tmp_path)
+    rows = table.set_index(["run", "query_id"])
+    hits = 0
+    for q in bench.queries[:60]:
+        cmp = service.compare(q.query_id, list(runs), k=10)
+        for col in cmp.columns:
+            assert col.error is None, col.error
+            row = rows.loc[(col.retriever, q.query_id)]
+            for metric, value in col.metrics.items():
+                assert value == pytest.approx(float(row[metric]), abs=5.1e-7), (col.retriever, q.query_id, metric)
+            shown = [t.image_id for t in col.tiles]
+            assert q.reference_ids[0] not in shown  # the protocol deletes it
+            official = [x for x in runs[col.retriever][q.query_id] if x != q.reference_ids[0]]
+            assert [t.rank for t in col.tiles] == list(range(1, len(shown) + 1)) and shown == official[:10]
+            targets = [t.rank for t in col.tiles if t.judgment == "positive"]
+            assert bool(targets) == (col.metrics["Recall@10"] == 1.0)
+            if targets:
+                assert targets == [int(row["target_rank"])]
+                hits += 1
+            if runs[col.retriever][q.query_id][0] == q.reference_ids[0]:
+                assert "left out" in (col.note or "")
+            members = set(q.judgments.subset) - {q.reference_ids[0]}
+            assert {t.image_id for t in col.tiles if "img_set" in t.marks} == members & set(shown)
+    assert hits > 3
+    assert "target" in dict(service.query_view(bench.queries[0].query_id).facts)["judgments"]
+    names = [c.name for c in service.sorts() if c.available]
+    assert "diff:cons-a,cons-b" in names and "negatives" not in names and "reference_first" in names
+    listed = service.sorted_queries("diff:cons-a,cons-b", limit=10_000)
+    gain = {q: float(rows.loc[("cons-a", q), "Recall@1"] - rows.loc[("cons-b", q), "Recall@1"]) for q in listed.rows["query"]}
+    assert list(gain.values()) == sorted(gain.values(), reverse=True) and max(gain.values()) == 1.0

@@ -219,3 +219,32 @@ def test_query_view_and_listing(service):
     listed = service.find_queries("", {"is_single": "two images"}, "two_image")
     assert set(listed.rows["refs"]) == {2}
     assert listed.total == sum(len(x.reference_ids) == 2 for x in service.benchmark.queries)
+
+
+def test_columns_and_paraphrase_table_rank_the_templated_text_as_eval_does(tiny_setup):
+    """A retriever with a query template for the benchmark: the column and the paraphrase table rank the
+    template's text (`engine.benchmark_query`), the ranking `--eval`'s `run_benchmark` scores."""
+    from cir_demo.retrievers import registry
+
+    _, names = tiny_setup
+    cfg = registry.get_config(names[0])
+    cfg.update(name="tiny-ui-templated", query_templates={"world": "a picture, then: {instruction}"})
+    registry.register_config(cfg, replace=True)
+    svc = build_tiny_service(["tiny-ui-templated"], reranker="none", limit_groups=4)
+    try:
+        name, engine = "tiny-ui-templated", svc.engine
+        queries = svc.benchmark.queries[:12]
+        assert engine.benchmark_query(name, queries[0]).text == f"a picture, then: {queries[0].instruction}"
+        run, _ = engine.run_benchmark(name, queries=queries, k=50)
+        plain = [engine.search(name, [engine.composed(q)], k=50)[0].ids for q in queries]
+        assert any(p != run[q.query_id] for p, q in zip(plain, queries))  # the template changes rankings here
+        for q in queries:
+            assert svc.compare(q.query_id, [name], k=10).columns[0].ranking == run[q.query_id]
+        group = svc.benchmark.paraphrases(queries[0].query_id)
+        table = svc.paraphrase_table(queries[0].query_id, [name])
+        group_run, _ = engine.run_benchmark(name, queries=group, k=50)
+        want = [query_metrics(group_run[p.query_id], p)["AP@10"] for p in group]
+        assert table[name].tolist()[:-1] == pytest.approx(want)
+    finally:
+        svc.engine.close()
+        registry.unregister("tiny-ui-templated")

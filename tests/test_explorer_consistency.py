@@ -64,31 +64,32 @@ def assert_columns_equal_per_query_csv(bench, runs: dict[str, dict], table: pd.D
     return checked
 
 
-def _world_export(tmp_path_factory, kind: str):
+def world_export(tmp_path_factory, kind: str, image_mode: str = "none", groups: int = 25):
+    """(folder, benchmark) of the first `groups` intents of the tiny world exported to CIRR or FashionIQ."""
     from cir_demo.world import load_world
 
-    root = tmp_path_factory.mktemp(f"cons_{kind}")
-    world = load_world(size="tiny", progress=False).limit(25)
+    root = tmp_path_factory.mktemp(f"export_{kind}")
+    world = load_world(size="tiny", progress=False).limit(groups)
     if kind == "cirr":
         from cir_demo.benchmarks.cirr import export_cirr, load_cirr
 
-        export_cirr(world, root, image_mode="render", skip_two_image=True)  # the explorer opens the references
+        export_cirr(world, root, image_mode=image_mode, skip_two_image=True)
         return root, load_cirr(root)
     from cir_demo.benchmarks.fashioniq import export_fashioniq, load_fashioniq
 
-    export_fashioniq(world, root, skip_two_image=True)
+    export_fashioniq(world, root, image_mode=image_mode, skip_two_image=True)
     return root, load_fashioniq(root)
 
 
 @pytest.fixture(scope="module")
 def world_cirr(tmp_path_factory):
-    return _world_export(tmp_path_factory, "cirr")
+    return world_export(tmp_path_factory, "cirr", image_mode="render")  # the explorer opens the references
 
 
 def test_every_family_columns_equal_per_query_csv(tmp_path, tmp_path_factory, world_cirr):
     from cir_demo.benchmarks.registry import load_benchmark
 
-    fiq_root, _ = _world_export(tmp_path_factory, "fiq")
+    fiq_root, _ = world_export(tmp_path_factory, "fashioniq")
     (tmp_path / "icir").mkdir()
     make_icir(tmp_path / "icir" / "data")
     (tmp_path / "edir").mkdir()

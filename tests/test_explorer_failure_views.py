@@ -19,6 +19,8 @@ from cir_demo.cli import main
 from cir_demo.explorer import ServiceError, SortContext, query_table, sort_choices, sort_rows
 from cir_demo.explorer.views import protocol_scope
 
+from test_explorer_consistency import world_export
+
 
 def write_ranked(path: Path, rankings: dict[str, list[str]]) -> Path:
     """A run dict whose scores fall strictly down each ranking (so the file's order is the ranking)."""
@@ -49,12 +51,7 @@ def shuffled_rankings(bench, seed: int) -> dict[str, list[str]]:
 # --------------------------------------------------------------------------- CIRR on the exported world
 @pytest.fixture(scope="module")
 def world_cirr(tmp_path_factory):
-    from cir_demo.benchmarks.cirr import export_cirr, load_cirr
-    from cir_demo.world import load_world
-
-    root = tmp_path_factory.mktemp("fv_cirr")
-    export_cirr(load_world(size="tiny", progress=False).limit(30), root, skip_two_image=True)
-    return root, load_cirr(root)
+    return world_export(tmp_path_factory, "cirr", groups=30)
 
 
 def test_cirr_diff_sort_ranks_targets_as_clip4cir_and_a_s_wins_first(world_cirr, tmp_path):
@@ -92,13 +89,17 @@ def test_cirr_diff_sort_ranks_targets_as_clip4cir_and_a_s_wins_first(world_cirr,
 def test_unknown_sort_lists_what_the_benchmark_offers(world_cirr, tmp_path, capsys):
     root, bench = world_cirr
     fa = write_ranked(tmp_path / "A.json", shuffled_rankings(bench, 0))
-    assert main(["failures", "--benchmark", "cirr", "--root", str(root), "--results-json", str(fa),
+    fb = write_ranked(tmp_path / "B.json", shuffled_rankings(bench, 1))
+    assert main(["failures", "--benchmark", "cirr", "--root", str(root), "--results-json", str(fa), str(fb),
                  "--sort", "negatives", "--out", str(tmp_path / "f.csv")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "unknown sort 'negatives'" in err
     for name in ("benchmark", "worst", "diff:A,B", "target_rank", "reference_first", "subset_rank"):
         assert name in err
     assert not (tmp_path / "f.csv").exists()
+    assert main(["failures", "--benchmark", "cirr", "--root", str(root), "--results-json", str(fa),
+                 "--sort", "diff:A,B", "--out", str(tmp_path / "f.csv")]) == 2  # one run: no pair
+    assert "two different runs of A" in capsys.readouterr().err
 
 
 def test_cirr_tiles_leave_the_reference_out_and_mark_the_img_set(world_cirr):
@@ -117,12 +118,7 @@ def test_cirr_tiles_leave_the_reference_out_and_mark_the_img_set(world_cirr):
 # --------------------------------------------------------------------------- FashionIQ
 @pytest.fixture(scope="module")
 def world_fiq(tmp_path_factory):
-    from cir_demo.benchmarks.fashioniq import export_fashioniq, load_fashioniq
-    from cir_demo.world import load_world
-
-    root = tmp_path_factory.mktemp("fv_fiq")
-    export_fashioniq(load_world(size="tiny", progress=False).limit(30), root, skip_two_image=True)
-    return root, load_fashioniq(root)
+    return world_export(tmp_path_factory, "fashioniq", groups=30)
 
 
 def test_fashioniq_target_rank_is_the_rank_within_the_category_gallery(world_fiq, tmp_path):

@@ -4,7 +4,8 @@ A benchmark names its family (`Benchmark.metric_family`); the family names the m
 whose `per_query` and `aggregate` reproduce the official evaluator (imported only when scoring,
 so this table stays plain data), the official CSV columns, the headline metrics that get
 confidence intervals, the per-query metrics the app shows under each ranking, the results-file
-format its official evaluator reads, and the plots and report sections only it has.
+format its official evaluator reads, the plots and report sections only it has, and its failure
+views (the explorer's sorts, tile scope and wording: benchmarks/failure_views.py).
 
 A new family is its metrics module plus one row of `FAMILIES`; the harness, the results files
 and the app ask the row, never the family's name. Plots and report sections are

@@ -14,7 +14,8 @@ goes through `RetrievalEngine`, so a ranking shown in the app is the ranking the
 Heavy libraries (torch, faiss, open_clip) load inside the engine, on first use.
 
 Modules, one concern each: `config` (what is served, defaults, error types), `queries` (query
-table, search, filters), `failures` (failure measures and sorts), `ranking_metrics` (per-query
+table, search, filters), `failures` (the failure sorts, declared per metric family in
+benchmarks/failure_views.py), `cli` (`python -m cir_demo failures`), `ranking_metrics` (per-query
 metrics of a shown ranking), `images` (thumbnail and pixel stores, the warmer process),
 `uploads` (validating uploaded images), `views` (the dataclasses returned), `runs` (eval run
 folders and reports), `service` (`ExplorerService`), `loader` (building it, in the background).

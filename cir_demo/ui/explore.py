@@ -95,7 +95,8 @@ instruction alone (baselines that show whether composing matters).
 a positive, summed, over min(positives, 10); 1 = every positive first); **P@10** = positives among the top
 10, divided by 10; **NegRecall@10** = explicit negatives in the top 10 over min(negatives, 10): lower is
 better. **mAP@10** (the Report's headline) = AP@10 averaged over the queries; the Report's other columns are
-defined under its table. The **reranker** rescores each column's top n with P(yes) and reorders them. The world judge also
+defined under its table. On another benchmark the columns show its own metrics (CIRR: Recall@k once the reference
+is deleted; FashionIQ: Recall@k within the category's gallery; ...), defined in the legend above the results. The **reranker** rescores each column's top n with P(yes) and reorders them. The world judge also
 answers **near miss?** (the wanted item with one thing wrong) and ranks by P(yes) − 2 × P(near miss): a near
 miss is the costliest wrong answer, so it goes below off-topic images.
 """

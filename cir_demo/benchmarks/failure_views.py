@@ -64,6 +64,10 @@ class FailureViews:
     positive_word: str = "positive"  # the tile badge of a judged positive
     negative_word: str = "explicit negative"
     legend: Mapping[str, str] = field(default_factory=dict)  # per-column metric -> what it means
+    filters: Mapping[str, str] = field(default_factory=dict)  # query meta key -> label: filters of this family
+    # the family's own sorts beyond those cir_demo/explorer/failures.py implements: name -> (label,
+    # "module:function"), the function (per_query, ctx) -> (keep, key, why) as failures.py's sorts
+    extra_sorts: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     def judgments_line(self, q: Query) -> str:
         """The query's judgments in the family's words (the query header's "judgments" line)."""
@@ -81,6 +85,7 @@ class FailureViews:
         return text + where
 
 
+GENERIC = FailureViews(sorts=())  # a family that declares none: the common sorts only
 PINPOINT = FailureViews(
     sorts=("negatives", "spread", "two_image"),
     measures=("NegRecall@10", "n_neg"),
@@ -115,6 +120,7 @@ CIRR = FailureViews(
     scope="reference_deleted",
     target_rank=True,
     positive_word="target",
+    filters={"length_category": "Caption length"},
     legend={"Recall@1": "1 when the target is first once the reference is deleted",
             "Recall@10": "1 when the target is in the top 10 once the reference is deleted",
             "Recall_subset@1": "1 when the target is first among the img_set members"},
@@ -127,6 +133,7 @@ FASHIONIQ = FailureViews(
     scope="gallery",
     target_rank=True,
     positive_word="target",
+    filters={"category": "Category"},
     legend={"Recall@10": "1 when the target is in the top 10 of the category's gallery",
             "Recall@50": "1 when the target is in the top 50 of the category's gallery"},
 )
@@ -134,6 +141,7 @@ ICIR = FailureViews(
     sorts=("worst_instances",),
     measures=("instance",),
     scope="gallery",
+    filters={"instance": "Instance"},
     negative_word="",
     legend={"AP": "average precision over the instance's database (trapezoidal, as the reference code)"},
 )

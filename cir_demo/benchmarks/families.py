@@ -50,7 +50,7 @@ class MetricFamily:
     # "module:function" writing the reranking section of the report (see above)
     rerank_section: str = "cir_demo.harness.pipeline:rerank_section"
     # "module:attribute" naming the family's `FailureViews` (the explorer's sorts, tile scope, wording)
-    failure_views: str = "cir_demo.benchmarks.failure_views:PINPOINT"
+    failure_views: str = "cir_demo.benchmarks.failure_views:GENERIC"
 
     def metrics_module(self):
         return importlib.import_module(self.module)
@@ -94,6 +94,7 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         plots=("cir_demo.harness.plots:precision_vs_safety", "cir_demo.harness.plots:paraphrase_sensitivity"),
         report_sections=("cir_demo.harness.report:linguistic_sensitivity",),
         rerank_section="cir_demo.harness.pipeline:pinpoint_rerank_section",
+        failure_views="cir_demo.benchmarks.failure_views:PINPOINT",
     ),
     MetricFamily(
         name="circo",

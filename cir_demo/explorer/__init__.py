@@ -23,7 +23,7 @@ folders and reports), `service` (`ExplorerService`), `loader` (building it, in t
 from cir_demo.explorer.config import (FILTER_FIELDS, MAX_COLUMNS, MAX_QUERY_ROWS, MODALITY_LABELS, NO_VALUE,
                                       REFERENCE_PX, SEARCH_K, TILE_PX,
                                       ServiceConfig, ServiceError, UploadError,
-                                      default_retrievers, resolve_reranker, retriever_modality)
+                                      default_retrievers, filter_fields, resolve_reranker, retriever_modality)
 from cir_demo.explorer.failures import SortChoice, SortContext, negatives_in_top10, sort_choices, sort_rows
 from cir_demo.explorer.images import (PixelCachedStore, ThumbnailStore, encode_jpeg_data_uri, start_image_warmer,
                                       warm_images, warm_thumbnails)
@@ -39,7 +39,7 @@ from cir_demo.explorer.views import (Column, Comparison, Paraphrase, QueryList, 
 __all__ = [
     "FILTER_FIELDS", "MAX_COLUMNS", "MAX_QUERY_ROWS", "MODALITY_LABELS", "NO_VALUE", "REFERENCE_PX",
     "SEARCH_K", "TILE_PX",
-    "ServiceConfig", "ServiceError", "UploadError", "default_retrievers", "resolve_reranker", "retriever_modality",
+    "ServiceConfig", "ServiceError", "UploadError", "default_retrievers", "filter_fields", "resolve_reranker", "retriever_modality",
     "SortChoice", "SortContext", "negatives_in_top10", "sort_choices", "sort_rows",
     "PixelCachedStore", "ThumbnailStore", "encode_jpeg_data_uri", "start_image_warmer", "warm_images", "warm_thumbnails",
     "LoadStatus", "RememberingStore", "ServiceLoader", "build_service",

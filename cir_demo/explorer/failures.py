@@ -20,6 +20,7 @@ from cir_demo.benchmarks.failure_views import (BENCHMARK_ORDER_ALIASES, COMMON_S
 from cir_demo.benchmarks.families import MetricFamily
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
 from cir_demo.explorer.config import ServiceError
+from cir_demo.utils.names import resolve_ref
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,8 @@ def _label(name: str, ctx: SortContext) -> str:
     if name.startswith(DIFF_PREFIX):
         a, b = split_diff(name)
         return diff_label(a, b, ctx.primary)
-    return SORT_LABELS[name].format(primary=ctx.primary)
+    extra = ctx.family.views().extra_sorts
+    return extra[name][0] if name in extra else SORT_LABELS[name].format(primary=ctx.primary)
 
 
 def _missing(name: str, ctx: SortContext) -> str:
@@ -76,7 +78,7 @@ def _missing(name: str, ctx: SortContext) -> str:
 def sort_choices(ctx: SortContext) -> list[SortChoice]:
     """Every sort of the family, A vs B for each ordered pair of runs, with whether it has data."""
     names = [*COMMON_SORTS[:2], *(diff_sort(a, b) for a in ctx.runs for b in ctx.runs if a != b),
-             *COMMON_SORTS[2:], *ctx.family.views().sorts]
+             *COMMON_SORTS[2:], *ctx.family.views().sorts, *ctx.family.views().extra_sorts]
     out = []
     for name in names:
         reason = _missing(name, ctx)
@@ -297,6 +299,15 @@ SORT_FUNCTIONS: dict[str, SortFn] = {
 }
 
 
+def _sort_function(name: str, ctx: SortContext) -> SortFn:
+    if name.startswith(DIFF_PREFIX):
+        return _diff(*split_diff(name))
+    extra = ctx.family.views().extra_sorts
+    if name in extra:
+        return resolve_ref(extra[name][1], f"metric family {ctx.family.name!r} sort {name!r}")
+    return SORT_FUNCTIONS[name]
+
+
 def sort_rows(rows: pd.DataFrame, per_query: pd.DataFrame | None, name: str, ctx: SortContext) -> tuple[pd.DataFrame, str]:
     """Order (and for failure sorts, keep only the failing) `rows` of the query table by sort `name`.
 
@@ -309,7 +320,7 @@ def sort_rows(rows: pd.DataFrame, per_query: pd.DataFrame | None, name: str, ctx
         return rows, ""
     if per_query is None or not len(per_query):
         raise ServiceError("failure sorts need per-query results of the runs (none are loaded)")
-    fn = _diff(*split_diff(name)) if name.startswith(DIFF_PREFIX) else SORT_FUNCTIONS[name]
+    fn = _sort_function(name, ctx)
     keep, key, why = fn(per_query, ctx)
     ids = rows["query_id"]
     rows["why"] = why.reindex(ids).fillna("").to_numpy()

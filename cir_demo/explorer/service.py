@@ -13,8 +13,9 @@ import pandas as pd
 from cir_demo.benchmarks.families import metric_family
 from cir_demo.benchmarks.registry import RERANK_SUFFIX, declared_defaults
 from cir_demo.benchmarks.schema import Benchmark, Query
-from cir_demo.explorer.config import (FILTER_FIELDS, MAX_COLUMNS, MAX_QUERY_ROWS, NO_VALUE, REFERENCE_PX,
-                                     SEARCH_K, TILE_PX, ServiceConfig, ServiceError, retriever_modality)
+from cir_demo.explorer.config import (MAX_COLUMNS, MAX_QUERY_ROWS, NO_VALUE, REFERENCE_PX,
+                                     SEARCH_K, TILE_PX, ServiceConfig, ServiceError, filter_fields,
+                                     retriever_modality)
 from cir_demo.explorer.failures import SortChoice, SortContext, per_query_frame, sort_choices, sort_rows
 from cir_demo.explorer.images import ThumbnailStore, encode_jpeg_data_uri, thumbnail_db_path
 from cir_demo.explorer.queries import filter_choices, filter_queries, filter_value, query_table
@@ -44,8 +45,9 @@ class ExplorerService:
         self.reranker_note = reranker_note
         self.family = metric_family(benchmark.metric_family)  # per-column metrics: its `shown` columns
         self.views = self.family.views()  # its sorts, tile scope and wording
-        self.table = query_table(benchmark)
-        self._filter_choices = filter_choices(self.table)
+        self.filter_fields = filter_fields(self.views)  # the common filters, then the family's
+        self.table = query_table(benchmark, self.filter_fields)
+        self._filter_choices = filter_choices(self.table, self.filter_fields)
         fp = engine.fingerprint
         self.tiles = ThumbnailStore(engine.open_image, thumbnail_db_path(fp, TILE_PX) if thumbnails_on_disk else None, TILE_PX)
         self.references = ThumbnailStore(engine.open_image, thumbnail_db_path(fp, REFERENCE_PX) if thumbnails_on_disk else None,
@@ -148,7 +150,7 @@ class ExplorerService:
         thumbs = self.references.get_many(list(q.reference_ids))
         meta = q.meta
         facts = [("query", q.query_id), ("intent", q.group_id)]
-        for key, label in FILTER_FIELDS.items():
+        for key, label in self.filter_fields.items():
             value = meta.get(key)
             if value is not None:
                 facts.append((label, filter_value(key, value)))

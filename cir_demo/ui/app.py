@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import gradio as gr
 
-from cir_demo.explorer import (FILTER_FIELDS, MAX_COLUMNS, ExplorerService, ServiceConfig, ServiceError,
+from cir_demo.explorer import (MAX_COLUMNS, ExplorerService, ServiceConfig, ServiceError, filter_fields,
                                ServiceLoader)
 from cir_demo.ui import explore, report, upload
 from cir_demo.ui.controls import CONTROLS_JS
@@ -82,7 +82,7 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
     s = parsed.state
     out: dict[str, Any] = {}
     choices = service.filter_choices()
-    for key in FILTER_FIELDS:
+    for key in filter_fields():  # the dropdowns create_ui made: every family's filters
         values = choices.get(key, [])
         out[f"filter:{key}"] = gr.update(choices=[explore.ANY, *values], value=explore.ANY, visible=bool(values))
     listing = explore.list_queries(service, "", {}, "order")

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import gradio as gr
 import pandas as pd
 
-from cir_demo.explorer import FILTER_FIELDS, MAX_COLUMNS, ExplorerService, ServiceError
+from cir_demo.explorer import FILTER_FIELDS, MAX_COLUMNS, ExplorerService, ServiceError, filter_fields
 from cir_demo.ui import components
 from cir_demo.ui.controls import clamp, number_slider
 from cir_demo.ui.gpu import on_gpu
@@ -116,7 +116,7 @@ def create_ui() -> ExploreUI:
                                label="Sort by failure", elem_id="cir-sort")
             with gr.Accordion("Filters (intent type, domain, skin tone, ...)", open=False, elem_id="cir-filters"):
                 filters = {key: gr.Dropdown([ANY], value=ANY, label=label, elem_id=f"cir-filter-{key}")
-                           for key, label in FILTER_FIELDS.items()}
+                           for key, label in filter_fields().items()}  # those of every family; hidden when empty
             list_info = gr.Markdown(elem_id="cir-list-info")
             query_list = gr.Dataframe(headers=LIST_COLUMNS, interactive=False, max_height=480, wrap=True,
                                       label="Queries (click a row to open it)", elem_id="cir-query-list",

@@ -100,6 +100,13 @@ def test_unknown_sort_lists_what_the_benchmark_offers(world_cirr, tmp_path, caps
     assert main(["failures", "--benchmark", "cirr", "--root", str(root), "--results-json", str(fa),
                  "--sort", "diff:A,B", "--out", str(tmp_path / "f.csv")]) == 2  # one run: no pair
     assert "two different runs of A" in capsys.readouterr().err
+    assert main(["failures", "--benchmark", "cirr", "--root", str(root), "--results-json", str(fa),
+                 "--out", str(tmp_path)]) == 2  # a folder: refused, nothing written or removed
+    assert "is a folder" in capsys.readouterr().err and fa.is_file()
+    with pytest.raises(SystemExit) as done:
+        main(["failures", "--help"])
+    assert done.value.code == 0
+    assert "cirr: target_rank, reference_first, subset_rank" in " ".join(capsys.readouterr().out.split())
 
 
 def test_cirr_tiles_leave_the_reference_out_and_mark_the_img_set(world_cirr):

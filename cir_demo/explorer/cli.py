@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 from cir_demo.benchmarks.cli_args import add_benchmark_arguments, load_benchmark_from_args
-from cir_demo.benchmarks.failure_views import SORT_LABELS
 from cir_demo.results.files import FORMAT_CHOICES
 
 
@@ -25,11 +24,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="results files (any format --eval reads, detected per file); the run name is the file stem")
     p.add_argument("--results-format", default="auto", choices=FORMAT_CHOICES)
     p.add_argument("--sort", default="worst",
-                   help="benchmark, worst, diff:A,B (A's largest gain over B first) or a sort of the benchmark's "
-                        "family (an unknown name lists those this benchmark offers); default: worst. Sorts: "
-                        + ", ".join(n for n in SORT_LABELS if n != "order"))
+                   help="benchmark, worst, diff:A,B (A's largest gain over B first), all_fail, rerank_helped, "
+                        "rerank_hurt (with <run>+rerank files), or a sort of the benchmark's family: "
+                        + family_sorts() + ". An unknown name lists those this benchmark offers. Default: worst")
     p.add_argument("--top", type=int, default=None, help="only the first N queries of the sort")
     p.add_argument("--out", required=True, help="the CSV file to write (written atomically)")
+
+
+def family_sorts() -> str:
+    """'pinpoint: negatives, spread, two_image; cirr: ...' (the --help list)."""
+    from cir_demo.benchmarks.families import FAMILIES
+
+    return "; ".join(f"{name}: {', '.join([*f.views().sorts, *f.views().extra_sorts]) or '(none)'}"
+                     for name, f in FAMILIES.items())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.top is not None and args.top < 1:
         print(f"error: --top must be a positive integer, got {args.top}", file=sys.stderr)
+        return 2
+    if Path(args.out).is_dir():
+        print(f"error: --out {args.out} is a folder; name the CSV file to write", file=sys.stderr)
         return 2
     try:
         bench = load_benchmark_from_args(args)

@@ -137,7 +137,7 @@ def create_ui() -> ExploreUI:
             message = gr.Markdown(elem_id="cir-message")
             results = gr.HTML(elem_id="cir-results", css_template=components.CSS)
             table = gr.Dataframe(interactive=False, label="Paraphrase sensitivity: the benchmark's primary metric "
-                                 "(AP@10 on the world) of each phrasing (first stage)",
+                                 "(AP@10 on the world; its name heads the table) of each phrasing (first stage)",
                                  elem_id="cir-paraphrase-table", wrap=True)  # in the hidden body until it has data
             with gr.Accordion("Reranker prompt (exactly what the reranker is asked)", open=False):
                 prompt = gr.Textbox(lines=14, max_lines=40, show_label=False, interactive=False, elem_id="cir-prompt",
@@ -219,7 +219,9 @@ def show_view(service: ExplorerService, query_id: str, retrievers: list[str] | N
         table = pd.DataFrame()
     else:
         comparison = service.compare(query_id, names, k=k, rerank=rerank, top_n=top_n)
-        table = service.paraphrase_table(query_id, names, shown=True)
+        # the family's primary metric names the numbers (AP@10 on the world, Recall@1 on CIRR, ...)
+        table = service.paraphrase_table(query_id, names, shown=True).rename(
+            columns={"paraphrase": f"phrasing ({service.family.primary})"})
     state = ViewState(service.benchmark.name, query_id, view.paraphrase_index, tuple(names), rerank, top_n, k)
     prompt = service.reranker_prompt(view.query.instruction, len(view.query.reference_ids))
     return {

@@ -54,13 +54,9 @@ def _label(name: str, ctx: SortContext) -> str:
     return extra[name][0] if name in extra else SORT_LABELS[name].format(primary=ctx.primary)
 
 
-def _missing(name: str, ctx: SortContext) -> str:
-    """Why sort `name` has no data here ("" when it has)."""
+def _reasons(ctx: SortContext) -> dict[str, str]:
+    """Why each sort that needs more than a run has no data here ("" when it has)."""
     t = ctx.table
-    if name == "order":
-        return ""
-    if not ctx.runs:
-        return "no runs are loaded"
     uni = [r for r in ctx.runs if ctx.modality.get(r) in ("image", "text")]
     reasons = {
         "rerank_helped": "" if ctx.reranked else "no reranker ran on these runs",
@@ -72,16 +68,17 @@ def _missing(name: str, ctx: SortContext) -> str:
         "subset_rank": "" if (t["n_subset"] > 0).any() else "no query has an img_set",
     }
     reasons["rerank_hurt"] = reasons["rerank_helped"]
-    return reasons.get(name, "")
+    return reasons
 
 
 def sort_choices(ctx: SortContext) -> list[SortChoice]:
     """Every sort of the family, A vs B for each ordered pair of runs, with whether it has data."""
     names = [*COMMON_SORTS[:2], *(diff_sort(a, b) for a in ctx.runs for b in ctx.runs if a != b),
              *COMMON_SORTS[2:], *ctx.family.views().sorts, *ctx.family.views().extra_sorts]
+    reasons = _reasons(ctx)
     out = []
     for name in names:
-        reason = _missing(name, ctx)
+        reason = "" if name == "order" else "no runs are loaded" if not ctx.runs else reasons.get(name, "")
         out.append(SortChoice(name, _label(name, ctx), not reason, reason))
     return out
 

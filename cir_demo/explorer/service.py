@@ -53,6 +53,7 @@ class ExplorerService:
         self.references = ThumbnailStore(engine.open_image, thumbnail_db_path(fp, REFERENCE_PX) if thumbnails_on_disk else None,
                                          REFERENCE_PX, quality=90)
         self._failures: pd.DataFrame | None = None
+        self._sorts: list[SortChoice] | None = None
         self._failure_source = ""
         self._paraphrase_tables = LRU(256)  # (intent, retrievers) -> table
         self._metrics = LRU(4096)  # (query id, ranking) -> the column's metrics
@@ -134,7 +135,9 @@ class ExplorerService:
     def sorts(self) -> list[SortChoice]:
         """Every failure sort of the benchmark's family, `diff:A,B` for each ordered pair of columns, each
         with whether it can return something here and why not (cir_demo/benchmarks/failure_views.py)."""
-        return sort_choices(self.sort_context())
+        if self._sorts is None:  # the benchmark, columns and reranker of a service never change
+            self._sorts = sort_choices(self.sort_context())
+        return list(self._sorts)
 
     def sorted_queries(self, sort: str, text: str = "", filters: Mapping[str, str | None] | None = None,
                        limit: int = MAX_QUERY_ROWS, progress: Callable[[str], None] | None = None) -> QueryList:

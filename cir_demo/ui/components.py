@@ -2,8 +2,8 @@
 
 Judgments are shown by colour AND text AND frame style, never colour alone:
 positives get a solid green frame and the badge "✓ positive"; explicit negatives a
-dashed red frame and "✗ explicit negative". Every image has an alt text that says the
-same thing.
+dashed red frame and "✗ explicit negative" (in the benchmark family's words: "target" on CIRR
+and FashionIQ, "hard negative" on EDIR). Every image has an alt text that says the same thing.
 """
 from __future__ import annotations
 

@@ -90,10 +90,11 @@ def split_diff(name: str) -> tuple[str, str]:
     return a, b
 
 
-def check_sort(name: str, ctx: SortContext) -> str:
-    """`name` as a sort with data here (aliases resolved); else one line listing the sorts offered."""
+def check_sort(name: str, ctx: SortContext, choices: Sequence[SortChoice] | None = None) -> str:
+    """`name` as a sort with data here (aliases resolved); else one line listing the sorts offered.
+    `choices`: `sort_choices(ctx)` when the caller has them."""
     name = "order" if name in BENCHMARK_ORDER_ALIASES else name
-    choices = sort_choices(ctx)
+    choices = sort_choices(ctx) if choices is None else choices
     by_name = {c.name: c for c in choices}
     if name.startswith(DIFF_PREFIX):
         a, b = split_diff(name)
@@ -118,9 +119,9 @@ def per_query_frame(family: MetricFamily, name: str, run: Mapping[str, Sequence[
 
 
 def wide(per_query: pd.DataFrame, column: str, runs: Sequence[str]) -> pd.DataFrame:
-    """query_id x run of one per-query column (runs without rows are left out)."""
+    """query_id x run of one per-query column (runs without rows are left out; one row per run and query)."""
     rows = per_query[per_query["run"].isin(runs)]
-    out = rows.pivot_table(index="query_id", columns="run", values=column, aggfunc="first", dropna=False)
+    out = rows.pivot(index="query_id", columns="run", values=column)
     return out[[r for r in runs if r in out.columns]].astype(float)
 
 
@@ -220,7 +221,8 @@ def _negatives(pq, ctx):
 def _spread(pq, ctx):
     p = wide(pq, ctx.primary, ctx.runs)
     group = pq.groupby("query_id")["group_id"].first().reindex(p.index)
-    spreads = p.groupby(group).transform(lambda s: s.max() - s.min())
+    by_group = p.groupby(group.to_numpy())
+    spreads = by_group.transform("max") - by_group.transform("min")
     most, who = spreads.max(axis=1), spreads.fillna(-1.0).idxmax(axis=1)
     why = [f"{ctx.primary} varies by {v:.3f} across paraphrases ({w})" for v, w in zip(most, who)]
     return most > 0, _keys(-most), pd.Series(why, index=p.index)
@@ -236,7 +238,8 @@ def _target_rank(pq, ctx):
     ranks = wide(pq, "target_rank", ctx.runs)
     worst = ranks.fillna(NOT_RANKED).max(axis=1)
     who = ranks.fillna(NOT_RANKED).idxmax(axis=1)
-    why = [f"target {'never ranked' if v >= NOT_RANKED else f'at rank {int(v)}'} ({w})" for v, w in zip(worst, who)]
+    why = [f"target {'not in the ranking scored' if v >= NOT_RANKED else f'at rank {int(v)}'} ({w})"
+           for v, w in zip(worst, who)]
     return worst > 1, _keys(-worst, -ranks.fillna(NOT_RANKED).mean(axis=1)), pd.Series(why, index=ranks.index)
 
 
@@ -305,12 +308,14 @@ def _sort_function(name: str, ctx: SortContext) -> SortFn:
     return SORT_FUNCTIONS[name]
 
 
-def sort_rows(rows: pd.DataFrame, per_query: pd.DataFrame | None, name: str, ctx: SortContext) -> tuple[pd.DataFrame, str]:
+def sort_rows(rows: pd.DataFrame, per_query: pd.DataFrame | None, name: str, ctx: SortContext,
+              choices: Sequence[SortChoice] | None = None, memo: dict | None = None) -> tuple[pd.DataFrame, str]:
     """Order (and for failure sorts, keep only the failing) `rows` of the query table by sort `name`.
 
     Returns (rows with a `why` column, a sentence about the sort). Ties keep benchmark order.
+    `memo` (optional): the sorts' (keep, key, why) by name, valid while `per_query` is the same.
     """
-    name = check_sort(name, ctx)
+    name = check_sort(name, ctx, choices)
     rows = rows.copy()
     rows["why"] = ""
     if name == "order":
@@ -318,7 +323,12 @@ def sort_rows(rows: pd.DataFrame, per_query: pd.DataFrame | None, name: str, ctx
     if per_query is None or not len(per_query):
         raise ServiceError("failure sorts need per-query results of the runs (none are loaded)")
     fn = _sort_function(name, ctx)
-    keep, key, why = fn(per_query, ctx)
+    if memo is not None and name in memo:
+        keep, key, why = memo[name]
+    else:
+        keep, key, why = fn(per_query, ctx)
+        if memo is not None:
+            memo[name] = keep, key, why
     ids = rows["query_id"]
     rows["why"] = why.reindex(ids).fillna("").to_numpy()
     mask = keep.reindex(ids).fillna(False).astype(bool).to_numpy()

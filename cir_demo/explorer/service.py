@@ -54,6 +54,7 @@ class ExplorerService:
                                          REFERENCE_PX, quality=90)
         self._failures: pd.DataFrame | None = None
         self._sorts: list[SortChoice] | None = None
+        self._sort_memo: dict = {}  # sort name -> its (keep, key, why) over the current failure_stats rows
         self._failure_source = ""
         self._paraphrase_tables = LRU(256)  # (intent, retrievers) -> table
         self._metrics = LRU(4096)  # (query id, ranking) -> the column's metrics
@@ -116,8 +117,10 @@ class ExplorerService:
         rows = filter_queries(self.table, text, filters)
         note = ""
         if sort != "order":
-            ctx = self.sort_context()
-            rows, note = sort_rows(rows, self.failure_stats(progress, need_rerank=sort.startswith("rerank")), sort, ctx)
+            per_query = self.failure_stats(progress, need_rerank=sort.startswith("rerank"))
+            if self._sort_memo.get("__rows__") is not per_query:  # new rows: earlier sort results are void
+                self._sort_memo = {"__rows__": per_query}
+            rows, note = sort_rows(rows, per_query, sort, self.sort_context(), self.sorts(), self._sort_memo)
         total = len(rows)
         shown = rows.head(limit)
         kind = shown["intent_category"].where(shown["intent_category"] != NO_VALUE, "")

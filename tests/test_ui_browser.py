@@ -302,8 +302,14 @@ def test_fresh_start_computes_every_sort_and_the_report_in_the_background(browse
         assert (data / "runs").is_dir() and any((d / "metrics.csv").is_file() for d in (data / "runs").iterdir())
         from cir_demo.benchmarks.failure_views import SORT_LABELS
 
+        page.locator("#cir-sort input").click()
+        options = page.get_by_role("option").all_inner_texts()
+        page.keyboard.press("Escape")
         for key in ("worst", "negatives", "spread", "two_image", "rerank_helped", "rerank_hurt", "shortcut"):
             label = SORT_LABELS[key].format(primary="AP@10")
+            if label not in options:  # no data for it in two intents: not offered (the menu says why)
+                assert key in ("two_image", "spread"), (key, options)
+                continue
             page.locator("#cir-sort input").click()
             page.get_by_role("option", name=label, exact=True).click()
             page.wait_for_function("(t) => document.querySelector('#cir-list-info').innerText.includes(t)",

@@ -6,6 +6,7 @@ so a ranking in the app is the same ranking the report scored.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 from dataclasses import dataclass
@@ -227,21 +228,28 @@ class RetrievalEngine:
         queries = list(self.benchmark.queries if queries is None else queries)
         run: dict[str, list[str]] = {}
         scores: dict[str, list[float]] = {}
-        from cir_demo.retrievers.query_templates import render
-
-        template = self.query_template(name)
         retriever = self.retriever(name)
         if hasattr(retriever, "has"):  # a results file: its queries only (the others are not scored), no image
             queries = [q for q in queries if retriever.has(q.query_id)]
         for start in range(0, len(queries), batch_size):
             chunk = queries[start:start + batch_size]
-            composed = [self.query_of(name, q, None if template is None else render(template["template"], q))
-                        for q in chunk]
+            composed = [self.benchmark_query(name, q) for q in chunk]
             for q, r in zip(chunk, self.search(name, composed, k=k, batch_size=batch_size)):
                 run[q.query_id], scores[q.query_id] = r.ids, r.scores
             if progress:
                 progress(min(start + batch_size, len(queries)), len(queries))
         return run, scores
+
+    def benchmark_query(self, name: str, query: Query, instruction: str | None = None):
+        """The composed query retriever `name` answers for a benchmark query: its query template applied
+        to the query (with `instruction` in place of the query's own, when given). `--eval`, the app's
+        columns and its paraphrase table all ask through here, so they rank the same text."""
+        from cir_demo.retrievers.query_templates import render
+
+        if instruction is not None:
+            query = dataclasses.replace(query, instruction=instruction)
+        template = self.query_template(name)
+        return self.query_of(name, query, None if template is None else render(template["template"], query))
 
     def query_template(self, name: str) -> dict[str, str] | None:
         """{"template", "source"} that turns this benchmark's queries into retriever `name`'s text; None: the

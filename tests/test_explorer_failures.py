@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from cir_demo.benchmarks.schema import Judgments, Query
-from cir_demo.explorer import ServiceError, failure_scores, query_metrics, sort_queries
+from cir_demo.benchmarks.families import metric_family
+from cir_demo.explorer import ServiceError, SortContext, query_metrics, sort_rows
 from cir_demo.testing.explorer import build_tiny_service
 
 
@@ -32,11 +33,21 @@ def long_frame(rows):
     return pd.DataFrame(rows, columns=["run", "query_id", "group_id", "AP@10", "precision@10", "NegRecall@10", "n_neg"])
 
 
-def test_failure_scores_against_loops():
+def pinpoint_context(qids, groups, n_refs, runs, n_neg, reranked=False) -> SortContext:
+    table = pd.DataFrame({"query_id": qids, "group_id": [groups[q] for q in qids], "instruction": "",
+                          "n_refs": [n_refs[q] for q in qids], "n_negatives": [n_neg[q] for q in qids],
+                          "n_subset": 0})
+    return SortContext(metric_family("pinpoint"), table, list(runs), dict(runs), reranked)
+
+
+def test_pinpoint_sorts_against_loops():
+    """negatives, spread, two-image, shortcut and the reranker sorts on random per-query rows with ties,
+    against loops over the same numbers (ties keep benchmark order)."""
     rng = np.random.default_rng(3)
     runs = {"m-fusion": "composed", "m-image": "image", "m-text": "text", "m-cir": "composed"}
     qids = [f"q{i}" for i in range(12)]
     groups = {q: f"g{i // 3}" for i, q in enumerate(qids)}
+    n_refs = {q: 1 + (i % 2) for i, q in enumerate(qids)}
     n_neg = {q: int(rng.integers(0, 15)) for q in qids}
     rows, ap, negr = [], {}, {}
     for run in [*runs, "m-fusion+rerank", "m-cir+rerank"]:
@@ -46,55 +57,48 @@ def test_failure_scores_against_loops():
             nr = (int(rng.integers(0, denom + 1)) / denom) if denom else 0.0
             ap[run, q], negr[run, q] = a, nr
             rows.append((run, q, groups[q], a, 0.0, nr, n_neg[q]))
-    got = failure_scores(long_frame(rows), runs)
-    for q in qids:
-        negs = {r: round(negr[r, q] * min(n_neg[q], 10)) for r in runs}
-        assert got.loc[q, "neg_top10"] == max(negs.values())
-        assert negs[got.loc[q, "neg_who"]] == max(negs.values())
-        members = [p for p in qids if groups[p] == groups[q]]
-        spread = max(max(ap[r, p] for p in members) - min(ap[r, p] for p in members) for r in runs)
-        assert got.loc[q, "spread"] == pytest.approx(spread)
-        best_uni = max(ap["m-image", q], ap["m-text", q])
-        best_comp = max(ap["m-fusion", q], ap["m-cir", q])
-        assert got.loc[q, "shortcut"] == pytest.approx(best_uni - best_comp)
-        deltas = [ap[f"{r}+rerank", q] - ap[r, q] for r in ("m-fusion", "m-cir")]
-        assert got.loc[q, "rerank_gain"] == pytest.approx(max(deltas))
-        assert got.loc[q, "rerank_loss"] == pytest.approx(min(deltas))
-        assert got.loc[q, "mean_ap"] == pytest.approx(np.mean([ap[r, q] for r in runs]))
+    ctx = pinpoint_context(qids, groups, n_refs, runs, n_neg, reranked=True)
+    pq = long_frame(rows)
+
+    def got(sort):
+        return list(sort_rows(ctx.table, pq, sort, ctx)[0]["query_id"])
+
+    def expect(measure, keep):  # highest measure first, ties in benchmark order
+        return sorted([q for q in qids if keep(measure(q))], key=lambda q: (-measure(q), qids.index(q)))
+
+    negs = lambda q: max(round(negr[r, q] * min(n_neg[q], 10)) for r in runs)  # noqa: E731
+    assert got("negatives") == expect(negs, lambda v: v > 0)
+    members = lambda q: [p for p in qids if groups[p] == groups[q]]  # noqa: E731
+    spread = lambda q: max(max(ap[r, p] for p in members(q)) - min(ap[r, p] for p in members(q)) for r in runs)  # noqa: E731
+    assert got("spread") == expect(spread, lambda v: v > 0)
+    shortcut = lambda q: max(ap["m-image", q], ap["m-text", q]) - max(ap["m-fusion", q], ap["m-cir", q])  # noqa: E731
+    assert got("shortcut") == expect(shortcut, lambda v: v > 0)
+    gain = lambda q: max(ap[f"{r}+rerank", q] - ap[r, q] for r in ("m-fusion", "m-cir"))  # noqa: E731
+    loss = lambda q: min(ap[f"{r}+rerank", q] - ap[r, q] for r in ("m-fusion", "m-cir"))  # noqa: E731
+    assert got("rerank_helped") == expect(gain, lambda v: v > 0)
+    assert got("rerank_hurt") == expect(lambda q: -loss(q), lambda v: v > 0)
+    mean = lambda q: -np.mean([ap[r, q] for r in runs])  # noqa: E731
+    two = [q for q in expect(mean, lambda v: True) if n_refs[q] == 2]
+    # two-image: lowest mean AP@10 first, ties by the mean precision@10 (all 0 here), then benchmark order
+    assert got("two_image") == two
+    assert got("worst") == expect(mean, lambda v: True)
+    assert len(set(got("negatives"))) > 3 and len(got("rerank_helped")) > 2  # the orders compared are informative
+    rows_, _ = sort_rows(ctx.table, pq, "negatives", ctx)
+    top = rows_["query_id"].iloc[0]
+    assert rows_["why"].iloc[0].startswith(f"{negs(top)} explicit negative")
 
 
-def test_failure_scores_without_unimodal_or_reranked_runs():
-    rows = [("a", "q1", "g", 0.5, 0.1, 0.0, 3), ("b", "q1", "g", 0.2, 0.1, 0.0, 3)]
-    got = failure_scores(long_frame(rows), {"a": "composed", "b": "composed"})
-    assert "shortcut" not in got and "rerank_gain" not in got
-    with pytest.raises(ServiceError, match="no per-query results"):
-        failure_scores(long_frame(rows), {"zzz": "composed"})
-
-
-def test_sort_queries_orders_and_keeps_failures_only():
-    table = pd.DataFrame({"query_id": ["q1", "q2", "q3", "q4"], "instruction": ["a", "b", "c", "d"],
-                          "n_refs": [1, 2, 2, 1], "group_id": ["g1", "g1", "g2", "g2"]})
-    scores = pd.DataFrame({"neg_top10": [0, 3, 3, 5], "neg_who": ["m"] * 4, "spread": [0.5, 0.5, 0.0, 0.0],
-                           "spread_who": ["m"] * 4, "mean_ap": [0.1, 0.4, 0.2, 0.0],
-                           "shortcut": [-0.1, 0.2, 0.0, 0.3], "shortcut_who": ["i"] * 4, "shortcut_vs": ["c"] * 4,
-                           "rerank_gain": [0.1, 0.0, -0.2, 0.3], "rerank_gain_who": ["m"] * 4,
-                           "rerank_loss": [-0.4, 0.0, -0.2, 0.1], "rerank_loss_who": ["m"] * 4},
-                          index=pd.Index(["q1", "q2", "q3", "q4"], name="query_id"))
-    order = lambda key: list(sort_queries(table, scores, key)[0]["query_id"])  # noqa: E731
-    assert order("order") == ["q1", "q2", "q3", "q4"]
-    assert order("negatives") == ["q4", "q2", "q3"]  # ties (q2, q3) keep benchmark order; q1 has none
-    assert order("spread") == ["q1", "q2"]
-    assert order("two_image") == ["q3", "q2"]  # lowest mean AP@10 first
-    assert order("shortcut") == ["q4", "q2"]
-    assert order("rerank_helped") == ["q4", "q1"]
-    assert order("rerank_hurt") == ["q1", "q3"]
-    rows, _ = sort_queries(table, scores, "negatives")
-    assert rows["why"].iloc[0] == "5 explicit negatives in the top 10 (m)"
-    with pytest.raises(KeyError, match="(?i)did you mean"):
-        sort_queries(table, scores, "negative")
-    with pytest.raises(ServiceError, match="reranked results"):
-        sort_queries(table, scores.drop(columns=["rerank_gain", "rerank_gain_who"]), "rerank_helped")
-
+def test_unknown_and_unavailable_sorts_are_one_clear_error():
+    qids = ["q1", "q2"]
+    ctx = pinpoint_context(qids, {q: "g" for q in qids}, {q: 1 for q in qids}, {"a": "composed"}, {q: 0 for q in qids})
+    pq = long_frame([("a", "q1", "g", 0.5, 0.1, 0.0, 0), ("a", "q2", "g", 0.2, 0.1, 0.0, 0)])
+    with pytest.raises(ServiceError, match="unknown sort 'negative'; this benchmark offers: benchmark, worst"):
+        sort_rows(ctx.table, pq, "negative", ctx)
+    with pytest.raises(ServiceError, match="returns nothing here: no query of this benchmark has explicit negatives"):
+        sort_rows(ctx.table, pq, "negatives", ctx)
+    with pytest.raises(ServiceError, match="no reranker ran"):
+        sort_rows(ctx.table, pq, "rerank_helped", ctx)
+    assert list(sort_rows(ctx.table, pq, "benchmark", ctx)[0]["query_id"]) == qids
 
 
 def test_failure_stats_reuse_a_matching_eval_run(tiny_setup, tmp_path, monkeypatch):
@@ -124,10 +128,12 @@ def test_failure_stats_reuse_a_matching_eval_run(tiny_setup, tmp_path, monkeypat
         long_frame(rows).to_csv(folder / "per_query.csv", index=False)
     os.utime(stale, None)  # the stale run is the newest: it must still be skipped
     try:
-        assert svc.stored_sorts() == {"negatives", "spread", "two_image", "shortcut"}  # no reranker: no rerank sorts
+        offered = svc.stored_sorts()
+        assert {"negatives", "spread", "two_image", "shortcut", "worst", f"diff:{names[0]},{names[1]}"} <= offered
+        assert not {"rerank_helped", "rerank_hurt", "order"} & offered  # no reranker: no rerank sorts
         stats = svc.failure_stats()
         assert svc.failure_source == good.name
-        assert stats["neg_top10"].sum() == 10 and stats.loc[table["query_id"][5], "neg_top10"] == 10
+        assert stats["NegRecall@10"].sum() == 1.0  # the run's numbers, as written
         assert svc.find_queries("", {}, "negatives").rows["query"].tolist() == [table["query_id"][5]]
     finally:
         svc.engine.close()

@@ -103,8 +103,13 @@ def test_sorts_with_data_on_disk_are_offered_while_the_run_computes_the_rest(tmp
     st, _ = wait_for(job, "running")
     assert st.sort_ready("negatives") and st.sort_ready("spread") and st.sort_ready("order")
     assert not st.sort_ready("rerank_helped") and not st.sort_ready("shortcut")
-    labels = dict((key, label) for label, key in sort_choices(st))
+    from cir_demo.explorer import SortChoice
+
+    offered = SimpleNamespace(sorts=lambda: [SortChoice(n, n.title(), True) for n in ("order", "negatives", "rerank_hurt")]
+                              + [SortChoice("two_image", "Two", False, "every query has one reference image")])
+    labels = dict((key, label) for label, key in sort_choices(offered, st))
     assert not labels["negatives"].endswith(WAITING_MARK) and labels["rerank_hurt"].endswith(WAITING_MARK)
+    assert "two_image" not in labels  # a sort without data is not offered
     st, _ = wait_for(job, "done")
     assert st.sort_ready("rerank_helped")
 

@@ -175,21 +175,27 @@ def test_uploaded_world_image_ranks_like_the_benchmark_query(service, tmp_path):
 
 
 def test_failure_stats_computed_match_rankings(service):
+    """The per-query rows computed here are the rankings' metrics; the sorts read them (negatives, shortcut)."""
     stats = service.failure_stats()
     assert "computed here" in service.failure_source
     queries = service.benchmark.queries[:30]
     runs = {n: service.engine.run_benchmark(n, queries=queries, k=50)[0] for n in service.retriever_names}
+    rows = stats.set_index(["run", "query_id"])
+    negs, margin = {}, {}
     for q in queries:
-        negs = {n: sum(i in set(q.negatives) for i in runs[n][q.query_id][:10]) for n in runs}
-        assert stats.loc[q.query_id, "neg_top10"] == max(negs.values())
+        counts = {n: sum(i in set(q.negatives) for i in runs[n][q.query_id][:10]) for n in runs}
+        negs[q.query_id] = max(counts.values())
         aps = {n: query_metrics(runs[n][q.query_id], q)["AP@10"] for n in runs}
+        for n in runs:
+            assert rows.loc[(n, q.query_id), "AP@10"] == pytest.approx(aps[n])
         uni = max(aps["tiny-ui-image"], aps["tiny-ui-text"])
-        assert stats.loc[q.query_id, "shortcut"] == pytest.approx(uni - max(aps["tiny-ui-fusion"], aps["tiny-ui-slerp"]))
-    listed = service.find_queries("", {}, sort="negatives")
-    assert listed.total == int((stats["neg_top10"] > 0).sum())
-    firsts = list(listed.rows["query"][:5])
-    assert list(stats.loc[firsts, "neg_top10"]) == sorted(stats.loc[firsts, "neg_top10"], reverse=True)
-
+        margin[q.query_id] = uni - max(aps["tiny-ui-fusion"], aps["tiny-ui-slerp"])
+    listed = service.find_queries("", {}, sort="negatives", limit=10_000)
+    firsts = [k for k in listed.rows["query"] if k in negs]
+    assert sorted(firsts) == sorted(k for k, v in negs.items() if v > 0)
+    assert [negs[k] for k in firsts] == sorted((negs[k] for k in firsts), reverse=True)
+    shortcut = [k for k in service.find_queries("", {}, sort="shortcut", limit=10_000).rows["query"] if k in margin]
+    assert sorted(shortcut) == sorted(k for k, v in margin.items() if v > 0)
 
 
 def test_reranker_unavailable_is_explained(tiny_setup):
@@ -213,3 +219,32 @@ def test_query_view_and_listing(service):
     listed = service.find_queries("", {"is_single": "two images"}, "two_image")
     assert set(listed.rows["refs"]) == {2}
     assert listed.total == sum(len(x.reference_ids) == 2 for x in service.benchmark.queries)
+
+
+def test_columns_and_paraphrase_table_rank_the_templated_text_as_eval_does(tiny_setup):
+    """A retriever with a query template for the benchmark: the column and the paraphrase table rank the
+    template's text (`engine.benchmark_query`), the ranking `--eval`'s `run_benchmark` scores."""
+    from cir_demo.retrievers import registry
+
+    _, names = tiny_setup
+    cfg = registry.get_config(names[0])
+    cfg.update(name="tiny-ui-templated", query_templates={"world": "a picture, then: {instruction}"})
+    registry.register_config(cfg, replace=True)
+    svc = build_tiny_service(["tiny-ui-templated"], reranker="none", limit_groups=4)
+    try:
+        name, engine = "tiny-ui-templated", svc.engine
+        queries = svc.benchmark.queries[:12]
+        assert engine.benchmark_query(name, queries[0]).text == f"a picture, then: {queries[0].instruction}"
+        run, _ = engine.run_benchmark(name, queries=queries, k=50)
+        plain = [engine.search(name, [engine.composed(q)], k=50)[0].ids for q in queries]
+        assert any(p != run[q.query_id] for p, q in zip(plain, queries))  # the template changes rankings here
+        for q in queries:
+            assert svc.compare(q.query_id, [name], k=10).columns[0].ranking == run[q.query_id]
+        group = svc.benchmark.paraphrases(queries[0].query_id)
+        table = svc.paraphrase_table(queries[0].query_id, [name])
+        group_run, _ = engine.run_benchmark(name, queries=group, k=50)
+        want = [query_metrics(group_run[p.query_id], p)["AP@10"] for p in group]
+        assert table[name].tolist()[:-1] == pytest.approx(want)
+    finally:
+        svc.engine.close()
+        registry.unregister("tiny-ui-templated")

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cir_demo.benchmarks.failure_views import FailureViews
 from cir_demo.benchmarks.families import MetricFamily
 from cir_demo.benchmarks.registry import BenchmarkSpec
 from cir_demo.benchmarks.schema import Benchmark, Judgments, Query
@@ -63,7 +64,7 @@ def write_toy(root: Path) -> None:
                 group = f"{shape}-{source}-to-{target}"
                 for i, wording in enumerate((f"make it {target}", f"the same {shape} but {target}")):
                     queries.append({"query_id": f"{group}-{i}", "reference": f"{shape}-{source}-0",
-                                    "instruction": wording, "group": group,
+                                    "instruction": wording, "group": group, "shape": shape,
                                     "positives": [f"{shape}-{target}-{v}" for v in range(3)],
                                     "negatives": [f"{other}-{target}-{v}" for other in SHAPES if other != shape
                                                   for v in range(3)]})
@@ -76,7 +77,7 @@ def load_toy(root: str) -> Benchmark:
     root = Path(root)
     rows = json.loads((root / "queries.json").read_text(encoding="utf-8"))
     queries = [Query(r["query_id"], (r["reference"],), r["instruction"], r["group"],
-                     Judgments(tuple(r["positives"]), tuple(r["negatives"]))) for r in rows]
+                     Judgments(tuple(r["positives"]), tuple(r["negatives"])), {"shape": r["shape"]}) for r in rows]
     corpus = sorted(p.stem for p in (root / "images").glob("*.png"))
     return Benchmark("toy-colors", "toy-rr", queries, corpus,
                      images=FolderImageStore(root / "images", filename_pattern="{id}.png"),
@@ -118,10 +119,19 @@ def first_hits_section(benchmark, evaluations, table: pd.DataFrame) -> str:
                                                for ev in evaluations)
 
 
+def missed_first(per_query: pd.DataFrame, ctx) -> tuple[pd.Series, pd.DataFrame, pd.Series]:
+    """The toy family's own failure sort: queries whose first positive is not at rank 1, lowest mean RR first."""
+    rr = per_query.pivot_table(index="query_id", columns="run", values="RR", aggfunc="first")[list(ctx.runs)]
+    mean = rr.mean(axis=1)
+    return mean < 1, pd.DataFrame({"k0": mean}), mean.map(lambda v: f"mean RR {v:.3f}")
+
+
+TOY_VIEWS = FailureViews(sorts=(), filters={"shape": "Shape"},
+                         extra_sorts={"missed_first": ("First positive not at rank 1", f"{HERE}:missed_first")})
 TOY_FAMILY = MetricFamily(name="toy-rr", module=HERE, official_columns="OFFICIAL_COLUMNS",
                           headline={"RR": "MRR", "hit@1": "Hit@1"}, primary="RR", shown=("RR", "hit@1"),
                           results_format="run-dict", plots=(f"{HERE}:rank_plot",),
-                          report_sections=(f"{HERE}:first_hits_section",))
+                          report_sections=(f"{HERE}:first_hits_section",), failure_views=f"{HERE}:TOY_VIEWS")
 TOY_SPEC = BenchmarkSpec("toy-colors", "coloured shapes written by a test", "toy-rr", f"{HERE}:load_toy",
                          required=("root",), default_retrievers=("toy-projection",), default_reranker="toy-palette")
 
@@ -268,6 +278,16 @@ def test_doctor_asks_the_registered_modules(toy, capsys):
     assert "reranker toy-palette" in out and "missing" in out and "write_palette(" in out
 
 
+def brute_force_rankings(toy: Path, bench: Benchmark) -> dict[str, list[str]]:
+    """The toy retriever's top 50 per query, by exhaustive dot products (the oracle of the index)."""
+    retriever = load({"name": "toy-projection", "params": {"projection": str(toy / "projection.npy")}}, "cpu")
+    corpus = bench.corpus_ids
+    emb = retriever.encode_images([bench.images.open(i) for i in corpus])
+    queries = [ComposedQuery((bench.images.open(q.reference_ids[0]),), q.instruction) for q in bench.queries]
+    scores = retriever.encode_queries(queries) @ emb.T
+    return {q.query_id: [corpus[j] for j in np.argsort(-s, kind="stable")[:50]] for q, s in zip(bench.queries, scores)}
+
+
 def test_dry_run_and_eval_on_the_registered_modules(toy, capsys):
     flags = ["--benchmark", "toy-colors", "--root", str(toy / "toy")]
     assert cli(["eval", *flags, "--dry-run"]) == 0
@@ -282,12 +302,7 @@ def test_dry_run_and_eval_on_the_registered_modules(toy, capsys):
 
     # oracle: brute-force ranking of the same embeddings, then the palette's order of the top 24 (the whole
     # corpus: the colour judge alone decides), scored here
-    retriever = load({"name": "toy-projection", "params": {"projection": str(toy / "projection.npy")}}, "cpu")
-    corpus = bench.corpus_ids
-    emb = retriever.encode_images([bench.images.open(i) for i in corpus])
-    queries = [ComposedQuery((bench.images.open(q.reference_ids[0]),), q.instruction) for q in bench.queries]
-    scores = retriever.encode_queries(queries) @ emb.T
-    first = {q.query_id: [corpus[j] for j in np.argsort(-s, kind="stable")[:50]] for q, s in zip(bench.queries, scores)}
+    first = brute_force_rankings(toy, bench)
     palette = {k: np.array(v, dtype=np.float64) for k, v in COLORS.items()}
     reranked = {}
     for q in bench.queries:
@@ -366,3 +381,33 @@ def test_the_app_reports_and_explores_the_toy_family(toy):
         assert "diff:pos-first,neg-first" in [v for _, v in shown["pair"]["choices"]]
     finally:
         service.engine.close()
+
+
+def test_the_explorer_offers_the_family_s_sort_filter_and_metrics(toy):
+    """The app over the toy benchmark: the family's own sort (declared in its FailureViews, ordered as a
+    brute-force ranking scored here says), its metadata as a filter, its metrics under each column, and
+    no PinPoint sort although the toy queries have negatives (the family declares none)."""
+    from cir_demo.engine import RetrievalEngine
+    from cir_demo.explorer import ExplorerService
+
+    bench = load_toy(toy / "toy")
+    engine = RetrievalEngine(bench, ["toy-projection"], progress=False)
+    try:
+        svc = ExplorerService(bench, engine, ["toy-projection"], reranker=None, thumbnails_on_disk=False)
+        assert svc.filter_choices()["shape"] == ["disc", "square"]
+        discs = svc.find_queries("", {"shape": "disc"}, limit=1000).rows["query"]
+        assert len(discs) == len(bench.queries) // 2 and all(q.startswith("disc-") for q in discs)
+        offered = {c.name: c for c in svc.sorts()}
+        assert offered["missed_first"].available and offered["missed_first"].label == "First positive not at rank 1"
+        assert "negatives" not in offered and "spread" not in offered
+        first = brute_force_rankings(toy, bench)
+        rr = {q.query_id: next((1.0 / r for r, i in enumerate(first[q.query_id], 1) if i in q.positives), 0.0)
+              for q in bench.queries}
+        order = [q.query_id for q in bench.queries]
+        want = sorted((k for k, v in rr.items() if v < 1), key=lambda k: (rr[k], order.index(k)))
+        listed = svc.sorted_queries("missed_first", limit=1000)
+        assert list(listed.rows["query"]) == want and len({rr[k] for k in want}) > 2  # distinct RRs: the order says something
+        col = svc.compare(want[0], k=5).columns[0]
+        assert col.metrics == {"RR": pytest.approx(rr[want[0]]), "hit@1": 0.0}
+    finally:
+        engine.close()

@@ -444,8 +444,14 @@ def test_explore_explains_itself(demo):
     texts = " ".join(str(getattr(b, "value", "")) for b in demo.blocks.values())
     for term in ("offline world", "AP@10", "P@10", "NegRecall@10", "composed", "image only", "text only", "lower is"):
         assert term in texts, term
-    html = components.legend(reranked=False, judged=True)
-    assert 'title="explicit negatives in the top 10 over min(negatives, 10)"' in html
+    from cir_demo.benchmarks.failure_views import CIRR, PINPOINT
+
+    html = components.legend(reranked=False, judged=True, metrics=dict(PINPOINT.legend))
+    assert 'title="explicit negatives in the top 10 over min(negatives, 10): lower is better"' in html
+    # another family's legend is in its own words: a target, no explicit negatives, its Recall@k
+    html = components.legend(reranked=False, judged=True, metrics=dict(CIRR.legend), words=("target", ""))
+    assert "✓ target = green solid frame" in html and "negative" not in html and "AP@10" not in html
+    assert "once the reference is deleted" in html and "img_set = a member" in html
 
 
 def test_long_link_values_are_cut_in_notes():

@@ -4,7 +4,8 @@ A benchmark names its family (`Benchmark.metric_family`); the family names the m
 whose `per_query` and `aggregate` reproduce the official evaluator (imported only when scoring,
 so this table stays plain data), the official CSV columns, the headline metrics that get
 confidence intervals, the per-query metrics the app shows under each ranking, the results-file
-format its official evaluator reads, and the plots and report sections only it has.
+format its official evaluator reads, the plots and report sections only it has, and its failure
+views (the explorer's sorts, tile scope and wording: benchmarks/failure_views.py).
 
 A new family is its metrics module plus one row of `FAMILIES`; the harness, the results files
 and the app ask the row, never the family's name. Plots and report sections are
@@ -50,6 +51,8 @@ class MetricFamily:
     report_sections: tuple[str, ...] = ()  # "module:function" report sections only this family has
     # "module:function" writing the reranking section of the report (see above)
     rerank_section: str = "cir_demo.harness.pipeline:rerank_section"
+    # "module:attribute" naming the family's `FailureViews` (the explorer's sorts, tile scope, wording)
+    failure_views: str = "cir_demo.benchmarks.failure_views:GENERIC"
 
     def metrics_module(self):
         return importlib.import_module(self.module)
@@ -70,6 +73,10 @@ class MetricFamily:
 
     def rerank_section_maker(self):
         return resolve_ref(self.rerank_section, f"metric family {self.name!r} reranking section")
+
+    def views(self):
+        """The family's `FailureViews` (cir_demo/benchmarks/failure_views.py)."""
+        return resolve_ref(self.failure_views, f"metric family {self.name!r} failure views")
 
     def section_makers(self) -> list:
         return [resolve_ref(ref, f"metric family {self.name!r} report section") for ref in self.report_sections]
@@ -94,6 +101,7 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         plots=("cir_demo.harness.plots:precision_vs_safety", "cir_demo.harness.plots:paraphrase_sensitivity"),
         report_sections=("cir_demo.harness.report:linguistic_sensitivity",),
         rerank_section="cir_demo.harness.pipeline:pinpoint_rerank_section",
+        failure_views="cir_demo.benchmarks.failure_views:PINPOINT",
     ),
     MetricFamily(
         name="circo",
@@ -103,6 +111,7 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         primary="AP@10",
         shown=("AP@10", "AP@25", "Recall@10"),
         results_format="circo",
+        failure_views="cir_demo.benchmarks.failure_views:CIRCO",
     ),
     MetricFamily(
         name="edir",
@@ -111,6 +120,7 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         headline={"Recall@1": "Recall@1", "Recall@3": "Recall@3", "hard_negative@1": "hard_negative@1"},
         primary="Recall@1",
         shown=("Recall@1", "Recall@3", "hard_negative@1"),
+        failure_views="cir_demo.benchmarks.failure_views:EDIR",
     ),
     MetricFamily(
         name="cirr",
@@ -122,6 +132,7 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         shown=("Recall@1", "Recall@10", "Recall_subset@1"),
         report_columns=("Recall@1", "Recall@5", "Recall@10", "Recall@50", "Recall_subset@1", "Recall_subset@2",
                         "Recall_subset@3", "mean(Recall@5,Recall_subset@1)"),
+        failure_views="cir_demo.benchmarks.failure_views:CIRR",
     ),
     MetricFamily(
         name="fashioniq",
@@ -132,6 +143,7 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         shown=("Recall@10", "Recall@50"),
         # the official numbers average the three categories; the pooled ones (all queries) carry the intervals
         report_columns=("Recall@10", "Recall@50", "average_recall", "Recall@10_pooled", "Recall@50_pooled"),
+        failure_views="cir_demo.benchmarks.failure_views:FASHIONIQ",
     ),
     MetricFamily(
         name="icir",
@@ -141,6 +153,7 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         primary="AP",
         shown=("AP",),
         report_columns=("mAP", "mmAP", "minmAP"),
+        failure_views="cir_demo.benchmarks.failure_views:ICIR",
     ),
 )}
 

@@ -7,14 +7,15 @@ goes through `RetrievalEngine`, so a ranking shown in the app is the ranking the
 
     loader = ServiceLoader(ServiceConfig(benchmark="world"))   # loads in a thread
     service = loader.wait()
-    service.find_queries("dress", {"intent_category": "Swap"}, sort="negatives")
+    service.find_queries("dress", {"intent_category": "Swap"}, sort="negatives")   # or "worst", "diff:A,B"
     cmp = service.compare("w00001", ["world-cir", "world-clip-image"], k=10, rerank=True, top_n=20)
     img, notes = validate_upload("photo.heic")                  # UploadError names the file and problem
 
 Heavy libraries (torch, faiss, open_clip) load inside the engine, on first use.
 
 Modules, one concern each: `config` (what is served, defaults, error types), `queries` (query
-table, search, filters), `failures` (failure measures and sorts), `ranking_metrics` (per-query
+table, search, filters), `failures` (the failure sorts, declared per metric family in
+benchmarks/failure_views.py), `cli` (`python -m cir_demo failures`), `ranking_metrics` (per-query
 metrics of a shown ranking), `images` (thumbnail and pixel stores, the warmer process),
 `uploads` (validating uploaded images), `views` (the dataclasses returned), `runs` (eval run
 folders and reports), `own_runs` (results files as columns: `--runs`, uploads), `paired` (the Report's
@@ -22,10 +23,10 @@ scores and paired comparisons of those), `service` (`ExplorerService`), `loader`
 background).
 """
 from cir_demo.explorer.config import (FILTER_FIELDS, MAX_COLUMNS, MAX_QUERY_ROWS, MODALITY_LABELS, NO_VALUE,
-                                      REFERENCE_PX, SEARCH_K, SORTS, TILE_PX,
+                                      REFERENCE_PX, SEARCH_K, TILE_PX,
                                       ServiceConfig, ServiceError, UploadError,
-                                      default_retrievers, resolve_reranker, retriever_modality)
-from cir_demo.explorer.failures import failure_scores, negatives_in_top10, sort_queries
+                                      default_retrievers, filter_fields, resolve_reranker, retriever_modality)
+from cir_demo.explorer.failures import SortChoice, SortContext, negatives_in_top10, sort_choices, sort_rows
 from cir_demo.explorer.images import (PixelCachedStore, ThumbnailStore, encode_jpeg_data_uri, start_image_warmer,
                                       warm_images, warm_thumbnails)
 from cir_demo.explorer.loader import LoadStatus, RememberingStore, ServiceLoader, build_service
@@ -39,9 +40,9 @@ from cir_demo.explorer.views import (Column, Comparison, Paraphrase, QueryList, 
 
 __all__ = [
     "FILTER_FIELDS", "MAX_COLUMNS", "MAX_QUERY_ROWS", "MODALITY_LABELS", "NO_VALUE", "REFERENCE_PX",
-    "SEARCH_K", "SORTS", "TILE_PX",
-    "ServiceConfig", "ServiceError", "UploadError", "default_retrievers", "resolve_reranker", "retriever_modality",
-    "failure_scores", "negatives_in_top10", "sort_queries",
+    "SEARCH_K", "TILE_PX",
+    "ServiceConfig", "ServiceError", "UploadError", "default_retrievers", "filter_fields", "resolve_reranker", "retriever_modality",
+    "SortChoice", "SortContext", "negatives_in_top10", "sort_choices", "sort_rows",
     "PixelCachedStore", "ThumbnailStore", "encode_jpeg_data_uri", "start_image_warmer", "warm_images", "warm_thumbnails",
     "LoadStatus", "RememberingStore", "ServiceLoader", "build_service",
     "filter_choices", "filter_queries", "filter_value", "query_table",

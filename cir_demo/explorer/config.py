@@ -22,22 +22,26 @@ FILTER_FIELDS = {
     "domain": "Domain",
     "is_single": "Reference images",
     "skin_tone_bucket": "Skin tone (reference)",
-}
+}  # a metric family adds its own (`FailureViews.filters`: FashionIQ's category, i-CIR's instance, ...)
+
+
+def filter_fields(views=None) -> dict[str, str]:
+    """The filters of a family's benchmarks (`views`: its `FailureViews`), or of every family (None):
+    the common ones, then the family's."""
+    if views is not None:
+        return {**FILTER_FIELDS, **views.filters}
+    from cir_demo.benchmarks.families import FAMILIES
+
+    out = dict(FILTER_FIELDS)
+    for fam in FAMILIES.values():
+        out.update({k: v for k, v in fam.views().filters.items() if k not in out})
+    return out
 SINGLE_LABELS = {True: "single image", False: "two images"}
 # PinPoint's skin-tone buckets of the reference image, on the Monk skin tone scale (1 lightest .. 10 darkest)
 SKIN_TONE_LABELS = {"LIGHTEST": "lightest (Monk 1-3)", "SECOND_LIGHTEST": "second lightest (Monk 4-5)",
                     "SECOND_DARKEST": "second darkest (Monk 6-7)", "DARKEST": "darkest (Monk 8-10)"}
 NO_VALUE = "(none)"
 
-SORTS = {
-    "order": "Benchmark order",
-    "negatives": "Explicit negatives in the top 10 (most first)",
-    "spread": "Largest paraphrase spread (AP@10 max − min)",
-    "two_image": "Two-image queries (lowest AP@10 first)",
-    "rerank_helped": "Reranker helped most (AP@10 gain)",
-    "rerank_hurt": "Reranker hurt most (AP@10 loss)",
-    "shortcut": "Modality shortcut (image-only or text-only beats composed)",
-}
 
 class ServiceError(Exception):
     """A request the service cannot answer as asked; the message is written for the user."""

@@ -1,127 +1,338 @@
-"""Failure measures per query from several runs' per-query metrics, and the failure sorts."""
+"""The failure sorts: which apply to a benchmark and its runs (and why the others do not), and the
+order each gives, from the runs' per-query metrics (per_query.csv rows, or the same computed here).
+
+One code path for the app's query list and `python -m cir_demo failures`. The sorts a family
+offers, their wording and the per-query columns they read are declared with the family
+(cir_demo/benchmarks/failure_views.py); this module implements every sort named there.
+`per_query` is a long frame: run, query_id, group_id, the family's primary metric and its
+`FailureViews.measures`; reranked runs are named `<run>+rerank`.
+"""
 from __future__ import annotations
 
-from typing import Mapping
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from cir_demo.benchmarks.failure_views import (BENCHMARK_ORDER_ALIASES, COMMON_SORTS, DIFF_PREFIX, SORT_LABELS,
+                                               diff_label, diff_sort)
+from cir_demo.benchmarks.families import MetricFamily
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
-from cir_demo.explorer.config import SORTS, ServiceError
+from cir_demo.explorer.config import ServiceError
+from cir_demo.utils.names import resolve_ref
 
 
-def negatives_in_top10(neg_recall10: np.ndarray, n_neg: np.ndarray) -> np.ndarray:
+@dataclass(frozen=True)
+class SortChoice:
+    name: str  # what `sorted_queries` and `failures --sort` take
+    label: str
+    available: bool
+    reason: str = ""  # why the sort cannot return anything here ("" when available)
+
+
+@dataclass(frozen=True)
+class SortContext:
+    """What decides whether a sort has data: the family, the benchmark's query table and the runs."""
+
+    family: MetricFamily
+    table: pd.DataFrame  # query_table(benchmark)
+    runs: Sequence[str]  # first-stage runs (columns), in order
+    modality: Mapping[str, str]  # run -> image / text / composed
+    reranked: bool  # reranked results exist or can be computed
+
+    @property
+    def primary(self) -> str:
+        return self.family.primary
+
+
+def _label(name: str, ctx: SortContext) -> str:
+    if name.startswith(DIFF_PREFIX):
+        a, b = split_diff(name)
+        return diff_label(a, b, ctx.primary)
+    extra = ctx.family.views().extra_sorts
+    return extra[name][0] if name in extra else SORT_LABELS[name].format(primary=ctx.primary)
+
+
+def _reasons(ctx: SortContext) -> dict[str, str]:
+    """Why each sort that needs more than a run has no data here ("" when it has)."""
+    t = ctx.table
+    uni = [r for r in ctx.runs if ctx.modality.get(r) in ("image", "text")]
+    reasons = {
+        "rerank_helped": "" if ctx.reranked else "no reranker ran on these runs",
+        "shortcut": "" if uni and len(uni) < len(ctx.runs) else "needs an image-only or text-only run beside a composed one",
+        "negatives": "" if (t["n_negatives"] > 0).any() else "no query of this benchmark has explicit negatives",
+        "hard_negative": "" if (t["n_negatives"] > 0).any() else "no query of this benchmark has hard negatives",
+        "spread": "" if t["group_id"].duplicated().any() else "every intent has one phrasing",
+        "two_image": "" if (t["n_refs"] > 1).any() else "every query has one reference image",
+        "subset_rank": "" if (t["n_subset"] > 0).any() else "no query has an img_set",
+    }
+    reasons["rerank_hurt"] = reasons["rerank_helped"]
+    return reasons
+
+
+def sort_choices(ctx: SortContext) -> list[SortChoice]:
+    """Every sort of the family, A vs B for each ordered pair of runs, with whether it has data."""
+    names = [*COMMON_SORTS[:2], *(diff_sort(a, b) for a in ctx.runs for b in ctx.runs if a != b),
+             *COMMON_SORTS[2:], *ctx.family.views().sorts, *ctx.family.views().extra_sorts]
+    reasons = _reasons(ctx)
+    out = []
+    for name in names:
+        reason = "" if name == "order" else "no runs are loaded" if not ctx.runs else reasons.get(name, "")
+        out.append(SortChoice(name, _label(name, ctx), not reason, reason))
+    return out
+
+
+def split_diff(name: str) -> tuple[str, str]:
+    a, sep, b = name[len(DIFF_PREFIX):].partition(",")
+    if not sep or not a or not b:
+        raise ServiceError(f"sort {name!r}: write the A-vs-B sort as diff:A,B (two run names)")
+    return a, b
+
+
+def check_sort(name: str, ctx: SortContext, choices: Sequence[SortChoice] | None = None) -> str:
+    """`name` as a sort with data here (aliases resolved); else one line listing the sorts offered.
+    `choices`: `sort_choices(ctx)` when the caller has them."""
+    name = "order" if name in BENCHMARK_ORDER_ALIASES else name
+    choices = sort_choices(ctx) if choices is None else choices
+    by_name = {c.name: c for c in choices}
+    if name.startswith(DIFF_PREFIX):
+        a, b = split_diff(name)
+        unknown = [r for r in (a, b) if r not in ctx.runs]
+        if unknown or a == b:
+            raise ServiceError(f"sort {name!r}: A and B must be two different runs of {', '.join(ctx.runs) or '(none)'}")
+    if name not in by_name:
+        own = [c.name for c in choices if c.available and c.name != "order" and not c.name.startswith(DIFF_PREFIX)]
+        offered = ", ".join(["benchmark", *own, *(["diff:A,B"] if len(ctx.runs) > 1 else [])])
+        raise ServiceError(f"unknown sort {name!r}; this benchmark offers: {offered}")
+    if not by_name[name].available:
+        raise ServiceError(f"sort {name!r} returns nothing here: {by_name[name].reason}")
+    return name
+
+
+def per_query_frame(family: MetricFamily, name: str, run: Mapping[str, Sequence[str]], queries) -> pd.DataFrame:
+    """Run `name`'s per-query rows, as `--eval` writes them to per_query.csv (the family's official
+    per-query code, its default cutoffs), with a `run` column first."""
+    df = family.metrics_module().per_query(run, queries)
+    df.insert(0, "run", name)
+    return df
+
+
+def wide(per_query: pd.DataFrame, column: str, runs: Sequence[str]) -> pd.DataFrame:
+    """query_id x run of one per-query column (runs without rows are left out; one row per run and query)."""
+    rows = per_query[per_query["run"].isin(runs)]
+    out = rows.pivot(index="query_id", columns="run", values=column)
+    return out[[r for r in runs if r in out.columns]].astype(float)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3f}" if x == x else "n/a"
+
+
+# Each sort: (per_query, ctx) -> (keep, key, why), indexed by query_id; rows sort by `key` (a frame,
+# its columns in order) ascending, ties kept in benchmark order.
+SortFn = Callable[[pd.DataFrame, SortContext], tuple[pd.Series, pd.DataFrame, pd.Series]]
+NOT_RANKED = 1e9  # a target the run never ranked: below every rank
+
+
+def _keys(*columns: pd.Series) -> pd.DataFrame:
+    return pd.DataFrame({f"k{i}": c.astype(float) for i, c in enumerate(columns)})
+
+
+def _finer(pq, ctx, runs, index) -> pd.DataFrame:
+    """The family's finer measure, query x run, oriented so that higher is better (0 without one)."""
+    views = ctx.family.views()
+    if not views.finer:
+        return pd.DataFrame(0.0, index=index, columns=list(runs))
+    f = wide(pq, views.finer, runs).reindex(index=index, columns=list(runs))
+    return -f.fillna(NOT_RANKED) if views.finer_lower_is_better else f.fillna(0.0)
+
+
+def _worst(pq, ctx):
+    p = wide(pq, ctx.primary, ctx.runs)
+    mean = p.mean(axis=1)
+    return mean.notna(), _keys(mean, _finer(pq, ctx, ctx.runs, p.index).mean(axis=1)), \
+        mean.map(lambda v: f"mean {ctx.primary} {_fmt(v)}")
+
+
+def _all_fail(pq, ctx):
+    p = wide(pq, ctx.primary, ctx.runs)
+    keep = (p.max(axis=1) == 0) & p.notna().all(axis=1)
+    return keep, _keys(_finer(pq, ctx, ctx.runs, p.index).mean(axis=1)), \
+        pd.Series(f"{ctx.primary} = 0 for every run", index=p.index)
+
+
+def _diff(a: str, b: str) -> SortFn:
+    def sort(pq, ctx):
+        p = wide(pq, ctx.primary, [a, b])
+        for run in (a, b):
+            if run not in p:
+                raise ServiceError(f"no per-query results for run {run!r}")
+        gain = p[a] - p[b]
+        f = _finer(pq, ctx, [a, b], p.index)
+        why = [f"{a} {_fmt(x)} vs {b} {_fmt(y)} ({x - y:+.3f} {ctx.primary})" for x, y in zip(p[a], p[b])]
+        return gain.notna(), _keys(-gain, -(f[a] - f[b])), pd.Series(why, index=p.index)
+    return sort
+
+
+def _rerank(helped: bool) -> SortFn:
+    def sort(pq, ctx):
+        runs = [r for r in ctx.runs if f"{r}{RERANK_SUFFIX}" in set(pq["run"])]
+        if not runs:
+            raise ServiceError("no reranked results to sort by: this app serves no reranker, or its reranked "
+                               "results are still being computed")
+        before = wide(pq, ctx.primary, runs)
+        after = wide(pq, ctx.primary, [f"{r}{RERANK_SUFFIX}" for r in runs]).reindex(before.index)
+        delta = pd.DataFrame({r: after[f"{r}{RERANK_SUFFIX}"] - before[r] for r in runs})
+        best = delta.max(axis=1) if helped else delta.min(axis=1)
+        who = delta.fillna(-np.inf if helped else np.inf).idxmax(axis=1) if helped else \
+            delta.fillna(np.inf).idxmin(axis=1)
+        keep = best > 0 if helped else best < 0
+        why = [f"{ctx.primary} {v:+.3f} after reranking ({w})" for v, w in zip(best, who)]
+        return keep, _keys(-best if helped else best), pd.Series(why, index=delta.index)
+    return sort
+
+
+def _shortcut(pq, ctx):
+    p = wide(pq, ctx.primary, ctx.runs)
+    uni = [r for r in p.columns if ctx.modality.get(r) in ("image", "text")]
+    comp = [r for r in p.columns if r not in uni]
+    margin = p[uni].max(axis=1) - p[comp].max(axis=1)
+    who, vs = p[uni].fillna(-1.0).idxmax(axis=1), p[comp].fillna(-1.0).idxmax(axis=1)
+    why = [f"{w} beats {v} by {m:.3f} {ctx.primary}" for m, w, v in zip(margin, who, vs)]
+    return margin > 0, _keys(-margin), pd.Series(why, index=p.index)
+
+
+def negatives_in_top10(neg_recall10, n_neg) -> np.ndarray:
     """How many explicit negatives a top 10 held, from NegRecall@10 and the negative-list length."""
     denom = np.minimum(np.asarray(n_neg, dtype=float), 10.0)
     return np.rint(np.nan_to_num(np.asarray(neg_recall10, dtype=float)) * denom).astype(int)
 
 
-def failure_scores(per_query: pd.DataFrame, modality: Mapping[str, str]) -> pd.DataFrame:
-    """Per-query failure measures from per-query metrics of several runs.
-
-    `per_query`: long frame with columns run, query_id, group_id, AP@10, NegRecall@10,
-    n_neg (as `--eval` writes per_query.csv); runs named `<retriever>` and optionally
-    `<retriever>+rerank`. `modality`: retriever -> image/text/composed (the retrievers
-    that count). Returns one row per query (index query_id) with:
-    neg_top10 / neg_who (most explicit negatives in any top 10, and whose),
-    spread / spread_who (largest AP@10 max - min over the paraphrases of the intent),
-    mean_ap (mean AP@10 over retrievers),
-    shortcut / shortcut_who / shortcut_vs (best unimodal AP@10 minus best composed AP@10),
-    rerank_gain / rerank_gain_who, rerank_loss / rerank_loss_who (AP@10 after - before reranking).
-    """
-    names = [n for n in modality if n in set(per_query["run"])]
-    if not names:
-        raise ServiceError(f"no per-query results for the app's retrievers ({', '.join(modality) or 'none'})")
-    base = per_query[per_query["run"].isin(names)]
-    ap = base.pivot_table(index="query_id", columns="run", values="AP@10", aggfunc="first")[names]
-    negr = base.pivot_table(index="query_id", columns="run", values="NegRecall@10", aggfunc="first")[names]
-    n_neg = base.groupby("query_id")["n_neg"].first().reindex(ap.index)
-    group = base.groupby("query_id")["group_id"].first().reindex(ap.index)
-    out = pd.DataFrame(index=ap.index)
-    out["group_id"] = group
-
-    neg = pd.DataFrame({n: negatives_in_top10(negr[n].to_numpy(), n_neg.to_numpy()) for n in names}, index=ap.index)
-    out["neg_top10"] = neg.max(axis=1)
-    out["neg_who"] = neg.idxmax(axis=1)
-
-    spreads = ap.groupby(group).transform(lambda s: s.max() - s.min())
-    out["spread"] = spreads.max(axis=1)
-    out["spread_who"] = spreads.fillna(-1.0).idxmax(axis=1)
-    out["mean_ap"] = ap.mean(axis=1)
-
-    uni = [n for n in names if modality[n] in ("image", "text")]
-    comp = [n for n in names if modality[n] == "composed"]
-    if uni and comp:
-        out["shortcut"] = ap[uni].max(axis=1) - ap[comp].max(axis=1)
-        out["shortcut_who"] = ap[uni].fillna(-1.0).idxmax(axis=1)
-        out["shortcut_vs"] = ap[comp].fillna(-1.0).idxmax(axis=1)
-
-    reranked = [n for n in names if f"{n}{RERANK_SUFFIX}" in set(per_query["run"])]
-    if reranked:
-        rr = per_query[per_query["run"].isin([f"{n}{RERANK_SUFFIX}" for n in reranked])]
-        rr_ap = rr.pivot_table(index="query_id", columns="run", values="AP@10", aggfunc="first")
-        delta = pd.DataFrame({n: rr_ap[f"{n}{RERANK_SUFFIX}"].reindex(ap.index) - ap[n] for n in reranked})
-        out["rerank_gain"] = delta.max(axis=1)
-        out["rerank_gain_who"] = delta.fillna(-np.inf).idxmax(axis=1)
-        out["rerank_loss"] = delta.min(axis=1)
-        out["rerank_loss_who"] = delta.fillna(np.inf).idxmin(axis=1)
-    return out
+def _negatives(pq, ctx):
+    negr = wide(pq, "NegRecall@10", ctx.runs)
+    n_neg = wide(pq, "n_neg", ctx.runs).reindex(negr.index)
+    neg = pd.DataFrame({r: negatives_in_top10(negr[r], n_neg[r]) for r in negr.columns}, index=negr.index)
+    most, who = neg.max(axis=1), neg.idxmax(axis=1)
+    why = [f"{int(n)} explicit negative{'s' if n != 1 else ''} in the top 10 ({w})" for n, w in zip(most, who)]
+    return most > 0, _keys(-most), pd.Series(why, index=neg.index)
 
 
-def sort_queries(table: pd.DataFrame, scores: pd.DataFrame | None, sort: str) -> tuple[pd.DataFrame, str]:
-    """Order (and for failure sorts, keep only the failing) rows of a query table.
+def _spread(pq, ctx):
+    p = wide(pq, ctx.primary, ctx.runs)
+    group = pq.groupby("query_id")["group_id"].first().reindex(p.index)
+    by_group = p.groupby(group.to_numpy())
+    spreads = by_group.transform("max") - by_group.transform("min")
+    most, who = spreads.max(axis=1), spreads.fillna(-1.0).idxmax(axis=1)
+    why = [f"{ctx.primary} varies by {v:.3f} across paraphrases ({w})" for v, w in zip(most, who)]
+    return most > 0, _keys(-most), pd.Series(why, index=p.index)
+
+
+def _two_image(pq, ctx):
+    keep_ids = set(ctx.table.loc[ctx.table["n_refs"] > 1, "query_id"])
+    keep, key, why = _worst(pq, ctx)
+    return keep & keep.index.isin(keep_ids), key, why
+
+
+def _target_rank(pq, ctx):
+    ranks = wide(pq, "target_rank", ctx.runs)
+    worst = ranks.fillna(NOT_RANKED).max(axis=1)
+    who = ranks.fillna(NOT_RANKED).idxmax(axis=1)
+    why = [f"target {'not in the ranking scored' if v >= NOT_RANKED else f'at rank {int(v)}'} ({w})"
+           for v, w in zip(worst, who)]
+    return worst > 1, _keys(-worst, -ranks.fillna(NOT_RANKED).mean(axis=1)), pd.Series(why, index=ranks.index)
+
+
+def _reference_first(pq, ctx):
+    first = wide(pq, "reference_rank", ctx.runs) == 1
+    count = first.sum(axis=1)
+    why = [f"reference ranked first by {', '.join(r for r in first.columns if row[r])}" for _, row in first.iterrows()]
+    return count > 0, _keys(-count), pd.Series(why, index=first.index)
+
+
+def _subset_rank(pq, ctx):
+    ranks = wide(pq, "subset_rank", ctx.runs)
+    worst, who = ranks.max(axis=1), ranks.fillna(0).idxmax(axis=1)
+    why = [f"target at rank {_int(v)} within its img_set ({w})" for v, w in zip(worst, who)]
+    return worst > 1, _keys(-worst, -ranks.mean(axis=1)), pd.Series(why, index=ranks.index)
+
+
+def _int(v: float) -> str:
+    return str(int(v)) if v == v else "n/a"
+
+
+def _missed_gt(pq, ctx):
+    found = wide(pq, "gt_found@10", ctx.runs)
+    n_gt = wide(pq, "n_gt", ctx.runs).reindex(found.index)
+    missed = np.minimum(n_gt, 10) - found
+    most, who = missed.max(axis=1), missed.fillna(-1).idxmax(axis=1)
+    why = [f"{_int(m)} of min({_int(n)}, 10) ground truths missed in the top 10 ({w})"
+           for m, n, w in zip(most, n_gt.max(axis=1), who)]
+    return most > 0, _keys(-most, -missed.mean(axis=1)), pd.Series(why, index=found.index)
+
+
+def _hard_negative(pq, ctx):
+    hn = wide(pq, "hard_negative@1", ctx.runs)
+    count = hn.sum(axis=1)
+    sub = pq.groupby("query_id")["subcategory"].first().reindex(hn.index) if "subcategory" in pq else None
+    why = [f"hard negative at rank 1 for {', '.join(r for r in hn.columns if row[r] == 1)}"
+           + (f" ({s})" if isinstance(s, str) else "")
+           for (_, row), s in zip(hn.iterrows(), sub if sub is not None else [None] * len(hn))]
+    return count > 0, _keys(-count), pd.Series(why, index=hn.index)
+
+
+def _worst_instances(pq, ctx):
+    p = wide(pq, ctx.primary, ctx.runs)
+    mean = p.mean(axis=1)
+    instance = pq.groupby("query_id")["instance"].first().reindex(p.index).astype(str)
+    inst_mean = mean.groupby(instance).transform("mean")
+    why = [f"instance {i}: mean {ctx.primary} {_fmt(m)} (this query {_fmt(v)})"
+           for i, m, v in zip(instance, inst_mean, mean)]
+    return mean.notna(), _keys(inst_mean, instance.rank(method="dense"), mean), pd.Series(why, index=p.index)
+
+
+SORT_FUNCTIONS: dict[str, SortFn] = {
+    "worst": _worst, "all_fail": _all_fail, "rerank_helped": _rerank(True), "rerank_hurt": _rerank(False),
+    "shortcut": _shortcut, "negatives": _negatives, "spread": _spread, "two_image": _two_image,
+    "target_rank": _target_rank, "reference_first": _reference_first, "subset_rank": _subset_rank,
+    "missed_gt": _missed_gt, "hard_negative": _hard_negative, "worst_instances": _worst_instances,
+}
+
+
+def _sort_function(name: str, ctx: SortContext) -> SortFn:
+    if name.startswith(DIFF_PREFIX):
+        return _diff(*split_diff(name))
+    extra = ctx.family.views().extra_sorts
+    if name in extra:
+        return resolve_ref(extra[name][1], f"metric family {ctx.family.name!r} sort {name!r}")
+    return SORT_FUNCTIONS[name]
+
+
+def sort_rows(rows: pd.DataFrame, per_query: pd.DataFrame | None, name: str, ctx: SortContext,
+              choices: Sequence[SortChoice] | None = None, memo: dict | None = None) -> tuple[pd.DataFrame, str]:
+    """Order (and for failure sorts, keep only the failing) `rows` of the query table by sort `name`.
 
     Returns (rows with a `why` column, a sentence about the sort). Ties keep benchmark order.
+    `memo` (optional): the sorts' (keep, key, why) by name, valid while `per_query` is the same.
     """
-    if sort not in SORTS:
-        from cir_demo.utils.names import UnknownNameError
-
-        raise UnknownNameError("sort", sort, SORTS)
-    rows = table.copy()
+    name = check_sort(name, ctx, choices)
+    rows = rows.copy()
     rows["why"] = ""
-    if sort == "order":
+    if name == "order":
         return rows, ""
-    if scores is None:
-        raise ServiceError("failure sorts need per-query results of the retrievers (none are loaded)")
-    s = scores.reindex(rows["query_id"])
-    s.index = rows.index
-
-    def fmt(x: float) -> str:
-        return f"{x:+.3f}" if x == x else "n/a"
-
-    if sort == "negatives":
-        keep = s["neg_top10"] > 0
-        rows["key"] = -s["neg_top10"]
-        rows["why"] = [f"{int(n)} explicit negative{'s' if n != 1 else ''} in the top 10 ({w})"
-                       for n, w in zip(s["neg_top10"].fillna(0), s["neg_who"])]
-        note = "queries with at least one explicit negative in some retriever's top 10"
-    elif sort == "spread":
-        keep = s["spread"] > 0
-        rows["key"] = -s["spread"]
-        rows["why"] = [f"AP@10 varies by {v:.3f} across paraphrases ({w})" for v, w in zip(s["spread"], s["spread_who"])]
-        note = "queries whose intent's AP@10 changes with the phrasing"
-    elif sort == "two_image":
-        keep = rows["n_refs"] == 2
-        rows["key"] = s["mean_ap"]
-        rows["why"] = [f"mean AP@10 {v:.3f}" for v in s["mean_ap"]]
-        note = "two-image queries, hardest first"
-    elif sort in ("rerank_helped", "rerank_hurt"):
-        col = "rerank_gain" if sort == "rerank_helped" else "rerank_loss"
-        if col not in s:
-            raise ServiceError("no reranked results to sort by: this app serves no reranker, or its reranked "
-                               "results are still being computed")
-        keep = s[col] > 0 if sort == "rerank_helped" else s[col] < 0
-        rows["key"] = -s[col] if sort == "rerank_helped" else s[col]
-        rows["why"] = [f"AP@10 {fmt(v)} after reranking ({w})" for v, w in zip(s[col], s[f"{col}_who"])]
-        note = f"queries whose AP@10 {'rose' if sort == 'rerank_helped' else 'fell'} with the reranker"
-    else:  # shortcut
-        if "shortcut" not in s:
-            raise ServiceError("the modality-shortcut sort needs an image-only or text-only retriever and a "
-                               "composed one among the app's retrievers")
-        keep = s["shortcut"] > 0
-        rows["key"] = -s["shortcut"]
-        rows["why"] = [f"{w} beats {v} by {m:.3f} AP@10" for m, w, v in zip(s["shortcut"], s["shortcut_who"], s["shortcut_vs"])]
-        note = "queries where an image-only or text-only retriever beats every composed one"
-    rows = rows[keep.fillna(False).to_numpy()]
-    rows = rows.sort_values("key", kind="stable").drop(columns="key")
-    return rows, note
+    if per_query is None or not len(per_query):
+        raise ServiceError("failure sorts need per-query results of the runs (none are loaded)")
+    fn = _sort_function(name, ctx)
+    if memo is not None and name in memo:
+        keep, key, why = memo[name]
+    else:
+        keep, key, why = fn(per_query, ctx)
+        if memo is not None:
+            memo[name] = keep, key, why
+    ids = rows["query_id"]
+    rows["why"] = why.reindex(ids).fillna("").to_numpy()
+    mask = keep.reindex(ids).fillna(False).astype(bool).to_numpy()
+    order = key.reindex(ids).reset_index(drop=True)
+    order["pos"] = np.arange(len(rows))
+    order = order[mask].sort_values(list(order.columns), kind="stable")
+    return rows.iloc[order["pos"].to_numpy()], _label(name, ctx)

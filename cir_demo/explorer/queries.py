@@ -8,22 +8,29 @@ import numpy as np
 import pandas as pd
 
 from cir_demo.benchmarks.schema import SKIN_TONE_BUCKETS, Benchmark
+from cir_demo.benchmarks.scoped import subset_of
 from cir_demo.explorer.config import FILTER_FIELDS, NO_VALUE, SINGLE_LABELS, SKIN_TONE_LABELS, ServiceError
 
 
-def query_table(benchmark: Benchmark) -> pd.DataFrame:
-    """One row per query: query_id, group_id, instruction, n_refs, the filter fields, paraphrase index."""
+def query_table(benchmark: Benchmark, fields: Mapping[str, str] = FILTER_FIELDS) -> pd.DataFrame:
+    """One row per query: query_id, group_id, instruction, n_refs, n_negatives, n_subset (CIRR's img_set
+    members), the filter `fields` (meta key -> label), paraphrase index."""
     rows = []
     position: dict[str, int] = {}
     for q in benchmark.queries:
         idx = position.get(q.group_id, 0)
         position[q.group_id] = idx + 1
         row = {"query_id": q.query_id, "group_id": q.group_id, "instruction": q.instruction,
-               "n_refs": len(q.reference_ids), "paraphrase": idx}
-        for key in FILTER_FIELDS:
+               "n_refs": len(q.reference_ids), "n_negatives": len(q.negatives),
+               "n_subset": len(subset_of(q.judgments)), "paraphrase": idx}
+        for key in fields:
             row[key] = filter_value(key, q.meta.get(key))
         rows.append(row)
-    return pd.DataFrame(rows, columns=["query_id", "group_id", "instruction", "n_refs", "paraphrase", *FILTER_FIELDS])
+    return pd.DataFrame(rows, columns=["query_id", "group_id", "instruction", "n_refs", "n_negatives", "n_subset",
+                                       "paraphrase", *fields])
+
+
+NOT_FILTERS = ("query_id", "group_id", "instruction", "n_refs", "n_negatives", "n_subset", "paraphrase")
 
 
 def filter_value(key: str, value: Any) -> str:
@@ -37,10 +44,10 @@ def filter_value(key: str, value: Any) -> str:
     return str(value)
 
 
-def filter_choices(table: pd.DataFrame) -> dict[str, list[str]]:
+def filter_choices(table: pd.DataFrame, fields: Mapping[str, str] = FILTER_FIELDS) -> dict[str, list[str]]:
     """Values present for each filter field (fields with a single value are left out)."""
     out = {}
-    for key in FILTER_FIELDS:
+    for key in fields:
         values = [v for v in table[key].unique()]
         if len(values) < 2 and NO_VALUE in values:
             continue
@@ -58,7 +65,8 @@ def filter_queries(table: pd.DataFrame, text: str = "", filters: Mapping[str, st
         if value in (None, "", "any"):
             continue
         if key not in table:
-            raise ServiceError(f"unknown filter {key!r}; filters: {', '.join(FILTER_FIELDS)}")
+            known = [c for c in table.columns if c not in NOT_FILTERS]
+            raise ServiceError(f"unknown filter {key!r}; filters: {', '.join(known)}")
         mask &= (table[key] == value).to_numpy()
     words = [w for w in (text or "").lower().split() if w]
     if words:

@@ -134,12 +134,16 @@ def load_report(run: RunSummary, family: MetricFamily | str | None = None) -> Re
                   [(p, captions.get(p.name, p.stem.replace("_", " "))) for p in plots], info, paired)
 
 
-def read_eval_per_query(run_dir: Path, retriever_specs: Mapping[str, str], reranker_hash: str | None) -> pd.DataFrame | None:
+PINPOINT_SORT_COLUMNS = ("run", "query_id", "group_id", "AP@10", "precision@10", "NegRecall@10", "n_neg")
+
+
+def read_eval_per_query(run_dir: Path, retriever_specs: Mapping[str, str], reranker_hash: str | None,
+                        columns: Sequence[str] = PINPOINT_SORT_COLUMNS) -> pd.DataFrame | None:
     """per_query.csv rows of an eval run whose retrievers have the given spec hashes.
 
     Only runs written by the pipeline (run_info.json with specs) qualify: a ranking is
     reused only when it came from the same retriever spec. Reranked rows are kept when
-    the reranker's spec hash matches too.
+    the reranker's spec hash matches too. `columns`: those read (the failure sorts' columns of the family).
     """
     from cir_demo.rerank.base import spec_hash_of
     from cir_demo.retrievers.base import spec_hash
@@ -155,9 +159,8 @@ def read_eval_per_query(run_dir: Path, retriever_specs: Mapping[str, str], reran
     rr_spec = info.get("reranker")
     if reranker_hash and isinstance(rr_spec, dict) and spec_hash_of(rr_spec) == reranker_hash:
         runs |= {f"{n}{RERANK_SUFFIX}" for n in ok}
-    cols = ["run", "query_id", "group_id", "AP@10", "precision@10", "NegRecall@10", "n_neg"]
     try:
-        df = pd.read_csv(run_dir / "per_query.csv", usecols=cols, dtype={"query_id": str, "group_id": str, "run": str})
+        df = pd.read_csv(run_dir / "per_query.csv", usecols=list(columns), dtype={"query_id": str, "group_id": str, "run": str})
     except (OSError, ValueError):
         return None
     return df[df["run"].isin(runs)].reset_index(drop=True)

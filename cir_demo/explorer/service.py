@@ -13,15 +13,17 @@ import pandas as pd
 from cir_demo.benchmarks.families import metric_family
 from cir_demo.benchmarks.registry import RERANK_SUFFIX, declared_defaults
 from cir_demo.benchmarks.schema import Benchmark, Query
-from cir_demo.explorer.config import (FILTER_FIELDS, MAX_COLUMNS, MAX_QUERY_ROWS, NO_VALUE, REFERENCE_PX,
-                                     SEARCH_K, SORTS, TILE_PX, ServiceConfig, ServiceError, retriever_modality)
-from cir_demo.explorer.failures import failure_scores, sort_queries
+from cir_demo.explorer.config import (MAX_COLUMNS, MAX_QUERY_ROWS, NO_VALUE, REFERENCE_PX,
+                                     SEARCH_K, TILE_PX, ServiceConfig, ServiceError, filter_fields,
+                                     retriever_modality)
+from cir_demo.explorer.failures import SortChoice, SortContext, per_query_frame, sort_choices, sort_rows
 from cir_demo.explorer.images import ThumbnailStore, encode_jpeg_data_uri, thumbnail_db_path
 from cir_demo.explorer.queries import filter_choices, filter_queries, filter_value, query_table
 from cir_demo.explorer.ranking_metrics import metrics_many
 from cir_demo.explorer.runs import list_runs, load_report, read_eval_per_query
 from cir_demo.explorer.uploads import ValidatedImage
-from cir_demo.explorer.views import Column, Comparison, Paraphrase, QueryList, QueryView, Report, RunSummary, Tile, fill_metrics
+from cir_demo.explorer.views import (Column, Comparison, Paraphrase, QueryList, QueryView, Report, RunSummary, Tile,
+                                     fill_metrics, protocol_scope)
 from cir_demo.utils.lru import LRU
 
 log = logging.getLogger(__name__)
@@ -42,13 +44,17 @@ class ExplorerService:
         self.reranker_name = reranker
         self.reranker_note = reranker_note
         self.family = metric_family(benchmark.metric_family)  # per-column metrics: its `shown` columns
-        self.table = query_table(benchmark)
-        self._filter_choices = filter_choices(self.table)
+        self.views = self.family.views()  # its sorts, tile scope and wording
+        self.filter_fields = filter_fields(self.views)  # the common filters, then the family's
+        self.table = query_table(benchmark, self.filter_fields)
+        self._filter_choices = filter_choices(self.table, self.filter_fields)
         fp = engine.fingerprint
         self.tiles = ThumbnailStore(engine.open_image, thumbnail_db_path(fp, TILE_PX) if thumbnails_on_disk else None, TILE_PX)
         self.references = ThumbnailStore(engine.open_image, thumbnail_db_path(fp, REFERENCE_PX) if thumbnails_on_disk else None,
                                          REFERENCE_PX, quality=90)
         self._failures: pd.DataFrame | None = None
+        self._sorts: list[SortChoice] | None = None
+        self._sort_memo: dict = {}  # sort name -> its (keep, key, why) over the current failure_stats rows
         self._failure_source = ""
         self._paraphrase_tables = LRU(256)  # (intent, retrievers) -> table
         self._metrics = LRU(4096)  # (query id, ranking) -> the column's metrics
@@ -113,7 +119,10 @@ class ExplorerService:
         rows = filter_queries(self.table, text, filters)
         note = ""
         if sort != "order":
-            rows, note = sort_queries(rows, self.failure_stats(progress, need_rerank=sort.startswith("rerank")), sort)
+            per_query = self.failure_stats(progress, need_rerank=sort.startswith("rerank"))
+            if self._sort_memo.get("__rows__") is not per_query:  # new rows: earlier sort results are void
+                self._sort_memo = {"__rows__": per_query}
+            rows, note = sort_rows(rows, per_query, sort, self.sort_context(), self.sorts(), self._sort_memo)
         total = len(rows)
         shown = rows.head(limit)
         kind = shown["intent_category"].where(shown["intent_category"] != NO_VALUE, "")
@@ -125,6 +134,21 @@ class ExplorerService:
             self._query_lists.put(key, found)
         return found
 
+    def sort_context(self) -> SortContext:
+        return SortContext(self.family, self.table, self.retriever_names, self.modality, bool(self.reranker_name))
+
+    def sorts(self) -> list[SortChoice]:
+        """Every failure sort of the benchmark's family, `diff:A,B` for each ordered pair of columns, each
+        with whether it can return something here and why not (cir_demo/benchmarks/failure_views.py)."""
+        if self._sorts is None:  # the benchmark, columns and reranker of a service never change
+            self._sorts = sort_choices(self.sort_context())
+        return list(self._sorts)
+
+    def sorted_queries(self, sort: str, text: str = "", filters: Mapping[str, str | None] | None = None,
+                       limit: int = MAX_QUERY_ROWS, progress: Callable[[str], None] | None = None) -> QueryList:
+        """The query list in the order of sort `sort` (a `sorts()` name, e.g. "worst" or "diff:A,B")."""
+        return self.find_queries(text, filters, sort, limit, progress)
+
     def query_view(self, query_id: str) -> QueryView:
         q = self.query(query_id)
         paraphrases = []
@@ -134,16 +158,19 @@ class ExplorerService:
         thumbs = self.references.get_many(list(q.reference_ids))
         meta = q.meta
         facts = [("query", q.query_id), ("intent", q.group_id)]
-        for key, label in FILTER_FIELDS.items():
+        for key, label in self.filter_fields.items():
             value = meta.get(key)
             if value is not None:
                 facts.append((label, filter_value(key, value)))
-        facts.append(("judgments", f"{len(q.positives)} positives, {len(q.negatives)} explicit negatives"))
+        facts.append(("judgments", self.views.judgments_line(q)))
         return QueryView(q, paraphrases, [thumbs[r] for r in q.reference_ids], facts)
 
     # ------------------------------------------------------------------ retrieval
-    def _search_columns(self, cq, names: Sequence[str], k: int, rerank: bool, top_n: int) -> dict:
-        """Each column's first-stage ranking, searched once: {name: (Ranking or the exception, seconds)}."""
+    def _search_columns(self, cq, names: Sequence[str], k: int, rerank: bool, top_n: int,
+                        query: Query | None = None) -> dict:
+        """Each column's first-stage ranking, searched once: {name: (Ranking or the exception, seconds)}.
+        A benchmark `query` is asked as `--eval` asks it (`engine.benchmark_query`: the retriever's
+        query template applied to `cq`'s text); an upload (`query` None) as `cq` is."""
         out = {}
         for name in names:
             t0 = time.perf_counter()
@@ -152,7 +179,8 @@ class ExplorerService:
                 if cq.query_id is not None and hasattr(retriever, "has") and not retriever.has(cq.query_id):
                     raise ServiceError(f"{name} has no ranking for this query (its results file leaves it out, "
                                        "and --eval leaves it out of the means)")
-                got = self.engine.search(name, [cq], k=self._depth(name, max(SEARCH_K, k, top_n if rerank else 0)))[0]
+                asked = cq if query is None else self.engine.benchmark_query(name, query, cq.text)
+                got = self.engine.search(name, [asked], k=self._depth(name, max(SEARCH_K, k, top_n if rerank else 0)))[0]
             except Exception as exc:  # reported in that column
                 got = exc
             out[name] = (got, time.perf_counter() - t0)
@@ -181,13 +209,17 @@ class ExplorerService:
                     col.note = f"{flagged} candidate(s) could not be scored and kept their first-stage place"
             col.ranking = ids
             pos, neg = (set(query.positives), set(query.negatives)) if query is not None else (set(), set())
+            shown, marks, scope_note = protocol_scope(self.views.scope, query, ids)
+            if scope_note:
+                col.note = f"{col.note}; {scope_note}" if col.note else scope_note
+            ids, scores = [ids[i] for i in shown], [scores[i] for i in shown]
             thumbs = self.tiles.get_many(ids[:k])
             for r, (image_id, score) in enumerate(zip(ids[:k], scores[:k]), 1):
                 judged = "positive" if image_id in pos else "negative" if image_id in neg else None
                 py, flag, was_reranked, p_near = p_yes.get(image_id, (None, None, False, None))
                 col.tiles.append(Tile(image_id, r, score, judged, thumbs.get(image_id),
                                       first_rank.get(image_id) if first_rank else None, py, flag, was_reranked,
-                                      p_near))
+                                      p_near, marks.get(image_id, ())))
         except ServiceError as exc:
             col.error = str(exc)
         except Exception as exc:  # one failing retriever must not blank the other columns
@@ -230,7 +262,7 @@ class ExplorerService:
         if instruction is not None and not instruction.strip():
             raise ServiceError("the instruction is empty")
         cq = self._composed(q, names, instruction, rerank)
-        searched = self._search_columns(cq, names, k, rerank, top_n)
+        searched = self._search_columns(cq, names, k, rerank, top_n, q)
         if rerank and len(names) > 1:
             self._prescore(cq, searched, top_n)
         columns = [self._column(n, searched[n], cq, q, k, rerank, top_n) for n in names]
@@ -240,7 +272,8 @@ class ExplorerService:
                   for i, r in enumerate(q.reference_ids)]
         return Comparison(cq.text, [refs[r] for r in q.reference_ids], labels, columns, k, True, q.query_id,
                           self.reranker_name if rerank else None, top_n if rerank else None,
-                          len(q.positives), len(q.negatives), ranking=self._ranking_rule() if rerank else None)
+                          len(q.positives), len(q.negatives), ranking=self._ranking_rule() if rerank else None,
+                          legend=dict(self.views.legend), words=(self.views.positive_word, self.views.negative_word))
 
     def _depth(self, name: str, k: int) -> int:
         """How deep to rank: a results file's whole ranking (scored as --eval scores it: a metric after
@@ -311,13 +344,13 @@ class ExplorerService:
         if cached is not None:
             return cached.copy()
         group = self.benchmark.paraphrases(query_id)
-        cqs = [self._composed(p, names) for p in group]
         forms = [str(p.meta.get("paraphrase_form") or f"phrasing {i + 1}").replace("_", " ") for i, p in enumerate(group)]
         table = pd.DataFrame({"paraphrase": forms, "instruction": [p.instruction for p in group]})
         pairs, owners = [], []
         for name in names:
             try:
-                rankings = self.engine.search(name, cqs, k=self._depth(name, SEARCH_K))
+                rankings = self.engine.search(name, [self.engine.benchmark_query(name, p) for p in group],
+                                              k=self._depth(name, SEARCH_K))
             except Exception as exc:  # that column shows n/a; the rest of the table stands
                 log.exception("paraphrase table: %s failed", name)
                 table[name] = float("nan")
@@ -355,7 +388,8 @@ class ExplorerService:
         return out
 
     def failure_stats(self, progress: Callable[[str], None] | None = None, need_rerank: bool = False) -> pd.DataFrame:
-        """Per-query failure measures over the app's retrievers (see `failure_scores`).
+        """The per-query rows the failure sorts read (`failures.sort_rows`): run, query_id, group_id, the
+        family's primary metric and its `FailureViews.measures`, for the app's retrievers.
 
         From the latest eval run of this benchmark content with the same retriever specs when
         there is one; the rest is computed here once (all queries, every retriever) and cached
@@ -363,10 +397,10 @@ class ExplorerService:
         `need_rerank` and the work is small (`max_rerank_scores`).
         """
         with self._lock:
-            if self._failures is not None and (not need_rerank or "rerank_gain" in self._failures or not self.reranker_name):
+            if self._failures is not None and (not need_rerank or not self.reranker_name
+                                               or self._failures["run"].str.endswith(RERANK_SUFFIX).any()):
                 return self._failures
-            per_query = self._gather_per_query(progress, need_rerank)
-            self._failures = failure_scores(per_query, {n: self.modality[n] for n in self.retriever_names})
+            self._failures = self._gather_per_query(progress, need_rerank)
             return self._failures
 
     def forget_failures(self) -> None:
@@ -398,7 +432,8 @@ class ExplorerService:
         for run in list_runs(self.benchmark.name, self.fingerprint):
             if run.matches != "fingerprint":
                 continue
-            df = read_eval_per_query(run.path, {n: h for n, h in hashes.items() if n not in have}, rr_hash)
+            df = read_eval_per_query(run.path, {n: h for n, h in hashes.items() if n not in have}, rr_hash,
+                                     self._sort_columns())
             if df is None or not len(df):
                 continue
             df = df[df["query_id"].isin(set(self.table["query_id"]))]
@@ -422,7 +457,7 @@ class ExplorerService:
         _, have, _ = self._stored_per_query(hashes, rr_hash)
         if not all(n in have or self._cached_per_query_path(n, h).is_file() for n, h in hashes.items()):
             return set()
-        out = {s for s in SORTS if s not in ("order", "rerank_helped", "rerank_hurt")}
+        out = {c.name for c in self.sorts() if c.available and c.name not in ("order", "rerank_helped", "rerank_hurt")}
         if rr_hash and all(f"{n}{RERANK_SUFFIX}" in have for n in hashes):
             out |= {"rerank_helped", "rerank_hurt"}
         return out
@@ -460,9 +495,16 @@ class ExplorerService:
     def _cached_per_query_path(self, name: str, spec_hash: str) -> Path:
         return self._per_query_cache(name).with_name(f"{name}-{spec_hash[:16]}.csv")
 
-    def _computed_per_query(self, name: str, spec_hash: str, progress) -> pd.DataFrame:
-        from cir_demo.metrics.pinpoint import per_query
+    def _sort_columns(self) -> list[str]:
+        """The per_query.csv columns the failure sorts read."""
+        return ["run", "query_id", "group_id", *dict.fromkeys([self.family.primary, *self.views.measures,
+                                                             *([self.views.finer] if self.views.finer else [])])]
 
+    def _scored_frame(self, name: str, run: Mapping[str, Sequence[str]]) -> pd.DataFrame:
+        df = per_query_frame(self.family, name, run, self.benchmark.queries)
+        return df[[c for c in self._sort_columns() if c in df.columns]]
+
+    def _computed_per_query(self, name: str, spec_hash: str, progress) -> pd.DataFrame:
         path = self._cached_per_query_path(name, spec_hash)
         if path.is_file():
             try:
@@ -475,14 +517,11 @@ class ExplorerService:
                 progress(f"retrieving with {name}: {done:,}/{total:,} queries")
 
         run, _ = self.engine.run_benchmark(name, k=SEARCH_K, progress=report)
-        df = per_query(run, self.benchmark.queries)[["query_id", "group_id", "AP@10", "precision@10", "NegRecall@10", "n_neg"]]
-        df.insert(0, "run", name)
+        df = self._scored_frame(name, run)
         _save_optional(path, df)
         return df
 
     def _computed_rerank_per_query(self, name: str, spec_hash: str, rr_hash: str, progress) -> pd.DataFrame:
-        from cir_demo.metrics.pinpoint import per_query
-
         top_n = self.config.default_top_n
         path = self._per_query_cache(name).with_name(f"{name}-{spec_hash[:16]}+{rr_hash}-top{top_n}.csv")
         if path.is_file():
@@ -495,8 +534,7 @@ class ExplorerService:
         run, scores = self.engine.run_benchmark(name, k=SEARCH_K)
         rr = self.engine.rerank_run(self.reranker_name, run, scores, top_n=top_n,
                                     reranker_kw=dict(self.config.reranker_kwargs))
-        df = per_query(rr.run, self.benchmark.queries)[["query_id", "group_id", "AP@10", "precision@10", "NegRecall@10", "n_neg"]]
-        df.insert(0, "run", f"{name}{RERANK_SUFFIX}")
+        df = self._scored_frame(f"{name}{RERANK_SUFFIX}", rr.run)
         _save_optional(path, df)
         return df
 

@@ -9,6 +9,7 @@ import pandas as pd
 
 from cir_demo.benchmarks.families import MetricFamily
 from cir_demo.benchmarks.schema import Query
+from cir_demo.benchmarks.scoped import gallery_of, subset_of
 from cir_demo.explorer.ranking_metrics import metrics_many
 
 
@@ -24,6 +25,7 @@ class Tile:
     flag: str | None = None
     reranked: bool = False
     p_near: float | None = None  # the judge's P(near miss), when it answers that
+    marks: tuple[str, ...] = ()  # the protocol's marks ("img_set": a member of CIRR's img_set)
 
     @property
     def moved(self) -> int | None:
@@ -43,6 +45,32 @@ class Column:
     seconds: float = 0.0
     ranking: list[str] = field(default_factory=list, repr=False)  # the full ranking shown (SEARCH_K deep)
     first_stage_ranking: list[str] | None = field(default=None, repr=False)  # before reranking
+
+
+def protocol_scope(scope: str | None, query: Query | None, ids: Sequence[str]) -> tuple[list[int], dict, str]:
+    """What a column shows of a ranking so that its rank labels are the official ranks: (positions of
+    `ids` kept, image id -> marks, a note for the column). `scope` is the family's
+    `FailureViews.scope`: "reference_deleted" (CIRR: the reference is left out, as the protocol deletes
+    it; img_set members are marked), "gallery" (images outside the query's gallery are hidden)."""
+    if query is None or scope is None:
+        return list(range(len(ids))), {}, ""
+    if scope == "reference_deleted":
+        refs = set(query.reference_ids)
+        kept = [i for i, x in enumerate(ids) if x not in refs]
+        members = set(subset_of(query.judgments)) - refs
+        marks = {x: ("img_set",) for x in ids if x in members}
+        where = [i + 1 for i, x in enumerate(ids) if x in refs]
+        note = (f"the reference image (ranked {where[0]} by the run) is left out, as the protocol deletes it; "
+                "ranks are official" if where else "")
+        return kept, marks, note
+    gallery = gallery_of(query.judgments)
+    if gallery is None:
+        return list(range(len(ids))), {}, ""
+    kept = [i for i, x in enumerate(ids) if x in gallery]
+    hidden = len(ids) - len(kept)
+    note = (f"{hidden} of the {len(ids)} images retrieved are outside the query's gallery and hidden, as the "
+            "protocol ranks only the gallery; ranks are official" if hidden else "")
+    return kept, {}, note
 
 
 def fill_metrics(columns: Sequence[Column], query: Query, family: MetricFamily | str = "pinpoint",
@@ -82,6 +110,8 @@ class Comparison:
     n_negatives: int | None = None
     notes: list[str] = field(default_factory=list)
     ranking: str | None = None  # how the reranker orders its top n, from its spec ("P(yes)", "P(yes) - 2 * P(near miss)")
+    legend: dict[str, str] = field(default_factory=dict)  # per-column metric -> what it means (the family's words)
+    words: tuple[str, str] = ("positive", "explicit negative")  # the family's names of a positive and a negative
 
 
 @dataclass

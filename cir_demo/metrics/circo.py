@@ -87,7 +87,7 @@ def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Se
 
     Columns: query_id, group_id, scored (always True: an empty ranking scores
     0), n_retrieved, n_gt, semantic_aspects (tuple), AP@k and Recall@k for
-    each k. Raises BenchmarkError (every offending query named, `source` as
+    each k, gt_found@10 (ground truths in the top 10, when 10 is a cutoff). Raises BenchmarkError (every offending query named, `source` as
     the file) on duplicate ids in a ranking, a query without ground truths or
     without a target.
     """
@@ -122,6 +122,8 @@ def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Se
         columns[f"AP@{k}"] = ap_sums[:, k - 1] / np.minimum(n_gt, k) if n else np.zeros(0)
     for k in ks:
         columns[f"Recall@{k}"] = target_found[:, k - 1].astype(float)
+    if 10 in ks:  # what the explorer's "ground truths missed in the top 10" sort reads
+        columns["gt_found@10"] = gt_hits[:, :10].sum(axis=1).astype(np.int64)
     return pd.DataFrame(columns)
 
 

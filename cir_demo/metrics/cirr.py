@@ -95,7 +95,8 @@ def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Se
     """One row per query of `queries` with an entry in `run` (in the order of `queries`).
 
     Columns: query_id, group_id, scored (True), n_retrieved (after the reference deletion),
-    target_rank (NaN when not ranked), subset_rank, n_unseen_set_members, Recall@k, Recall_subset@k.
+    target_rank (NaN when not ranked), subset_rank, n_unseen_set_members, reference_rank (where the run put
+    the reference before its deletion, NaN when absent), Recall@k, Recall_subset@k.
     Raises BenchmarkError naming every query whose ranking repeats an id or that has no target.
     """
     ks, subset_ks = check_ks(ks), check_ks(subset_ks)
@@ -106,9 +107,13 @@ def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Se
     subset_rank = np.empty(n)
     unseen = np.empty(n, dtype=np.int64)
     n_retrieved = np.empty(n, dtype=np.int64)
+    reference_rank = np.full(n, np.nan)
     for i, (q, ranking) in enumerate(zip(matched, rankings)):
         rank[i], subset_rank[i], _, unseen[i] = target_ranks(ranking, q)
-        n_retrieved[i] = len(ranking) - (q.reference_ids[0] in ranking)
+        has_reference = q.reference_ids[0] in ranking
+        n_retrieved[i] = len(ranking) - has_reference
+        if has_reference:
+            reference_rank[i] = ranking.index(q.reference_ids[0]) + 1
     columns: dict[str, object] = {
         "query_id": [q.query_id for q in matched],
         "group_id": [q.group_id for q in matched],
@@ -117,6 +122,7 @@ def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Se
         "target_rank": np.where(np.isinf(rank), np.nan, rank),
         "subset_rank": subset_rank,
         "n_unseen_set_members": unseen,
+        "reference_rank": reference_rank,
     }
     for k in ks:
         columns[f"Recall@{k}"] = (rank <= k).astype(float)

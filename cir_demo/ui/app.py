@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import gradio as gr
 
-from cir_demo.explorer import (FILTER_FIELDS, MAX_COLUMNS, ExplorerService, ServiceConfig, ServiceError,
+from cir_demo.explorer import (MAX_COLUMNS, ExplorerService, ServiceConfig, ServiceError, filter_fields,
                                ServiceLoader)
 from cir_demo.ui import explore, report, upload
 from cir_demo.ui.controls import CONTROLS_JS
@@ -83,7 +83,7 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
     s = parsed.state
     out: dict[str, Any] = {}
     choices = service.filter_choices()
-    for key in FILTER_FIELDS:
+    for key in filter_fields():  # the dropdowns create_ui made: every family's filters
         values = choices.get(key, [])
         out[f"filter:{key}"] = gr.update(choices=[explore.ANY, *values], value=explore.ANY, visible=bool(values))
     listing = explore.list_queries(service, "", {}, "order")
@@ -110,7 +110,7 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
     out["upload:retrievers"] = gr.update(choices=models, value=models[:MAX_COLUMNS])
     out["upload:rerank"] = explore.rerank_controls(service)["rerank"]
     rep = report.show_report(service, None, pending)
-    out["sort"] = gr.update(choices=explore.sort_choices(pending))
+    out["sort"] = explore.sort_update(service, pending)
     out.update({f"report:{k}": v for k, v in rep.items()})
     return out
 
@@ -244,7 +244,7 @@ def _wire_background_run(loader: ServiceLoader, status, ex, rp, get_service, get
             return skip_all  # unchanged: an open sort list is not redrawn under the visitor's pointer
         service = get_service()
         head = (status_markdown(service, loader.status(), pending),
-                gr.update(choices=explore.sort_choices(pending), value=sort or "order"), pending.ready,
+                explore.sort_update(service, pending, sort or "order"), pending.ready,
                 gr.Timer(active=not pending.ready), key)
         if not pending.ready or was_ready:
             # a failure sort picked meanwhile: its info line counts on with the status line

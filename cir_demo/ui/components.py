@@ -2,8 +2,8 @@
 
 Judgments are shown by colour AND text AND frame style, never colour alone:
 positives get a solid green frame and the badge "✓ positive"; explicit negatives a
-dashed red frame and "✗ explicit negative". Every image has an alt text that says the
-same thing.
+dashed red frame and "✗ explicit negative" (in the benchmark family's words: "target" on CIRR
+and FashionIQ, "hard negative" on EDIR). Every image has an alt text that says the same thing.
 """
 from __future__ import annotations
 
@@ -15,11 +15,10 @@ from typing import Iterable, Sequence
 from cir_demo.explorer import MODALITY_LABELS, Column, Comparison, QueryView, Tile
 
 NEAR_MISS_SHOWN = 0.5  # a tile says "near miss?" when the judge's P(near miss) is at least this
-BADGES = {"positive": ("✓ positive", "cir-pos"), "negative": ("✗ explicit negative", "cir-neg")}
 TAG_TITLES = {"composed": "ranks with the reference image(s) and the instruction together",
               "image only": "ranks with the reference image alone (a baseline)",
               "text only": "ranks with the instruction alone (a baseline)"}
-METRIC_LABELS = {"AP@10": "AP@10", "precision@10": "P@10", "NegRecall@10": "NegRecall@10"}
+METRIC_LABELS = {"precision@10": "P@10"}  # short names on the columns; other metrics keep their own
 
 # Scoped to each gr.HTML through `css_template` (so it works however the app is launched).
 CSS = """
@@ -44,6 +43,7 @@ CSS = """
 .cir-badge { display: inline-block; font-weight: 700; border-radius: 4px; padding: 0 4px; margin: 2px 0; }
 .cir-pos .cir-badge { background: #1a7f37; color: #fff; }
 .cir-neg .cir-badge { background: #c62828; color: #fff; }
+.cir-mark { display: inline-block; border: 1px dotted #555; border-radius: 4px; padding: 0 3px; font-size: 0.8rem; }
 .cir-near { font-weight: 700; color: #8a4b00; border-bottom: 1px dotted currentColor; cursor: help; }
 .cir-rank { font-weight: 700; }
 .cir-up { color: #1a7f37; font-weight: 700; }
@@ -131,15 +131,32 @@ def loading_html(stage: str, detail: str, elapsed: float, error: str | None = No
             "</div>")
 
 
-def legend(reranked: bool, judged: bool, near_miss: bool = False) -> str:
+DEFAULT_WORDS = ("positive", "explicit negative")
+
+
+def badges(words: Sequence[str] = DEFAULT_WORDS) -> dict[str, tuple[str, str]]:
+    """judgment -> (badge text, CSS class), in the benchmark family's words."""
+    out = {"positive": (f"✓ {words[0]}", "cir-pos")}
+    if words[1]:
+        out["negative"] = (f"✗ {words[1]}", "cir-neg")
+    return out
+
+
+def legend(reranked: bool, judged: bool, near_miss: bool = False, metrics: dict[str, str] | None = None,
+           words: Sequence[str] = DEFAULT_WORDS) -> str:
+    """`metrics`: per-column metric -> what it means (the family's `FailureViews.legend`)."""
     parts = []
     if judged:
-        parts += ['<span>✓ positive = green solid frame</span>', '<span>✗ explicit negative = red dashed frame</span>',
-                  '<span>no badge = neither</span>',
-                  '<span title="average precision of the top 10: 1 = every positive ranked first">AP@10: higher is better</span>',
-                  '<span title="positives among the top 10, divided by 10">P@10: share of positives</span>',
-                  '<span title="explicit negatives in the top 10 over min(negatives, 10)">NegRecall@10: lower is better</span>',
-                  '<span>definitions: “What am I looking at?” above</span>']
+        parts.append(f'<span>✓ {esc(words[0])} = green solid frame</span>')
+        if words[1]:
+            parts.append(f'<span>✗ {esc(words[1])} = red dashed frame</span>')
+        parts.append('<span>no badge = neither</span>')
+        parts += [f'<span title="{esc(text)}">{esc(METRIC_LABELS.get(m, m))}: {esc(text)}</span>'
+                  for m, text in (metrics or {}).items()]
+        parts.append('<span>img_set = a member of the query\'s img_set (Recall_subset ranks among them)</span>'
+                     if words[0] == "target" and metrics and "Recall_subset@1" in metrics else "")
+        parts.append('<span>definitions: “What am I looking at?” above</span>')
+        parts = [p for p in parts if p]
     if reranked:
         parts += ['<span>▲/▼ places moved by the reranker</span>', '<span>P(yes): the reranker\'s relevance probability</span>']
     if reranked and near_miss:
@@ -163,8 +180,8 @@ def movement(tile: Tile, k: int) -> tuple[str, str]:
     return "= same place", "same place"
 
 
-def tile_html(tile: Tile, k: int) -> str:
-    badge, cls = BADGES.get(tile.judgment or "", ("", ""))
+def tile_html(tile: Tile, k: int, words: Sequence[str] = DEFAULT_WORDS) -> str:
+    badge, cls = badges(words).get(tile.judgment or "", ("", ""))
     move_html, move_words = movement(tile, k)
     words = [f"Rank {tile.rank}: {tile.image_id}"]
     if badge:
@@ -185,6 +202,8 @@ def tile_html(tile: Tile, k: int) -> str:
              + (f" · score {fmt(tile.score)}" if tile.score is not None else "")]
     if badge:
         lines.append(f'<span class="cir-badge">{esc(badge)}</span>')
+    if tile.marks:
+        lines.append(" ".join(f'<span class="cir-mark" data-mark="{esc(m)}">{esc(m)}</span>' for m in tile.marks))
     if move_html:
         lines.append(move_html)
     if tile.p_yes is not None:
@@ -207,14 +226,15 @@ def metrics_line(metrics: dict[str, float] | None) -> str:
     return " · ".join(f"{esc(METRIC_LABELS.get(m, m))} <b>{fmt(v)}</b>" for m, v in metrics.items())
 
 
-def counts_line(tiles: Sequence[Tile], k: int) -> str:
+def counts_line(tiles: Sequence[Tile], k: int, words: Sequence[str] = DEFAULT_WORDS) -> str:
     n_pos = sum(t.judgment == "positive" for t in tiles)
     n_neg = sum(t.judgment == "negative" for t in tiles)
+    neg = f" · {n_neg} ✗ {esc(words[1])}" if words[1] else ""
     return (f'<div class="cir-counts" data-positives="{n_pos}" data-negatives="{n_neg}">top {min(k, len(tiles))}: '
-            f'{n_pos} ✓ positive · {n_neg} ✗ explicit negative</div>')
+            f'{n_pos} ✓ {esc(words[0])}{neg}</div>')
 
 
-def column_html(col: Column, k: int, judged: bool) -> str:
+def column_html(col: Column, k: int, judged: bool, words: Sequence[str] = DEFAULT_WORDS) -> str:
     tag = MODALITY_LABELS.get(col.modality, col.modality)
     head = (f'<h3>{esc(col.retriever)}<span class="cir-tag" title="{esc(TAG_TITLES.get(tag, ""))}">{esc(tag)}</span></h3>')
     if col.error:
@@ -225,10 +245,10 @@ def column_html(col: Column, k: int, judged: bool) -> str:
         parts.append(f'<div class="cir-metrics">{metrics_line(col.metrics)}</div>')
         if col.first_stage_metrics is not None:
             parts.append(f'<div class="cir-before">before reranking: {metrics_line(col.first_stage_metrics)}</div>')
-        parts.append(counts_line(col.tiles, k))
+        parts.append(counts_line(col.tiles, k, words))
     if col.note:
         parts.append(f'<div class="cir-note">{esc(col.note)}</div>')
-    parts.append('<ol class="cir-tiles">' + "".join(tile_html(t, k) for t in col.tiles) + "</ol>")
+    parts.append('<ol class="cir-tiles">' + "".join(tile_html(t, k, words) for t in col.tiles) + "</ol>")
     return f'<section class="cir-col" aria-label="Results of {esc(col.retriever)}">{"".join(parts)}</section>'
 
 
@@ -252,9 +272,9 @@ def results_html(comparison: Comparison | None, empty: str = "Pick a query to se
     if reranked:
         head = (f'<div class="cir-note">Reranked with {esc(comparison.reranker)}: top {comparison.top_n} reordered by '
                 f"{esc(comparison.ranking or 'P(yes)')}; scores are first-stage similarities.</div>")
-    grid = "".join(column_html(c, comparison.k, comparison.judged) for c in comparison.columns)
+    grid = "".join(column_html(c, comparison.k, comparison.judged, comparison.words) for c in comparison.columns)
     near_miss = "near miss" in (comparison.ranking or "")
-    return (legend(reranked, comparison.judged, near_miss) + head
+    return (legend(reranked, comparison.judged, near_miss, comparison.legend, comparison.words) + head
             + f'<div class="cir-grid" style="{grid_style(n)}">{grid}</div>')
 
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import gradio as gr
 import pandas as pd
 
-from cir_demo.explorer import (FILTER_FIELDS, MAX_COLUMNS, SORTS, ExplorerService, ServiceError)
+from cir_demo.explorer import FILTER_FIELDS, MAX_COLUMNS, ExplorerService, ServiceError, filter_fields
 from cir_demo.ui import components
 from cir_demo.ui.controls import clamp, number_slider
 from cir_demo.ui.gpu import on_gpu
@@ -95,7 +95,8 @@ instruction alone (baselines that show whether composing matters).
 a positive, summed, over min(positives, 10); 1 = every positive first); **P@10** = positives among the top
 10, divided by 10; **NegRecall@10** = explicit negatives in the top 10 over min(negatives, 10): lower is
 better. **mAP@10** (the Report's headline) = AP@10 averaged over the queries; the Report's other columns are
-defined under its table. The **reranker** rescores each column's top n with P(yes) and reorders them. The world judge also
+defined under its table. On another benchmark the columns show its own metrics (CIRR: Recall@k once the reference
+is deleted; FashionIQ: Recall@k within the category's gallery; ...), defined in the legend above the results. The **reranker** rescores each column's top n with P(yes) and reorders them. The world judge also
 answers **near miss?** (the wanted item with one thing wrong) and ranks by P(yes) − 2 × P(near miss): a near
 miss is the costliest wrong answer, so it goes below off-topic images.
 """
@@ -111,11 +112,11 @@ def create_ui() -> ExploreUI:
         with gr.Column(scale=2, min_width=340, elem_id="cir-find"):
             gr.Markdown("### Find a query")
             search = gr.Textbox(label="Search", placeholder="words of the instruction, or a query id", elem_id="cir-search")
-            sort = gr.Dropdown([(label, key) for key, label in SORTS.items()], value="order",
+            sort = gr.Dropdown([(ORDER_LABEL, "order")], value="order",  # the benchmark's sorts once it is loaded
                                label="Sort by failure", elem_id="cir-sort")
             with gr.Accordion("Filters (intent type, domain, skin tone, ...)", open=False, elem_id="cir-filters"):
                 filters = {key: gr.Dropdown([ANY], value=ANY, label=label, elem_id=f"cir-filter-{key}")
-                           for key, label in FILTER_FIELDS.items()}
+                           for key, label in filter_fields().items()}  # those of every family; hidden when empty
             list_info = gr.Markdown(elem_id="cir-list-info")
             query_list = gr.Dataframe(headers=LIST_COLUMNS, interactive=False, max_height=480, wrap=True,
                                       label="Queries (click a row to open it)", elem_id="cir-query-list",
@@ -135,7 +136,8 @@ def create_ui() -> ExploreUI:
             rerank_note = gr.Markdown(elem_id="cir-rerank-note")  # below the row: squeezed beside it, it wrapped per letter
             message = gr.Markdown(elem_id="cir-message")
             results = gr.HTML(elem_id="cir-results", css_template=components.CSS)
-            table = gr.Dataframe(interactive=False, label="Paraphrase sensitivity: AP@10 of each phrasing (first stage)",
+            table = gr.Dataframe(interactive=False, label="Paraphrase sensitivity: the benchmark's primary metric "
+                                 "(AP@10 on the world; its name heads the table) of each phrasing (first stage)",
                                  elem_id="cir-paraphrase-table", wrap=True)  # in the hidden body until it has data
             with gr.Accordion("Reranker prompt (exactly what the reranker is asked)", open=False):
                 prompt = gr.Textbox(lines=14, max_lines=40, show_label=False, interactive=False, elem_id="cir-prompt",
@@ -149,12 +151,24 @@ def create_ui() -> ExploreUI:
 WAITING_MARK = " (computing…)"
 
 
-def sort_choices(pending=None) -> list[tuple[str, str]]:
-    """The sort dropdown; while the background run computes their data, the failure sorts say so. The
-    label stays the same while the run counts on (the list's info line says n/N): a label that changes
-    under a chosen value is not redrawn by gradio's dropdown, and a long one is cut under its arrow."""
-    return [(label if pending is None or pending.sort_ready(key) else f"{label}{WAITING_MARK}", key)
-            for key, label in SORTS.items()]
+ORDER_LABEL = "Benchmark order"
+
+
+def sort_choices(service: ExplorerService, pending=None) -> list[tuple[str, str]]:
+    """The sort dropdown: the sorts of the benchmark's family that can return something here; while the
+    background run computes their data, they say so. The label stays the same while the run counts on
+    (the list's info line says n/N): a label that changes under a chosen value is not redrawn by gradio's
+    dropdown, and a long one is cut under its arrow."""
+    return [(c.label if pending is None or pending.sort_ready(c.name) else f"{c.label}{WAITING_MARK}", c.name)
+            for c in service.sorts() if c.available]
+
+
+def sort_update(service: ExplorerService, pending=None, value: str | None = None):
+    """The dropdown's choices, with the sorts not offered on this benchmark and why under it."""
+    missing = [f"{c.label}: {c.reason}" for c in service.sorts() if not c.available]
+    info = ("Not offered here: " + "; ".join(missing)) if missing else None
+    kw = {} if value is None else {"value": value}
+    return gr.update(choices=sort_choices(service, pending), info=info, **kw)
 
 
 def list_queries(service: ExplorerService, text: str, filters: dict[str, str], sort: str,
@@ -163,7 +177,8 @@ def list_queries(service: ExplorerService, text: str, filters: dict[str, str], s
     status (`PrecomputeStatus`); until it is ready a failure sort lists benchmark order and says why."""
     waiting = ""
     if pending is not None and not pending.sort_ready(sort):
-        waiting = (f"⏳ “{SORTS.get(sort, sort)}” is being computed in the background ({pending.progress() or 'starting'}); "
+        label = next((c.label for c in service.sorts() if c.name == sort), sort)
+        waiting = (f"⏳ “{label}” is being computed in the background ({pending.progress() or 'starting'}); "
                    "benchmark order until then, the list re-sorts by itself when it is ready")
         sort = "order"
     found = service.find_queries(text or "", {k: (None if v in (None, ANY) else v) for k, v in filters.items()},
@@ -204,7 +219,9 @@ def show_view(service: ExplorerService, query_id: str, retrievers: list[str] | N
         table = pd.DataFrame()
     else:
         comparison = service.compare(query_id, names, k=k, rerank=rerank, top_n=top_n)
-        table = service.paraphrase_table(query_id, names, shown=True)
+        # the family's primary metric names the numbers (AP@10 on the world, Recall@1 on CIRR, ...)
+        table = service.paraphrase_table(query_id, names, shown=True).rename(
+            columns={"paraphrase": f"phrasing ({service.family.primary})"})
     state = ViewState(service.benchmark.name, query_id, view.paraphrase_index, tuple(names), rerank, top_n, k)
     prompt = service.reranker_prompt(view.query.instruction, len(view.query.reference_ids))
     return {

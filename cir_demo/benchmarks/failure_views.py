@@ -1,0 +1,147 @@
+"""Failure views of each metric family: what the explorer and `python -m cir_demo failures` may
+sort, mark and say for a benchmark of that family. A `MetricFamily` row names its views by a
+"module:attribute" reference (`MetricFamily.failure_views`), as it names its plots.
+
+A view lists the family's own sorts (the common ones, `COMMON_SORTS`, apply to every family), the
+per-query columns those sorts read beyond the primary metric, the finer measure that breaks ties
+of the primary, how the protocol scopes a ranking on the tiles, and the wording of the query's
+judgments and of the per-column metrics. Which sorts have data for a loaded benchmark and its runs
+is decided in cir_demo/explorer/failures.py, which implements every sort named here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from cir_demo.benchmarks.schema import Query
+from cir_demo.benchmarks.scoped import gallery_of, subset_of
+
+# Sorts every family offers (where their data exists), in menu order; `diff:A,B` is one entry per
+# ordered pair of runs. Labels may name the primary metric as {primary}.
+COMMON_SORTS = ("order", "worst", "all_fail", "rerank_helped", "rerank_hurt", "shortcut")
+DIFF_PREFIX = "diff:"
+SORT_LABELS = {
+    "order": "Benchmark order",
+    "worst": "Worst first (lowest mean {primary} over the runs)",
+    "all_fail": "Every run fails ({primary} = 0 for all)",
+    "rerank_helped": "Reranker helped most ({primary} gain)",
+    "rerank_hurt": "Reranker hurt most ({primary} loss)",
+    "shortcut": "Modality shortcut (image-only or text-only beats composed)",
+    "negatives": "Explicit negatives in the top 10 (most first)",
+    "spread": "Largest paraphrase spread ({primary} max − min)",
+    "two_image": "Two-image queries (lowest {primary} first)",
+    "target_rank": "Target ranked lowest (official rank, after the protocol)",
+    "reference_first": "Returned the reference first (the protocol deletes it)",
+    "subset_rank": "Target ranked lowest within its img_set (Recall_subset)",
+    "missed_gt": "Ground truths missed in the top 10 (most first)",
+    "hard_negative": "Hard negative ranked above the target (at rank 1)",
+    "worst_instances": "Worst instances first (lowest instance mean AP)",
+}
+BENCHMARK_ORDER_ALIASES = ("benchmark",)  # `failures --sort benchmark` is the benchmark order
+
+
+def diff_sort(a: str, b: str) -> str:
+    """The name of the A-vs-B sort (stable: the Report links to it)."""
+    return f"{DIFF_PREFIX}{a},{b}"
+
+
+def diff_label(a: str, b: str, primary: str) -> str:
+    return f"{a} vs {b} (largest {primary} gain of {a} over {b} first)"
+
+
+@dataclass(frozen=True)
+class FailureViews:
+    """What the explorer offers for one metric family (see the module docstring)."""
+
+    sorts: tuple[str, ...]  # the family's own sorts, after the common ones in the menu
+    measures: tuple[str, ...] = ()  # per-query columns the sorts read, beyond the primary metric
+    finer: str | None = None  # per-query column breaking ties of the primary (None: none)
+    finer_lower_is_better: bool = False
+    # how the protocol scopes a ranking before it is scored, shown on the tiles:
+    # "reference_deleted" (CIRR), "gallery" (FashionIQ, i-CIR: images outside the query's gallery hidden)
+    scope: str | None = None
+    target_rank: bool = False  # single-target family: per-query `target_rank` after the protocol
+    positive_word: str = "positive"  # the tile badge of a judged positive
+    negative_word: str = "explicit negative"
+    legend: Mapping[str, str] = field(default_factory=dict)  # per-column metric -> what it means
+    filters: Mapping[str, str] = field(default_factory=dict)  # query meta key -> label: filters of this family
+    # the family's own sorts beyond those cir_demo/explorer/failures.py implements: name -> (label,
+    # "module:function"), the function (per_query, ctx) -> (keep, key, why) as failures.py's sorts
+    extra_sorts: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+    def judgments_line(self, q: Query) -> str:
+        """The query's judgments in the family's words (the query header's "judgments" line)."""
+        if self.scope == "reference_deleted":
+            members = [m for m in subset_of(q.judgments) if m not in q.reference_ids]
+            return f"target {q.target_id}; img_set of {len(members)} other images (Recall_subset ranks among them)"
+        gallery = gallery_of(q.judgments)
+        where = f" in a gallery of {len(gallery):,} images" if gallery is not None else ""
+        if self.target_rank:
+            return f"target {q.target_id}{where}"
+        n_pos, n_neg = len(q.positives), len(q.negatives)
+        text = f"{n_pos} {self.positive_word}{'s' if n_pos != 1 else ''}"
+        if self.negative_word:
+            text += f", {n_neg} {self.negative_word}{'s' if n_neg != 1 else ''}"
+        return text + where
+
+
+GENERIC = FailureViews(sorts=())  # a family that declares none: the common sorts only
+PINPOINT = FailureViews(
+    sorts=("negatives", "spread", "two_image"),
+    measures=("NegRecall@10", "n_neg"),
+    finer="precision@10",
+    legend={"AP@10": "average precision of the top 10: 1 = every positive ranked first",
+            "precision@10": "positives among the top 10, divided by 10",
+            "NegRecall@10": "explicit negatives in the top 10 over min(negatives, 10): lower is better"},
+)
+CIRCO = FailureViews(
+    sorts=("missed_gt",),
+    measures=("n_gt", "gt_found@10"),
+    finer="AP@50",
+    positive_word="ground truth",
+    negative_word="",
+    legend={"AP@10": "average precision of the top 10 over min(ground truths, 10)",
+            "AP@25": "average precision of the top 25 over min(ground truths, 25)",
+            "Recall@10": "1 when the target image is in the top 10"},
+)
+EDIR = FailureViews(
+    sorts=("hard_negative",),
+    measures=("hard_negative@1", "subcategory"),
+    finer="Recall@3",
+    negative_word="hard negative",
+    legend={"Recall@1": "share of the positives at rank 1", "Recall@3": "share of the positives in the top 3",
+            "hard_negative@1": "1 when a hard negative is ranked first: lower is better"},
+)
+CIRR = FailureViews(
+    sorts=("target_rank", "reference_first", "subset_rank"),
+    measures=("target_rank", "subset_rank", "reference_rank"),
+    finer="target_rank",
+    finer_lower_is_better=True,
+    scope="reference_deleted",
+    target_rank=True,
+    positive_word="target",
+    filters={"length_category": "Caption length"},
+    legend={"Recall@1": "1 when the target is first once the reference is deleted",
+            "Recall@10": "1 when the target is in the top 10 once the reference is deleted",
+            "Recall_subset@1": "1 when the target is first among the img_set members"},
+)
+FASHIONIQ = FailureViews(
+    sorts=("target_rank",),
+    measures=("target_rank",),
+    finer="target_rank",
+    finer_lower_is_better=True,
+    scope="gallery",
+    target_rank=True,
+    positive_word="target",
+    filters={"category": "Category"},
+    legend={"Recall@10": "1 when the target is in the top 10 of the category's gallery",
+            "Recall@50": "1 when the target is in the top 50 of the category's gallery"},
+)
+ICIR = FailureViews(
+    sorts=("worst_instances",),
+    measures=("instance",),
+    scope="gallery",
+    filters={"instance": "Instance"},
+    negative_word="",
+    legend={"AP": "average precision over the instance's database (trapezoidal, as the reference code)"},
+)

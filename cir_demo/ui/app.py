@@ -347,6 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "on a first start (they are then computed when first asked for)")
     s.add_argument("--no-thumbnail-warmer", action="store_true",
                    help="do not pre-render thumbnails in a low-priority background process")
+    s.add_argument("--debug", action="store_true",
+                   help="write the traceback of every failure to the log (default: one line per known fault)")
     return p
 
 
@@ -371,18 +373,32 @@ def _fetch_images(args: argparse.Namespace) -> int:
     return 0
 
 
+LOG_FORMAT = "%(asctime)s %(name)s: %(message)s"
+
+
+def configure_log(debug: bool = False) -> None:
+    """The app's log on stderr: a known fault in one line, as `--eval` prints it (`--debug`: tracebacks)."""
+    from cir_demo.errors import OneLineFormatter
+
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(OneLineFormatter(LOG_FORMAT, debug=debug))
+    logging.getLogger("cir_demo").setLevel(logging.INFO)
+
+
 def main(argv: Sequence[str] | None = None, started: float | None = None) -> int:
     """`python app.py`; `started`: the process's perf_counter() at start (app.py passes it), so the
     times printed include importing gradio and torch."""
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    logging.getLogger("cir_demo").setLevel(logging.INFO)
+    from cir_demo.preflight.commands import app_problems, report
+
+    problems = app_problems(args)  # every flag, before any work and before the server opens a socket
+    if problems:
+        return report(problems)
+    configure_log(args.debug)
     t0 = time.perf_counter() if started is None else started
     try:
         config = config_from_args(args)
-        from cir_demo.benchmarks.registry import get_spec
-
-        get_spec(config.benchmark)  # a typo fails now, with "did you mean"
     except (KeyError, ValueError, ServiceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

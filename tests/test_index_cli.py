@@ -49,6 +49,13 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "load_retriever", load_retriever)
     monkeypatch.setattr(registry, "get_config", lambda name: {"name": name, "family": "tiny"})  # for the pre-checks
     monkeypatch.setitem(registry.FAMILIES, "tiny", __name__)
+    import dataclasses
+
+    from cir_demo.benchmarks import registry as benchmarks
+
+    # a declared benchmark, so the pre-checks (unknown --benchmark names first) let it through
+    monkeypatch.setitem(benchmarks.BENCHMARKS, "tinybench", dataclasses.replace(benchmarks.BENCHMARKS["jsonl"],
+                                                                               name="tinybench"))
     state["root"] = tmp_path / "indexes"
     return state
 
@@ -72,8 +79,10 @@ def test_build_status_list(env, capsys):
     status = capsys.readouterr().out
     assert status.startswith("stale") and "weights changed" in status and "corpus changed" in status
 
-    assert run_cli(["status", "--benchmark", "other"]) == 0
+    assert run_cli(["status", "--benchmark", "edir"]) == 0
     assert "no indexes found" in capsys.readouterr().out
+    assert run_cli(["status", "--benchmark", "ediir"]) == 2  # an unknown name is a bad flag
+    assert "Did you mean 'edir'" in capsys.readouterr().err
 
     # The build command rebuilds what is stale.
     assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
@@ -91,9 +100,9 @@ def test_build_status_list(env, capsys):
 
 def test_bad_options_are_errors(env, capsys):
     code = run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--nprobe", "4"])
-    assert code == 1 and "--nprobe do(es) not apply to --kind (not given)" in capsys.readouterr().err
+    assert code == 2 and "--nprobe do(es) not apply to --kind (not given)" in capsys.readouterr().err
     code = run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--kind", "flat", "--M", "4"])
-    assert code == 1 and "--M do(es) not apply to --kind flat" in capsys.readouterr().err
+    assert code == 2 and "--M do(es) not apply to --kind flat" in capsys.readouterr().err
     assert run_cli([]) == 2
 
 

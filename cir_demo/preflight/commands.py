@@ -116,7 +116,21 @@ def index_build_problems(args: argparse.Namespace) -> list[Line]:
                                      "ef_search")])
     problems += fetch_flag_problems(args)
     problems += retriever_problems([args.retriever])
-    return problems + _out_problems(getattr(args, "out_dir", None), "--out-dir", indexes_dir, "indexes folder")
+    from cir_demo.index.cli import index_params
+
+    try:
+        index_params(args)  # a parameter of another --kind
+    except ValueError as exc:
+        problems.append(Line("", "blocked", str(exc)))
+    out_dir = getattr(args, "out_dir", None)
+    problems += _out_problems(out_dir, "--out-dir", indexes_dir, "indexes folder")
+    if out_dir and not problems:
+        from cir_demo.index.manifest import index_folder_problem
+
+        in_the_way = index_folder_problem(Path(out_dir))
+        if in_the_way:
+            problems.append(Line(f"--out-dir {out_dir}", "blocked", in_the_way))
+    return problems
 
 
 def index_problems(args: argparse.Namespace) -> list[Line]:

@@ -19,6 +19,7 @@ import gradio as gr
 
 from cir_demo.explorer import (FILTER_FIELDS, MAX_COLUMNS, ExplorerService, ServiceConfig, ServiceError,
                                ServiceLoader)
+from cir_demo.explorer.public_text import hide_paths
 from cir_demo.ui import explore, report, upload
 from cir_demo.ui.controls import CONTROLS_JS
 from cir_demo.ui.components import loading_html, md_escape, notes_markdown
@@ -114,11 +115,13 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
 
 
 def status_markdown(service: ExplorerService | None, status, pending=None) -> str:
+    """The status line every visitor sees (no server path in it: `hide_paths`)."""
     if service is None:
-        return f"⏳ {md_escape(status.text())}"
-    lines = [f"**{md_escape(service.summary())}**"] + [f"⚠ {md_escape(w)}" for w in service.warnings]
+        return f"⏳ {md_escape(hide_paths(status.text()))}"
+    lines = [f"**{md_escape(hide_paths(service.summary()))}**"]
+    lines += [f"⚠ {md_escape(hide_paths(w))}" for w in service.warnings]
     if pending is not None and pending.text():
-        lines.append(("⏳ " if not pending.ready else "") + md_escape(pending.text()))
+        lines.append(("⏳ " if not pending.ready else "") + md_escape(hide_paths(pending.text())))
     return "  \n".join(lines)
 
 
@@ -183,8 +186,8 @@ def _wire_page_load(demo: gr.Blocks, loader: ServiceLoader, precompute, status, 
         while not loader.ready:
             st = loader.status()
             if st.error:
-                yield {status: f"❌ {md_escape(st.text())}",
-                       ex.loading: loading_html(st.stage, st.detail, st.elapsed, st.error)}
+                yield {status: f"❌ {md_escape(hide_paths(st.text()))}",
+                       ex.loading: loading_html(st.stage, st.detail, st.elapsed, hide_paths(st.error))}
                 return
             yield {status: status_markdown(None, st), ex.loading: loading_html(st.stage, st.detail, st.elapsed)}
             await asyncio.sleep(LOAD_POLL_S)

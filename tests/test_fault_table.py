@@ -254,3 +254,19 @@ def test_app_log_keeps_tracebacks_with_debug(monkeypatch):
     lines = log.getvalue().splitlines()
     assert lines[0].endswith("retriever x failed to load: damaged: assets/x/y.safetensors: missing")
     assert "Traceback (most recent call last):" in lines[1:]
+
+
+# --------------------------------------------------------------------------- other commands that write a folder
+@pytest.mark.parametrize("argv", [["world", "generate", "--size", "tiny"], ["train", "world-cir", "--max-steps", "1"]])
+def test_world_generate_and_train_refuse_an_out_folder_holding_other_files(dirs, capsys, argv):
+    from cir_demo.cli import main
+
+    out = dirs / "mine"
+    out.mkdir()
+    (out / "manifest.json").write_text('{"mine": true}')  # a name these commands write, not theirs
+    (out / "notes.txt").write_text("mine")
+    before = _tree(out)
+    assert main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds files that are not part of" in err[0] and "manifest.json, notes.txt" in err[0], err
+    assert _tree(out) == before

@@ -112,3 +112,37 @@ def test_sharded_build_in_one_process(env, capsys, monkeypatch):
                     "--sharded"]) == 0
     assert read_manifest(env["root"] / "tinybench" / "tiny-conv").num_shards == 1
     assert "flat index of 20 images" in capsys.readouterr().out
+
+
+def test_build_never_replaces_a_folder_holding_other_files(env, tmp_path, capsys):
+    """A build swaps the whole index folder in: a folder holding anything but an index's own files is
+    refused before any encoding, and stays as it was (with or without --force)."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "ids.json").write_text("[]")  # an index file name, beside something that is not one
+    for extra in ([], ["--force"]):
+        code = run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
+                        "--out-dir", str(out), *extra])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and "holds files that are not part of an index (notes.txt)" in err[0], err
+        assert sorted(p.name for p in out.iterdir()) == ["ids.json", "notes.txt"]
+        assert (out / "notes.txt").read_text() == "mine" and (out / "ids.json").read_text() == "[]"
+    assert env["loaded"] == []  # refused before a model was loaded
+    # an index's own folder is rebuilt with --force as before
+    index = tmp_path / "index"
+    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
+                    "--out-dir", str(index)]) == 0
+    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
+                    "--out-dir", str(index), "--force"]) == 0
+    assert sorted(p.name for p in index.iterdir()) == ["ids.json", "index.faiss", "manifest.json"]
+
+
+def test_sharded_build_removes_only_its_shards_from_shard_dir(env, tmp_path, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    shards = tmp_path / "shared"
+    shards.mkdir()
+    (shards / "keep.txt").write_text("mine")
+    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
+                    "--sharded", "--shard-dir", str(shards)]) == 0
+    assert [p.name for p in shards.iterdir()] == ["keep.txt"]

@@ -51,3 +51,39 @@ def run_dir_problem(path: Path, flag: str = "--out", overwrite: bool = False) ->
         return problem
     why = write_problem(path, overwrite)
     return Line(f"{flag} {path}", "blocked", why) if why else None
+
+
+# commands whose `--out` folder holds the files their manifest.json lists (a world, trained weights)
+MANIFEST_OUT = {("world", "generate"): "a generated world", ("train", None): "trained weights"}
+
+
+def manifest_folder_problem(path: Path, flag: str, what: str) -> Line | None:
+    """`path` new, empty, or an earlier write of `what` with nothing beside the files its manifest.json
+    lists: the command writes those names again, so anything else there is refused, never overwritten."""
+    import json
+
+    problem = creatable_dir_problem(path, flag)
+    if problem or not path.is_dir() or not any(path.iterdir()):
+        return problem
+    own = {"manifest.json"}
+    try:
+        files = json.loads((path / "manifest.json").read_text(encoding="utf-8"))["files"]
+        own |= {name.split("/", 1)[0] for name in files}
+    except (OSError, ValueError, KeyError, TypeError):
+        own = set()  # no manifest of ours: nothing here was written by this command
+    foreign = sorted(e.name + ("/" if e.is_dir() else "") for e in path.iterdir() if e.name not in own)
+    if not foreign:
+        return None
+    shown = ", ".join(foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
+    return Line(f"{flag} {path}", "blocked", f"holds files that are not part of {what} ({shown})",
+                "name a new or empty folder")
+
+
+def command_out_problems(args) -> list[Line]:
+    """The `--out` folder of a command in MANIFEST_OUT (world generate, train)."""
+    key = (args.command, getattr(args, f"{args.command}_command", None))
+    out = getattr(args, "out", None)
+    if key not in MANIFEST_OUT or not out:
+        return []
+    problem = manifest_folder_problem(Path(out), "--out", MANIFEST_OUT[key])
+    return [problem] if problem else []

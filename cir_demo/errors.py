@@ -80,6 +80,13 @@ def error_lines(exc: BaseException, debug: bool = False) -> list[str]:
     return [one_line(line.removeprefix("error: ")) for line in str(message).splitlines() or [""]]
 
 
+def print_error(exc: BaseException, stream=None) -> int:
+    """Print `exc` as its "error: ..." lines (one prefix each); the exit status `report_errors` gives it."""
+    for line in error_lines(exc):
+        print(f"error: {line}", file=stream or sys.stderr)
+    return USAGE_EXIT if _is_usage_error(exc) else 1
+
+
 class OneLineFormatter(logging.Formatter):
     """A log record with an exception: its message, then the exception's one line as `--eval`
     prints it, no traceback; with `debug` the traceback as logging writes it."""

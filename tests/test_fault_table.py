@@ -270,3 +270,19 @@ def test_world_generate_and_train_refuse_an_out_folder_holding_other_files(dirs,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "holds files that are not part of" in err[0] and "manifest.json, notes.txt" in err[0], err
     assert _tree(out) == before
+
+
+@pytest.mark.parametrize("command", [["submission"], ["rerank", "--backend", "world-verifier"]])
+def test_other_commands_reading_results_files_say_error_once_with_exit_2(dirs, capsys, command):
+    from cir_demo.cli import main
+    from cir_demo.world import load_world
+
+    bench = load_world(size="tiny")
+    path = dirs / "run.json"
+    path.write_text('{"%s": {"%s": NaN}}' % (bench.results_key(bench.queries[0].query_id), sorted(bench.corpus_set)[0]))
+    capsys.readouterr()
+    rc = main([*command, "--benchmark", "world", "--world-size", "tiny", "--results-json", str(path),
+               "--out", str(dirs / "out.json")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].count("error:") == 1, err
+    assert "read as run-dict results: score must be a finite number, got nan" in err[0]

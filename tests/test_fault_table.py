@@ -286,3 +286,16 @@ def test_other_commands_reading_results_files_say_error_once_with_exit_2(dirs, c
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].count("error:") == 1, err
     assert "read as run-dict results: score must be a finite number, got nan" in err[0]
+
+
+def test_hide_paths_says_what_a_server_path_is_and_leaves_the_rest(dirs):
+    from cir_demo import paths
+    from cir_demo.explorer.public_text import hide_paths
+
+    weights = paths.assets_dir() / "world-cir" / "world_cir.safetensors"
+    text = (f"pixel cache {dirs / 'cache' / 'app' / 'pixels.sqlite'} cannot be used; index {dirs / 'indexes' / 'w'}; "
+            f"missing {weights}; log /srv/other/x.log; retriever 1/4 at 12 it/s, https://huggingface.co/a/b; "
+            "`git checkout assets/world-cir/`")
+    assert hide_paths(text) == (
+        "pixel cache the cache folder cannot be used; index the indexes folder; missing the weights of world-cir; "
+        "log a server file; retriever 1/4 at 12 it/s, https://huggingface.co/a/b; `git checkout assets/world-cir/`")

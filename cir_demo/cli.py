@@ -52,11 +52,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from cir_demo.preflight.commands import report
     from cir_demo.preflight.flags import command_flag_problems
+    from cir_demo.preflight.folders import command_out_problems
     from cir_demo.paths import DataFolderError
 
-    # --world-seed, --limit: the same rule for every command; the numeric flags of world and train
-    # (eval and index check all their flags themselves)
-    problems = [] if args.command in ("eval", "index") else command_flag_problems(args)
+    # --benchmark, --world-seed, --limit: the same rule for every command; the numeric flags of world
+    # and train, and the --out folders of world generate and train (eval and index check all their flags themselves)
+    problems = [] if args.command in ("eval", "index") else command_flag_problems(args) + command_out_problems(args)
     if problems:
         return report(problems)
     try:

@@ -202,7 +202,7 @@ def test_test1_run_writes_both_server_files(world_cirr, tmp_path, capsys):
         assert subset[q.query_id] == sorted_group[i, :3].tolist()
     # scoring test1 asks for the submission instead of a number
     assert main(["eval", "--benchmark", "cirr", "--root", str(world_cirr), "--split", "test1", "--results-json",
-                 str(tmp_path / "mine.json"), "--out", str(tmp_path / "o"), "--n-boot", "0", "--no-plots"]) == 1
+                 str(tmp_path / "mine.json"), "--out", str(tmp_path / "o"), "--n-boot", "0", "--no-plots"]) == 2
     assert "python -m cir_demo submission" in capsys.readouterr().err
     with pytest.raises(BenchmarkError, match="1 pairs have no ranking"):
         write_cirr_submission(test, {q.query_id: [] for q in test.queries[1:]}, tmp_path, "x")

@@ -69,7 +69,7 @@ def test_out_that_is_a_file_or_a_foreign_folder_is_refused(isolated, capsys):
     foreign.mkdir()
     (foreign / "holiday.jpg").write_bytes(b"x")
     assert eval_cli.run(parse(["--world-size", "tiny", "--out", str(foreign)])) == 2
-    assert "not a cir_demo run" in capsys.readouterr().err
+    assert "holds files that no cir_demo run recorded (holiday.jpg" in capsys.readouterr().err
     assert _listing(foreign) == ["holiday.jpg"]
 
 
@@ -147,7 +147,7 @@ def test_failed_run_leaves_nothing_listed_and_earlier_run_intact(tmp_path):
             raise RuntimeError("killed")
     assert (out / "metrics.csv").read_text() == "old"
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["r1"]
-    with staged_run_dir(out) as d:
+    with staged_run_dir(out, overwrite=True) as d:
         (d / "metrics.csv").write_text("new")
     assert (out / "metrics.csv").read_text() == "new"
     assert not (tmp_path / "runs" / PARTIAL).exists()

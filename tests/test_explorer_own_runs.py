@@ -58,7 +58,7 @@ def test_runs_are_the_columns_and_unusable_files_one_line(own_service, cirr_worl
     assert svc.retriever_names == ["A", "B"]  # --runs without --retrievers: instead of the default models
     bad = [w for w in svc.warnings if w.startswith("run bad")]
     assert len(bad) == 1 and "\n" not in bad[0] and str(root) not in bad[0]
-    assert "bad.json: query '0', field 'retrieved_items': must be a list" in bad[0]
+    assert "bad.json: query '0', field 'retrieved_items': read as pinpoint results: must be a list" in bad[0]
     assert "(and 1 more problems" in bad[0]
     images = [w for w in svc.warnings if "tiles show image ids" in w]
     assert len(images) == 1 and "--image-dir" in images[0] and "images fetch --benchmark cirr" in images[0]

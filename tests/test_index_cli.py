@@ -49,6 +49,13 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "load_retriever", load_retriever)
     monkeypatch.setattr(registry, "get_config", lambda name: {"name": name, "family": "tiny"})  # for the pre-checks
     monkeypatch.setitem(registry.FAMILIES, "tiny", __name__)
+    import dataclasses
+
+    from cir_demo.benchmarks import registry as benchmarks
+
+    # a declared benchmark, so the pre-checks (unknown --benchmark names first) let it through
+    monkeypatch.setitem(benchmarks.BENCHMARKS, "tinybench", dataclasses.replace(benchmarks.BENCHMARKS["jsonl"],
+                                                                               name="tinybench"))
     state["root"] = tmp_path / "indexes"
     return state
 
@@ -72,8 +79,10 @@ def test_build_status_list(env, capsys):
     status = capsys.readouterr().out
     assert status.startswith("stale") and "weights changed" in status and "corpus changed" in status
 
-    assert run_cli(["status", "--benchmark", "other"]) == 0
+    assert run_cli(["status", "--benchmark", "edir"]) == 0
     assert "no indexes found" in capsys.readouterr().out
+    assert run_cli(["status", "--benchmark", "ediir"]) == 2  # an unknown name is a bad flag
+    assert "Did you mean 'edir'" in capsys.readouterr().err
 
     # The build command rebuilds what is stale.
     assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
@@ -91,9 +100,9 @@ def test_build_status_list(env, capsys):
 
 def test_bad_options_are_errors(env, capsys):
     code = run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--nprobe", "4"])
-    assert code == 1 and "--nprobe do(es) not apply to --kind (not given)" in capsys.readouterr().err
+    assert code == 2 and "--nprobe do(es) not apply to --kind (not given)" in capsys.readouterr().err
     code = run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--kind", "flat", "--M", "4"])
-    assert code == 1 and "--M do(es) not apply to --kind flat" in capsys.readouterr().err
+    assert code == 2 and "--M do(es) not apply to --kind flat" in capsys.readouterr().err
     assert run_cli([]) == 2
 
 
@@ -103,3 +112,37 @@ def test_sharded_build_in_one_process(env, capsys, monkeypatch):
                     "--sharded"]) == 0
     assert read_manifest(env["root"] / "tinybench" / "tiny-conv").num_shards == 1
     assert "flat index of 20 images" in capsys.readouterr().out
+
+
+def test_build_never_replaces_a_folder_holding_other_files(env, tmp_path, capsys):
+    """A build swaps the whole index folder in: a folder holding anything but an index's own files is
+    refused before any encoding, and stays as it was (with or without --force)."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "ids.json").write_text("[]")  # an index file name, beside something that is not one
+    for extra in ([], ["--force"]):
+        code = run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
+                        "--out-dir", str(out), *extra])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and "holds files that are not part of an index (notes.txt)" in err[0], err
+        assert sorted(p.name for p in out.iterdir()) == ["ids.json", "notes.txt"]
+        assert (out / "notes.txt").read_text() == "mine" and (out / "ids.json").read_text() == "[]"
+    assert env["loaded"] == []  # refused before a model was loaded
+    # an index's own folder is rebuilt with --force as before
+    index = tmp_path / "index"
+    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
+                    "--out-dir", str(index)]) == 0
+    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
+                    "--out-dir", str(index), "--force"]) == 0
+    assert sorted(p.name for p in index.iterdir()) == ["ids.json", "index.faiss", "manifest.json"]
+
+
+def test_sharded_build_removes_only_its_shards_from_shard_dir(env, tmp_path, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    shards = tmp_path / "shared"
+    shards.mkdir()
+    (shards / "keep.txt").write_text("mine")
+    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
+                    "--sharded", "--shard-dir", str(shards)]) == 0
+    assert [p.name for p in shards.iterdir()] == ["keep.txt"]

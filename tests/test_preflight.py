@@ -169,7 +169,7 @@ def test_one_mechanism_from_exception_to_line_for_cli_and_page(capsys):
     assert report_errors(fail(UserError("weights missing; run `hf download X`\nimages missing; fetch")), stream=err) == 2
     assert err.getvalue() == "error: weights missing; run `hf download X`\nerror: images missing; fetch\n"
     err = io.StringIO()
-    assert report_errors(fail(UnknownNameError("retriever", "wrold-clip", ["world-clip"])), stream=err) == 1
+    assert report_errors(fail(UnknownNameError("retriever", "wrold-clip", ["world-clip"])), stream=err) == 2
     assert err.getvalue().count("\n") == 1 and "did you mean" in err.getvalue().lower()
     err = io.StringIO()
     assert report_errors(fail(KeyError("boom")), stream=err) == 1  # a bug: one line, and how to see more

@@ -47,7 +47,7 @@ def test_circo_format_int_ids_become_strings(tmp_path):
     ("{not json", "fits none of the results formats"),
     ([1, 2], "a JSON list at the top level"),
     ({"00001": {"items": ["a"]}}, "fits none of the results formats"),
-    ({"00001": {"retrieved_items": "a"}}, "query '00001', field 'retrieved_items': must be a list of image ids"),
+    ({"00001": {"retrieved_items": "a"}}, "query '00001', field 'retrieved_items': read as pinpoint results: must be a list of image ids"),
     ({"00001": {"retrieved_items": ["a", None]}}, "must be a list of image ids"),
     ({"00001": {"retrieved_items": ["a"], "scores": [1, 2]}}, "field 'scores'"),
     ({"0": ["a"], "1": {"retrieved_items": ["b"]}}, "query '1'"),  # mixed formats

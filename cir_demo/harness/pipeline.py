@@ -133,7 +133,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
     bench = check_run(args, bench, names, reranker_name)  # weights, opt-ins, images: before anything is created
     final = Path(args.out) if args.out else default_out_dir(bench.name)
     print(f"run directory: {final} (written when complete)", flush=True)
-    with staged_run_dir(final) as out:
+    with staged_run_dir(final, getattr(args, "overwrite", False)) as out:
         return _run_into(args, bench, names, reranker_name, top_n, out, final, t0)
 
 

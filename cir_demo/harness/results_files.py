@@ -62,7 +62,7 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
     from cir_demo.harness.staging import staged_run_dir
 
     final = Path(args.out) if args.out else default_out_dir(bench.name)
-    with staged_run_dir(final) as out:
+    with staged_run_dir(final, getattr(args, "overwrite", False)) as out:
         paths = write_outputs(bench, evaluations, out, n_boot=args.n_boot, seed=args.bootstrap_seed,
                               plots=not args.no_plots)
     print(f"wrote {len(paths)} files to {final}")

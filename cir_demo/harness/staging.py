@@ -1,8 +1,10 @@
 """A run folder appears under its final name only when complete.
 
-`staged_run_dir(out)` yields a fresh folder under `<parent of out>/.partial/`; when the
-block ends without an exception it is renamed to `out` (an earlier run there is replaced
-as a whole). Whatever fails or is killed midway stays under `.partial/`, which no one lists
+`staged_run_dir(out, overwrite)` yields a fresh folder under `<parent of out>/.partial/`; when
+the block ends without an exception its files are recorded in `run_manifest.json` and it is
+moved to `out` (cir_demo/utils/owned_folder.py): a new or empty `out` by one rename; an earlier
+run there only with `overwrite`, and then only that run's files (those its manifest lists) are
+replaced, anything else in the folder is kept. Whatever fails or is killed midway stays under `.partial/`, which no one lists
 (run listings look for `metrics.csv` one level down), and is cleaned up by the next run once
 the process that wrote it is gone. Caches (indexes, embeddings, reranker scores) live
 elsewhere, so a re-run after a kill reuses all the work done before it.
@@ -21,10 +23,16 @@ PARTIAL = ".partial"
 
 
 def default_out_dir(benchmark_name: str) -> Path:
-    """`runs/<time>-<benchmark>`: where a run goes when --out is not given."""
+    """`runs/<time>-<benchmark>` (`-2`, `-3`, ... when a run of the same second has it): where a run
+    goes when --out is not given; never an existing folder."""
     from cir_demo.paths import runs_dir
 
-    return runs_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{benchmark_name}"
+    base = runs_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{benchmark_name}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path
 
 
 def _pid_alive(pid: int) -> bool:
@@ -48,24 +56,10 @@ def clean_abandoned(parent: Path) -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
-def publish(tmp: Path, out: Path) -> None:
-    """Move the complete run `tmp` to `out`; an earlier run (or empty folder) there is replaced."""
-    old = None
-    if out.exists():
-        old = tmp.parent / f"{os.getpid()}-old-{uuid.uuid4().hex[:8]}"
-        os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except BaseException:
-        if old is not None:
-            os.rename(old, out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 @contextlib.contextmanager
-def staged_run_dir(out: str | os.PathLike) -> Iterator[Path]:
+def staged_run_dir(out: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+    from cir_demo.utils.owned_folder import replace_owned, write_manifest
+
     out = Path(out).absolute()
     staging = out.parent / PARTIAL
     staging.mkdir(parents=True, exist_ok=True)
@@ -74,7 +68,8 @@ def staged_run_dir(out: str | os.PathLike) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
-        publish(tmp, out)
+        write_manifest(tmp)
+        replace_owned(tmp, out, overwrite)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -34,6 +34,7 @@ from cir_demo.index.manifest import (
     load_index,
     new_dir_beside,
     read_manifest,
+    refuse_foreign,
     replace_dir,
     weights_checksum,
     write_index_files,
@@ -175,6 +176,7 @@ def write_built_index(xb: np.ndarray, ids: Sequence[str], out_dir: Path, manifes
     index = build_index(xb, manifest.kind, **manifest.params)
     if started is not None:
         manifest.build_seconds = round(time.perf_counter() - started, 3)
+    refuse_foreign(out_dir)
     with new_dir_beside(out_dir) as tmp:
         write_index_files(tmp, index, ids, manifest)
         replace_dir(tmp, out_dir)
@@ -378,6 +380,7 @@ def build_corpus_index(benchmark, retriever, out_dir: str | Path | None = None, 
     require_encoder(retriever)
     ids = corpus_ids_of(benchmark)
     out_dir = Path(out_dir) if out_dir is not None else default_index_dir(benchmark, retriever)
+    refuse_foreign(out_dir)  # before any encoding: the build replaces the folder as a whole
     # Validate the request before any encoding (a typo must not cost an hour).
     if kind is not None:
         requested_params(kind, max(len(ids), 1), params)

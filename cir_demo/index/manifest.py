@@ -12,7 +12,8 @@ stale; `load_index` refuses it (`StaleIndexError` lists the reasons) unless
 A directory is replaced as a whole: the new one is written beside it and swapped
 in with two renames (`replace_dir`). A crash between the renames leaves the old
 directory under a hidden `.NAME.old-*` name, which `recover_dir` (run before
-every read) moves back.
+every read) moves back. A folder holding anything but an index's own files is never
+replaced (`refuse_foreign`, checked before a build encodes anything).
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from cir_demo.errors import UserError
 from cir_demo.paths import indexes_dir
 from cir_demo.utils import versions
 from cir_demo.utils.io import write_json_atomic
@@ -182,6 +184,38 @@ def recover_dir(directory: str | os.PathLike) -> None:
         olds = [p for p in olds if p != newest]
     for old in olds:
         shutil.rmtree(old, ignore_errors=True)
+
+
+class IndexFolderInTheWay(UserError):
+    """An index folder holds files that are not the index's own (message: one line naming them)."""
+
+
+def foreign_entries(directory: Path) -> list[str]:
+    """What `directory` holds besides an index's own files: the layout's three (a damaged index is still
+    ours to rebuild) and any file its manifest records. A build replaces the folder, so these stop it."""
+    if not directory.is_dir():
+        return []
+    own = {INDEX_FILE, IDS_FILE, MANIFEST_FILE}
+    with contextlib.suppress(Exception):  # an unreadable manifest records nothing more
+        own |= set(read_manifest(directory).files)
+    return sorted(name for name in os.listdir(directory) if name not in own)
+
+
+def index_folder_problem(directory: Path) -> str | None:
+    """Why an index may not be written to (and so replace) `directory`; None when it may."""
+    foreign = foreign_entries(directory)
+    if not foreign:
+        return None
+    shown = ", ".join(foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
+    return (f"holds files that are not part of an index ({shown}); a build replaces the whole folder, "
+            "so name a new or empty folder")
+
+
+def refuse_foreign(directory: Path) -> None:
+    """IndexFolderInTheWay when building into `directory` would remove something that is not the index's."""
+    problem = index_folder_problem(directory)
+    if problem:
+        raise IndexFolderInTheWay(f"index folder {directory}: {problem}")
 
 
 def replace_dir(new_dir: Path, directory: Path) -> None:

@@ -22,10 +22,10 @@ reused, so an interrupted sharded build resumes where it stopped.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-import shutil
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -47,7 +47,7 @@ from cir_demo.index.build import (
     requested_params,
     write_built_index,
 )
-from cir_demo.index.manifest import LoadedIndex, build_lock, corpus_checksum, load_index
+from cir_demo.index.manifest import LoadedIndex, build_lock, corpus_checksum, load_index, refuse_foreign
 from cir_demo.utils.io import atomic_path, write_json_atomic
 
 SHARD_FORMAT = 1
@@ -68,6 +68,16 @@ def shard_range(n: int, rank: int, world_size: int) -> tuple[int, int]:
 
 def shard_files(shard_dir: Path, rank: int) -> tuple[Path, Path]:
     return Path(shard_dir) / f"embeddings_shard{rank}.npy", Path(shard_dir) / f"ids_shard{rank}.json"
+
+
+def remove_shards(shard_dir: Path, world_size: int) -> None:
+    """Remove the shard files a build wrote, then the folder if that left it empty: a `--shard-dir`
+    may hold other files, which stay."""
+    for rank in range(world_size):
+        for path in shard_files(shard_dir, rank):
+            path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        Path(shard_dir).rmdir()
 
 
 def shard_dir_for(out_dir: Path, spec_hash: str, corpus_sha256: str, world_size: int) -> Path:
@@ -229,6 +239,7 @@ def build_sharded(benchmark, retriever, out_dir: str | Path | None = None, kind:
     require_encoder(retriever)
     ids = corpus_ids_of(benchmark)
     out_dir = Path(out_dir) if out_dir is not None else default_index_dir(benchmark, retriever)
+    refuse_foreign(out_dir)  # every rank, before any encoding
     fingerprint = corpus_fingerprint(benchmark)
 
     plan = None
@@ -266,7 +277,7 @@ def build_sharded(benchmark, retriever, out_dir: str | Path | None = None, kind:
                                          num_shards=ctx.world_size)
                 loaded = write_built_index(xb, ids, out_dir, manifest, started)
             if not keep_shards:
-                shutil.rmtree(shard_dir, ignore_errors=True)
+                remove_shards(shard_dir, ctx.world_size)
         except Exception:
             status = traceback.format_exc(limit=3)
     _raise_if_failed(ctx.all_gather(status), "merging shards on rank 0")

@@ -14,7 +14,9 @@ from typing import Iterable, Sequence
 
 from cir_demo.errors import USAGE_EXIT
 from cir_demo.preflight.checks import Line
-from cir_demo.preflight.flags import benchmark_flag_problems, fetch_flag_problems, int_problems
+from cir_demo.preflight.flags import (COMMAND_INT_FLAGS, COMMAND_POSITIVE_FLOATS, benchmark_flag_problems,
+                                     benchmark_name_problems, fetch_flag_problems, int_problems, port_problems,
+                                     positive_float_problems)
 from cir_demo.preflight.folders import creatable_dir_problem, data_folder_problems, run_dir_problem
 
 
@@ -62,10 +64,11 @@ def reranker_problems(backend: str, flag: str = "--rerank", **kw) -> list[Line]:
     return _asset_problems(f"reranker {backend!r}", settings)
 
 
-def _out_problems(path: str | None, flag: str, default_dir, default_what: str, run: bool = False) -> list[Line]:
+def _out_problems(path: str | None, flag: str, default_dir, default_what: str, run: bool = False,
+                  overwrite: bool = False) -> list[Line]:
     """The output folder a flag names, else the default data folder (when the data folders are usable)."""
     if path:
-        problem = run_dir_problem(Path(path), flag) if run else creatable_dir_problem(Path(path), flag)
+        problem = run_dir_problem(Path(path), flag, overwrite) if run else creatable_dir_problem(Path(path), flag)
     elif not data_folder_problems():
         problem = creatable_dir_problem(default_dir(), default_what)
     else:
@@ -82,6 +85,9 @@ def eval_problems(args: argparse.Namespace) -> list[Line]:
                                     ("bootstrap_seed", 0, "a non-negative integer"),
                                     ("rerank_top_n", 1, "a positive number of candidates")])
     problems += fetch_flag_problems(args)
+    unknown_benchmark = benchmark_name_problems(args)
+    if unknown_benchmark:  # first: the retrievers and reranker below are the benchmark's defaults
+        return unknown_benchmark + problems
     if getattr(args, "results_json", None):
         problems += [Line(f"--results-json {f}", "blocked", "not a file" if Path(f).exists() else "file not found")
                      for f in args.results_json if not Path(f).is_file()]
@@ -97,19 +103,34 @@ def eval_problems(args: argparse.Namespace) -> list[Line]:
         reranker = default_reranker(args.benchmark, getattr(args, "rerank", None))
         if reranker:
             problems += reranker_problems(reranker)
-    return problems + _out_problems(getattr(args, "out", None), "--out", runs_dir, "runs folder", run=True)
+    return problems + _out_problems(getattr(args, "out", None), "--out", runs_dir, "runs folder", run=True,
+                                    overwrite=getattr(args, "overwrite", False))
 
 
 def index_build_problems(args: argparse.Namespace) -> list[Line]:
     from cir_demo.paths import indexes_dir
 
-    problems = data_folder_problems() + benchmark_flag_problems(args)
+    problems = benchmark_name_problems(args) + data_folder_problems() + benchmark_flag_problems(args)
     problems += int_problems(args, [(a, 1, "a positive integer") for a in
                                     ("batch_size", "nlist", "nprobe", "train_size", "M", "ef_construction",
                                      "ef_search")])
     problems += fetch_flag_problems(args)
     problems += retriever_problems([args.retriever])
-    return problems + _out_problems(getattr(args, "out_dir", None), "--out-dir", indexes_dir, "indexes folder")
+    from cir_demo.index.cli import index_params
+
+    try:
+        index_params(args)  # a parameter of another --kind
+    except ValueError as exc:
+        problems.append(Line("", "blocked", str(exc)))
+    out_dir = getattr(args, "out_dir", None)
+    problems += _out_problems(out_dir, "--out-dir", indexes_dir, "indexes folder")
+    if out_dir and not problems:
+        from cir_demo.index.manifest import index_folder_problem
+
+        in_the_way = index_folder_problem(Path(out_dir))
+        if in_the_way:
+            problems.append(Line(f"--out-dir {out_dir}", "blocked", in_the_way))
+    return problems
 
 
 def index_problems(args: argparse.Namespace) -> list[Line]:
@@ -117,4 +138,38 @@ def index_problems(args: argparse.Namespace) -> list[Line]:
     action = args.index_command
     if action == "build":
         return index_build_problems(args)
-    return data_folder_problems() + (benchmark_flag_problems(args) if action in ("status", "prebuilt") else [])
+    return benchmark_name_problems(args) + data_folder_problems() + (
+        benchmark_flag_problems(args) if action in ("status", "prebuilt") else [])
+
+
+def app_problems(args: argparse.Namespace) -> list[Line]:
+    """`python app.py`: every flag before the server opens a socket (the flag table row ("app", None)
+    in preflight/flags.py; a new flag's range is one row there). Retriever and reranker names are
+    checked ("did you mean"); their weights are not: the app serves the columns that load."""
+    problems = benchmark_name_problems(args)
+    if problems:
+        return problems
+    problems = data_folder_problems() + benchmark_flag_problems(args) + port_problems(args)
+    problems += int_problems(args, COMMAND_INT_FLAGS[("app", None)])
+    problems += positive_float_problems(args, COMMAND_POSITIVE_FLOATS[("app", None)])
+    problems += _name_problems(args)
+    return problems
+
+
+def _name_problems(args: argparse.Namespace) -> list[Line]:
+    from cir_demo.retrievers.registry import get_config
+    from cir_demo.utils.names import UnknownNameError
+
+    problems: list[Line] = []
+    for name in [n.strip() for n in (getattr(args, "retrievers", None) or "").split(",") if n.strip()]:
+        try:
+            get_config(name)
+        except UnknownNameError as exc:
+            problems.append(Line("--retrievers", "blocked", str(exc)))
+    reranker = getattr(args, "reranker", None)
+    if reranker and reranker.lower() != "none":
+        from cir_demo.rerank import BACKENDS
+
+        if reranker not in BACKENDS:
+            problems.append(Line("--reranker", "blocked", str(UnknownNameError("reranker backend", reranker, BACKENDS))))
+    return problems

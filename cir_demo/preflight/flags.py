@@ -18,16 +18,57 @@ def _flag(attr: str) -> str:
     return f"--{attr.replace('_', '-')}"
 
 
-def _int_problem(args: argparse.Namespace, attr: str, minimum: int, what: str) -> Line | None:
+def _int_problem(args: argparse.Namespace, attr: str, minimum: int, what: str, maximum: int | None = None) -> Line | None:
     value = getattr(args, attr, None)
-    if value is None or (not isinstance(value, bool) and isinstance(value, int) and value >= minimum):
+    if value is None or (not isinstance(value, bool) and isinstance(value, int) and value >= minimum
+                         and (maximum is None or value <= maximum)):
         return None
-    return Line(f"{_flag(attr)} {value}", "blocked", f"must be {what} (>= {minimum})")
+    bounds = f"{minimum}-{maximum}" if maximum is not None else f">= {minimum}"
+    return Line(f"{_flag(attr)} {value}", "blocked", f"must be {what} ({bounds})")
 
 
-def int_problems(args: argparse.Namespace, table: Sequence[tuple[str, int, str]]) -> list[Line]:
-    """`--flag` range problems for (attribute, minimum, description) rows (unset flags pass)."""
-    return [p for attr, minimum, what in table if (p := _int_problem(args, attr, minimum, what))]
+def int_problems(args: argparse.Namespace, table: Sequence[tuple]) -> list[Line]:
+    """`--flag` range problems for (attribute, minimum, description[, maximum]) rows (unset flags pass)."""
+    return [p for row in table if (p := _int_problem(args, *row))]
+
+
+def benchmark_name_problems(args: argparse.Namespace) -> list[Line]:
+    """An unknown `--benchmark` ("did you mean"): checked first, since the other checks read its defaults."""
+    name = getattr(args, "benchmark", None)
+    if name is None:
+        return []
+    from cir_demo.benchmarks.registry import get_spec
+    from cir_demo.utils.names import UnknownNameError
+
+    try:
+        get_spec(name)
+    except UnknownNameError as exc:
+        return [Line("--benchmark", "blocked", str(exc))]
+    return []
+
+
+def port_problems(args: argparse.Namespace) -> list[Line]:
+    """`--port` in 0-65535 and, when one is named, free on the interface the app listens on
+    (a probe bind, closed at once: the server then binds it itself)."""
+    problems = int_problems(args, [("port", 0, "a port number", 65535)])
+    port = getattr(args, "port", None)
+    if problems or not port:
+        return problems
+    import errno
+    import os
+    import socket
+
+    host = getattr(args, "server_name", None) or os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1"
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT is no conflict
+            probe.bind((host, port))
+    except OSError as exc:
+        reason = "in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+        return [Line(f"--port {port}", "blocked", f"cannot listen on {host}:{port} ({reason})",
+                     "name another port, or leave --port out to take the next free one from 7860")]
+    return []
 
 
 def positive_float_problems(args: argparse.Namespace, attrs: Sequence[str]) -> list[Line]:
@@ -66,9 +107,14 @@ COMMAND_INT_FLAGS: dict[tuple[str, str | None], list[tuple[str, int, str]]] = {
                        ("max_pixels", 1, "a positive integer"), ("concurrency", 1, "a positive integer"),
                        ("retries", 0, "a non-negative integer")],
     ("validate", None): [("max_warnings", 0, "a non-negative integer")],
+    # the app (`python app.py`): --port is checked by port_problems (range, then free)
+    ("app", None): [("concurrency", 1, "a positive number of requests worked on at once"),
+                    ("queue_size", 1, "a positive number of waiting requests"),
+                    ("threads", 1, "a positive number of threads"), *FETCH_INT_FLAGS],
 }
 COMMAND_POSITIVE_FLOATS: dict[tuple[str, str | None], list[str]] = {
     ("train", None): ["epochs"], ("images", "fetch"): ["fetch_timeout"], ("rerank", None): ["timeout"],
+    ("app", None): ["fetch_timeout"],
 }
 
 
@@ -76,7 +122,7 @@ def command_flag_problems(args: argparse.Namespace) -> list[Line]:
     """Range problems of the numeric flags of a command other than eval and index (and every
     command's `--world-seed` / `--limit`), and an unknown world size: checked before anything is created."""
     key = (args.command, getattr(args, f"{args.command}_command", None))
-    problems = benchmark_flag_problems(args)
+    problems = benchmark_name_problems(args) + benchmark_flag_problems(args)
     problems += int_problems(args, COMMAND_INT_FLAGS.get(key, []))
     problems += positive_float_problems(args, COMMAND_POSITIVE_FLOATS.get(key, []))
     size_attr = {"world": "size", "train": "world_size"}.get(args.command)

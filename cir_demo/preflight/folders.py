@@ -1,5 +1,5 @@
 """Folders a run writes, checked before it creates anything: the output folder (new, empty, or
-an earlier run it replaces) and the data folders (`CIR_DEMO_DATA`, `_CACHE`, `_INDEXES`, `_RUNS`).
+an earlier run recorded by its run_manifest.json, replaced with --overwrite) and the data folders (`CIR_DEMO_DATA`, `_CACHE`, `_INDEXES`, `_RUNS`).
 
 Each problem is a blocking `Line`: the flag and folder as item, what is wrong, the fix.
 """
@@ -9,9 +9,6 @@ import os
 from pathlib import Path
 
 from cir_demo.preflight.checks import Line
-
-# files that mark a folder as a run this project wrote (it may be replaced by a new run)
-RUN_MARKERS = ("metrics.csv", "run_info.json", "report.md")
 
 
 def data_folder_problems() -> list[Line]:
@@ -45,14 +42,48 @@ def creatable_dir_problem(path: Path, flag: str) -> Line | None:
     return None
 
 
-def run_dir_problem(path: Path, flag: str = "--out") -> Line | None:
-    """A run's output folder: new, empty, or an earlier run (which the new run replaces)."""
+def run_dir_problem(path: Path, flag: str = "--out", overwrite: bool = False) -> Line | None:
+    """A run's output folder: new, empty, or (with --overwrite) an earlier run, recognised by its manifest."""
+    from cir_demo.utils.owned_folder import write_problem
+
     problem = creatable_dir_problem(path, flag)
     if problem or not path.is_dir():
         return problem
-    entries = [e.name for e in path.iterdir()]
-    if entries and not any(m in entries for m in RUN_MARKERS):
-        return Line(f"{flag} {path}", "blocked",
-                    f"folder holds files that are not a cir_demo run ({', '.join(sorted(entries)[:3])}"
-                    f"{', ...' if len(entries) > 3 else ''})", "name a new or empty folder")
-    return None
+    why = write_problem(path, overwrite)
+    return Line(f"{flag} {path}", "blocked", why) if why else None
+
+
+# commands whose `--out` folder holds the files their manifest.json lists (a world, trained weights)
+MANIFEST_OUT = {("world", "generate"): "a generated world", ("train", None): "trained weights"}
+
+
+def manifest_folder_problem(path: Path, flag: str, what: str) -> Line | None:
+    """`path` new, empty, or an earlier write of `what` with nothing beside the files its manifest.json
+    lists: the command writes those names again, so anything else there is refused, never overwritten."""
+    import json
+
+    problem = creatable_dir_problem(path, flag)
+    if problem or not path.is_dir() or not any(path.iterdir()):
+        return problem
+    own = {"manifest.json"}
+    try:
+        files = json.loads((path / "manifest.json").read_text(encoding="utf-8"))["files"]
+        own |= {name.split("/", 1)[0] for name in files}
+    except (OSError, ValueError, KeyError, TypeError):
+        own = set()  # no manifest of ours: nothing here was written by this command
+    foreign = sorted(e.name + ("/" if e.is_dir() else "") for e in path.iterdir() if e.name not in own)
+    if not foreign:
+        return None
+    shown = ", ".join(foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
+    return Line(f"{flag} {path}", "blocked", f"holds files that are not part of {what} ({shown})",
+                "name a new or empty folder")
+
+
+def command_out_problems(args) -> list[Line]:
+    """The `--out` folder of a command in MANIFEST_OUT (world generate, train)."""
+    key = (args.command, getattr(args, f"{args.command}_command", None))
+    out = getattr(args, "out", None)
+    if key not in MANIFEST_OUT or not out:
+        return []
+    problem = manifest_folder_problem(Path(out), "--out", MANIFEST_OUT[key])
+    return [problem] if problem else []

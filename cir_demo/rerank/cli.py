@@ -87,7 +87,9 @@ def run(args: argparse.Namespace) -> int:
         bench = load_benchmark_from_args(args)
         first = read_results(args.results_json, bench, fmt=args.results_format)
     except (BenchmarkError, UnknownNameError, TypeError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        from cir_demo.errors import print_error
+
+        print_error(exc)  # a results file's problems say "error:" once each
         return 2
     if bench.images is None:
         print(f"error: benchmark {bench.name!r} has no images; the reranker needs pixels", file=sys.stderr)

@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"warning: {path}: {note}", file=sys.stderr)
             print("\n".join(f"wrote {p}" for p in paths.values()))
     except BenchmarkError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        from cir_demo.errors import print_error
+
+        return print_error(exc)  # one "error:" per problem, exit 2 (a problem in the files given)
     return 0

@@ -29,14 +29,17 @@ class ParsedResults:
 
 
 class Issues:
-    """Errors found while reading one file; raised together at the end."""
+    """Errors found while reading one file in the format `fmt`; raised together at the end. Each
+    names the format the file was read in, so a fault reads the same in every format."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, fmt: str):
         self.path = path
+        self.format = fmt
         self.errors: list[ValidationIssue] = []
 
     def error(self, location: str | None, field_: str | None, message: str) -> None:
-        self.errors.append(ValidationIssue("error", str(self.path), location, field_, message))
+        self.errors.append(ValidationIssue("error", str(self.path), location, field_,
+                                           f"read as {self.format} results: {message}"))
 
     def raise_if_any(self) -> None:
         if self.errors:
@@ -46,7 +49,7 @@ class Issues:
 def read_per_query(name: str, path: Path, entries: dict, spec, ranking_of: Callable) -> ParsedResults:
     """The Entry of each query of a results object `{query key: value}`: `ranking_of(value, location, issues)`
     gives (items, scores or None), or None after recording an error; all errors are raised together."""
-    issues = Issues(path)
+    issues = Issues(path, name)
     out: list[Entry] = []
     for key, value in entries.items():
         loc = f"query {key!r}"
@@ -70,8 +73,13 @@ def fail(path: Path, location: str | None, field_: str | None, message: str) -> 
     return BenchmarkError([ValidationIssue("error", str(path), location, field_, message)])
 
 
+def is_score(x: Any) -> bool:
+    """A JSON number, finite or not (NaN and Infinity parse as floats): what a score field holds."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return is_score(x) and math.isfinite(x)
 
 
 def is_id(x: Any) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cir_demo.results.parsed import Issues, ParsedResults, as_ids, is_number, read_per_query
+from cir_demo.results.parsed import Issues, ParsedResults, as_ids, is_number, read_per_query, short
 
 NAME = "pinpoint"
 SHAPE = '{"<query>": {"retrieved_items": ["<image>", ...]}}'
@@ -29,11 +29,24 @@ def _ranking(value, loc: str, issues: Issues):
     if ids is None:
         issues.error(loc, "retrieved_items", "must be a list of image ids (strings)")
         return None
-    if scores is not None and (not isinstance(scores, list) or len(scores) != len(ids)
-                               or not all(is_number(s) for s in scores)):
-        issues.error(loc, "scores", "must be a list of finite numbers as long as retrieved_items")
-        return None
+    if scores is not None:
+        fault = _scores_fault(scores, ids)
+        if fault:
+            issues.error(loc, "scores", f"{fault}: must be a list of finite numbers as long as retrieved_items")
+            return None
     return ids, [float(s) for s in scores] if scores is not None else None
+
+
+def _scores_fault(scores, ids: list[str]) -> str | None:
+    """What is wrong with a `scores` list (None when nothing): its type, its length, or its first bad score."""
+    if not isinstance(scores, list):
+        return f"got {short(scores)}"
+    if len(scores) != len(ids):
+        return f"{len(scores)} scores for {len(ids)} retrieved items"
+    bad = next((i for i, s in enumerate(scores) if not is_number(s)), None)
+    if bad is None:
+        return None
+    return f"the score of image {ids[bad]!r} (position {bad}) is {short(scores[bad])}"
 
 
 def entry(ids: list[str], scores: list[float] | None) -> dict:

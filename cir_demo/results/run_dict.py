@@ -9,16 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-
-from cir_demo.results.parsed import Entry, Issues, ParsedResults, is_number, rank_scores, read_per_query, short, trec_order
+from cir_demo.results.parsed import Issues, ParsedResults, is_number, is_score, rank_scores, read_per_query, short, trec_order
 
 NAME = "run-dict"
 SHAPE = '{"<query>": {"<image>": <score>, ...}}'
 
 
 def fits(value) -> bool:
-    return isinstance(value, dict) and "retrieved_items" not in value and all(is_number(s) for s in value.values())
+    """Its shape: numbers by image id (a NaN or Infinity among them is this format's fault, said by `read`)."""
+    return isinstance(value, dict) and "retrieved_items" not in value and all(is_score(s) for s in value.values())
 
 
 def _ranking(value, loc: str, issues: Issues):

@@ -19,17 +19,23 @@ SHAPE = '"<query> Q0 <image> <rank> <score> <tag>" per line'
 SUFFIXES = (".trec", ".run", ".txt")
 
 
-def _score(text: str) -> float | None:
+def _float(text: str) -> float | None:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         return None
-    return value if math.isfinite(value) else None
+
+
+def _score(text: str) -> float | None:
+    value = _float(text)
+    return value if value is not None and math.isfinite(value) else None
 
 
 def fits_line(line: str) -> bool:
+    """Its shape: six fields with a number in the score column (NaN or inf is this format's fault,
+    said by `read_text`)."""
     parts = line.split()
-    return len(parts) == 6 and _score(parts[4]) is not None and parts[3].lstrip("-").isdigit()
+    return len(parts) == 6 and _float(parts[4]) is not None and parts[3].lstrip("-").isdigit()
 
 
 def render(rows: list[tuple[str, list[str], list[float] | None]], tag: str = "cir_demo") -> str:
@@ -42,7 +48,7 @@ def render(rows: list[tuple[str, list[str], list[float] | None]], tag: str = "ci
 
 
 def read_text(path: Path, text: str) -> ParsedResults:
-    issues = Issues(path)
+    issues = Issues(path, NAME)
     rows: dict[str, list[tuple[str, float, int]]] = {}
     first_line: dict[str, int] = {}
     seen: dict[tuple[str, str], int] = {}
@@ -57,7 +63,8 @@ def read_text(path: Path, text: str) -> ParsedResults:
         qid, _, doc, rank, score = parts[:5]
         value = _score(score)
         if value is None:
-            issues.error(loc, "score", f"score must be a finite number, got {score!r}")
+            issues.error(loc, "score", f"the score of image {doc!r} for query {qid!r} must be a finite number, "
+                                       f"got {score!r}")
             continue
         if not rank.lstrip("-").isdigit():
             issues.error(loc, "rank", f"rank must be an integer, got {rank!r}")

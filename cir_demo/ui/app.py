@@ -19,6 +19,7 @@ import gradio as gr
 
 from cir_demo.explorer import (MAX_COLUMNS, ExplorerService, ServiceConfig, ServiceError, filter_fields,
                                ServiceLoader)
+from cir_demo.explorer.public_text import hide_paths
 from cir_demo.ui import explore, report, upload
 from cir_demo.ui.controls import CONTROLS_JS
 from cir_demo.ui.components import loading_html, md_escape, notes_markdown
@@ -116,11 +117,13 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
 
 
 def status_markdown(service: ExplorerService | None, status, pending=None) -> str:
+    """The status line every visitor sees (no server path in it: `hide_paths`)."""
     if service is None:
-        return f"⏳ {md_escape(status.text())}"
-    lines = [f"**{md_escape(service.summary())}**"] + [f"⚠ {md_escape(w)}" for w in service.warnings]
+        return f"⏳ {md_escape(hide_paths(status.text()))}"
+    lines = [f"**{md_escape(hide_paths(service.summary()))}**"]
+    lines += [f"⚠ {md_escape(hide_paths(w))}" for w in service.warnings]
     if pending is not None and pending.text():
-        lines.append(("⏳ " if not pending.ready else "") + md_escape(pending.text()))
+        lines.append(("⏳ " if not pending.ready else "") + md_escape(hide_paths(pending.text())))
     return "  \n".join(lines)
 
 
@@ -193,8 +196,8 @@ def _wire_page_load(demo: gr.Blocks, loader: ServiceLoader, precompute, status, 
         while not loader.ready:
             st = loader.status()
             if st.error:
-                yield {status: f"❌ {md_escape(st.text())}",
-                       ex.loading: loading_html(st.stage, st.detail, st.elapsed, st.error)}
+                yield {status: f"❌ {md_escape(hide_paths(st.text()))}",
+                       ex.loading: loading_html(st.stage, st.detail, st.elapsed, hide_paths(st.error))}
                 return
             yield {status: status_markdown(None, st), ex.loading: loading_html(st.stage, st.detail, st.elapsed)}
             await asyncio.sleep(LOAD_POLL_S)
@@ -361,6 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "on a first start (they are then computed when first asked for)")
     s.add_argument("--no-thumbnail-warmer", action="store_true",
                    help="do not pre-render thumbnails in a low-priority background process")
+    s.add_argument("--debug", action="store_true",
+                   help="write the traceback of every failure to the log (default: one line per known fault)")
     return p
 
 
@@ -389,22 +394,35 @@ def _fetch_images(args: argparse.Namespace) -> int:
     return 0
 
 
+LOG_FORMAT = "%(asctime)s %(name)s: %(message)s"
+
+
+def configure_log(debug: bool = False) -> None:
+    """The app's log on stderr: a known fault in one line, as `--eval` prints it (`--debug`: tracebacks)."""
+    from cir_demo.errors import OneLineFormatter
+
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(OneLineFormatter(LOG_FORMAT, debug=debug))
+    logging.getLogger("cir_demo").setLevel(logging.INFO)
+
+
 def main(argv: Sequence[str] | None = None, started: float | None = None) -> int:
     """`python app.py`; `started`: the process's perf_counter() at start (app.py passes it), so the
     times printed include importing gradio and torch."""
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-    logging.getLogger("cir_demo").setLevel(logging.INFO)
+    from cir_demo.explorer.own_runs import runs_problems
+    from cir_demo.preflight.checks import Line
+    from cir_demo.preflight.commands import app_problems, report
+
+    problems = app_problems(args)  # every flag, before any work and before the server opens a socket
+    problems += [Line("", "blocked", p) for p in runs_problems(args.runs)]  # --runs: files the explorer reads
+    if problems:
+        return report(problems)
+    configure_log(args.debug)
     t0 = time.perf_counter() if started is None else started
     try:
         config = config_from_args(args)
-        from cir_demo.benchmarks.registry import get_spec
-        from cir_demo.explorer.own_runs import runs_problems
-
-        get_spec(config.benchmark)  # a typo fails now, with "did you mean"
-        problems = runs_problems(args.runs)
-        if problems:
-            raise ServiceError("; ".join(problems))
     except (KeyError, ValueError, ServiceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

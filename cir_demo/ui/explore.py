@@ -14,6 +14,7 @@ import gradio as gr
 import pandas as pd
 
 from cir_demo.explorer import FILTER_FIELDS, MAX_COLUMNS, ExplorerService, ServiceError, filter_fields
+from cir_demo.explorer.public_text import hide_paths
 from cir_demo.ui import components
 from cir_demo.ui.controls import clamp, number_slider
 from cir_demo.ui.gpu import on_gpu
@@ -242,9 +243,9 @@ def rerank_controls(service: ExplorerService, on: bool = False) -> dict[str, Any
     """The reranker checkbox (disabled, with the reason, when there is no reranker)."""
     if service.reranker_name:
         return {"rerank": gr.update(value=bool(on), interactive=True, label=f"Rerank with {service.reranker_name}"),
-                "note": components.md_escape(service.reranker_note) if service.reranker_note else ""}
+                "note": components.md_escape(hide_paths(service.reranker_note)) if service.reranker_note else ""}
     return {"rerank": gr.update(value=False, interactive=False, label="Rerank (unavailable)"),
-            "note": service.reranker_note}
+            "note": hide_paths(service.reranker_note)}
 
 
 # ------------------------------------------------------------------ wiring

@@ -11,19 +11,21 @@ import gradio as gr
 
 from cir_demo.errors import user_message
 from cir_demo.explorer import ServiceError
+from cir_demo.explorer.public_text import hide_paths
 
 log = logging.getLogger("cir_demo.ui")
 
 
 def error_message(action: str, exc: BaseException) -> str:
     """The text a user sees: service errors and the errors the command line shows as one line
-    (`cir_demo.errors.user_message`: the same words in both places) as written, anything else with its type."""
+    (`cir_demo.errors.user_message`: the same words in both places) as written, anything else with its
+    type; no server path (`hide_paths`)."""
     known = str(exc) if isinstance(exc, ServiceError) else user_message(exc)
     if known is not None:
         text = f"{action}: {known}"
     else:
         text = f"{action} failed ({type(exc).__name__}: {exc}). The app is still running; try another query or setting."
-    return html.escape(text, quote=False)  # gradio renders the message as HTML
+    return html.escape(hide_paths(text), quote=False)  # gradio renders the message as HTML
 
 
 def guarded(action: str) -> Callable:

@@ -11,6 +11,7 @@ import gradio as gr
 import pandas as pd
 
 from cir_demo.explorer import ExplorerService
+from cir_demo.explorer.public_text import hide_paths
 from cir_demo.ui.components import md_escape
 from cir_demo.ui.guard import guarded
 
@@ -204,7 +205,7 @@ def show_report(service: ExplorerService, label: str | None = None, pending=None
             text = (f"⏳ The evaluation run of **{name}** is being computed in the background "
                     f"({pending.progress() or 'starting'}); it appears here by itself when it is done.")
         elif pending is not None and pending.state == "failed":
-            text = (f"The background evaluation run of **{name}** failed: {md_escape(pending.detail)}. "
+            text = (f"The background evaluation run of **{name}** failed: {md_escape(hide_paths(pending.detail))}. "
                     "Reload the page to try again.")
         else:
             text = f"No evaluation run of **{name}** yet."
@@ -214,7 +215,7 @@ def show_report(service: ExplorerService, label: str | None = None, pending=None
     label = label if label in choices else choices[0]
     report = service.report(label)
     # folder names and run_info values are whatever is on disk: escaped, never rendered
-    lines = [f"Run **{md_escape(report.run.label)}**."] + [md_escape(i) for i in report.info]
+    lines = [f"Run **{md_escape(report.run.label)}**."] + [md_escape(hide_paths(i)) for i in report.info]
     files = shareable_copies(report.run.path)
     table, columns = labelled(report.metrics)
     return {"run": gr.update(choices=choices, value=label),

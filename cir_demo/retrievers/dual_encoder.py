@@ -13,6 +13,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from cir_demo.utils.lru import LRU
+
 from cir_demo.retrievers import recipes
 from cir_demo.retrievers.base import (ComposedQuery, Retriever, batches, check_embeddings, render_markers,
                                       spec_hash)
@@ -44,6 +46,35 @@ class TextMemo:
 
 
 TEXT_MEMO = TextMemo()
+
+
+def _pixels_digest(image: Any) -> bytes | None:
+    """A PIL image's identity by content (mode, size, pixels); None for anything else."""
+    import hashlib
+
+    if not hasattr(image, "tobytes") or not hasattr(image, "mode"):
+        return None
+    h = hashlib.blake2b(f"{image.mode}{image.size}".encode(), digest_size=16)
+    h.update(image.tobytes())
+    return h.digest()
+
+
+def reference_batch_key(tower: str, batch_size: int, images: Sequence[Any]) -> tuple | None:
+    """`REFERENCE_MEMO`'s key of one call's reference images: the image tower, the batch size, each image's
+    pixels and which entries are the very same object (`encode_in_batches` encodes those once), so that
+    equal keys mean the very same batches; None when an image is not a PIL image."""
+    digests = [_pixels_digest(img) for img in images]
+    if any(d is None for d in digests):
+        return None
+    first: dict[int, int] = {}
+    return (tower, batch_size, tuple(digests), tuple(first.setdefault(id(img), len(first)) for img in images))
+
+
+# Reference-image embeddings of recent query batches, shared by every retriever with one image tower: the
+# world-CLIP image, fusion and slerp recipes and world-CIR encode the same references in the same batches
+# in an eval run. Whole batches, never rows: on a CPU a row's last bits depend on the rows batched with it,
+# so only a repeat of the very same batches may reuse them (outputs stay byte-identical).
+REFERENCE_MEMO = LRU(256)
 
 
 class DualEncoder(abc.ABC):
@@ -116,6 +147,21 @@ class EncoderRetriever(Retriever):
             f"{self.name}: images", self.progress,
         )
 
+    def encode_references(self, queries: Sequence[ComposedQuery], batch_size: int | None = None) -> np.ndarray:
+        """(total references, dim): the queries' reference images in order, `encode_images` through
+        `REFERENCE_MEMO` (another retriever with this image tower may have encoded these very batches)."""
+        flat = [img for q in queries for img in q.reference_images]
+        tower = self.image_spec
+        key = (reference_batch_key(f"{spec_hash(tower)}@{self.device}", batch_size or self.batch_size, flat)
+               if tower else None)
+        emb = REFERENCE_MEMO.get(key) if key is not None else None
+        if emb is None:
+            emb = self.encode_images(flat, batch_size)
+            if key is not None:
+                emb.setflags(write=False)  # shared with the next retriever of this tower
+                REFERENCE_MEMO.put(key, emb)
+        return emb
+
 
 class DualEncoderRetriever(EncoderRetriever):
     """Retriever = dual encoder + recipe (image_only, text_only, early_fusion, slerp).
@@ -169,8 +215,7 @@ class DualEncoderRetriever(EncoderRetriever):
     # -- query side
     def reference_embeddings(self, queries: Sequence[ComposedQuery], batch_size: int | None = None) -> np.ndarray:
         """(n, dim): each query's reference image, or the normalised mean of its two."""
-        flat = [img for q in queries for img in q.reference_images]
-        emb = self.encode_images(flat, batch_size)
+        emb = self.encode_references(queries, batch_size)
         out, pos = [], 0
         for q in queries:
             k = len(q.reference_images)

@@ -62,8 +62,7 @@ class WorldCirRetriever(EncoderRetriever):
         queries = list(queries)
         if not queries:
             return np.zeros((0, self.dim), dtype=np.float32)
-        flat = [img for q in queries for img in q.reference_images]
-        emb = self.encode_images(flat, batch_size)
+        emb = self.encode_references(queries, batch_size)
         first, last, pos = [], [], 0
         for q in queries:
             first.append(pos)

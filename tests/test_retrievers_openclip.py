@@ -261,3 +261,13 @@ def test_recipes_of_one_tower_share_reference_batches_bit_for_bit_and_only_whole
     other.reference_embeddings(queries)
     assert calls[-6:] == [(fusion.name, 3), (fusion.name, 3), (fusion.name, 1), (fusion.name, 1), (fusion.name, 1),
                           (other.name, 3)]
+    # texts the same way: the batch of each text once, shared by the encoder's retrievers (world-CIR's too)
+    text_calls = []
+    for r in (image_only, fusion):
+        forward = r.encoder.encode_text_batch
+        monkeypatch.setattr(r.encoder, "encode_text_batch",
+                            lambda batch, forward=forward: text_calls.append(list(batch)) or forward(batch))
+    a = image_only.encode_text_batches(["memo2: x", "memo2: y", "memo2: x"])
+    b = fusion.encode_text_batches(["memo2: x", "memo2: y"])
+    assert text_calls == [["memo2: x", "memo2: y"]]
+    assert np.array_equal(a[:2], b) and np.array_equal(a[2], a[0])

@@ -70,11 +70,21 @@ def reference_batch_key(tower: str, batch_size: int, images: Sequence[Any]) -> t
     return (tower, batch_size, tuple(digests), tuple(first.setdefault(id(img), len(first)) for img in images))
 
 
-# Reference-image embeddings of recent query batches, shared by every retriever with one image tower: the
-# world-CLIP image, fusion and slerp recipes and world-CIR encode the same references in the same batches
-# in an eval run. Whole batches, never rows: on a CPU a row's last bits depend on the rows batched with it,
-# so only a repeat of the very same batches may reuse them (outputs stay byte-identical).
+# Embeddings of recent query batches (reference images, query texts), shared by every retriever of one
+# encoder: the world-CLIP recipes and world-CIR encode the same references and texts in the same batches in
+# an eval run. Whole batches, never rows: on a CPU a row's last bits depend on the rows batched with it, so
+# only a repeat of the very same batches may reuse them (outputs stay byte-identical).
 REFERENCE_MEMO = LRU(256)
+
+
+def _through_memo(key: tuple | None, encode: Callable[[], np.ndarray]) -> np.ndarray:
+    emb = REFERENCE_MEMO.get(key) if key is not None else None
+    if emb is None:
+        emb = encode()
+        if key is not None:
+            emb.setflags(write=False)  # shared with the next retriever of this encoder
+            REFERENCE_MEMO.put(key, emb)
+    return emb
 
 
 class DualEncoder(abc.ABC):
@@ -147,20 +157,29 @@ class EncoderRetriever(Retriever):
             f"{self.name}: images", self.progress,
         )
 
+    @property
+    def _tower_key(self) -> str | None:
+        """The encoder's identity for `REFERENCE_MEMO` (None: unknown, nothing shared)."""
+        tower = self.image_spec
+        return f"{spec_hash(tower)}@{self.device}" if tower else None
+
     def encode_references(self, queries: Sequence[ComposedQuery], batch_size: int | None = None) -> np.ndarray:
         """(total references, dim): the queries' reference images in order, `encode_images` through
-        `REFERENCE_MEMO` (another retriever with this image tower may have encoded these very batches)."""
+        `REFERENCE_MEMO` (another retriever of this encoder may have encoded these very batches)."""
         flat = [img for q in queries for img in q.reference_images]
-        tower = self.image_spec
-        key = (reference_batch_key(f"{spec_hash(tower)}@{self.device}", batch_size or self.batch_size, flat)
-               if tower else None)
-        emb = REFERENCE_MEMO.get(key) if key is not None else None
-        if emb is None:
-            emb = self.encode_images(flat, batch_size)
-            if key is not None:
-                emb.setflags(write=False)  # shared with the next retriever of this tower
-                REFERENCE_MEMO.put(key, emb)
-        return emb
+        tower = self._tower_key
+        key = reference_batch_key(tower, batch_size or self.batch_size, flat) if tower else None
+        return _through_memo(key, lambda: self.encode_images(flat, batch_size))
+
+    def encode_text_batches(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
+        """(n, dim): `encode_in_batches` of the text tower (each text once) through `REFERENCE_MEMO`."""
+        unique = list(dict.fromkeys(texts))
+        bs = batch_size or self.batch_size
+        key = ("texts", self._tower_key, bs, tuple(unique)) if self._tower_key else None
+        rows = _through_memo(key, lambda: encode_in_batches(unique, self.encoder.encode_text_batch, bs, self.dim,
+                                                            f"{self.name}: texts", self.progress))
+        row_of = {t: i for i, t in enumerate(unique)}
+        return rows[[row_of[t] for t in texts]] if len(unique) < len(texts) else rows
 
 
 class DualEncoderRetriever(EncoderRetriever):
@@ -199,11 +218,7 @@ class DualEncoderRetriever(EncoderRetriever):
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
 
-        def encode(missing: list[str]) -> np.ndarray:
-            return encode_in_batches(missing, self.encoder.encode_text_batch, batch_size or self.batch_size, self.dim,
-                                     f"{self.name}: texts", self.progress)
-
-        return TEXT_MEMO.encode(self._encoder_key, texts, encode)
+        return TEXT_MEMO.encode(self._encoder_key, texts, lambda missing: self.encode_text_batches(missing, batch_size))
 
     @property
     def _encoder_key(self) -> str:

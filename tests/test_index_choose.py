@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import faiss
 import numpy as np
 import pytest
 
@@ -24,21 +25,19 @@ GIB = 2 ** 30
 def one_faiss_thread():
     """faiss on one thread: on a loaded machine its OpenMP threads spin-wait for each other (training
     the small ivfpq indexes here took 18 s on two threads, 0.6 s on one); results are the same."""
-    import faiss
-
     before = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     yield
     faiss.omp_set_num_threads(before)
 
 
-def test_flat_up_to_the_limit_then_ivf_hnsw():
+def test_flat_up_to_the_limit_then_ivfpq():
     for d in (128, 512, 768, 1024, 3584):
         limit = flat_limit(d)
         assert limit == max(FLAT_MIN_VECTORS, FLAT_MAX_WORK // d)
         assert choose_index(limit, d).kind == "flat"
         above = choose_index(limit + 1, d)
-        assert above.kind == "ivf_hnsw" and above.factory.startswith("IVF") and "_HNSW32,Flat" in above.factory
+        assert above.kind == "ivfpq" and above.factory.startswith("IVF") and above.factory.endswith(",RFlat")
     assert flat_limit(768) == 349_525 and flat_limit(3584) == FLAT_MIN_VECTORS
     # the offline world (5-20k images, 128-d) and PinPoint (109,600 images, up to 3,584-d) stay exact
     for n, d in ((5_000, 128), (6_809, 128), (20_000, 512), (109_600, 768), (109_600, 3584)):
@@ -48,19 +47,20 @@ def test_flat_up_to_the_limit_then_ivf_hnsw():
 
 def test_parameters_grow_with_the_corpus():
     c = choose_index(1_000_000, 768)
-    assert c.params == {"nlist": 4096, "nprobe": 64, "train_size": 40 * 4096, "M": 32, "quantizer_efSearch": 128}
-    assert c.factory == "IVF4096_HNSW32,Flat" and c.memory_bytes == 1_000_000 * (4 * 768 + 8)
+    assert c.params == {"nlist": 4096, "nprobe": 64, "train_size": 40 * 4096, "M": 32, "quantizer_efSearch": 128,
+                        "pq_m": 192, "k_factor": 4, "refine_bits": 32}
+    assert c.factory == "IVF4096_HNSW32,PQ192x4fs,RFlat" and c.memory_bytes == 1_000_000 * (4 * 768 + 96 + 8)
     for n in (400_000, 1_000_000, 3_000_000, 10_000_000):
         p = choose_index(n, 768).params
         assert p["nlist"] == 2 ** round(math.log2(4 * math.sqrt(n)))  # the power of two nearest 4 sqrt(n)
         assert p["nprobe"] == p["nlist"] // 64 and p["train_size"] == 40 * p["nlist"]
         assert p["quantizer_efSearch"] == max(32, 2 * p["nprobe"])
-    assert choose_index(10_000_000, 768).factory == "IVF16384_HNSW32,Flat"
+    assert choose_index(10_000_000, 768).factory == "IVF16384_HNSW32,PQ192x4fs,RFlat"
 
 
 def test_memory_budget_picks_compressed_codes_or_says_it_cannot():
-    full = 1_000_000 * (4 * 768 + 8)
-    assert choose_index(1_000_000, 768, memory_budget=full).kind == "ivf_hnsw"
+    full = 1_000_000 * (4 * 768 + 96 + 8)
+    assert choose_index(1_000_000, 768, memory_budget=full).params["refine_bits"] == 32
     small = choose_index(1_000_000, 768, memory_budget=full - 1)
     assert small.kind == "ivfpq" and small.params["refine_bits"] == 8 and small.params["pq_m"] == 192
     assert small.factory == "IVF4096_HNSW32,PQ192x4fs,Refine(SQ8)"
@@ -151,7 +151,7 @@ def test_kind_parameters_are_checked():
 
 
 def tiny(monkeypatch, n: int):
-    """A tiny benchmark and retriever; a flat limit below `n` so that `auto` builds an ivf_hnsw index."""
+    """A tiny benchmark and retriever; a flat limit below `n` so that `auto` builds an ivfpq index."""
     monkeypatch.setattr(choose_mod, "FLAT_MIN_VECTORS", n - 1)
     monkeypatch.setattr(choose_mod, "FLAT_MAX_WORK", 1)
     return tiny_benchmark(n), TinyConvRetriever()
@@ -165,13 +165,15 @@ def test_auto_records_the_choice_and_keeps_it(tmp_path, monkeypatch):
     bench, r = tiny(monkeypatch, 80)
     loaded = build_corpus_index(bench, r, out_dir=out, progress=False)  # kind "auto": the limit moved
     m = read_manifest(out)
-    assert m.kind == "ivf_hnsw" and m.factory == f"IVF{m.params['nlist']}_HNSW32,Flat" and index_kind(loaded.index) == m.kind
+    assert m.kind == "ivfpq" and m.factory == f"IVF{m.params['nlist']}_HNSW32,PQ4x4fs,RFlat"
+    assert index_kind(loaded.index) == m.kind
     assert "above the flat limit" in m.choice and r.images_encoded == 80
     ensure_index(bench, r, out_dir=out, progress=False)  # kind=None and kind="auto": fresh, kept
     build_corpus_index(bench, r, out_dir=out, kind="auto", progress=False)
     assert r.images_encoded == 80
     again = load_index(out, r, bench.corpus_ids)
-    assert again.index.nprobe == m.params["nprobe"]  # query-time parameters come from the manifest
+    # query-time parameters come from the manifest
+    assert faiss.extract_index_ivf(again.index).nprobe == m.params["nprobe"] and again.index.k_factor == 4
     ids, _ = again.search(r.encode_images([bench.images.open(bench.corpus_ids[3])]), 5)[0]
     assert ids[0] == bench.corpus_ids[3]
 
@@ -184,7 +186,7 @@ def test_a_requested_kind_is_kept_and_auto_replaces_it(tmp_path, monkeypatch):
     kind, _, choice = build_mod.plan_rebuild(out, None, 60, 16, {})
     assert (kind, choice) == ("hnsw", "requested")  # kind=None keeps a kind that was asked for
     build_corpus_index(bench, r, out_dir=out, kind="auto", progress=False)
-    assert read_manifest(out).kind == "ivf_hnsw" and r.images_encoded == 120
+    assert read_manifest(out).kind == "ivfpq" and r.images_encoded == 120
 
 
 def strip_new_fields(out, **changes) -> None:

@@ -129,6 +129,18 @@ def test_every_kind_against_brute_force(data, kind, params, least):
         np.testing.assert_allclose(D[found], true[found], atol=1e-4)
 
 
+def test_flat_is_the_index_it_always_was(data):
+    """The world's indexes (flat) are built from the factory string "Flat" now: the same file, bit for bit,
+    as the IndexFlatIP built before, so rankings and --eval outputs do not change."""
+    xb, xq = data
+    before = faiss.IndexFlatIP(xb.shape[1])
+    before.add(xb)
+    now = build_index(xb, "flat")
+    assert bytes(faiss.serialize_index(now)) == bytes(faiss.serialize_index(before))
+    for a, b in zip(search(now, xq, 20), search(before, xq, 20)):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_fewer_probes_lose_neighbours(data):
     xb, xq = data
     _, I_bf = brute_force_search(xq, xb, 10)

@@ -47,13 +47,13 @@ def test_flat_up_to_the_limit_then_ivfpq():
 
 def test_parameters_grow_with_the_corpus():
     c = choose_index(1_000_000, 768)
-    assert c.params == {"nlist": 4096, "nprobe": 64, "train_size": 40 * 4096, "M": 32, "quantizer_efSearch": 128,
-                        "pq_m": 192, "k_factor": 4, "refine_bits": 32}
+    assert c.params == {"nlist": 4096, "nprobe": 256, "train_size": 40 * 4096, "M": 32, "quantizer_efSearch": 512,
+                        "pq_m": 192, "k_factor": 16, "refine_bits": 32}
     assert c.factory == "IVF4096_HNSW32,PQ192x4fs,RFlat" and c.memory_bytes == 1_000_000 * (4 * 768 + 96 + 8)
     for n in (400_000, 1_000_000, 3_000_000, 10_000_000):
         p = choose_index(n, 768).params
         assert p["nlist"] == 2 ** round(math.log2(4 * math.sqrt(n)))  # the power of two nearest 4 sqrt(n)
-        assert p["nprobe"] == p["nlist"] // 64 and p["train_size"] == 40 * p["nlist"]
+        assert p["nprobe"] == p["nlist"] // 16 and p["train_size"] == 40 * p["nlist"]
         assert p["quantizer_efSearch"] == max(32, 2 * p["nprobe"])
     assert choose_index(10_000_000, 768).factory == "IVF16384_HNSW32,PQ192x4fs,RFlat"
 
@@ -185,7 +185,7 @@ def test_auto_records_the_choice_and_keeps_it(tmp_path, monkeypatch):
     assert r.images_encoded == 80
     again = load_index(out, r, bench.corpus_ids)
     # query-time parameters come from the manifest
-    assert faiss.extract_index_ivf(again.index).nprobe == m.params["nprobe"] and again.index.k_factor == 4
+    assert faiss.extract_index_ivf(again.index).nprobe == m.params["nprobe"] and again.index.k_factor == 16
     ids, _ = again.search(r.encode_images([bench.images.open(bench.corpus_ids[3])]), 5)[0]
     assert ids[0] == bench.corpus_ids[3]
 

@@ -30,11 +30,11 @@ def _dry_run(args: argparse.Namespace, device: str | None) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from cir_demo.index.cli import index_params
+    from cir_demo.index.cli import index_params, memory_budget
     from cir_demo.preflight.run import check_run
     from cir_demo.retrievers.registry import load_retriever
 
-    params = index_params(args)
+    params, budget = index_params(args), memory_budget(args)  # a wrong flag fails before any work
     device = args.device
     ctx = None
     if args.sharded:
@@ -46,8 +46,8 @@ def _build(args: argparse.Namespace) -> int:
         return _dry_run(args, device)
     bench = check_run(args, _load_benchmark(args), [args.retriever])  # weights, opt-ins and images before any long work
     retriever = load_retriever(args.retriever, device=device, trust_remote_code=args.trust_remote_code)
-    common = dict(out_dir=args.out_dir, kind=args.kind, batch_size=args.batch_size,
-                  progress=not args.no_progress, force=args.force, **params)
+    common = dict(out_dir=args.out_dir, kind=args.kind, batch_size=args.batch_size, progress=not args.no_progress,
+                  force=args.force, memory_budget=budget, **params)
     if args.sharded:
         from cir_demo.index.shard import build_sharded
 
@@ -65,7 +65,8 @@ def _build(args: argparse.Namespace) -> int:
     m = loaded.manifest
     print(f"{loaded.directory}: {m.kind} index of {m.count} images x {m.dim} dims, "
           f"built {m.built_at} in {m.build_seconds:.1f} s on {m.device}"
-          + (f" across {m.num_shards} processes" if m.num_shards > 1 else ""))
+          + (f" across {m.num_shards} processes" if m.num_shards > 1 else "")
+          + (f"; faiss {m.factory}, {m.choice}" if m.choice else ""))
     return 0
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import pandas as pd
 
@@ -16,10 +16,12 @@ from cir_demo.explorer.views import Report, RunSummary
 def list_runs(benchmark_name: str, fingerprint: str, root: Path | None = None) -> list[RunSummary]:
     """Eval run folders (with metrics.csv) of this benchmark, newest first.
 
-    A run matches by `run_info.json`'s benchmark fingerprint (same content), else (older
+    A copy of shipped outputs installed by other code is left out (it is not what this code
+    writes). A run matches by `run_info.json`'s benchmark fingerprint (same content), else (older
     runs and results-file evaluations, which have no run_info) by the benchmark name in
     metrics.json or the folder name suffix `-<benchmark>`.
     """
+    from cir_demo.index.prebuilt_run import stale_installed_copy
     from cir_demo.paths import runs_dir
 
     root = Path(root) if root is not None else runs_dir()
@@ -27,7 +29,8 @@ def list_runs(benchmark_name: str, fingerprint: str, root: Path | None = None) -
         return []
     out = []
     for d in root.iterdir():
-        if not (d.is_dir() and (d / "metrics.csv").is_file()):
+        # a dot-folder is work in progress (staging, an install being written), never a run
+        if d.name.startswith(".") or not (d.is_dir() and (d / "metrics.csv").is_file()) or stale_installed_copy(d):
             continue
         info = _read_json(d / "run_info.json")
         if info is not None:
@@ -100,8 +103,12 @@ def load_report(run: RunSummary) -> Report:
     return Report(run, metrics_display_table(metrics), [(p, captions.get(p.name, p.stem.replace("_", " "))) for p in plots], info)
 
 
-def read_eval_per_query(run_dir: Path, retriever_specs: Mapping[str, str], reranker_hash: str | None) -> pd.DataFrame | None:
-    """per_query.csv rows of an eval run whose retrievers have the given spec hashes.
+PER_QUERY_COLUMNS = ("run", "query_id", "group_id", "AP@10", "precision@10", "NegRecall@10", "n_neg")
+
+
+def read_eval_per_query(run_dir: Path, retriever_specs: Mapping[str, str], reranker_hash: str | None,
+                        columns: Sequence[str] = PER_QUERY_COLUMNS) -> pd.DataFrame | None:
+    """per_query.csv rows (`columns` of them) of an eval run whose retrievers have the given spec hashes.
 
     Only runs written by the pipeline (run_info.json with specs) qualify: a ranking is
     reused only when it came from the same retriever spec. Reranked rows are kept when
@@ -121,9 +128,9 @@ def read_eval_per_query(run_dir: Path, retriever_specs: Mapping[str, str], reran
     rr_spec = info.get("reranker")
     if reranker_hash and isinstance(rr_spec, dict) and spec_hash_of(rr_spec) == reranker_hash:
         runs |= {f"{n}{RERANK_SUFFIX}" for n in ok}
-    cols = ["run", "query_id", "group_id", "AP@10", "precision@10", "NegRecall@10", "n_neg"]
     try:
-        df = pd.read_csv(run_dir / "per_query.csv", usecols=cols, dtype={"query_id": str, "group_id": str, "run": str})
+        df = pd.read_csv(run_dir / "per_query.csv", usecols=list(columns),
+                         dtype={"query_id": str, "group_id": str, "run": str})
     except (OSError, ValueError):
         return None
     return df[df["run"].isin(runs)].reset_index(drop=True)

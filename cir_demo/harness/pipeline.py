@@ -161,10 +161,7 @@ def _run_into(args, bench, names, reranker_name, top_n, out: Path, final: Path, 
         t = time.perf_counter()
         engine.index(name)  # build or load, with its own progress bar
         timings[f"{name}/index"] = round(time.perf_counter() - t, 3)
-        retriever = engine.retriever(name)
-        specs[name] = dict(retriever.spec)
-        if engine.query_template(name) is not None:  # recorded in results files and stated in the report
-            specs[name]["query_template"] = engine.query_template(name)
+        specs[name] = engine.run_spec(name)  # with its query template, stated in the report
         t = time.perf_counter()
         with tqdm(total=len(bench.queries), desc=f"retrieve {name}", unit="query") as bar:
             run, scores = engine.run_benchmark(name, k=DEFAULT_K, progress=lambda done, total: bar.update(done - bar.n))

@@ -395,7 +395,10 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
     loader = ServiceLoader(config, start=False)
     from cir_demo.explorer.precompute import PrecomputeJob
 
-    precompute = PrecomputeJob(benchmark_argv(args), enabled=not args.no_precompute)
+    from cir_demo.benchmarks.cli_args import benchmark_flags
+
+    precompute = PrecomputeJob(benchmark_flags(config.benchmark, dict(config.benchmark_kwargs), config.limit_groups),
+                               enabled=not args.no_precompute)
     demo = create_app(loader, precompute)
     launch_app(demo, args.server_name, args.port, args.share, args.queue_size, args.concurrency,
                prevent_thread_lock=True)
@@ -429,13 +432,3 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
         if service is not None:
             service.engine.close()
     return 0
-
-
-def benchmark_argv(args: argparse.Namespace) -> list[str]:
-    """The benchmark flags of the app's command line, for the background `--eval` run."""
-    argv = ["--benchmark", args.benchmark]
-    for flag in ("annotations", "corpus_ids", "root", "image_dir", "world_size", "world_seed", "limit"):
-        value = getattr(args, flag, None)
-        if value is not None:
-            argv += [f"--{flag.replace('_', '-')}", str(value)]
-    return argv

@@ -412,9 +412,9 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
         service = loader.wait(None)
         print(f"explorer ready {time.perf_counter() - t0:.1f} s after start: {service.summary()}", flush=True)
         precompute.on_done(service.forget_failures)
-        precompute.start_for(service)  # after the explorer is usable, at low priority
+        precompute.start_for(service)  # after the explorer is usable, at low priority (or shipped outputs installed)
         if precompute.status().text():
-            print(precompute.status().text(), flush=True)
+            print(f"{precompute.status().text()}; {time.perf_counter() - t0:.1f} s after start", flush=True)
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
     import signal

@@ -168,6 +168,9 @@ def shipped_problems(directory: Path, served: Mapping | None = None) -> list[str
     this code and these libraries."""
     from cir_demo.integrity import check_records
 
+    if not (directory / MANIFEST_FILE).is_file():
+        return [f"missing: {directory / MANIFEST_FILE} not found (write them: python -m cir_demo index prebuilt "
+                "--only eval)"]
     try:
         manifest = read_shipped_manifest(directory)
     except ValueError as exc:

@@ -27,6 +27,16 @@ class Ranking:
     scores: list[float]
 
 
+@dataclass(frozen=True)
+class QueryIds:
+    """A benchmark query as a ranking-only retriever needs it: its id (and text, reference ids for the
+    page); no image is opened, so rankings from a file are shown where the benchmark's images are absent."""
+
+    query_id: str
+    text: str
+    reference_ids: tuple[str, ...] = ()
+
+
 def benchmark_fingerprint(benchmark: Benchmark) -> str:
     """Identifies a benchmark's content (world ids repeat across sizes and seeds)."""
     info = benchmark.info or {}
@@ -100,6 +110,21 @@ class RetrievalEngine:
                 if name in self.retriever_names:
                     self._retrievers.setdefault(name, retriever)
 
+    def add_retriever(self, retriever) -> None:
+        """Serve a retriever built here (a results file uploaded in the app) under its name."""
+        with self._lock:
+            if retriever.name not in self.retriever_names:
+                self.retriever_names.append(retriever.name)
+            self._retrievers[retriever.name] = retriever
+
+    def drop_retriever(self, name: str) -> None:
+        """Stop serving `name` (an uploaded results file replaced by newer ones)."""
+        with self._lock:
+            self._retrievers.pop(name, None)
+            self._indexes.pop(name, None)
+            if name in self.retriever_names:
+                self.retriever_names.remove(name)
+
     def index(self, name: str):
         """The corpus index of retriever `name` (built on first use)."""
         from cir_demo.retrievers.base import is_ranking_only
@@ -139,6 +164,16 @@ class RetrievalEngine:
             query_id=query.query_id,
             reference_ids=query.reference_ids,
         )
+
+    def query_of(self, name: str, query: Query, instruction: str | None = None):
+        """What retriever `name` is given for a benchmark query: ids only for a ranking-only one (no image
+        opened), else the composed query."""
+        from cir_demo.retrievers.base import is_ranking_only
+
+        if is_ranking_only(self.retriever(name)):
+            return QueryIds(query.query_id, query.instruction if instruction is None else instruction,
+                            tuple(query.reference_ids))
+        return self.composed(query, instruction)
 
     def _query_key(self, name: str, cq) -> tuple | None:
         if not cq.reference_ids:  # uploaded images have no ids: do not cache
@@ -195,9 +230,13 @@ class RetrievalEngine:
         from cir_demo.retrievers.query_templates import render
 
         template = self.query_template(name)
+        retriever = self.retriever(name)
+        if hasattr(retriever, "has"):  # a results file: its queries only (the others are not scored), no image
+            queries = [q for q in queries if retriever.has(q.query_id)]
         for start in range(0, len(queries), batch_size):
             chunk = queries[start:start + batch_size]
-            composed = [self.composed(q, None if template is None else render(template["template"], q)) for q in chunk]
+            composed = [self.query_of(name, q, None if template is None else render(template["template"], q))
+                        for q in chunk]
             for q, r in zip(chunk, self.search(name, composed, k=k, batch_size=batch_size)):
                 run[q.query_id], scores[q.query_id] = r.ids, r.scores
             if progress:

@@ -18,7 +18,7 @@ from typing import Iterable
 # lowest first; a name is a package (cir_demo/<name>/) or a top-level module (cir_demo/<name>.py)
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "paths"),  # user errors and their one line; the data folders
-    ("utils",),  # small helpers (atomic writes, names with "did you mean", GPU batch back-off)
+    ("utils",),  # small helpers (atomic writes, names with "did you mean", GPU batch back-off, the HTTP client)
     ("integrity",),  # checksums of downloaded and trained files
     ("benchmarks",),  # the common schema, adapters, the declared benchmarks and metric families
     ("metrics", "world", "results", "images"),  # scoring, the offline world, results files, image fetching

@@ -4,14 +4,14 @@ missing (404), slow, corrupt (truncated JPEG) or flaky (503 once)."""
 from __future__ import annotations
 
 import io
-import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from loopback import LoopbackServer
 
 STRING, STRINGS = pa.large_string(), pa.list_(pa.string())
 SCHEMA = pa.schema([
@@ -60,7 +60,7 @@ def jpeg_bytes(seed: int, size: int = 40) -> bytes:
     return buf.getvalue()
 
 
-class ImageServer:
+class ImageServer(LoopbackServer):
     """`behaviour[id]` is "ok" (default), "missing", "slow", "corrupt" or "flaky"; `delay_s` slows every answer."""
 
     def __init__(self, behaviour: dict[str, str] | None = None, delay_s: float = 0.0, slow_s: float = 0.5):
@@ -91,18 +91,8 @@ class ImageServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        super().__init__(Handler)
 
     @property
     def url_pattern(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/{{id}}.jpg"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        return f"http://127.0.0.1:{self.port}/{{id}}.jpg"

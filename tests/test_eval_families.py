@@ -110,7 +110,16 @@ def test_circo_family_end_to_end(tmp_path, capsys):
     assert m.loc["circo_a", "mAP@5"] == pytest.approx((1 + 2 / 3) / 2, abs=1e-4)
     assert m.loc["circo_b", "Recall@5"] == 1.0
     assert {"semantic_aspects", "is_single"} <= breakdown_fields(out)
-    assert "single_vs_two_image.png" in plots(out)
+    assert "single_vs_two_image.png" not in plots(out)  # every CIRCO query has one reference: no "versus" plot
+    # paired comparisons for every headline metric of the family, the primary first; diff = mean b - mean a
+    paired = pd.read_csv(out / "paired.csv")
+    assert list(paired["metric"]) == ["AP@10", "AP@5", "AP@25", "AP@50", "Recall@10"]
+    per_query = pd.read_csv(out / "per_query.csv").pivot(index="query_id", columns="run")
+    for row in paired.itertuples():
+        oracle = (per_query[(row.metric, "circo_b")] - per_query[(row.metric, "circo_a")]).mean()
+        assert row.a == "circo_a" and row.b == "circo_b" and row.diff == pytest.approx(oracle, abs=1e-5)
+        assert row.lo <= row.diff <= row.hi and 0 <= row.p_value <= 1
+    assert "| circo_a | circo_b | Recall@10 |" in (out / "report.md").read_text()
 
 
 # --------------------------------------------------------------------------- EDIR
@@ -162,7 +171,8 @@ def test_edir_family_end_to_end_official_predictions_and_pinpoint_format(tmp_pat
     assert (m["n_queries_without_positives"] == 1).all()
     assert "1 queries have no positives" in (out / "report.md").read_text()
     assert {"edit_subcategory", "edit_category", "is_single"} <= breakdown_fields(out)
-    assert {"per_subcategory.png", "single_vs_two_image.png"} <= plots(out)
+    assert "per_subcategory.png" in plots(out)
+    assert "single_vs_two_image.png" not in plots(out)  # every query has one reference: no "versus" plot
 
 
 def test_edir_repository_sample_folder(tmp_path, capsys):

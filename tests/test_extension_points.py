@@ -323,3 +323,46 @@ def test_a_family_module_must_declare_what_it_needs(monkeypatch):
     monkeypatch.setitem(retrievers.FAMILIES, "no_needs", "cir_demo.retrievers.recipes")
     with pytest.raises(retrievers.ConfigError, match=r"cir_demo.retrievers.recipes does not define PARAMS, load, weights"):
         retrievers.validate_config({"name": "x", "family": "no_needs"}, "test")
+
+
+def test_the_app_reports_and_explores_the_toy_family(toy):
+    """The toy family in the app with two results files as columns (`--runs`): each column's metrics are the
+    family's per-query ones (= --eval's per_query.csv), and the Report shows the family's aggregates (MRR,
+    Hit@1) for the eval run and the files, with a paired comparison of each."""
+    from cir_demo.explorer import ServiceConfig, build_service
+    from cir_demo.ui import report
+
+    bench = load_toy(toy / "toy")
+    runs = {}
+    for name, flip in (("pos-first", False), ("neg-first", True)):
+        run = {}
+        for i, q in enumerate(bench.queries):  # the positives first on every query but every third one
+            head = list(q.negatives if flip and i % 3 == 0 else q.positives)
+            rest = [c for c in bench.corpus_ids if c not in head]
+            run[q.query_id] = {img: float(len(bench.corpus_ids) - r) for r, img in enumerate(head + rest)}
+        runs[name] = toy / f"{name}.json"
+        runs[name].write_text(json.dumps(run), encoding="utf-8")
+    out = toy / "files-eval"
+    assert cli(["eval", "--benchmark", "toy-colors", "--root", str(toy / "toy"), "--results-json",
+                *map(str, runs.values()), "--out", str(out), "--n-boot", "50"]) == 0
+    service = build_service(ServiceConfig(benchmark="toy-colors", benchmark_kwargs={"root": str(toy / "toy")},
+                                          reranker="none", runs=tuple((n, str(p)) for n, p in runs.items()),
+                                          warm_thumbnails=False))
+    try:
+        rows = pd.read_csv(out / "per_query.csv").set_index(["run", "query_id"])
+        q = bench.queries[0]
+        for col in service.compare(q.query_id, list(runs)).columns:
+            assert col.metrics == {"RR": rows.loc[(col.retriever, q.query_id), "RR"],
+                                   "hit@1": rows.loc[(col.retriever, q.query_id), "hit@1"]}
+        shown = report.show_report(service)
+        assert list(shown["metrics"]["value"].columns)[:3] == ["Run", "MRR", "Hit@1"]
+        own = shown["own_metrics"]["value"].set_index("run")
+        evaluated = pd.read_csv(out / "metrics.csv").set_index("model")
+        for name in runs:
+            assert own.loc[name, "MRR"] == pytest.approx(evaluated.loc[name, "MRR"], abs=1e-4)
+        assert set(shown["paired"]["value"]["metric"]) == {"MRR", "Hit@1"}
+        assert list(pd.read_csv(out / "paired.csv")["metric"]) == ["RR", "hit@1"]  # every headline metric
+        # the pair opens Explore sorted "diff:A,B": that sort is the explorer's (issue 26 item 2)
+        assert "diff:pos-first,neg-first" in [v for _, v in shown["pair"]["choices"]]
+    finally:
+        service.engine.close()

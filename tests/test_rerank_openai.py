@@ -13,9 +13,10 @@ import json
 import math
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
+from loopback import LoopbackServer
 from PIL import Image
 
 from cir_demo.rerank import FLAG_TOKENS_MISSING, RerankRequest, load_reranker, rerank
@@ -32,7 +33,7 @@ def colour_of(data_url: str) -> int:
     return Image.open(io.BytesIO(raw)).convert("RGB").getpixel((0, 0))[0]
 
 
-class FakeServer:
+class FakeServer(LoopbackServer):
     """behaviour[candidate colour] = list of per-attempt actions; the last one repeats.
     Actions: ("ok", lp_yes, lp_no), ("missing_no", lp_yes), ("sleep", seconds, then_action),
     ("http", status), ("no_logprobs",)."""
@@ -58,10 +59,8 @@ class FakeServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client timed out and left
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        super().__init__(Handler)
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
 
     def handle(self, h: BaseHTTPRequestHandler):
         assert h.path == "/v1/chat/completions"
@@ -111,14 +110,6 @@ class FakeServer:
         h.send_header("Content-Length", str(len(data)))
         h.end_headers()
         h.wfile.write(data)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def sig(x):

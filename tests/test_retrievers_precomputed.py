@@ -44,12 +44,11 @@ def test_circo_format_int_ids_become_strings(tmp_path):
 
 
 @pytest.mark.parametrize("obj,match", [
-    ("{not json", "not valid JSON: line 1"),
-    ([1, 2], "top level must be an object"),
-    ({"00001": {"items": ["a"]}}, "query '00001', field 'retrieved_items': missing"),
-    ({"00001": {"retrieved_items": "a"}}, "must be a list of image ids"),
-    ({"00001": {"retrieved_items": ["a", "a"]}}, "'a' appears more than once"),
-    ({"00001": {"retrieved_items": ["a", None]}}, "item 1 is None"),
+    ("{not json", "fits none of the results formats"),
+    ([1, 2], "a JSON list at the top level"),
+    ({"00001": {"items": ["a"]}}, "fits none of the results formats"),
+    ({"00001": {"retrieved_items": "a"}}, "query '00001', field 'retrieved_items': must be a list of image ids"),
+    ({"00001": {"retrieved_items": ["a", None]}}, "must be a list of image ids"),
     ({"00001": {"retrieved_items": ["a"], "scores": [1, 2]}}, "field 'scores'"),
     ({"0": ["a"], "1": {"retrieved_items": ["b"]}}, "query '1'"),  # mixed formats
 ])
@@ -61,10 +60,41 @@ def test_malformed_files_name_file_query_and_field(tmp_path, obj, match):
 
 
 def test_all_errors_reported_together(tmp_path):
-    p = _write(tmp_path, "bad.json", {"0": "x", "1": ["a", "a"], "2": ["ok"]})
+    p = _write(tmp_path, "bad.json", {"0": ["a"], "1": "x", "2": {"b": 1}, "3": ["ok"]})
     with pytest.raises(BenchmarkError) as info:
         PrecomputedRetriever.from_file(p)
     assert len(info.value.issues) == 2
+
+
+def test_run_dict_ranked_as_trec_eval_ranks_it(tmp_path):
+    """A run dict {query: {image: score}} (ranx, pytrec_eval, EDIR's main.py): score descending, equal
+    scores by image id descending; its scores are kept."""
+    p = _write(tmp_path, "ranx.json", {"q1": {"a": 0.5, "b": 0.9, "c": 0.5}, "q2": {"z": 1.0}})
+    r = PrecomputedRetriever.from_file(p)
+    assert r.format == "run-dict" and r.spec["scores"] == "file"
+    assert r.rank("q1", 3) == (["b", "c", "a"], [0.9, 0.5, 0.5])
+
+
+def test_trec_run_file(tmp_path):
+    p = _write(tmp_path, "run.trec", "q1 Q0 a 1 2.0 tag\nq1 Q0 b 2 3.0 tag\nq2 Q0 c 1 1.0 tag\n")
+    r = PrecomputedRetriever.from_file(p)
+    assert r.format == "trec" and r.query_ids() == ["q1", "q2"]
+    assert r.rank("q1", 5)[0] == ["b", "a"]  # score order, not the rank column
+    assert r.has("q2") and not r.has("q3")
+
+
+def test_from_results_keys_by_benchmark_query_ids(tmp_path):
+    """Read onto a benchmark, the retriever answers the benchmark's own query ids (PinPoint keys are the
+    official 5-digit ones)."""
+    from cir_demo.results import read_results
+    from cir_demo.benchmarks.registry import load_benchmark
+
+    bench = load_benchmark("world", size="tiny").limit(3)
+    q = bench.queries[0]
+    p = _write(tmp_path, "mine.json", {bench.results_key(q.query_id): {"retrieved_items": bench.corpus_ids[:3]}})
+    r = PrecomputedRetriever.from_results(read_results(p, bench))
+    assert r.name == "mine" and r.rank(q.query_id, 2)[0] == bench.corpus_ids[:2]
+    assert not r.has(bench.queries[1].query_id)
 
 
 def test_missing_file_and_bad_k(tmp_path):

@@ -73,6 +73,7 @@ def test_unknown_name_did_you_mean():
     ({"params": {"marker_style": "emoji"}}, "params.marker_style"),
     ({"precision": "int8"}, "key 'precision'"),
     ({"requires": ["open_clip_torch", 3]}, "'requires' item 1"),
+    ({"requires": ["numpy >>= 3"]}, "'requires' item 0 must be a pip requirement string, got 'numpy >>= 3': "),
     ({"needs_remote_code": "yes"}, "key 'needs_remote_code' must be bool"),
     ({"name": "has space"}, "key 'name'"),
     ({"pretrained": None}, "key 'pretrained'"),
@@ -143,6 +144,26 @@ def test_installed_version_outside_requirement_is_missing():
     with pytest.raises(ImportError, match=r"pip install 'numpy<1\.0'"):
         registry.load_retriever("t-old-numpy", device="cpu")
     registry.unregister("t-old-numpy")
+
+
+@pytest.mark.parametrize("req,missing", [
+    ("numpy[extra]>=99", True),  # extras do not hide the version test
+    ('numpy>=99; python_version > "3"', True),  # nor does a marker that holds here
+    ('numpy >= 99 ; sys_platform != "no-such-os"', True),
+    ('numpy>=99; python_version < "3"', False),  # a requirement for another Python does not apply
+    ("numpy[extra]>=1", False),
+    ('numpy>=1; python_version > "3"', False),
+    ("no_such_package_xyz[extra]; python_version > '3'", True),
+])
+def test_extras_and_markers_keep_the_version_test(req, missing):
+    registry.register_config(_cfg(name="t-req", requires=[req]), replace=True)
+    try:
+        row = next(r for r in registry.list_retrievers() if r["name"] == "t-req")
+        assert bool(row["missing"]) is missing, row["missing"]
+        if missing and "numpy" in req:
+            assert row["missing"][0].startswith(f"{req} (installed: ")
+    finally:
+        registry.unregister("t-req")
 
 
 def test_trust_remote_code_defaults_false_and_is_required():

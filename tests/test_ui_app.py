@@ -299,7 +299,8 @@ def test_report_callback(demo, service, tiny_setup):
     secret.write_text("server secret")
     (run / "paired.csv").symlink_to(secret)  # a planted link: not followed
     try:
-        run_update, info, metrics, plots, files, columns = wired(demo, "on_show").fn(None)
+        run_update, info, metrics, plots, files, columns, *own = wired(demo, "on_show").fn(None)
+        assert len(own) == 5 and own[1]["visible"] is False  # no results-file columns: no "your runs" table
         shared = {Path(f).name: Path(f) for f in files["value"]}
         assert set(shared) == {"metrics.csv", "report.md", "run.zip"} and files["visible"] is True
         import zipfile

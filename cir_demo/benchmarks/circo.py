@@ -18,7 +18,7 @@ from pathlib import Path
 
 from cir_demo.benchmarks._common import as_id, check_judgments, finish, keyed_entries, id_list, read_id_list, warn_rows
 from cir_demo.benchmarks.images import FolderImageStore
-from cir_demo.benchmarks.schema import Benchmark, IssueCollector, Judgments, Query
+from cir_demo.benchmarks.schema import Benchmark, BenchmarkError, IssueCollector, Judgments, Query
 
 COCO_PATTERN = "{id:0>12}.jpg"
 _COCO_NAME = re.compile(r"^(\d+)\.(jpe?g|png)$", re.IGNORECASE)
@@ -187,3 +187,45 @@ def _build_queries(entries: list, path: Path, corpus: frozenset[str] | None,
     if ids and all(i.isdigit() for i in ids) and sorted(int(i) for i in ids) != list(range(len(ids))):
         col.warn(None, "id", "query ids are not 0..N-1; the official evaluation script asserts they are")
     return queries, list(referenced)
+
+
+IMAGE_INFO = "image_info_unlabeled2017.json"
+IMAGE_FOLDER = Path("COCO2017_unlabeled") / "unlabeled2017"
+
+
+def export_circo(benchmark: Benchmark, out_dir: str | Path, image_mode: str = "none",
+                 skip_two_image: bool = False) -> dict[str, Path]:
+    """Write `benchmark` in CIRCO's layout: annotations/val.json (query ids 0..N-1, as the official script
+    asserts), the corpus as a COCO image info file naming each image's file, and with image_mode "render"
+    the images once under COCO2017_unlabeled/unlabeled2017/ (found there by `load_circo`).
+
+    gt_img_ids = the target, then the query's other positives (CIRCO has no explicit negatives); the
+    corpus is the benchmark's plus the references outside it (CIRCO's references are corpus images);
+    semantic_aspects = the intent category. Two-image queries are refused, or left out with `skip_two_image`.
+    """
+    from cir_demo.benchmarks.cirr import single_image_queries
+    from cir_demo.benchmarks.jsonl import export_images
+    from cir_demo.utils.io import write_json_atomic
+
+    out = Path(out_dir)
+    queries = single_image_queries(benchmark, skip_two_image, "CIRCO queries")
+    rows = []
+    for k, q in enumerate(queries):
+        target = q.target_id or (q.positives[0] if q.positives else None)
+        if target is None:
+            raise BenchmarkError(f"query {q.query_id!r}: no target or positive to write as target_img_id")
+        category = q.meta.get("intent_category")
+        rows.append({"id": k, "reference_img_id": q.reference_ids[0], "target_img_id": target,
+                     "relative_caption": q.instruction, "shared_concept": str(q.meta.get("edit_subcategory") or ""),
+                     "gt_img_ids": list(dict.fromkeys([target, *q.positives])),
+                     "semantic_aspects": [str(category)] if category else []})
+    images = list(dict.fromkeys([*benchmark.corpus_ids, *(q.reference_ids[0] for q in queries)]))
+    paths = {"annotations": out / "annotations" / "val.json", "corpus_ids": out / IMAGE_INFO,
+             "query_id_map": out / "query_id_map.json"}
+    write_json_atomic(paths["annotations"], rows, indent=None)
+    write_json_atomic(paths["corpus_ids"], {"images": [{"id": i, "file_name": f"{i}.png"} for i in images]}, indent=None)
+    write_json_atomic(paths["query_id_map"], {str(k): q.query_id for k, q in enumerate(queries)})
+    if image_mode != "none":
+        export_images(benchmark, images, out / IMAGE_FOLDER, image_mode)
+        paths["images"] = out / IMAGE_FOLDER
+    return paths

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import urllib.error
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -160,20 +159,16 @@ class FolderImageStore(ImageStore):
 
 
 def _download(url: str, timeout: float, image_id: str) -> bytes:
-    import urllib.request  # here: its ssl and http imports cost 20 ms of every benchmark load that fetches nothing
+    """One try (someone is waiting on this image) over the project's shared HTTP client."""
+    from cir_demo.utils.http import HttpError, RetryPolicy, request
 
-    req = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            status = getattr(resp, "status", 200)
-            if status != 200:
-                raise ImageUnavailableError(f"image {image_id!r}: HTTP {status} from {url}")
-            return resp.read()
-    except urllib.error.HTTPError as exc:
-        raise ImageUnavailableError(f"image {image_id!r}: HTTP {exc.code} from {url}") from exc
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ImageUnavailableError(f"image {image_id!r}: cannot fetch {url}: {reason}") from exc
+        return request("GET", url, timeout=timeout, policy=RetryPolicy(retries=0),
+                       headers={"User-Agent": _USER_AGENT}).content
+    except HttpError as exc:
+        if exc.kind == "status":
+            raise ImageUnavailableError(f"image {image_id!r}: HTTP {exc.status} from {url}") from exc
+        raise ImageUnavailableError(f"image {image_id!r}: cannot fetch {url}: {exc}") from exc
 
 
 def _check_decodes(data: bytes, image_id: str, url: str) -> None:

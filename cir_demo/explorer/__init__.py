@@ -17,7 +17,9 @@ Modules, one concern each: `config` (what is served, defaults, error types), `qu
 table, search, filters), `failures` (failure measures and sorts), `ranking_metrics` (per-query
 metrics of a shown ranking), `images` (thumbnail and pixel stores, the warmer process),
 `uploads` (validating uploaded images), `views` (the dataclasses returned), `runs` (eval run
-folders and reports), `service` (`ExplorerService`), `loader` (building it, in the background).
+folders and reports), `own_runs` (results files as columns: `--runs`, uploads), `paired` (the Report's
+scores and paired comparisons of those), `service` (`ExplorerService`), `loader` (building it, in the
+background).
 """
 from cir_demo.explorer.config import (FILTER_FIELDS, MAX_COLUMNS, MAX_QUERY_ROWS, MODALITY_LABELS, NO_VALUE,
                                       REFERENCE_PX, SEARCH_K, SORTS, TILE_PX,

@@ -67,6 +67,10 @@ class ServiceConfig:
     # single queries on a busy CPU: with two, OpenMP threads wait on each other (~15x slower measured).
     threads: int | None = 1
     default_top_n: int = 20
+    # `--runs`: (column name, results file) pairs served as columns (beside `retrievers` when those are
+    # named, instead of the benchmark's default models when not), and eval run folders the Report lists
+    runs: tuple[tuple[str, str], ...] = ()
+    run_folders: tuple[str, ...] = ()
 
 
 def default_retrievers(benchmark_name: str, known: Iterable[str]) -> list[str]:

@@ -51,6 +51,9 @@ class ThumbnailStore:
         self._local = threading.local()
         self.counts = {"memory": 0, "disk": 0, "rendered": 0}  # where thumbnails came from (benchmarks read it)
         self.db_path, self.warning = usable_blob_db(self.db_path, "thumbnail cache")
+        # images that could not be opened were logged once: a benchmark served without its images (`--runs`)
+        # would otherwise log every tile of every view
+        self._logged_missing = LRU(max_memory)
 
     def _db(self) -> sqlite3.Connection | None:
         if self.db_path is None:
@@ -95,7 +98,9 @@ class ThumbnailStore:
             try:
                 uri = encode_jpeg_data_uri(self.open_image(image_id), self.size, self.quality)
             except Exception as exc:  # one missing image must not sink the view
-                log.warning("thumbnail %s: %s", image_id, exc)
+                if self._logged_missing.get(image_id) is None:
+                    log.warning("thumbnail %s: %s", image_id, exc)
+                    self._logged_missing.put(image_id, True)
                 out[image_id] = None
                 continue
             out[image_id] = uri

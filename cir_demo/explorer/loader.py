@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from cir_demo.benchmarks.registry import declared_defaults
@@ -252,6 +253,52 @@ def preload_retrievers(config: ServiceConfig, names: Sequence[str]) -> dict[str,
     return loaded
 
 
+def model_columns(config: ServiceConfig, known) -> list[str]:
+    """The model retrievers served: those named, else the benchmark's defaults unless `--runs` replace them."""
+    own = {name for name, _ in config.runs}
+    if config.retrievers:
+        return [n for n in config.retrievers if n not in own]
+    return [] if config.runs else default_retrievers(config.benchmark, known)
+
+
+def own_run_columns(config: ServiceConfig, bench, preloaded: dict, notes: list[str]) -> list[str]:
+    """`--runs` results files read onto the benchmark as `--eval` reads them (into `preloaded`); a file
+    that cannot be used is left out with one line in `notes`, and a missing image folder is said once."""
+    from cir_demo.explorer.own_runs import RunFile, load_run, register_runs
+
+    names = []
+    for name, path in config.runs:
+        if Path(path).is_dir():  # an eval run folder: the Report lists it (ServiceConfig.run_folders)
+            continue
+        try:
+            preloaded[name], more = load_run(bench, path, name)
+            register_runs([RunFile(name, path)])  # the engine knows its columns by registered name
+        except ServiceError as exc:
+            notes.append(f"run {name} is left out: {exc}")
+            continue
+        notes.extend(more)
+        names.append(name)
+    if config.runs and not images_readable(bench):
+        notes.append(MISSING_IMAGES.format(benchmark=bench.name))
+    return names
+
+
+MISSING_IMAGES = ("The images of {benchmark} are not here, so tiles show image ids. To see them, start the app with "
+                  "--image-dir FOLDER (where they are), or fetch them: python -m cir_demo images fetch --benchmark "
+                  "{benchmark} [its flags].")
+
+
+def images_readable(bench) -> bool:
+    """Whether the benchmark's corpus images can be opened (one is tried)."""
+    if bench.images is None or not bench.corpus_ids:
+        return False
+    try:
+        bench.images.open(bench.corpus_ids[0])
+    except Exception:
+        return False
+    return True
+
+
 def _open_benchmark(config: ServiceConfig, stage: Callable[[str], None], world_child=None):
     """(the benchmark, {name: retriever} loaded while a first start's world was generated aside)."""
     from cir_demo.benchmarks.registry import load_benchmark
@@ -262,8 +309,7 @@ def _open_benchmark(config: ServiceConfig, stage: Callable[[str], None], world_c
     if world_child is not None:
         stage("generating the offline world (first start) while the models load")
         known = [r["name"] for r in list_retrievers()]
-        preloaded = preload_retrievers(config, list(config.retrievers) if config.retrievers
-                                       else default_retrievers(config.benchmark, known))
+        preloaded = preload_retrievers(config, model_columns(config, known))
         world_child.wait()
     generated = getattr(declared_defaults(config.benchmark), "generated", None)
     stage(f"loading benchmark {config.benchmark!r}" + (f" ({generated.what} is generated on first use)"
@@ -281,8 +327,8 @@ def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s
 
     bench, preloaded = _open_benchmark(config, stage, world_child)
     known = [r["name"] for r in list_retrievers()]
-    names = list(config.retrievers) if config.retrievers else default_retrievers(bench.name, known)
     notes = []
+    names = model_columns(config, known) + own_run_columns(config, bench, preloaded, notes)
     spec = declared_defaults(bench.name)
     if not names:
         hint = spec.no_models_hint if spec else ""

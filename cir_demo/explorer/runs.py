@@ -8,40 +8,56 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
+from cir_demo.benchmarks.families import MetricFamily
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
 from cir_demo.explorer.config import ServiceError
 from cir_demo.explorer.views import Report, RunSummary
 
 
-def list_runs(benchmark_name: str, fingerprint: str, root: Path | None = None) -> list[RunSummary]:
-    """Eval run folders (with metrics.csv) of this benchmark, newest first.
+def list_runs(benchmark_name: str, fingerprint: str, root: Path | None = None,
+              extra: Sequence[str | Path] = ()) -> list[RunSummary]:
+    """Eval run folders (with metrics.csv) of this benchmark, newest first: those under runs/, those
+    `--eval --results-json` wrote elsewhere (cir_demo/results/run_folders.py) and the `extra` folders
+    given to the app (`--runs FOLDER`).
 
     A copy of shipped outputs installed by other code is left out (it is not what this code
     writes). A run matches by `run_info.json`'s benchmark fingerprint (same content), else (older
     runs and results-file evaluations, which have no run_info) by the benchmark name in
-    metrics.json or the folder name suffix `-<benchmark>`.
+    metrics.json or the folder name suffix `-<benchmark>`. An `extra` folder is listed whatever it holds.
     """
     from cir_demo.index.prebuilt_run import stale_installed_copy
     from cir_demo.paths import runs_dir
+    from cir_demo.results.run_folders import recorded_run_folders
 
     root = Path(root) if root is not None else runs_dir()
-    if not root.is_dir():
-        return []
-    out = []
-    for d in root.iterdir():
+    folders = list(root.iterdir()) if root.is_dir() else []
+    folders += recorded_run_folders() if root == runs_dir() else []
+    given = {Path(f).resolve() for f in extra}
+    out, seen = [], set()
+    for d in [*folders, *given]:
         # a dot-folder is work in progress (staging, an install being written), never a run
-        if d.name.startswith(".") or not (d.is_dir() and (d / "metrics.csv").is_file()) or stale_installed_copy(d):
+        if d.resolve() in seen or d.name.startswith(".") or not (d.is_dir() and (d / "metrics.csv").is_file()) \
+                or stale_installed_copy(d):
             continue
-        info = _read_json(d / "run_info.json")
-        if info is not None:
-            if info.get("benchmark_fingerprint") == fingerprint:
-                out.append((d.stat().st_mtime, RunSummary(d, d.name, "fingerprint")))
-            continue
-        meta = _read_json(d / "metrics.json") or {}
-        if meta.get("benchmark") == benchmark_name or d.name.endswith(f"-{benchmark_name}"):
-            out.append((d.stat().st_mtime, RunSummary(d, d.name, "name")))
-    out.sort(key=lambda t: (t[1].matches == "fingerprint", t[0], t[1].label), reverse=True)
+        seen.add(d.resolve())
+        match = _match(d, benchmark_name, fingerprint) or ("given" if d.resolve() in given else None)
+        if match:
+            out.append((d.stat().st_mtime, RunSummary(d, _label(d, root), match)))
+    out.sort(key=lambda t: (t[1].matches in ("fingerprint", "given"), t[0], t[1].label), reverse=True)
     return [r for _, r in out]
+
+
+def _match(d: Path, benchmark_name: str, fingerprint: str) -> str | None:
+    info = _read_json(d / "run_info.json")
+    if info is not None:
+        return "fingerprint" if info.get("benchmark_fingerprint") == fingerprint else None
+    meta = _read_json(d / "metrics.json") or {}
+    return "name" if meta.get("benchmark") == benchmark_name or d.name.endswith(f"-{benchmark_name}") else None
+
+
+def _label(d: Path, root: Path) -> str:
+    """The folder's name under runs/; elsewhere its last two parts (a run's server path is never shown whole)."""
+    return d.name if d.parent == root else "/".join(d.parts[-2:])
 
 
 def _read_json(path: Path) -> dict | None:
@@ -51,10 +67,10 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
-def metrics_display_table(metrics: pd.DataFrame) -> pd.DataFrame:
-    """The headline columns of metrics.csv with their 95% intervals as 'value [lo, hi]'."""
-    wanted = (("mAP@10", "precision@10", "NegRecall@10", "recall@10", "ling_sens_paraphrase_range")
-              if "NegRecall@10" in metrics else ("mAP@5", "mAP@10", "mAP@25", "Recall@10", "Recall@1", "Recall@3", "hard_negative@1"))
+def metrics_display_table(metrics: pd.DataFrame, family: MetricFamily | None = None) -> pd.DataFrame:
+    """The family's Report aggregates of metrics.csv (`MetricFamily.report_aggregates`; without a family,
+    the run's own metrics.json names it) with their 95% intervals as 'value [lo, hi]'."""
+    wanted = family.report_aggregates() if family is not None else []
     heads = [c for c in wanted if c in metrics]
     out = pd.DataFrame({"run": metrics["model"].astype(str) if "model" in metrics else metrics.index.astype(str)})
     for c in heads:
@@ -73,34 +89,53 @@ def metrics_display_table(metrics: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def load_report(run: RunSummary) -> Report:
-    """The metrics table (with CIs) and plots of one eval run folder."""
+def plot_captions(family: MetricFamily) -> dict[str, str]:
+    """Captions of the plots a run folder may hold, naming the metric on their axis (the family's primary)."""
+    primary = family.headline.get(family.primary, family.primary)
+    return {
+        "precision_vs_safety.png": "Precision versus safety: mAP@10 against NegRecall@10 (up-left is better)",
+        "paraphrase_sensitivity.png": "Paraphrase sensitivity (lower is more robust)",
+        "single_vs_two_image.png": f"Single versus two-image queries ({primary} with 95% intervals)",
+        "per_category.png": f"{primary} per intent category",
+        "per_subcategory.png": f"{primary} per edit subcategory",
+        "per_garment_category.png": f"{primary} per garment category",
+    }
+
+
+def load_report(run: RunSummary, family: MetricFamily | str | None = None) -> Report:
+    """The metrics table (with CIs), paired comparisons and plots of one eval run folder."""
+    from cir_demo.benchmarks.families import metric_family
+    from cir_demo.explorer.paired import paired_display
+
     try:
         metrics = pd.read_csv(run.path / "metrics.csv")
     except (OSError, ValueError) as exc:
-        raise ServiceError(f"{run.path / 'metrics.csv'}: cannot read ({exc})") from None
+        raise ServiceError(f"{run.label}/metrics.csv: cannot read ({exc})") from None
+    meta = _read_json(run.path / "metrics.json") or {}
+    family = family or meta.get("metric_family") or "pinpoint"
+    family = metric_family(family) if isinstance(family, str) else family
     plots = sorted((run.path / "plots").glob("*.png")) if (run.path / "plots").is_dir() else []
     first = ["precision_vs_safety.png", "paraphrase_sensitivity.png", "single_vs_two_image.png"]
     plots.sort(key=lambda p: (first.index(p.name) if p.name in first else len(first), p.name))
-    captions = {
-        "precision_vs_safety.png": "Precision versus safety: mAP@10 against NegRecall@10 (up-left is better)",
-        "paraphrase_sensitivity.png": "Paraphrase sensitivity (lower is more robust)",
-        "single_vs_two_image.png": "Single versus two-image queries (mAP@10 with 95% CIs in the table)",
-        "per_category.png": "mAP@10 per intent category",
-        "per_subcategory.png": "mAP@10 per edit subcategory",
-    }
+    captions = plot_captions(family)
     info = []
     run_info = _read_json(run.path / "run_info.json") or {}
     if run.matches == "name":
         info.append("This run has no benchmark fingerprint; it may come from another version of the benchmark.")
     if run_info.get("reranker"):
         info.append(f"Reranker: {run_info['reranker'].get('backend', '?')} on the top {run_info.get('rerank_top_n')}.")
-    meta = _read_json(run.path / "metrics.json") or {}
     if meta.get("n_boot"):
         info.append(f"Intervals: 95% bootstrap over paraphrase groups ({meta['n_boot']} resamples).")
     if (run.path / "report.md").is_file():
         info.append("Full report: report.md, with the run's tables, under Files of this run below.")
-    return Report(run, metrics_display_table(metrics), [(p, captions.get(p.name, p.stem.replace("_", " "))) for p in plots], info)
+    paired = None
+    if (run.path / "paired.csv").is_file() and not (run.path / "paired.csv").is_symlink():
+        try:
+            paired = paired_display(pd.read_csv(run.path / "paired.csv", dtype={"a": str, "b": str}), family)
+        except (OSError, ValueError, KeyError):  # an unreadable or foreign paired.csv: the rest still shows
+            paired = None
+    return Report(run, metrics_display_table(metrics, family),
+                  [(p, captions.get(p.name, p.stem.replace("_", " "))) for p in plots], info, paired)
 
 
 PER_QUERY_COLUMNS = ("run", "query_id", "group_id", "AP@10", "precision@10", "NegRecall@10", "n_neg")

@@ -53,8 +53,10 @@ class ExplorerService:
         self._paraphrase_tables = LRU(256)  # (intent, retrievers) -> table
         self._metrics = LRU(4096)  # (query id, ranking) -> the column's metrics
         self._query_lists = LRU(256)  # (search text, filters, limit) -> QueryList in benchmark order
+        self._scored_runs: dict[tuple, object] = {}  # (results-file columns, n_boot, seed) -> paired.RunsScored
         self._lock = threading.RLock()
         self.warnings: list[str] = []
+        self.uploaded_runs: dict[str, str] = {}  # column name -> the uploaded file's name (add_file_run)
 
     # ------------------------------------------------------------------ facts
     @property
@@ -86,7 +88,7 @@ class ExplorerService:
         """The requested columns (default: the first four), validated; every caller (links,
         checkboxes, uploads) goes through here, so a name asked for twice is one column."""
         names = list(dict.fromkeys(self.retriever_names[:MAX_COLUMNS] if names is None else names))
-        unknown = [n for n in names if n not in self.retriever_names]
+        unknown = [n for n in names if n not in self.retriever_names and n not in self.uploaded_runs]
         if unknown:
             raise ServiceError(f"unknown retriever(s) {', '.join(unknown)}; this app serves: "
                                f"{', '.join(self.retriever_names) or 'none'}")
@@ -146,7 +148,11 @@ class ExplorerService:
         for name in names:
             t0 = time.perf_counter()
             try:
-                got = self.engine.search(name, [cq], k=max(SEARCH_K, k, top_n if rerank else 0))[0]
+                retriever = self.engine.retriever(name)
+                if cq.query_id is not None and hasattr(retriever, "has") and not retriever.has(cq.query_id):
+                    raise ServiceError(f"{name} has no ranking for this query (its results file leaves it out, "
+                                       "and --eval leaves it out of the means)")
+                got = self.engine.search(name, [cq], k=self._depth(name, max(SEARCH_K, k, top_n if rerank else 0)))[0]
             except Exception as exc:  # reported in that column
                 got = exc
             out[name] = (got, time.perf_counter() - t0)
@@ -223,7 +229,7 @@ class ExplorerService:
         self._check_rerank(rerank, top_n)
         if instruction is not None and not instruction.strip():
             raise ServiceError("the instruction is empty")
-        cq = self.engine.composed(q, instruction)
+        cq = self._composed(q, names, instruction, rerank)
         searched = self._search_columns(cq, names, k, rerank, top_n)
         if rerank and len(names) > 1:
             self._prescore(cq, searched, top_n)
@@ -235,6 +241,22 @@ class ExplorerService:
         return Comparison(cq.text, [refs[r] for r in q.reference_ids], labels, columns, k, True, q.query_id,
                           self.reranker_name if rerank else None, top_n if rerank else None,
                           len(q.positives), len(q.negatives), ranking=self._ranking_rule() if rerank else None)
+
+    def _depth(self, name: str, k: int) -> int:
+        """How deep to rank: a results file's whole ranking (scored as --eval scores it: a metric after
+        the protocol's deletions, e.g. CIRR's Recall@50, may need more than the top 50), else `k`."""
+        rankings = getattr(self.engine.retriever(name), "rankings", None)
+        return max(k, max(map(len, rankings.values()), default=0)) if rankings is not None else k
+
+    def _composed(self, q: Query, names: Sequence[str], instruction: str | None = None, rerank: bool = False):
+        """The query the columns are given: ids and text only when every column is a results file and
+        nothing is reranked (no image is opened: the benchmark's images may be absent)."""
+        from cir_demo.engine import QueryIds
+        from cir_demo.retrievers.base import is_ranking_only
+
+        if not rerank and all(is_ranking_only(self.engine.retriever(n)) for n in names):
+            return QueryIds(q.query_id, q.instruction if instruction is None else instruction, tuple(q.reference_ids))
+        return self.engine.composed(q, instruction)
 
     def search_uploads(self, images: Sequence[ValidatedImage], instruction: str, retrievers: Sequence[str] | None = None,
                        k: int = 10, rerank: bool = False, top_n: int = 20) -> Comparison:
@@ -289,13 +311,13 @@ class ExplorerService:
         if cached is not None:
             return cached.copy()
         group = self.benchmark.paraphrases(query_id)
-        cqs = [self.engine.composed(p) for p in group]
+        cqs = [self._composed(p, names) for p in group]
         forms = [str(p.meta.get("paraphrase_form") or f"phrasing {i + 1}").replace("_", " ") for i, p in enumerate(group)]
         table = pd.DataFrame({"paraphrase": forms, "instruction": [p.instruction for p in group]})
         pairs, owners = [], []
         for name in names:
             try:
-                rankings = self.engine.search(name, cqs, k=SEARCH_K)
+                rankings = self.engine.search(name, cqs, k=self._depth(name, SEARCH_K))
             except Exception as exc:  # that column shows n/a; the rest of the table stands
                 log.exception("paraphrase table: %s failed", name)
                 table[name] = float("nan")
@@ -483,18 +505,64 @@ class ExplorerService:
 
     # ------------------------------------------------------------------ report
     def runs(self) -> list[RunSummary]:
-        return list_runs(self.benchmark.name, self.fingerprint)
+        return list_runs(self.benchmark.name, self.fingerprint, extra=self.config.run_folders)
 
     def report(self, label: str | None = None) -> Report | None:
         runs = self.runs()
         if not runs:
             return None
         if label is None:
-            return load_report(runs[0])
+            return load_report(runs[0], self.family)
         for r in runs:
             if r.label == label:
-                return load_report(r)
+                return load_report(r, self.family)
         raise ServiceError(f"no eval run {label!r} for benchmark {self.benchmark.name!r}")
+
+    def file_runs(self) -> list[str]:
+        """The columns served from `--runs` results files, in column order."""
+        return [n for n in self.retriever_names if hasattr(self.engine.retriever(n), "rankings")]
+
+    max_uploaded_runs = 16  # results files uploaded in the page kept at once (the oldest is dropped)
+
+    def add_file_run(self, path: str | Path, name: str) -> tuple[str, list[str]]:
+        """A results file uploaded in the page, read onto the benchmark as `--eval` reads it, as a column
+        (ServiceError: one line naming the file). Its column is named `<name>-<first 6 hex of its sha256>`,
+        so visitors' files never collide; returns (that name, notes)."""
+        from cir_demo.explorer.own_runs import RunFile, load_run, register_runs
+        from cir_demo.utils.io import sha256_file
+
+        try:
+            digest = sha256_file(path)[:6]
+        except OSError as exc:
+            raise ServiceError(f"{Path(path).name}: cannot be read ({exc.strerror or exc})") from None
+        column = f"{name[:40]}-{digest}"
+        retriever, notes = load_run(self.benchmark, path, column)
+        with self._lock:
+            register_runs([RunFile(column, str(path))])
+            self.engine.add_retriever(retriever)
+            self.uploaded_runs[column] = Path(path).name
+            self.modality[column] = "composed"
+            while len(self.uploaded_runs) > self.max_uploaded_runs:
+                oldest = next(iter(self.uploaded_runs))
+                self.engine.drop_retriever(oldest)
+                del self.uploaded_runs[oldest]
+        return column, notes
+
+    def scored_file_runs(self, n_boot: int = 1000, seed: int = 0, extra: Sequence[str] = ()):
+        """The results-file columns (`--runs`, and the `extra` uploaded ones a visitor added) scored as
+        `--eval` scores them (whole rankings), with the paired comparison of every headline metric for every
+        pair (`paired.score_runs`); None without such columns. Computed once per set of columns."""
+        from cir_demo.explorer.paired import score_runs
+
+        names = tuple(self.file_runs() + [n for n in extra if n in self.uploaded_runs])
+        if not names:
+            return None
+        key = (names, n_boot, seed)
+        with self._lock:
+            if key not in self._scored_runs:
+                self._scored_runs[key] = score_runs(self.benchmark, self.family,
+                                                    {n: self.engine.retriever(n).rankings for n in names}, n_boot, seed)
+            return self._scored_runs[key]
 
 
 def _save_optional(path: Path, df: pd.DataFrame) -> None:

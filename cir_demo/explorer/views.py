@@ -123,3 +123,4 @@ class Report:
     metrics: pd.DataFrame  # display table with CIs
     plots: list[tuple[Path, str]]
     info: list[str]
+    paired: pd.DataFrame | None = None  # paired.csv as the Report shows it (`paired.paired_display`)

@@ -89,24 +89,13 @@ def metrics_table(benchmark: Benchmark, evaluations: Sequence[RunEvaluation]) ->
 def paired_comparisons(
     benchmark: Benchmark, evaluations: Sequence[RunEvaluation], n_boot: int = 1000, seed: int = 0
 ) -> pd.DataFrame:
-    """Paired group bootstrap of the primary metric for every pair of runs, on their shared queries."""
-    from cir_demo.metrics.bootstrap import paired_bootstrap
+    """Paired group bootstrap of every headline metric of the family (the primary first) for every pair of
+    runs, on their shared queries: one row per pair and metric (`metrics.bootstrap.paired_table`)."""
+    from cir_demo.metrics.bootstrap import paired_table
 
-    col = family_of(benchmark).primary
-    rows = []
-    for i, a in enumerate(evaluations):
-        for b in evaluations[i + 1:]:
-            sa = _scored(a.per_query).set_index("query_id")
-            sb = _scored(b.per_query).set_index("query_id")
-            shared = sa.index.intersection(sb.index)
-            if len(shared) == 0:
-                continue
-            res = paired_bootstrap(
-                sa.loc[shared, col].to_numpy(dtype=float),
-                sb.loc[shared, col].to_numpy(dtype=float),
-                sa.loc[shared, "group_id"].to_numpy(),
-                n_boot=n_boot,
-                seed=seed,
-            )
-            rows.append({"a": a.name, "b": b.name, "metric": col, "n_queries": len(shared), **res})
-    return pd.DataFrame(rows)
+    fam = family_of(benchmark)
+    metrics = [fam.primary] + [c for c in fam.headline if c != fam.primary]
+    table = paired_table({ev.name: ev.per_query for ev in evaluations}, metrics, n_boot=n_boot, seed=seed)
+    if not len(table):
+        return table
+    return table[["a", "b", "metric", "n_queries"] + [c for c in table.columns if c not in ("a", "b", "metric", "n_queries")]]

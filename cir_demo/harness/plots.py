@@ -64,6 +64,8 @@ def write_plots(
         if tab is None or metric not in tab:
             continue
         values = list(dict.fromkeys(tab["value"]))
+        if len(values) < 2:  # e.g. every query has one reference: a one-bar "versus" plot says nothing
+            continue
         runs = list(dict.fromkeys(tab["run"]))
         cell = {(r, v): row for r, v, row in zip(tab["run"], tab["value"], tab.to_dict("records"))}
         series, intervals = {}, {}

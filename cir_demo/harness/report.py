@@ -210,7 +210,8 @@ def render_report(
 
     if len(paired):
         w("## Paired comparisons\n\n")
-        w(f"Difference b − a of per-query {fam.primary} on the queries both runs answered; "
+        w(f"Difference b − a of each per-query headline metric (column `metric`, {fam.primary} first) on the queries "
+          "both runs answered; "
           "95% CI and two-sided p-value from a paired bootstrap over paraphrase groups.\n\n")
         w(_md_table(paired) + "\n\n")
 

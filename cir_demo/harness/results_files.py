@@ -66,6 +66,11 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
         paths = write_outputs(bench, evaluations, out, n_boot=args.n_boot, seed=args.bootstrap_seed,
                               plots=not args.no_plots)
     print(f"wrote {len(paths)} files to {final}")
+    from cir_demo.results.run_folders import record_run_folder
+
+    if not record_run_folder(final):  # outside runs/: remembered so the app's Report lists it
+        print(f"note: the app's Report will not list {final} (the runs folder is not writable); "
+              f"open it with python app.py --runs {final}", file=sys.stderr)
     print(_summary(evaluations, bench))
     return 0
 

@@ -1,9 +1,10 @@
 """Bulk, resumable image fetching into a benchmark's image cache.
 
-Parallel downloads (threads: the work is waiting on the network), retries with
-exponential back-off for transient failures (timeouts, 5xx, 429, truncated or
-undecodable bodies), no retry for answers that will not change (404, 410, 403:
-the pin is gone). Every file is validated by decoding it before it is written,
+Parallel downloads (threads: the work is waiting on the network) over the project's one
+HTTP client (`cir_demo.utils.http`: connections reused, its retry policy for timeouts,
+429 with Retry-After and 5xx), plus a retry for truncated or undecodable bodies; no retry
+for answers that will not change (404, 410, 403: the pin is gone). Every file is
+validated by decoding it before it is written,
 and written atomically, so an interrupted fetch leaves only whole images and the
 next run resumes by skipping them. Ids that could not be fetched are returned
 and written to a tab-separated report (`id<TAB>reason`).
@@ -13,13 +14,12 @@ from __future__ import annotations
 import io
 import threading
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from cir_demo.utils.http import HttpError, RetryableBody, RetryPolicy, request
 from cir_demo.utils.io import atomic_path, write_text_atomic
 
 USER_AGENT = "cir_demo/1 (benchmark image fetch)"
@@ -31,7 +31,7 @@ class PermanentFetchError(Exception):
     """The server says this image will not come (404, 403, ...): do not retry."""
 
 
-class TransientFetchError(Exception):
+class TransientFetchError(RetryableBody):
     """Worth another try after a pause (timeouts, 5xx, truncated or corrupt bodies)."""
 
 
@@ -75,38 +75,19 @@ def validate_image_bytes(data: bytes) -> None:
         raise TransientFetchError(f"not a valid image ({type(exc).__name__}: {exc})") from None
 
 
-def download(url: str, timeout: float) -> bytes:
-    req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            data = resp.read()
-            expected = resp.headers.get("Content-Length")
-    except urllib.error.HTTPError as exc:
-        if exc.code in PERMANENT_HTTP:
-            raise PermanentFetchError(f"HTTP {exc.code}") from None
-        raise TransientFetchError(f"HTTP {exc.code}") from None
-    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
-        raise TransientFetchError(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}") from None
-    if expected is not None and expected.isdigit() and int(expected) != len(data):
-        raise TransientFetchError(f"truncated: {len(data)} of {expected} bytes")
-    return data
-
-
 def fetch_one(url: str, dest: Path, *, retries: int, backoff_s: float, timeout: float,
               sleep: Callable[[float], None] = time.sleep) -> None:
-    """Download `url`, validate it, write it to `dest` atomically; retry transient failures
-    `retries` times with back-off `backoff_s * 2**attempt`."""
-    for attempt in range(retries + 1):
-        try:
-            data = download(url, timeout)
-            validate_image_bytes(data)
-            with atomic_path(dest) as tmp:
-                tmp.write_bytes(data)
-            return
-        except TransientFetchError:
-            if attempt == retries:
-                raise
-            sleep(backoff_s * (2 ** attempt))
+    """Download `url`, validate it, write it to `dest` atomically; a transient failure or a body
+    that does not decode is tried again `retries` times (`cir_demo.utils.http.RetryPolicy`)."""
+    try:
+        response = request("GET", url, timeout=timeout, policy=RetryPolicy(retries, backoff_s),
+                           headers={"User-Agent": USER_AGENT}, check=validate_image_bytes, sleep=sleep)
+    except HttpError as exc:
+        if exc.kind == "status" and exc.status in PERMANENT_HTTP:
+            raise PermanentFetchError(str(exc)) from None
+        raise TransientFetchError(str(exc)) from None
+    with atomic_path(dest) as tmp:
+        tmp.write_bytes(response.content)
 
 
 def _remove_partial_files(folder: Path) -> None:

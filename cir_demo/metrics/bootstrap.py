@@ -10,7 +10,7 @@ seedable (`numpy.random.default_rng(seed)`).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -190,18 +190,36 @@ def compare_runs(
     alpha: float = 0.05,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """Paired bootstrap of run b minus run a for each metric, over the queries scored in both runs.
+    """Paired bootstrap of run b minus run a for each metric, over the queries scored in both runs; a query
+    where a metric is undefined (NaN) in either run is left out of that metric.
 
     One row per metric with the keys of `paired_bootstrap` plus `metric`.
     """
     a = _scored(per_query_a)[["query_id", "group_id", *metrics]]
     b = _scored(per_query_b)[["query_id", *metrics]]
-    both = a.merge(b, on="query_id", suffixes=("_a", "_b"), validate="one_to_one")
+    both = a.merge(b, on="query_id", suffixes=("_a", "_b"), validate="one_to_one", sort=False)
     rows = []
     for metric in metrics:
-        result = paired_bootstrap(
-            both[f"{metric}_a"].to_numpy(), both[f"{metric}_b"].to_numpy(), both["group_id"].to_numpy(),
-            n_boot, alpha, seed,
-        )
+        va, vb = both[f"{metric}_a"].to_numpy(dtype=float), both[f"{metric}_b"].to_numpy(dtype=float)
+        keep = np.isfinite(va) & np.isfinite(vb)
+        result = paired_bootstrap(va[keep], vb[keep], both["group_id"].to_numpy()[keep], n_boot, alpha, seed)
         rows.append({"metric": metric, **result})
+    return pd.DataFrame(rows)
+
+
+def paired_table(per_query: Mapping[str, pd.DataFrame], metrics: Sequence[str], n_boot: int = 1000,
+                 seed: int = 0) -> pd.DataFrame:
+    """`compare_runs` for every pair of runs (a before b in the mapping's order) that share a scored query,
+    on the metrics both have. Rows: a, b, metric, then `paired_bootstrap`'s keys (diff = mean(b) - mean(a)).
+    `per_query`: run name -> frame with query_id, group_id and the metric columns."""
+    names = list(per_query)
+    rows = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            fa, fb = per_query[a], per_query[b]
+            shared = [m for m in metrics if m in fa.columns and m in fb.columns]
+            if not shared or not set(_scored(fa)["query_id"]) & set(_scored(fb)["query_id"]):
+                continue
+            for row in compare_runs(fa, fb, shared, n_boot=n_boot, seed=seed).to_dict("records"):
+                rows.append({"a": a, "b": b, **row})
     return pd.DataFrame(rows)

@@ -9,23 +9,17 @@ automatic prefix caching) reuses the reference images' KV cache.
 Missing tokens: when the yes or no token is not among the returned top
 logprobs, the candidate is flagged "tokens_missing" (the logprob that was
 found is kept) and it keeps its first-stage slot when reranked.
-Failures: timeouts, connection errors and HTTP 408/429/5xx are retried with
-exponential backoff; after the last retry (or on another HTTP error, or a
-response without logprobs) the candidate is flagged "error: ...".
-
-Standard library only (urllib + threads).
+Failures: timeouts, connection errors, 429 and 5xx are retried as the project's one HTTP
+client retries them (`cir_demo.utils.http`: back-off with jitter, Retry-After honoured,
+connections reused); after the last retry (or on another HTTP error, or a response without
+logprobs) the candidate is flagged "error: ...".
 """
 from __future__ import annotations
 
 import base64
-import http.client
 import io
 import json
 import os
-import socket
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
@@ -38,8 +32,7 @@ from cir_demo.rerank.base import (
     sigmoid,
 )
 from cir_demo.rerank.prompt import PromptTemplate, render_segments
-
-RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+from cir_demo.utils.http import HttpError, RetryPolicy, request
 
 
 def image_data_url(image, image_format: str = "png") -> str:
@@ -194,37 +187,23 @@ class OpenAIReranker(Reranker):
 
     def _post_with_retries(self, body: dict) -> tuple[Any, str | None]:
         """(response json, None) or (None, error text after the last attempt)."""
-        payload = json.dumps(body).encode("utf-8")
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        attempts = self.retries + 1
-        last = ""
-        for attempt in range(attempts):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-            req = urllib.request.Request(self.url, data=payload, headers=headers, method="POST")
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    raw = resp.read()
-            except urllib.error.HTTPError as exc:
-                detail = exc.read()[:300].decode("utf-8", "replace") if exc.fp else ""
-                last = f"HTTP {exc.code} from {self.url}: {detail}".strip()
-                if exc.code in RETRY_STATUS:
-                    continue
-                return None, last
-            except (TimeoutError, socket.timeout):
+        try:
+            response = request("POST", self.url, timeout=self.timeout, policy=RetryPolicy(self.retries, self.backoff),
+                               headers=headers, content=json.dumps(body).encode("utf-8"))
+        except HttpError as exc:
+            if exc.kind == "status":
+                last = f"HTTP {exc.status} from {self.url}: {exc.body.decode('utf-8', 'replace')}".strip()
+            elif exc.kind == "timeout":
                 last = f"timeout after {self.timeout:g}s ({self.url})"
-                continue
-            except (urllib.error.URLError, ConnectionError, http.client.HTTPException, OSError) as exc:
-                reason = getattr(exc, "reason", exc)
-                if isinstance(reason, (TimeoutError, socket.timeout)):
-                    last = f"timeout after {self.timeout:g}s ({self.url})"
-                else:
-                    last = f"connection failed ({self.url}): {reason}"
-                continue
-            try:
-                return json.loads(raw), None
-            except json.JSONDecodeError as exc:
-                return None, f"response is not JSON ({exc}): {raw[:200]!r}"
-        return None, f"{last} (after {attempts} attempt{'s' if attempts > 1 else ''})"
+            else:
+                last = f"{exc} ({self.url})"
+            if not exc.retryable:
+                return None, last
+            return None, f"{last} (after {exc.attempts} attempt{'s' if exc.attempts > 1 else ''})"
+        try:
+            return response.json(), None
+        except ValueError as exc:  # not JSON, or not UTF-8
+            return None, f"response is not JSON ({exc}): {response.content[:200]!r}"

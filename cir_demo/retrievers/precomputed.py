@@ -1,28 +1,28 @@
 """Rankings computed elsewhere, used as a (ranking-only) retriever.
 
-Reads the official results formats:
-- PinPoint: `{"00001": {"retrieved_items": ["sig_a", ...]}, ...}`; an optional
-  `"scores"` list aligned with `retrieved_items` is used when present (other
-  keys in an entry are ignored);
-- CIRCO: `{"0": [12345, ...], ...}` (image ids may be ints; they become strings).
-Without scores, a ranking's scores are reciprocal ranks 1, 1/2, 1/3, ...
+Reads every results format `--eval` reads, with the same readers (cir_demo/results): PinPoint
+JSON (an optional `scores` list is used), CIRCO JSON, run dicts `{query: {image: score}}`
+(ranked as trec_eval ranks them) and TREC run files; the format is detected per file unless
+`params.format` names it. Without scores, a ranking's scores are reciprocal ranks 1, 1/2, ...
 
-PinPoint query ids are looked up as given and then in their normalised
-5-digit form, so `rank("query_00001", k)` finds `"00001"`.
+Query ids are looked up as given, then in their normalised 5-digit PinPoint form (so
+`rank("query_00001", k)` finds `"00001"`). `from_results` builds one from a results file already
+read onto a benchmark (`cir_demo.results.read_results`), keyed by the benchmark's query ids: the
+app's `--runs` columns.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from cir_demo.benchmarks.schema import IssueCollector, normalize_pinpoint_query_id
+from cir_demo.benchmarks.schema import normalize_pinpoint_query_id
+from cir_demo.results import FORMAT_CHOICES
 from cir_demo.retrievers.base import RankingOnlyRetriever, resolve_path
 from cir_demo.utils.names import UnknownNameError
 
 FAMILY = "precomputed"
 PARAMS = {"path": None, "format": "auto"}
-FORMATS = ("auto", "pinpoint", "circo")
+FORMATS = FORMAT_CHOICES
 RUNS_MODEL = False  # reads rankings from a file: no device, and not among the models the doctor checks by default
 
 
@@ -41,66 +41,6 @@ def weights(config: dict) -> list:
     return [LocalFile(path, "precomputed rankings", f"put the rankings file at {path}")]
 
 
-def detect_format(data: dict) -> str:
-    """'pinpoint' when entries are objects, 'circo' when they are lists."""
-    for value in data.values():
-        if isinstance(value, dict):
-            return "pinpoint"
-        if isinstance(value, list):
-            return "circo"
-        break
-    return "circo"
-
-
-def parse_results(data: Any, fmt: str, file: str) -> tuple[dict[str, list[str]], dict[str, list[float]] | None, str]:
-    """(rankings, scores or None, format) from a parsed results JSON; every problem is reported."""
-    issues = IssueCollector(file)
-    if not isinstance(data, dict):
-        issues.error(None, None, f"top level must be an object mapping query ids to rankings, got {type(data).__name__}")
-        issues.raise_if_errors()
-    if fmt == "auto":
-        fmt = detect_format(data)
-    rankings: dict[str, list[str]] = {}
-    scores: dict[str, list[float]] = {}
-    for qid, value in data.items():
-        loc = f"query {qid!r}"
-        if fmt == "pinpoint":
-            if not isinstance(value, dict):
-                issues.error(loc, None, f"PinPoint entries must be objects with 'retrieved_items', got {type(value).__name__}")
-                continue
-            if "retrieved_items" not in value:
-                issues.error(loc, "retrieved_items", "missing")
-                continue
-            items, entry_scores = value["retrieved_items"], value.get("scores")
-            field = "retrieved_items"
-        else:
-            items, entry_scores, field = value, None, None
-        if not isinstance(items, list):
-            issues.error(loc, field, f"must be a list of image ids, got {type(items).__name__}")
-            continue
-        bad = [i for i, x in enumerate(items) if isinstance(x, bool) or not isinstance(x, (str, int))]
-        if bad:
-            issues.error(loc, field, f"item {bad[0]} is {items[bad[0]]!r}; image ids must be strings (or ints)")
-            continue
-        ids = [str(x) for x in items]
-        if len(set(ids)) != len(ids):
-            dup = next(x for i, x in enumerate(ids) if x in ids[:i])
-            issues.error(loc, field, f"image id {dup!r} appears more than once")
-            continue
-        rankings[str(qid)] = ids
-        if entry_scores is not None:
-            if not isinstance(entry_scores, list) or len(entry_scores) != len(ids) or not all(
-                isinstance(s, (int, float)) and not isinstance(s, bool) for s in entry_scores
-            ):
-                issues.error(loc, "scores", f"must be a list of {len(ids)} numbers aligned with retrieved_items")
-                continue
-            scores[str(qid)] = [float(s) for s in entry_scores]
-    if scores and len(scores) != len(rankings):
-        issues.error(None, "scores", f"{len(scores)} of {len(rankings)} queries have scores; give all or none")
-    issues.raise_if_errors()
-    return rankings, (scores or None), fmt
-
-
 class PrecomputedRetriever(RankingOnlyRetriever):
     """A results file as a retriever: `rank(query_id, k)` answers from the file."""
 
@@ -112,33 +52,37 @@ class PrecomputedRetriever(RankingOnlyRetriever):
         self.format = fmt
         self.spec = spec
 
+    @staticmethod
+    def _spec(name: str, path: Path, fmt: str, scored: bool, n_queries: int) -> dict:
+        from cir_demo.utils.io import sha256_file
+
+        return {"name": name, "family": FAMILY, "path": str(path), "sha256": sha256_file(path), "format": fmt,
+                "scores": "file" if scored else "reciprocal_rank", "n_queries": n_queries}
+
     @classmethod
     def from_file(cls, path: str | Path, name: str | None = None, fmt: str = "auto") -> "PrecomputedRetriever":
-        from cir_demo.utils.io import sha256_file
+        """Read a results file in any format (`fmt` "auto": detected); errors name the file, query and field."""
+        from cir_demo.results import parse_results
 
         if fmt not in FORMATS:
             raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"results file not found: {path}")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            from cir_demo.benchmarks.schema import BenchmarkError
-
-            raise BenchmarkError(f"{path}: not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-        rankings, scores, fmt = parse_results(data, fmt, str(path))
+        parsed = parse_results(path, fmt)
+        rankings = {e.key: list(e.items) for e in parsed.entries}
+        scores = {e.key: list(e.scores) for e in parsed.entries if e.scores is not None}
+        scores = scores if scores and len(scores) == len(rankings) else None
         name = name or path.stem
-        spec = {
-            "name": name,
-            "family": FAMILY,
-            "path": str(path),
-            "sha256": sha256_file(path),
-            "format": fmt,
-            "scores": "file" if scores else "reciprocal_rank",
-            "n_queries": len(rankings),
-        }
-        return cls(name, rankings, scores, fmt, spec)
+        return cls(name, rankings, scores, parsed.format, cls._spec(name, path, parsed.format, bool(scores), len(rankings)))
+
+    @classmethod
+    def from_results(cls, results, name: str | None = None) -> "PrecomputedRetriever":
+        """From a `cir_demo.results.ResultsFile` (read onto a benchmark: keys are its query ids)."""
+        name = name or results.name
+        scores = dict(results.scores) if results.scores and len(results.scores) == len(results.run) else None
+        spec = cls._spec(name, Path(results.path), results.format, bool(scores), len(results.run))
+        return cls(name, {q: list(ids) for q, ids in results.run.items()}, scores, results.format, spec)
 
     def query_ids(self) -> list[str]:
         return list(self.rankings)
@@ -146,11 +90,19 @@ class PrecomputedRetriever(RankingOnlyRetriever):
     def _key(self, query_id: str) -> str:
         if query_id in self.rankings:
             return query_id
-        if self.format == "pinpoint":
-            norm = normalize_pinpoint_query_id(query_id)
-            if norm in self.rankings:
-                return norm
-        raise UnknownNameError(f"query id in {self.spec.get('path', self.name)}", query_id, self.rankings.keys())
+        norm = normalize_pinpoint_query_id(query_id) if self.format == "pinpoint" else None
+        if norm is not None and norm in self.rankings:
+            return norm
+        raise UnknownNameError(f"query id in {Path(self.spec.get('path', self.name)).name}", query_id,
+                               self.rankings.keys())
+
+    def has(self, query_id: str) -> bool:
+        """Whether the file ranks this query (a query left out of a run is not an error: it is not scored)."""
+        try:
+            self._key(query_id)
+        except (UnknownNameError, ValueError):
+            return False
+        return True
 
     def rank(self, query_id: str, k: int) -> tuple[list[str], list[float]]:
         if k < 0:

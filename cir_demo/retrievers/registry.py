@@ -155,8 +155,10 @@ def _fill_common_keys(cfg: dict, where: str) -> None:
     if cfg["precision"] not in ("fp32", "fp16"):
         raise ConfigError(f"{where}: key 'precision' must be 'fp32' or 'fp16', got {cfg['precision']!r}")
     for i, req in enumerate(cfg["requires"]):
-        if not isinstance(req, str) or not _requirement_name(req):
-            raise ConfigError(f"{where}: key 'requires' item {i} must be a pip requirement string, got {req!r}")
+        problem = _requirement_problem(req)
+        if problem is not None:
+            raise ConfigError(f"{where}: key 'requires' item {i} must be a pip requirement string, got {req!r}"
+                              f"{problem}")
     pin = cfg.get("transformers_pin")
     if pin is not None:
         for k, v in pin.items():
@@ -230,9 +232,17 @@ def family_module(family: str):
     return module
 
 
-def _requirement_name(req: str) -> str | None:
-    m = re.match(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
-    return m.group(1) if m else None
+def _requirement_problem(req: Any) -> str | None:
+    """None for a requirement pip would take; else why not ('' where the type says it all)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    if not isinstance(req, str):
+        return ""
+    try:
+        Requirement(req)
+    except InvalidRequirement as exc:
+        return f": {str(exc).splitlines()[0]}"
+    return None
 
 
 # --------------------------------------------------------------------------- the table
@@ -363,20 +373,23 @@ def config_source(name: str) -> str:
 
 
 def missing_requirements(config: dict) -> list[str]:
-    """Requirements in `requires` that are not importable, or installed at a version
-    outside the requirement's specifier."""
+    """Requirements in `requires` that apply here (their environment marker holds) and are not
+    importable, or installed at a version outside the requirement's specifier. Extras do not
+    change which version is needed: `numpy[extra]>=2` needs numpy>=2."""
+    from packaging.requirements import Requirement
+
     missing = []
     for req in config.get("requires", []):
-        pip_name = _requirement_name(req)
-        module = PIP_TO_MODULE.get(pip_name.lower(), pip_name.replace("-", "_"))
+        parsed = Requirement(req)
+        if parsed.marker is not None and not parsed.marker.evaluate():
+            continue  # for another Python or platform
+        module = PIP_TO_MODULE.get(parsed.name.lower(), parsed.name.replace("-", "_"))
         if not _module_available(module):
             missing.append(req)
             continue
-        specifier = req.strip()[len(pip_name):].strip()
-        if specifier:
-            version = _dist_version(pip_name)
-            if version is not None and not _version_ok(version, specifier):
-                missing.append(f"{req} (installed: {version})")
+        version = _dist_version(parsed.name) if parsed.specifier else None
+        if version is not None and not _version_ok(version, parsed.specifier):
+            missing.append(f"{req} (installed: {version})")
     return missing
 
 
@@ -396,13 +409,12 @@ def _dist_version(dist: str) -> str | None:
         return None
 
 
-def _version_ok(installed: str, specifier: str) -> bool:
-    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+def _version_ok(installed: str, specifier) -> bool:
     from packaging.version import InvalidVersion, Version
 
     try:
-        return Version(installed) in SpecifierSet(specifier)
-    except (InvalidSpecifier, InvalidVersion):
+        return specifier.contains(Version(installed), prereleases=True)
+    except InvalidVersion:
         return True  # cannot judge; let the import decide
 
 

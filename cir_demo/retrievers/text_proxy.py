@@ -20,7 +20,8 @@ it still gets a ranking; missing variants of a partly generated query are
 left out (pre-merge) or repeat an available one (post-merge: max is
 unchanged by duplicates).
 
-The HTTP client uses only the standard library (urllib).
+Requests go through the project's one HTTP client (`cir_demo.utils.http`): connections
+reused, timeouts, 429 (after its Retry-After) and 5xx retried with back-off and jitter.
 """
 from __future__ import annotations
 
@@ -30,12 +31,8 @@ import io
 import json
 import os
 import re
-import socket
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -43,6 +40,7 @@ import numpy as np
 
 from cir_demo.retrievers import recipes
 from cir_demo.retrievers.base import ComposedQuery, Retriever, check_embeddings, render_markers
+from cir_demo.utils.http import HttpError, RetryPolicy, request
 
 FAMILY = "text_proxy"
 LENGTHS = ("short", "medium", "long")
@@ -77,7 +75,6 @@ LENGTH_PROMPTS = {
     "long": "Write a long, detailed description: about 100 words covering subject, attributes, setting and style.",
 }
 _REFUSAL_RE = re.compile(r"^\s*(i'?m sorry|i am sorry|sorry,|i can(no|')t|i'?m unable|i am unable|i won'?t)", re.I)
-_RETRY_HTTP = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
 def validate(config: dict, where: str) -> None:
@@ -131,14 +128,13 @@ class ChatError(Exception):
 
 @dataclass
 class ChatClient:
-    """Minimal OpenAI-compatible `/chat/completions` client (urllib only)."""
+    """Minimal OpenAI-compatible `/chat/completions` client."""
 
     base_url: str
     api_key: str | None = None
     timeout_s: float = 60.0
     max_retries: int = 2
     retry_backoff_s: float = 2.0
-    requests_made: int = field(default=0, init=False)
 
     def complete(self, model: str, messages: list[dict], temperature: float | None = None,
                  max_tokens: int | None = None) -> str:
@@ -148,41 +144,21 @@ class ChatClient:
             body["temperature"] = temperature
         if max_tokens is not None:
             body["max_completion_tokens"] = max_tokens
-        data = json.dumps(body).encode("utf-8")
-        attempt = 0
-        while True:
-            try:
-                return self._once(data)
-            except ChatError as exc:
-                retryable = exc.kind in ("timeout", "network") or (
-                    exc.kind.startswith("http_") and int(exc.kind[5:]) in _RETRY_HTTP)
-                if not retryable or attempt >= self.max_retries:
-                    raise
-                time.sleep(self.retry_backoff_s * (2 ** attempt))
-                attempt += 1
-
-    def _once(self, data: bytes) -> str:
-        url = self.base_url.rstrip("/") + "/chat/completions"
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(url, data=data, headers=headers, method="POST")
-        self.requests_made += 1
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:300].decode("utf-8", "replace") if exc.fp else ""
-            raise ChatError(f"http_{exc.code}", f"{exc.reason} {detail}".strip()) from None
-        except (socket.timeout, TimeoutError):
-            raise ChatError("timeout", f"no answer within {self.timeout_s} s") from None
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, (socket.timeout, TimeoutError)):
+            response = request("POST", self.base_url.rstrip("/") + "/chat/completions", timeout=self.timeout_s,
+                               policy=RetryPolicy(self.max_retries, self.retry_backoff_s), headers=headers,
+                               content=json.dumps(body).encode("utf-8"))
+        except HttpError as exc:
+            if exc.kind == "status":
+                detail = exc.body.decode("utf-8", "replace")
+                raise ChatError(f"http_{exc.status}", f"{exc.reason} {detail}".strip()) from None
+            if exc.kind == "timeout":
                 raise ChatError("timeout", f"no answer within {self.timeout_s} s") from None
-            raise ChatError("network", str(exc.reason)) from None
-        except (ConnectionError, OSError) as exc:
             raise ChatError("network", str(exc)) from None
-        return parse_completion(raw)
+        return parse_completion(response.content)
 
 
 def parse_completion(raw: bytes) -> str:

@@ -6,6 +6,7 @@ offline world's train split, evaluate it on the test split, write weights + mani
     python -m cir_demo train world-cir                      # needs assets/world-clip
     python -m cir_demo train world-verifier                 # needs assets/world-clip
     python -m cir_demo train world-clip --world-size tiny --max-steps 3 --out /tmp/wc   # smoke test
+    python -m cir_demo train world-cir --record-reference   # no training: the committed model's reference numbers
 """
 from __future__ import annotations
 
@@ -35,11 +36,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from-judge", default=None, metavar="DIR",
                         help="world-verifier only: keep the trained judge in DIR (stages 1-2: eyes, judge, "
                              "calibration) and train stage 3 (the near-miss answer) on it")
+    parser.add_argument("--record-reference", action="store_true",
+                        help="train nothing: write assets/<model>/reference.json, the committed model's numbers on "
+                             "a fixed slice of the default world (tests/test_world_reference.py compares them); "
+                             "run it after committing retrained weights")
 
 
 def run(args: argparse.Namespace) -> int:
     from cir_demo.training.pipeline import train
 
+    if args.record_reference:
+        from cir_demo.training.reference import record_reference
+
+        if args.out is not None:
+            raise SystemExit(f"--record-reference records the committed model in assets/{args.model}; drop --out")
+        print(f"wrote {record_reference(args.model)}")
+        return 0
     overrides = parse_overrides(args.overrides)
     manifest = train(args.model, args.out or DEFAULT_OUT[args.model], args.clip, args.threads,
                      from_judge=args.from_judge, size=args.world_size, seed=args.seed, data_seed=args.data_seed,

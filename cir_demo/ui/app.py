@@ -33,6 +33,7 @@ INTRO = (f"# {TITLE}\n"
          "Composed image retrieval: one or two reference images plus an instruction. Compare retrievers side by side, "
          "see where explicit negatives (near misses) reach the top 10, how the phrasing changes results, and what a "
          "reranker fixes or breaks.")
+VIEW_KEYS = ("header", "paraphrase", "results", "table", "prompt", "share", "message", "k", "top_n")  # view_outputs order
 LOAD_POLL_S = 0.25
 WORK_GROUP = "cir-work"  # every callback that computes shares one concurrency limit (share_one_limit)
 STATUS_GROUP = "cir-status"  # the load-status poll: unlimited, it only reads a status
@@ -105,7 +106,8 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
     else:
         out["view:message"] = "This benchmark has no queries."
     out["upload:note"] = upload.upload_note(service)
-    out["upload:retrievers"] = gr.update(choices=service.retriever_names, value=service.retriever_names[:MAX_COLUMNS])
+    models = [n for n in service.retriever_names if n not in service.file_runs()]  # a results file answers no upload
+    out["upload:retrievers"] = gr.update(choices=models, value=models[:MAX_COLUMNS])
     out["upload:rerank"] = explore.rerank_controls(service)["rerank"]
     rep = report.show_report(service, None, pending)
     out["sort"] = gr.update(choices=explore.sort_choices(pending))
@@ -141,7 +143,7 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
         gr.Markdown(INTRO, elem_id="cir-intro")
         status = gr.Markdown("⏳ starting…", elem_id="cir-status")
         link_note = gr.Markdown(elem_id="cir-link-note")
-        with gr.Tabs():
+        with gr.Tabs() as tabs:
             with gr.Tab("Explore", id="explore", elem_id="cir-tab-explore"):
                 ex = explore.create_ui()
             with gr.Tab("Try your own", id="upload", elem_id="cir-tab-upload"):
@@ -161,7 +163,15 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
             "upload:note": up.note, "upload:retrievers": up.retrievers, "upload:rerank": up.rerank,
             "report:run": rp.run, "report:info": rp.info, "report:metrics": rp.metrics, "report:plots": rp.plots,
             "report:files": rp.files, "report:columns": rp.columns, "sort": ex.sort, "link_note": link_note,
+            "report:own_info": rp.own_info, "report:own_metrics": rp.own_metrics, "report:paired": rp.paired,
+            "report:pair": rp.pair, "report:open_pair": rp.open_pair,
         })
+        pair_targets = {"tab": tabs, "search": ex.search, "sort": ex.sort, "retrievers": ex.retrievers,
+                        "list": ex.query_list, "ids": ex.query_ids, "list_info": ex.list_info,
+                        **{f"filter:{k}": c for k, c in ex.filters.items()},
+                        **{f"view:{n}": c for n, c in zip(VIEW_KEYS, ex.view_outputs())}}
+        report.wire_pair(rp, pair_targets, get_service, get_pending, [ex.k, ex.rerank, ex.top_n])
+        report.wire_upload(rp, ex.retrievers, get_service)
         outputs = [status, ex.loading, ex.body, *by_name.values()]
 
         _wire_page_load(demo, loader, precompute, status, ex, by_name, outputs, get_service, get_pending)
@@ -320,6 +330,10 @@ def build_parser() -> argparse.ArgumentParser:
     m = p.add_argument_group("models")
     m.add_argument("--retrievers", help="comma-separated retriever names, up to 4 shown at once (default on the "
                    "world: world-cir, world-clip-fusion, world-clip-image, world-clip-text, those registered)")
+    m.add_argument("--runs", nargs="+", metavar="[NAME=]FILE",
+                   help="your own results files as columns (every format --eval reads, detected per file; the "
+                        "column is named NAME or the file's stem), beside --retrievers or instead of the default "
+                        "models; an eval run folder (--eval --out) is listed in the Report")
     m.add_argument("--reranker", help="reranker backend name, or 'none' (default on the world: world-verifier when "
                    "available)")
     m.add_argument("--reranker-model", help="model path or name passed to the reranker backend (model=...)")
@@ -355,7 +369,11 @@ def config_from_args(args: argparse.Namespace) -> ServiceConfig:
 
     kwargs = benchmark_kwargs(args)
     retrievers = tuple(r.strip() for r in args.retrievers.split(",") if r.strip()) if args.retrievers else None
-    return ServiceConfig(benchmark=args.benchmark, benchmark_kwargs=kwargs, retrievers=retrievers,
+    from cir_demo.explorer.own_runs import parse_run_args
+
+    runs = parse_run_args(args.runs or [])
+    return ServiceConfig(runs=tuple((r.name, r.path) for r in runs),
+                         run_folders=tuple(r.path for r in runs if os.path.isdir(r.path)),benchmark=args.benchmark, benchmark_kwargs=kwargs, retrievers=retrievers,
                          reranker=args.reranker, reranker_kwargs={"model": args.reranker_model} if args.reranker_model else {},
                          limit_groups=args.limit, device=args.device, allow_stale=args.allow_stale,
                          trust_remote_code=args.trust_remote_code,
@@ -381,8 +399,12 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
     try:
         config = config_from_args(args)
         from cir_demo.benchmarks.registry import get_spec
+        from cir_demo.explorer.own_runs import runs_problems
 
         get_spec(config.benchmark)  # a typo fails now, with "did you mean"
+        problems = runs_problems(args.runs)
+        if problems:
+            raise ServiceError("; ".join(problems))
     except (KeyError, ValueError, ServiceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -397,8 +419,10 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
 
     from cir_demo.benchmarks.cli_args import benchmark_flags
 
+    # with --runs the columns' per-query numbers come from the files (cheap, computed when asked for): no
+    # background eval run, which could not load the runs' columns by name anyway
     precompute = PrecomputeJob(benchmark_flags(config.benchmark, dict(config.benchmark_kwargs), config.limit_groups),
-                               enabled=not args.no_precompute)
+                               enabled=not (args.no_precompute or args.runs))
     demo = create_app(loader, precompute)
     launch_app(demo, args.server_name, args.port, args.share, args.queue_size, args.concurrency,
                prevent_thread_lock=True)

@@ -179,7 +179,8 @@ def tile_html(tile: Tile, k: int) -> str:
         words.append(f"the judge calls it a near miss (P {fmt(tile.p_near, 2)})")
     alt = esc(", ".join(words))
     img = (f'<img src="{tile.thumb}" alt="{alt}" title="{alt}" loading="lazy">' if tile.thumb
-           else f'<div class="cir-missing" role="img" aria-label="{alt}">image unavailable</div>')
+           else f'<div class="cir-missing" role="img" aria-label="{alt}">no image here<br>'
+                f'<code>{esc(tile.image_id)}</code></div>')
     lines = [f'<span class="cir-rank">#{tile.rank}</span>'
              + (f" · score {fmt(tile.score)}" if tile.score is not None else "")]
     if badge:

@@ -83,16 +83,29 @@ class ReportUI:
     plots: Any
     files: Any
     columns: Any  # the definitions of the table's columns
+    own_info: Any  # the runs served from results files: what they are
+    own_metrics: Any  # ... their headline aggregates
+    paired: Any  # paired comparisons (the loaded results files, else the eval run's paired.csv)
+    pair: Any  # a pair of columns to open in Explore, sorted A vs B
+    open_pair: Any
+    run_file: Any = None  # a results file a visitor uploads as a column
+    run_note: Any = None
+    my_runs: Any = None  # gr.State: the columns this visitor uploaded
 
     def outputs(self) -> list:
         """The components `show_report`'s keys (`OUTPUTS`) fill, in that order."""
-        return [self.run, self.info, self.metrics, self.plots, self.files, self.columns]
+        return [self.run, self.info, self.metrics, self.plots, self.files, self.columns, self.own_info,
+                self.own_metrics, self.paired, self.pair, self.open_pair]
 
 
-OUTPUTS = ("run", "info", "metrics", "plots", "files", "columns")
+OUTPUTS = ("run", "info", "metrics", "plots", "files", "columns", "own_info", "own_metrics", "paired", "pair",
+           "open_pair")
 
 
 def create_ui() -> ReportUI:
+    own_info = gr.Markdown(elem_id="cir-report-own")
+    own_metrics = gr.Dataframe(interactive=False, label="Your runs (results files), scored as --eval scores them",
+                               elem_id="cir-report-own-metrics", wrap=True, visible=False)
     with gr.Row():
         # min widths: on a phone the button wraps below and the run's name keeps the full width
         run = gr.Dropdown([], label="Evaluation run (newest first)", elem_id="cir-report-run", scale=4, min_width=300)
@@ -101,17 +114,88 @@ def create_ui() -> ReportUI:
     metrics = gr.Dataframe(interactive=False, label="Metrics (value [95% CI])", elem_id="cir-report-metrics", wrap=True,
                            visible=False)  # shown with a run (no empty table with placeholder headers)
     columns = gr.Markdown(elem_id="cir-report-columns")
+    paired = gr.Dataframe(interactive=False, label="Paired comparisons", elem_id="cir-report-paired", wrap=True,
+                          visible=False)
+    with gr.Row():
+        pair = gr.Dropdown([], label="Compare two columns query by query", elem_id="cir-report-pair", scale=4,
+                           min_width=300, visible=False)
+        open_pair = gr.Button("Show the queries sorted A vs B", elem_id="cir-report-open-pair", scale=1, size="sm",
+                              min_width=160, visible=False)
     # height "auto": each plot whole (a fixed height cropped the first plot's axis label)
     plots = gr.Gallery(visible=False, label="Plots (click to enlarge)", columns=2, height="auto", object_fit="contain",
                        elem_id="cir-report-plots", interactive=False)
     files = gr.File(label="Files of this run (download; run.zip holds them all with the plots)", file_count="multiple",
                     interactive=False, visible=False, elem_id="cir-report-files")
-    return ReportUI(run, refresh, info, metrics, plots, files, columns)
+    with gr.Accordion("Add your own results file as a column", open=False, elem_id="cir-report-add-run"):
+        run_file = gr.File(label="A results file for the loaded benchmark (any format --eval reads: PinPoint or "
+                           "CIRCO JSON, a run dict, a TREC run)", file_types=[".json", ".trec", ".run", ".txt"],
+                           elem_id="cir-report-run-file")
+        run_note = gr.Markdown(elem_id="cir-report-run-note")
+    return ReportUI(run, refresh, info, metrics, plots, files, columns, own_info, own_metrics, paired, pair, open_pair,
+                    run_file, run_note, gr.State([]))
 
 
-def show_report(service: ExplorerService, label: str | None = None, pending=None) -> dict[str, Any]:
+def add_run(service: ExplorerService, path: str | None, mine: list[str]) -> tuple[str, list[str]]:
+    """A visitor's uploaded results file as a column: (the note to show, this visitor's uploaded columns).
+    A file that cannot be used is one line naming it (ServiceError from the service)."""
+    from pathlib import Path
+
+    if not path:
+        return "", mine
+    stem = Path(path).stem or "run"
+    column, notes = service.add_file_run(path, stem)
+    mine = [n for n in [*mine, column] if n in service.uploaded_runs]
+    text = (f"Added **{md_escape(column)}** (from {md_escape(Path(path).name)}): tick it among the retrievers on "
+            "Explore, or compare it with another column below.")
+    return "  \n".join([text, *(md_escape(n) for n in notes)]), mine
+
+
+def wire_upload(ui: ReportUI, retrievers, get_service: Callable[[], ExplorerService]) -> None:
+    """The results-file upload: the file becomes a column of this visitor's Explore tab and Report."""
+
+    @guarded("Adding your results file")
+    def on_file(path, mine, chosen):
+        service = get_service()
+        note, mine = add_run(service, path, list(mine or []))
+        own = own_runs_outputs(service, None, mine)
+        choices = service.retriever_names + mine
+        return (note, mine, gr.update(choices=choices, value=[c for c in (chosen or []) if c in choices]),
+                *(own[k] for k in ("own_info", "own_metrics", "paired", "pair", "open_pair")))
+
+    ui.run_file.upload(on_file, [ui.run_file, ui.my_runs, retrievers],
+                       [ui.run_note, ui.my_runs, retrievers, ui.own_info, ui.own_metrics, ui.paired, ui.pair,
+                        ui.open_pair])
+
+
+def own_runs_outputs(service: ExplorerService, report=None, extra: list[str] | tuple = ()) -> dict[str, Any]:
+    """The results-file columns' aggregates, the paired comparisons (of those columns when two or more are
+    loaded, else of the shown eval run) and the pairs of columns to open sorted A vs B. `extra`: the results
+    files this visitor uploaded."""
+    from cir_demo.explorer.paired import P_VALUE_METHOD, pair_choices, paired_display
+
+    scored = service.scored_file_runs(extra=extra)
+    out: dict[str, Any] = {"own_info": "", "own_metrics": gr.update(value=None, visible=False)}
+    paired, source = (report.paired, "this evaluation run (paired.csv)") if report is not None else (None, "")
+    if scored is not None:
+        out["own_info"] = (f"**Your runs**: {md_escape(', '.join(scored.metrics['run']))}: results files scored on "
+                           "the loaded benchmark as `--eval` scores them (whole rankings).")
+        out["own_metrics"] = gr.update(value=scored.metrics.round(4), visible=True)
+        if len(scored.paired):
+            paired, source = paired_display(scored.paired, service.family), "your runs"
+    shown = paired is not None and len(paired) > 0
+    out["paired"] = gr.update(value=paired if shown else None, visible=shown,
+                              label=(f"Paired comparisons of {source}: B − A per headline metric with its 95% interval; "
+                                     f"p: the {P_VALUE_METHOD}") if shown else "Paired comparisons")
+    columns = service.retriever_names + [n for n in extra if n in service.uploaded_runs]
+    choices = pair_choices(columns) if len(columns) > 1 else []
+    out["pair"] = gr.update(choices=choices, value=choices[0][1] if choices else None, visible=bool(choices))
+    out["open_pair"] = gr.update(visible=bool(choices))
+    return out
+
+
+def show_report(service: ExplorerService, label: str | None = None, pending=None, extra=()) -> dict[str, Any]:
     """Run choices, the chosen (default: latest) run's table, plots and notes. `pending`: the
-    background run's status, said while there is no run yet."""
+    background run's status, said while there is no run yet; `extra`: the results files this visitor uploaded."""
     runs = service.runs()
     choices = [r.label for r in runs]
     if not runs:
@@ -126,7 +210,7 @@ def show_report(service: ExplorerService, label: str | None = None, pending=None
             text = f"No evaluation run of **{name}** yet."
         return {"run": gr.update(choices=[], value=None), "metrics": gr.update(value=None, visible=False),
                 "plots": gr.update(value=[], visible=False), "info": text,
-                "files": gr.update(value=None, visible=False), "columns": ""}
+                "files": gr.update(value=None, visible=False), "columns": "", **own_runs_outputs(service, None, extra)}
     label = label if label in choices else choices[0]
     report = service.report(label)
     # folder names and run_info values are whatever is on disk: escaped, never rendered
@@ -136,7 +220,8 @@ def show_report(service: ExplorerService, label: str | None = None, pending=None
     return {"run": gr.update(choices=choices, value=label),
             "metrics": gr.update(value=table, visible=True, column_widths=column_widths(list(report.metrics.columns))),
             "plots": gr.update(value=plot_images(report.plots), visible=True), "info": "\n\n".join(lines),
-            "files": gr.update(value=files or None, visible=bool(files)), "columns": columns}
+            "files": gr.update(value=files or None, visible=bool(files)), "columns": columns,
+            **own_runs_outputs(service, report, extra)}
 
 
 _COPIES: dict[tuple, list[str]] = {}
@@ -219,10 +304,48 @@ def plot_images(plots) -> list[tuple[Any, str]]:
 
 def wire(ui: ReportUI, get_service: Callable[[], ExplorerService], get_pending: Callable[[], Any] = lambda: None) -> None:
     @guarded("Loading the report")
-    def on_show(label):
-        out = show_report(get_service(), label, get_pending())
+    def on_show(label, mine=()):
+        out = show_report(get_service(), label, get_pending(), mine or ())
         return tuple(out[k] for k in OUTPUTS)
 
     outputs = ui.outputs()
-    ui.run.input(on_show, [ui.run], outputs)
-    ui.refresh.click(on_show, [ui.run], outputs)
+    ui.run.input(on_show, [ui.run, ui.my_runs], outputs)
+    ui.refresh.click(on_show, [ui.run, ui.my_runs], outputs)
+
+
+def open_pair(service: ExplorerService, pair: str | None, k, rerank, top_n, pending=None) -> dict[str, Any]:
+    """Explore sorted A vs B (the explorer's sort `diff:A,B`: A's largest per-query gains over B first), with
+    columns A and B side by side on the first query of that list; outputs by name (see `wire_pair`)."""
+    from cir_demo.explorer import ServiceError
+    from cir_demo.ui import explore
+
+    if not pair or not pair.startswith("diff:") or pair.count(",") != 1:
+        raise ServiceError("pick two columns to compare")
+    a, b = pair[len("diff:"):].split(",")
+    names = service.check_retrievers([a, b])
+    listing = explore.list_queries(service, "", {}, pair, pending)
+    if not listing["ids"]:
+        raise ServiceError(f"no query to compare {a} and {b} on")
+    view = explore.show_view(service, listing["ids"][0], names, k, rerank, top_n)
+    choices = explore.sort_choices(pending)
+    if pair not in [value for _, value in choices]:
+        choices.append((f"{a} vs {b}", pair))
+    out = {"tab": gr.Tabs(selected="explore"), "sort": gr.update(choices=choices, value=pair),
+           "retrievers": gr.update(value=names), "search": "", "list": explore.list_update(listing["table"]),
+           "ids": listing["ids"], "list_info": listing["info"]}
+    out.update({f"filter:{key}": explore.ANY for key in service.filter_choices()})
+    out.update({f"view:{key}": value for key, value in view.items()})
+    return out
+
+
+def wire_pair(ui: ReportUI, targets: dict[str, Any], get_service: Callable[[], ExplorerService],
+              get_pending: Callable[[], Any], inputs: list) -> None:
+    """The Report's "Show the queries sorted A vs B": `targets` are the components `open_pair`'s keys name
+    (the tabs, the Explore tab's list, filters and view); `inputs`: the view's k, rerank and top n."""
+
+    @guarded("Opening the pair")
+    def on_open(pair, k, rerank, top_n):
+        out = open_pair(get_service(), pair, k, rerank, top_n, get_pending())
+        return {targets[key]: value for key, value in out.items() if key in targets}
+
+    ui.open_pair.click(on_open, [ui.pair, *inputs], list(targets.values()))

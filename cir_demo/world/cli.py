@@ -3,7 +3,7 @@
     python -m cir_demo world generate --size default --seed 0 [--out DIR] [--force]
     python -m cir_demo world contact-sheet --size default --seed 0 --out sheet.png [--per-category 1] [--group-by kind]
     python -m cir_demo world stats --size default --seed 0
-    python -m cir_demo world export --format {pinpoint,jsonl,cirr,fashioniq} --out DIR [--size S --seed N]
+    python -m cir_demo world export --format {pinpoint,jsonl,cirr,fashioniq,circo} --out DIR [--size S --seed N]
     python -m cir_demo world render IMAGE_ID [IMAGE_ID ...] --out DIR [--size S --seed N]
 """
 from __future__ import annotations
@@ -38,10 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--json", action="store_true", help="print the statistics as JSON")
     e = sub.add_parser("export", help="export the test benchmark (pinpoint parquet or our JSONL format)")
     _world_args(e)
-    e.add_argument("--format", choices=("pinpoint", "jsonl", "cirr", "fashioniq"), required=True)
+    e.add_argument("--format", choices=("pinpoint", "jsonl", "cirr", "fashioniq", "circo"), required=True)
     e.add_argument("--out", required=True, help="output folder")
     e.add_argument("--images", choices=("render", "none"), default=None,
-                   help="render PNGs or not (default: render for jsonl, none for cirr and fashioniq)")
+                   help="render PNGs or not (default: render for jsonl, none for cirr, fashioniq and circo)")
     r = sub.add_parser("render", help="render images by id to PNG files")
     _world_args(r)
     r.add_argument("image_ids", nargs="+")
@@ -96,12 +96,17 @@ def _export(args) -> int:
         paths = export_pinpoint(bench, out)
         for k, v in paths.items():
             print(f"{k}: {v}")
-    elif args.format in ("cirr", "fashioniq"):
+    elif args.format in ("cirr", "fashioniq", "circo"):
+        from cir_demo.benchmarks.circo import export_circo
         from cir_demo.benchmarks.cirr import export_cirr
         from cir_demo.benchmarks.fashioniq import export_fashioniq
-        export = export_cirr if args.format == "cirr" else export_fashioniq
-        for k, v in export(bench, out, image_mode=args.images or "none", skip_two_image=True).items():
+        export = {"cirr": export_cirr, "fashioniq": export_fashioniq, "circo": export_circo}[args.format]
+        paths = export(bench, out, image_mode=args.images or "none", skip_two_image=True)
+        for k, v in paths.items():
             print(f"{k}: {v}")
+        if args.format == "circo":
+            print(f"open it: python app.py --benchmark circo --annotations {paths['annotations']} "
+                  f"--corpus-ids {paths['corpus_ids']}")
         n_two = sum(not q.is_single for q in bench.queries)
         if n_two:
             print(f"warning: {n_two} two-image queries left out ({args.format} queries have one reference image)",

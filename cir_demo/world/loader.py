@@ -39,13 +39,14 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 @dataclass
 class WorldData:
-    """The scene tables of one generated world (train scenes load on first use)."""
+    """The scene tables of one generated world, each read on first use: training reads only the
+    train split's files, so that the test split cannot leak into it (tests/test_training_split.py)."""
 
     root: Path
     manifest: dict
-    test_corpus: np.ndarray
-    test_refs: np.ndarray
     _train: np.ndarray | None = None
+    _test_corpus: np.ndarray | None = None
+    _test_refs: np.ndarray | None = None
 
     @property
     def key(self) -> str:
@@ -57,6 +58,18 @@ class WorldData:
         if self._train is None:
             self._train = np.load(self.root / "train_scenes.npy", allow_pickle=False)
         return self._train
+
+    @property
+    def test_corpus(self) -> np.ndarray:
+        if self._test_corpus is None:
+            self._test_corpus = np.load(self.root / "test_corpus.npy", allow_pickle=False)
+        return self._test_corpus
+
+    @property
+    def test_refs(self) -> np.ndarray:
+        if self._test_refs is None:
+            self._test_refs = np.load(self.root / "test_refs.npy", allow_pickle=False)
+        return self._test_refs
 
     def table_and_row(self, image_id: str) -> tuple[np.ndarray, int]:
         try:
@@ -95,8 +108,7 @@ def open_world(root=None, size: str = "default", seed: int = 0, progress: bool =
     key = f"{root.resolve()}#{manifest.get('checksum', '')[:16]}"
     world = _WORLDS.get(key)
     if world is None:
-        world = WorldData(root, manifest, np.load(root / "test_corpus.npy", allow_pickle=False),
-                          np.load(root / "test_refs.npy", allow_pickle=False))
+        world = WorldData(root, manifest)
         _WORLDS[key] = world
     _CURRENT[:] = [world]
     return world

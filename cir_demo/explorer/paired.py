@@ -1,0 +1,74 @@
+"""The Report's numbers for the runs the app serves from results files (`--runs`, uploads): each run
+scored over its whole ranking by the family's official per-query code (as `--eval` scores it), the
+family's headline aggregates, and a paired bootstrap over paraphrase groups of every headline metric
+for every pair of runs."""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import pandas as pd
+
+from cir_demo.benchmarks.families import MetricFamily
+from cir_demo.benchmarks.schema import Benchmark
+
+P_VALUE_METHOD = ("two-sided p-value of a paired bootstrap over paraphrase groups (each resample draws "
+                  "groups once for both runs)")
+
+
+@dataclass
+class RunsScored:
+    """Per-query metrics, headline aggregates and paired comparisons of some runs."""
+
+    metrics: pd.DataFrame  # run, the family's headline aggregates, queries scored
+    paired: pd.DataFrame  # a, b, metric, diff (= mean b - mean a), lo, hi, p_value, n_queries, ...
+    per_query: dict[str, pd.DataFrame] = field(default_factory=dict)
+    n_boot: int = 0
+
+
+def headline_metrics(family: MetricFamily) -> list[str]:
+    """The family's per-query headline metrics, its primary one first."""
+    return [family.primary] + [c for c in family.headline if c != family.primary]
+
+
+def score_runs(benchmark: Benchmark, family: MetricFamily, rankings: Mapping[str, Mapping[str, Sequence[str]]],
+               n_boot: int = 1000, seed: int = 0) -> RunsScored:
+    """Score each run's rankings (`{query id: ids best first}`) on the benchmark and compare every pair."""
+    from cir_demo.metrics.bootstrap import paired_table
+
+    mod = family.metrics_module()
+    frames, rows = {}, []
+    for name, run in rankings.items():
+        frame = mod.per_query(dict(run), benchmark.queries)
+        with warnings.catch_warnings():  # coverage is said per run where the file is loaded
+            warnings.simplefilter("ignore", category=UserWarning)
+            agg = mod.aggregate(frame, n_queries_total=len(benchmark.queries))
+        frames[name] = frame
+        scored = frame[frame["scored"]] if "scored" in frame else frame
+        rows.append({"run": name, **{a: agg.get(a, float("nan")) for a in family.headline.values()},
+                     "total_queries": int(len(scored))})
+    paired = (paired_table(frames, headline_metrics(family), n_boot=n_boot, seed=seed)
+              if len(frames) > 1 and n_boot > 0 else pd.DataFrame())
+    return RunsScored(pd.DataFrame(rows), paired, frames, n_boot)
+
+
+def paired_display(paired: pd.DataFrame, family: MetricFamily) -> pd.DataFrame:
+    """The paired rows as the Report shows them: A, B, the metric's aggregate name, B − A with its 95%
+    interval, the p-value and the queries compared."""
+    if paired is None or not len(paired):
+        return pd.DataFrame(columns=["A", "B", "metric", "B − A [95% interval]", "p", "queries"])
+    return pd.DataFrame({
+        "A": paired["a"].astype(str), "B": paired["b"].astype(str),
+        "metric": [family.headline.get(m, m) for m in paired["metric"]],
+        "B − A [95% interval]": [f"{d:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+                                 for d, lo, hi in zip(paired["diff"], paired["lo"], paired["hi"])],
+        "p": [f"{p:.3f}" if p == p else "n/a" for p in paired["p_value"]],
+        "queries": paired["n_queries"].astype(int).to_numpy(),
+    })
+
+
+def pair_choices(names: Sequence[str]) -> list[tuple[str, str]]:
+    """(label, "diff:A,B") for every ordered pair: the explorer's A-vs-B sort lists A's largest gains first."""
+    return [(f"{a} vs {b} (where {a} gains most over {b} first)", f"diff:{a},{b}")
+            for a in names for b in names if a != b]

@@ -1,0 +1,170 @@
+"""Your own runs in the explorer (`python app.py --runs`), the Report's paired comparisons of them, and
+run folders written outside runs/: checked against what `--eval` writes for the same files."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import app
+from cir_demo.explorer import ServiceConfig, ServiceError, build_service
+from cir_demo.explorer.own_runs import parse_run_args, runs_problems
+from own_runs_support import cirr_world_with_runs
+
+
+@pytest.fixture(scope="module")
+def cirr_world(tmp_path_factory):
+    """The tiny world exported to CIRR (no images), two runs on it, and `--eval` of both."""
+    root = tmp_path_factory.mktemp("own_runs")
+    mp = pytest.MonkeyPatch()
+    bench, pa, pb = cirr_world_with_runs(root, mp)
+    out = root / "elsewhere" / "eval-cirr"
+    assert app.main(["--eval", "--benchmark", "cirr", "--root", str(root / "cirr"), "--results-json", str(pa),
+                     str(pb), "--out", str(out), "--n-boot", "200", "--no-plots"]) == 0
+    yield root, bench, pa, pb, out
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def own_service(cirr_world):
+    root, _, pa, pb, _ = cirr_world
+    bad = root / "bad.json"
+    bad.write_text(json.dumps({"0": {"retrieved_items": "x"}, "1": {"retrieved_items": 5}}))  # two problems
+    svc = build_service(ServiceConfig(benchmark="cirr", benchmark_kwargs={"root": str(root / "cirr")}, reranker="none",
+                                      runs=(("A", str(pa)), ("B", str(pb)), ("bad", str(bad))), warm_thumbnails=False))
+    yield svc
+    svc.engine.close()
+
+
+def test_run_arguments_name_columns_and_are_checked_before_any_work(tmp_path):
+    f = tmp_path / "model_a.json"
+    f.write_text("{}")
+    runs = parse_run_args([str(f), f"mine={f}"])
+    assert [(r.name, r.path) for r in runs] == [("model_a", str(f)), ("mine", str(f))]
+    with pytest.raises(ServiceError, match="two runs are named 'model_a'"):
+        parse_run_args([str(f), str(f)])
+    assert runs_problems([str(tmp_path / "nope.json")]) == [
+        f"--runs nope: results file not found: {tmp_path / 'nope.json'}"]
+    assert "folder without an eval run's metrics.csv" in runs_problems([str(tmp_path)])[0]
+    assert runs_problems([str(f)]) == [] and runs_problems(None) == []
+    assert app.main(["--runs", str(tmp_path / "nope.json")]) == 2  # one line, nothing served
+
+
+def test_runs_are_the_columns_and_unusable_files_one_line(own_service, cirr_world):
+    root = cirr_world[0]
+    svc = own_service
+    assert svc.retriever_names == ["A", "B"]  # --runs without --retrievers: instead of the default models
+    bad = [w for w in svc.warnings if w.startswith("run bad")]
+    assert len(bad) == 1 and "\n" not in bad[0] and str(root) not in bad[0]
+    assert "bad.json: query '0', field 'retrieved_items': must be a list" in bad[0]
+    assert "(and 1 more problems" in bad[0]
+    images = [w for w in svc.warnings if "tiles show image ids" in w]
+    assert len(images) == 1 and "--image-dir" in images[0] and "images fetch --benchmark cirr" in images[0]
+
+
+def test_every_column_metric_is_the_eval_per_query_row(own_service, cirr_world):
+    """The app's per-column metrics of a results file equal `--eval`'s per_query.csv for the same query and run."""
+    _, bench, _, _, out = cirr_world
+    rows = pd.read_csv(out / "per_query.csv", dtype={"query_id": str}).set_index(["run", "query_id"])
+    shown = own_service.family.shown
+    for q in bench.queries[:40]:
+        cmp = own_service.compare(q.query_id, ["A", "B"], k=10)
+        for col in cmp.columns:
+            assert col.error is None
+            assert not any(t.thumb for t in col.tiles)  # no images here: ids in a placeholder
+            for m in shown:
+                assert col.metrics[m] == pytest.approx(rows.loc[(col.retriever, q.query_id), m]), (q.query_id, m)
+
+
+def test_report_paired_numbers_are_evals_paired_csv(own_service, cirr_world):
+    out = cirr_world[4]
+    scored = own_service.scored_file_runs(n_boot=200, seed=0)
+    paired = pd.read_csv(out / "paired.csv")
+    assert list(scored.paired["metric"]) == list(paired["metric"]) == ["Recall@1", "Recall@5", "Recall@10",
+                                                                       "Recall@50", "Recall_subset@1"]
+    for col in ("diff", "lo", "hi", "p_value"):
+        assert scored.paired[col].to_numpy() == pytest.approx(paired[col].to_numpy(), abs=1e-5), col
+    metrics = pd.read_csv(out / "metrics.csv").set_index("model")
+    got = scored.metrics.set_index("run")
+    for run in ("A", "B"):
+        for agg in ("Recall@1", "Recall@5", "Recall@50", "Recall_subset@1"):
+            assert got.loc[run, agg] == pytest.approx(metrics.loc[run, agg], abs=1e-4)
+
+
+def test_report_shows_your_runs_pairs_and_the_eval_written_elsewhere(own_service, cirr_world):
+    from cir_demo.ui import report
+
+    out = cirr_world[4]
+    shown = report.show_report(own_service)
+    assert shown["own_metrics"]["visible"] is True and "Your runs" in shown["own_info"]
+    assert shown["paired"]["visible"] is True and "paired bootstrap over paraphrase groups" in shown["paired"]["label"]
+    assert list(shown["paired"]["value"]["metric"])[0] == "Recall@1"
+    assert [v for _, v in shown["pair"]["choices"]] == ["diff:A,B", "diff:B,A"]
+    runs = own_service.runs()  # written with --out outside runs/: listed, by its last two path parts
+    assert [r.label for r in runs] == [f"{out.parent.name}/{out.name}"]
+    assert str(out.parent.parent) not in shown["info"]
+
+
+def test_a_query_missing_from_a_run_says_so_in_its_column(cirr_world, tmp_path):
+    root, bench, pa, _, _ = cirr_world
+    data = json.loads(pa.read_text())
+    first = bench.results_key(bench.queries[0].query_id)
+    del data[first]
+    part = tmp_path / "part.json"
+    part.write_text(json.dumps(data))
+    svc = build_service(ServiceConfig(benchmark="cirr", benchmark_kwargs={"root": str(root / "cirr")}, reranker="none",
+                                      runs=(("part", str(part)),), warm_thumbnails=False))
+    try:
+        col = svc.compare(bench.queries[0].query_id, ["part"]).columns[0]
+        assert "has no ranking for this query" in col.error
+        assert any("ranks 251 of 252 queries" in w for w in svc.warnings)
+    finally:
+        svc.engine.close()
+
+
+def test_world_export_circo_round_trip(tmp_path):
+    """CIRCO's layout, read back by the CIRCO loader: one query per single-image world query, the target
+    first among the ground truths, references in the corpus, images written once where load_circo looks."""
+    from cir_demo.benchmarks.registry import load_benchmark
+    from cir_demo.cli import main as cli
+
+    assert cli(["world", "export", "--format", "circo", "--size", "tiny", "--out", str(tmp_path), "--images",
+                "render"]) == 0
+    world = load_benchmark("world", size="tiny")
+    circo = load_benchmark("circo", annotations=str(tmp_path / "annotations" / "val.json"),
+                           corpus_ids=str(tmp_path / "image_info_unlabeled2017.json"))
+    ids = json.loads((tmp_path / "query_id_map.json").read_text())
+    singles = [q for q in world.queries if q.is_single]
+    assert [ids[q.query_id] for q in circo.queries] == [q.query_id for q in singles]
+    for q in circo.queries[:50]:
+        w = world.query(ids[q.query_id])
+        assert q.reference_ids == w.reference_ids and set(q.positives) == set(w.positives)
+        assert q.positives[0] == (w.target_id or w.positives[0]) and q.instruction == w.instruction
+    assert set(world.corpus_ids) <= set(circo.corpus_ids)
+    assert {r for q in circo.queries for r in q.reference_ids} <= set(circo.corpus_ids)
+    images = list((tmp_path / "COCO2017_unlabeled" / "unlabeled2017").iterdir())
+    assert len(images) == len(circo.corpus_ids)
+    assert circo.images.open(circo.corpus_ids[0]).size == world.images.open(circo.corpus_ids[0]).size
+
+
+def test_a_results_file_uploaded_in_the_page_is_validated_as_eval_does(own_service, cirr_world, tmp_path):
+    from cir_demo.ui import report
+
+    _, bench, pa, _, out = cirr_world
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(ServiceError) as info:
+        report.add_run(own_service, str(broken), [])
+    assert str(info.value).startswith("broken.json: line 1: fits none of the results formats")
+    assert str(tmp_path) not in str(info.value) and "\n" not in str(info.value)
+    note, mine = report.add_run(own_service, str(pa), [])
+    assert len(mine) == 1 and mine[0].startswith("A-") and "Added" in note
+    assert own_service.retriever_names == ["A", "B"]  # another visitor's columns are not changed
+    q = bench.queries[0]
+    mine_col, file_col = own_service.compare(q.query_id, [mine[0], "A"]).columns
+    assert mine_col.metrics == file_col.metrics and [t.image_id for t in mine_col.tiles] == [t.image_id for t in file_col.tiles]
+    shown = report.show_report(own_service, None, None, mine)
+    assert mine[0] in set(shown["own_metrics"]["value"]["run"])
+    assert f"diff:{mine[0]},A" in [v for _, v in shown["pair"]["choices"]]

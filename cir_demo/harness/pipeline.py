@@ -186,10 +186,7 @@ def _run_into(args, bench, names, reranker_name, top_n, out: Path, final: Path, 
     for name in names:
         with stages(f"{name}/index"):
             engine.index(name)  # build or load, with its own progress bar
-        retriever = engine.retriever(name)
-        specs[name] = dict(retriever.spec)
-        if engine.query_template(name) is not None:  # recorded in results files and stated in the report
-            specs[name]["query_template"] = engine.query_template(name)
+        specs[name] = engine.run_spec(name)  # with its query template, stated in the report
         with stages(f"{name}/retrieve"), tqdm(total=len(bench.queries), desc=f"retrieve {name}", unit="query") as bar:
             run, scores = engine.run_benchmark(name, k=DEFAULT_K, progress=lambda done, total: bar.update(done - bar.n))
         write_results(out / "results" / f"{name}.json", bench, run, scores, spec=specs[name])

@@ -5,7 +5,7 @@ harness/index_run.py, above the pre-run checks of preflight/).
     accelerate launch --num_processes 4 -m cir_demo index build --sharded --benchmark B --retriever R
     python -m cir_demo index status [--benchmark B] [--retriever R]
     python -m cir_demo index list
-    python -m cir_demo index prebuilt [--check]     # the committed indexes/prebuilt/ of the default world
+    python -m cir_demo index prebuilt [--only embeddings|eval] [--check [--rerun]]   # indexes/prebuilt/ of the default world
 """
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import argparse
 from cir_demo.benchmarks.cli_args import add_dry_run_and_debug
 
 
-def _add_benchmark_args(p: argparse.ArgumentParser, required: bool) -> None:
+def _add_benchmark_args(p: argparse.ArgumentParser, required: bool, limit: bool = False) -> None:
     from cir_demo.benchmarks.cli_args import add_benchmark_arguments
 
-    add_benchmark_arguments(p, default=None, required=required, limit=False,
+    add_benchmark_arguments(p, default=None, required=required, limit=limit,
                             benchmark_help=None if required else "world, pinpoint, edir, circo or jsonl (default: every benchmark)")
 
 
@@ -74,13 +74,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     sub.add_parser("list", help="list the indexes on disk")
 
-    pb = sub.add_parser("prebuilt", help="rebuild the prebuilt corpus embeddings committed in indexes/prebuilt/ "
-                                         "(one per distinct image encoder of the benchmark's default retrievers)")
-    _add_benchmark_args(pb, required=False)
+    pb = sub.add_parser("prebuilt", help="rebuild what indexes/prebuilt/ commits for the default world: the corpus "
+                                         "embeddings (one per distinct image encoder of the benchmark's default "
+                                         "retrievers) and the complete --eval outputs (eval/, from a real run)")
+    _add_benchmark_args(pb, required=False, limit=True)  # --limit: a smaller shipped run, for tests
     pb.add_argument("--retrievers", help="comma-separated retriever names (default: the benchmark's default "
                                          "retrievers, as `--eval` runs them)")
+    pb.add_argument("--rerank", metavar="BACKEND", help="the reranker of the shipped --eval outputs (default: the "
+                                                          "benchmark's default reranker; none for none)")
+    pb.add_argument("--only", choices=["embeddings", "eval"], help="only the corpus embeddings, or only the --eval "
+                                                                  "outputs (default: both)")
     pb.add_argument("--check", action="store_true",
-                    help="only say whether the prebuilt files match the benchmark and the weights (exit 1 if not)")
+                    help="only say whether the prebuilt files match the benchmark, the weights and (for the --eval "
+                         "outputs) the code and libraries (exit 1 if not)")
+    pb.add_argument("--rerun", action="store_true",
+                    help="with --check: also run --eval again and compare every shipped file with what it writes, "
+                         "byte for byte")
     pb.add_argument("--batch-size", type=int, default=64, help="images per encoder call (default 64, as index builds)")
     pb.add_argument("--no-progress", action="store_true", help="no progress bar")
 

@@ -185,5 +185,5 @@ def test_the_app_hands_its_benchmark_flags_to_the_background_run(tmp_path, monke
 
     monkeypatch.setattr(precompute, "PrecomputeJob", record)
     with pytest.raises(Stop):
-        ui_app.main(["--benchmark", "cirr", "--root", root, "--split", "test1", "--limit", "3", "--retrievers", "x"])
+        ui_app.main(["--benchmark", "cirr", "--root", root, "--split", "test1", "--limit", "3", "--retrievers", "world-clip-text"])
     assert seen["argv"] == ["--benchmark", "cirr", "--root", root, "--split", "test1", "--limit", "3"]

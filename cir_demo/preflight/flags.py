@@ -47,11 +47,34 @@ def benchmark_name_problems(args: argparse.Namespace) -> list[Line]:
     return []
 
 
+PORT_ENV = "GRADIO_SERVER_PORT"  # gradio reads it when --port is absent
+
+
+def _port_from_env() -> tuple[int | None, list[Line]]:
+    """`$GRADIO_SERVER_PORT` (what the server binds when --port is absent): its value, or its problem."""
+    import os
+
+    raw = os.environ.get(PORT_ENV, "").strip()
+    if not raw:
+        return None, []
+    try:
+        port = int(raw)
+    except ValueError:
+        port = -1
+    if 0 <= port <= 65535:
+        return port, []
+    return None, [Line(f"{PORT_ENV}={raw}", "blocked", "must be a port number (0-65535)",
+                       f"unset {PORT_ENV} or give --port")]
+
+
 def port_problems(args: argparse.Namespace) -> list[Line]:
-    """`--port` in 0-65535 and, when one is named, free on the interface the app listens on
-    (a probe bind, closed at once: the server then binds it itself)."""
+    """`--port` (else `$GRADIO_SERVER_PORT`) in 0-65535 and, when one is named, free on the interface
+    the app listens on (a probe bind, closed at once: the server then binds it itself)."""
     problems = int_problems(args, [("port", 0, "a port number", 65535)])
-    port = getattr(args, "port", None)
+    port, item = getattr(args, "port", None), "--port"
+    if port is None:
+        port, problems = _port_from_env()
+        item = PORT_ENV
     if problems or not port:
         return problems
     import errno
@@ -66,8 +89,9 @@ def port_problems(args: argparse.Namespace) -> list[Line]:
             probe.bind((host, port))
     except OSError as exc:
         reason = "in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
-        return [Line(f"--port {port}", "blocked", f"cannot listen on {host}:{port} ({reason})",
-                     "name another port, or leave --port out to take the next free one from 7860")]
+        return [Line(f"{item} {port}", "blocked", f"cannot listen on {host}:{port} ({reason})",
+                     "name another port" + (", or leave --port out to take the next free one from 7860"
+                                            if item == "--port" else f" (--port, or {PORT_ENV})"))]
     return []
 
 

@@ -177,3 +177,22 @@ def test_cleanup_removes_only_staging_folders_of_dead_processes(dirs):
     clean_abandoned(dirs)
     assert not dead.exists() and all((d / "f.txt").exists() for d in mine)
     assert (staging / "999999999-abcd1234-file.txt").exists()
+
+
+def test_images_fetch_report_replaces_only_an_earlier_report(dirs, capsys):
+    import argparse
+
+    from cir_demo.images.fetch import REPORT_HEADER
+    from cir_demo.preflight.folders import fetch_report_problems
+
+    mine = dirs / "failed.tsv"
+    mine.write_text("my table\n")
+    rc, err = _cli(["images", "fetch", "--world-size", "tiny", "--benchmark", "world", "--report", str(mine)], capsys)
+    assert rc == 2 and err == [f"error: --report {mine}: exists and is not a report of an earlier fetch; "
+                               "name a new file"], err
+    assert mine.read_text() == "my table\n"
+    earlier = dirs / "earlier.tsv"
+    earlier.write_text(REPORT_HEADER + "w1\tHTTP 404\n")
+    args = argparse.Namespace(command="images", images_command="fetch", report=str(earlier))
+    assert fetch_report_problems(args) == []
+    assert fetch_report_problems(argparse.Namespace(**{**vars(args), "report": str(dirs / "new.tsv")})) == []

@@ -25,6 +25,7 @@ from cir_demo.utils.io import atomic_path, write_text_atomic
 USER_AGENT = "cir_demo/1 (benchmark image fetch)"
 PERMANENT_HTTP = (400, 401, 403, 404, 410, 451)
 REPORT_NAME = "fetch_failed.tsv"
+REPORT_HEADER = "id\treason\n"  # how a report an earlier fetch wrote is told from a user's file
 
 
 class PermanentFetchError(Exception):
@@ -150,7 +151,7 @@ def fetch_images(store, ids: Iterable[str], *, workers: int = 16, retries: int =
                         bar.set_postfix(failed=len(report.failed), refresh=False)
     path = Path(report_path) if report_path is not None else cache / REPORT_NAME
     if report.failed:
-        write_text_atomic(path, "id\treason\n" + "".join(f"{i}\t{r}\n" for i, r in sorted(report.failed.items())))
+        write_text_atomic(path, REPORT_HEADER + "".join(f"{i}\t{r}\n" for i, r in sorted(report.failed.items())))
         report.report_path = path
     elif path.is_file() and report_path is None:
         path.unlink()  # an old report of failures that are now fixed

@@ -99,12 +99,35 @@ def file_out_problems(paths: list[Path], overwrite: bool, flag: str = "--out") -
     return [Line(f"{flag} {p}", "blocked", why) for p in paths if (why := file_write_problem(p, overwrite))]
 
 
+def fetch_report_problems(args) -> list[Line]:
+    """`images fetch --report F`: an existing F is replaced only when an earlier fetch wrote it (its header)."""
+    from cir_demo.images.fetch import REPORT_HEADER
+
+    report = getattr(args, "report", None)
+    if (args.command, getattr(args, "images_command", None)) != ("images", "fetch") or not report:
+        return []
+    path = Path(report)
+    if path.is_dir():
+        return [Line(f"--report {path}", "blocked", "is a folder; name the file to write")]
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            head = fh.read(len(REPORT_HEADER))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        return [Line(f"--report {path}", "blocked", f"cannot be read ({exc.strerror})")]
+    if head == REPORT_HEADER:
+        return []
+    return [Line(f"--report {path}", "blocked", "exists and is not a report of an earlier fetch",
+                 "name a new file")]
+
+
 def command_out_problems(args) -> list[Line]:
     """The `--out` of a command that writes one: a folder (MANIFEST_OUT, RUN_OUT) or a file (FILE_OUT)."""
     key = (args.command, getattr(args, f"{args.command}_command", None))
     out = getattr(args, "out", None)
     if not out:
-        return []
+        return fetch_report_problems(args)
     if key in MANIFEST_OUT:
         problem = manifest_folder_problem(Path(out), "--out", MANIFEST_OUT[key])
     elif key in RUN_OUT:

@@ -196,3 +196,20 @@ def test_images_fetch_report_replaces_only_an_earlier_report(dirs, capsys):
     args = argparse.Namespace(command="images", images_command="fetch", report=str(earlier))
     assert fetch_report_problems(args) == []
     assert fetch_report_problems(argparse.Namespace(**{**vars(args), "report": str(dirs / "new.tsv")})) == []
+
+
+def test_a_fetch_removes_only_the_partial_files_its_atomic_writes_leave(tmp_path):
+    from cir_demo.images.fetch import _remove_partial_files
+    from cir_demo.utils.io import atomic_path
+
+    with pytest.raises(KeyboardInterrupt), atomic_path(tmp_path / "w1.jpg") as tmp:
+        partial = tmp
+        partial.write_bytes(b"half")
+        os.link(partial, tmp_path / "kept-link")  # what the kill leaves: the temporary name, still there
+        raise KeyboardInterrupt
+    os.rename(tmp_path / "kept-link", partial)
+    mine = [tmp_path / ".draft.tmp", tmp_path / ".notes.tmp"]
+    for p in mine:
+        p.write_text("mine")
+    _remove_partial_files(tmp_path)
+    assert not partial.exists() and all(p.read_text() == "mine" for p in mine)

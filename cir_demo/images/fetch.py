@@ -12,6 +12,7 @@ and written to a tab-separated report (`id<TAB>reason`).
 from __future__ import annotations
 
 import io
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -91,12 +92,16 @@ def fetch_one(url: str, dest: Path, *, retries: int, backoff_s: float, timeout: 
         tmp.write_bytes(response.content)
 
 
+_PARTIAL_FILE = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")  # utils.io.atomic_path's `.<name>.<mkstemp>.tmp`
+
+
 def _remove_partial_files(folder: Path) -> None:
-    """Temporary files an interrupted fetch left behind (atomic writes name them `.<name>.*.tmp`)."""
+    """Temporary files an interrupted fetch left behind: only atomic_path's names (`.<name>.<8>.tmp`)."""
     if folder.is_dir():
         for p in folder.glob(".*.tmp"):
             try:
-                p.unlink()
+                if _PARTIAL_FILE.fullmatch(p.name) and p.is_file():
+                    p.unlink()
             except OSError:
                 pass
 

@@ -13,6 +13,10 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+# How long a page may take to show what a test waits for. The waits follow the page's own signals
+# (a selector, a text), so this bound only ends a wait that would never end; on a loaded machine
+# (CI beside other jobs) the page is slow, not broken.
+TIMEOUT_MS = 180_000
 
 
 def require_chromium():
@@ -49,14 +53,20 @@ def screenshot(page, name: str) -> None:
 
 def run_tiny_eval(names, groups: int) -> None:
     """A real `--eval` run of the tiny world's first `groups` intents with the tiny models and verifier
-    (the Report tab and the failure sorts read it)."""
+    (the Report tab and the failure sorts read it), into the runs folder; once per session: the browser
+    modules share that folder (conftest.py's `tiny_setup`), so a later module finds the run there."""
     import argparse
+    import hashlib
 
     from cir_demo.harness import cli as eval_cli
+    from cir_demo.paths import runs_dir
     from cir_demo.testing.explorer import VERIFIER
 
+    out = runs_dir() / f"tiny-eval-{groups}-{hashlib.sha256(','.join(names).encode()).hexdigest()[:8]}"
+    if (out / "metrics.csv").is_file():
+        return
     parser = argparse.ArgumentParser()
     eval_cli.add_arguments(parser)
     args = parser.parse_args(["--world-size", "tiny", "--limit", str(groups), "--retrievers", ",".join(names),
-                              "--rerank", VERIFIER, "--rerank-top-n", "10", "--n-boot", "50"])
+                              "--rerank", VERIFIER, "--rerank-top-n", "10", "--n-boot", "50", "--out", str(out)])
     assert eval_cli.run(args) == 0

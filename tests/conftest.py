@@ -56,3 +56,31 @@ def service(tiny_setup):
     svc = build_tiny_service(names)
     yield svc
     svc.engine.close()
+
+
+@pytest.fixture(scope="session")
+def default_world(tmp_path_factory):
+    """The default world (size "default", seed 0), built once per session for the tests about that
+    world itself (the tiny world serves every other test): (its `BuiltWorld`, a cache folder holding
+    it written as `load_world()` finds it under CIR_DEMO_CACHE). Shared and read-only: tests open it
+    through `default_world_cache`, never write into it."""
+    from cir_demo.world.generate import build_world, write_world, world_dir
+
+    cache = tmp_path_factory.mktemp("default_world_cache")
+    built = build_world("default", 0)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CIR_DEMO_CACHE", str(cache))
+    write_world(built, world_dir("default", 0))
+    mp.undo()
+    return built, cache
+
+
+@pytest.fixture()
+def default_world_cache(default_world, tmp_path, monkeypatch):
+    """CIR_DEMO_CACHE set to a fresh folder of this test's own, in which the shared default world is
+    linked (no copy, no build): `load_world()` opens it, everything else the test caches is its own."""
+    cache = tmp_path / "cache"
+    (cache / "world").mkdir(parents=True)
+    (cache / "world" / "default-seed0").symlink_to(default_world[1] / "world" / "default-seed0", target_is_directory=True)
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(cache))
+    return cache

@@ -26,7 +26,10 @@ def test_latency_bench_beside_the_background_run(tmp_path):
     for phase in ("plain", "rerank"):
         bg = res["phases"][phase]["background_run"]
         assert bg["run working"]["n"] == 4 and bg["run paused"]["n"] == 4, bg  # visits alternate, 2 views each
-        assert bg["run_cpu_share_while_working"] >= 0, bg  # measured (how much depends on the machine's load)
+        # CPU seconds per wall second of the visits beside the working run: how much depends on the load,
+        # but one process's share is never negative nor above the machine's cores (+1: /proc counts 10 ms
+        # clock ticks, coarse over four short visits)
+        assert 0.0 <= bg["run_cpu_share_while_working"] <= os.cpu_count() + 1, bg
     assert res["background_run_cpu_s"] >= 1.0  # the warm-up waited until the run really worked
     assert not Path(f"/proc/{res['background_run_pid']}").exists() or \
         Path(f"/proc/{res['background_run_pid']}/stat").read_text().split(")")[1].split()[0] == "Z"

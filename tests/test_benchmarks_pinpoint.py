@@ -276,11 +276,11 @@ def test_full_size_file_loads_quickly(tmp_path):
             rows.append(row(f"query_{len(rows) + 1:05d}", refs[0], "<img1> and <img2>" if two else f"make it {p}",
                             pos, neg, ref2=refs[1] if two else "None"))
     path = write_fixture(tmp_path, rows, corpus=corpus)
-    t = time.perf_counter()
+    t = time.process_time()  # CPU seconds: wall time measures the machine's load (CI shares its cores)
     b = load_pinpoint(path)
-    elapsed = time.perf_counter() - t
+    elapsed = time.process_time() - t
     assert len(b.queries) == 7_635 and len(b.corpus_ids) == 109_600 and len(b.groups()) == 1_283
-    assert elapsed < 4.0, f"load took {elapsed:.2f}s"
+    assert elapsed < 4.0, f"load took {elapsed:.2f} CPU s"
 
 
 def test_paraphrases_with_differing_negatives_form_one_group_and_keep_their_lists(tmp_path):

@@ -1,6 +1,7 @@
 """The background run's state machine, with a scripted child process in place of the eval:
 waiting -> running (n/N from the staged results files) -> done, a failure with the log's last
-line, a retry after it, and no second run while one is running."""
+line, a retry after it, and no second run while one is running; and `complete_run` (stood in by
+the scripted tests) for real on the tiny world."""
 import sys
 import time
 from pathlib import Path
@@ -120,6 +121,42 @@ def test_a_complete_run_on_disk_means_no_job(tmp_path, monkeypatch):
     job.start_for(service())
     st = job.status()
     assert st.state == "done" and "20990101-world" in st.text() and job._proc is None
+
+
+def test_the_real_complete_run_on_the_tiny_world(tiny_setup, tmp_path, monkeypatch):
+    """complete_run itself (the other tests here stand it in), on the tiny world's served view, with
+    the background run's own command run in-process: no run -> None; a run without the reranked
+    columns -> None; the whole run -> that run, and a job then starts nothing."""
+    import argparse
+
+    from cir_demo.harness import cli as eval_cli
+    from cir_demo.testing.explorer import build_tiny_service
+
+    _, names = tiny_setup
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("CIR_DEMO_RUNS", str(runs))
+    svc = build_tiny_service(names[:1], limit_groups=2)  # one column, two intents: the rules, not the size
+    job = PrecomputeJob(["--benchmark", "world", "--world-size", "tiny", "--limit", "2"], runs_root=runs)
+
+    def run_eval(out: Path, rerank: bool) -> None:
+        argv = [*job.command(svc, out)[4:], "--n-boot", "0", "--no-plots"]  # after `python -m cir_demo eval`
+        if not rerank:
+            argv[argv.index("--rerank") + 1] = "none"
+        parser = argparse.ArgumentParser()
+        eval_cli.add_arguments(parser)
+        assert eval_cli.run(parser.parse_args(argv)) == 0
+
+    try:
+        assert precompute.complete_run(svc) is None
+        run_eval(runs / "plain", rerank=False)
+        assert (runs / "plain" / "metrics.csv").is_file() and precompute.complete_run(svc) is None  # no +rerank
+        run_eval(runs / "whole", rerank=True)
+        assert precompute.complete_run(svc) == runs / "whole"
+        job.start_for(svc)
+        st = job.status()
+        assert st.state == "done" and "whole" in st.text() and job._proc is None
+    finally:
+        svc.engine.close()
 
 
 def test_disabled_job_is_off(tmp_path):

@@ -164,7 +164,7 @@ def test_another_world_does_not_read_the_default_worlds_files(tiny_world):
 
 
 @pytest.mark.slow
-def test_committed_prebuilt_files_match_the_default_world_and_the_weights(tmp_path, monkeypatch):
+def test_committed_prebuilt_files_match_the_default_world_and_the_weights(default_world_cache, monkeypatch):
     """The files in indexes/prebuilt/ pass every check for the default world and the committed weights,
     and their rows are what the current renderer and model give (two whole encode batches, re-encoded).
     When this fails, rebuild them: python -m cir_demo index prebuilt."""
@@ -173,9 +173,8 @@ def test_committed_prebuilt_files_match_the_default_world_and_the_weights(tmp_pa
     from cir_demo.retrievers.registry import load_retriever
     from cir_demo.world import load_world
 
-    monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("CIR_DEMO_PREBUILT", raising=False)
-    bench = load_world(progress=False)  # the default world, size "default", seed 0
+    bench = load_world(progress=False)  # the default world, size "default", seed 0 (built once: conftest.py)
     ids = list(bench.corpus_ids)
     towers = {}
     for name in WORLD_RETRIEVERS:

@@ -267,6 +267,7 @@ def test_judge_training_writes_a_loadable_calibrated_backend(tmp_path_factory, c
     manifest = train_verifier_command("tiny", 0, 0, 1, 2, out, clip_dir=clip_dir, clip_ref=str(clip_dir),
                                       evaluate=False, progress=False)
     assert manifest["training"]["stage1_cnn"]["steps"] == 2 and manifest["training"]["stage2_judge"]["steps"] == 2
+    assert manifest["training"]["attribute_reader"]["steps"] == 2  # --max-steps caps every stage
     assert set(manifest["files"]) == {"world_judge.safetensors", "tokenizer/tokenizer.json"}
     for name, record in manifest["files"].items():
         assert sha256_file(out / name) == record["sha256"] and (out / name).stat().st_size == record["size"], name

@@ -6,11 +6,9 @@ The tiny world, tiny real models and the tiny verifier; screenshots go to test-a
 """
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from browser_support import browser, free_port, require_chromium, screenshot  # noqa: F401  (browser: a fixture)
+from browser_support import TIMEOUT_MS, browser, free_port, require_chromium, screenshot  # noqa: F401  (browser: a fixture)
 
 require_chromium()
 
@@ -18,7 +16,6 @@ from cir_demo.benchmarks.failure_views import SORT_LABELS  # noqa: E402
 from cir_demo.testing.explorer import build_tiny_service  # noqa: E402
 
 GROUPS = 6
-TIMEOUT_MS = 30_000
 RUN_TIMEOUT_MS = 240_000  # the background run: a child process imports torch and evaluates on a busy machine
 SORTS = {k: v.format(primary="AP@10") for k, v in SORT_LABELS.items()}  # the world's family: PinPoint's
 # what the list says under each sort: its label (cir_demo/benchmarks/failure_views.py)
@@ -99,7 +96,6 @@ def test_first_visit_background_run_every_sort_and_report(fresh_app, browser):
     shot(page, "01-sorts-waiting")
 
     # ---- the run: progress, then the chosen sort applies by itself
-    t0 = time.perf_counter()
     job = start_job()
     wait_text(page, "#cir-status", "being computed in the background (", timeout=RUN_TIMEOUT_MS)  # n/N
     # the picked sort's line counts on with the status line (it stayed at "(0/9)" before); a tiny run
@@ -110,7 +106,6 @@ def test_first_visit_background_run_every_sort_and_report(fresh_app, browser):
         return (m && Number(m[1]) >= 1) || ready;
     }""", timeout=RUN_TIMEOUT_MS)
     wait_text(page, "#cir-status", "failure sorts and report: ready", timeout=RUN_TIMEOUT_MS)
-    run_s = time.perf_counter() - t0
     assert job.status().state == "done", job.status()
     assert [d.name for d in runs.iterdir() if not d.name.startswith(".")] == [job._out.name]  # a normal run folder
     wait_text(page, "#cir-list-info", SORT_NOTES["rerank_helped"])
@@ -158,7 +153,6 @@ def test_first_visit_background_run_every_sort_and_report(fresh_app, browser):
     body = page.locator("body").inner_text()
     assert "python app.py" not in body and "terminal" not in body.lower()
     page.close()
-    assert run_s < RUN_TIMEOUT_MS / 1000
 
 
 def test_a_second_visitor_starts_no_second_run(fresh_app, browser):

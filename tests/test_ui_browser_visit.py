@@ -12,14 +12,13 @@ import threading
 import time
 
 import pytest
-from browser_support import browser, free_port, require_chromium, run_tiny_eval, screenshot  # noqa: F401  (browser: a fixture)
+from browser_support import TIMEOUT_MS, browser, free_port, require_chromium, run_tiny_eval, screenshot  # noqa: F401  (browser: a fixture)
 
 require_chromium()
 
 from cir_demo.testing.explorer import build_tiny_service  # noqa: E402
 
 GROUPS = 6
-TIMEOUT_MS = 30_000
 
 # The Space page as the Hub serves it, reduced to what matters here: its query string goes into the
 # frame's URL on load, and a `{queryString}` message from the frame replaces its own query string.
@@ -136,20 +135,21 @@ def test_outside_a_frame_the_app_posts_nothing_and_keeps_its_own_url(visit_app, 
 
 # =========================================================================== loading
 def test_loading_shows_a_panel_with_progress_then_the_explorer(visit_app, browser):
-    """A loader that takes a few seconds: the page shows what is being done, n/N and seconds where the
-    results will be, and no empty table with placeholder headers; then the explorer."""
+    """A loader that is loading until the test has read the panel: the page shows what is being done,
+    n/N and seconds where the results will be, and no empty table with placeholder headers; then the
+    explorer."""
     from cir_demo.explorer import LoadStatus
     from cir_demo.ui import app as ui_app
 
     _, _, service = visit_app
 
-    class SlowLoader:
-        def __init__(self, seconds: float):
-            self.t0, self.seconds = time.perf_counter(), seconds
+    class HeldLoader:  # ready when released, not after a fixed time a loaded machine could outlast
+        def __init__(self):
+            self.t0, self.released = time.perf_counter(), threading.Event()
 
         @property
         def ready(self):
-            return time.perf_counter() - self.t0 > self.seconds
+            return self.released.is_set()
 
         def status(self):
             elapsed = time.perf_counter() - self.t0
@@ -159,7 +159,7 @@ def test_loading_shows_a_panel_with_progress_then_the_explorer(visit_app, browse
         def wait(self, timeout=None):
             return service
 
-    loader = SlowLoader(8.0)
+    loader = HeldLoader()
     demo = ui_app.create_app(loader)
     port = free_port()
     ui_app.launch_app(demo, "127.0.0.1", port, prevent_thread_lock=True, quiet=True)
@@ -175,7 +175,8 @@ def test_loading_shows_a_panel_with_progress_then_the_explorer(visit_app, browse
         assert not page.locator("#cir-paraphrase-table").is_visible()  # no table headed "1 2 3"
         assert not page.locator("#cir-query-list").is_visible()
         shot(page, "02-loading")
-        page.wait_for_selector("#cir-results li.cir-tile", timeout=60_000)
+        loader.released.set()
+        page.wait_for_selector("#cir-results li.cir-tile")
         assert not panel.is_visible()
         page.close()
     finally:
@@ -190,9 +191,15 @@ def test_fast_number_input_is_kept(visit_app, browser, monkeypatch):
     n = len(service.retriever_names)
     compare = service.compare
 
+    running = []
+
     def slow_compare(*args, **kwargs):
-        time.sleep(0.6)
-        return compare(*args, **kwargs)
+        running.append(True)
+        try:
+            time.sleep(0.6)
+            return compare(*args, **kwargs)
+        finally:
+            running.pop()
 
     page = open_page(browser, visit_app[0])
     page.wait_for_selector("#cir-results li.cir-tile")
@@ -202,7 +209,10 @@ def test_fast_number_input_is_kept(visit_app, browser, monkeypatch):
     box.fill("20")
     box.press("Enter")
     page.wait_for_function(f"document.querySelectorAll('#cir-results li.cir-tile').length === {20 * n}")
-    time.sleep(2.0)  # a late answer for the old value would set it back
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    while running and time.monotonic() < deadline:  # every view asked for has been computed (however slowly)
+        time.sleep(0.05)
+    time.sleep(2.0)  # and a late answer for the old value would have set it back by now
     assert box.input_value() == "20"
     assert page.locator("#cir-results li.cir-tile").count() == 20 * n
     page.close()

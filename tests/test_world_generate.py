@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cir_demo.world import attributes as A
-from cir_demo.world.generate import (DATA_FILES, SIZES, build_world, generate_world, manifest_matches,
+from cir_demo.world.generate import (DATA_FILES, SIZES, generate_world, manifest_matches,
                                      scaled_quotas, world_stats)
 from cir_demo.world.intents import CATEGORIES, KINDS
 from cir_demo.world.scene import Constraint, satisfies, table_to_scenes
@@ -140,8 +140,8 @@ def test_default_quotas_give_every_category_and_subcategory_30_intents():
 
 
 @pytest.mark.slow
-def test_default_world_statistics():
-    w = build_world("default", 0)
+def test_default_world_statistics(default_world):
+    w = default_world[0]  # build_world("default", 0), built once per session (conftest.py)
     stats = world_stats(w.test_intents, len(w.test_corpus))
     assert stats["corpus_images"] >= 5000 and stats["intents"] >= 800 and stats["queries"] >= 4800
     assert 5 <= stats["positives"]["median"] <= 15 and stats["positives"]["min"] >= 1

@@ -379,10 +379,13 @@ class ExplorerService:
 
     # ------------------------------------------------------------------ failure statistics
     def _spec_hashes(self) -> dict[str, str]:
+        """{column: hash of the spec its runs record}, which stored runs must match to be reused."""
+        from cir_demo.retrievers.base import spec_hash
+
         out = {}
         for n in self.retriever_names:
             try:
-                out[n] = self.engine.retriever(n).spec_hash()
+                out[n] = spec_hash(self.engine.run_spec(n))
             except Exception as exc:
                 log.warning("retriever %s: %s", n, exc)
         return out

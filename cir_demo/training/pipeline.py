@@ -304,8 +304,8 @@ def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, 
 
     cfg = _override(JudgeTrainConfig(seed=data_seed), overrides, epochs=epochs, max_steps=max_steps,
                     cnn_max_steps=max_steps)
-    if max_steps is not None:
-        cfg.near_steps = min(cfg.near_steps, max_steps)
+    if max_steps is not None:  # --max-steps caps every stage (a smoke run), the attribute reader too
+        cfg.near_steps, cfg.attr_steps = min(cfg.near_steps, max_steps), min(cfg.attr_steps, max_steps)
     train = load_train(size=size, seed=seed)
     t0 = time.time()
     pixels = world_pixels(train.world, train.image_ids, "train", progress=progress)

@@ -435,9 +435,12 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
     loader = ServiceLoader(config, start=False)
     from cir_demo.explorer.precompute import PrecomputeJob
 
+    from cir_demo.benchmarks.cli_args import benchmark_flags
+
     # with --runs the columns' per-query numbers come from the files (cheap, computed when asked for): no
     # background eval run, which could not load the runs' columns by name anyway
-    precompute = PrecomputeJob(benchmark_argv(args), enabled=not (args.no_precompute or args.runs))
+    precompute = PrecomputeJob(benchmark_flags(config.benchmark, dict(config.benchmark_kwargs), config.limit_groups),
+                               enabled=not (args.no_precompute or args.runs))
     demo = create_app(loader, precompute)
     launch_app(demo, args.server_name, args.port, args.share, args.queue_size, args.concurrency,
                prevent_thread_lock=True)
@@ -451,9 +454,9 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
         service = loader.wait(None)
         print(f"explorer ready {time.perf_counter() - t0:.1f} s after start: {service.summary()}", flush=True)
         precompute.on_done(service.forget_failures)
-        precompute.start_for(service)  # after the explorer is usable, at low priority
+        precompute.start_for(service)  # after the explorer is usable, at low priority (or shipped outputs installed)
         if precompute.status().text():
-            print(precompute.status().text(), flush=True)
+            print(f"{precompute.status().text()}; {time.perf_counter() - t0:.1f} s after start", flush=True)
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
     import signal
@@ -471,13 +474,3 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
         if service is not None:
             service.engine.close()
     return 0
-
-
-def benchmark_argv(args: argparse.Namespace) -> list[str]:
-    """The benchmark flags of the app's command line, for the background `--eval` run."""
-    argv = ["--benchmark", args.benchmark]
-    for flag in ("annotations", "corpus_ids", "root", "image_dir", "world_size", "world_seed", "limit"):
-        value = getattr(args, flag, None)
-        if value is not None:
-            argv += [f"--{flag.replace('_', '-')}", str(value)]
-    return argv

@@ -80,7 +80,7 @@ def test_cirr_diff_sort_ranks_targets_as_clip4cir_and_a_s_wins_first(world_cirr,
     assert float(rows[0]["A/Recall@1"]) == 1.0 and float(rows[0]["B/Recall@1"]) == 0.0  # the data has such queries
 
     assert main(["failures", "--benchmark", "cirr", "--root", str(root), "--results-json", str(fa), str(fb),
-                 "--sort", "reference_first", "--top", "3", "--out", str(out)]) == 0
+                 "--sort", "reference_first", "--top", "3", "--out", str(out), "--overwrite"]) == 0
     first = {q.query_id for q in bench.queries if a[q.query_id][0] == q.reference_ids[0] or b[q.query_id][0] == q.reference_ids[0]}
     got = [r["query_id"] for r in read_rows(out)]
     assert len(got) == min(3, len(first)) and set(got) <= first

@@ -28,7 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "rerank_hurt (with <run>+rerank files), or a sort of the benchmark's family: "
                         + family_sorts() + ". An unknown name lists those this benchmark offers. Default: worst")
     p.add_argument("--top", type=int, default=None, help="only the first N queries of the sort")
-    p.add_argument("--out", required=True, help="the CSV file to write (written atomically)")
+    p.add_argument("--out", required=True, help="the CSV file to write (written atomically; an existing file is "
+                                                "replaced only with --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
 
 
 def family_sorts() -> str:

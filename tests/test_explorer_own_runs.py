@@ -3,6 +3,7 @@ run folders written outside runs/: checked against what `--eval` writes for the 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -69,8 +70,13 @@ def test_every_column_metric_is_the_eval_per_query_row(own_service, cirr_world):
     _, bench, _, _, out = cirr_world
     rows = pd.read_csv(out / "per_query.csv", dtype={"query_id": str}).set_index(["run", "query_id"])
     shown = own_service.family.shown
+    from cir_demo.ui import components
+
     for q in bench.queries[:40]:
         cmp = own_service.compare(q.query_id, ["A", "B"], k=10)
+        if q is bench.queries[0]:  # CIRR has no explicit negatives: its columns and legend never speak of them
+            text = re.sub(r"<[^>]+>", " ", components.results_html(cmp))  # what a visitor reads
+            assert "✓ target" in text and "negative" not in text
         for col in cmp.columns:
             assert col.error is None
             assert not any(t.thumb for t in col.tiles)  # no images here: ids in a placeholder

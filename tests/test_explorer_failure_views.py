@@ -103,6 +103,9 @@ def test_unknown_sort_lists_what_the_benchmark_offers(world_cirr, tmp_path, caps
     assert main(["failures", "--benchmark", "cirr", "--root", str(root), "--results-json", str(fa),
                  "--out", str(tmp_path)]) == 2  # a folder: refused, nothing written or removed
     assert "is a folder" in capsys.readouterr().err and fa.is_file()
+    assert main(["failures", "--benchmark", "circo", "--results-json", str(fa), "--out", str(tmp_path / "f.csv")]) == 2
+    assert capsys.readouterr().err.strip() == ("error: benchmark 'circo' needs annotations (--annotations); "
+                                               "it takes annotations (optional: image_dir, corpus_ids)")
     with pytest.raises(SystemExit) as done:
         main(["failures", "--help"])
     assert done.value.code == 0

@@ -42,6 +42,7 @@ def family_sorts() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cir_demo.benchmarks.registry import BenchmarkArgumentError
     from cir_demo.benchmarks.schema import BenchmarkError
     from cir_demo.explorer.config import ServiceError
 
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         bench = load_benchmark_from_args(args)
         rows = failure_rows(bench, args.results_json, args.sort, args.results_format)
-    except ServiceError as exc:
+    except (ServiceError, BenchmarkArgumentError) as exc:  # a flag the benchmark needs, a sort it lacks
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except BenchmarkError as exc:

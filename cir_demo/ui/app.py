@@ -32,8 +32,9 @@ log = logging.getLogger("cir_demo.ui")
 TITLE = "CIR failure explorer"
 INTRO = (f"# {TITLE}\n"
          "Composed image retrieval: one or two reference images plus an instruction. Compare retrievers side by side, "
-         "see where explicit negatives (near misses) reach the top 10, how the phrasing changes results, and what a "
-         "reranker fixes or breaks.")
+         "sort the queries by how they fail on the loaded benchmark (explicit negatives in the top 10 where it has "
+         "them, the target's official rank, one run against another), see how the phrasing changes results, and what "
+         "a reranker fixes or breaks.")
 VIEW_KEYS = ("header", "paraphrase", "results", "table", "prompt", "share", "message", "k", "top_n")  # view_outputs order
 LOAD_POLL_S = 0.25
 WORK_GROUP = "cir-work"  # every callback that computes shares one concurrency limit (share_one_limit)

@@ -59,6 +59,8 @@ def test_engine_encodes_the_templated_text(monkeypatch):
     engine = RetrievalEngine(bench, ["bge-vl-base"], progress=False)
     seen = []
     monkeypatch.setattr(engine, "open_image", lambda image_id: image_id)
+    # an encoder stands in for the model (its weights and remote code are not here); search is recorded
+    monkeypatch.setattr(engine, "retriever", lambda name: object())
     monkeypatch.setattr(engine, "search", lambda name, cqs, k, batch_size: seen.extend(cqs) or
                         [Ranking(["t"], [1.0]) for _ in cqs])
     engine.run_benchmark("bge-vl-base")

@@ -234,7 +234,7 @@ def test_laptop_width_list_fits_and_link_notes_are_on_top(visit_app, browser):
     assert fits
     page.locator("#cir-sort input").click()
     page.get_by_role("option", name="Explicit negatives in the top 10 (most first)").click()
-    page.wait_for_function("document.querySelector('#cir-list-info').innerText.includes('explicit negative')")
+    page.wait_for_function("document.querySelector('#cir-list-info').innerText.toLowerCase().includes('explicit negative')")
     assert page.locator("#cir-query-list [role=columnheader]").all_inner_texts()[-1].strip() == "why"
     assert page.eval_on_selector("#cir-query-list", """el => [...el.querySelectorAll('[role=columnheader]')].every(
         c => c.getBoundingClientRect().right <= el.getBoundingClientRect().right + 1)""")

@@ -14,6 +14,11 @@
 # `kill $(cat OUT_DIR/app.pid)` once you have what you need (then the script ends), or set
 # STOP_AFTER=ready (stop once the explorer is usable) or STOP_AFTER=job (once the background run is
 # published); the script then prints events.txt.
+# It also copies the app log's "failure sorts and report: ready (...); N s after start" there as
+# `sorts_ready_s N` (the shipped eval outputs installed, or a stored run found); STOP_AFTER=job stops
+# then too. BROWSER=1 also runs bench/first_start_browser.py: Debian's Chromium opens the page and
+# notes when the tiles and "failure sorts and report: ready" showed (browser_*_s, seconds since the
+# app's start), and saves screenshots of the ready page, a failure sort and the Report into OUT_DIR.
 # Run bench/bench_app_latency.py with CIR_DEMO_DATA=OUT_DIR/data beside it to measure query views
 # while the background run works.
 set -u
@@ -23,11 +28,15 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 rm -rf "$OUT"; mkdir -p "$OUT/data"
 export CIR_DEMO_DATA="$OUT/data" HF_HUB_OFFLINE=1
 cd "$ROOT"
+: > "$OUT/events.txt"; : > "$OUT/samples.tsv"
 T0=$(date +%s.%N)
 python app.py --port "$PORT" "$@" > "$OUT/app.log" 2>&1 &
 APP=$!
 echo $APP > "$OUT/app.pid"
-: > "$OUT/events.txt"; : > "$OUT/samples.tsv"
+if [ "${BROWSER:-0}" = 1 ]; then
+  python bench/first_start_browser.py "http://127.0.0.1:$PORT/" "$T0" "$OUT" > "$OUT/browser.log" 2>&1 &
+  BROWSER_PID=$!
+fi
 page_done=0
 while kill -0 $APP 2>/dev/null; do
   el=$(echo "$(date +%s.%N) - $T0" | bc)
@@ -46,9 +55,22 @@ while kill -0 $APP 2>/dev/null; do
       [ "${STOP_AFTER:-}" = ready ] && kill $APP
     fi
   fi
+  if ! grep -q sorts_ready "$OUT/events.txt"; then
+    sorts=$(sed -n 's/.*failure sorts and report: ready.*; \([0-9.]*\) s after start.*/\1/p' "$OUT/app.log" | head -1)
+    if [ -n "$sorts" ]; then
+      echo "sorts_ready_s $sorts (app log: $(grep -o 'ready ([^)]*)' "$OUT/app.log" | head -1); load average $(cut -d' ' -f1-3 /proc/loadavg))" >> "$OUT/events.txt"
+      if [ "${STOP_AFTER:-}" = job ]; then
+        [ -n "${BROWSER_PID:-}" ] && wait "$BROWSER_PID"
+        kill $APP
+      fi
+    fi
+  fi
   if ls "$OUT"/data/runs/*-app/metrics.csv >/dev/null 2>&1 && ! grep -q job_done "$OUT/events.txt"; then
     echo "job_done_at_s $el (load average $(cut -d' ' -f1-3 /proc/loadavg))" >> "$OUT/events.txt"
-    [ "${STOP_AFTER:-}" = job ] && kill $APP
+    if [ "${STOP_AFTER:-}" = job ]; then
+      [ -n "${BROWSER_PID:-}" ] && wait "$BROWSER_PID"
+      kill $APP
+    fi
   fi
   sleep 1
 done

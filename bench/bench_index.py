@@ -3,6 +3,7 @@
     python bench/bench_index.py                       # 109,600 x 768 corpus, 7,635 queries, k = 50
     python bench/bench_index.py --sections flat,bruteforce --bf-queries 500
     python bench/bench_index.py --data lowrank --sections flat,ivf,hnsw --repeats 1 --out bench_index.json
+    python bench/bench_index.py --sections sizes --sizes 100000,1000000 --d 768 --nq 1000 --k 10   # the chosen kinds
 
 Sections (all by default):
 - flat:       exact IndexFlatIP search of all queries (median of --repeats), build time,
@@ -14,11 +15,17 @@ Sections (all by default):
               latency, for a few nprobe / efSearch values.
 - encode:     images/s of `encode_corpus` with a small real torch model on CPU
               (random-init torchvision resnet18 at 224 px, or --retriever NAME from the registry).
+- sizes:      for each corpus size of --sizes (own data, --data, default clustered): the index
+              `choose_index` picks (kind, factory string, parameters), its build time and memory,
+              recall@k against exact flat search and queries per second beside flat's (one batch of
+              --nq queries, the same threads), at its default nprobe and a sweep around it.
 
 Synthetic vectors are unit-normalised Gaussians ("gaussian": no structure, the
-worst case for approximate indexes) or "lowrank": Gaussians in a --rank
+worst case for approximate indexes), "lowrank": Gaussians in a --rank
 dimensional latent space mapped into d dimensions plus --noise (embeddings of
-real images concentrate near a low-dimensional subspace like this). Threads: faiss, torch and BLAS are
+real images concentrate near a low-dimensional subspace like this), or "clustered":
+the same with the latent points drawn around --clusters centres (spread --spread
+times the centres' own), so images come in overlapping groups of near duplicates. Threads: faiss, torch and BLAS are
 limited to --threads (default 2). The load average is printed next to the
 timings because the machine may be shared.
 """
@@ -35,7 +42,7 @@ import statistics
 import sys
 import time
 
-SECTIONS = ("flat", "bruteforce", "ivf", "hnsw", "encode")
+SECTIONS = ("flat", "bruteforce", "ivf", "hnsw", "encode", "sizes")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -44,8 +51,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--d", type=int, default=768, help="dimension")
     p.add_argument("--nq", type=int, default=7_635, help="queries (PinPoint: 7,635)")
     p.add_argument("--k", type=int, default=50)
-    p.add_argument("--data", choices=["gaussian", "lowrank"], default="gaussian",
-                   help="gaussian: unstructured; lowrank: near a --rank dimensional subspace plus --noise")
+    p.add_argument("--data", choices=["gaussian", "lowrank", "clustered"], default=None,
+                   help="gaussian: unstructured; lowrank: near a --rank dimensional subspace plus --noise; "
+                        "clustered: lowrank around --clusters centres (default: clustered for sizes, else gaussian)")
+    p.add_argument("--clusters", type=int, default=0, help="centres for --data clustered (default: n / 100)")
+    p.add_argument("--spread", type=float, default=1.0, help="cluster spread relative to the centres' for --data clustered")
+    p.add_argument("--sizes", default="100000,1000000", help="corpus sizes for the sizes section")
+    p.add_argument("--nprobe-scales", default="0.5,1,2",
+                   help="sizes section: nprobe values measured, as multiples of each kind's default")
+    p.add_argument("--also", default="", help="sizes section: also measure these kinds at their defaults "
+                                               "(e.g. ivf_hnsw,ivfpq), beside the chosen one")
+    p.add_argument("--memory-budget-gib", type=float, default=None,
+                   help="memory budget handed to choose_index in the sizes section (default: half the machine's)")
     p.add_argument("--rank", type=int, default=32, help="latent dimension for --data lowrank")
     p.add_argument("--noise", type=float, default=0.5, help="per-dimension noise for --data lowrank (signal is 1)")
     p.add_argument("--seed", type=int, default=0)
@@ -61,6 +78,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", help="also write the results as JSON here")
     args = p.parse_args(argv)
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    args.sizes = [int(v) for v in args.sizes.split(",") if v.strip()]
+    args.also = [v.strip() for v in args.also.split(",") if v.strip()]
+    args.nprobe_scales = [float(v) for v in args.nprobe_scales.split(",") if v.strip()]
+    if args.data is None:
+        args.data = "clustered" if args.sections == ["sizes"] else "gaussian"
     bad = sorted(set(args.sections) - set(SECTIONS))
     if bad:
         p.error(f"unknown section(s) {', '.join(bad)}; choose from {', '.join(SECTIONS)}")
@@ -72,18 +94,47 @@ def limit_threads(n: int) -> None:
         os.environ.setdefault(var, str(n))
 
 
-def synthetic(n: int, d: int, seed: int, data: str, basis=None, noise: float = 0.5):
-    """Unit rows: plain Gaussians, or latent Gaussians through `basis` (rank x d) plus noise."""
+def synthetic(n: int, d: int, seed: int, data: str, basis=None, noise: float = 0.5, centres=None,
+              spread: float = 1.0, block: int = 65_536):
+    """Unit rows: plain Gaussians, or latent Gaussians through `basis` (rank x d) plus noise; with
+    `centres` (clusters x rank) the latent points lie around a random centre each (`spread` times
+    the centres' standard deviation). Generated in blocks, so a 1M x 768 corpus needs its 3 GB only."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    if data == "gaussian":
-        x = rng.standard_normal((n, d), dtype=np.float32)
-    else:
-        x = rng.standard_normal((n, basis.shape[0]), dtype=np.float32) @ basis
-        x += noise * rng.standard_normal((n, d), dtype=np.float32)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x = np.empty((n, d), dtype=np.float32)
+    for start in range(0, n, block):
+        m = min(block, n - start)
+        if data == "gaussian":
+            part = rng.standard_normal((m, d), dtype=np.float32)
+        else:
+            z = rng.standard_normal((m, basis.shape[0]), dtype=np.float32)
+            if centres is not None:
+                z = centres[rng.integers(0, len(centres), m)] + spread * z
+            part = z @ basis + noise * rng.standard_normal((m, d), dtype=np.float32)
+        part /= np.linalg.norm(part, axis=1, keepdims=True)
+        x[start:start + m] = part
     return x
+
+
+def structure(args, n: int):
+    """The latent basis and cluster centres that corpus and queries share (None for gaussian)."""
+    import numpy as np
+
+    if args.data == "gaussian":
+        return None, None
+    rng = np.random.default_rng(args.seed + 7)
+    basis = rng.standard_normal((args.rank, args.d), dtype=np.float32) / np.sqrt(args.rank)
+    if args.data == "lowrank":
+        return basis, None
+    clusters = args.clusters or max(1, n // 100)
+    return basis, rng.standard_normal((clusters, args.rank), dtype=np.float32)
+
+
+def corpus_and_queries(args, n: int):
+    basis, centres = structure(args, n)
+    kw = dict(basis=basis, noise=args.noise, centres=centres, spread=args.spread)
+    return synthetic(n, args.d, args.seed, args.data, **kw), synthetic(args.nq, args.d, args.seed + 1, args.data, **kw)
 
 
 def timed(fn, repeats: int) -> tuple[float, object]:
@@ -246,6 +297,98 @@ def bench_encode(res, args):
                      "threads": args.threads, "s_median": t, "images_per_s": len(images) / t}
 
 
+def _flat_view(flat, n: int, d: int):
+    """The vectors a flat index holds, as a NumPy view (no second 3 GB copy at 1M x 768)."""
+    import faiss
+
+    return faiss.rev_swig_ptr(flat.get_xb(), n * d).reshape(n, d)
+
+
+def _rss_gib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+
+
+def _timed_search(index, xq, k: int, repeats: int):
+    from cir_demo.index.faiss_index import search
+
+    return timed(lambda: search(index, xq, k), repeats)
+
+
+def bench_kind(index_of, kind: str, params: dict, xq, I_flat, t_flat: float, args) -> dict:
+    """Build one kind, then recall@k and speed against flat at its nprobe and at half and twice it."""
+    import faiss
+
+    from cir_demo.index.faiss_index import set_search_params
+
+    t = time.perf_counter()
+    index = index_of(kind, params)
+    out = {"kind": kind, "params": params, "build_s": time.perf_counter() - t,
+           "index_bytes": int(faiss.serialize_index(index).size), "peak_rss_gib": _rss_gib(), "sweep": []}
+    nprobe = params.get("nprobe")
+    for scale in (args.nprobe_scales if nprobe else (1,)):
+        setting = {}
+        if nprobe:  # the quantiser's efSearch follows nprobe as the kind's default does
+            setting = {"nprobe": max(1, int(nprobe * scale))}
+            if "quantizer_efSearch" in params:
+                setting["quantizer_efSearch"] = max(32, 2 * setting["nprobe"])
+            set_search_params(index, **setting)
+        t_s, (_, I) = _timed_search(index, xq, args.k, args.repeats)
+        from cir_demo.index.faiss_index import recall_at_k
+
+        out["sweep"].append({**setting, "default": scale == 1, "recall_at_k": recall_at_k(I, I_flat, args.k),
+                             "qps": len(xq) / t_s, "speedup_vs_flat": t_flat / t_s})
+        print(f"  {kind} {setting or 'default'}: recall@{args.k} {out['sweep'][-1]['recall_at_k']:.3f}, "
+              f"x{t_flat / t_s:.1f} vs flat", file=sys.stderr, flush=True)
+    return out
+
+
+def bench_size(args, n: int) -> dict:
+    """The chosen index for `n` vectors (and the --also kinds) against exact flat search on the same queries."""
+    import faiss
+
+    from cir_demo.index.choose import choose_index, default_memory_budget
+    from cir_demo.index.faiss_index import build_index
+    from cir_demo.index.kinds import factory_string, resolve_params
+
+    budget = int(args.memory_budget_gib * 2 ** 30) if args.memory_budget_gib else default_memory_budget()
+    choice = choose_index(n, args.d, budget)
+    xb, xq = corpus_and_queries(args, n)
+    flat = faiss.IndexFlatIP(args.d)
+    flat.add(xb)
+    del xb
+    xb = _flat_view(flat, n, args.d)
+    t_flat, (_, I_flat) = _timed_search(flat, xq, args.k, args.repeats)
+    out = {"n": n, "d": args.d, "chosen": choice.kind, "reason": choice.reason, "memory_budget": budget,
+           "flat_s_median": t_flat, "flat_qps": len(xq) / t_flat, "load": list(os.getloadavg()), "kinds": []}
+    print(f"n={n}: flat {len(xq) / t_flat:.0f} q/s; chosen {choice.factory}", file=sys.stderr, flush=True)
+    todo = [(choice.kind, choice.params)] + [(k, resolve_params(k, n, args.d)) for k in args.also if k != choice.kind]
+    for kind, params in todo:
+        row = bench_kind(lambda k, p: build_index(xb, k, **p), kind, params, xq, I_flat, t_flat, args)
+        out["kinds"].append({**row, "factory": factory_string(kind, params), "chosen": kind == choice.kind})
+    return out
+
+
+def bench_sizes(res, args) -> None:
+    res["sizes"] = [bench_size(args, n) for n in args.sizes]
+
+
+def print_sizes(res) -> None:
+    k = res["config"]["k"]
+    for r in res.get("sizes", []):
+        print(f"{r['n']:,} x {r['d']}: chosen {r['chosen']}: {r['reason']}")
+        print(f"  flat {r['flat_qps']:.0f} q/s (all {res['config']['nq']} queries in {r['flat_s_median']:.2f} s, "
+              f"load {', '.join(f'{x:.1f}' for x in r['load'])})")
+        for a in r["kinds"]:
+            print(f"  {a['factory']}{' (chosen)' if a['chosen'] else ''}: build {a['build_s']:.1f} s, index "
+                  f"{a['index_bytes'] / 2 ** 30:.2f} GiB, peak RSS so far {a['peak_rss_gib']:.1f} GiB, params {a['params']}")
+            for row in a["sweep"]:
+                setting = ", ".join(f"{x}={y}" for x, y in row.items() if x in ("nprobe", "quantizer_efSearch")) or "-"
+                print(f"    {setting}{' (default)' if row['default'] else ''}: recall@{k} {row['recall_at_k']:.3f}, "
+                      f"{row['qps']:.0f} q/s, x{row['speedup_vs_flat']:.1f} vs flat")
+
+
 def print_report(res) -> None:
     cfg = res["config"]
     print(f"\n== index benchmark: n={cfg['n']} d={cfg['d']} nq={cfg['nq']} k={cfg['k']} data={cfg['data']} "
@@ -270,6 +413,7 @@ def print_report(res) -> None:
                 speed = f", x{row['speedup_vs_flat']:.1f} vs flat" if row["speedup_vs_flat"] else ""
                 print(f"  {name}={row[name]}: recall@k {row['recall_at_k_vs_flat']:.3f}, all queries "
                       f"{row['search_all_s_median']:.2f} s{speed}, single query {row['single_query_latency_ms_median']:.2f} ms")
+    print_sizes(res)
     if "encode" in res:
         e = res["encode"]
         print(f"encode: {e['retriever']} on CPU ({e['threads']} threads), {e['images']} images in "
@@ -287,12 +431,7 @@ def main(argv=None) -> int:
                       "numpy": np.__version__, "load_before": [round(x, 2) for x in os.getloadavg()]}}
     index = I_flat = xb = xq = None
     if set(args.sections) & {"flat", "bruteforce", "ivf", "hnsw"}:
-        basis = None
-        if args.data == "lowrank":  # shared by corpus and queries; per-dimension signal variance 1
-            rng = np.random.default_rng(args.seed + 7)
-            basis = rng.standard_normal((args.rank, args.d), dtype=np.float32) / np.sqrt(args.rank)
-        xb = synthetic(args.n, args.d, args.seed, args.data, basis, args.noise)
-        xq = synthetic(args.nq, args.d, args.seed + 1, args.data, basis, args.noise)
+        xb, xq = corpus_and_queries(args, args.n)
         index, I_flat = bench_flat(res, xb, xq, args)
         print(f"flat done: {res['flat']['search_all_s_median']:.2f} s", file=sys.stderr)
     if "bruteforce" in args.sections:
@@ -307,6 +446,8 @@ def main(argv=None) -> int:
         print("hnsw done", file=sys.stderr)
     if "encode" in args.sections:
         bench_encode(res, args)
+    if "sizes" in args.sections:
+        bench_sizes(res, args)
     res["load_after"] = [round(x, 2) for x in os.getloadavg()]
     print_report(res)
     if args.out:

@@ -251,6 +251,15 @@ class RetrievalEngine:
         template = self.query_template(name)
         return self.query_of(name, query, None if template is None else render(template["template"], query))
 
+    def run_spec(self, name: str) -> dict:
+        """What a run of retriever `name` on this benchmark records (run_info.json, results files): its spec
+        plus the query template it used. Stored runs are reused when this matches, hash for hash."""
+        spec = dict(self.retriever(name).spec)
+        template = self.query_template(name)
+        if template is not None:
+            spec["query_template"] = template
+        return spec
+
     def query_template(self, name: str) -> dict[str, str] | None:
         """{"template", "source"} that turns this benchmark's queries into retriever `name`'s text; None: the
         instruction as loaded (retrievers/query_templates.py)."""

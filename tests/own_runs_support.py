@@ -12,15 +12,16 @@ def _h(*parts: str) -> str:
 
 def write_two_runs(bench, folder: Path) -> tuple[Path, Path]:
     """Two unseen runs over the benchmark's queries, as another tool would write them: A (a CIRCO-shaped
-    list) puts the target first on every second query, B (a ranx run dict with scores) fifth on every third;
-    the rest is a fixed pseudo-random order of the corpus (the reference included: CIRR deletes it)."""
+    list) puts the target first on every second query, B (a ranx run dict with scores) fifth on every third
+    and the query's reference first on every query (as a retriever that returns its query image: CIRR deletes
+    it); the rest is a fixed pseudo-random order of the corpus."""
     a, b = {}, {}
     for i, q in enumerate(bench.queries):
         order = sorted(bench.corpus_ids, key=lambda c: _h(q.query_id, c))[:60]
         target = q.target_id or q.positives[0]
-        rest = [x for x in order if x != target]
+        rest = [x for x in order if x != target and x not in q.reference_ids]
         ranked_a = ([target] + rest) if i % 2 == 0 else rest
-        ranked_b = rest[:4] + [target] + rest[4:] if i % 3 == 0 else rest
+        ranked_b = [*q.reference_ids, *(rest[:4] + [target] + rest[4:] if i % 3 == 0 else rest)]
         key = bench.results_key(q.query_id)
         a[key] = ranked_a
         b[key] = {img: float(len(ranked_b) - r) for r, img in enumerate(ranked_b)}

@@ -200,6 +200,20 @@ def test_test1_run_writes_both_server_files(world_cirr, tmp_path, capsys):
     for i, q in enumerate(test.queries):
         assert recall[q.query_id] == sorted_names[i, :50].tolist()
         assert subset[q.query_id] == sorted_group[i, :3].tolist()
+    # a second submission of the same name replaces the files only with --overwrite
+    first = (tmp_path / "sub" / "recall_submission_mine.json").read_bytes()
+    (tmp_path / "mine.json").write_text(json.dumps({q.query_id: dict(zip(test.corpus_ids, map(float, row)))
+                                                    for q, row in zip(test.queries, tied_scores(val, 4))}))
+    submit = ["submission", "--benchmark", "cirr", "--root", str(world_cirr), "--split", "test1",
+              "--results-json", str(tmp_path / "mine.json"), "--out", str(tmp_path / "sub")]
+    capsys.readouterr()
+    assert main(submit) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {tmp_path / 'sub' / name}: exists; add --overwrite to replace it, or name a new file"
+                   for name in ("recall_submission_mine.json", "recall_subset_submission_mine.json")]
+    assert (tmp_path / "sub" / "recall_submission_mine.json").read_bytes() == first
+    assert main([*submit, "--overwrite"]) == 0
+    assert (tmp_path / "sub" / "recall_submission_mine.json").read_bytes() != first
     # scoring test1 asks for the submission instead of a number
     assert main(["eval", "--benchmark", "cirr", "--root", str(world_cirr), "--split", "test1", "--results-json",
                  str(tmp_path / "mine.json"), "--out", str(tmp_path / "o"), "--n-boot", "0", "--no-plots"]) == 2

@@ -230,4 +230,4 @@ def test_world_render_checks_every_image_id_before_creating_out(tmp_path, capsys
     assert len(err) == 1 and "'not-an-id' is not a world image id" in err[0], err
     assert not out.exists()  # the good id first does not leave a half-filled folder either
     assert cli.main(["world", "render", "w-te-000001", "--size", "tiny", "--out", str(out)]) == 0
-    assert [p.name for p in out.iterdir()] == ["w-te-000001.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["run_manifest.json", "w-te-000001.png"]

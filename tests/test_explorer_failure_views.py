@@ -80,7 +80,7 @@ def test_cirr_diff_sort_ranks_targets_as_clip4cir_and_a_s_wins_first(world_cirr,
     assert float(rows[0]["A/Recall@1"]) == 1.0 and float(rows[0]["B/Recall@1"]) == 0.0  # the data has such queries
 
     assert main(["failures", "--benchmark", "cirr", "--root", str(root), "--results-json", str(fa), str(fb),
-                 "--sort", "reference_first", "--top", "3", "--out", str(out)]) == 0
+                 "--sort", "reference_first", "--top", "3", "--out", str(out), "--overwrite"]) == 0
     first = {q.query_id for q in bench.queries if a[q.query_id][0] == q.reference_ids[0] or b[q.query_id][0] == q.reference_ids[0]}
     got = [r["query_id"] for r in read_rows(out)]
     assert len(got) == min(3, len(first)) and set(got) <= first
@@ -103,6 +103,9 @@ def test_unknown_sort_lists_what_the_benchmark_offers(world_cirr, tmp_path, caps
     assert main(["failures", "--benchmark", "cirr", "--root", str(root), "--results-json", str(fa),
                  "--out", str(tmp_path)]) == 2  # a folder: refused, nothing written or removed
     assert "is a folder" in capsys.readouterr().err and fa.is_file()
+    assert main(["failures", "--benchmark", "circo", "--results-json", str(fa), "--out", str(tmp_path / "f.csv")]) == 2
+    assert capsys.readouterr().err.strip() == ("error: benchmark 'circo' needs annotations (--annotations); "
+                                               "it takes annotations (optional: image_dir, corpus_ids)")
     with pytest.raises(SystemExit) as done:
         main(["failures", "--help"])
     assert done.value.code == 0

@@ -3,6 +3,7 @@ run folders written outside runs/: checked against what `--eval` writes for the 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -69,8 +70,13 @@ def test_every_column_metric_is_the_eval_per_query_row(own_service, cirr_world):
     _, bench, _, _, out = cirr_world
     rows = pd.read_csv(out / "per_query.csv", dtype={"query_id": str}).set_index(["run", "query_id"])
     shown = own_service.family.shown
+    from cir_demo.ui import components
+
     for q in bench.queries[:40]:
         cmp = own_service.compare(q.query_id, ["A", "B"], k=10)
+        if q is bench.queries[0]:  # CIRR has no explicit negatives: its columns and legend never speak of them
+            text = re.sub(r"<[^>]+>", " ", components.results_html(cmp))  # what a visitor reads
+            assert "✓ target" in text and "negative" not in text
         for col in cmp.columns:
             assert col.error is None
             assert not any(t.thumb for t in col.tiles)  # no images here: ids in a placeholder
@@ -120,8 +126,21 @@ def test_a_query_missing_from_a_run_says_so_in_its_column(cirr_world, tmp_path):
         col = svc.compare(bench.queries[0].query_id, ["part"]).columns[0]
         assert "has no ranking for this query" in col.error
         assert any("ranks 251 of 252 queries" in w for w in svc.warnings)
+        # a sort that keeps no query is not offered: this file never ranks a query's reference first (B does)
+        refs = {bench.results_key(q.query_id): q.reference_ids[0] for q in bench.queries}
+        assert not any(ranking[0] == refs[key] for key, ranking in data.items())
+        offered = {c.name: c for c in svc.sorts()}
+        assert not offered["reference_first"].available and offered["reference_first"].reason == "no query fits it in these runs"
+        assert svc.find_queries(sort="reference_first").total == 0  # picked before the menu knew: an empty list
+        assert offered["worst"].available and offered["target_rank"].available
     finally:
         svc.engine.close()
+
+
+def test_a_sort_is_offered_where_it_keeps_queries(own_service, cirr_world):
+    bench = cirr_world[1]
+    assert {c.name: c.available for c in own_service.sorts()}["reference_first"]  # B ranks every reference first
+    assert len(own_service.find_queries(sort="reference_first", limit=10_000).rows) == len(bench.queries)
 
 
 def test_world_export_circo_round_trip(tmp_path):

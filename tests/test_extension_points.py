@@ -342,10 +342,11 @@ def test_a_family_module_must_declare_what_it_needs(monkeypatch):
 
 def test_the_app_reports_and_explores_the_toy_family(toy):
     """The toy family in the app with two results files as columns (`--runs`): each column's metrics are the
-    family's per-query ones (= --eval's per_query.csv), and the Report shows the family's aggregates (MRR,
-    Hit@1) for the eval run and the files, with a paired comparison of each."""
+    family's per-query ones (= --eval's per_query.csv), the Report shows the family's aggregates (MRR,
+    Hit@1) for the eval run and the files, with a paired comparison of each, and the Explore tab sorts by
+    the family's own sort within its metadata filter."""
     from cir_demo.explorer import ServiceConfig, build_service
-    from cir_demo.ui import report
+    from cir_demo.ui import explore, report
 
     bench = load_toy(toy / "toy")
     runs = {}
@@ -379,14 +380,32 @@ def test_the_app_reports_and_explores_the_toy_family(toy):
         assert list(pd.read_csv(out / "paired.csv")["metric"]) == ["RR", "hit@1"]  # every headline metric
         # the pair opens Explore sorted "diff:A,B": that sort is the explorer's (issue 26 item 2)
         assert "diff:pos-first,neg-first" in [v for _, v in shown["pair"]["choices"]]
+        # the Explore tab's sort menu offers the family's own sort, and its list honours the metadata filter:
+        # disc queries missed by a run, lowest mean RR (of the two files, computed here) first
+        offered = {value: label for label, value in explore.sort_choices(service)}
+        assert offered["missed_first"] == "First positive not at rank 1"
+        mean_rr = {}
+        for q in bench.queries:
+            rr = []
+            for path in runs.values():
+                scored = json.loads(path.read_text(encoding="utf-8"))[q.query_id]
+                ranking = sorted(scored, key=lambda img: -scored[img])
+                rr.append(next(1.0 / r for r, img in enumerate(ranking, 1) if img in q.positives))
+            mean_rr[q.query_id] = float(np.mean(rr))
+        order = [q.query_id for q in bench.queries]
+        want = sorted((q for q, v in mean_rr.items() if v < 1 and q.startswith("disc-")),
+                      key=lambda q: (mean_rr[q], order.index(q)))
+        listed = explore.list_queries(service, "", {"shape": "disc"}, "missed_first")
+        assert listed["ids"] == want and len(want) > 2 and len({mean_rr[q] for q in want}) > 1
     finally:
         service.engine.close()
 
 
 def test_the_explorer_offers_the_family_s_sort_filter_and_metrics(toy):
-    """The app over the toy benchmark: the family's own sort (declared in its FailureViews, ordered as a
-    brute-force ranking scored here says), its metadata as a filter, its metrics under each column, and
-    no PinPoint sort although the toy queries have negatives (the family declares none)."""
+    """The app over the toy benchmark with the toy retriever (the test above: with results files): the
+    family's own sort (declared in its FailureViews, ordered as a brute-force ranking scored here says),
+    its metadata as a filter, its metrics under each column, and no PinPoint sort although the toy
+    queries have negatives (the family declares none)."""
     from cir_demo.engine import RetrievalEngine
     from cir_demo.explorer import ExplorerService
 
@@ -394,9 +413,7 @@ def test_the_explorer_offers_the_family_s_sort_filter_and_metrics(toy):
     engine = RetrievalEngine(bench, ["toy-projection"], progress=False)
     try:
         svc = ExplorerService(bench, engine, ["toy-projection"], reranker=None, thumbnails_on_disk=False)
-        assert svc.filter_choices()["shape"] == ["disc", "square"]
-        discs = svc.find_queries("", {"shape": "disc"}, limit=1000).rows["query"]
-        assert len(discs) == len(bench.queries) // 2 and all(q.startswith("disc-") for q in discs)
+        assert svc.filter_choices()["shape"] == ["disc", "square"]  # the filter's use: the test above
         offered = {c.name: c for c in svc.sorts()}
         assert offered["missed_first"].available and offered["missed_first"].label == "First positive not at rank 1"
         assert "negatives" not in offered and "spread" not in offered

@@ -154,6 +154,39 @@ def test_app_flags_are_checked_before_launch(dirs, monkeypatch, capsys, argv, ex
     assert len(err) == 1 and err[0].startswith(expect), err
 
 
+@pytest.mark.parametrize("env, expect", [
+    ("99999", "error: GRADIO_SERVER_PORT=99999: must be a port number (0-65535)"),
+    ("http", "error: GRADIO_SERVER_PORT=http: must be a port number (0-65535)"),
+])
+def test_app_port_from_the_environment_is_checked_like_the_flag(dirs, monkeypatch, capsys, env, expect):
+    """gradio binds $GRADIO_SERVER_PORT when --port is absent: 99999 was its OverflowError traceback."""
+    from cir_demo.ui import app as ui_app
+
+    monkeypatch.setattr(ui_app, "launch_app", lambda *a, **k: pytest.fail("launched"))
+    monkeypatch.setattr(ui_app, "ServiceLoader", lambda *a, **k: pytest.fail("launched"))
+    monkeypatch.setenv("GRADIO_SERVER_PORT", env)
+    assert ui_app.main([]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(expect), err
+
+
+@pytest.mark.parametrize("argv, env, expect", [
+    (["--server-name", "no.such.host.invalid"], {}, "error: --server-name no.such.host.invalid: cannot listen on"),
+    ([], {"GRADIO_SERVER_NAME": "no.such.host.invalid"}, "error: GRADIO_SERVER_NAME=no.such.host.invalid: cannot"),
+])
+def test_app_interface_is_checked_before_launch(dirs, monkeypatch, capsys, argv, env, expect):
+    """A host this machine cannot listen on was gradio's 'Cannot find empty port' traceback after 100 tries."""
+    from cir_demo.ui import app as ui_app
+
+    monkeypatch.setattr(ui_app, "launch_app", lambda *a, **k: pytest.fail("launched"))
+    monkeypatch.setattr(ui_app, "ServiceLoader", lambda *a, **k: pytest.fail("launched"))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert ui_app.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(expect), err
+
+
 def test_app_port_in_use_is_refused_before_launch(dirs, monkeypatch, capsys):
     from cir_demo.ui import app as ui_app
 

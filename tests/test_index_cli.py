@@ -146,3 +146,31 @@ def test_sharded_build_removes_only_its_shards_from_shard_dir(env, tmp_path, mon
     assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
                     "--sharded", "--shard-dir", str(shards)]) == 0
     assert [p.name for p in shards.iterdir()] == ["keep.txt"]
+
+
+def test_kind_auto_new_kinds_and_memory_budget(env, capsys, monkeypatch):
+    from cir_demo.index import choose
+
+    directory = env["root"] / "tinybench" / "tiny-conv"
+    build = ["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress"]
+    assert run_cli(build + ["--kind", "ivfpq", "--nlist", "2", "--pq-m", "8", "--k-factor", "8",
+                            "--refine-bits", "8", "--ef-search", "40"]) == 0
+    m = read_manifest(directory)
+    assert (m.kind, m.factory, m.choice) == ("ivfpq", "IVF2_HNSW32,PQ8x4fs,Refine(SQ8)", "requested")
+    assert (m.params["k_factor"], m.params["quantizer_efSearch"]) == (8, 40)
+    assert "faiss IVF2_HNSW32,PQ8x4fs,Refine(SQ8), requested" in capsys.readouterr().out
+    # --kind auto: the choice for 20 x 16 is flat; with a limit below 20 and a budget too small for float32
+    # rows it is PQ codes re-ranked on 8-bit vectors
+    assert run_cli(build + ["--kind", "auto"]) == 0 and read_manifest(directory).kind == "flat"
+    monkeypatch.setattr(choose, "FLAT_MIN_VECTORS", 10)
+    monkeypatch.setattr(choose, "FLAT_MAX_WORK", 1)
+    assert run_cli(build + ["--kind", "auto", "--memory-budget", str(20 * 40 / 2 ** 30)]) == 0
+    m = read_manifest(directory)
+    assert (m.kind, m.params["refine_bits"]) == ("ivfpq", 8) and "over the memory budget" in m.choice
+    capsys.readouterr()
+    assert run_cli(build + ["--kind", "auto", "--memory-budget", "0"]) == 2
+    assert "--memory-budget must be a positive number of GiB, got 0.0" in capsys.readouterr().err
+    assert run_cli(build + ["--kind", "auto", "--nprobe", "3"]) == 2
+    assert "--nprobe do(es) not apply to --kind auto; name the kind with --kind" in capsys.readouterr().err
+    assert run_cli(build + ["--kind", "hnsw", "--k-factor", "3"]) == 2
+    assert "--k-factor do(es) not apply to --kind hnsw" in capsys.readouterr().err

@@ -228,3 +228,46 @@ def test_recipes_of_one_encoder_share_text_embeddings_and_others_do_not(weights_
     assert calls[1] == (slerp.name, ["memo: a new one"])  # the shared texts came from the memo
     assert calls[2] == (other.name, texts[:1])  # other weights: computed, not read from the memo
     assert not np.allclose(c[0], a[0], atol=1e-3)
+
+
+def test_recipes_of_one_tower_share_reference_batches_bit_for_bit_and_only_whole_batches(weights_dir, images, monkeypatch):
+    """Memo against no memo: a second recipe of the same weights encoding the very same reference batch reads
+    it (no image forward) and gets exactly the rows a fresh forward gives; a different batch (a subset, or the
+    same pixels in another batch size) is encoded afresh; other weights never read it."""
+    from cir_demo.retrievers import dual_encoder
+    from cir_demo.utils.lru import LRU
+
+    monkeypatch.setattr(dual_encoder, "REFERENCE_MEMO", LRU(16))
+    image_only = tiny_open_clip_retriever(weights_dir, "image_only")
+    fusion = tiny_open_clip_retriever(weights_dir, "early_fusion")
+    other = tiny_open_clip_retriever(weights_dir, "image_only", seed=1)
+    calls = []
+    for r in (image_only, fusion, other):
+        forward = r.encoder.encode_image_batch
+        monkeypatch.setattr(r.encoder, "encode_image_batch",
+                            lambda batch, forward=forward, r=r: calls.append((r.name, len(batch))) or forward(batch))
+    queries = [ComposedQuery((images[0],), "a", reference_ids=("r0",)),
+               ComposedQuery((images[1], images[2]), "b", reference_ids=("r1", "r2")),
+               ComposedQuery((images[0],), "c", reference_ids=("r0",))]  # a paraphrase: the same image object
+    first = image_only.reference_embeddings(queries)
+    assert calls == [(image_only.name, 3)]  # the repeated image once
+    shared = fusion.reference_embeddings(queries)
+    assert calls == [(image_only.name, 3)]  # the very same batch: read, not encoded
+    monkeypatch.setattr(dual_encoder, "REFERENCE_MEMO", LRU(16))
+    fresh = fusion.reference_embeddings(queries)  # the oracle: the same batch encoded again
+    assert np.array_equal(shared, fresh) and np.array_equal(first, fresh)
+    fusion.reference_embeddings(queries[:2])
+    fusion.reference_embeddings(queries, batch_size=1)
+    other.reference_embeddings(queries)
+    assert calls[-6:] == [(fusion.name, 3), (fusion.name, 3), (fusion.name, 1), (fusion.name, 1), (fusion.name, 1),
+                          (other.name, 3)]
+    # texts the same way: the batch of each text once, shared by the encoder's retrievers (world-CIR's too)
+    text_calls = []
+    for r in (image_only, fusion):
+        forward = r.encoder.encode_text_batch
+        monkeypatch.setattr(r.encoder, "encode_text_batch",
+                            lambda batch, forward=forward: text_calls.append(list(batch)) or forward(batch))
+    a = image_only.encode_text_batches(["memo2: x", "memo2: y", "memo2: x"])
+    b = fusion.encode_text_batches(["memo2: x", "memo2: y"])
+    assert text_calls == [["memo2: x", "memo2: y"]]
+    assert np.array_equal(a[:2], b) and np.array_equal(a[2], a[0])

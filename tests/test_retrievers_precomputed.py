@@ -114,3 +114,36 @@ def test_registered_precomputed_config_loads_without_torch(tmp_path):
     registry.unregister("my-run")
     with pytest.raises(Exception, match="params.path"):
         registry.register_config({"name": "no-path", "family": "precomputed", "params": {}})
+
+
+def test_a_config_s_unreadable_file_is_one_line_in_loading_and_in_the_listing(tmp_path, capsys):
+    """A `precomputed` config (not --runs) whose file has 30 bad queries: loading raises one line naming the
+    file (not its folder), the first problem and the count; `retrievers list` says the same instead of "ok",
+    and says "not found" for a config whose file is gone."""
+    from cir_demo.retrievers import cli as retrievers_cli
+
+    bad = _write(tmp_path, "bad.json", {str(i): {"retrieved_items": 5} for i in range(30)})
+    registry.register_config({"name": "bad-run", "family": "precomputed", "params": {"path": str(bad)}}, replace=True)
+    registry.register_config({"name": "gone-run", "family": "precomputed",
+                              "params": {"path": str(tmp_path / "gone.json")}}, replace=True)
+    registry.register_config({"name": "good-run", "family": "precomputed",
+                              "params": {"path": str(_write(tmp_path, "good.json", {"0": ["a"]}))}}, replace=True)
+    try:
+        with pytest.raises(ValueError) as err:
+            registry.load_retriever("bad-run")
+        line = str(err.value)
+        assert "\n" not in line and str(tmp_path) not in line
+        assert line.startswith("bad.json: query '0', field 'retrieved_items': read as pinpoint results: must be a list")
+        assert "(and 29 more problems;" in line
+        from cir_demo.preflight.checks import load_failure_lines  # what the app's page says of the column
+
+        page = load_failure_lines("bad-run", err.value)
+        assert len(page) == 1 and page[0].endswith(line)
+        assert retrievers_cli.run(retrievers_cli.argparse.Namespace(retrievers_command="list", family="precomputed")) == 0
+        rows = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()[1:]}
+        assert rows["bad-run"].endswith(line) and str(tmp_path) not in rows["bad-run"]
+        assert rows["gone-run"].endswith("results file gone.json not found")
+        assert rows["good-run"].endswith(" ok")
+    finally:
+        for name in ("bad-run", "gone-run", "good-run"):
+            registry.unregister(name)

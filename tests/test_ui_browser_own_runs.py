@@ -1,6 +1,7 @@
 """A real browser on the app started as `python app.py --benchmark cirr --root DIR --runs A.json B.json`
 over the tiny world exported to CIRR (no images): the Report's pair control opens Explore sorted A vs B,
-with A and B side by side on the list's first query. Waits follow page state, never fixed sleeps.
+with A and B side by side on the list's first query, the reference deleted by the protocol said in the
+column that ranked it, and every tile's label its official rank. Waits follow page state, never fixed sleeps.
 
 Skips when /usr/bin/chromium is missing (`apt-get install -y chromium`; never `playwright install`).
 """
@@ -27,12 +28,6 @@ def own_runs_app(tmp_path_factory):
     args = ui_app.build_parser().parse_args(["--benchmark", "cirr", "--root", str(root / "cirr"), "--runs", str(pa),
                                              str(pb), "--reranker", "none", "--no-thumbnail-warmer"])
     service = build_service(ui_app.config_from_args(args))  # the command line's config: columns A and B
-    try:
-        service.find_queries(sort=PAIR)
-    except Exception as exc:  # the sort itself is the explorer's (issue 26 item 2), merged separately
-        service.engine.close()
-        mp.undo()
-        pytest.skip(f"the explorer has no {PAIR!r} sort in this tree yet ({type(exc).__name__}: {exc})")
     demo = ui_app.create_app(service)
     port = free_port()
     ui_app.launch_app(demo, "127.0.0.1", port, prevent_thread_lock=True, quiet=True)
@@ -70,4 +65,15 @@ def test_report_pair_opens_explore_sorted_a_vs_b_with_both_columns(own_runs_app,
     # no images here: each tile shows its id in the placeholder
     tile = page.locator("#cir-results li.cir-tile").first
     assert tile.locator(".cir-missing code").inner_text() == tile.get_attribute("data-image-id")
+    # the protocol's scope: B ranked the reference first; CIRR deletes it, so it is no tile of either column,
+    # B's column says where B had ranked it, and the tiles' labels are the official ranks (1, 2, ...)
+    reference = query.reference_ids[0]
+    col_b = page.locator("#cir-results section.cir-col[aria-label='Results of B']")
+    note = col_b.locator(".cir-note").inner_text()
+    assert "reference image (ranked 1 by the run) is left out" in note
+    assert page.locator(f"#cir-results li.cir-tile[data-image-id='{reference}']").count() == 0
+    for name, col in zip(("A", "B"), service.compare(top, ["A", "B"], k=10).columns):
+        labels = page.locator(f"#cir-results section.cir-col[aria-label='Results of {name}'] .cir-rank").all_inner_texts()
+        assert labels == [f"#{t.rank}" for t in col.tiles] == [f"#{r}" for r in range(1, len(labels) + 1)]
+        assert [t.image_id for t in col.tiles] == [x for x in col.ranking if x != reference][:len(labels)]
     screenshot(page, "browser-own-runs-a-vs-b")

@@ -43,3 +43,33 @@ def test_point_labels_never_overlap_each_other_or_a_dot():
         dot_boxes = [(x - r, y - r, x + r, y + r) for x, y in dots]
         assert not any(overlaps(a, d) for a in boxes for d in dot_boxes)
         assert all(bounds[0] <= a[0] and a[2] <= bounds[2] and bounds[1] <= a[1] and a[3] <= bounds[3] for a in boxes)
+
+
+def test_each_breakdown_plot_caption_names_the_metric_on_its_axis(tmp_path, monkeypatch):
+    """For every metric family, each breakdown plot `--eval` draws has the Report caption naming the metric
+    its axis shows (a caption saying mAP@10 over a Recall@1 axis misleads): the axis labels are read from
+    the chart calls, the captions from the Report's table."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from cir_demo.benchmarks.families import FAMILIES
+    from cir_demo.explorer.runs import plot_captions
+    from cir_demo.harness import plots
+
+    drawn = {}
+    monkeypatch.setattr(charts, "bar_chart", lambda path, cats, series, title, xlabel, intervals=None:
+                        drawn.setdefault(path.name, xlabel) and path)
+    for fam in FAMILIES.values():
+        monkeypatch.setattr(plots, "family_of", lambda _b, fam=fam: dataclasses.replace(fam, plots=()))
+        drawn.clear()
+        tab = pd.DataFrame({"run": ["A", "A"], "value": ["x", "y"], "n_queries": [3, 4], fam.primary: [0.25, 0.5]})
+        ev = SimpleNamespace(name="A", metrics={}, per_query=pd.DataFrame())
+        written = plots.write_plots(SimpleNamespace(name="b", metric_family=fam.name), [ev],
+                                    {field: tab for field, *_ in plots.BREAKDOWN_PLOTS}, tmp_path)
+        assert set(written) == {fname for _, fname, _ in plots.BREAKDOWN_PLOTS} == set(drawn), fam.name
+        captions = plot_captions(fam)
+        for fname, axis in drawn.items():
+            metric = axis.removesuffix(" with 95% interval")
+            assert metric == fam.headline.get(fam.primary, fam.primary) and metric in captions[fname], (fam.name, fname)

@@ -134,6 +134,35 @@ def test_batched_scoring_equals_each_candidate_alone(which, request, one_torch_t
     assert abs(swapped[0].logit_yes - batched[1][0].logit_yes) > 1e-6
 
 
+def test_a_batch_of_queries_met_again_reads_its_probes_and_scores_bit_for_bit(near_judge_dir, one_torch_thread,
+                                                                          monkeypatch):
+    """Memo against no memo: the same batch of queries scored again (the next retriever's reranking, its
+    per-query probes evicted meanwhile) reads the batch's probes and gives exactly the logits a fresh judge
+    computes; a different batch of the same queries is encoded afresh."""
+    def judge_with_counter():
+        judge = load_reranker("world-verifier", weights=str(near_judge_dir / "world_judge.safetensors"))
+        ims = _images(6, seed=4)
+        judge.use_image_embeddings(["k0", "k1", "k2"], judge.encode_images(ims[:3]), remember_ids=["r0", "r1"])
+        encode, calls = judge._encode_probes, []
+        monkeypatch.setattr(judge, "_encode_probes", lambda reqs: calls.append(len(reqs)) or encode(reqs))
+        items = [(RerankRequest((ims[3],), ("r0",), "Same mug but not red"), ["k0", "k1"], [None, None]),
+                 (RerankRequest((ims[3], ims[4]), ("r0", "r1"), "The <img1> item in the colour of <img2>"),
+                  ["k2"], [None]),
+                 (RerankRequest((ims[4],), ("r1",), "Same mug but in blue"), ["k1", "k2"], [None, None])]
+        return judge, items, calls
+
+    judge, items, calls = judge_with_counter()
+    first = judge._logits(items)
+    judge._probes.clear()  # evicted per query, as a pass over more queries than the memo holds does
+    again = judge._logits(items)
+    assert calls == [3] and np.array_equal(first, again)
+    fresh_judge, _, _ = judge_with_counter()
+    assert np.array_equal(fresh_judge._logits(items), first)  # the oracle: the batch computed afresh
+    judge._probes.clear()
+    judge._logits(items[:2])
+    assert calls == [3, 2]
+
+
 def test_near_miss_answer_matches_the_training_path_and_orders_the_rerank(near_judge_dir, one_torch_thread):
     """The served (yes, no, near) logits equal the model's training path (`forward` on features),
     and `rerank` orders the top block by P(yes) - penalty * P(near), computed here by hand."""

@@ -51,6 +51,29 @@ def benchmark_kwargs(args: argparse.Namespace) -> dict:
     return {k: getattr(args, attr) for k, attr in LOADER_ARGS.items() if getattr(args, attr, None) is not None}
 
 
+def benchmark_flags(benchmark: str, kwargs: dict, limit: int | None = None) -> list[str]:
+    """The command-line flags that select `benchmark` with loader keywords `kwargs` (the inverse of
+    `benchmark_kwargs`), for a child command such as the app's background `--eval` run. Generated from
+    the benchmark's declaration, so every argument it takes travels (`--split` included); a keyword
+    that no flag sets is a ValueError naming it."""
+    from cir_demo.benchmarks.registry import declared_defaults
+
+    spec = declared_defaults(benchmark)
+    declared = spec.arguments if spec is not None else tuple(kwargs)
+    argv = ["--benchmark", benchmark]
+    for key in declared:
+        if kwargs.get(key) is None:
+            continue
+        if key not in LOADER_ARGS:
+            raise ValueError(f"benchmark {benchmark!r}: argument {key!r} has no command-line flag, so a child "
+                             "command cannot be given it")
+        argv += [f"--{LOADER_ARGS[key].replace('_', '-')}", str(kwargs[key])]
+    unknown = sorted(set(k for k, v in kwargs.items() if v is not None) - set(declared))
+    if unknown:
+        raise ValueError(f"benchmark {benchmark!r} does not take {', '.join(unknown)}")
+    return argv + (["--limit", str(limit)] if limit else [])
+
+
 def load_benchmark_from_args(args: argparse.Namespace, name: str | None = None):
     """The benchmark the flags name (cut to `--limit` paraphrase groups when given)."""
     from cir_demo.benchmarks.registry import load_benchmark

@@ -120,6 +120,7 @@ CIRR = FailureViews(
     scope="reference_deleted",
     target_rank=True,
     positive_word="target",
+    negative_word="",  # no explicit negatives: no ✗ badge word, count or legend line
     filters={"length_category": "Caption length"},
     legend={"Recall@1": "1 when the target is first once the reference is deleted",
             "Recall@10": "1 when the target is in the top 10 once the reference is deleted",
@@ -133,6 +134,7 @@ FASHIONIQ = FailureViews(
     scope="gallery",
     target_rank=True,
     positive_word="target",
+    negative_word="",  # no explicit negatives: no ✗ badge word, count or legend line
     filters={"category": "Category"},
     legend={"Recall@10": "1 when the target is in the top 10 of the category's gallery",
             "Recall@50": "1 when the target is in the top 50 of the category's gallery"},

@@ -28,7 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "rerank_hurt (with <run>+rerank files), or a sort of the benchmark's family: "
                         + family_sorts() + ". An unknown name lists those this benchmark offers. Default: worst")
     p.add_argument("--top", type=int, default=None, help="only the first N queries of the sort")
-    p.add_argument("--out", required=True, help="the CSV file to write (written atomically)")
+    p.add_argument("--out", required=True, help="the CSV file to write (written atomically; an existing file is "
+                                                "replaced only with --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
 
 
 def family_sorts() -> str:
@@ -40,6 +42,7 @@ def family_sorts() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cir_demo.benchmarks.registry import BenchmarkArgumentError
     from cir_demo.benchmarks.schema import BenchmarkError
     from cir_demo.explorer.config import ServiceError
 
@@ -52,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         bench = load_benchmark_from_args(args)
         rows = failure_rows(bench, args.results_json, args.sort, args.results_format)
-    except ServiceError as exc:
+    except (ServiceError, BenchmarkArgumentError) as exc:  # a flag the benchmark needs, a sort it lacks
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except BenchmarkError as exc:

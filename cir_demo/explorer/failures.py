@@ -83,6 +83,27 @@ def sort_choices(ctx: SortContext) -> list[SortChoice]:
     return out
 
 
+def with_empty_marked(choices: Sequence[SortChoice], per_query: pd.DataFrame, ctx: SortContext,
+                      memo: dict | None = None) -> list[SortChoice]:
+    """`choices` with each offered failure sort that keeps no query of `per_query` marked not offered (e.g.
+    "returned the reference first" where no run did), so the app offers only sorts that return something.
+    The reranker sorts are left as they are: their rows may not be loaded yet. `memo`: as in `sort_rows`."""
+    out = []
+    for c in choices:
+        if c.available and c.name != "order" and not c.name.startswith("rerank") and len(per_query):
+            if memo is not None and c.name in memo:
+                keep = memo[c.name][0]
+            else:
+                found = _sort_function(c.name, ctx)(per_query, ctx)
+                keep = found[0]
+                if memo is not None:
+                    memo[c.name] = found
+            if not bool(keep.any()):
+                c = SortChoice(c.name, c.label, False, "no query fits it in these runs")
+        out.append(c)
+    return out
+
+
 def split_diff(name: str) -> tuple[str, str]:
     a, sep, b = name[len(DIFF_PREFIX):].partition(",")
     if not sep or not a or not b:

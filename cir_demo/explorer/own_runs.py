@@ -81,31 +81,16 @@ def register_runs(runs: Sequence[RunFile]) -> list[str]:
     return names
 
 
-def one_line(exc: BaseException, path: str | Path) -> str:
-    """An error reading a results file as one line: the file's name (never its server path), the first
-    problem and how many more there are."""
-    issues = getattr(exc, "issues", None)
-    name = Path(path).name
-    if issues:
-        first = issues[0]
-        where = ", ".join(x for x in (first.location, f"field {first.field!r}" if first.field else None) if x)
-        more = f" (and {len(issues) - 1} more problems; `python app.py --eval --results-json` lists them)" \
-            if len(issues) > 1 else ""
-        return f"{name}: {where + ': ' if where else ''}{first.message}{more}"
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return f"{name}: {text.replace(str(Path(path)), name).replace(str(Path(path).resolve()), name)}"
-
-
 def load_run(benchmark, path: str | Path, name: str):
     """The results file read onto `benchmark` as `--eval` reads it, as a ranking-only retriever, and the
     notes worth a line (coverage). Raises ServiceError with one line when the file cannot be used."""
-    from cir_demo.results import read_results
+    from cir_demo.results import problem_line, read_results
     from cir_demo.retrievers.precomputed import PrecomputedRetriever
 
     try:
         results = read_results(path, benchmark)
     except Exception as exc:  # BenchmarkError, OSError, UnicodeError: one line either way
-        raise ServiceError(one_line(exc, path)) from None
+        raise ServiceError(problem_line(exc, path)) from None
     if not results.run:
         shown = ", ".join(repr(k) for k in results.unknown_query_keys[:3])
         raise ServiceError(f"{Path(path).name}: none of its query keys is a query of {benchmark.name!r}"

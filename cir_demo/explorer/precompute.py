@@ -64,7 +64,8 @@ class PrecomputeStatus:
 
 def complete_run(service) -> Path | None:
     """A run of this benchmark content with every served column, plain and reranked, for every
-    query the app shows (then nothing needs computing)."""
+    query the app shows (then nothing needs computing). Only the run and query columns of
+    per_query.csv are read, which every metric family writes."""
     from cir_demo.explorer.runs import list_runs, read_eval_per_query
 
     hashes = service._spec_hashes()
@@ -76,13 +77,31 @@ def complete_run(service) -> Path | None:
     for run in list_runs(service.benchmark.name, service.fingerprint):
         if run.matches != "fingerprint":
             continue
-        df = read_eval_per_query(run.path, hashes, rr_hash)
+        df = read_eval_per_query(run.path, hashes, rr_hash, columns=("run", "query_id"))
         if df is None or not len(df):
             continue
         covered = df[df["query_id"].isin(set(service.table["query_id"]))].groupby("run")["query_id"].nunique()
         if all(covered.get(n, 0) == n_queries for n in wanted):
             return run.path
     return None
+
+
+def installed_shipped_run(service, root: Path) -> Path | None:
+    """The complete run the repository ships for this view (the default world's `--eval` outputs,
+    `cir_demo.index.prebuilt_run`), installed into `root`; None when none is shipped or it does not
+    match what is served (then it is computed in the background, never served as current)."""
+    from cir_demo.index.prebuilt_run import install_shipped_run, run_key
+
+    try:
+        served = run_key(service.fingerprint, service._spec_hashes(), service._reranker_hash(),
+                         service.config.default_top_n)
+        path, problems = install_shipped_run(service.benchmark, served, root)
+    except Exception:  # a failed install never stops the background run that replaces it
+        log.exception("installing the shipped eval outputs")
+        return None
+    if problems:
+        log.info("the shipped eval outputs are not used (%s); computing them in the background", "; ".join(problems))
+    return complete_run(service) if path is not None else None
 
 
 def _low_priority_child() -> None:
@@ -161,11 +180,11 @@ class PrecomputeJob:
         from cir_demo.paths import runs_dir
 
         try:
-            existing = complete_run(service)
+            root = self._runs_root or runs_dir()
+            existing = complete_run(service) or installed_shipped_run(service, root)
             if existing is not None:
                 self._set(PrecomputeStatus("done", detail=f"from {existing.name}"))
                 return
-            root = self._runs_root or runs_dir()
         except Exception as exc:  # an unreadable runs folder: the sorts then compute on demand
             self._set(PrecomputeStatus("failed", detail=f"cannot read the runs folder: {exc}"))
             return

@@ -20,10 +20,12 @@ def list_runs(benchmark_name: str, fingerprint: str, root: Path | None = None,
     `--eval --results-json` wrote elsewhere (cir_demo/results/run_folders.py) and the `extra` folders
     given to the app (`--runs FOLDER`).
 
-    A run matches by `run_info.json`'s benchmark fingerprint (same content), else (older
+    A copy of shipped outputs installed by other code is left out (it is not what this code
+    writes). A run matches by `run_info.json`'s benchmark fingerprint (same content), else (older
     runs and results-file evaluations, which have no run_info) by the benchmark name in
     metrics.json or the folder name suffix `-<benchmark>`. An `extra` folder is listed whatever it holds.
     """
+    from cir_demo.index.prebuilt_run import stale_installed_copy
     from cir_demo.paths import runs_dir
     from cir_demo.results.run_folders import recorded_run_folders
 
@@ -33,7 +35,9 @@ def list_runs(benchmark_name: str, fingerprint: str, root: Path | None = None,
     given = {Path(f).resolve() for f in extra}
     out, seen = [], set()
     for d in [*folders, *given]:
-        if d.resolve() in seen or not (d.is_dir() and (d / "metrics.csv").is_file()):
+        # a dot-folder is work in progress (staging, an install being written), never a run
+        if d.resolve() in seen or d.name.startswith(".") or not (d.is_dir() and (d / "metrics.csv").is_file()) \
+                or stale_installed_copy(d):
             continue
         seen.add(d.resolve())
         match = _match(d, benchmark_name, fingerprint) or ("given" if d.resolve() in given else None)
@@ -134,12 +138,12 @@ def load_report(run: RunSummary, family: MetricFamily | str | None = None) -> Re
                   [(p, captions.get(p.name, p.stem.replace("_", " "))) for p in plots], info, paired)
 
 
-PINPOINT_SORT_COLUMNS = ("run", "query_id", "group_id", "AP@10", "precision@10", "NegRecall@10", "n_neg")
+PER_QUERY_COLUMNS = ("run", "query_id", "group_id", "AP@10", "precision@10", "NegRecall@10", "n_neg")
 
 
 def read_eval_per_query(run_dir: Path, retriever_specs: Mapping[str, str], reranker_hash: str | None,
-                        columns: Sequence[str] = PINPOINT_SORT_COLUMNS) -> pd.DataFrame | None:
-    """per_query.csv rows of an eval run whose retrievers have the given spec hashes.
+                        columns: Sequence[str] = PER_QUERY_COLUMNS) -> pd.DataFrame | None:
+    """per_query.csv rows (`columns` of them) of an eval run whose retrievers have the given spec hashes.
 
     Only runs written by the pipeline (run_info.json with specs) qualify: a ranking is
     reused only when it came from the same retriever spec. Reranked rows are kept when
@@ -160,7 +164,8 @@ def read_eval_per_query(run_dir: Path, retriever_specs: Mapping[str, str], reran
     if reranker_hash and isinstance(rr_spec, dict) and spec_hash_of(rr_spec) == reranker_hash:
         runs |= {f"{n}{RERANK_SUFFIX}" for n in ok}
     try:
-        df = pd.read_csv(run_dir / "per_query.csv", usecols=list(columns), dtype={"query_id": str, "group_id": str, "run": str})
+        df = pd.read_csv(run_dir / "per_query.csv", usecols=list(columns),
+                         dtype={"query_id": str, "group_id": str, "run": str})
     except (OSError, ValueError):
         return None
     return df[df["run"].isin(runs)].reset_index(drop=True)

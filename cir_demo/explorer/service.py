@@ -16,7 +16,8 @@ from cir_demo.benchmarks.schema import Benchmark, Query
 from cir_demo.explorer.config import (MAX_COLUMNS, MAX_QUERY_ROWS, NO_VALUE, REFERENCE_PX,
                                      SEARCH_K, TILE_PX, ServiceConfig, ServiceError, filter_fields,
                                      retriever_modality)
-from cir_demo.explorer.failures import SortChoice, SortContext, per_query_frame, sort_choices, sort_rows
+from cir_demo.explorer.failures import (SortChoice, SortContext, per_query_frame, sort_choices, sort_rows,
+                                       with_empty_marked)
 from cir_demo.explorer.images import ThumbnailStore, encode_jpeg_data_uri, thumbnail_db_path
 from cir_demo.explorer.queries import filter_choices, filter_queries, filter_value, query_table
 from cir_demo.explorer.ranking_metrics import metrics_many
@@ -54,6 +55,8 @@ class ExplorerService:
                                          REFERENCE_PX, quality=90)
         self._failures: pd.DataFrame | None = None
         self._sorts: list[SortChoice] | None = None
+        self._checked_sorts: list[SortChoice] = []  # `_sorts` with those keeping no query marked (sorts())
+        self._sorts_checked_on: pd.DataFrame | None = None  # the per-query rows they were checked on
         self._sort_memo: dict = {}  # sort name -> its (keep, key, why) over the current failure_stats rows
         self._failure_source = ""
         self._paraphrase_tables = LRU(256)  # (intent, retrievers) -> table
@@ -120,9 +123,8 @@ class ExplorerService:
         note = ""
         if sort != "order":
             per_query = self.failure_stats(progress, need_rerank=sort.startswith("rerank"))
-            if self._sort_memo.get("__rows__") is not per_query:  # new rows: earlier sort results are void
-                self._sort_memo = {"__rows__": per_query}
-            rows, note = sort_rows(rows, per_query, sort, self.sort_context(), self.sorts(), self._sort_memo)
+            self.sorts()  # the menu leaves out a sort keeping no query; one picked before it knew lists nothing
+            rows, note = sort_rows(rows, per_query, sort, self.sort_context(), self._sorts, self._memo_for(per_query))
         total = len(rows)
         shown = rows.head(limit)
         kind = shown["intent_category"].where(shown["intent_category"] != NO_VALUE, "")
@@ -142,7 +144,29 @@ class ExplorerService:
         with whether it can return something here and why not (cir_demo/benchmarks/failure_views.py)."""
         if self._sorts is None:  # the benchmark, columns and reranker of a service never change
             self._sorts = sort_choices(self.sort_context())
-        return list(self._sorts)
+        if self._failures is None and self._all_ranking_only():
+            self.failure_stats()  # results files only: their per-query rows are cheap, the menu can be exact
+        rows = self._failures
+        if rows is not None and self._sorts_checked_on is not rows:  # a sort keeping no query is not offered
+            self._checked_sorts = with_empty_marked(self._sorts, rows, self.sort_context(), self._memo_for(rows))
+            self._sorts_checked_on = rows
+        return list(self._checked_sorts if self._sorts_checked_on is not None else self._sorts)
+
+    def _memo_for(self, per_query: pd.DataFrame) -> dict:
+        """The sorts' results over these per-query rows (new rows: earlier results are void)."""
+        if self._sort_memo.get("__rows__") is not per_query:
+            self._sort_memo = {"__rows__": per_query}
+        return self._sort_memo
+
+    def _all_ranking_only(self) -> bool:
+        """Every column reads a results file (its family runs no model), asked of the configs: no model loads."""
+        from cir_demo.retrievers.registry import family_module, get_config
+
+        try:
+            return bool(self.retriever_names) and all(
+                not getattr(family_module(get_config(n)["family"]), "RUNS_MODEL", True) for n in self.retriever_names)
+        except Exception:  # noqa: BLE001 - an unregistered column (an upload): the menu is checked when rows exist
+            return False
 
     def sorted_queries(self, sort: str, text: str = "", filters: Mapping[str, str | None] | None = None,
                        limit: int = MAX_QUERY_ROWS, progress: Callable[[str], None] | None = None) -> QueryList:
@@ -379,10 +403,13 @@ class ExplorerService:
 
     # ------------------------------------------------------------------ failure statistics
     def _spec_hashes(self) -> dict[str, str]:
+        """{column: hash of the spec its runs record}, which stored runs must match to be reused."""
+        from cir_demo.retrievers.base import spec_hash
+
         out = {}
         for n in self.retriever_names:
             try:
-                out[n] = self.engine.retriever(n).spec_hash()
+                out[n] = spec_hash(self.engine.run_spec(n))
             except Exception as exc:
                 log.warning("retriever %s: %s", n, exc)
         return out

@@ -30,11 +30,11 @@ def _dry_run(args: argparse.Namespace, device: str | None) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from cir_demo.index.cli import index_params
+    from cir_demo.index.cli import index_params, memory_budget
     from cir_demo.preflight.run import check_run
     from cir_demo.retrievers.registry import load_retriever
 
-    params = index_params(args)
+    params, budget = index_params(args), memory_budget(args)  # a wrong flag fails before any work
     device = args.device
     ctx = None
     if args.sharded:
@@ -46,8 +46,8 @@ def _build(args: argparse.Namespace) -> int:
         return _dry_run(args, device)
     bench = check_run(args, _load_benchmark(args), [args.retriever])  # weights, opt-ins and images before any long work
     retriever = load_retriever(args.retriever, device=device, trust_remote_code=args.trust_remote_code)
-    common = dict(out_dir=args.out_dir, kind=args.kind, batch_size=args.batch_size,
-                  progress=not args.no_progress, force=args.force, **params)
+    common = dict(out_dir=args.out_dir, kind=args.kind, batch_size=args.batch_size, progress=not args.no_progress,
+                  force=args.force, memory_budget=budget, **params)
     if args.sharded:
         from cir_demo.index.shard import build_sharded
 
@@ -65,7 +65,8 @@ def _build(args: argparse.Namespace) -> int:
     m = loaded.manifest
     print(f"{loaded.directory}: {m.kind} index of {m.count} images x {m.dim} dims, "
           f"built {m.built_at} in {m.build_seconds:.1f} s on {m.device}"
-          + (f" across {m.num_shards} processes" if m.num_shards > 1 else ""))
+          + (f" across {m.num_shards} processes" if m.num_shards > 1 else "")
+          + (f"; faiss {m.factory}, {m.choice}" if m.choice else ""))
     return 0
 
 
@@ -86,15 +87,28 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _prebuilt(args: argparse.Namespace) -> int:
-    """Rebuild (or with --check, only check) the committed prebuilt corpus embeddings."""
-    from cir_demo.index.build import corpus_ids_of
-    from cir_demo.index.prebuilt import build_prebuilt, image_encoder, prebuilt_dir, prebuilt_problems
-    from cir_demo.preflight.request import retriever_names
-    from cir_demo.retrievers.registry import load_retriever
+    """Rebuild (or with --check, only check) what indexes/prebuilt/ commits: the corpus embeddings and
+    the complete --eval outputs."""
+    from cir_demo.preflight.request import default_reranker, retriever_names
 
+    if args.rerun and not args.check:
+        raise ValueError("--rerun goes with --check (it checks the shipped --eval outputs by running --eval again)")
+    if args.limit and args.only != "eval":
+        raise ValueError("--limit goes with --only eval (corpus embeddings are always of the whole corpus)")
     args.benchmark = args.benchmark or "world"
     bench = _load_benchmark(args)
     names = retriever_names(args.retrievers, bench.name)
+    bad = _prebuilt_embeddings(args, bench, names) if args.only != "eval" else 0
+    if args.only != "embeddings":
+        bad += _prebuilt_eval(args, bench, names, default_reranker(bench.name, args.rerank))
+    return 1 if bad else 0
+
+
+def _prebuilt_embeddings(args: argparse.Namespace, bench, names: list[str]) -> int:
+    from cir_demo.index.build import corpus_ids_of
+    from cir_demo.index.prebuilt import build_prebuilt, image_encoder, prebuilt_dir, prebuilt_problems
+    from cir_demo.retrievers.registry import load_retriever
+
     retrievers = [load_retriever(n, device="cpu") for n in names]
     if not args.check:
         for d in build_prebuilt(bench, retrievers, batch_size=args.batch_size, progress=not args.no_progress):
@@ -109,7 +123,19 @@ def _prebuilt(args: argparse.Namespace) -> int:
         bad += bool(reasons)
         print(f"{'stale' if reasons else 'fresh':6s} {r.name}: {prebuilt_dir(bench, tower)}"
               + "".join(f"\n       - {x}" for x in reasons))
-    return 1 if bad else 0
+    return bad
+
+
+def _prebuilt_eval(args: argparse.Namespace, bench, names: list[str], reranker: str | None) -> int:
+    from cir_demo.harness.prebuilt_run_build import build_shipped_run, check_shipped_run
+    from cir_demo.index.prebuilt_run import shipped_dir
+
+    if not args.check:
+        print(f"wrote {build_shipped_run(args, bench, names, reranker)}")
+    reasons = check_shipped_run(bench, names, reranker, rerun=args.check and args.rerun)
+    what = "byte-identical to --eval" if args.check and args.rerun and not reasons else "--eval outputs"
+    print(f"{'stale' if reasons else 'fresh':6s} {what}: {shipped_dir(bench)}" + "".join(f"\n       - {x}" for x in reasons))
+    return int(bool(reasons))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ metrics together for a headless run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -101,6 +102,29 @@ def query_text_section(specs: dict[str, dict]) -> list[str]:
             + "\n".join(f"| {n} | `{t['template']}` | {t['source']} |" for n, t in rows)]
 
 
+class Stages:
+    """Wall seconds per stage of a run, in the order the stages first ran: run_info.json's `timings_s`
+    and the last line of the run's log, so that a slow run says where its time went."""
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - t, 3)
+
+    def total(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def line(self) -> str:
+        return "time per stage (s): " + ", ".join(f"{k} {v:.1f}" for k, v in self.seconds.items())
+
+
 def dry_run_benchmark(args: argparse.Namespace, bench, names: list[str], reranker_name: str | None, top_n: int) -> int:
     from cir_demo.preflight.dry_run import dry_run
     from cir_demo.preflight.run import model_lines
@@ -114,7 +138,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
     from cir_demo.benchmarks.cli_args import load_benchmark_from_args
     from cir_demo.harness.staging import default_out_dir, staged_run_dir
 
-    t0 = time.perf_counter()
+    stages = Stages()
     if getattr(args, "dry_run", False):
         from cir_demo.preflight.dry_run import not_generated_note
 
@@ -122,7 +146,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
         if note:
             print(note)
             return 0
-    bench = load_benchmark_from_args(args)
+    with stages("benchmark"):  # the default world: generated on a first run
+        bench = load_benchmark_from_args(args)
     names = retriever_names(args.retrievers, bench.name)
     reranker_name = default_reranker(bench.name, getattr(args, "rerank", None))
     top_n = getattr(args, "rerank_top_n", 20)
@@ -130,18 +155,18 @@ def run_benchmark(args: argparse.Namespace) -> int:
         return dry_run_benchmark(args, bench, names, reranker_name, top_n)
     from cir_demo.preflight.run import check_run
 
-    bench = check_run(args, bench, names, reranker_name)  # weights, opt-ins, images: before anything is created
+    with stages("checks"):  # weights, opt-ins, images: before anything is created
+        bench = check_run(args, bench, names, reranker_name)
     final = Path(args.out) if args.out else default_out_dir(bench.name)
     print(f"run directory: {final} (written when complete)", flush=True)
     with staged_run_dir(final, getattr(args, "overwrite", False)) as out:
-        return _run_into(args, bench, names, reranker_name, top_n, out, final, t0)
+        return _run_into(args, bench, names, reranker_name, top_n, out, final, stages)
 
 
-def _run_into(args, bench, names, reranker_name, top_n, out: Path, final: Path, t0: float) -> int:
+def _run_into(args, bench, names, reranker_name, top_n, out: Path, final: Path, stages: Stages) -> int:
     from tqdm import tqdm
 
     from cir_demo.engine import DEFAULT_K, RetrievalEngine, benchmark_fingerprint
-    from cir_demo.harness.report import write_outputs
     from cir_demo.results import write_results
     from cir_demo.utils.io import write_json_atomic
 
@@ -152,46 +177,39 @@ def _run_into(args, bench, names, reranker_name, top_n, out: Path, final: Path, 
                              trust_remote_code=bool(getattr(args, "trust_remote_code", False)))
     evaluations: list[RunEvaluation] = []
     pairs: list[tuple[RunEvaluation, RunEvaluation]] = []
-    timings: dict[str, float] = {}
     specs: dict[str, dict] = {}
     reranker_spec = None
     if reranker_name:  # a first run renders the corpus once for the retrievers and the reranker
-        engine.prefetch_corpus_embeddings(names, reranker_name)
+        with stages("corpus features"):
+            engine.prefetch_corpus_embeddings(names, reranker_name)
+            engine.reranker(reranker_name)  # loaded with the corpus features it reads
     for name in names:
-        t = time.perf_counter()
-        engine.index(name)  # build or load, with its own progress bar
-        timings[f"{name}/index"] = round(time.perf_counter() - t, 3)
-        retriever = engine.retriever(name)
-        specs[name] = dict(retriever.spec)
-        if engine.query_template(name) is not None:  # recorded in results files and stated in the report
-            specs[name]["query_template"] = engine.query_template(name)
-        t = time.perf_counter()
-        with tqdm(total=len(bench.queries), desc=f"retrieve {name}", unit="query") as bar:
+        with stages(f"{name}/index"):
+            engine.index(name)  # build or load, with its own progress bar
+        specs[name] = engine.run_spec(name)  # with its query template, stated in the report
+        with stages(f"{name}/retrieve"), tqdm(total=len(bench.queries), desc=f"retrieve {name}", unit="query") as bar:
             run, scores = engine.run_benchmark(name, k=DEFAULT_K, progress=lambda done, total: bar.update(done - bar.n))
-        timings[f"{name}/retrieve"] = round(time.perf_counter() - t, 3)
         write_results(out / "results" / f"{name}.json", bench, run, scores, spec=specs[name])
-        base = evaluate_run(bench, run, name, n_boot=args.n_boot, seed=args.bootstrap_seed)
+        with stages("evaluate"):
+            base = evaluate_run(bench, run, name, n_boot=args.n_boot, seed=args.bootstrap_seed)
         evaluations.append(base)
         if reranker_name:
             reranker_spec = dict(engine.reranker(reranker_name).spec)
-            t = time.perf_counter()
-            rr = engine.rerank_run(reranker_name, run, scores, top_n=top_n, progress=True)
-            timings[f"{name}/rerank"] = round(time.perf_counter() - t, 3)
+            with stages(f"{name}/rerank"):
+                rr = engine.rerank_run(reranker_name, run, scores, top_n=top_n, progress=True)
             rr_name = f"{name}{RERANK_SUFFIX}"
             rr_scores = {q: [it.p_yes if it.p_yes is not None else float("nan") for it in its] for q, its in rr.items.items()}
             write_results(out / "results" / f"{rr_name}.json", bench, rr.run,
                           {q: [0.0 if s != s else s for s in v] for q, v in rr_scores.items()},
                           spec={"retriever": specs[name], "reranker": reranker_spec, "top_n": top_n})
-            reranked = evaluate_run(bench, rr.run, rr_name, n_boot=args.n_boot, seed=args.bootstrap_seed)
+            with stages("evaluate"):
+                reranked = evaluate_run(bench, rr.run, rr_name, n_boot=args.n_boot, seed=args.bootstrap_seed)
             evaluations.append(reranked)
             pairs.append((base, reranked))
     engine.close()
 
-    sections = ([metric_family(bench.metric_family).rerank_section_maker()(
-        bench, pairs, top_n, reranker_spec or {}, n_boot=args.n_boot, seed=args.bootstrap_seed)] if pairs else [])
-    sections += query_text_section(specs)
-    paths = write_outputs(bench, evaluations, out, n_boot=args.n_boot, seed=args.bootstrap_seed,
-                          extra_sections=sections, plots=not args.no_plots)
+    with stages("report"):
+        paths = _write_report(args, bench, evaluations, pairs, top_n, reranker_spec, specs, out)
     write_json_atomic(out / "run_info.json", {
         "benchmark": bench.name,
         "benchmark_fingerprint": benchmark_fingerprint(bench),
@@ -199,13 +217,25 @@ def _run_into(args, bench, names, reranker_name, top_n, out: Path, final: Path, 
         "retrievers": specs,
         "reranker": reranker_spec,
         "rerank_top_n": top_n if reranker_spec else None,
-        "timings_s": timings,
-        "wall_s": round(time.perf_counter() - t0, 2),
+        "timings_s": stages.seconds,
+        "wall_s": round(stages.total(), 2),
         "argv": sys.argv,
     })
     table = pd.read_csv(paths["metrics.csv"])
     cols = [c for c in ("model", *metric_family(bench.metric_family).summary_columns()) if c in table]
     print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
     print(f"wrote {len(paths) + 1 + len(names) * (2 if reranker_name else 1)} files to {final} "
-          f"in {time.perf_counter() - t0:.1f} s (report: {final / paths['report.md'].relative_to(out)})")
+          f"in {stages.total():.1f} s (report: {final / paths['report.md'].relative_to(out)})")
+    print(stages.line(), flush=True)
     return 0
+
+
+def _write_report(args, bench, evaluations, pairs, top_n, reranker_spec, specs, out: Path) -> dict:
+    """report.md, metrics, breakdowns, paired comparisons and plots of a run; {name: path}."""
+    from cir_demo.harness.report import write_outputs
+
+    sections = ([metric_family(bench.metric_family).rerank_section_maker()(
+        bench, pairs, top_n, reranker_spec or {}, n_boot=args.n_boot, seed=args.bootstrap_seed)] if pairs else [])
+    sections += query_text_section(specs)
+    return write_outputs(bench, evaluations, out, n_boot=args.n_boot, seed=args.bootstrap_seed,
+                         extra_sections=sections, plots=not args.no_plots)

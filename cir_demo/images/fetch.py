@@ -12,6 +12,7 @@ and written to a tab-separated report (`id<TAB>reason`).
 from __future__ import annotations
 
 import io
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -25,6 +26,7 @@ from cir_demo.utils.io import atomic_path, write_text_atomic
 USER_AGENT = "cir_demo/1 (benchmark image fetch)"
 PERMANENT_HTTP = (400, 401, 403, 404, 410, 451)
 REPORT_NAME = "fetch_failed.tsv"
+REPORT_HEADER = "id\treason\n"  # how a report an earlier fetch wrote is told from a user's file
 
 
 class PermanentFetchError(Exception):
@@ -90,12 +92,16 @@ def fetch_one(url: str, dest: Path, *, retries: int, backoff_s: float, timeout: 
         tmp.write_bytes(response.content)
 
 
+_PARTIAL_FILE = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")  # utils.io.atomic_path's `.<name>.<mkstemp>.tmp`
+
+
 def _remove_partial_files(folder: Path) -> None:
-    """Temporary files an interrupted fetch left behind (atomic writes name them `.<name>.*.tmp`)."""
+    """Temporary files an interrupted fetch left behind: only atomic_path's names (`.<name>.<8>.tmp`)."""
     if folder.is_dir():
         for p in folder.glob(".*.tmp"):
             try:
-                p.unlink()
+                if _PARTIAL_FILE.fullmatch(p.name) and p.is_file():
+                    p.unlink()
             except OSError:
                 pass
 
@@ -150,7 +156,7 @@ def fetch_images(store, ids: Iterable[str], *, workers: int = 16, retries: int =
                         bar.set_postfix(failed=len(report.failed), refresh=False)
     path = Path(report_path) if report_path is not None else cache / REPORT_NAME
     if report.failed:
-        write_text_atomic(path, "id\treason\n" + "".join(f"{i}\t{r}\n" for i, r in sorted(report.failed.items())))
+        write_text_atomic(path, REPORT_HEADER + "".join(f"{i}\t{r}\n" for i, r in sorted(report.failed.items())))
         report.report_path = path
     elif path.is_file() and report_path is None:
         path.unlink()  # an old report of failures that are now fixed

@@ -129,7 +129,9 @@ def default_index_dir(benchmark, retriever) -> Path:
 
 
 def make_manifest(benchmark, retriever, ids: Sequence[str], kind: str, params: dict, build_seconds: float,
-                  num_shards: int = 1) -> IndexManifest:
+                  num_shards: int = 1, choice: str | None = None) -> IndexManifest:
+    from cir_demo.index.kinds import factory_string
+
     spec = dict(retriever.spec)
     return IndexManifest(
         benchmark=benchmark.name,
@@ -148,6 +150,8 @@ def make_manifest(benchmark, retriever, ids: Sequence[str], kind: str, params: d
         corpus_fingerprint=corpus_fingerprint(benchmark),
         device=str(getattr(retriever, "device", None)),
         num_shards=int(num_shards),
+        factory=factory_string(kind, params),
+        choice=choice,
     )
 
 
@@ -183,18 +187,29 @@ def write_built_index(xb: np.ndarray, ids: Sequence[str], out_dir: Path, manifes
     return LoadedIndex(manifest=manifest, index=index, ids=list(ids), directory=out_dir)
 
 
-def requested_params(kind: str | None, n: int, params: dict) -> tuple[str, dict]:
-    from cir_demo.index.faiss_index import resolve_params
+AUTO = "auto"  # the kind `choose_index` picks from the corpus size, the dimension and the memory budget
 
-    kind = kind or "flat"
-    return kind, resolve_params(kind, n, **params)
+
+def requested_params(kind: str | None, n: int, d: int, params: dict,
+                     memory_budget: int | None = None) -> tuple[str, dict, str]:
+    """(kind, full parameters, how the kind was chosen) of a build request. kind "auto" (or None)
+    is `choose_index`'s choice, `params` overriding its parameters; "requested" otherwise."""
+    from cir_demo.index.choose import choose_index
+    from cir_demo.index.kinds import resolve_params
+
+    if kind in (None, AUTO):
+        choice = choose_index(n, d, memory_budget)
+        kept = {k: v for k, v in choice.params.items() if k == "refine_bits"}  # what the budget decided
+        return choice.kind, resolve_params(choice.kind, n, d, **{**kept, **params}), f"auto: {choice.reason}"
+    return kind, resolve_params(kind, n, d, **params), "requested"
 
 
 def rebuild_reasons(out_dir: Path, benchmark, retriever, ids: Sequence[str], kind: str | None,
-                    params: dict) -> list[str]:
+                    params: dict, memory_budget: int | None = None) -> list[str]:
     """Staleness reasons plus a changed kind/parameter request ([] = reuse the index on disk).
 
-    kind=None accepts whatever kind is on disk (the app must not undo a CLI-built HNSW index).
+    kind=None accepts whatever kind is on disk (the app must not undo a CLI-built HNSW index);
+    kind="auto" asks for what `choose_index` picks for this corpus.
     """
     # sha256 of every file, not only sizes: serving a silently damaged index would be worse than
     # the ~0.1 s per 50 MB this costs
@@ -202,7 +217,7 @@ def rebuild_reasons(out_dir: Path, benchmark, retriever, ids: Sequence[str], kin
     if reasons or (kind is None and not params):
         return reasons
     manifest = read_manifest(out_dir)
-    want_kind, want = requested_params(kind or manifest.kind, len(ids), params)
+    want_kind, want, _ = requested_params(kind or manifest.kind, len(ids), int(retriever.dim), params, memory_budget)
     if manifest.kind != want_kind:
         return [f"kind changed: index is {manifest.kind!r}, requested {want_kind!r}"]
     if manifest.params != want:
@@ -210,19 +225,33 @@ def rebuild_reasons(out_dir: Path, benchmark, retriever, ids: Sequence[str], kin
     return []
 
 
-def plan_rebuild(out_dir: Path, kind: str | None, n: int, params: dict) -> tuple[str, dict]:
-    """Kind and full parameters of a rebuild. kind=None keeps the kind (and, where they still fit
-    the corpus, the parameters) of the index on disk; "flat" when there is none."""
+def chosen_automatically(manifest: IndexManifest) -> bool:
+    """Whether an index's kind was `choose_index`'s (a flat index from before kinds were chosen
+    counts: flat was the default then; any other kind was asked for)."""
+    if manifest.choice is None:
+        return manifest.kind == "flat"
+    return manifest.choice.startswith(AUTO)
+
+
+def plan_rebuild(out_dir: Path, kind: str | None, n: int, d: int, params: dict,
+                 memory_budget: int | None = None) -> tuple[str, dict, str]:
+    """Kind, full parameters and choice of a rebuild. kind=None keeps a kind asked for on the index
+    on disk (and its parameters, where they still fit the corpus); otherwise, and for a new index,
+    `choose_index` chooses again."""
     if kind is not None:
-        return requested_params(kind, n, params)
+        return requested_params(kind, n, d, params, memory_budget)
     try:
         prior = read_manifest(out_dir)
     except (OSError, ValueError, TypeError):
-        return requested_params("flat", n, params)
+        return requested_params(AUTO, n, d, params, memory_budget)
+    from cir_demo.index.kinds import INDEX_KINDS
+
+    if chosen_automatically(prior) or prior.kind not in INDEX_KINDS:
+        return requested_params(AUTO, n, d, params, memory_budget)
     try:
-        return requested_params(prior.kind, n, {**prior.params, **params})
+        return requested_params(prior.kind, n, d, {**prior.params, **params})
     except ValueError:  # e.g. an nlist too large for a shrunken corpus: that kind's defaults
-        return requested_params(prior.kind, n, params)
+        return requested_params(prior.kind, n, d, params)
 
 
 def embedding_cache_path(benchmark, retriever, ids: Sequence[str]) -> Path | None:
@@ -368,24 +397,29 @@ def _read_embedding_cache(path: Path, shape: tuple[int, int]) -> tuple[np.ndarra
     return xb, ""
 
 
-def build_corpus_index(benchmark, retriever, out_dir: str | Path | None = None, kind: str | None = "flat",
+def build_corpus_index(benchmark, retriever, out_dir: str | Path | None = None, kind: str | None = AUTO,
                        batch_size: int = 64, progress: bool = True, force: bool = False,
-                       **params) -> LoadedIndex:
+                       memory_budget: int | None = None, **params) -> LoadedIndex:
     """The index of `benchmark`'s corpus under `retriever`, built unless a fresh one exists.
 
-    `out_dir` defaults to `indexes/<benchmark>/<retriever>/`. `kind` is "flat"
-    (exact), "ivf" or "hnsw" (params: see `faiss_index.build_index`); kind=None
-    keeps the kind already on disk. `force` rebuilds even a fresh index.
+    `out_dir` defaults to `indexes/<benchmark>/<retriever>/`. `kind` is "auto" (`choose_index`:
+    flat, exact, for every corpus up to 250,000 images), or a kind of `kinds.py` with its params;
+    kind=None keeps the kind already on disk. `memory_budget` (bytes) bounds what "auto" picks
+    (default: half the machine's memory). `force` rebuilds even a fresh index.
     """
     require_encoder(retriever)
     ids = corpus_ids_of(benchmark)
     out_dir = Path(out_dir) if out_dir is not None else default_index_dir(benchmark, retriever)
     refuse_foreign(out_dir)  # before any encoding: the build replaces the folder as a whole
+    if memory_budget is None:
+        from cir_demo.index.choose import default_memory_budget
+
+        memory_budget = default_memory_budget()
     # Validate the request before any encoding (a typo must not cost an hour).
     if kind is not None:
-        requested_params(kind, max(len(ids), 1), params)
+        requested_params(kind, max(len(ids), 1), int(retriever.dim), params, memory_budget)
     with build_lock(out_dir):
-        reasons = [] if force else rebuild_reasons(out_dir, benchmark, retriever, ids, kind, params)
+        reasons = [] if force else rebuild_reasons(out_dir, benchmark, retriever, ids, kind, params, memory_budget)
         if not force and not reasons:
             try:
                 return load_index(out_dir, retriever, ids, corpus_fingerprint=corpus_fingerprint(benchmark))
@@ -393,10 +427,10 @@ def build_corpus_index(benchmark, retriever, out_dir: str | Path | None = None, 
                 reasons = exc.reasons
         if reasons and not reasons[0].startswith("missing: no index"):
             say(f"index {out_dir}: rebuilding from the corpus ({'; '.join(reasons)[:500]})")
-        kind, resolved = plan_rebuild(out_dir, kind, len(ids), params)
+        kind, resolved, choice = plan_rebuild(out_dir, kind, len(ids), int(retriever.dim), params, memory_budget)
         started = time.perf_counter()
         xb = cached_encode_corpus(benchmark, ids, retriever, batch_size=batch_size, progress=progress)
-        manifest = make_manifest(benchmark, retriever, ids, kind, resolved, 0.0)
+        manifest = make_manifest(benchmark, retriever, ids, kind, resolved, 0.0, choice=choice)
         return write_built_index(xb, ids, out_dir, manifest, started)
 
 

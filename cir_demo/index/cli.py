@@ -1,11 +1,11 @@
 """`python -m cir_demo index build|status|list`: the flags of the index command (it runs in
 harness/index_run.py, above the pre-run checks of preflight/).
 
-    python -m cir_demo index build --benchmark world --retriever R [--kind flat|ivf|hnsw] [--force]
+    python -m cir_demo index build --benchmark world --retriever R [--kind auto|flat|ivf_hnsw|...] [--force]
     accelerate launch --num_processes 4 -m cir_demo index build --sharded --benchmark B --retriever R
     python -m cir_demo index status [--benchmark B] [--retriever R]
     python -m cir_demo index list
-    python -m cir_demo index prebuilt [--check]     # the committed indexes/prebuilt/ of the default world
+    python -m cir_demo index prebuilt [--only embeddings|eval] [--check [--rerun]]   # indexes/prebuilt/ of the default world
 """
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import argparse
 from cir_demo.benchmarks.cli_args import add_dry_run_and_debug
 
 
-def _add_benchmark_args(p: argparse.ArgumentParser, required: bool) -> None:
+def _add_benchmark_args(p: argparse.ArgumentParser, required: bool, limit: bool = False) -> None:
     from cir_demo.benchmarks.cli_args import add_benchmark_arguments
 
-    add_benchmark_arguments(p, default=None, required=required, limit=False,
+    add_benchmark_arguments(p, default=None, required=required, limit=limit,
                             benchmark_help=None if required else "world, pinpoint, edir, circo or jsonl (default: every benchmark)")
 
 
@@ -27,15 +27,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b = sub.add_parser("build", help="encode a benchmark's corpus and write its index (skipped when fresh)")
     _add_benchmark_args(b, required=True)
     b.add_argument("--retriever", required=True, help="retriever name (see `python -m cir_demo.retrievers` / docs)")
-    b.add_argument("--kind", choices=["flat", "ivf", "hnsw"], default=None,
-                   help="flat = exact inner product; ivf / hnsw = approximate, for ~1M images "
-                        "(default: the kind of the index on disk, flat for a new one)")
-    b.add_argument("--nlist", type=int, help="ivf: number of lists (default ~4 sqrt(n))")
-    b.add_argument("--nprobe", type=int, help="ivf: lists visited per query (default nlist/8)")
-    b.add_argument("--train-size", type=int, help="ivf: vectors used to train the lists (default 64 * nlist)")
-    b.add_argument("--M", dest="M", type=int, help="hnsw: links per node (default 32)")
+    b.add_argument("--kind", choices=["auto", "flat", "ivf", "hnsw", "ivf_hnsw", "ivfpq"], default=None,
+                   help="auto = chosen from the corpus size, dimension and memory budget (flat up to 250,000 "
+                        "images and beyond while a query costs at most 2^28 multiply-adds, else ivf_hnsw); "
+                        "flat = exact inner product; the others approximate (docs/indexes.md). "
+                        "Default: the kind of the index on disk if one was asked for, else auto")
+    b.add_argument("--memory-budget", type=float, metavar="GIB",
+                   help="auto: the most memory the index may take, in GiB (default: half the machine's)")
+    b.add_argument("--nlist", type=int, help="ivf, ivf_hnsw, ivfpq: number of lists (default ~4 sqrt(n))")
+    b.add_argument("--nprobe", type=int, help="ivf, ivf_hnsw, ivfpq: lists visited per query "
+                                              "(default nlist/8 for ivf, nlist/64 for the others)")
+    b.add_argument("--train-size", type=int, help="ivf, ivf_hnsw, ivfpq: vectors the lists are trained on "
+                                                  "(default 64 * nlist for ivf, 40 * nlist for the others)")
+    b.add_argument("--M", dest="M", type=int, help="hnsw: links per node; ivf_hnsw, ivfpq: of the graph "
+                                                   "over the list centroids (default 32)")
     b.add_argument("--ef-construction", type=int, help="hnsw: build-time beam (default 80)")
-    b.add_argument("--ef-search", type=int, help="hnsw: search-time beam (default 128)")
+    b.add_argument("--ef-search", type=int, help="hnsw: search-time beam (default 128); ivf_hnsw, ivfpq: beam "
+                                                 "of the centroid graph (default 2 * nprobe, at least 32)")
+    b.add_argument("--pq-m", type=int, help="ivfpq: 4-bit sub-quantisers per vector (default d/4)")
+    b.add_argument("--k-factor", type=int, help="ivfpq: candidates re-ranked exactly, per result (default 4)")
+    b.add_argument("--refine-bits", type=int, choices=[8, 32],
+                   help="ivfpq: re-rank on float32 (32, default) or 8-bit scalar-quantised (8) vectors")
     b.add_argument("--force", action="store_true", help="rebuild even when the index is fresh")
     b.add_argument("--batch-size", type=int, default=64, help="images per encoder call (default 64)")
     b.add_argument("--device", default=None, help="encoder device (default: cuda when available, else cpu)")
@@ -62,26 +74,55 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     sub.add_parser("list", help="list the indexes on disk")
 
-    pb = sub.add_parser("prebuilt", help="rebuild the prebuilt corpus embeddings committed in indexes/prebuilt/ "
-                                         "(one per distinct image encoder of the benchmark's default retrievers)")
-    _add_benchmark_args(pb, required=False)
+    pb = sub.add_parser("prebuilt", help="rebuild what indexes/prebuilt/ commits for the default world: the corpus "
+                                         "embeddings (one per distinct image encoder of the benchmark's default "
+                                         "retrievers) and the complete --eval outputs (eval/, from a real run)")
+    _add_benchmark_args(pb, required=False, limit=True)  # --limit: a smaller shipped run, for tests
     pb.add_argument("--retrievers", help="comma-separated retriever names (default: the benchmark's default "
                                          "retrievers, as `--eval` runs them)")
+    pb.add_argument("--rerank", metavar="BACKEND", help="the reranker of the shipped --eval outputs (default: the "
+                                                          "benchmark's default reranker; none for none)")
+    pb.add_argument("--only", choices=["embeddings", "eval"], help="only the corpus embeddings, or only the --eval "
+                                                                  "outputs (default: both)")
     pb.add_argument("--check", action="store_true",
-                    help="only say whether the prebuilt files match the benchmark and the weights (exit 1 if not)")
+                    help="only say whether the prebuilt files match the benchmark, the weights and (for the --eval "
+                         "outputs) the code and libraries (exit 1 if not)")
+    pb.add_argument("--rerun", action="store_true",
+                    help="with --check: also run --eval again and compare every shipped file with what it writes, "
+                         "byte for byte")
     pb.add_argument("--batch-size", type=int, default=64, help="images per encoder call (default 64, as index builds)")
     pb.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+_IVF = {"nlist": "nlist", "nprobe": "nprobe", "train_size": "train_size"}
+_GRAPH_IVF = {**_IVF, "M": "M", "ef_search": "quantizer_efSearch"}
+# {--kind: {flag attribute: index parameter}}
+PARAM_FLAGS = {
+    "ivf": _IVF,
+    "hnsw": {"M": "M", "ef_construction": "efConstruction", "ef_search": "efSearch"},
+    "ivf_hnsw": _GRAPH_IVF,
+    "ivfpq": {**_GRAPH_IVF, "pq_m": "pq_m", "k_factor": "k_factor", "refine_bits": "refine_bits"},
+}
 
 
 def index_params(args: argparse.Namespace) -> dict:
     """The `--kind` parameters given on the command line, by their index name; ValueError for one that
     does not apply to the kind."""
-    names = {"ivf": {"nlist": "nlist", "nprobe": "nprobe", "train_size": "train_size"},
-             "hnsw": {"M": "M", "efConstruction": "ef_construction", "efSearch": "ef_search"}}
-    chosen = names.get(args.kind, {})
-    wrong = [f"--{attr.replace('_', '-')}" for kind, table in names.items() if kind != args.kind
-             for attr in table.values() if getattr(args, attr, None) is not None]
+    chosen = PARAM_FLAGS.get(args.kind, {})
+    flags = {attr for table in PARAM_FLAGS.values() for attr in table}
+    wrong = [f"--{attr.replace('_', '-')}" for attr in sorted(flags - set(chosen))
+             if getattr(args, attr, None) is not None]
     if wrong:
         raise ValueError(f"{', '.join(wrong)} do(es) not apply to --kind {args.kind or '(not given)'}"
-                         + ("; name the kind with --kind" if args.kind is None else ""))
-    return {param: getattr(args, attr) for param, attr in chosen.items() if getattr(args, attr, None) is not None}
+                         + ("; name the kind with --kind" if args.kind in (None, "auto") else ""))
+    return {param: getattr(args, attr) for attr, param in chosen.items() if getattr(args, attr, None) is not None}
+
+
+def memory_budget(args: argparse.Namespace) -> int | None:
+    """--memory-budget in bytes (None: the default); ValueError for one that is not positive."""
+    value = getattr(args, "memory_budget", None)
+    if value is None:
+        return None
+    if not value > 0:
+        raise ValueError(f"--memory-budget must be a positive number of GiB, got {value}")
+    return int(value * 2 ** 30)

@@ -4,10 +4,8 @@ Vocabulary follows faiss: `xb` the database (corpus) vectors, `xq` the query
 vectors, `k` the number of neighbours, `D` the scores and `I` the row indexes
 into `xb`, both of shape (nq, k), best first.
 
-Three index kinds:
-- "flat": `IndexFlatIP`, exact (the default; fine up to a few hundred thousand images).
-- "ivf": `IndexIVFFlat` (params `nlist`, `nprobe`, `train_size`), approximate.
-- "hnsw": `IndexHNSWFlat` (params `M`, `efConstruction`, `efSearch`), approximate.
+The index kinds (flat, ivf, hnsw, ivf_hnsw, ivfpq) and their parameters are in `kinds.py`;
+which kind a corpus gets by default is `choose.py`.
 Measure an approximate index against "flat" with `recall_at_k` (bench/bench_index.py).
 
 When fewer than `k` results exist (k > ntotal, or an approximate index that
@@ -18,18 +16,10 @@ faiss is imported inside functions only, so importing this module stays cheap.
 """
 from __future__ import annotations
 
-from typing import Any
 
 import numpy as np
 
-INDEX_KINDS = ("flat", "ivf", "hnsw")
-
-# Parameters each kind accepts, with defaults. None = derived from the data size.
-DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
-    "flat": {},
-    "ivf": {"nlist": None, "nprobe": None, "train_size": None},
-    "hnsw": {"M": 32, "efConstruction": 80, "efSearch": 128},
-}
+from cir_demo.index.kinds import INDEX_KINDS, factory_string, kind_of, resolve_params  # noqa: F401 (re-exported)
 
 # Queries per faiss call: bounds the (chunk, ntotal) score block faiss keeps in memory.
 _SEARCH_CHUNK = 4096
@@ -61,98 +51,79 @@ def _check_k(k: int) -> int:
     return int(k)
 
 
-def resolve_params(kind: str, n: int, **params) -> dict[str, Any]:
-    """The full parameter set of an index kind for `n` vectors (defaults filled in)."""
-    if kind not in DEFAULT_PARAMS:
-        raise ValueError(f"unknown index kind {kind!r}; choose one of {', '.join(INDEX_KINDS)}")
-    unknown = sorted(set(params) - set(DEFAULT_PARAMS[kind]))
-    if unknown:
-        allowed = ", ".join(DEFAULT_PARAMS[kind]) or "none"
-        raise ValueError(f"index kind {kind!r} takes no parameter(s) {', '.join(unknown)} (allowed: {allowed})")
-    out = {**DEFAULT_PARAMS[kind], **{k: v for k, v in params.items() if v is not None}}
-    if kind == "ivf":
-        # faiss guidance: nlist ~ 4 sqrt(n), at least ~39 training points per list.
-        if out["nlist"] is None:
-            out["nlist"] = int(max(1, min(4 * round(np.sqrt(n)), n // 39)))
-        if out["nprobe"] is None:
-            out["nprobe"] = max(1, min(out["nlist"], out["nlist"] // 8))
-        if out["train_size"] is None:
-            out["train_size"] = int(min(n, 64 * out["nlist"]))
-    for name, value in out.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"index kind {kind!r}: parameter {name} must be a positive integer, got {value!r}")
-        out[name] = int(value)
-    if kind == "ivf":
-        if out["nlist"] > n:
-            raise ValueError(f"index kind 'ivf': nlist={out['nlist']} exceeds the {n} vectors to train on")
-        if out["train_size"] < out["nlist"]:
-            raise ValueError(f"index kind 'ivf': train_size={out['train_size']} < nlist={out['nlist']}")
-        out["nprobe"] = min(out["nprobe"], out["nlist"])
-        out["train_size"] = min(out["train_size"], n)
-    return out
-
-
 def build_index(xb: np.ndarray, kind: str = "flat", **params):
-    """An inner-product faiss index holding `xb` (rows should be L2-normalised).
-
-    flat: exact. ivf: `nlist` lists (default ~4 sqrt(n)), `nprobe` lists visited
-    per query, k-means trained on an evenly spaced sample of `train_size` rows.
-    hnsw: graph with `M` links per node, `efConstruction`, `efSearch`.
-    """
+    """An inner-product faiss index holding `xb` (rows should be L2-normalised), built from the
+    kind's `index_factory` string (`kinds.py`); IVF kinds train on an evenly spaced sample of
+    `train_size` rows, with a fixed k-means seed."""
     import faiss
 
     xb = as_vectors(xb, "xb")
     n, d = xb.shape
-    if kind not in INDEX_KINDS:
-        raise ValueError(f"unknown index kind {kind!r}; choose one of {', '.join(INDEX_KINDS)}")
+    kind_of(kind)
     if kind != "flat" and n == 0:
         raise ValueError(f"index kind {kind!r} needs at least one vector to build")
-    p = resolve_params(kind, n, **params)
-    if kind == "flat":
-        index = faiss.IndexFlatIP(d)
-    elif kind == "ivf":
-        quantizer = faiss.IndexFlatIP(d)
-        index = faiss.IndexIVFFlat(quantizer, d, p["nlist"], faiss.METRIC_INNER_PRODUCT)
+    p = resolve_params(kind, n, d, **params)
+    index = faiss.index_factory(d, factory_string(kind, p), faiss.METRIC_INNER_PRODUCT)
+    if kind == "hnsw":
+        faiss.downcast_index(index).hnsw.efConstruction = p["efConstruction"]
+    if "train_size" in p:
+        faiss.extract_index_ivf(index).cp.seed = 1234
         # Evenly spaced rows: deterministic, and covers a corpus sorted by source.
-        sample = xb[np.linspace(0, n - 1, p["train_size"]).round().astype(np.int64)]
-        index.cp.seed = 1234
-        index.train(sample)
-        index.nprobe = p["nprobe"]
-    else:
-        index = faiss.IndexHNSWFlat(d, p["M"], faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = p["efConstruction"]
-        index.hnsw.efSearch = p["efSearch"]
-    if n:
+        index.train(xb[np.linspace(0, n - 1, p["train_size"]).round().astype(np.int64)])
+    if n:  # before the search parameters: a wide quantiser beam would slow every assignment (~8x at 1M)
         index.add(xb)
+    set_search_params(index, **{k: v for k, v in p.items() if k in kind_of(kind).search})
     return index
 
 
 def index_kind(index) -> str:
-    """"flat", "ivf" or "hnsw" for an index built by `build_index` (or read back from disk)."""
+    """The kind (`kinds.py`) of an index built by `build_index` (or read back from disk)."""
     import faiss
 
     inner = faiss.downcast_index(index)
+    if isinstance(inner, faiss.IndexRefine):
+        return "ivfpq"
     if isinstance(inner, faiss.IndexHNSW):
         return "hnsw"
     if isinstance(inner, faiss.IndexIVF):
-        return "ivf"
+        graph = isinstance(faiss.downcast_index(inner.quantizer), faiss.IndexHNSW)
+        return "ivf_hnsw" if graph else "ivf"
     if isinstance(inner, faiss.IndexFlat):
         return "flat"
     raise ValueError(f"unsupported faiss index type {type(inner).__name__}")
 
 
-def set_search_params(index, **params) -> None:
-    """Change query-time parameters (`nprobe` for ivf, `efSearch` for hnsw) in place."""
+def _set_one(index, name: str, value: int) -> bool:
+    """Set one query-time parameter where the index (or the part of it that has it) takes it."""
     import faiss
 
     inner = faiss.downcast_index(index)
-    for name, value in params.items():
-        if name == "nprobe" and isinstance(inner, faiss.IndexIVF):
+    if name == "k_factor" and isinstance(inner, faiss.IndexRefine):
+        inner.k_factor = float(value)
+        return True
+    if isinstance(inner, faiss.IndexRefine):
+        inner = faiss.downcast_index(inner.base_index)
+    if name == "efSearch" and isinstance(inner, faiss.IndexHNSW):
+        inner.hnsw.efSearch = int(value)
+        return True
+    if isinstance(inner, faiss.IndexIVF):
+        if name == "nprobe":
             inner.nprobe = int(value)
-        elif name == "efSearch" and isinstance(inner, faiss.IndexHNSW):
-            inner.hnsw.efSearch = int(value)
-        else:
-            raise ValueError(f"{type(inner).__name__} has no search parameter {name!r}")
+            return True
+        quantizer = faiss.downcast_index(inner.quantizer)
+        if name == "quantizer_efSearch" and isinstance(quantizer, faiss.IndexHNSW):
+            quantizer.hnsw.efSearch = int(value)
+            return True
+    return False
+
+
+def set_search_params(index, **params) -> None:
+    """Change query-time parameters (`nprobe`, `efSearch`, `quantizer_efSearch`, `k_factor`) in place."""
+    import faiss
+
+    for name, value in params.items():
+        if not _set_one(index, name, value):
+            raise ValueError(f"{type(faiss.downcast_index(index)).__name__} has no search parameter {name!r}")
 
 
 def _pad(D: np.ndarray, I: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -85,6 +85,10 @@ class IndexManifest:
     # where a committed (prebuilt) file came from: the world's size, seed and generator version, the
     # code version, the retrievers sharing it (`cir_demo.index.prebuilt`); empty for built indexes
     provenance: dict = field(default_factory=dict)
+    # the faiss index_factory string of `kind` with `params`, and how the kind was chosen ("auto: <why>"
+    # from `choose.choose_index`, or "requested"); None in manifests written before kinds were chosen
+    factory: str | None = None
+    choice: str | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -294,12 +298,27 @@ def _spec_difference(old: dict, new: dict) -> str:
     return ", ".join(keys[:6]) + (" ..." if len(keys) > 6 else "")
 
 
+def kind_reasons(manifest: IndexManifest) -> list[str]:
+    """"index kind unknown" / "index parameters invalid" for a kind or parameters this version cannot
+    build or set (a manifest from another version, or edited by hand); [] when they are fine."""
+    from cir_demo.index.kinds import INDEX_KINDS, resolve_params
+
+    if manifest.kind not in INDEX_KINDS:
+        return [f"index kind unknown: {manifest.kind!r} is none of {', '.join(INDEX_KINDS)}"]
+    try:
+        resolve_params(manifest.kind, max(manifest.count, 1), manifest.dim, **manifest.params)
+    except (ValueError, TypeError) as exc:
+        return [f"index parameters invalid: {exc}"]
+    return []
+
+
 def stale_reasons(manifest: IndexManifest, retriever=None, corpus_ids: Sequence[str] | None = None,
                   corpus_fingerprint: str | None = None) -> list[str]:
     """Why `manifest` does not describe an index of `retriever` over `corpus_ids` ([] = fresh)."""
     reasons: list[str] = []
     if manifest.format != MANIFEST_FORMAT:
         reasons.append(f"manifest format {manifest.format} is not the current format {MANIFEST_FORMAT}")
+    reasons += kind_reasons(manifest)
     if retriever is not None:
         if manifest.retriever != retriever.name:
             reasons.append(f"retriever changed: built for {manifest.retriever!r}, serving {retriever.name!r}")
@@ -398,6 +417,22 @@ class LoadedIndex:
         return out
 
 
+def _kind_damage(index, manifest: IndexManifest) -> list[str]:
+    """"damaged: ..." when the faiss index is not of the kind its manifest records (a known kind only)."""
+    from cir_demo.index.faiss_index import index_kind
+    from cir_demo.index.kinds import KINDS
+
+    if manifest.kind not in KINDS:
+        return []
+    try:
+        found = index_kind(index)
+    except ValueError as exc:
+        found = str(exc)
+    if found != manifest.kind:
+        return [f"damaged: {INDEX_FILE} holds a {found!r} index, the manifest records {manifest.kind!r}"]
+    return []
+
+
 def load_index(directory: str | os.PathLike, retriever=None, corpus_ids: Sequence[str] | None = None,
                allow_stale: bool = False, corpus_fingerprint: str | None = None) -> LoadedIndex:
     """Read the index in `directory`, refusing a stale one unless `allow_stale`.
@@ -435,14 +470,16 @@ def load_index(directory: str | os.PathLike, retriever=None, corpus_ids: Sequenc
                       f"manifest says {manifest.count}")
     if int(index.d) != manifest.dim:
         damage.append(f"damaged: index dimension {index.d} != manifest dim {manifest.dim}")
+    damage += _kind_damage(index, manifest)
     if damage:
         raise StaleIndexError(directory, damage)
     # Query-time parameters come from the manifest (faiss stores them too; this makes it explicit).
-    search_params = {k: v for k, v in manifest.params.items() if k in ("nprobe", "efSearch")}
-    if search_params:
+    from cir_demo.index.kinds import KINDS, search_params
+
+    if manifest.kind in KINDS:  # an unknown kind is stale (kind_reasons) and served as faiss stored it
         from cir_demo.index.faiss_index import set_search_params
 
-        set_search_params(index, **search_params)
+        set_search_params(index, **search_params(manifest.kind, manifest.params))
     return LoadedIndex(manifest=manifest, index=index, ids=ids, directory=directory, stale_reasons=reasons)
 
 

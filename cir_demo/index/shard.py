@@ -36,6 +36,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from cir_demo.index.build import (
+    AUTO,
     corpus_fingerprint,
     corpus_ids_of,
     default_index_dir,
@@ -47,6 +48,7 @@ from cir_demo.index.build import (
     requested_params,
     write_built_index,
 )
+from cir_demo.index.choose import default_memory_budget
 from cir_demo.index.manifest import LoadedIndex, build_lock, corpus_checksum, load_index, refuse_foreign
 from cir_demo.utils.io import atomic_path, write_json_atomic
 
@@ -225,10 +227,10 @@ def _raise_if_failed(statuses: list, what: str) -> None:
         raise ShardedBuildError(f"sharded build failed while {what}:\n{detail}")
 
 
-def build_sharded(benchmark, retriever, out_dir: str | Path | None = None, kind: str | None = "flat",
+def build_sharded(benchmark, retriever, out_dir: str | Path | None = None, kind: str | None = AUTO,
                   batch_size: int = 64, progress: bool = True, force: bool = False,
                   context: DistContext | None = None, shard_dir: str | Path | None = None,
-                  keep_shards: bool = False, **params) -> LoadedIndex:
+                  keep_shards: bool = False, memory_budget: int | None = None, **params) -> LoadedIndex:
     """`build_corpus_index`, with the encoding split across the processes of `context`.
 
     Every process calls it; rank 0 decides whether a build is needed, each rank
@@ -245,11 +247,15 @@ def build_sharded(benchmark, retriever, out_dir: str | Path | None = None, kind:
     plan = None
     if ctx.is_main:
         try:
+            if memory_budget is None:
+                memory_budget = default_memory_budget()
             if kind is not None:
-                requested_params(kind, max(len(ids), 1), params)
-            reasons = rebuild_reasons(out_dir, benchmark, retriever, ids, kind, params)
-            build_kind, build_params = plan_rebuild(out_dir, kind, len(ids), params)
-            plan = {"build": bool(force or reasons), "kind": build_kind, "params": build_params, "error": None}
+                requested_params(kind, max(len(ids), 1), int(retriever.dim), params, memory_budget)
+            reasons = rebuild_reasons(out_dir, benchmark, retriever, ids, kind, params, memory_budget)
+            build_kind, build_params, choice = plan_rebuild(out_dir, kind, len(ids), int(retriever.dim), params,
+                                                            memory_budget)
+            plan = {"build": bool(force or reasons), "kind": build_kind, "params": build_params, "choice": choice,
+                    "error": None}
         except Exception as exc:  # tell the other ranks instead of leaving them waiting
             plan = {"error": f"{type(exc).__name__}: {exc}"}
     plan = ctx.broadcast(plan)
@@ -274,7 +280,7 @@ def build_sharded(benchmark, retriever, out_dir: str | Path | None = None, kind:
             with build_lock(out_dir):
                 xb = merge_shards(shard_dir, ids, ctx.world_size, retriever.spec_hash(), retriever.dim)
                 manifest = make_manifest(benchmark, retriever, ids, plan["kind"], plan["params"], 0.0,
-                                         num_shards=ctx.world_size)
+                                         num_shards=ctx.world_size, choice=plan["choice"])
                 loaded = write_built_index(xb, ids, out_dir, manifest, started)
             if not keep_shards:
                 remove_shards(shard_dir, ctx.world_size)

@@ -83,13 +83,13 @@ def listing_lines() -> list[str]:
     dirs = list_indexes()
     if not dirs:
         return [f"no indexes under {indexes_dir()}"]
-    out = [f"{'benchmark':16s} {'retriever':28s} {'kind':5s} {'images':>8s} {'dim':>5s} {'MB':>8s}  built"]
+    out = [f"{'benchmark':16s} {'retriever':28s} {'kind':8s} {'images':>8s} {'dim':>5s} {'MB':>8s}  built"]
     for d in dirs:
         try:
             m = read_manifest(d)
         except (OSError, ValueError, TypeError) as exc:
             out.append(f"{d}: unreadable manifest: {exc}")
             continue
-        out.append(f"{m.benchmark:16s} {m.retriever:28s} {m.kind:5s} {m.count:8d} {m.dim:5d} "
+        out.append(f"{m.benchmark:16s} {m.retriever:28s} {m.kind:8s} {m.count:8d} {m.dim:5d} "
                    f"{_dir_size(d) / 2**20:8.1f}  {m.built_at}")
     return out

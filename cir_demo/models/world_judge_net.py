@@ -68,8 +68,10 @@ class WorldJudge(nn.Module):
             self.want = nn.Linear(w, n_attr_classes)
             self.gate = nn.Linear(w, len(arch.attr_classes))
             self.attr_weight = nn.Parameter(torch.tensor(1.0))
-            bounds = torch.tensor([0] + list(arch.attr_classes)).cumsum(0)
-            self.register_buffer("attr_bounds", bounds, persistent=False)
+            # each property's (start, end) column as ints: reading them from the tensor on every call
+            # (two per property) cost a reranking about as much as the softmaxes themselves
+            ends = [sum(arch.attr_classes[:a + 1]) for a in range(len(arch.attr_classes))]
+            self.attr_columns = list(zip([0] + ends[:-1], ends))
             if arch.near_head:
                 d_in = w + 2 + 2 * len(arch.attr_classes)
                 self.near = nn.Sequential(nn.LayerNorm(d_in), nn.Linear(d_in, arch.near_head), nn.GELU(),
@@ -93,11 +95,7 @@ class WorldJudge(nn.Module):
         return self.attr_heads(pooled_stats(tokens))
 
     def _per_attribute_softmax(self, logits):
-        out = []
-        for a in range(len(self.arch.attr_classes)):
-            lo, hi = int(self.attr_bounds[a]), int(self.attr_bounds[a + 1])
-            out.append(torch.softmax(logits[..., lo:hi], dim=-1))
-        return torch.cat(out, dim=-1)
+        return torch.cat([torch.softmax(logits[..., lo:hi], dim=-1) for lo, hi in self.attr_columns], dim=-1)
 
     def attribute_probs(self, feats):
         return self._per_attribute_softmax(self.attribute_logits(feats))
@@ -105,8 +103,7 @@ class WorldJudge(nn.Module):
     def _agreement(self, p, q):
         """log of the probability that two property distributions agree, per property: (n, n_props)."""
         joint = p * q
-        return torch.log(torch.stack([joint[:, int(self.attr_bounds[a]):int(self.attr_bounds[a + 1])].sum(1)
-                                      for a in range(len(self.arch.attr_classes))], dim=1) + 1e-4)
+        return torch.log(torch.stack([joint[:, lo:hi].sum(1) for lo, hi in self.attr_columns], dim=1) + 1e-4)
 
     def _match(self, probes, cand_probs):
         """(weighted sum, per property): log-probability that the candidate shows each wanted property

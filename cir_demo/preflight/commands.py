@@ -113,15 +113,16 @@ def index_build_problems(args: argparse.Namespace) -> list[Line]:
     problems = benchmark_name_problems(args) + data_folder_problems() + benchmark_flag_problems(args)
     problems += int_problems(args, [(a, 1, "a positive integer") for a in
                                     ("batch_size", "nlist", "nprobe", "train_size", "M", "ef_construction",
-                                     "ef_search")])
+                                     "ef_search", "pq_m", "k_factor", "refine_bits")])
     problems += fetch_flag_problems(args)
     problems += retriever_problems([args.retriever])
-    from cir_demo.index.cli import index_params
+    from cir_demo.index.cli import index_params, memory_budget
 
-    try:
-        index_params(args)  # a parameter of another --kind
-    except ValueError as exc:
-        problems.append(Line("", "blocked", str(exc)))
+    for check in (index_params, memory_budget):  # a parameter of another --kind; a budget that is not positive
+        try:
+            check(args)
+        except ValueError as exc:
+            problems.append(Line("", "blocked", str(exc)))
     out_dir = getattr(args, "out_dir", None)
     problems += _out_problems(out_dir, "--out-dir", indexes_dir, "indexes folder")
     if out_dir and not problems:

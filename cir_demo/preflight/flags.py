@@ -47,28 +47,68 @@ def benchmark_name_problems(args: argparse.Namespace) -> list[Line]:
     return []
 
 
-def port_problems(args: argparse.Namespace) -> list[Line]:
-    """`--port` in 0-65535 and, when one is named, free on the interface the app listens on
-    (a probe bind, closed at once: the server then binds it itself)."""
-    problems = int_problems(args, [("port", 0, "a port number", 65535)])
-    port = getattr(args, "port", None)
-    if problems or not port:
-        return problems
-    import errno
+PORT_ENV = "GRADIO_SERVER_PORT"  # gradio reads it when --port is absent
+
+
+def _port_from_env() -> tuple[int | None, list[Line]]:
+    """`$GRADIO_SERVER_PORT` (what the server binds when --port is absent): its value, or its problem."""
     import os
+
+    raw = os.environ.get(PORT_ENV, "").strip()
+    if not raw:
+        return None, []
+    try:
+        port = int(raw)
+    except ValueError:
+        port = -1
+    if 0 <= port <= 65535:
+        return port, []
+    return None, [Line(f"{PORT_ENV}={raw}", "blocked", "must be a port number (0-65535)",
+                       f"unset {PORT_ENV} or give --port")]
+
+
+def _bind_problem(host: str, port: int) -> str | None:
+    """Why the server could not listen on host:port (a probe bind, closed at once: the server then
+    binds it itself); None when it can. Port 0 checks the interface only."""
+    import errno
     import socket
 
-    host = getattr(args, "server_name", None) or os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1"
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         with socket.socket(family, socket.SOCK_STREAM) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers bind: TIME_WAIT is no conflict
             probe.bind((host, port))
     except OSError as exc:
-        reason = "in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
-        return [Line(f"--port {port}", "blocked", f"cannot listen on {host}:{port} ({reason})",
-                     "name another port, or leave --port out to take the next free one from 7860")]
-    return []
+        return "in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+    return None
+
+
+def port_problems(args: argparse.Namespace) -> list[Line]:
+    """`--port` (else `$GRADIO_SERVER_PORT`) in 0-65535 and free on the interface the app listens on
+    (`--server-name`, else `$GRADIO_SERVER_NAME`), which must be one of this machine's."""
+    import os
+
+    problems = int_problems(args, [("port", 0, "a port number", 65535)])
+    port, item = getattr(args, "port", None), "--port"
+    if port is None:
+        port, problems = _port_from_env()
+        item = PORT_ENV
+    if problems:
+        return problems
+    host, host_item = getattr(args, "server_name", None), "--server-name"
+    if not host:
+        host, host_item = os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1", "GRADIO_SERVER_NAME="
+    reason = _bind_problem(host, 0)  # the interface first: a port is free only on a host this machine has
+    if reason is not None:
+        shown = f"{host_item} {host}" if host_item == "--server-name" else f"{host_item}{host}"
+        return [Line(shown, "blocked", f"cannot listen on {host} ({reason})",
+                     "name an interface of this machine (127.0.0.1, or 0.0.0.0 for all)")]
+    reason = _bind_problem(host, port) if port else None
+    if reason is None:
+        return []
+    return [Line(f"{item} {port}", "blocked", f"cannot listen on {host}:{port} ({reason})",
+                 "name another port" + (", or leave --port out to take the next free one from 7860"
+                                        if item == "--port" else f" (--port, or {PORT_ENV})"))]
 
 
 def positive_float_problems(args: argparse.Namespace, attrs: Sequence[str]) -> list[Line]:

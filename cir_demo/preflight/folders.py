@@ -79,11 +79,61 @@ def manifest_folder_problem(path: Path, flag: str, what: str) -> Line | None:
                 "name a new or empty folder")
 
 
+# commands that write a folder of their own files by staged_run_dir (run_manifest.json, --overwrite)
+RUN_OUT = {("world", "export"), ("world", "render")}
+
+
+def _rerank_files(out: Path) -> list[Path]:
+    return [out, out.with_name(out.stem + ".rerank.json")]  # the reranked file and its details
+
+
+# commands whose --out is one file (or a few beside it), replaced only with --overwrite
+FILE_OUT = {("rerank", None): _rerank_files, ("failures", None): lambda out: [out],
+            ("world", "contact-sheet"): lambda out: [out]}
+
+
+def file_out_problems(paths: list[Path], overwrite: bool, flag: str = "--out") -> list[Line]:
+    """An output file that exists (refused unless `overwrite`) or is a folder: one line each."""
+    from cir_demo.utils.owned_folder import file_write_problem
+
+    return [Line(f"{flag} {p}", "blocked", why) for p in paths if (why := file_write_problem(p, overwrite))]
+
+
+def fetch_report_problems(args) -> list[Line]:
+    """`images fetch --report F`: an existing F is replaced only when an earlier fetch wrote it (its header)."""
+    from cir_demo.images.fetch import REPORT_HEADER
+
+    report = getattr(args, "report", None)
+    if (args.command, getattr(args, "images_command", None)) != ("images", "fetch") or not report:
+        return []
+    path = Path(report)
+    if path.is_dir():
+        return [Line(f"--report {path}", "blocked", "is a folder; name the file to write")]
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            head = fh.read(len(REPORT_HEADER))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        return [Line(f"--report {path}", "blocked", f"cannot be read ({exc.strerror})")]
+    if head == REPORT_HEADER:
+        return []
+    return [Line(f"--report {path}", "blocked", "exists and is not a report of an earlier fetch",
+                 "name a new file")]
+
+
 def command_out_problems(args) -> list[Line]:
-    """The `--out` folder of a command in MANIFEST_OUT (world generate, train)."""
+    """The `--out` of a command that writes one: a folder (MANIFEST_OUT, RUN_OUT) or a file (FILE_OUT)."""
     key = (args.command, getattr(args, f"{args.command}_command", None))
     out = getattr(args, "out", None)
-    if key not in MANIFEST_OUT or not out:
+    if not out:
+        return fetch_report_problems(args)
+    if key in MANIFEST_OUT:
+        problem = manifest_folder_problem(Path(out), "--out", MANIFEST_OUT[key])
+    elif key in RUN_OUT:
+        problem = run_dir_problem(Path(out), "--out", getattr(args, "overwrite", False))
+    elif key in FILE_OUT:
+        return file_out_problems(FILE_OUT[key](Path(out)), getattr(args, "overwrite", False))
+    else:
         return []
-    problem = manifest_folder_problem(Path(out), "--out", MANIFEST_OUT[key])
     return [problem] if problem else []

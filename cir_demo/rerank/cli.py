@@ -29,7 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "TREC run file (format detected; the output is written in the same format)")
     r.add_argument("--results-format", default="auto", choices=FORMAT_CHOICES,
                    help="read --results-json in this format instead of detecting it")
-    r.add_argument("--out", required=True, help="reranked results file to write")
+    r.add_argument("--out", required=True, help="reranked results file to write (it and its .rerank.json are "
+                                                "replaced only with --overwrite)")
+    r.add_argument("--overwrite", action="store_true", help="replace an existing --out file and its details")
     r.add_argument("--top-n", type=int, default=20, help="candidates reranked per query (default 20)")
     r.add_argument("--cache", help="score cache file (default: <cache dir>/rerank/scores.sqlite)")
     r.add_argument("--no-cache", action="store_true", help="do not read or write the score cache")

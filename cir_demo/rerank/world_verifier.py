@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from cir_demo.rerank.base import LogitPairReranker, RerankRequest
+from cir_demo.utils.lru import LRU
 
 DEFAULT_WEIGHTS = "assets/world-verifier/world_judge.safetensors"
 TOKENIZER_FILE = "tokenizer/tokenizer.json"
@@ -33,6 +34,7 @@ DESCRIPTION = ("world judge: no text prompt; reads the pixels of the reference i
                "as words); learned probes read the words and the reference patches jointly, then cross-attend "
                "to the candidate's patches, ending in (logit_yes, logit_no), calibrated")
 _PROBE_MEMO = 4096  # queries whose probes are kept (the app revisits queries; an eval reranks each 5 times)
+_PROBE_BATCHES = 512  # batches of queries whose probes are kept: an eval's pass over the world is 174
 
 
 def read_judge_manifest(weights: Path) -> tuple[dict, str]:
@@ -102,6 +104,7 @@ class WorldVerifierReranker(LogitPairReranker):
         self._remember: frozenset[str] = frozenset()
         self._remembered: dict[str, np.ndarray] = {}  # features of images in the remember set, on first use
         self._probes: OrderedDict = OrderedDict()
+        self._probe_batches = LRU(_PROBE_BATCHES)  # (query keys of one batch) -> its (probes, properties)
         self.spec = {
             "backend": self.backend,
             "model": "world-judge",
@@ -147,6 +150,7 @@ class WorldVerifierReranker(LogitPairReranker):
             self._memory = None
             self._remember = frozenset(map(str, remember_ids))
             self._row = {str(i): r for r, i in enumerate(ids)}
+            self._probe_batches = LRU(_PROBE_BATCHES)  # references' features may come from the table now
 
     def needs_image(self, image_id: str) -> bool:
         return str(image_id) not in self._row and str(image_id) not in self._remembered
@@ -213,17 +217,12 @@ class WorldVerifierReranker(LogitPairReranker):
         out: list = [self._probes.get(k) if k is not None else None for k in keys]
         todo = [i for i, p in enumerate(out) if p is None]
         if todo:
-            ids, images = [], []
-            for i in todo:
-                r = requests[i]
-                ids += [r.reference_ids[0], r.reference_ids[-1]]
-                images += [r.reference_images[0], r.reference_images[-1]]
-            feats = torch.from_numpy(self._features(ids, images))
-            two = torch.tensor([len(requests[i].reference_ids) > 1 for i in todo])
-            with torch.inference_mode():
-                probes = self.model.encode_query(feats[0::2], feats[1::2], two,
-                                                 self._words([requests[i].instruction for i in todo]))
-                props = self.model.attribute_probs(feats[0::2]) if self.model.near is not None else None
+            # a batch of queries met before (the next retriever's reranking of the same queries) takes
+            # its probes from then: whole batches only, as a row's last bits depend on its batch
+            batch = tuple(keys[i] for i in todo) if all(keys[i] is not None for i in todo) else None
+            probes, props = self._probe_batches.get(batch) or self._encode_probes([requests[i] for i in todo])
+            if batch is not None:
+                self._probe_batches.put(batch, (probes, props))
             for n, i in enumerate(todo):
                 out[i] = (probes[n], props[n] if props is not None else None)
                 if keys[i] is not None:
@@ -234,6 +233,21 @@ class WorldVerifierReranker(LogitPairReranker):
             return torch.zeros(0), None
         props = torch.stack([p for _, p in out]) if self.model.near is not None else None
         return torch.stack([pr for pr, _ in out]), props
+
+    def _encode_probes(self, requests: Sequence[RerankRequest]):
+        """(probes, reference-1 properties or None) of these requests, computed as one batch."""
+        import torch
+
+        ids, images = [], []
+        for r in requests:
+            ids += [r.reference_ids[0], r.reference_ids[-1]]
+            images += [r.reference_images[0], r.reference_images[-1]]
+        feats = torch.from_numpy(self._features(ids, images))
+        two = torch.tensor([len(r.reference_ids) > 1 for r in requests])
+        with torch.inference_mode():
+            probes = self.model.encode_query(feats[0::2], feats[1::2], two, self._words([r.instruction for r in requests]))
+            props = self.model.attribute_probs(feats[0::2]) if self.model.near is not None else None
+        return probes, props
 
     # -- scoring
     def score_logits(self, request: RerankRequest, candidate_images: Sequence[Any]) -> np.ndarray:

@@ -66,14 +66,19 @@ def submission_entries(benchmark: Benchmark, run: Mapping[str, Sequence[str]]) -
     return recall, subset, notes
 
 
+def submission_paths(out_dir: str | Path, name: str) -> dict[str, Path]:
+    """`recall_submission_<name>.json` and `recall_subset_submission_<name>.json` (CLIP4Cir's names)."""
+    out = Path(out_dir)
+    return {"recall": out / f"recall_submission_{name}.json", "recall_subset": out / f"recall_subset_submission_{name}.json"}
+
+
 def write_cirr_submission(benchmark: Benchmark, run: Mapping[str, Sequence[str]], out_dir: str | Path,
                           name: str) -> tuple[dict[str, Path], list[str]]:
-    """Write `recall_submission_<name>.json` and `recall_subset_submission_<name>.json` (CLIP4Cir's names)."""
+    """Write the two submission files of `run` (submission_paths) into `out_dir`."""
     if benchmark.metric_family != "cirr":
         raise BenchmarkError(f"benchmark {benchmark.name!r}: submission files are written for CIRR only")
     recall, subset, notes = submission_entries(benchmark, run)
-    out = Path(out_dir)
-    paths = {"recall": out / f"recall_submission_{name}.json", "recall_subset": out / f"recall_subset_submission_{name}.json"}
+    paths = submission_paths(out_dir, name)
     write_json_atomic(paths["recall"], {"version": VERSION, "metric": "recall", **recall}, indent=None)
     write_json_atomic(paths["recall_subset"], {"version": VERSION, "metric": "recall_subset", **subset}, indent=None)
     return paths, notes

@@ -18,18 +18,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results-json", nargs="+", metavar="FILE", required=True,
                    help="results files (any format --eval reads); one pair of submission files each")
     p.add_argument("--results-format", default="auto", choices=FORMAT_CHOICES)
-    p.add_argument("--out", default=".", help="folder for the submission files (default: here)")
+    p.add_argument("--out", default=".", help="folder for the submission files (default: here); a file of the same "
+                                              "name there is replaced only with --overwrite")
+    p.add_argument("--overwrite", action="store_true", help="replace submission files of the same names in --out")
 
 
 def run(args: argparse.Namespace) -> int:
     from cir_demo.benchmarks.schema import BenchmarkError
-    from cir_demo.results.cirr_submission import write_cirr_submission
+    from cir_demo.results.cirr_submission import submission_paths, write_cirr_submission
     from cir_demo.results.files import read_results
+    from cir_demo.utils.owned_folder import file_write_problem
 
     try:
         bench = load_benchmark_from_args(args)
-        for path in args.results_json:
-            rf = read_results(path, bench, fmt=args.results_format)
+        files = [read_results(path, bench, fmt=args.results_format) for path in args.results_json]
+        problems = [f"error: {p}: {why}" for rf in files for p in submission_paths(args.out, rf.name).values()
+                    if (why := file_write_problem(p, args.overwrite))]
+        if problems:  # before writing any
+            print("\n".join(problems), file=sys.stderr)
+            return 2
+        for path, rf in zip(args.results_json, files):
             for w in rf.warnings():
                 print(f"warning: {path}: {w.message}", file=sys.stderr)
             paths, notes = write_cirr_submission(bench, rf.run, Path(args.out), rf.name)

@@ -262,3 +262,18 @@ def write_results(
 
 
 __all__ = ["FORMATS", "FORMAT_CHOICES", "ResultsFile", "ResultsFormat", "parse_results", "read_results", "trec_order", "write_results"]
+
+
+def problem_line(exc: BaseException, path: str | Path) -> str:
+    """An error reading a results file as one line for a page or a listing: the file's name (never its
+    server path), the first problem and how many more there are."""
+    issues = getattr(exc, "issues", None)
+    name = Path(path).name
+    if issues:
+        first = issues[0]
+        where = ", ".join(x for x in (first.location, f"field {first.field!r}" if first.field else None) if x)
+        more = f" (and {len(issues) - 1} more problems; `python app.py --eval --results-json` lists them)" \
+            if len(issues) > 1 else ""
+        return f"{name}: {where + ': ' if where else ''}{first.message}{more}"
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"{name}: {text.replace(str(Path(path).resolve()), name).replace(str(Path(path)), name)}"

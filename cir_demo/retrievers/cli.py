@@ -55,6 +55,7 @@ def _format_table(rows: list[dict]) -> str:
             status.append("missing: " + ", ".join(r["missing"]))
         if r["needs_remote_code"]:
             status.append("needs --trust-remote-code")
+        status += _family_says(r, "problems", [])
         key_env = _family_says(r, "api_key_env", None)
         if key_env and not os.environ.get(key_env):
             status.append(f"needs ${key_env}")

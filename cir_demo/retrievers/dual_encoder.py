@@ -13,6 +13,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from cir_demo.utils.lru import LRU
+
 from cir_demo.retrievers import recipes
 from cir_demo.retrievers.base import (ComposedQuery, Retriever, batches, check_embeddings, render_markers,
                                       spec_hash)
@@ -44,6 +46,45 @@ class TextMemo:
 
 
 TEXT_MEMO = TextMemo()
+
+
+def _pixels_digest(image: Any) -> bytes | None:
+    """A PIL image's identity by content (mode, size, pixels); None for anything else."""
+    import hashlib
+
+    if not hasattr(image, "tobytes") or not hasattr(image, "mode"):
+        return None
+    h = hashlib.blake2b(f"{image.mode}{image.size}".encode(), digest_size=16)
+    h.update(image.tobytes())
+    return h.digest()
+
+
+def reference_batch_key(tower: str, batch_size: int, images: Sequence[Any]) -> tuple | None:
+    """`REFERENCE_MEMO`'s key of one call's reference images: the image tower, the batch size, each image's
+    pixels and which entries are the very same object (`encode_in_batches` encodes those once), so that
+    equal keys mean the very same batches; None when an image is not a PIL image."""
+    digests = [_pixels_digest(img) for img in images]
+    if any(d is None for d in digests):
+        return None
+    first: dict[int, int] = {}
+    return (tower, batch_size, tuple(digests), tuple(first.setdefault(id(img), len(first)) for img in images))
+
+
+# Embeddings of recent query batches (reference images, query texts), shared by every retriever of one
+# encoder: the world-CLIP recipes and world-CIR encode the same references and texts in the same batches in
+# an eval run. Whole batches, never rows: on a CPU a row's last bits depend on the rows batched with it, so
+# only a repeat of the very same batches may reuse them (outputs stay byte-identical).
+REFERENCE_MEMO = LRU(256)
+
+
+def _through_memo(key: tuple | None, encode: Callable[[], np.ndarray]) -> np.ndarray:
+    emb = REFERENCE_MEMO.get(key) if key is not None else None
+    if emb is None:
+        emb = encode()
+        if key is not None:
+            emb.setflags(write=False)  # shared with the next retriever of this encoder
+            REFERENCE_MEMO.put(key, emb)
+    return emb
 
 
 class DualEncoder(abc.ABC):
@@ -116,6 +157,30 @@ class EncoderRetriever(Retriever):
             f"{self.name}: images", self.progress,
         )
 
+    @property
+    def _tower_key(self) -> str | None:
+        """The encoder's identity for `REFERENCE_MEMO` (None: unknown, nothing shared)."""
+        tower = self.image_spec
+        return f"{spec_hash(tower)}@{self.device}" if tower else None
+
+    def encode_references(self, queries: Sequence[ComposedQuery], batch_size: int | None = None) -> np.ndarray:
+        """(total references, dim): the queries' reference images in order, `encode_images` through
+        `REFERENCE_MEMO` (another retriever of this encoder may have encoded these very batches)."""
+        flat = [img for q in queries for img in q.reference_images]
+        tower = self._tower_key
+        key = reference_batch_key(tower, batch_size or self.batch_size, flat) if tower else None
+        return _through_memo(key, lambda: self.encode_images(flat, batch_size))
+
+    def encode_text_batches(self, texts: Sequence[str], batch_size: int | None = None) -> np.ndarray:
+        """(n, dim): `encode_in_batches` of the text tower (each text once) through `REFERENCE_MEMO`."""
+        unique = list(dict.fromkeys(texts))
+        bs = batch_size or self.batch_size
+        key = ("texts", self._tower_key, bs, tuple(unique)) if self._tower_key else None
+        rows = _through_memo(key, lambda: encode_in_batches(unique, self.encoder.encode_text_batch, bs, self.dim,
+                                                            f"{self.name}: texts", self.progress))
+        row_of = {t: i for i, t in enumerate(unique)}
+        return rows[[row_of[t] for t in texts]] if len(unique) < len(texts) else rows
+
 
 class DualEncoderRetriever(EncoderRetriever):
     """Retriever = dual encoder + recipe (image_only, text_only, early_fusion, slerp).
@@ -153,11 +218,7 @@ class DualEncoderRetriever(EncoderRetriever):
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
 
-        def encode(missing: list[str]) -> np.ndarray:
-            return encode_in_batches(missing, self.encoder.encode_text_batch, batch_size or self.batch_size, self.dim,
-                                     f"{self.name}: texts", self.progress)
-
-        return TEXT_MEMO.encode(self._encoder_key, texts, encode)
+        return TEXT_MEMO.encode(self._encoder_key, texts, lambda missing: self.encode_text_batches(missing, batch_size))
 
     @property
     def _encoder_key(self) -> str:
@@ -169,8 +230,7 @@ class DualEncoderRetriever(EncoderRetriever):
     # -- query side
     def reference_embeddings(self, queries: Sequence[ComposedQuery], batch_size: int | None = None) -> np.ndarray:
         """(n, dim): each query's reference image, or the normalised mean of its two."""
-        flat = [img for q in queries for img in q.reference_images]
-        emb = self.encode_images(flat, batch_size)
+        emb = self.encode_references(queries, batch_size)
         out, pos = [], 0
         for q in queries:
             k = len(q.reference_images)

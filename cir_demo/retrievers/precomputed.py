@@ -114,9 +114,32 @@ class PrecomputedRetriever(RankingOnlyRetriever):
         return ids, [1.0 / (i + 1) for i in range(len(ids))]
 
 
+def problems(config: dict) -> list[str]:
+    """What `retrievers list` can check without a benchmark: the file is there and reads in its format
+    (one line each, the file's name only)."""
+    from cir_demo.results import parse_results, problem_line
+
+    path = resolve_path(config["params"]["path"])
+    if not Path(path).is_file():
+        return [f"results file {Path(path).name} not found"]
+    try:
+        parse_results(Path(path), config["params"].get("format", "auto"))
+    except Exception as exc:  # BenchmarkError, OSError, UnicodeError: one line either way
+        return [problem_line(exc, path)]
+    return []
+
+
 def load(config: dict, device: str | None = None, progress: bool = False, **_: Any) -> PrecomputedRetriever:
+    """The config's results file as a retriever; a file that cannot be read is one line naming the file
+    (not its server path), its first problem and how many more (the page shows it as the column's reason)."""
+    from cir_demo.results import problem_line
+
     params = config["params"]
-    retriever = PrecomputedRetriever.from_file(resolve_path(params["path"]), config["name"], params.get("format", "auto"))
+    path = resolve_path(params["path"])
+    try:
+        retriever = PrecomputedRetriever.from_file(path, config["name"], params.get("format", "auto"))
+    except ValueError as exc:  # BenchmarkError, UnicodeError (a missing file stays FileNotFoundError: the doctor's fact)
+        raise ValueError(problem_line(exc, path)) from None
     if config.get("model"):
         retriever.spec["model"] = config["model"]
     return retriever

@@ -32,6 +32,8 @@ A family is one module and one row of `FAMILIES`. Everything else asks the modul
     recipe_label(config) -> str  how `retrievers list` names its query composition (default: the
                                  config's recipe, else "native")
     api_key_env(config)          the environment variable holding its API key, for `retrievers list`
+    problems(config) -> list     one line per problem `retrievers list` can see without loading
+                                 (precomputed: the results file is missing or does not read)
 """
 from __future__ import annotations
 

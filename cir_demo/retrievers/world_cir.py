@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from cir_demo.retrievers.base import ComposedQuery, check_embeddings, render_markers, resolve_path
-from cir_demo.retrievers.dual_encoder import EncoderRetriever, encode_in_batches
+from cir_demo.retrievers.dual_encoder import EncoderRetriever
 
 FAMILY = "world_cir"
 PARAMS = {
@@ -62,16 +62,14 @@ class WorldCirRetriever(EncoderRetriever):
         queries = list(queries)
         if not queries:
             return np.zeros((0, self.dim), dtype=np.float32)
-        flat = [img for q in queries for img in q.reference_images]
-        emb = self.encode_images(flat, batch_size)
+        emb = self.encode_references(queries, batch_size)
         first, last, pos = [], [], 0
         for q in queries:
             first.append(pos)
             last.append(pos + len(q.reference_images) - 1)
             pos += len(q.reference_images)
         texts = [render_markers(q.text, self.marker_style) for q in queries]
-        txt = encode_in_batches(texts, self.encoder.encode_text_batch, batch_size or self.batch_size, self.dim,
-                                f"{self.name}: texts", self.progress)
+        txt = self.encode_text_batches(texts, batch_size)
         out = combine_numpy(self.combiner, emb[first], emb[last], txt)
         return check_embeddings(out, len(queries), self.dim, f"{self.name}: queries")
 

@@ -32,8 +32,9 @@ log = logging.getLogger("cir_demo.ui")
 TITLE = "CIR failure explorer"
 INTRO = (f"# {TITLE}\n"
          "Composed image retrieval: one or two reference images plus an instruction. Compare retrievers side by side, "
-         "see where explicit negatives (near misses) reach the top 10, how the phrasing changes results, and what a "
-         "reranker fixes or breaks.")
+         "sort the queries by how they fail on the loaded benchmark (explicit negatives in the top 10 where it has "
+         "them, the target's official rank, one run against another), see how the phrasing changes results, and what "
+         "a reranker fixes or breaks.")
 VIEW_KEYS = ("header", "paraphrase", "results", "table", "prompt", "share", "message", "k", "top_n")  # view_outputs order
 LOAD_POLL_S = 0.25
 WORK_GROUP = "cir-work"  # every callback that computes shares one concurrency limit (share_one_limit)
@@ -435,9 +436,12 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
     loader = ServiceLoader(config, start=False)
     from cir_demo.explorer.precompute import PrecomputeJob
 
+    from cir_demo.benchmarks.cli_args import benchmark_flags
+
     # with --runs the columns' per-query numbers come from the files (cheap, computed when asked for): no
     # background eval run, which could not load the runs' columns by name anyway
-    precompute = PrecomputeJob(benchmark_argv(args), enabled=not (args.no_precompute or args.runs))
+    precompute = PrecomputeJob(benchmark_flags(config.benchmark, dict(config.benchmark_kwargs), config.limit_groups),
+                               enabled=not (args.no_precompute or args.runs))
     demo = create_app(loader, precompute)
     launch_app(demo, args.server_name, args.port, args.share, args.queue_size, args.concurrency,
                prevent_thread_lock=True)
@@ -451,9 +455,9 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
         service = loader.wait(None)
         print(f"explorer ready {time.perf_counter() - t0:.1f} s after start: {service.summary()}", flush=True)
         precompute.on_done(service.forget_failures)
-        precompute.start_for(service)  # after the explorer is usable, at low priority
+        precompute.start_for(service)  # after the explorer is usable, at low priority (or shipped outputs installed)
         if precompute.status().text():
-            print(precompute.status().text(), flush=True)
+            print(f"{precompute.status().text()}; {time.perf_counter() - t0:.1f} s after start", flush=True)
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
     import signal
@@ -471,13 +475,3 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
         if service is not None:
             service.engine.close()
     return 0
-
-
-def benchmark_argv(args: argparse.Namespace) -> list[str]:
-    """The benchmark flags of the app's command line, for the background `--eval` run."""
-    argv = ["--benchmark", args.benchmark]
-    for flag in ("annotations", "corpus_ids", "root", "image_dir", "world_size", "world_seed", "limit"):
-        value = getattr(args, flag, None)
-        if value is not None:
-            argv += [f"--{flag.replace('_', '-')}", str(value)]
-    return argv

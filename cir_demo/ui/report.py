@@ -328,7 +328,7 @@ def open_pair(service: ExplorerService, pair: str | None, k, rerank, top_n, pend
     if not listing["ids"]:
         raise ServiceError(f"no query to compare {a} and {b} on")
     view = explore.show_view(service, listing["ids"][0], names, k, rerank, top_n)
-    choices = explore.sort_choices(pending)
+    choices = explore.sort_choices(service, pending)
     if pair not in [value for _, value in choices]:
         choices.append((f"{a} vs {b}", pair))
     out = {"tab": gr.Tabs(selected="explore"), "sort": gr.update(choices=choices, value=pair),

@@ -101,7 +101,7 @@ def replace_owned(new: Path, out: Path, overwrite: bool) -> None:
     """Move the complete write `new` (with its manifest) to `out`.
 
     `out` missing or empty: one rename. `out` an earlier run and `overwrite`: that run's files are
-    removed and the new ones moved in; anything else there is left as it was (and a new file whose
+    set aside, the new ones moved in, then the set-aside ones removed; anything else there is left as it was (and a new file whose
     name is taken by something the earlier run did not write stops the move before it starts)."""
     if not out.exists() or (out.is_dir() and not os.listdir(out)):
         if out.exists():
@@ -117,20 +117,31 @@ def replace_owned(new: Path, out: Path, overwrite: bool) -> None:
         raise FolderInTheWay(f"{out}: the new run would overwrite {state.names(taken)}, which the earlier run "
                              "did not write; move them or name another folder")
     if not state.foreign:  # only the earlier run: swap the folders (atomic for a reader)
-        old = new.parent / f"{new.name}.old-{uuid.uuid4().hex[:8]}"
+        old = new.parent / f"replaced-{uuid.uuid4().hex[:8]}-{out.name}"  # kept if killed before the next line
         os.rename(out, old)
         os.rename(new, out)
         shutil.rmtree(old, ignore_errors=True)
         return
-    (out / RUN_MANIFEST).unlink()  # first: an interrupted swap leaves no manifest, so nothing is removed later
-    for rel in owned:
-        (out / rel).unlink(missing_ok=True)
+    _swap_beside_others(new, out, owned)
+
+
+def _swap_beside_others(new: Path, out: Path, owned: set[str]) -> None:
+    """The earlier run's files set aside (renamed into `.partial/replaced-...`, manifest first), the new
+    ones moved in, the new manifest last, then the set-aside files removed. A kill midway leaves no
+    manifest in `out` (so nothing there is taken for a run and removed later) and the earlier run whole
+    under `replaced-...`, which no cleanup removes (docs/reliability.md: recovering it)."""
+    aside = new.parent / f"replaced-{uuid.uuid4().hex[:8]}-{out.name}"
+    for rel in [RUN_MANIFEST, *sorted(owned)]:
+        if (out / rel).is_file():
+            (aside / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.rename(out / rel, aside / rel)
     _remove_empty_parents(out, owned)
     for rel in _files_under(new):
         if rel != RUN_MANIFEST:
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
             os.replace(new / rel, out / rel)
     os.replace(new / RUN_MANIFEST, out / RUN_MANIFEST)  # last: the folder is a complete run again
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _remove_empty_parents(out: Path, owned: set[str]) -> None:
@@ -165,3 +176,14 @@ def write_problem(out: Path, overwrite: bool) -> str | None:
     if state.empty or (state.manifest is not None and overwrite and not state.changed):
         return None
     return refusal(out, state)
+
+
+def file_write_problem(path: Path, overwrite: bool) -> str | None:
+    """Why one output file (a results file, a CSV, a PNG) may not be written at `path`; None when it
+    may. A file there is replaced only with `overwrite`: no manifest says who wrote it, and a results
+    file silently replaced is a lost result."""
+    if path.is_dir():
+        return "is a folder; name the file to write"
+    if path.exists() and not overwrite:
+        return "exists; add --overwrite to replace it, or name a new file"
+    return None

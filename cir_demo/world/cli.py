@@ -5,6 +5,10 @@
     python -m cir_demo world stats --size default --seed 0
     python -m cir_demo world export --format {pinpoint,jsonl,cirr,fashioniq,circo} --out DIR [--size S --seed N]
     python -m cir_demo world render IMAGE_ID [IMAGE_ID ...] --out DIR [--size S --seed N]
+
+export and render write a new folder (or an empty one) with its run_manifest.json; an earlier
+export or render there is replaced only with --overwrite, and a folder holding anything else is
+refused (cir_demo/utils/staged_folder.py).
 """
 from __future__ import annotations
 
@@ -29,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--force", action="store_true", help="regenerate even when the manifest matches")
     c = sub.add_parser("contact-sheet", help="draw sample queries per category to a PNG")
     _world_args(c)
-    c.add_argument("--out", required=True, help="PNG path")
+    c.add_argument("--out", required=True, help="PNG path (an existing file is replaced only with --overwrite)")
+    c.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     c.add_argument("--per-category", type=int, default=1, help="intents per group (default 1)")
     c.add_argument("--group-by", choices=("kind", "category", "subcategory"), default="kind")
     c.add_argument("--sample-seed", type=int, default=0, help="which intents to show")
@@ -39,13 +44,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e = sub.add_parser("export", help="export the test benchmark (pinpoint parquet or our JSONL format)")
     _world_args(e)
     e.add_argument("--format", choices=("pinpoint", "jsonl", "cirr", "fashioniq", "circo"), required=True)
-    e.add_argument("--out", required=True, help="output folder")
+    e.add_argument("--out", required=True, help="output folder: new, empty, or an earlier export with --overwrite")
+    e.add_argument("--overwrite", action="store_true", help="replace the earlier export in --out (only its files)")
     e.add_argument("--images", choices=("render", "none"), default=None,
                    help="render PNGs or not (default: render for jsonl, none for cirr, fashioniq and circo)")
     r = sub.add_parser("render", help="render images by id to PNG files")
     _world_args(r)
     r.add_argument("image_ids", nargs="+")
-    r.add_argument("--out", required=True, help="output folder")
+    r.add_argument("--out", required=True, help="output folder: new, empty, or an earlier render with --overwrite")
+    r.add_argument("--overwrite", action="store_true", help="replace the earlier render in --out (only its files)")
     r.add_argument("--pixels", type=int, default=None, help="image size (default 160)")
 
 
@@ -88,47 +95,53 @@ def _stats(args) -> int:
 
 
 def _export(args) -> int:
+    from cir_demo.utils.staged_folder import staged_run_dir
+
     from .loader import load_world
     bench = load_world(args.root, args.size, args.seed)
     out = Path(args.out)
-    if args.format == "pinpoint":
-        from cir_demo.benchmarks.pinpoint import export_pinpoint
-        paths = export_pinpoint(bench, out)
-        for k, v in paths.items():
-            print(f"{k}: {v}")
-    elif args.format in ("cirr", "fashioniq", "circo"):
-        from cir_demo.benchmarks.circo import export_circo
-        from cir_demo.benchmarks.cirr import export_cirr
-        from cir_demo.benchmarks.fashioniq import export_fashioniq
-        export = {"cirr": export_cirr, "fashioniq": export_fashioniq, "circo": export_circo}[args.format]
-        paths = export(bench, out, image_mode=args.images or "none", skip_two_image=True)
-        for k, v in paths.items():
-            print(f"{k}: {v}")
-        if args.format == "circo":
-            print(f"open it: python app.py --benchmark circo --annotations {paths['annotations']} "
-                  f"--corpus-ids {paths['corpus_ids']}")
-        n_two = sum(not q.is_single for q in bench.queries)
-        if n_two:
-            print(f"warning: {n_two} two-image queries left out ({args.format} queries have one reference image)",
-                  file=sys.stderr)
-    else:
-        from cir_demo.benchmarks.jsonl import export_jsonl_benchmark
-        print(f"wrote {export_jsonl_benchmark(bench, out, image_mode=args.images or 'render')}")
+    with staged_run_dir(out, args.overwrite) as tmp:
+        staged = _write_export(args.format, bench, tmp, args.images)
+    paths = {k: out / Path(v).relative_to(tmp) for k, v in staged.items()}  # where they are now, not where staged
+    for k, v in paths.items():
+        print(f"{k}: {v}")
+    if args.format == "circo":
+        print(f"open it: python app.py --benchmark circo --annotations {paths['annotations']} "
+              f"--corpus-ids {paths['corpus_ids']}")
+    n_two = sum(not q.is_single for q in bench.queries)
+    if n_two and args.format in ("cirr", "fashioniq", "circo"):
+        print(f"warning: {n_two} two-image queries left out ({args.format} queries have one reference image)",
+              file=sys.stderr)
     return 0
 
 
+def _write_export(fmt: str, bench, out: Path, images: str | None) -> dict:
+    """The export's files written into `out`: {what: path}."""
+    if fmt == "pinpoint":
+        from cir_demo.benchmarks.pinpoint import export_pinpoint
+        return export_pinpoint(bench, out)
+    if fmt == "jsonl":
+        from cir_demo.benchmarks.jsonl import export_jsonl_benchmark
+        return {"benchmark": export_jsonl_benchmark(bench, out, image_mode=images or "render")}
+    from cir_demo.benchmarks.circo import export_circo
+    from cir_demo.benchmarks.cirr import export_cirr
+    from cir_demo.benchmarks.fashioniq import export_fashioniq
+    export = {"cirr": export_cirr, "fashioniq": export_fashioniq, "circo": export_circo}[fmt]
+    return export(bench, out, image_mode=images or "none", skip_two_image=True)
+
+
 def _render(args) -> int:
-    from cir_demo.utils.io import atomic_path
+    from cir_demo.utils.staged_folder import staged_run_dir
 
     from .loader import open_world, render_image
     world = open_world(args.root, args.size, args.seed)
     for image_id in args.image_ids:  # every id checked before --out is created
         world.table_and_row(image_id)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    with staged_run_dir(out, args.overwrite) as tmp:
+        for image_id in args.image_ids:
+            render_image(image_id, args.pixels, world=world).save(tmp / f"{image_id}.png", format="PNG")
     for image_id in args.image_ids:
-        with atomic_path(out / f"{image_id}.png") as tmp:
-            render_image(image_id, args.pixels, world=world).save(tmp, format="PNG")
         print(out / f"{image_id}.png")
     return 0
 

@@ -1,0 +1,71 @@
+"""What a first visitor's Chromium sees on a first start, timed from the app's start:
+`bench/bench_first_start.sh` runs it beside the app (BROWSER=1).
+
+    python bench/first_start_browser.py URL APP_START_EPOCH OUT_DIR
+
+Opens the page as soon as it answers, and prints (and appends to OUT_DIR/events.txt) the seconds since
+the app started at which the first tiles showed, and at which the status line said "failure sorts and
+report: ready"; then picks the "reranker helped most" sort, opens the Report tab and saves a screenshot
+of each (OUT_DIR/first-start-*.png). Debian's Chromium (/usr/bin/chromium) through Playwright.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+READY = "failure sorts and report: ready"
+
+
+def note(out: Path, t0: float, what: str) -> float:
+    seconds = time.time() - t0
+    line = f"browser_{what}_s {seconds:.1f}"
+    print(line, flush=True)
+    with open(out / "events.txt", "a") as f:
+        f.write(line + "\n")
+    return seconds
+
+
+def main(url: str, t0: float, out: Path, timeout_s: float = 900) -> int:
+    from playwright.sync_api import sync_playwright
+
+    from cir_demo.explorer.config import SORTS
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(timeout_s * 1000)
+        while True:  # the page is served a few seconds after start
+            try:
+                page.goto(url, timeout=5000)
+                break
+            except Exception:
+                if time.time() - t0 > timeout_s:
+                    raise
+                time.sleep(0.2)
+        page.wait_for_selector("#cir-results li.cir-tile")
+        note(out, t0, "tiles")
+        page.wait_for_function("(t) => (document.querySelector('#cir-status')?.innerText || '').includes(t)", arg=READY)
+        note(out, t0, "sorts_and_report_ready")
+        page.screenshot(path=str(out / "first-start-ready.png"), full_page=True)
+        page.locator("#cir-sort input").click()
+        page.get_by_role("option", name=SORTS["rerank_helped"]).click()
+        page.wait_for_function("() => (document.querySelector('#cir-list-info')?.innerText || '')"
+                               ".includes('rose with the reranker')")
+        note(out, t0, "rerank_helped_sorted")
+        page.screenshot(path=str(out / "first-start-sort.png"), full_page=True)
+        page.get_by_role("tab", name="Report").click()
+        page.wait_for_selector("#cir-report-metrics table")
+        page.wait_for_selector("#cir-report-plots img")
+        note(out, t0, "report_shown")
+        page.screenshot(path=str(out / "first-start-report.png"), full_page=True)
+        browser.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], float(sys.argv[2]), Path(sys.argv[3])))

@@ -1,0 +1,213 @@
+"""The default world's complete `--eval` outputs, committed beside its prebuilt corpus embeddings, so
+that a fresh clone's app has its failure sorts and Report at once instead of after a background run.
+
+Layout: `indexes/prebuilt/<benchmark index name>/eval/` holds
+- `manifest.json`: `key`, what the outputs are tied to (the benchmark fingerprint, the spec hash of
+  every retriever, query template included, and of the reranker, so the weights' sha256 too; the
+  rerank depth; the sha256 of the source of every package that shapes the outputs; the versions of
+  the libraries that do), the `command` that wrote them, `provenance`, and `files`: for every file
+  of the run folder (`results/` left out: the app reads no rankings), the size and sha256 of its
+  content and of its stored form;
+- the stored files: text files xz-compressed (`NAME.xz`), plots as they are.
+
+`install_shipped_run` copies them into the runs folder as `prebuilt-<index name>-<key digest>/`, a
+run folder like any other plus `prebuilt.json` (the manifest), only when the key matches what is
+served and every sha256 matches; then the app finds a complete run and starts no background run.
+A copy installed by other code is never listed as a run (`stale_installed_copy`), so a stale one
+is computed again in the background, never served as current. Written by `python -m cir_demo
+index prebuilt` (harness/prebuilt_run_build.py), which runs `--eval` itself.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import lzma
+import os
+from pathlib import Path
+from typing import Mapping
+
+from cir_demo.index.manifest import MANIFEST_FILE, new_dir_beside, safe_component
+from cir_demo.paths import REPO_ROOT
+
+RUN_FOLDER = "eval"  # under the benchmark's prebuilt folder
+INSTALLED_MARK = "prebuilt.json"  # in an installed copy: the manifest it was installed from
+FORMAT = 1
+LEFT_OUT = ("results",)  # top-level parts of a run folder not shipped
+COMPRESSED_SUFFIXES = (".csv", ".json", ".md", ".txt")
+# cir_demo packages whose code never shapes what `--eval` writes (the app, test builders, training:
+# trained weights are tied by their sha256); every other source file is part of the key
+NOT_OUTPUT_CODE = ("ui", "explorer", "testing", "training")
+OUTPUT_LIBRARIES = ("numpy", "pandas", "matplotlib", "faiss", "torch", "open_clip", "pillow", "scipy")
+# run_info.json entries that record the run itself rather than its results (times, command line)
+RUN_RECORD_KEYS = ("timings_s", "wall_s", "argv")
+
+
+@functools.lru_cache(maxsize=1)
+def output_code_sha256() -> str:
+    """sha256 over the path and source (line ends normalised) of every cir_demo module that shapes
+    `--eval` outputs."""
+    package = REPO_ROOT / "cir_demo"
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if rel.parts[0] in NOT_OUTPUT_CODE or "__pycache__" in rel.parts:
+            continue
+        digest.update(rel.as_posix().encode() + b"\0")
+        digest.update(path.read_bytes().replace(b"\r\n", b"\n") + b"\0")
+    return digest.hexdigest()
+
+
+def output_libraries() -> dict:
+    from cir_demo.utils.versions import library_versions
+
+    return library_versions(*OUTPUT_LIBRARIES)
+
+
+def run_key(fingerprint: str, retrievers: Mapping[str, str], reranker: str | None, top_n: int | None) -> dict:
+    """What a run's outputs depend on: benchmark content, specs (weights included), rerank depth, code, libraries."""
+    return {"benchmark_fingerprint": fingerprint, "retrievers": dict(sorted(retrievers.items())),
+            "reranker": reranker, "rerank_top_n": top_n if reranker else None,
+            "code_sha256": output_code_sha256(), "libraries": output_libraries()}
+
+
+def key_problems(shipped: Mapping, served: Mapping) -> list[str]:
+    """Why outputs with key `shipped` are not those of the `served` view ([] = they are). The served
+    columns must be among the shipped ones; the reranker counts when one is served."""
+    out = []
+    if shipped.get("benchmark_fingerprint") != served["benchmark_fingerprint"]:
+        out.append(f"benchmark changed: {shipped.get('benchmark_fingerprint')} -> {served['benchmark_fingerprint']}")
+    have = shipped.get("retrievers") or {}
+    for name, h in served["retrievers"].items():
+        if have.get(name) != h:
+            out.append(f"retriever {name}: " + ("not in the shipped run" if name not in have else
+                                                f"spec or weights changed ({str(have[name])[:12]} -> {h[:12]})"))
+    if served.get("reranker") and (shipped.get("reranker"), shipped.get("rerank_top_n")) != (
+            served["reranker"], served["rerank_top_n"]):
+        out.append(f"reranker or its depth changed: {str(shipped.get('reranker'))[:12]} top "
+                   f"{shipped.get('rerank_top_n')} -> {served['reranker'][:12]} top {served['rerank_top_n']}")
+    out += code_problems(shipped)
+    return out
+
+
+def code_problems(key: Mapping) -> list[str]:
+    """Why outputs with `key` are not what this code and these libraries write ([] = they are)."""
+    out = []
+    if key.get("code_sha256") != output_code_sha256():
+        out.append(f"code changed: outputs of code {str(key.get('code_sha256'))[:12]}, running "
+                   f"{output_code_sha256()[:12]}")
+    libs, now = key.get("libraries") or {}, output_libraries()
+    out += [f"library changed: {lib} {libs.get(lib)} -> {now[lib]}" for lib in now if libs.get(lib) != now[lib]]
+    return out
+
+
+def shipped_dir(benchmark, root: Path | None = None) -> Path:
+    from cir_demo.index.build import benchmark_index_name
+    from cir_demo.index.prebuilt import prebuilt_root
+
+    return (root or prebuilt_root()) / safe_component(benchmark_index_name(benchmark)) / RUN_FOLDER
+
+
+def read_shipped_manifest(directory: Path) -> dict:
+    """The manifest of shipped outputs; ValueError (one line naming the file) when it cannot be used."""
+    path = directory / MANIFEST_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: unreadable ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("files"), dict) \
+            or not isinstance(data.get("key"), dict):
+        raise ValueError(f"{path}: not a format-{FORMAT} manifest of shipped eval outputs (key, files)")
+    return data
+
+
+def stale_installed_copy(run_dir: Path) -> bool:
+    """True for a copy of shipped outputs installed by other code or libraries (never listed as a run)."""
+    mark = run_dir / INSTALLED_MARK
+    if not mark.is_file():
+        return False
+    try:
+        return bool(code_problems(json.loads(mark.read_text(encoding="utf-8")).get("key") or {}))
+    except (OSError, ValueError, AttributeError):
+        return True
+
+
+def stored_name(name: str) -> str:
+    return name + ".xz" if name.endswith(COMPRESSED_SUFFIXES) else name
+
+
+def pack_run(run_dir: Path, out: Path, key: dict, command: list[str], provenance: dict) -> Path:
+    """Write the shipped form of run folder `run_dir` (all but `LEFT_OUT`) with its manifest into `out`,
+    replacing it as a whole."""
+    from cir_demo.index.manifest import replace_dir
+    from cir_demo.integrity import file_record
+    from cir_demo.utils.io import write_json_atomic
+
+    names = sorted(p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*")
+                   if p.is_file() and p.relative_to(run_dir).parts[0] not in LEFT_OUT)
+    files = {}
+    with new_dir_beside(out) as tmp:
+        for name in names:
+            data = (run_dir / name).read_bytes()
+            stored = tmp / stored_name(name)
+            stored.parent.mkdir(parents=True, exist_ok=True)
+            stored.write_bytes(lzma.compress(data, preset=6) if stored.name != Path(name).name else data)
+            files[name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                           "stored": {stored_name(name): file_record(stored)}}
+        write_json_atomic(tmp / MANIFEST_FILE, {
+            "format": FORMAT, "what": "the complete --eval outputs of this benchmark (results/ left out), "
+                                      "stored compressed; installed into the runs folder by the app",
+            "key": key, "command": command, "provenance": provenance, "files": files})
+        replace_dir(tmp, out)
+    return out
+
+
+def shipped_problems(directory: Path, served: Mapping | None = None) -> list[str]:
+    """Why the shipped outputs in `directory` cannot be served ([] = usable): an unreadable manifest,
+    a stored file whose size or sha256 differs, a key that does not match `served` (when given) or
+    this code and these libraries."""
+    from cir_demo.integrity import check_records
+
+    if not (directory / MANIFEST_FILE).is_file():
+        return [f"missing: {directory / MANIFEST_FILE} not found (write them: python -m cir_demo index prebuilt "
+                "--only eval)"]
+    try:
+        manifest = read_shipped_manifest(directory)
+    except ValueError as exc:
+        return [str(exc)]
+    stored = {k: v for f in manifest["files"].values() for k, v in (f.get("stored") or {}).items()}
+    problems = check_records(directory, stored, verify=True)
+    return problems + (key_problems(manifest["key"], served) if served else code_problems(manifest["key"]))
+
+
+def install_shipped_run(benchmark, served: Mapping, runs_root: Path, root: Path | None = None
+                        ) -> tuple[Path | None, list[str]]:
+    """(run folder, []) once the shipped outputs of `benchmark` are in `runs_root` as a run folder;
+    (None, []) when none are shipped; (None, reasons) when they must not be served."""
+    directory = shipped_dir(benchmark, root)
+    if not (directory / MANIFEST_FILE).is_file():
+        return None, []
+    problems = shipped_problems(directory, served)
+    if problems:
+        return None, problems
+    manifest = read_shipped_manifest(directory)
+    digest = hashlib.sha256(json.dumps(manifest["key"], sort_keys=True).encode()).hexdigest()[:12]
+    target = runs_root / f"prebuilt-{directory.parent.name}-{digest}"
+    if (target / INSTALLED_MARK).is_file():
+        return target, []
+    with new_dir_beside(target) as tmp:
+        for name, record in manifest["files"].items():
+            (stored,) = record["stored"]
+            data = (directory / stored).read_bytes()
+            data = lzma.decompress(data) if stored != name else data
+            if hashlib.sha256(data).hexdigest() != record["sha256"]:
+                return None, [f"damaged: {directory / stored}: its content does not match the manifest's sha256"]
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_bytes(data)
+        (tmp / INSTALLED_MARK).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        try:
+            os.rename(tmp, target)
+        except OSError:  # installed meanwhile by another app process
+            if not (target / INSTALLED_MARK).is_file():
+                raise
+    return target, []

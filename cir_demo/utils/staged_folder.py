@@ -1,0 +1,65 @@
+"""A folder a command writes appears under its final name only when complete.
+
+`staged_run_dir(out, overwrite)` yields a fresh folder under `<parent of out>/.partial/`; when
+the block ends without an exception its files are recorded in `run_manifest.json` and it is
+moved to `out` (owned_folder.replace_owned): a new or empty `out` by one rename; an earlier
+write there only with `overwrite`, and then only that write's files (those its manifest lists)
+are replaced, anything else in the folder is kept. Whatever fails or is killed midway stays
+under `.partial/`, which no one lists (run listings look for `metrics.csv` one level down), and
+is cleaned up by the next write there once the process that wrote it is gone.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+PARTIAL = ".partial"
+_STAGED = re.compile(r"(\d+)-[0-9a-f]{8}-")  # <pid>-<random>-<name>: the only folders clean_abandoned removes
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def clean_abandoned(parent: Path) -> None:
+    """Remove staging folders of processes that no longer run (killed runs); the earlier run's files
+    an interrupted --overwrite set aside (`replaced-...`) and anything else are kept."""
+    staging = parent / PARTIAL
+    if not staging.is_dir():
+        return
+    for d in staging.iterdir():
+        m = _STAGED.match(d.name)
+        if m and d.is_dir() and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged_run_dir(out: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+    from cir_demo.utils.owned_folder import replace_owned, write_manifest
+
+    out = Path(out).absolute()
+    staging = out.parent / PARTIAL
+    staging.mkdir(parents=True, exist_ok=True)
+    clean_abandoned(out.parent)
+    tmp = staging / f"{os.getpid()}-{uuid.uuid4().hex[:8]}-{out.name}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        write_manifest(tmp)
+        replace_owned(tmp, out, overwrite)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(OSError):  # leave no empty .partial behind
+            staging.rmdir()

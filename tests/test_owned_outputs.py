@@ -1,0 +1,215 @@
+"""Every command that writes where the user names (`--out`) follows one rule (issue 27): a folder is
+new, empty, or an earlier write of this project (its run_manifest.json), replaced only with
+--overwrite and then only that write's files; an existing output file is replaced only with
+--overwrite. And a replacement killed midway loses neither the earlier run nor the user's files."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture()
+def dirs(tmp_path, monkeypatch):
+    for var, sub in (("CIR_DEMO_CACHE", "cache"), ("CIR_DEMO_RUNS", "runs"), ("CIR_DEMO_INDEXES", "indexes")):
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    return tmp_path
+
+
+def _tree(folder: Path) -> dict[str, bytes | None]:
+    return {p.relative_to(folder).as_posix(): (None if p.is_dir() else p.read_bytes()) for p in folder.rglob("*")}
+
+
+def _cli(argv: list[str], capsys) -> tuple[int, list[str]]:
+    from cir_demo.cli import main
+
+    capsys.readouterr()
+    rc = main(argv)
+    return rc, capsys.readouterr().err.strip().splitlines()
+
+
+@pytest.mark.parametrize("argv", [
+    ["world", "render", "w-te-000001", "w-te-000002", "--size", "tiny", "--pixels", "32"],
+    ["world", "export", "--format", "cirr", "--size", "tiny"],
+])
+def test_world_export_and_render_refuse_other_files_and_overwrite_only_their_own(dirs, capsys, argv):
+    out = dirs / "out"
+    assert _cli([*argv, "--out", str(out)], capsys)[0] == 0
+    own = set(_tree(out))
+    assert "run_manifest.json" in own
+    (out / "notes.txt").write_text("mine\n")
+    (out / "src").mkdir()
+    (out / "src" / "model.py").write_text("print('mine')\n")
+    before = _tree(out)
+
+    rc, err = _cli([*argv, "--out", str(out)], capsys)
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith(f"error: --out {out}: holds an earlier cir_demo run and notes.txt, src/, which it did "
+                             "not write; add --overwrite")
+    assert _tree(out) == before
+
+    assert _cli([*argv, "--out", str(out), "--overwrite"], capsys)[0] == 0
+    after = _tree(out)
+    assert set(after) == own | {"notes.txt", "src", "src/model.py"}
+    assert after["notes.txt"] == b"mine\n" and after["src/model.py"] == before["src/model.py"]
+    assert not (dirs / ".partial").exists()
+
+
+def test_world_export_into_a_folder_of_the_users_is_refused_even_with_overwrite(dirs, capsys):
+    out = dirs / "thesis"
+    out.mkdir()
+    (out / "captions").mkdir()
+    (out / "captions" / "cap.rc2.val.json").write_text("my captions")  # a name the export writes
+    before = _tree(out)
+    for extra in ([], ["--overwrite"]):
+        rc, err = _cli(["world", "export", "--format", "cirr", "--size", "tiny", "--out", str(out), *extra], capsys)
+        assert rc == 2 and len(err) == 1 and "holds files that no cir_demo run recorded (captions/" in err[0], err
+        assert _tree(out) == before
+
+
+def test_an_existing_output_file_is_replaced_only_with_overwrite(dirs, capsys):
+    sheet = dirs / "sheet.png"
+    sheet.write_bytes(b"my picture")
+    argv = ["world", "contact-sheet", "--size", "tiny", "--out", str(sheet)]
+    rc, err = _cli(argv, capsys)
+    assert rc == 2 and err == [f"error: --out {sheet}: exists; add --overwrite to replace it, or name a new file"]
+    assert sheet.read_bytes() == b"my picture"
+    assert _cli([*argv, "--overwrite"], capsys)[0] == 0
+    assert sheet.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("command, outputs", [
+    (["failures", "--sort", "worst"], ["out.csv"]),
+    (["rerank", "--backend", "world-verifier"], ["out.json", "out.rerank.json"]),
+])
+def test_results_outputs_are_not_replaced_without_overwrite(dirs, capsys, command, outputs):
+    """A reranked file or a failures CSV named like an existing file (the first-stage results, say)."""
+    (dirs / "r.json").write_text("{}")
+    for name in outputs:
+        (dirs / name).write_text("my results")
+    rc, err = _cli([*command, "--world-size", "tiny", "--results-json", str(dirs / "r.json"),
+                    "--out", str(dirs / outputs[0])], capsys)
+    assert rc == 2 and err == [f"error: --out {dirs / name}: exists; add --overwrite to replace it, or name a new file"
+                               for name in outputs]
+    assert all((dirs / name).read_text() == "my results" for name in outputs)
+
+
+# --------------------------------------------------------------------------- a kill during --overwrite
+def _earlier_run_beside_user_files(out: Path) -> dict:
+    from cir_demo.utils.staged_folder import staged_run_dir
+
+    with staged_run_dir(out) as d:
+        (d / "metrics.csv").write_text("old")
+        (d / "plots").mkdir()
+        (d / "plots" / "a.png").write_text("old plot")
+    (out / "notes.txt").write_text("mine")
+    return _tree(out)
+
+
+def _set_aside(parent: Path) -> list[Path]:
+    return sorted((parent / ".partial").glob("replaced-*"))
+
+
+def test_a_kill_while_replacing_beside_user_files_keeps_the_earlier_run_whole(dirs, monkeypatch):
+    from cir_demo.utils import owned_folder
+    from cir_demo.utils.staged_folder import clean_abandoned, staged_run_dir
+
+    out = dirs / "out"
+    before = _earlier_run_beside_user_files(out)
+    real_replace = os.replace
+
+    def killed_after_one(src, dst):  # the process stops after the first new file (metrics.csv) is moved in
+        if Path(dst) == out / "report.md":
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(owned_folder.os, "replace", killed_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        with staged_run_dir(out, overwrite=True) as d:
+            (d / "metrics.csv").write_text("new")
+            (d / "report.md").write_text("new")
+    monkeypatch.setattr(owned_folder.os, "replace", real_replace)
+    assert (out / "notes.txt").read_text() == "mine"
+    assert (out / "metrics.csv").read_text() == "new" and not (out / "report.md").exists()
+    assert not (out / "run_manifest.json").exists()  # half a run is not taken for one (nothing removed later)
+    clean_abandoned(dirs)  # what the next run does first
+    [aside] = _set_aside(dirs)
+    kept = {rel: data for rel, data in _tree(aside).items()}
+    assert kept == {rel: data for rel, data in before.items() if rel != "notes.txt"}  # the earlier run, whole
+
+
+def test_a_kill_while_swapping_a_folder_of_only_the_run_keeps_the_earlier_run(dirs, monkeypatch):
+    from cir_demo.utils import owned_folder
+    from cir_demo.utils.staged_folder import clean_abandoned, staged_run_dir
+
+    out = dirs / "out"
+    with staged_run_dir(out) as d:
+        (d / "metrics.csv").write_text("old")
+    before = _tree(out)
+    real_rename = os.rename
+
+    def killed_between(src, dst):  # out moved aside, then the process stops
+        real_rename(src, dst)
+        if Path(src) == out:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(owned_folder.os, "rename", killed_between)
+    with pytest.raises(KeyboardInterrupt):
+        with staged_run_dir(out, overwrite=True) as d:
+            (d / "metrics.csv").write_text("new")
+    monkeypatch.setattr(owned_folder.os, "rename", real_rename)
+    clean_abandoned(dirs)
+    [aside] = _set_aside(dirs)
+    assert _tree(aside) == before
+
+
+def test_cleanup_removes_only_staging_folders_of_dead_processes(dirs):
+    from cir_demo.utils.staged_folder import PARTIAL, clean_abandoned
+
+    staging = dirs / PARTIAL
+    dead = staging / "999999999-abcd1234-run"
+    mine = [staging / "999999999-notes", staging / "2024-drafts", staging / "replaced-abcd1234-run"]
+    for d in [dead, *mine]:
+        d.mkdir(parents=True)
+        (d / "f.txt").write_text("x")
+    (staging / "999999999-abcd1234-file.txt").write_text("a file, not a staging folder")
+    clean_abandoned(dirs)
+    assert not dead.exists() and all((d / "f.txt").exists() for d in mine)
+    assert (staging / "999999999-abcd1234-file.txt").exists()
+
+
+def test_images_fetch_report_replaces_only_an_earlier_report(dirs, capsys):
+    import argparse
+
+    from cir_demo.images.fetch import REPORT_HEADER
+    from cir_demo.preflight.folders import fetch_report_problems
+
+    mine = dirs / "failed.tsv"
+    mine.write_text("my table\n")
+    rc, err = _cli(["images", "fetch", "--world-size", "tiny", "--benchmark", "world", "--report", str(mine)], capsys)
+    assert rc == 2 and err == [f"error: --report {mine}: exists and is not a report of an earlier fetch; "
+                               "name a new file"], err
+    assert mine.read_text() == "my table\n"
+    earlier = dirs / "earlier.tsv"
+    earlier.write_text(REPORT_HEADER + "w1\tHTTP 404\n")
+    args = argparse.Namespace(command="images", images_command="fetch", report=str(earlier))
+    assert fetch_report_problems(args) == []
+    assert fetch_report_problems(argparse.Namespace(**{**vars(args), "report": str(dirs / "new.tsv")})) == []
+
+
+def test_a_fetch_removes_only_the_partial_files_its_atomic_writes_leave(tmp_path):
+    from cir_demo.images.fetch import _remove_partial_files
+    from cir_demo.utils.io import atomic_path
+
+    with pytest.raises(KeyboardInterrupt), atomic_path(tmp_path / "w1.jpg") as tmp:
+        partial = tmp
+        partial.write_bytes(b"half")
+        os.link(partial, tmp_path / "kept-link")  # what the kill leaves: the temporary name, still there
+        raise KeyboardInterrupt
+    os.rename(tmp_path / "kept-link", partial)
+    mine = [tmp_path / ".draft.tmp", tmp_path / ".notes.tmp"]
+    for p in mine:
+        p.write_text("mine")
+    _remove_partial_files(tmp_path)
+    assert not partial.exists() and all(p.read_text() == "mine" for p in mine)

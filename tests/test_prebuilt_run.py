@@ -1,0 +1,182 @@
+"""The shipped `--eval` outputs (cir_demo/index/prebuilt_run.py), on the tiny world with the tiny test
+models: `index prebuilt` writes them from a real run and they are byte-identical to what `--eval`
+writes (`--check --rerun` finds a changed file); an app with fresh ones installs them and starts no
+background run; stale or damaged ones are never served and the background run computes them."""
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import shutil
+
+import pytest
+
+from cir_demo.cli import main as cli_main
+from cir_demo.explorer import precompute
+from cir_demo.explorer.precompute import PrecomputeJob, complete_run
+from cir_demo.index import prebuilt_run
+from cir_demo.testing.explorer import VERIFIER, build_tiny_service
+
+TINY = ["--benchmark", "world", "--world-size", "tiny", "--limit", "20"]  # the 20 intents the tiny service shows
+
+
+@pytest.fixture(scope="module")
+def shipped(tiny_setup, one_torch_thread):
+    """(retriever names, folder of a prebuilt root holding the tiny world's shipped outputs)."""
+    root, names = tiny_setup
+    names = names[:2]
+    built = root / "shipped-prebuilt"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CIR_DEMO_PREBUILT", str(built))
+    try:
+        assert cli_main(["index", "prebuilt", *TINY, "--only", "eval", "--retrievers", ",".join(names),
+                         "--rerank", VERIFIER, "--no-progress"]) == 0
+    finally:
+        mp.undo()
+    assert (built / "world-tiny-s0" / "eval" / "manifest.json").is_file()
+    return names, built
+
+
+@pytest.fixture
+def prebuilt(shipped, tmp_path, monkeypatch):
+    """A copy of the shipped outputs for one test, and an empty runs folder."""
+    names, built = shipped
+    shutil.copytree(built, tmp_path / "prebuilt")
+    monkeypatch.setenv("CIR_DEMO_PREBUILT", str(tmp_path / "prebuilt"))
+    monkeypatch.setenv("CIR_DEMO_RUNS", str(tmp_path / "runs"))
+    return names, tmp_path / "prebuilt" / "world-tiny-s0" / "eval"
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """The background runs started (recorded, not run)."""
+    seen = []
+    monkeypatch.setattr(PrecomputeJob, "_launch_or_follow", lambda self, *a, **k: seen.append(a))
+    return seen
+
+
+def _rewrite(directory, name: str, data: bytes) -> None:
+    """Replace shipped file `name` by `data` with consistent records (what stale outputs look like)."""
+    manifest = json.loads((directory / "manifest.json").read_text())
+    (stored,) = manifest["files"][name]["stored"]
+    (directory / stored).write_bytes(lzma.compress(data) if stored != name else data)
+    blob = (directory / stored).read_bytes()
+    manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                               "stored": {stored: {"size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}}}
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_shipped_outputs_are_byte_identical_to_what_eval_writes(prebuilt, capsys):
+    names, directory = prebuilt
+    check = ["index", "prebuilt", *TINY, "--only", "eval", "--retrievers", ",".join(names), "--rerank", VERIFIER,
+             "--check"]
+    assert cli_main([*check, "--rerun"]) == 0, capsys.readouterr()
+    assert "byte-identical to --eval" in capsys.readouterr().out
+    manifest = json.loads((directory / "manifest.json").read_text())
+    assert {"per_query.csv", "metrics.csv", "metrics.json", "report.md", "run_info.json"} <= set(manifest["files"])
+    assert any(n.startswith("plots/") for n in manifest["files"]) and not any(n.startswith("results/")
+                                                                             for n in manifest["files"])
+    metrics = lzma.decompress((directory / "metrics.csv.xz").read_bytes())
+    _rewrite(directory, "metrics.csv", metrics.replace(b"0.", b"0.9", 1))
+    assert cli_main(check) == 0  # the records agree: only running --eval again would show the change
+
+
+def test_the_comparison_with_eval_names_every_changed_file_and_ignores_the_run_record(prebuilt, tmp_path):
+    from cir_demo.harness.prebuilt_run_build import differences
+
+    names, directory = prebuilt
+    service = build_tiny_service(names)
+    key = prebuilt_run.run_key(service.fingerprint, service._spec_hashes(), service._reranker_hash(), 20)
+    installed, problems = prebuilt_run.install_shipped_run(service.benchmark, key, tmp_path / "runs")
+    service.engine.close()
+    written = tmp_path / "written"
+    shutil.copytree(installed, written)
+    (written / "prebuilt.json").unlink()
+    (written / "results").mkdir()
+    (written / "results" / "a.json").write_text("{}")  # rankings are not shipped
+    info = json.loads((written / "run_info.json").read_text())
+    (written / "run_info.json").write_text(json.dumps({**info, "wall_s": 1.0, "argv": ["x"]}, indent=2))
+    assert problems == [] and differences(installed, written) == []
+    (written / "report.md").write_text((written / "report.md").read_text() + " ")
+    (written / "plots" / "extra.png").write_bytes(b"png")
+    (written / "breakdowns.csv").unlink()
+    (written / "run_info.json").write_text(json.dumps({**info, "reranker": None}))
+    assert differences(installed, written) == [
+        "breakdowns.csv: shipped, not written by --eval", "plots/extra.png: written by --eval, not shipped",
+        "report.md: differs from what --eval writes now", "run_info.json: differs from what --eval writes now"]
+
+
+def test_an_app_with_fresh_shipped_outputs_starts_no_background_run(prebuilt, launched, tmp_path):
+    names, directory = prebuilt
+    service = build_tiny_service(names)
+    assert complete_run(service) is None  # an empty runs folder
+    job = PrecomputeJob(TINY, runs_root=tmp_path / "runs")
+    job.start_for(service)
+    st = job.status()
+    assert launched == [] and st.state == "done" and "prebuilt-world-tiny-s0-" in st.text()
+    installed = complete_run(service)
+    assert installed.parent == tmp_path / "runs" and (installed / "prebuilt.json").is_file()
+    assert service.report().run.label == installed.name
+    assert {"rerank_helped", "rerank_hurt", "negatives", "spread"} <= service.stored_sorts()
+    shipped_csv = lzma.decompress((directory / "per_query.csv.xz").read_bytes())
+    assert (installed / "per_query.csv").read_bytes() == shipped_csv
+    job2 = PrecomputeJob(TINY, runs_root=tmp_path / "runs")  # a later start: the copy is found, not installed again
+    job2.start_for(service)
+    assert job2.status().state == "done" and launched == []
+    service.engine.close()
+
+
+def test_outputs_of_other_code_are_computed_in_the_background_never_served(prebuilt, launched, tmp_path,
+                                                                              monkeypatch, caplog):
+    names, _ = prebuilt
+    service = build_tiny_service(names)
+    PrecomputeJob(TINY, runs_root=tmp_path / "runs").start_for(service)  # installed while they are current
+    assert complete_run(service) is not None and launched == []
+    monkeypatch.setattr(prebuilt_run, "output_code_sha256", lambda: "0" * 64)  # the code changed since
+    assert complete_run(service) is None and service.runs() == []  # the installed copy is no run any more
+    job = PrecomputeJob(TINY, runs_root=tmp_path / "runs")
+    with caplog.at_level("INFO", logger="cir_demo.explorer"):
+        job.start_for(service)
+    assert len(launched) == 1 and job.status().state == "running"
+    assert "code changed" in caplog.text and "computing them in the background" in caplog.text
+    service.engine.close()
+
+
+def test_damaged_or_mismatched_shipped_outputs_are_refused(prebuilt, launched, tmp_path):
+    names, directory = prebuilt
+    service = build_tiny_service(names)
+    served = prebuilt_run.run_key(service.fingerprint, service._spec_hashes(), service._reranker_hash(), 20)
+    assert prebuilt_run.shipped_problems(directory, served) == []
+    other = dict(served, retrievers={n: "f" * 64 for n in served["retrievers"]}, rerank_top_n=10)
+    problems = prebuilt_run.shipped_problems(directory, other)
+    assert any("spec or weights changed" in p for p in problems) and any("depth changed" in p for p in problems)
+    assert any("benchmark changed" in p for p in prebuilt_run.key_problems(
+        json.loads((directory / "manifest.json").read_text())["key"], dict(served, benchmark_fingerprint="world-x")))
+    stored = directory / "per_query.csv.xz"
+    stored.write_bytes(stored.read_bytes()[:-1] + b"\0")
+    assert any(p.startswith("damaged:") and "per_query.csv.xz" in p
+               for p in prebuilt_run.shipped_problems(directory, served))
+    job = PrecomputeJob(TINY, runs_root=tmp_path / "runs")
+    job.start_for(service)
+    assert len(launched) == 1 and not list((tmp_path / "runs").glob("prebuilt-*"))
+    service.engine.close()
+
+
+def test_the_committed_default_world_outputs_match_their_records():
+    """Every stored file of the committed outputs matches its size and sha256, and so does its content
+    once decompressed (whether they are current for this code is `index prebuilt --only eval --check`)."""
+    from cir_demo.integrity import check_records
+    from cir_demo.paths import REPO_ROOT
+
+    directory = REPO_ROOT / "indexes" / "prebuilt" / "world-default-s0" / prebuilt_run.RUN_FOLDER
+    if not (directory / "manifest.json").is_file():
+        pytest.skip("no shipped --eval outputs committed yet: python -m cir_demo index prebuilt --only eval")
+    manifest = prebuilt_run.read_shipped_manifest(directory)
+    stored = {k: v for f in manifest["files"].values() for k, v in f["stored"].items()}
+    assert check_records(directory, stored, verify=True) == []
+    for name, record in manifest["files"].items():
+        (stored_name,) = record["stored"]
+        data = (directory / stored_name).read_bytes()
+        data = lzma.decompress(data) if stored_name != name else data
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (record["size"], record["sha256"]), name
+    assert {"per_query.csv", "metrics.csv", "report.md", "run_info.json"} <= set(manifest["files"])

@@ -6,8 +6,8 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # One BLAS/OpenMP thread per process (this one and every child it starts), set before numpy, torch and
 # faiss load: tests run beside their own child processes and Chromium on 2 shared cores, where a
-# second thread mostly spin-waits for a core (a pair of test files took 91 CPU s with the default
-# threads, 36 with one). A test that wants more threads sets them itself.
+# second thread mostly spin-waits for a core (test_index_prebuilt.py and test_harness_pipeline.py as one
+# pytest run: 94 CPU s with the default threads, 39 with one). A test that wants more threads sets them.
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 # Validated benchmark loads are stored between runs (benchmarks/load_cache.py): in a folder of this

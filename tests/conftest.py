@@ -4,6 +4,12 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# One BLAS/OpenMP thread per process (this one and every child it starts), set before numpy, torch and
+# faiss load: tests run beside their own child processes and Chromium on 2 shared cores, where a
+# second thread mostly spin-waits for a core (test_index_prebuilt.py and test_harness_pipeline.py as one
+# pytest run: 94 CPU s with the default threads, 39 with one). A test that wants more threads sets them.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 # Validated benchmark loads are stored between runs (benchmarks/load_cache.py): in a folder of this
 # session, so the tests exercise storing and replaying without writing into the developer's cache.
 import atexit  # noqa: E402
@@ -84,3 +90,58 @@ def default_world_cache(default_world, tmp_path, monkeypatch):
     (cache / "world" / "default-seed0").symlink_to(default_world[1] / "world" / "default-seed0", target_is_directory=True)
     monkeypatch.setenv("CIR_DEMO_CACHE", str(cache))
     return cache
+
+
+SPACE_APP_ARGS = "--world-size tiny --limit 2 --retrievers world-clip-fusion,world-clip-image --no-thumbnail-warmer"
+
+
+@pytest.fixture(scope="session")
+def space_app(tmp_path_factory):
+    """One `python app.py` as a Hugging Face Space starts it (no arguments: CIR_DEMO_ARGS holds them;
+    SPACE_ID set; persistent storage, empty, at CIR_DEMO_SPACE_STORAGE; host and port from GRADIO_*),
+    up to "explorer ready", shared by test_space.py (port, storage, arguments) and the fresh-start
+    browser test (its background run computes the failure sorts and the Report): a first start on a
+    Space is exactly the fresh start, and one process with one background run serves both. Yields a
+    namespace: url, storage, log (the app's output file), proc, repo_before (the working tree's
+    cache/, indexes/, runs/ before the start)."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    pytest.importorskip("torch")
+    pytest.importorskip("gradio")
+    root = Path(__file__).resolve().parent.parent
+    folder = tmp_path_factory.mktemp("space_app")
+    storage = folder / "data"
+    storage.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("CIR_DEMO_DATA", "CIR_DEMO_CACHE", "CIR_DEMO_INDEXES", "CIR_DEMO_RUNS")}
+    env.update({"SPACE_ID": "someone/cir-demo", "SYSTEM": "spaces", "CIR_DEMO_SPACE_STORAGE": str(storage),
+                "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port), "HF_HUB_OFFLINE": "1",
+                "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1", "CIR_DEMO_ARGS": SPACE_APP_ARGS})
+    repo_before = {name: tree(root / name) for name in ("cache", "indexes", "runs")}
+    log = folder / "app.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "app.py"], cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300  # only ends a start that would never end
+        while "explorer ready" not in log.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.2)
+        assert "explorer ready" in log.read_text(), log.read_text()
+        yield SimpleNamespace(url=f"http://127.0.0.1:{port}/", storage=storage, log=log, proc=proc,
+                              repo_before=repo_before)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def tree(folder):
+    """Every path under `folder`, relative to it (empty when it does not exist)."""
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")} if folder.exists() else set()

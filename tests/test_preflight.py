@@ -3,6 +3,7 @@ created), the dry run's plan (creates nothing), out-of-memory back-off."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
@@ -67,7 +68,7 @@ def test_doctor_lists_exactly_what_is_missing_for_real_models(dirs, tmp_path, mo
         assert fix in out, fix
 
 
-def test_eval_with_uncached_weights_fails_in_one_line_and_creates_nothing(tmp_path):
+def test_eval_with_uncached_weights_fails_in_one_line_and_creates_nothing(tmp_path, monkeypatch, capsys):
     parquet, corpus_file, _ = write_pinpoint(tmp_path / "pp")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "CIR_DEMO_RUNS": str(tmp_path / "runs"),
            "CIR_DEMO_CACHE": str(tmp_path / "cache"), "CIR_DEMO_INDEXES": str(tmp_path / "indexes")}
@@ -83,9 +84,20 @@ def test_eval_with_uncached_weights_fails_in_one_line_and_creates_nothing(tmp_pa
                  "hf download timm/vit_huge_patch14_clip_224.metaclip2_worldwide", "HF_HOME", str(tmp_path / "hf")):
         assert part in line, part
     assert not (tmp_path / "runs").exists() and not (tmp_path / "indexes").exists()
-    # --debug shows the traceback for those who want it
-    proc = subprocess.run(cmd + ["--debug"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0 and "Traceback" in proc.stderr
+    # --debug shows the traceback for those who want it; in this process (the boundary was checked
+    # above), with the same empty hub cache
+    import huggingface_hub.constants as c
+
+    for var in ("HF_HOME", "CIR_DEMO_RUNS", "CIR_DEMO_CACHE", "CIR_DEMO_INDEXES"):
+        monkeypatch.setenv(var, env[var])
+    monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    spec = importlib.util.spec_from_file_location("app_entry", ROOT / "app.py")
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    assert app.main(cmd[2:] + ["--debug"]) != 0
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "hf download timm/vit_huge_patch14_clip_224.metaclip2_worldwide" in err, err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "indexes").exists()
 
 
 def _tree(*folders: Path) -> dict[str, tuple[int, float]]:

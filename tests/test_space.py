@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from cir_demo import paths
+from conftest import tree
 
 ROOT = Path(__file__).resolve().parent.parent
 # Keys and values Spaces accepts (https://huggingface.co/docs/hub/spaces-config-reference).
@@ -75,50 +73,19 @@ def test_data_root_follows_the_space_storage(tmp_path, monkeypatch):
     assert paths.indexes_dir() == tmp_path / "mine" / "indexes"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def tree(folder: Path) -> set[str]:
-    return {str(p.relative_to(folder)) for p in folder.rglob("*")} if folder.exists() else set()
-
-
 @pytest.mark.slow
-def test_app_on_a_space_serves_on_the_given_port_and_writes_only_to_storage(tmp_path):
-    pytest.importorskip("torch")
-    pytest.importorskip("gradio")
-    storage = tmp_path / "data"
-    storage.mkdir()
-    port = free_port()
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("CIR_DEMO_DATA", "CIR_DEMO_CACHE", "CIR_DEMO_INDEXES", "CIR_DEMO_RUNS")}
-    env.update({"SPACE_ID": "someone/cir-demo", "SYSTEM": "spaces", "CIR_DEMO_SPACE_STORAGE": str(storage),
-                "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port), "HF_HUB_OFFLINE": "1",
-                "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1",
-                # a Space runs `python app.py` without arguments; its variables carry them
-                "CIR_DEMO_ARGS": "--world-size tiny --limit 2 --retrievers world-clip-image --reranker none"})
-    repo_data = {name: tree(ROOT / name) for name in ("cache", "indexes", "runs")}
-    log = tmp_path / "app.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "app.py"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 240
-        while "explorer ready" not in log.read_text() and time.monotonic() < deadline:
-            assert proc.poll() is None, log.read_text()
-            time.sleep(0.5)
-        assert "explorer ready" in log.read_text(), log.read_text()
-        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30).read().decode()
-        assert "CIR failure explorer" in page
-        assert "retrievers: world-clip-image;" in log.read_text()  # CIR_DEMO_ARGS were read
-    finally:
-        proc.terminate()
-        proc.wait(30)
-    written = tree(storage)
+def test_app_on_a_space_serves_on_the_given_port_and_writes_only_to_storage(space_app):
+    """`python app.py` with a Space's environment (conftest.py's `space_app`, shared with the
+    fresh-start browser test): served on GRADIO_SERVER_PORT, arguments from CIR_DEMO_ARGS, every
+    file written under the storage folder and none in the working tree."""
+    page = urllib.request.urlopen(space_app.url, timeout=30).read().decode()  # on GRADIO_SERVER_PORT
+    assert "CIR failure explorer" in page
+    log = space_app.log.read_text()
+    assert "retrievers: world-clip-fusion, world-clip-image;" in log  # CIR_DEMO_ARGS were read
+    written = tree(space_app.storage)
     assert any(p.startswith("cache/world/tiny-seed0/") for p in written), sorted(written)
     assert any(p.startswith("indexes/world-tiny-s0/world-clip-image/") for p in written), sorted(written)
     assert not any(p.startswith(".") or p.split("/")[0] not in ("cache", "indexes", "runs") for p in written), \
         sorted(written)
-    for name, before in repo_data.items():  # nothing new in the working tree
+    for name, before in space_app.repo_before.items():  # nothing new in the working tree
         assert tree(ROOT / name) == before, name

@@ -7,8 +7,6 @@ Skips when /usr/bin/chromium is missing (`apt-get install -y chromium`; never `p
 from __future__ import annotations
 
 import re
-import time
-from pathlib import Path
 
 import pytest
 from browser_support import TIMEOUT_MS, browser, free_port, require_chromium, run_tiny_eval, screenshot  # noqa: F401  (browser: a fixture)
@@ -269,32 +267,15 @@ def test_upload_problems_show_next_to_their_field(app_url, browser, tmp_path):
 
 
 @pytest.mark.slow
-def test_fresh_start_computes_every_sort_and_the_report_in_the_background(browser, tmp_path):
+def test_fresh_start_computes_every_sort_and_the_report_in_the_background(browser, space_app):
     """`python app.py` on an empty data folder, no terminal step: the background run computes what
-    the failure sorts and the Report need; every sort and the Report then work."""
-    import os
-    import subprocess
-    import sys
-
-
-    data, port = tmp_path / "data", free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CIR_DEMO_")}
-    env.update({"CIR_DEMO_DATA": str(data), "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
-                "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"})
-    log = tmp_path / "app.log"
-    root = Path(__file__).resolve().parent.parent
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "app.py", "--world-size", "tiny", "--limit", "2",
-                                 "--retrievers", "world-clip-fusion,world-clip-image", "--no-thumbnail-warmer"],
-                                cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
+    the failure sorts and the Report need; every sort and the Report then work. The app is
+    conftest.py's `space_app` (a Space's first start, shared with test_space.py)."""
+    data = space_app.storage
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(TIMEOUT_MS)
     try:
-        deadline = time.monotonic() + 300
-        while "explorer ready" not in log.read_text() and time.monotonic() < deadline:
-            assert proc.poll() is None, log.read_text()
-            time.sleep(0.5)
-        page.goto(f"http://127.0.0.1:{port}/")
+        page.goto(space_app.url)
         page.wait_for_selector("#cir-results li.cir-tile")
         page.wait_for_function("document.querySelector('#cir-status').innerText.includes('failure sorts and report: ready')",
                                timeout=300_000)
@@ -331,5 +312,3 @@ def test_fresh_start_computes_every_sort_and_the_report_in_the_background(browse
         shot(page, "11-fresh-report")
     finally:
         page.close()
-        proc.terminate()
-        proc.wait(30)

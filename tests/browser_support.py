@@ -5,6 +5,7 @@ test-artifacts/. A test module calls `require_chromium()` before its other impor
 from __future__ import annotations
 
 import socket
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,21 @@ def require_chromium():
     pytest.importorskip("torch")
     pytest.importorskip("open_clip")
     return sync_api
+
+
+@contextmanager
+def served(service):
+    """The app over `service` on a free loopback port: yields its URL; closes the app and the engine after."""
+    from cir_demo.ui import app as ui_app
+
+    demo = ui_app.create_app(service)
+    port = free_port()
+    ui_app.launch_app(demo, "127.0.0.1", port, prevent_thread_lock=True, quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()
+        service.engine.close()
 
 
 def free_port() -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_support import TIMEOUT_MS, browser, free_port, require_chromium, run_tiny_eval, screenshot  # noqa: F401  (browser: a fixture)
+from browser_support import TIMEOUT_MS, browser, require_chromium, run_tiny_eval, screenshot, served  # noqa: F401  (browser: a fixture)
 
 require_chromium()
 
@@ -20,17 +20,11 @@ GROUPS = 6  # paraphrase groups served (and evaluated): small, so the eval run t
 
 @pytest.fixture(scope="module")
 def app_url(tiny_setup):
-    from cir_demo.ui import app as ui_app
-
     root, names = tiny_setup
     run_tiny_eval(names, GROUPS)  # a real eval run: the Report tab and the failure sorts read it
     service = build_tiny_service(names, limit_groups=GROUPS)
-    demo = ui_app.create_app(service)
-    port = free_port()
-    ui_app.launch_app(demo, "127.0.0.1", port, prevent_thread_lock=True, quiet=True)
-    yield f"http://127.0.0.1:{port}/", service
-    demo.close()
-    service.engine.close()
+    with served(service) as url:
+        yield url, service
 
 
 def shot(page, name: str) -> None:

@@ -8,7 +8,7 @@ Skips when /usr/bin/chromium is missing (`apt-get install -y chromium`; never `p
 from __future__ import annotations
 
 import pytest
-from browser_support import browser, free_port, require_chromium, screenshot  # noqa: F401  (browser: a fixture)
+from browser_support import browser, require_chromium, screenshot, served  # noqa: F401  (browser: a fixture)
 
 require_chromium()
 
@@ -28,12 +28,8 @@ def own_runs_app(tmp_path_factory):
     args = ui_app.build_parser().parse_args(["--benchmark", "cirr", "--root", str(root / "cirr"), "--runs", str(pa),
                                              str(pb), "--reranker", "none", "--no-thumbnail-warmer"])
     service = build_service(ui_app.config_from_args(args))  # the command line's config: columns A and B
-    demo = ui_app.create_app(service)
-    port = free_port()
-    ui_app.launch_app(demo, "127.0.0.1", port, prevent_thread_lock=True, quiet=True)
-    yield f"http://127.0.0.1:{port}/", service
-    demo.close()
-    service.engine.close()
+    with served(service) as url:
+        yield url, service
     mp.undo()
 
 

@@ -28,17 +28,18 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from . import attributes as A
+from .holdout import draft_edit, draft_touches, held_out_edits, offending, repair, split_overlaps, template_pool
 from .intents import FORM_FLAGS, FORMS, KINDS, DEFAULT_QUOTAS, IntentDraft, build_intent, length_category
 from .scene import (Constraint, Scene, constraint_mask, force_constraints, normalize_scene, sample_scene,
                     satisfies, scenes_to_table, validate_scene, value_violating, violation_counts, violations)
 
-GENERATOR_VERSION = "world-3.1"  # 3.1: paraphrase article fixes ("the a checked pattern", "a orange")
+GENERATOR_VERSION = "world-4"  # 4: the compositional split (held-out edits and wordings, train never shows them)
 # Seeds the random streams. Kept at "world-3" when a change touches only text, so scenes, intents
 # and judgments (and the world models trained on them) stay the same; change it with the sampling.
-RNG_NAMESPACE = "world-3"
+RNG_NAMESPACE = "world-4"
 MAX_NEGATIVES = 40
 DATA_FILES = ("test_corpus.npy", "test_refs.npy", "test_intents.jsonl", "test_queries.jsonl",
-              "test_captions.jsonl", "train_scenes.npy", "train_intents.jsonl", "train_triplets.jsonl",
+              "compositional_intents.jsonl", "compositional_queries.jsonl", "test_captions.jsonl", "train_scenes.npy", "train_intents.jsonl", "train_triplets.jsonl",
               "train_captions.jsonl")
 
 
@@ -48,6 +49,7 @@ class SizeConfig:
     train_quota_scale: float
     min_train_images: int
     n_test_captions: int
+    compositional_quota_scale: float = 0.45
     positives_per_intent: tuple[int, int] = (2, 7)
     twins_per_reference: int = 3
     filler_fraction: float = 0.05
@@ -55,7 +57,7 @@ class SizeConfig:
 
 SIZES = {
     "tiny": SizeConfig(test_quota_scale=0.05, train_quota_scale=0.1, min_train_images=600, n_test_captions=60,
-                       filler_fraction=0.2),
+                       filler_fraction=0.2, compositional_quota_scale=0.05),
     "default": SizeConfig(test_quota_scale=1.0, train_quota_scale=3.0, min_train_images=20000, n_test_captions=1000),
 }
 
@@ -112,13 +114,15 @@ def _focus_constraint(draft: IntentDraft) -> Constraint:
     return next(c for c in reversed(draft.constraints) if c.attr == draft.focus)
 
 
-def _sample_reference(rng: random.Random, kind_name: str) -> Scene:
+def _sample_reference(rng: random.Random, kind_name: str, held: frozenset | None = None) -> Scene:
     kind = KINDS[kind_name]
     weights = {"fashion": 0.45, "home": 0.3, "accessories": 0.25}
     domains = list(kind.domains)
     for _ in range(1000):
         domain = rng.choices(domains, weights=[weights[d] for d in domains], k=1)[0]
         ref = sample_scene(rng, domain=domain)
+        if held is not None:
+            ref = repair(ref, held, rng)
         if kind.applies(ref):
             return ref
     raise RuntimeError(f"could not sample a reference for intent kind {kind_name!r}")
@@ -133,17 +137,38 @@ class PlantedSplit:
 
 
 def plant_split(rng: random.Random, quotas: dict[str, int], cfg: SizeConfig, progress: bool = False,
-                forbidden_targets: frozenset = frozenset()) -> PlantedSplit:
+                forbidden_targets: frozenset = frozenset(), held: frozenset = frozenset(), mode: str = "avoid",
+                forbidden_texts: frozenset = frozenset(), repair_scenes: bool = False) -> PlantedSplit:
+    """Intents and their scenes. `mode` "avoid" keeps intents whose edit is not in `held` (the train
+    and in-distribution test splits), "require" only those whose edit is (the compositional split);
+    `repair_scenes` also redraws held-out combinations in every scene (train: no image shows one)."""
     remaining = {k: q for k, q in quotas.items() if q > 0}
     drafts: list[IntentDraft] = []
     draft_refs: list[tuple[int, ...]] = []
     refs: list[Scene] = []
     scenes: list[Scene] = []
     lo, hi = cfg.positives_per_intent
+    require = mode == "require"
+    # Kinds that rarely or never ask for a held-out edit (a colour family) give up after this many tries.
+    tries = Counter()
+    max_tries = {k: 200 + 60 * q for k, q in remaining.items()}
+    scene_held = held if repair_scenes else None
+
+    def keep(scene: Scene | None, fixed=()) -> None:
+        if scene is not None and scene_held is not None:
+            scene = repair(scene, scene_held, rng, fixed)
+        if scene is not None:
+            scenes.append(scene)
+
+    def accept(draft: IntentDraft | None) -> bool:
+        return (draft is not None and frozenset(draft.constraints) not in forbidden_targets
+                and draft_touches(held, draft) == require and not forbidden_texts.intersection(draft.texts)
+                and not (scene_held is not None and any(offending(r, scene_held) for r in draft.refs[1:])))
+
     while remaining:
         kinds = sorted(remaining)
         lead = rng.choices(kinds, weights=[remaining[k] for k in kinds], k=1)[0]
-        ref = _sample_reference(rng, lead)
+        ref = _sample_reference(rng, lead, scene_held)
         chosen = [lead]
         others = [k for k in kinds if k != lead and ref.domain in KINDS[k].domains and KINDS[k].applies(ref)]
         for _ in range(min(len(others), rng.randint(1, 3))):
@@ -152,8 +177,17 @@ def plant_split(rng: random.Random, quotas: dict[str, int], cfg: SizeConfig, pro
             chosen.append(k)
         ref_index = None
         for kind_name in chosen:
-            draft = build_intent(kind_name, ref, rng)
-            if draft is None or frozenset(draft.constraints) in forbidden_targets:
+            if kind_name not in remaining:
+                continue
+            # The compositional split redraws the asked-for value a few times: few draws hit a held-out edit.
+            for _ in range(12 if require else 1):
+                tries[kind_name] += 1
+                draft = build_intent(kind_name, ref, rng)
+                if accept(draft):
+                    break
+            else:
+                if tries[kind_name] > max_tries[kind_name]:
+                    del remaining[kind_name]
                 continue
             if ref_index is None:
                 refs.append(ref)
@@ -167,22 +201,20 @@ def plant_split(rng: random.Random, quotas: dict[str, int], cfg: SizeConfig, pro
             remaining[kind_name] -= 1
             if remaining[kind_name] <= 0:
                 del remaining[kind_name]
+            fixed = {c.attr for c in draft.constraints}
             for _ in range(rng.randint(lo, hi)):
-                scenes.append(plant_positive(rng, draft))
+                keep(plant_positive(rng, draft), fixed)
             focus = _focus_constraint(draft)
-            nm = plant_near_miss(rng, draft, focus, prefer=draft.prefer_violation)
-            if nm is not None:
-                scenes.append(nm)
+            keep(plant_near_miss(rng, draft, focus, prefer=draft.prefer_violation), fixed)
             if rng.random() < 0.5:
                 other = rng.choice([c for c in draft.constraints if c is not focus])
-                nm = plant_near_miss(rng, draft, other)
-                if nm is not None:
-                    scenes.append(nm)
+                keep(plant_near_miss(rng, draft, other), fixed)
         if ref_index is not None:
             for _ in range(cfg.twins_per_reference):
-                scenes.append(plant_twin(rng, ref))
+                keep(plant_twin(rng, ref), A.ITEM_FIELDS)
     n_filler = int(round(cfg.filler_fraction * len(scenes)))
-    scenes.extend(sample_scene(rng) for _ in range(n_filler))
+    for _ in range(n_filler):
+        keep(sample_scene(rng))
     return PlantedSplit(drafts, refs, draft_refs, scenes)
 
 
@@ -229,6 +261,7 @@ def _intent_record(intent_id: str, draft: IntentDraft, reference_ids, positives,
         "reference_ids": list(reference_ids),
         "constraints": [c.to_json() for c in draft.constraints],
         "focus": draft.focus,
+        "edit": draft_edit(draft),
         "paraphrases": list(draft.texts),
         "skin_tone_bucket": ref_scene.skin_tone_bucket,
         "skin_tone_monk": ref_scene.skin_tone or None,
@@ -237,13 +270,14 @@ def _intent_record(intent_id: str, draft: IntentDraft, reference_ids, positives,
     }
 
 
-def query_records(intents: Sequence[dict]) -> list[dict]:
-    """Six queries per intent (one per paraphrase form), ids w00001..., groups = intent ids."""
+def query_records(intents: Sequence[dict], prefix: str = "w") -> list[dict]:
+    """Six queries per intent (one per paraphrase form), ids w00001... (compositional: wn00001...),
+    groups = intent ids."""
     out = []
     for gi, it in enumerate(intents):
         for fi, (form, text) in enumerate(zip(FORMS, it["paraphrases"])):
             out.append({
-                "query_id": f"w{gi * len(FORMS) + fi + 1:05d}",
+                "query_id": f"{prefix}{gi * len(FORMS) + fi + 1:05d}",
                 "group_id": it["intent_id"],
                 "reference_ids": it["reference_ids"],
                 "instruction": text,
@@ -278,6 +312,9 @@ class BuiltWorld:
     train_triplets: list[dict]
     train_captions: list[dict]
     timings: dict = field(default_factory=dict)
+    compositional_intents: list[dict] = field(default_factory=list)
+    compositional_queries: list[dict] = field(default_factory=list)
+    held_out: frozenset = frozenset()
 
 
 def _progress(enabled: bool, msg: str) -> None:
@@ -293,24 +330,40 @@ def build_world(size: str = "default", seed: int = 0, progress: bool = False) ->
     t0 = time.perf_counter()
     timings = {}
 
-    # ---- test split
+    held = held_out_edits(seed)
+    # ---- test splits: in-distribution (edits and wordings train also has) and compositional
+    # (held-out edits in held-out wordings); one corpus holds both, judged exhaustively for each.
     rng = _rng(seed, "test")
-    planted = plant_split(rng, scaled_quotas(cfg.test_quota_scale), cfg, progress)
-    order = list(range(len(planted.scenes)))
+    with template_pool("seen"):
+        planted = plant_split(rng, scaled_quotas(cfg.test_quota_scale), cfg, progress, held=held, mode="avoid")
+    crng = _rng(seed, "compositional")
+    with template_pool("held_out"):
+        cplanted = plant_split(crng, scaled_quotas(cfg.compositional_quota_scale), cfg, progress, held=held,
+                               mode="require")
+    all_scenes = planted.scenes + cplanted.scenes
+    all_refs = planted.refs + cplanted.refs
+    order = list(range(len(all_scenes)))
     rng.shuffle(order)  # corpus order must not reveal which scenes were planted for which intent
-    corpus = [planted.scenes[i] for i in order]
+    corpus = [all_scenes[i] for i in order]
     corpus_ids = [corpus_id(i) for i in range(len(corpus))]
     corpus_table = scenes_to_table(corpus)
-    refs_table = scenes_to_table(planted.refs)
+    refs_table = scenes_to_table(all_refs)
     timings["test_plant_s"] = time.perf_counter() - t0
-    _progress(progress, f"test split: {len(planted.drafts)} intents, {len(corpus)} corpus images, {len(planted.refs)} references")
+    _progress(progress, f"test splits: {len(planted.drafts)} in-distribution and {len(cplanted.drafts)} compositional "
+                        f"intents, {len(corpus)} corpus images, {len(all_refs)} references")
 
-    test_intents = []
-    judge_rng = _rng(seed, "test-judge")
-    for i, (draft, ridx) in enumerate(zip(planted.drafts, planted.draft_ref_index)):
-        pos, neg = judge(corpus_table, corpus_ids, draft, judge_rng)
-        test_intents.append(_intent_record(f"wg{i + 1:04d}", draft, [ref_id(r) for r in ridx], pos, neg, draft.refs[0]))
+    def judged(split_planted: PlantedSplit, ref_offset: int, id_prefix: str, judge_rng) -> list[dict]:
+        out = []
+        for i, (draft, ridx) in enumerate(zip(split_planted.drafts, split_planted.draft_ref_index)):
+            pos, neg = judge(corpus_table, corpus_ids, draft, judge_rng)
+            out.append(_intent_record(f"{id_prefix}{i + 1:04d}", draft, [ref_id(ref_offset + r) for r in ridx], pos, neg,
+                                      draft.refs[0]))
+        return out
+
+    test_intents = judged(planted, 0, "wg", _rng(seed, "test-judge"))
     test_queries = query_records(test_intents)
+    comp_intents = judged(cplanted, len(planted.refs), "wn", _rng(seed, "compositional-judge"))
+    comp_queries = query_records(comp_intents, prefix="wn")
     timings["test_judge_s"] = time.perf_counter() - t0 - timings["test_plant_s"]
 
     cap_rng = _rng(seed, "test-captions")
@@ -324,13 +377,16 @@ def build_world(size: str = "default", seed: int = 0, progress: bool = False) ->
     # ---- train split: its own stream; scenes and targets disjoint from the test split
     t1 = time.perf_counter()
     rng = _rng(seed, "train")
-    test_signatures = {s.signature() for s in corpus} | {s.signature() for s in planted.refs}
-    test_targets = frozenset(frozenset(d.constraints) for d in planted.drafts)
-    tplanted = plant_split(rng, scaled_quotas(cfg.train_quota_scale), cfg, progress, forbidden_targets=test_targets)
+    test_signatures = {s.signature() for s in corpus} | {s.signature() for s in all_refs}
+    test_targets = frozenset(frozenset(d.constraints) for d in planted.drafts + cplanted.drafts)
+    comp_texts = frozenset(t for d in cplanted.drafts for t in d.texts)
+    with template_pool("seen"):
+        tplanted = plant_split(rng, scaled_quotas(cfg.train_quota_scale), cfg, progress, forbidden_targets=test_targets,
+                               held=held, mode="avoid", forbidden_texts=comp_texts, repair_scenes=True)
     # Top up with random scenes to the minimum size, drop anything seen in the test split, shuffle.
     extra = max(0, cfg.min_train_images - len(tplanted.scenes) - len(tplanted.refs))
     pool = [(s, r) for r, s in enumerate(tplanted.refs)] + [(s, None) for s in tplanted.scenes]
-    pool += [(sample_scene(rng), None) for _ in range(extra)]
+    pool += [(repair(sample_scene(rng), held, rng), None) for _ in range(extra)]
     pool = [(s, r) for s, r in pool if s.signature() not in test_signatures]
     rng.shuffle(pool)
     train_scenes = [s for s, _ in pool]
@@ -364,7 +420,8 @@ def build_world(size: str = "default", seed: int = 0, progress: bool = False) ->
     timings["train_s"] = time.perf_counter() - t1
     timings["total_s"] = time.perf_counter() - t0
     return BuiltWorld(size, seed, corpus_table, refs_table, test_intents, test_queries, test_captions,
-                      train_table, train_intents, train_triplets, train_captions, timings)
+                      train_table, train_intents, train_triplets, train_captions, timings,
+                      compositional_intents=comp_intents, compositional_queries=comp_queries, held_out=held)
 
 
 # --------------------------------------------------------------------------- writing
@@ -422,6 +479,8 @@ def _file_payloads(world: BuiltWorld) -> dict[str, bytes]:
         "test_refs.npy": _npy_bytes(world.test_refs),
         "test_intents.jsonl": _jsonl_bytes(world.test_intents),
         "test_queries.jsonl": _jsonl_bytes(world.test_queries),
+        "compositional_intents.jsonl": _jsonl_bytes(world.compositional_intents),
+        "compositional_queries.jsonl": _jsonl_bytes(world.compositional_queries),
         "test_captions.jsonl": _jsonl_bytes(world.test_captions),
         "train_scenes.npy": _npy_bytes(world.train_scenes),
         "train_intents.jsonl": _jsonl_bytes(world.train_intents),
@@ -451,11 +510,22 @@ def write_world(world: BuiltWorld, out_dir: Path) -> dict:
             "test_intents": len(world.test_intents),
             "test_queries": len(world.test_queries),
             "test_captions": len(world.test_captions),
+            "compositional_intents": len(world.compositional_intents),
+            "compositional_queries": len(world.compositional_queries),
             "train_images": int(len(world.train_scenes)),
             "train_intents": len(world.train_intents),
             "train_triplets": len(world.train_triplets),
         },
         "stats": world_stats(world.test_intents, len(world.test_corpus)),
+        "compositional_stats": world_stats(world.compositional_intents, len(world.test_corpus)),
+        "held_out": {
+            "overlaps": {name: split_overlaps(intents, world.train_intents, world.train_scenes, world.test_refs, world.held_out)
+                         for name, intents in (("test", world.test_intents), ("compositional", world.compositional_intents))},
+            "edits": sorted([list(e) for e in world.held_out], key=lambda e: tuple(map(str, e))),
+            "templates": "the last alternative of every template form with several (intent_templates.json)",
+            "rule": "train images, captions and intents contain no held-out edit; the test split asks for none, "
+                    "the compositional split only for them, worded only with held-out templates",
+        },
         "files": checksums,
         "sizes": {name: len(data) for name, data in payloads.items()},  # a fast check for truncation
         "checksum": overall,

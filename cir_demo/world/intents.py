@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 from . import attributes as A
 from . import phrases as P
+from .holdout import pool_alternatives
 from .scene import Constraint, Scene, sample_scene
 
 CATEGORIES = ("Swap", "Negation", "Composition", "Context Fit", "Complement", "Explore")
@@ -98,7 +99,8 @@ def _texts(key: str, rng: random.Random, w: "_Words", **values) -> tuple[str, ..
     """The six instructions of template entry `key`, with the reference's words and `values` filled in;
     a list of alternatives draws one with `rng`, in form order."""
     words = {**vars(w), **values}
-    return tuple(rng.choice([t.format_map(words) for t in form]) if isinstance(form, list) else form.format_map(words)
+    return tuple(rng.choice([t.format_map(words) for t in pool_alternatives(form)]) if isinstance(form, list)
+                 else form.format_map(words)
                  for form in intent_templates()[key])
 
 

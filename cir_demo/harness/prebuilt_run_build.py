@@ -85,11 +85,11 @@ def differences(shipped: Path, written: Path) -> list[str]:
     """The files of installed run folder `shipped` that differ from run folder `written` (run_info.json's
     record of the run itself, times and command line, aside, and run_manifest.json's checksum of it);
     [] = byte-identical."""
-    from cir_demo.index.prebuilt_run import INSTALLED_MARK, LEFT_OUT, RUN_RECORD_KEYS
+    from cir_demo.index.prebuilt_run import INSTALLED_MARK, RUN_RECORD_KEYS, shipped_file
 
     names = set(json.loads((shipped / INSTALLED_MARK).read_text(encoding="utf-8"))["files"])
-    wrote = {p.relative_to(written).as_posix() for p in written.rglob("*")
-             if p.is_file() and p.relative_to(written).parts[0] not in LEFT_OUT}
+    wrote = {rel for rel in (p.relative_to(written).as_posix() for p in written.rglob("*") if p.is_file())
+             if shipped_file(rel)}
     out = [f"{n}: shipped, not written by --eval" for n in sorted(names - wrote)]
     out += [f"{n}: written by --eval, not shipped" for n in sorted(wrote - names)]
     for name in sorted(names & wrote):

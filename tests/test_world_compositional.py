@@ -198,3 +198,31 @@ def test_eval_split_compositional_alone(tiny_setup, tmp_path, one_torch_thread):
     assert info["benchmark_info"]["split"] == "compositional" and info["benchmark_fingerprint"].endswith("-compositional")
     assert "Both test splits" not in (out / "report.md").read_text()
     assert re.search(r"\| " + re.escape(names[0]) + r" \|", (out / "report.md").read_text())
+
+
+def test_the_app_serves_the_compositional_split_and_reuses_its_stored_run(both_splits_run, monkeypatch):
+    """`python app.py --split compositional`: the explorer's queries, columns and paraphrase table are the
+    compositional split's, and the compositional folder of a default `--eval` run is its complete stored run
+    (the test split's service finds the run's top instead)."""
+    from cir_demo.explorer import ServiceConfig, build_service
+    from cir_demo.explorer.precompute import complete_run
+    from cir_demo.testing.explorer import VERIFIER
+
+    out, names = both_splits_run
+    monkeypatch.setenv("CIR_DEMO_RUNS", str(out.parent))
+    services = {split: build_service(ServiceConfig(
+        benchmark="world", benchmark_kwargs={"size": "tiny", "split": split}, retrievers=tuple(names),
+        reranker=VERIFIER, warm_thumbnails=False, limit_groups=4)) for split in ("test", "compositional")}
+    try:
+        comp = services["compositional"]
+        ids = list(comp.table["query_id"])
+        assert len(ids) == 24 and all(i.startswith("wn") for i in ids)
+        view = comp.compare(ids[0], list(names), k=10)
+        stored = json.loads((out / "compositional" / "results" / f"{names[0]}.json").read_text())
+        assert view.columns[0].ranking[:10] == stored[comp.benchmark.results_key(ids[0])]["retrieved_items"][:10]
+        assert comp.paraphrase_table(ids[0], list(names)) is not None
+        assert complete_run(comp) == out / "compositional"
+        assert complete_run(services["test"]) == out
+    finally:
+        for s in services.values():
+            s.engine.close()

@@ -226,3 +226,35 @@ def test_the_app_serves_the_compositional_split_and_reuses_its_stored_run(both_s
     finally:
         for s in services.values():
             s.engine.close()
+
+
+def test_overwrite_replaces_the_split_folders_run_files_and_keeps_the_users(tiny_setup, tmp_path, one_torch_thread,
+                                                                           capsys):
+    _, names = tiny_setup
+    out = tmp_path / "run"
+    argv = ["--world-size", "tiny", "--limit", "2", "--retrievers", names[0], "--rerank", "none", "--n-boot", "0",
+            "--no-plots", "--out", str(out)]
+    assert _eval(argv) == 0
+    (out / "compositional" / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert _eval(argv) == 2  # an earlier run: only with --overwrite
+    assert "--overwrite" in capsys.readouterr().err
+    assert _eval([*argv, "--overwrite"]) == 0
+    assert (out / "compositional" / "notes.txt").read_text() == "mine"
+    assert pd.read_csv(out / "compositional" / "metrics.csv")["model"].tolist() == [names[0]]
+    # the split folder's files are the run's (one manifest at the top): one changed since is never overwritten
+    (out / "compositional" / "metrics.csv").write_text("edited")
+    capsys.readouterr()
+    assert _eval([*argv, "--overwrite"]) == 2
+    assert "compositional/metrics.csv changed since it was written" in capsys.readouterr().err
+    assert (out / "compositional" / "metrics.csv").read_text() == "edited"
+
+
+def test_a_dry_run_counts_the_queries_of_both_splits(tiny_setup, capsys):
+    from cir_demo.world import load_world
+
+    _, names = tiny_setup
+    assert _eval(["--world-size", "tiny", "--retrievers", names[0], "--rerank", "none", "--dry-run"]) == 0
+    n = len(load_world(size="tiny", progress=False).queries) + len(
+        load_world(size="tiny", split="compositional", progress=False).queries)
+    assert f"and {n} queries" in capsys.readouterr().out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -153,8 +154,10 @@ def run_benchmark(args: argparse.Namespace) -> int:
     names = retriever_names(args.retrievers, bench.name)
     reranker_name = default_reranker(bench.name, getattr(args, "rerank", None))
     top_n = getattr(args, "rerank_top_n", 20)
-    if getattr(args, "dry_run", False):
-        return dry_run_benchmark(args, bench, names, reranker_name, top_n)
+    if getattr(args, "dry_run", False):  # every split's queries are counted; the corpus is encoded once
+        every = [q for b in (bench, *side.values()) for q in b.queries]
+        return dry_run_benchmark(args, dataclasses.replace(bench, queries=every) if side else bench, names,
+                                 reranker_name, top_n)
     from cir_demo.preflight.run import check_run
 
     with stages("checks"):  # weights, opt-ins, images: before anything is created

@@ -5,8 +5,9 @@
 
 Reads the run's results files for each RETRIEVER and RETRIEVER+rerank (default world, seed 0) and prints:
 1. what each first stage's top 20 holds (positives, explicit negatives per query);
-2. mAP@10 and NegRecall@10 of the first stage, of the run's reranking and of oracle rerankings of the
-   same top 20: a perfect yes/no judge (positives first, the rest in first-stage order), a perfect
+2. mAP@10 and NegRecall@10 of the first stage, of the run's reranking, of the same judge ranking by
+   P(yes) alone (penalty 0: what the near-miss answer costs and buys; read from the run's score cache,
+   so nothing is scored again) and of oracle rerankings of the same top 20: a perfect yes/no judge (positives first, the rest in first-stage order), a perfect
    *graded* judge (positives, then the explicit negatives, then the rest) and a perfect judge that puts
    near misses last (positives, the rest, then the explicit negatives);
 3. the explicit negatives in each top 10, by the constraint they break (the instruction's focus
@@ -42,6 +43,27 @@ def _results(run: Path, name: str) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def yes_alone(bench, first: dict, top_n: int = 20) -> dict | None:
+    """The run's top `top_n` reordered by the judge's P(yes) alone, from the scores `--eval` cached
+    (cache/rerank/<benchmark fingerprint>.sqlite); None when a score is missing there."""
+    from cir_demo.engine import benchmark_fingerprint
+    from cir_demo.paths import cache_dir
+    from cir_demo.rerank import ScoreCache, load_reranker
+    from cir_demo.rerank.rerank import order_top_block
+
+    spec_hash = load_reranker("world-verifier").spec_hash()
+    out = {}
+    with ScoreCache(cache_dir() / "rerank" / f"{benchmark_fingerprint(bench)}.sqlite") as cache:
+        for q in bench.queries:
+            ranked = first[q.query_id]["retrieved_items"]
+            top = ranked[:top_n]
+            found = cache.get_many(spec_hash, q.instruction, q.reference_ids, top)
+            if len(found) < len(top):
+                return None
+            out[q.query_id] = [top[i] for i in order_top_block([found[c] for c in top], 0.0)] + ranked[top_n:]
+    return out
+
+
 def composition_and_oracles(bench, name: str, first: dict, reranked: dict) -> list[str]:
     """Markdown rows: (ranking, mAP@10, NegRecall@10) for the first stage, the run's reranking and oracles."""
     from cir_demo.metrics.pinpoint import evaluate
@@ -62,6 +84,9 @@ def composition_and_oracles(bench, name: str, first: dict, reranked: dict) -> li
         runs["oracle yes/no judge"][q.query_id] = p + [x for x in top if x not in pos] + rest
         runs["oracle graded judge (near misses next)"][q.query_id] = p + n + o + rest
         runs["oracle judge, near misses last"][q.query_id] = p + o + n + rest
+    alone = yes_alone(bench, first)
+    if alone is not None:
+        runs["the same judge, P(yes) alone (penalty 0)"] = alone
     rows = [f"| {name} | top 20 holds {np.mean(n_pos):.2f} positives, {np.mean(n_neg):.2f} explicit negatives | | |"]
     for label, run in runs.items():
         agg, _ = evaluate(run, bench.queries)
@@ -73,7 +98,8 @@ def negatives_by_constraint(bench, runs: dict) -> None:
     from cir_demo.world import loader
     from cir_demo.world.scene import violations
 
-    intents = {it["intent_id"]: it for it in loader.load_intents()}
+    info = bench.info
+    intents = {it["intent_id"]: it for it in loader.load_intents(size=info["size"], seed=info["seed"], split=info["split"])}
     print("explicit negatives in the top 10, by the constraint they break:")
     for label, results in runs.items():
         focus, other, neg_kinds = 0, collections.Counter(), collections.Counter()
@@ -131,11 +157,13 @@ def main(argv=None) -> int:
     ap.add_argument("run", help="an `app.py --eval` run folder on the default world")
     ap.add_argument("--retrievers", nargs="+", default=list(WORLD_RETRIEVERS))
     ap.add_argument("--probe", action="store_true", help="also run the pooled text-embedding probe")
+    ap.add_argument("--world-seed", type=int, default=0)
+    ap.add_argument("--split", default="test", choices=["test", "compositional"])
     args = ap.parse_args(argv)
     from cir_demo.world import load_world
 
-    run = Path(args.run)
-    bench = load_world(size="default", seed=0, progress=False)
+    run = Path(args.run) if args.split == "test" else Path(args.run) / "compositional"
+    bench = load_world(size="default", seed=args.world_seed, split=args.split, progress=False)
     print("| retriever | ranking of its top 20 | mAP@10 | NegRecall@10 |\n| --- | --- | --- | --- |")
     by_constraint = {}
     for name in args.retrievers:

@@ -23,6 +23,7 @@ COMMANDS = {
     "images": ("cir_demo.images.cli", "fetch a benchmark's images (parallel, resumable) or count those present"),
     "submission": ("cir_demo.results.cli", "write a benchmark's test-server files from results files (CIRR test1)"),
     "eval": ("cir_demo.harness.cli", "evaluate results files or run the full benchmark (same as app.py --eval)"),
+    "record": ("cir_demo.harness.record_cli", "results of record: --eval on several fresh world seeds, mean and range"),
     "failures": ("cir_demo.explorer.cli", "the app's failure sorts over results files, as a CSV (one row per query)"),
 }
 RUNNERS = {"index": "cir_demo.harness.index_run"}  # command -> module with run, where not its COMMANDS module

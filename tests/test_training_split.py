@@ -29,11 +29,11 @@ sys.addaudithook(_hook)  # hooks cannot be removed; this one only records while 
 
 
 def is_test_split(path: str) -> bool:
-    """A file of the world's test split (test_intents.jsonl, test_corpus.npy, ...) or a cache made
+    """A file of the world's test splits (test_intents.jsonl, compositional_intents.jsonl, ...) or a cache made
     from one (pixel caches test-corpus-*.npy, test-refs-*.npy, embeddings of them)."""
     p = Path(path)
     # the suite's own test_*.py sources are read by linecache when a warning names a line: not world data
-    return p.name.startswith(("test_", "test-")) and p.suffix not in (".py", ".pyc")
+    return p.name.startswith(("test_", "test-", "compositional_")) and p.suffix not in (".py", ".pyc")
 
 
 def recorded(fn):

@@ -322,8 +322,56 @@ def _progress(enabled: bool, msg: str) -> None:
         print(f"[world] {msg}", file=sys.stderr, flush=True)
 
 
+def _judged(planted: PlantedSplit, corpus_table: np.ndarray, corpus_ids: Sequence[str], ref_offset: int,
+            id_prefix: str, judge_rng: random.Random) -> list[dict]:
+    """Intent records of a test split, judged against the whole (shared) corpus."""
+    out = []
+    for i, (draft, ridx) in enumerate(zip(planted.drafts, planted.draft_ref_index)):
+        pos, neg = judge(corpus_table, corpus_ids, draft, judge_rng)
+        out.append(_intent_record(f"{id_prefix}{i + 1:04d}", draft, [ref_id(ref_offset + r) for r in ridx], pos, neg,
+                                  draft.refs[0]))
+    return out
+
+
+def _test_captions(cfg: SizeConfig, cap_rng: random.Random, corpus: Sequence[Scene], corpus_ids: Sequence[str]) -> list[dict]:
+    from .captions import sample_caption
+
+    out = []
+    for i in range(cfg.n_test_captions):
+        src = cap_rng.randrange(len(corpus))
+        text, cons = sample_caption(corpus[src], cap_rng)
+        out.append({"caption_id": f"wc{i + 1:05d}", "text": text, "constraints": [c.to_json() for c in cons],
+                    "source_id": corpus_ids[src]})
+    return out
+
+
+def _train_records(tplanted: PlantedSplit, train_table: np.ndarray, train_ids: Sequence[str], ref_train_id: dict,
+                   tj_rng: random.Random) -> tuple[list[dict], list[dict]]:
+    """Train intents (positives only) and up to three (reference, instruction, target) triplets each."""
+    train_intents, train_triplets = [], []
+    for draft, ridx in zip(tplanted.drafts, tplanted.draft_ref_index):
+        if not all(r in ref_train_id for r in ridx):
+            continue
+        rids = [ref_train_id[r] for r in ridx]
+        pos, _neg = judge(train_table, train_ids, draft, tj_rng, max_negatives=0)
+        if not pos:
+            continue
+        iid = f"tr-i{len(train_intents) + 1:05d}"
+        rec = _intent_record(iid, draft, rids, pos, [], draft.refs[0])
+        del rec["negatives"]
+        train_intents.append(rec)
+        picks = list(pos)
+        tj_rng.shuffle(picks)
+        for target in picks[:3]:
+            fi = tj_rng.randrange(len(FORMS))
+            train_triplets.append({"intent_id": iid, "reference_ids": rids, "instruction": draft.texts[fi],
+                                   "target_id": target, "intent_category": draft.category,
+                                   "edit_subcategory": draft.subcategory, "kind": draft.kind, "form": FORMS[fi]})
+    return train_intents, train_triplets
+
+
 def build_world(size: str = "default", seed: int = 0, progress: bool = False) -> BuiltWorld:
-    from .captions import image_captions, sample_caption  # local: keeps module import light
+    from .captions import image_captions  # local: keeps module import light
 
     from cir_demo.utils.names import lookup
     cfg = lookup("world size", size, SIZES)
@@ -352,27 +400,12 @@ def build_world(size: str = "default", seed: int = 0, progress: bool = False) ->
     _progress(progress, f"test splits: {len(planted.drafts)} in-distribution and {len(cplanted.drafts)} compositional "
                         f"intents, {len(corpus)} corpus images, {len(all_refs)} references")
 
-    def judged(split_planted: PlantedSplit, ref_offset: int, id_prefix: str, judge_rng) -> list[dict]:
-        out = []
-        for i, (draft, ridx) in enumerate(zip(split_planted.drafts, split_planted.draft_ref_index)):
-            pos, neg = judge(corpus_table, corpus_ids, draft, judge_rng)
-            out.append(_intent_record(f"{id_prefix}{i + 1:04d}", draft, [ref_id(ref_offset + r) for r in ridx], pos, neg,
-                                      draft.refs[0]))
-        return out
-
-    test_intents = judged(planted, 0, "wg", _rng(seed, "test-judge"))
+    test_intents = _judged(planted, corpus_table, corpus_ids, 0, "wg", _rng(seed, "test-judge"))
     test_queries = query_records(test_intents)
-    comp_intents = judged(cplanted, len(planted.refs), "wn", _rng(seed, "compositional-judge"))
+    comp_intents = _judged(cplanted, corpus_table, corpus_ids, len(planted.refs), "wn", _rng(seed, "compositional-judge"))
     comp_queries = query_records(comp_intents, prefix="wn")
     timings["test_judge_s"] = time.perf_counter() - t0 - timings["test_plant_s"]
-
-    cap_rng = _rng(seed, "test-captions")
-    test_captions = []
-    for i in range(cfg.n_test_captions):
-        src = cap_rng.randrange(len(corpus))
-        text, cons = sample_caption(corpus[src], cap_rng)
-        test_captions.append({"caption_id": f"wc{i + 1:05d}", "text": text, "constraints": [c.to_json() for c in cons],
-                              "source_id": corpus_ids[src]})
+    test_captions = _test_captions(cfg, _rng(seed, "test-captions"), corpus, corpus_ids)
 
     # ---- train split: its own stream; scenes and targets disjoint from the test split
     t1 = time.perf_counter()
@@ -395,26 +428,7 @@ def build_world(size: str = "default", seed: int = 0, progress: bool = False) ->
     train_table = scenes_to_table(train_scenes)
     _progress(progress, f"train split: {len(tplanted.drafts)} intents, {len(train_scenes)} images")
 
-    train_intents, train_triplets = [], []
-    tj_rng = _rng(seed, "train-judge")
-    for i, (draft, ridx) in enumerate(zip(tplanted.drafts, tplanted.draft_ref_index)):
-        if not all(r in ref_train_id for r in ridx):
-            continue
-        rids = [ref_train_id[r] for r in ridx]
-        pos, _neg = judge(train_table, train_ids, draft, tj_rng, max_negatives=0)
-        if not pos:
-            continue
-        iid = f"tr-i{len(train_intents) + 1:05d}"
-        rec = _intent_record(iid, draft, rids, pos, [], draft.refs[0])
-        del rec["negatives"]
-        train_intents.append(rec)
-        picks = list(pos)
-        tj_rng.shuffle(picks)
-        for target in picks[:3]:
-            fi = tj_rng.randrange(len(FORMS))
-            train_triplets.append({"intent_id": iid, "reference_ids": rids, "instruction": draft.texts[fi],
-                                   "target_id": target, "intent_category": draft.category,
-                                   "edit_subcategory": draft.subcategory, "kind": draft.kind, "form": FORMS[fi]})
+    train_intents, train_triplets = _train_records(tplanted, train_table, train_ids, ref_train_id, _rng(seed, "train-judge"))
     cap_rng = _rng(seed, "train-captions")
     train_captions = [{"image_id": iid, "captions": image_captions(s, cap_rng)} for iid, s in zip(train_ids, train_scenes)]
     timings["train_s"] = time.perf_counter() - t1

@@ -1,0 +1,129 @@
+"""The compositional split: what train never contains, counted by naive loops over the written files."""
+import json
+
+import numpy as np
+import pytest
+
+from cir_demo.world import attributes as A
+from cir_demo.world.generate import generate_world
+from cir_demo.world.holdout import (HOLDABLE, edit_of, held_out_edits, pool_alternatives, repair, template_pool)
+from cir_demo.world.intents import intent_templates
+from cir_demo.world.scene import sample_scene, scene_from_row, validate_scene
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = generate_world("tiny", 3, tmp_path_factory.mktemp("comp") / "w", progress=False)
+    read = lambda name: [json.loads(line) for line in (root / name).read_text().splitlines()]  # noqa: E731
+    return {
+        "manifest": json.loads((root / "manifest.json").read_text()),
+        "test": read("test_intents.jsonl"), "compositional": read("compositional_intents.jsonl"),
+        "train": read("train_intents.jsonl"), "captions": read("train_captions.jsonl"),
+        "queries": read("compositional_queries.jsonl"),
+        "train_scenes": [scene_from_row(r) for r in np.load(root / "train_scenes.npy")],
+        "refs": np.load(root / "test_refs.npy"),
+    }
+
+
+def _edit(intent):
+    t, attr, op, value = intent["edit"]
+    return (t, attr, op, tuple(value) if isinstance(value, list) else value)
+
+
+def _asked(intent):
+    """The (type, attribute, value) combination an intent asks for, from its constraints alone."""
+    focus = next(c for c in reversed(intent["constraints"]) if c[0] == intent["focus"])
+    return edit_of(intent["edit"][0], *focus)
+
+
+def test_no_compositional_edit_or_wording_occurs_in_train(world):
+    train_edits = {_edit(it) for it in world["train"]}
+    train_texts = {t for it in world["train"] for t in it["paraphrases"]}
+    comp = world["compositional"]
+    assert len(comp) >= 25
+    assert not [it["intent_id"] for it in comp if _edit(it) in train_edits]
+    assert not [t for it in comp for t in it["paraphrases"] if t in train_texts]
+    # The edit field says what the constraints ask for.
+    for it in comp + world["test"]:
+        focus = next(c for c in reversed(it["constraints"]) if c[0] == it["focus"])
+        assert it["edit"][1:] == focus
+
+
+def test_train_images_and_captions_never_show_an_asked_for_compositional_combination(world):
+    asked = {_asked(it) for it in world["compositional"]}
+    assert None not in asked and asked <= held_out_edits(3)
+    shown = {(s.type, attr, getattr(s, attr)) for s in world["train_scenes"] for attr in HOLDABLE if attr != "type"}
+    assert not asked & shown
+    # Captions describe train images only; no caption names a held-out colour on its type.
+    held_colors = {(t, v) for t, attr, v in asked if attr == "color"}
+    for rec, scene in zip(world["captions"], world["train_scenes"]):
+        assert (scene.type, scene.color) not in held_colors
+
+
+def test_the_in_distribution_split_asks_for_no_held_out_edit(world):
+    held = held_out_edits(3)
+    assert not [it["intent_id"] for it in world["test"] if _asked(it) in held]
+
+
+def test_manifest_overlaps_equal_naive_counts(world):
+    m = world["manifest"]
+    train_items = {tuple(getattr(s, f) for f in A.ITEM_FIELDS) for s in world["train_scenes"]}
+    train_texts = {t for it in world["train"] for t in it["paraphrases"]}
+    train_edits = {_edit(it) for it in world["train"]}
+    for split in ("test", "compositional"):
+        intents = world[split]
+        rows = sorted({int(r[6:]) for it in intents for r in it["reference_ids"]})
+        items = [tuple(getattr(scene_from_row(world["refs"][i]), f) for f in A.ITEM_FIELDS) for i in rows]
+        got = m["held_out"]["overlaps"][split]
+        assert got["query_strings_in_train"] == sum(t in train_texts for it in intents for t in it["paraphrases"])
+        assert got["reference_items_in_train_images"] == sum(i in train_items for i in items)
+        assert got["intent_edits_in_train_intents"] == sum(_edit(it) in train_edits for it in intents)
+    assert m["held_out"]["overlaps"]["compositional"]["query_strings_in_train"] == 0
+    assert m["held_out"]["overlaps"]["compositional"]["intent_edits_in_train_intents"] == 0
+    assert m["held_out"]["overlaps"]["test"]["intent_edits_in_train_intents"] > 0  # in distribution
+    assert m["counts"]["compositional_queries"] == 6 * m["counts"]["compositional_intents"] == len(world["queries"])
+
+
+def test_splits_have_disjoint_ids_and_share_the_corpus(world):
+    comp_ids = {q["query_id"] for q in world["queries"]}
+    assert all(q.startswith("wn") for q in comp_ids)
+    assert not {it["intent_id"] for it in world["test"]} & {it["intent_id"] for it in world["compositional"]}
+    for it in world["compositional"]:
+        assert all(p.startswith("w-te-") and not p.startswith("w-te-r") for p in it["positives"])
+
+
+def test_held_out_wordings_are_the_last_alternatives():
+    alternatives = ["a", "b", "c"]
+    assert pool_alternatives(alternatives) == alternatives
+    with template_pool("seen"):
+        assert pool_alternatives(alternatives) == ["a", "b"]
+        assert pool_alternatives(["only"]) == ["only"]
+    with template_pool("held_out"):
+        assert pool_alternatives(alternatives) == ["c"]
+    with pytest.raises(ValueError, match="template pool"):
+        with template_pool("novel"):
+            pass
+    # Every kind has at least one form with alternatives to hold out.
+    assert all(any(isinstance(f, list) and len(f) > 1 for f in forms) for forms in intent_templates().values())
+
+
+def test_repair_redraws_only_free_held_out_attributes():
+    import random
+
+    held = held_out_edits(0)
+    rng = random.Random(5)
+    repaired = 0
+    for _ in range(400):
+        scene = sample_scene(rng)
+        fixed = ("color",)
+        bad = [a for a in HOLDABLE if a != "type" and (scene.type, a, getattr(scene, a)) in held]
+        out = repair(scene, held, rng, fixed)
+        if "color" in bad:
+            assert out is None
+            continue
+        validate_scene(out)
+        assert not [a for a in HOLDABLE if a != "type" and (out.type, a, getattr(out, a)) in held]
+        changed = {f for f in A.SCENE_FIELDS if getattr(out, f) != getattr(scene, f)}
+        assert changed == set(bad)
+        repaired += bool(bad)
+    assert repaired > 20

@@ -157,6 +157,12 @@ def test_the_default_eval_writes_both_splits_and_the_side_by_side_table(both_spl
             gain = m[f"{name}+rerank"]["mAP@10"] - m[name]["mAP@10"]
             assert float(cell[f"reranker's mAP@10 gain {split}"]) == pytest.approx(gain, abs=5e-5)
     assert sorted(r[0] for r in rows) == sorted(names) and checked == 8 * len(names)
+    # `python -m cir_demo record` reads both splits of such a run folder
+    from cir_demo.harness.seed_record import read_seed_metrics
+
+    record = read_seed_metrics(out)
+    assert set(record) == {"test", "compositional"}
+    assert record["compositional"][names[0]]["mAP@10"] == pytest.approx(comp_m[names[0]]["mAP@10"])
 
 
 def test_runs_of_the_two_splits_are_listed_apart(both_splits_run):

@@ -39,7 +39,8 @@ class QueryIds:
 
 
 def benchmark_fingerprint(benchmark: Benchmark) -> str:
-    """Identifies a benchmark's content (world ids repeat across sizes and seeds)."""
+    """Identifies a benchmark's content and query set (world ids repeat across sizes and seeds): stored runs,
+    reranker scores and the app's per-query caches are keyed by it."""
     info = benchmark.info or {}
     key = info.get("corpus_fingerprint") or info.get("checksum")
     if not key:
@@ -48,7 +49,10 @@ def benchmark_fingerprint(benchmark: Benchmark) -> str:
             h.update(i.encode())
             h.update(b"\n")
         key = h.hexdigest()
-    return f"{benchmark.name}-{str(key)[:16]}"
+    # another query set over the same content (the world's compositional split): its runs, score and
+    # per-query caches are its own
+    query_set = info.get("query_set")
+    return f"{benchmark.name}-{str(key)[:16]}" + (f"-{query_set}" if query_set else "")
 
 
 class RetrievalEngine:

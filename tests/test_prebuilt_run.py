@@ -76,6 +76,9 @@ def test_shipped_outputs_are_byte_identical_to_what_eval_writes(prebuilt, capsys
     assert {"per_query.csv", "metrics.csv", "metrics.json", "report.md", "run_info.json"} <= set(manifest["files"])
     assert any(n.startswith("plots/") for n in manifest["files"]) and not any(n.startswith("results/")
                                                                              for n in manifest["files"])
+    # the world's compositional test split, evaluated beside the test split, ships too (its rankings do not)
+    assert {"compositional/per_query.csv", "compositional/run_info.json"} <= set(manifest["files"])
+    assert not any(n.startswith("compositional/results/") for n in manifest["files"])
     metrics = lzma.decompress((directory / "metrics.csv.xz").read_bytes())
     _rewrite(directory, "metrics.csv", metrics.replace(b"0.", b"0.9", 1))
     assert cli_main(check) == 0  # the records agree: only running --eval again would show the change
@@ -94,15 +97,19 @@ def test_the_comparison_with_eval_names_every_changed_file_and_ignores_the_run_r
     (written / "prebuilt.json").unlink()
     (written / "results").mkdir()
     (written / "results" / "a.json").write_text("{}")  # rankings are not shipped
+    (written / "compositional" / "results").mkdir()
+    (written / "compositional" / "results" / "a.json").write_text("{}")
     info = json.loads((written / "run_info.json").read_text())
     (written / "run_info.json").write_text(json.dumps({**info, "wall_s": 1.0, "argv": ["x"]}, indent=2))
     assert problems == [] and differences(installed, written) == []
     (written / "report.md").write_text((written / "report.md").read_text() + " ")
+    (written / "compositional" / "metrics.csv").write_text("changed")
     (written / "plots" / "extra.png").write_bytes(b"png")
     (written / "breakdowns.csv").unlink()
     (written / "run_info.json").write_text(json.dumps({**info, "reranker": None}))
     assert differences(installed, written) == [
         "breakdowns.csv: shipped, not written by --eval", "plots/extra.png: written by --eval, not shipped",
+        "compositional/metrics.csv: differs from what --eval writes now",
         "report.md: differs from what --eval writes now", "run_info.json: differs from what --eval writes now"]
 
 

@@ -49,6 +49,11 @@ class BenchmarkSpec:
     # shown above the app's upload tab and with every result on uploaded images ("" for none)
     upload_heading: str = ""
     upload_note: str = ""
+    # the values `--split` takes (checked before any work; () when the loader checks its own)
+    splits: tuple[str, ...] = ()
+    # `--eval` without `--split` evaluates each of these over one corpus: the first at the top of the run
+    # folder, the others in `<run folder>/<split>/`, with their headline metrics side by side in report.md
+    eval_splits: tuple[str, ...] = ()
 
     @property
     def arguments(self) -> tuple[str, ...]:
@@ -67,7 +72,7 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
     s.name: s
     for s in (
         BenchmarkSpec("world", "the offline procedurally rendered world (no downloads)", "pinpoint",
-                      "cir_demo.world:load_world", optional=("size", "seed", "root"),
+                      "cir_demo.world:load_world", optional=("size", "seed", "root", "split"),
                       default_retrievers=("world-clip-image", "world-clip-text", "world-clip-fusion", "world-clip-slerp",
                                           "world-cir"),
                       app_columns=("world-cir", "world-clip-fusion", "world-clip-image", "world-clip-text"),
@@ -83,7 +88,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
                           "sketch and photo-style drawings of clothes, home objects and accessories). They do not "
                           "understand real photos: with your own images expect results that look arbitrary. Upload "
                           "world images (for example reference images saved from the Explore tab) to see them "
-                          "work.")),
+                          "work."),
+                      splits=("test", "compositional", "train"), eval_splits=("test", "compositional")),
         BenchmarkSpec("pinpoint", "PinPoint: pinpoint_licensed.parquet + index_signatures.txt", "pinpoint",
                       "cir_demo.benchmarks.pinpoint:load_pinpoint", required=("annotations",),
                       optional=("corpus_ids", "image_dir", "cache_dir", "online")),
@@ -93,7 +99,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
                       "cir_demo.benchmarks.circo:load_circo", required=("annotations",),
                       optional=("image_dir", "corpus_ids")),
         BenchmarkSpec("cirr", "CIRR: captions/cap.rc2.<split>.json + image_splits/split.rc2.<split>.json (+ images)",
-                      "cirr", "cir_demo.benchmarks.cirr:load_cirr", required=("root",), optional=("split", "image_dir")),
+                      "cirr", "cir_demo.benchmarks.cirr:load_cirr", required=("root",), optional=("split", "image_dir"),
+                      splits=("val", "test1")),
         BenchmarkSpec("fashioniq", "FashionIQ val: captions/cap.<category>.val.json + image_splits/split.<category>.val.json",
                       "fashioniq", "cir_demo.benchmarks.fashioniq:load_fashioniq", required=("root",),
                       optional=("image_dir", "categories")),

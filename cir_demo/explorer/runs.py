@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 import pandas as pd
 
 from cir_demo.benchmarks.families import MetricFamily
-from cir_demo.benchmarks.registry import RERANK_SUFFIX
+from cir_demo.benchmarks.registry import BENCHMARKS, RERANK_SUFFIX
 from cir_demo.explorer.config import ServiceError
 from cir_demo.explorer.views import Report, RunSummary
 
@@ -18,7 +18,7 @@ def list_runs(benchmark_name: str, fingerprint: str, root: Path | None = None,
               extra: Sequence[str | Path] = ()) -> list[RunSummary]:
     """Eval run folders (with metrics.csv) of this benchmark, newest first: those under runs/, those
     `--eval --results-json` wrote elsewhere (cir_demo/results/run_folders.py) and the `extra` folders
-    given to the app (`--runs FOLDER`).
+    given to the app (`--runs FOLDER`); and a run's other test splits (`<run>/compositional/`).
 
     A copy of shipped outputs installed by other code is left out (it is not what this code
     writes). A run matches by `run_info.json`'s benchmark fingerprint (same content), else (older
@@ -34,10 +34,10 @@ def list_runs(benchmark_name: str, fingerprint: str, root: Path | None = None,
     folders += recorded_run_folders() if root == runs_dir() else []
     given = {Path(f).resolve() for f in extra}
     out, seen = [], set()
-    for d in [*folders, *given]:
+    for d in [*folders, *given, *_split_folders([*folders, *given])]:
         # a dot-folder is work in progress (staging, an install being written), never a run
         if d.resolve() in seen or d.name.startswith(".") or not (d.is_dir() and (d / "metrics.csv").is_file()) \
-                or stale_installed_copy(d):
+                or stale_installed_copy(d) or (d.name in _SPLIT_FOLDERS and stale_installed_copy(d.parent)):
             continue
         seen.add(d.resolve())
         match = _match(d, benchmark_name, fingerprint) or ("given" if d.resolve() in given else None)
@@ -45,6 +45,16 @@ def list_runs(benchmark_name: str, fingerprint: str, root: Path | None = None,
             out.append((d.stat().st_mtime, RunSummary(d, _label(d, root), match)))
     out.sort(key=lambda t: (t[1].matches in ("fingerprint", "given"), t[0], t[1].label), reverse=True)
     return [r for _, r in out]
+
+
+# the folders in which one `--eval` run holds its other test splits (`compositional/`): each is a run of
+# its own split (its run_info.json names that split's fingerprint)
+_SPLIT_FOLDERS = tuple(dict.fromkeys(s for spec in BENCHMARKS.values() for s in spec.eval_splits[1:]))
+
+
+def _split_folders(folders: Sequence[Path]) -> list[Path]:
+    return [d / name for d in folders if not d.name.startswith(".") for name in _SPLIT_FOLDERS
+            if (d / name / "metrics.csv").is_file()]
 
 
 def _match(d: Path, benchmark_name: str, fingerprint: str) -> str | None:
@@ -128,6 +138,9 @@ def load_report(run: RunSummary, family: MetricFamily | str | None = None) -> Re
         info.append(f"Intervals: 95% bootstrap over paraphrase groups ({meta['n_boot']} resamples).")
     if (run.path / "report.md").is_file():
         info.append("Full report: report.md, with the run's tables, under Files of this run below.")
+    for split in _split_folders([run.path]):
+        info.append(f"This run also evaluated the {split.name} test split (its files: {split.name}/ in the run "
+                    "folder); report.md's table 'Both test splits' puts the two side by side.")
     paired = None
     if (run.path / "paired.csv").is_file() and not (run.path / "paired.csv").is_symlink():
         try:

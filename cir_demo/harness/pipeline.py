@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -136,6 +137,7 @@ def dry_run_benchmark(args: argparse.Namespace, bench, names: list[str], reranke
 
 def run_benchmark(args: argparse.Namespace) -> int:
     from cir_demo.benchmarks.cli_args import load_benchmark_from_args
+    from cir_demo.harness.splits import first_split, load_split, side_splits
     from cir_demo.harness.staging import default_out_dir, staged_run_dir
 
     stages = Stages()
@@ -148,35 +150,40 @@ def run_benchmark(args: argparse.Namespace) -> int:
             return 0
     with stages("benchmark"):  # the default world: generated on a first run
         bench = load_benchmark_from_args(args)
+        side = {split: load_split(args, split) for split in side_splits(args)}
     names = retriever_names(args.retrievers, bench.name)
     reranker_name = default_reranker(bench.name, getattr(args, "rerank", None))
     top_n = getattr(args, "rerank_top_n", 20)
-    if getattr(args, "dry_run", False):
-        return dry_run_benchmark(args, bench, names, reranker_name, top_n)
+    if getattr(args, "dry_run", False):  # every split's queries are counted; the corpus is encoded once
+        every = [q for b in (bench, *side.values()) for q in b.queries]
+        return dry_run_benchmark(args, dataclasses.replace(bench, queries=every) if side else bench, names,
+                                 reranker_name, top_n)
     from cir_demo.preflight.run import check_run
 
     with stages("checks"):  # weights, opt-ins, images: before anything is created
         bench = check_run(args, bench, names, reranker_name)
+        side = {split: check_run(args, b, names, reranker_name) for split, b in side.items()}
     final = Path(args.out) if args.out else default_out_dir(bench.name)
     print(f"run directory: {final} (written when complete)", flush=True)
     with staged_run_dir(final, getattr(args, "overwrite", False)) as out:
-        return _run_into(args, bench, names, reranker_name, top_n, out, final, stages)
+        from cir_demo.harness.splits import SplitRun
+
+        splits = [SplitRun(first_split(args, bench), bench, out)] + [SplitRun(k, b, out / k) for k, b in side.items()]
+        return _run_into(args, splits, names, reranker_name, top_n, final, stages)
 
 
-def _run_into(args, bench, names, reranker_name, top_n, out: Path, final: Path, stages: Stages) -> int:
-    from tqdm import tqdm
+def _run_into(args, splits, names, reranker_name, top_n, final: Path, stages: Stages) -> int:
+    """Run every retriever (and the reranker) on every split: one engine, so one index and one set of
+    corpus features serve them all (the splits share one corpus). Then each split's files and report."""
+    from cir_demo.engine import RetrievalEngine
 
-    from cir_demo.engine import DEFAULT_K, RetrievalEngine, benchmark_fingerprint
-    from cir_demo.results import write_results
-    from cir_demo.utils.io import write_json_atomic
-
-    print(f"benchmark {bench.name}: {len(bench.queries)} queries, {len(bench.corpus_ids)} corpus images; "
-          f"retrievers: {', '.join(names)}; reranker: {reranker_name or 'none'}", flush=True)
-
+    bench, out = splits[0].bench, splits[0].out
+    for s in splits:
+        print(f"benchmark {s.bench.name}" + (f" ({s.label} split)" if len(splits) > 1 else "")
+              + f": {len(s.bench.queries)} queries, {len(s.bench.corpus_ids)} corpus images; "
+              f"retrievers: {', '.join(names)}; reranker: {reranker_name or 'none'}", flush=True)
     engine = RetrievalEngine(bench, names, device=getattr(args, "device", None), progress=True,
                              trust_remote_code=bool(getattr(args, "trust_remote_code", False)))
-    evaluations: list[RunEvaluation] = []
-    pairs: list[tuple[RunEvaluation, RunEvaluation]] = []
     specs: dict[str, dict] = {}
     reranker_spec = None
     if reranker_name:  # a first run renders the corpus once for the retrievers and the reranker
@@ -187,55 +194,93 @@ def _run_into(args, bench, names, reranker_name, top_n, out: Path, final: Path, 
         with stages(f"{name}/index"):
             engine.index(name)  # build or load, with its own progress bar
         specs[name] = engine.run_spec(name)  # with its query template, stated in the report
-        with stages(f"{name}/retrieve"), tqdm(total=len(bench.queries), desc=f"retrieve {name}", unit="query") as bar:
-            run, scores = engine.run_benchmark(name, k=DEFAULT_K, progress=lambda done, total: bar.update(done - bar.n))
-        write_results(out / "results" / f"{name}.json", bench, run, scores, spec=specs[name])
-        with stages("evaluate"):
-            base = evaluate_run(bench, run, name, n_boot=args.n_boot, seed=args.bootstrap_seed)
-        evaluations.append(base)
         if reranker_name:
             reranker_spec = dict(engine.reranker(reranker_name).spec)
-            with stages(f"{name}/rerank"):
-                rr = engine.rerank_run(reranker_name, run, scores, top_n=top_n, progress=True)
-            rr_name = f"{name}{RERANK_SUFFIX}"
-            rr_scores = {q: [it.p_yes if it.p_yes is not None else float("nan") for it in its] for q, its in rr.items.items()}
-            write_results(out / "results" / f"{rr_name}.json", bench, rr.run,
-                          {q: [0.0 if s != s else s for s in v] for q, v in rr_scores.items()},
-                          spec={"retriever": specs[name], "reranker": reranker_spec, "top_n": top_n})
-            with stages("evaluate"):
-                reranked = evaluate_run(bench, rr.run, rr_name, n_boot=args.n_boot, seed=args.bootstrap_seed)
-            evaluations.append(reranked)
-            pairs.append((base, reranked))
+        for split in splits:
+            _run_split(args, engine, split, name, specs[name], reranker_name, reranker_spec, top_n, stages,
+                       tag="" if split is splits[0] else f" ({split.label})")
     engine.close()
 
     with stages("report"):
-        paths = _write_report(args, bench, evaluations, pairs, top_n, reranker_spec, specs, out)
-    write_json_atomic(out / "run_info.json", {
+        for split in reversed(splits):  # the first split's report holds the table of them all
+            paths = _write_report(args, split, splits if split is splits[0] and len(splits) > 1 else [], top_n,
+                                  reranker_spec, specs)
+            _write_run_info(split, specs, reranker_spec, top_n, stages if split is splits[0] else None)
+    table = pd.read_csv(paths["metrics.csv"])
+    cols = [c for c in ("model", *metric_family(bench.metric_family).summary_columns()) if c in table]
+    print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    if len(splits) > 1:
+        from cir_demo.harness.splits import both_splits_section
+
+        print(both_splits_section(splits))
+    n_files = sum(1 for p in out.rglob("*") if p.is_file())
+    print(f"wrote {n_files} files to {final} in {stages.total():.1f} s "
+          f"(report: {final / paths['report.md'].relative_to(out)})")
+    print(stages.line(), flush=True)
+    return 0
+
+
+def _run_split(args, engine, split, name: str, spec: dict, reranker_name, reranker_spec, top_n: int,
+               stages: Stages, tag: str = "") -> None:
+    """Retriever `name` (and the reranker) on one split's queries: results files, then evaluations."""
+    from tqdm import tqdm
+
+    from cir_demo.engine import DEFAULT_K
+    from cir_demo.results import write_results
+
+    bench, out = split.bench, split.out
+    with stages(f"{name}/retrieve{tag}"), tqdm(total=len(bench.queries), desc=f"retrieve {name}{tag}",
+                                                unit="query") as bar:
+        run, scores = engine.run_benchmark(name, queries=bench.queries, k=DEFAULT_K,
+                                           progress=lambda done, total: bar.update(done - bar.n))
+    write_results(out / "results" / f"{name}.json", bench, run, scores, spec=spec)
+    with stages("evaluate"):
+        base = evaluate_run(bench, run, name, n_boot=args.n_boot, seed=args.bootstrap_seed)
+    split.evaluations.append(base)
+    if not reranker_name:
+        return
+    with stages(f"{name}/rerank{tag}"):
+        rr = engine.rerank_run(reranker_name, run, scores, queries=bench.queries, top_n=top_n, progress=True)
+    rr_name = f"{name}{RERANK_SUFFIX}"
+    rr_scores = {q: [it.p_yes if it.p_yes is not None else float("nan") for it in its] for q, its in rr.items.items()}
+    write_results(out / "results" / f"{rr_name}.json", bench, rr.run,
+                  {q: [0.0 if s != s else s for s in v] for q, v in rr_scores.items()},
+                  spec={"retriever": spec, "reranker": reranker_spec, "top_n": top_n})
+    with stages("evaluate"):
+        reranked = evaluate_run(bench, rr.run, rr_name, n_boot=args.n_boot, seed=args.bootstrap_seed)
+    split.evaluations.append(reranked)
+    split.pairs.append((base, reranked))
+
+
+def _write_run_info(split, specs: dict, reranker_spec, top_n: int, stages: Stages | None) -> None:
+    """run_info.json of one split's folder; the run's times and command line (`stages` given) at the top only."""
+    from cir_demo.engine import benchmark_fingerprint
+    from cir_demo.utils.io import write_json_atomic
+
+    bench = split.bench
+    info = {
         "benchmark": bench.name,
         "benchmark_fingerprint": benchmark_fingerprint(bench),
         "benchmark_info": {k: v for k, v in (bench.info or {}).items() if isinstance(v, (str, int, float, bool))},
         "retrievers": specs,
         "reranker": reranker_spec,
         "rerank_top_n": top_n if reranker_spec else None,
-        "timings_s": stages.seconds,
-        "wall_s": round(stages.total(), 2),
-        "argv": sys.argv,
-    })
-    table = pd.read_csv(paths["metrics.csv"])
-    cols = [c for c in ("model", *metric_family(bench.metric_family).summary_columns()) if c in table]
-    print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
-    print(f"wrote {len(paths) + 1 + len(names) * (2 if reranker_name else 1)} files to {final} "
-          f"in {stages.total():.1f} s (report: {final / paths['report.md'].relative_to(out)})")
-    print(stages.line(), flush=True)
-    return 0
+    }
+    if stages is not None:
+        info.update({"timings_s": stages.seconds, "wall_s": round(stages.total(), 2), "argv": sys.argv})
+    write_json_atomic(split.out / "run_info.json", info)
 
 
-def _write_report(args, bench, evaluations, pairs, top_n, reranker_spec, specs, out: Path) -> dict:
-    """report.md, metrics, breakdowns, paired comparisons and plots of a run; {name: path}."""
+def _write_report(args, split, all_splits, top_n, reranker_spec, specs) -> dict:
+    """report.md, metrics, breakdowns, paired comparisons and plots of one split's folder; {name: path}.
+    `all_splits` (more than one): its report also gets the table of every split side by side."""
     from cir_demo.harness.report import write_outputs
+    from cir_demo.harness.splits import both_splits_section
 
-    sections = ([metric_family(bench.metric_family).rerank_section_maker()(
+    bench, pairs = split.bench, split.pairs
+    sections = [both_splits_section(all_splits)] if all_splits else []
+    sections += ([metric_family(bench.metric_family).rerank_section_maker()(
         bench, pairs, top_n, reranker_spec or {}, n_boot=args.n_boot, seed=args.bootstrap_seed)] if pairs else [])
     sections += query_text_section(specs)
-    return write_outputs(bench, evaluations, out, n_boot=args.n_boot, seed=args.bootstrap_seed,
+    return write_outputs(bench, split.evaluations, split.out, n_boot=args.n_boot, seed=args.bootstrap_seed,
                          extra_sections=sections, plots=not args.no_plots)

@@ -85,19 +85,20 @@ def differences(shipped: Path, written: Path) -> list[str]:
     """The files of installed run folder `shipped` that differ from run folder `written` (run_info.json's
     record of the run itself, times and command line, aside, and run_manifest.json's checksum of it);
     [] = byte-identical."""
-    from cir_demo.index.prebuilt_run import INSTALLED_MARK, LEFT_OUT, RUN_RECORD_KEYS
+    from cir_demo.index.prebuilt_run import INSTALLED_MARK, RUN_RECORD_KEYS, shipped_file
 
     names = set(json.loads((shipped / INSTALLED_MARK).read_text(encoding="utf-8"))["files"])
-    wrote = {p.relative_to(written).as_posix() for p in written.rglob("*")
-             if p.is_file() and p.relative_to(written).parts[0] not in LEFT_OUT}
+    wrote = {rel for rel in (p.relative_to(written).as_posix() for p in written.rglob("*") if p.is_file())
+             if shipped_file(rel)}
     out = [f"{n}: shipped, not written by --eval" for n in sorted(names - wrote)]
     out += [f"{n}: written by --eval, not shipped" for n in sorted(wrote - names)]
     for name in sorted(names & wrote):
         a, b = (shipped / name).read_bytes(), (written / name).read_bytes()
-        if name == "run_info.json":
+        if Path(name).name == "run_info.json":  # the top one's and a split folder's
             a, b = ({k: v for k, v in json.loads(x).items() if k not in RUN_RECORD_KEYS} for x in (a, b))
         elif name == "run_manifest.json":  # it records run_info.json's checksum, which holds the run's times
-            a, b = ({k: v for k, v in json.loads(x)["files"].items() if k != "run_info.json"} for x in (a, b))
+            a, b = ({k: v for k, v in json.loads(x)["files"].items() if Path(k).name != "run_info.json"}
+                    for x in (a, b))
         if a != b:
             out.append(f"{name}: differs from what --eval writes now")
     return out

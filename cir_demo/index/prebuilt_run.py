@@ -6,7 +6,8 @@ Layout: `indexes/prebuilt/<benchmark index name>/eval/` holds
   every retriever, query template included, and of the reranker, so the weights' sha256 too; the
   rerank depth; the sha256 of the source of every package that shapes the outputs; the versions of
   the libraries that do), the `command` that wrote them, `provenance`, and `files`: for every file
-  of the run folder (`results/` left out: the app reads no rankings), the size and sha256 of its
+  of the run folder (`results/` left out, also in a split's folder such as `compositional/`: the app reads
+  no rankings), the size and sha256 of its
   content and of its stored form;
 - the stored files: text files xz-compressed (`NAME.xz`), plots as they are.
 
@@ -33,7 +34,7 @@ from cir_demo.paths import REPO_ROOT
 RUN_FOLDER = "eval"  # under the benchmark's prebuilt folder
 INSTALLED_MARK = "prebuilt.json"  # in an installed copy: the manifest it was installed from
 FORMAT = 1
-LEFT_OUT = ("results",)  # top-level parts of a run folder not shipped
+LEFT_OUT = ("results",)  # folders of a run folder not shipped, at its top or in a split's folder (`compositional/`)
 COMPRESSED_SUFFIXES = (".csv", ".json", ".md", ".txt")
 # cir_demo packages whose code never shapes what `--eval` writes (the app, test builders, training:
 # trained weights are tied by their sha256); every other source file is part of the key
@@ -132,6 +133,11 @@ def stale_installed_copy(run_dir: Path) -> bool:
         return True
 
 
+def shipped_file(rel: str) -> bool:
+    """Whether the run folder's file `rel` (a relative posix path) is shipped: not under a `LEFT_OUT` folder."""
+    return not any(part in LEFT_OUT for part in rel.split("/")[:-1])
+
+
 def stored_name(name: str) -> str:
     return name + ".xz" if name.endswith(COMPRESSED_SUFFIXES) else name
 
@@ -143,8 +149,8 @@ def pack_run(run_dir: Path, out: Path, key: dict, command: list[str], provenance
     from cir_demo.integrity import file_record
     from cir_demo.utils.io import write_json_atomic
 
-    names = sorted(p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*")
-                   if p.is_file() and p.relative_to(run_dir).parts[0] not in LEFT_OUT)
+    names = sorted(rel for rel in (p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_file())
+                   if shipped_file(rel))
     files = {}
     with new_dir_beside(out) as tmp:
         for name in names:

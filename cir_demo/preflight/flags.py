@@ -128,7 +128,21 @@ def fetch_flag_problems(args: argparse.Namespace) -> list[Line]:
 
 def benchmark_flag_problems(args: argparse.Namespace) -> list[Line]:
     return int_problems(args, [("world_seed", 0, "a non-negative integer"),
-                               ("limit", 1, "a positive number of paraphrase groups")])
+                               ("limit", 1, "a positive number of paraphrase groups")]) + split_problems(args)
+
+
+def split_problems(args: argparse.Namespace) -> list[Line]:
+    """`--split` not among the splits the benchmark declares (benchmarks that declare none check it on loading)."""
+    split = getattr(args, "split", None)
+    if split is None:
+        return []
+    from cir_demo.benchmarks.registry import declared_defaults
+
+    name = getattr(args, "benchmark", None)
+    spec = declared_defaults(name) if name else None
+    if spec is None or not spec.splits or split in spec.splits:
+        return []
+    return [Line(f"--split {split}", "blocked", f"benchmark {name!r} has the splits {', '.join(spec.splits)}")]
 
 
 # (command, subcommand) -> (attribute, minimum, description) of its integer flags; `--size` /

@@ -386,6 +386,19 @@ def config_from_args(args: argparse.Namespace) -> ServiceConfig:
                          warm_thumbnails=not args.no_thumbnail_warmer, threads=args.threads)
 
 
+def served_split_kwargs(config: ServiceConfig) -> dict:
+    """The loader keywords of the served view, with the split the app serves named: on a benchmark whose
+    `--eval` reports several test splits by default (the world), the background run computes only the one
+    shown (the first), not the others beside it."""
+    from cir_demo.benchmarks.registry import declared_defaults
+
+    kwargs = dict(config.benchmark_kwargs)
+    spec = declared_defaults(config.benchmark)
+    if spec is not None and spec.eval_splits and kwargs.get("split") is None:
+        kwargs["split"] = spec.eval_splits[0]
+    return kwargs
+
+
 def _fetch_images(args: argparse.Namespace) -> int:
     from cir_demo.benchmarks.cli_args import load_benchmark_from_args
     from cir_demo.images.benchmark_fetch import fetch_for
@@ -440,7 +453,7 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
 
     # with --runs the columns' per-query numbers come from the files (cheap, computed when asked for): no
     # background eval run, which could not load the runs' columns by name anyway
-    precompute = PrecomputeJob(benchmark_flags(config.benchmark, dict(config.benchmark_kwargs), config.limit_groups),
+    precompute = PrecomputeJob(benchmark_flags(config.benchmark, served_split_kwargs(config), config.limit_groups),
                                enabled=not (args.no_precompute or args.runs))
     demo = create_app(loader, precompute)
     launch_app(demo, args.server_name, args.port, args.share, args.queue_size, args.concurrency,

@@ -161,51 +161,82 @@ def render_batch(image_ids: Sequence[str], size: int | None = None, world: World
 
 
 # --------------------------------------------------------------------------- benchmark
+# the world's query splits: the two test splits share one corpus and one reference table
+SPLITS = ("test", "compositional", "train")
+# the files of each test split's intents and queries
+TEST_SPLIT_FILES = {"test": ("test_intents.jsonl", "test_queries.jsonl"),
+                    "compositional": ("compositional_intents.jsonl", "compositional_queries.jsonl")}
+
+
+def check_split(split: str) -> str:
+    """`split` when the world has it; ValueError listing the splits otherwise."""
+    if split not in SPLITS:
+        raise ValueError(f"world split must be one of {', '.join(SPLITS)}, got {split!r}")
+    return split
+
+
 def load_world(root=None, size: str = "default", seed: int = 0, split: str = "test", progress: bool = True):
-    """The world's test benchmark (or, with split='train', its train intents as a benchmark).
+    """The world's test benchmark; split='compositional': its compositional test split (held-out edits
+    worded with held-out templates, over the same corpus); split='train': its train intents as a benchmark.
 
     Generates the world first when it is not on disk. Queries: six paraphrases per intent,
-    ids w00001..., one shared `Judgments` per intent (group id = intent id).
+    ids w00001... (compositional: wn00001...), one shared `Judgments` per intent (group id = intent id).
     """
-    from cir_demo.benchmarks.schema import Benchmark, CallableImageStore, Judgments, Query
+    from cir_demo.benchmarks.schema import Benchmark, CallableImageStore
 
-    if split not in ("test", "train"):
-        raise ValueError(f"split must be 'test' or 'train', got {split!r}")
+    check_split(split)
     world = open_world(root, size, seed, progress=progress)
     store = CallableImageStore(lambda image_id, _w=world: render_image(image_id, world=_w), prefix="world")
     info = {
         "size": world.manifest["size"], "seed": world.manifest["seed"], "root": str(world.root),
         "generator_version": world.manifest["generator_version"], "checksum": world.manifest["checksum"],
         "render_size": RENDER_SIZE, "split": split, "counts": world.manifest["counts"],
-        # tiny and default worlds (and seeds) keep separate index folders instead of rebuilding each other's
-        "index_name": f"world-{world.manifest['size']}-s{world.manifest['seed']}" + ("" if split == "test" else f"-{split}"),
+        # tiny and default worlds (and seeds) keep separate index folders instead of rebuilding each other's;
+        # the test splits share one corpus, so one index
+        "index_name": f"world-{world.manifest['size']}-s{world.manifest['seed']}" + (
+            "" if split in TEST_SPLIT_FILES else f"-{split}"),
     }
-    if split == "test":
-        intents = {it["intent_id"]: it for it in _read_jsonl(world.root / "test_intents.jsonl")}
-        judgments = {k: Judgments(v["positives"], v["negatives"]) for k, v in intents.items()}
-        queries = []
-        for q in _read_jsonl(world.root / "test_queries.jsonl"):
-            queries.append(Query(q["query_id"], tuple(q["reference_ids"]), q["instruction"], q["group_id"],
-                                 judgments[q["group_id"]], q["meta"]))
+    if split in TEST_SPLIT_FILES:
+        queries = _test_split_queries(world, split)
         corpus = [f"w-te-{i:06d}" for i in range(len(world.test_corpus))]
+        if split != "test":  # other queries on the same content: runs and per-query caches are kept apart
+            info["query_set"] = split
     else:
-        from .intents import FORM_FLAGS, FORMS, length_category
-        queries = []
-        for gi, it in enumerate(_read_jsonl(world.root / "train_intents.jsonl")):
-            j = Judgments(it["positives"], ())
-            for fi, (form, text) in enumerate(zip(FORMS, it["paraphrases"])):
-                meta = {"intent_category": it["intent_category"], "edit_subcategory": it["edit_subcategory"],
-                        "domain": it["domain"], "skin_tone_bucket": it["skin_tone_bucket"],
-                        "length_category": length_category(text), "paraphrase_form": form, "intent_kind": it["kind"],
-                        **FORM_FLAGS[form]}
-                queries.append(Query(f"t{gi * len(FORMS) + fi + 1:06d}", tuple(it["reference_ids"]), text,
-                                     it["intent_id"], j, meta))
+        queries = _train_queries(world)
         corpus = [f"w-tr-{i:06d}" for i in range(len(world.train_scenes))]
     return Benchmark(name="world", metric_family="pinpoint", queries=queries, corpus_ids=corpus, images=store, info=info)
 
 
+def _test_split_queries(world: WorldData, split: str) -> list:
+    from cir_demo.benchmarks.schema import Judgments, Query
+
+    intents_file, queries_file = TEST_SPLIT_FILES[split]
+    intents = {it["intent_id"]: it for it in _read_jsonl(world.root / intents_file)}
+    judgments = {k: Judgments(v["positives"], v["negatives"]) for k, v in intents.items()}
+    return [Query(q["query_id"], tuple(q["reference_ids"]), q["instruction"], q["group_id"], judgments[q["group_id"]],
+                  q["meta"]) for q in _read_jsonl(world.root / queries_file)]
+
+
+def _train_queries(world: WorldData) -> list:
+    from cir_demo.benchmarks.schema import Judgments, Query
+
+    from .intents import FORM_FLAGS, FORMS, length_category
+    queries = []
+    for gi, it in enumerate(_read_jsonl(world.root / "train_intents.jsonl")):
+        j = Judgments(it["positives"], ())
+        for fi, (form, text) in enumerate(zip(FORMS, it["paraphrases"])):
+            meta = {"intent_category": it["intent_category"], "edit_subcategory": it["edit_subcategory"],
+                    "domain": it["domain"], "skin_tone_bucket": it["skin_tone_bucket"],
+                    "length_category": length_category(text), "paraphrase_form": form, "intent_kind": it["kind"],
+                    **FORM_FLAGS[form]}
+            queries.append(Query(f"t{gi * len(FORMS) + fi + 1:06d}", tuple(it["reference_ids"]), text,
+                                 it["intent_id"], j, meta))
+    return queries
+
+
 def load_intents(root=None, size: str = "default", seed: int = 0, split: str = "test") -> list[dict]:
-    """Raw intent records (constraints, focus, kind, positives, negatives) of a split."""
+    """Raw intent records (constraints, focus, kind, edit, positives, negatives) of a split."""
+    check_split(split)
     world = open_world(root, size, seed, progress=False)
     return _read_jsonl(world.root / f"{split}_intents.jsonl")
 

@@ -43,11 +43,12 @@ class TestData:
         return [render_markers(q.instruction, "words") for q in self.bench.queries]
 
 
-def load_test_data(size: str = "default", seed: int = 0, progress: bool = True) -> TestData:
+def load_test_data(size: str = "default", seed: int = 0, progress: bool = True, split: str = "test") -> TestData:
+    """`split`: "test" or "compositional" (one corpus; the reference caches are told apart by their ids)."""
     from cir_demo.training.data import world_pixels
     from cir_demo.world.loader import load_world, open_world
 
-    bench = load_world(size=size, seed=seed, progress=False)
+    bench = load_world(size=size, seed=seed, split=split, progress=False)
     world = open_world(size=size, seed=seed, progress=False)
     ref_ids = sorted({r for q in bench.queries for r in q.reference_ids})
     return TestData(bench, world, world_pixels(world, bench.corpus_ids, "test-corpus", progress=progress),

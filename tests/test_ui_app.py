@@ -11,17 +11,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("open_clip")
-gr = pytest.importorskip("gradio")
+import gradio as gr
 
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-from cir_demo.explorer import Column, Comparison, ServiceError, Tile  # noqa: E402
-from cir_demo.ui import app as ui_app  # noqa: E402
-from cir_demo.ui import components, explore, report, upload  # noqa: E402
-from cir_demo.ui.guard import guarded  # noqa: E402
-from cir_demo.ui.state import ViewState, decode_state, encode_state, resolve_state  # noqa: E402
+from cir_demo.explorer import Column, Comparison, ServiceError, Tile
+from cir_demo.ui import app as ui_app
+from cir_demo.ui import components, explore, report, upload
+from cir_demo.ui.guard import guarded
+from cir_demo.ui.state import ViewState, decode_state, encode_state, resolve_state
 
 
 @pytest.fixture(scope="module")

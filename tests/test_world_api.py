@@ -152,7 +152,6 @@ def test_cli_generate_stats_sheet_render(tmp_path, root):
 
 
 def test_export_pinpoint_and_jsonl(tmp_path, root):
-    pytest.importorskip("pyarrow")
     from cir_demo.cli import main
     import cir_demo.benchmarks.jsonl  # noqa: F401  (both exporters are the project's own: a broken import fails)
     import cir_demo.benchmarks.pinpoint  # noqa: F401

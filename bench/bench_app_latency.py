@@ -98,40 +98,18 @@ def run_phase(service, visits, names, k: int, rerank: bool, top_n: int, backgrou
     return out
 
 
-class BackgroundRun:
-    """The app's first-start background run, started beside the measurement (see the docstring)."""
+class PausableRun:
+    """A process measured beside the visits: even visits with it working, odd ones with it paused
+    (SIGSTOP), and the CPU share it got while it worked."""
 
-    def __init__(self, service, benchmark_argv: list[str], warmup_cpu_s: float):
+    def __init__(self, proc):
         import signal
-        import shutil
-        import subprocess
 
-        from cir_demo.explorer.precompute import PrecomputeJob, spawn_low_priority
-        from cir_demo.paths import REPO_ROOT, cache_dir
-
-        self._signal, self._shutil = signal, shutil
-        self.tmp = Path(tempfile.mkdtemp(prefix="cir_demo_bench_run_"))
-        cache = self.tmp / "cache"
-        cache.mkdir()
-        for entry in cache_dir().iterdir():  # a first start's score cache is empty; everything else is shared
-            if entry.name != "rerank":
-                (cache / entry.name).symlink_to(entry.resolve())
-        env = dict(os.environ, CIR_DEMO_CACHE=str(cache), CIR_DEMO_RUNS=str(self.tmp / "runs"))
-        argv = PrecomputeJob(benchmark_argv).command(service, self.tmp / "runs" / "bench-run")
-        self.log_path = self.tmp / "run.log"
-        self._log = open(self.log_path, "w")
-        self.proc = spawn_low_priority(argv, REPO_ROOT, self._log, env=env)
+        self._signal = signal
+        self.proc = proc
         self._paused = False
         self._work_wall = self._work_cpu = 0.0
         self._mark = None
-        t0 = time.perf_counter()
-        while self.cpu_s() < warmup_cpu_s:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"error: the background run ended during warm-up (exit {self.proc.returncode}); "
-                                 f"see {self.log_path}")
-            time.sleep(0.5)
-        print(f"background run (pid {self.proc.pid}) working: {self.cpu_s():.1f} CPU s in "
-              f"{time.perf_counter() - t0:.1f} s of warm-up", flush=True)
 
     def cpu_s(self) -> float:
         """User + system CPU seconds of the run so far (Linux /proc)."""
@@ -164,7 +142,7 @@ class BackgroundRun:
         """CPU seconds the run got per wall second of the visits beside it (1.0 = one full core)."""
         return round(self._work_cpu / self._work_wall, 3) if self._work_wall else None
 
-    def close(self) -> None:
+    def stop(self) -> None:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, self._signal.SIGCONT)
             self.proc.terminate()
@@ -172,6 +150,40 @@ class BackgroundRun:
                 self.proc.wait(10)
             except Exception:
                 self.proc.kill()
+
+
+class BackgroundRun(PausableRun):
+    """The app's first-start background run, started beside the measurement (see the docstring)."""
+
+    def __init__(self, service, benchmark_argv: list[str], warmup_cpu_s: float):
+        import shutil
+
+        from cir_demo.explorer.precompute import PrecomputeJob, spawn_low_priority
+        from cir_demo.paths import REPO_ROOT, cache_dir
+
+        self._shutil = shutil
+        self.tmp = Path(tempfile.mkdtemp(prefix="cir_demo_bench_run_"))
+        cache = self.tmp / "cache"
+        cache.mkdir()
+        for entry in cache_dir().iterdir():  # a first start's score cache is empty; everything else is shared
+            if entry.name != "rerank":
+                (cache / entry.name).symlink_to(entry.resolve())
+        env = dict(os.environ, CIR_DEMO_CACHE=str(cache), CIR_DEMO_RUNS=str(self.tmp / "runs"))
+        argv = PrecomputeJob(benchmark_argv).command(service, self.tmp / "runs" / "bench-run")
+        self.log_path = self.tmp / "run.log"
+        self._log = open(self.log_path, "w")
+        super().__init__(spawn_low_priority(argv, REPO_ROOT, self._log, env=env))
+        t0 = time.perf_counter()
+        while self.cpu_s() < warmup_cpu_s:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"error: the background run ended during warm-up (exit {self.proc.returncode}); "
+                                 f"see {self.log_path}")
+            time.sleep(0.5)
+        print(f"background run (pid {self.proc.pid}) working: {self.cpu_s():.1f} CPU s in "
+              f"{time.perf_counter() - t0:.1f} s of warm-up", flush=True)
+
+    def close(self) -> None:
+        self.stop()
         self._log.close()
         self._shutil.rmtree(self.tmp, ignore_errors=True)
 

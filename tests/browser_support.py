@@ -26,9 +26,7 @@ def require_chromium():
     if not CHROMIUM.exists():
         pytest.skip("browser test needs Debian's Chromium at /usr/bin/chromium (apt-get install -y chromium)",
                     allow_module_level=True)
-    sync_api = pytest.importorskip("playwright.sync_api", reason="browser test needs the playwright package")
-    pytest.importorskip("torch")
-    pytest.importorskip("open_clip")
+    from playwright import sync_api
     return sync_api
 
 

@@ -25,7 +25,7 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """Tiny models run fastest, and deterministically, on one torch thread (2 shared cores)."""
-    torch = pytest.importorskip("torch")
+    import torch
     old = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -36,8 +36,7 @@ def one_torch_thread():
 def tiny_setup(tmp_path_factory):
     """Environment (cache, indexes, runs under one shared temp folder) and the tiny models of
     `cir_demo.testing.explorer` registered; yields (root folder, retriever names)."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("open_clip")
+    import torch
     from cir_demo.testing.explorer import register_tiny_models, unregister_tiny_models
 
     threads = torch.get_num_threads()  # the service sets 1 while serving; give the next module its setting back
@@ -111,8 +110,6 @@ def space_app(tmp_path_factory):
     from pathlib import Path
     from types import SimpleNamespace
 
-    pytest.importorskip("torch")
-    pytest.importorskip("gradio")
     root = Path(__file__).resolve().parent.parent
     folder = tmp_path_factory.mktemp("space_app")
     storage = folder / "data"

@@ -6,11 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("open_clip")
 
-from cir_demo.rerank import RerankRequest  # noqa: E402
-from cir_demo.testing.explorer import VERIFIER  # noqa: E402
+from cir_demo.rerank import RerankRequest
+from cir_demo.testing.explorer import VERIFIER
 
 GROUPS = 20
 

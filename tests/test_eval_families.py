@@ -12,12 +12,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import pytrec_eval
 
 import app
 from cir_demo.benchmarks.schema import BREAKDOWN_FIELDS, Benchmark, Judgments, Query
 from cir_demo.results import write_results
-
-pytrec_eval = pytest.importorskip("pytrec_eval")
 
 
 def write_jsonl(path: Path, rows) -> None:

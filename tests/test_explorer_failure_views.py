@@ -155,6 +155,7 @@ def test_fashioniq_target_rank_is_the_rank_within_the_category_gallery(world_fiq
     kept, _, note = protocol_scope("gallery", q, a[q.query_id][:50])
     shown = [a[q.query_id][i] for i in kept]
     assert set(shown) <= q.judgments.gallery and "outside the query's gallery" in note
+    assert (q.target_id in shown) == (naive[q.query_id] is not None)  # ranked within the top 50 or not
     if q.target_id in shown:
         assert shown.index(q.target_id) + 1 == naive[q.query_id]
 

@@ -135,8 +135,8 @@ def test_the_real_complete_run_on_the_tiny_world(tiny_setup, tmp_path, monkeypat
     _, names = tiny_setup
     runs = tmp_path / "runs"
     monkeypatch.setenv("CIR_DEMO_RUNS", str(runs))
-    svc = build_tiny_service(names[:1], limit_groups=2)  # one column, two intents: the rules, not the size
-    job = PrecomputeJob(["--benchmark", "world", "--world-size", "tiny", "--limit", "2"], runs_root=runs)
+    svc = build_tiny_service(names[:1], limit_groups=4)  # one column, four intents: the rules, not the size
+    job = PrecomputeJob(["--benchmark", "world", "--world-size", "tiny", "--limit", "4"], runs_root=runs)
 
     def run_eval(out: Path, rerank: bool) -> None:
         argv = [*job.command(svc, out)[4:], "--n-boot", "0", "--no-plots"]  # after `python -m cir_demo eval`
@@ -152,11 +152,44 @@ def test_the_real_complete_run_on_the_tiny_world(tiny_setup, tmp_path, monkeypat
         assert (runs / "plain" / "metrics.csv").is_file() and precompute.complete_run(svc) is None  # no +rerank
         run_eval(runs / "whole", rerank=True)
         assert precompute.complete_run(svc) == runs / "whole"
+        assert_run_holds_what_the_app_shows(svc, runs / "whole")
         job.start_for(svc)
         st = job.status()
         assert st.state == "done" and "whole" in st.text() and job._proc is None
     finally:
         svc.engine.close()
+
+
+def assert_run_holds_what_the_app_shows(svc, run_dir: Path) -> None:
+    """The run complete_run found, against two oracles for every query the app shows, plain and
+    reranked: its per_query.csv equals the metric functions applied to the rankings it wrote
+    (results/*.json), and equals the per-column metrics the app computes live for that view."""
+    import math
+
+    import pandas as pd
+
+    from cir_demo.benchmarks.registry import RERANK_SUFFIX
+    from cir_demo.metrics import pinpoint
+    from cir_demo.results import read_results
+
+    per_query = pd.read_csv(run_dir / "per_query.csv", dtype={"query_id": str, "run": str})
+    queries = [svc.query(qid) for qid in svc.table["query_id"]]
+    name = svc.retriever_names[0]
+    nonzero = set()
+    for rerank in (False, True):
+        run_name = f"{name}{RERANK_SUFFIX}" if rerank else name
+        written = per_query[per_query["run"] == run_name].set_index("query_id")
+        ranked = read_results(run_dir / "results" / f"{run_name}.json", svc.benchmark).run
+        recomputed = pinpoint.per_query({q.query_id: ranked[q.query_id] for q in queries}, queries).set_index("query_id")
+        for q in queries:
+            live = svc.compare(q.query_id, [name], rerank=rerank).columns[0].metrics
+            for metric in ("AP@10", "precision@10", "NegRecall@10"):  # the world's family shows these
+                got = float(written.at[q.query_id, metric])  # per_query.csv holds 6 decimals
+                assert math.isclose(got, float(recomputed.at[q.query_id, metric]), abs_tol=6e-7), (run_name, q.query_id, metric)
+                assert math.isclose(got, live[metric], abs_tol=6e-7), (run_name, q.query_id, metric, got, live[metric])
+                if got > 0:
+                    nonzero.add(metric)
+    assert nonzero == {"AP@10", "precision@10", "NegRecall@10"}  # the views compared are not all zeros
 
 
 def test_disabled_job_is_off(tmp_path):

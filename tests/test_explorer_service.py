@@ -6,14 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("open_clip")
 
-from cir_demo.benchmarks.registry import get_spec  # noqa: E402
-from cir_demo.explorer import (ServiceError, filter_queries, filter_value, query_metrics,  # noqa: E402
+from cir_demo.benchmarks.registry import get_spec
+from cir_demo.explorer import (ServiceError, filter_queries, filter_value, query_metrics,
                                validate_upload)
-from cir_demo.explorer.config import NO_VALUE  # noqa: E402
-from cir_demo.testing.explorer import VERIFIER, build_tiny_service  # noqa: E402
+from cir_demo.explorer.config import NO_VALUE
+from cir_demo.testing.explorer import VERIFIER, build_tiny_service
 
 
 def test_filter_queries_against_brute_force(service):

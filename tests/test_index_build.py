@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +43,9 @@ def encode_directly(bench, retriever) -> np.ndarray:
 
 def test_build_writes_layout_and_search_equals_brute_force(out):
     bench, r = tiny_benchmark(45), TinyConvRetriever()
+    t0 = time.perf_counter()
     loaded = build_corpus_index(bench, r, out_dir=out, batch_size=8, progress=False)
+    took = time.perf_counter() - t0
     assert sorted(p.name for p in out.iterdir()) == sorted([INDEX_FILE, IDS_FILE, MANIFEST_FILE])
     assert json.loads((out / IDS_FILE).read_text()) == bench.corpus_ids
     m = read_manifest(out)
@@ -50,7 +53,7 @@ def test_build_writes_layout_and_search_equals_brute_force(out):
     assert m.spec_hash == r.spec_hash() and m.weights_sha256 == "seed-0"
     assert m.corpus_sha256 == corpus_checksum(bench.corpus_ids)
     assert set(m.library_versions) == {"faiss", "numpy", "torch", "cir_demo"} and m.library_versions["faiss"]
-    assert m.build_seconds >= 0 and m.built_at.endswith("+00:00")
+    assert 0 < m.build_seconds <= round(took, 3) + 0.001 and m.built_at.endswith("+00:00")  # the build's own time (ms)
     # The stored vectors are the model's embeddings, row i = corpus id i.
     ref = encode_directly(bench, TinyConvRetriever())
     np.testing.assert_allclose(loaded.index.reconstruct_n(0, 45), ref, atol=1e-6)

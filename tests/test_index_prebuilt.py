@@ -21,8 +21,6 @@ K = 50
 def tiny_world(tmp_path_factory):
     """The tiny world's test split, the five world retrievers (real committed weights), and a
     prebuilt folder built for them by `build_prebuilt` (what `index prebuilt` runs)."""
-    pytest.importorskip("torch")
-    pytest.importorskip("open_clip")
     from cir_demo.index.prebuilt import build_prebuilt
     from cir_demo.retrievers.registry import load_retriever
     from cir_demo.world import load_world
@@ -168,8 +166,6 @@ def test_committed_prebuilt_files_match_the_default_world_and_the_weights(defaul
     """The files in indexes/prebuilt/ pass every check for the default world and the committed weights,
     and their rows are what the current renderer and model give (two whole encode batches, re-encoded).
     When this fails, rebuild them: python -m cir_demo index prebuilt."""
-    pytest.importorskip("torch")
-    pytest.importorskip("open_clip")
     from cir_demo.retrievers.registry import load_retriever
     from cir_demo.world import load_world
 
@@ -196,7 +192,6 @@ def test_the_app_reranks_from_pixels_until_the_corpus_features_are_stored_then_a
     """The app's engine does not encode the world verifier's corpus features while loading; a view's
     candidates are scored from their pixels, and once an --eval run stored the features the loader's
     thread hands them over. Oracle: the scores of an engine that encoded the features up front."""
-    pytest.importorskip("torch")
     from cir_demo.engine import Ranking, RetrievalEngine
     from cir_demo.explorer import loader
     from cir_demo.world import load_world

@@ -12,7 +12,6 @@ from cir_demo.testing.tiny_index import tiny_benchmark
 
 @pytest.fixture(scope="module")
 def weights_dir(tmp_path_factory):
-    pytest.importorskip("open_clip")
     return tmp_path_factory.mktemp("tiny_clip")
 
 

@@ -150,7 +150,6 @@ def test_two_processes_with_rank_environment(tmp_path):
 @pytest.mark.slow
 def test_two_processes_with_accelerate_launch(tmp_path):
     """The documented launcher (`accelerate launch --multi_gpu` is its multi-process switch, also on CPU)."""
-    pytest.importorskip("accelerate")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
            "--main_process_port", str(_free_port()), str(HERE), "--worker", str(tmp_path)]

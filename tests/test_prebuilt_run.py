@@ -176,8 +176,7 @@ def test_the_committed_default_world_outputs_match_their_records():
     from cir_demo.paths import REPO_ROOT
 
     directory = REPO_ROOT / "indexes" / "prebuilt" / "world-default-s0" / prebuilt_run.RUN_FOLDER
-    if not (directory / "manifest.json").is_file():
-        pytest.skip("no shipped --eval outputs committed yet: python -m cir_demo index prebuilt --only eval")
+    assert (directory / "manifest.json").is_file(), "the shipped outputs are missing: python -m cir_demo index prebuilt --only eval"
     manifest = prebuilt_run.read_shipped_manifest(directory)
     stored = {k: v for f in manifest["files"].values() for k, v in f["stored"].items()}
     assert check_records(directory, stored, verify=True) == []

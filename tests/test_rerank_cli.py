@@ -6,11 +6,9 @@ import json
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
 
-from cir_demo.rerank import cli  # noqa: E402
-from cir_demo.testing.tiny_qwen import build_tiny_qwen2_5_vl  # noqa: E402
+from cir_demo.rerank import cli
+from cir_demo.testing.tiny_qwen import build_tiny_qwen2_5_vl
 
 
 def parse(argv):

@@ -11,13 +11,12 @@ import math
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import torch
 
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-from cir_demo.rerank import RerankRequest, load_reranker  # noqa: E402
-from cir_demo.testing.tiny_qwen import build_tiny_qwen2_5_vl  # noqa: E402
+from cir_demo.rerank import RerankRequest, load_reranker
+from cir_demo.testing.tiny_qwen import build_tiny_qwen2_5_vl
 
 TOL = 1e-4
 # The test model's processor resizes to exactly 56x56 (4 tokens); the reranker

@@ -4,15 +4,14 @@ import json
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import torch
 
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-from cir_demo.retrievers import registry  # noqa: E402
-from cir_demo.retrievers.base import ComposedQuery  # noqa: E402
-from cir_demo.retrievers.dual_encoder import features_tensor  # noqa: E402
-from cir_demo.testing.tiny_retrievers import build_tiny_hf  # noqa: E402
+from cir_demo.retrievers import registry
+from cir_demo.retrievers.base import ComposedQuery
+from cir_demo.retrievers.dual_encoder import features_tensor
+from cir_demo.testing.tiny_retrievers import build_tiny_hf
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

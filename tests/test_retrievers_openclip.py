@@ -4,15 +4,15 @@ import json
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-open_clip = pytest.importorskip("open_clip")
+import torch
+import open_clip
 
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-from cir_demo.retrievers import recipes, registry  # noqa: E402
-from cir_demo.retrievers.base import ComposedQuery  # noqa: E402
-from cir_demo.retrievers.openclip import preprocess_sidecar_path, read_preprocess_sidecar  # noqa: E402
-from cir_demo.testing.tiny_retrievers import (  # noqa: E402
+from cir_demo.retrievers import recipes, registry
+from cir_demo.retrievers.base import ComposedQuery
+from cir_demo.retrievers.openclip import preprocess_sidecar_path, read_preprocess_sidecar
+from cir_demo.testing.tiny_retrievers import (
     TINY_PREPROCESS, build_tiny_open_clip, tiny_open_clip_config, tiny_open_clip_retriever,
 )
 

@@ -184,13 +184,11 @@ def test_adapters_refuse_without_flag_even_when_called_directly(module_name):
 
 
 def test_gme_hard_transformers_pin_stops_before_download():
-    pytest.importorskip("transformers")
     with pytest.raises(RuntimeError, match=r"transformers<4\.52\.0.*4\.51\.3.*precomputed"):
         registry.load_retriever("gme-qwen2-vl-2b", device="cpu", trust_remote_code=True)
 
 
 def test_bge_vl_soft_pin_warns_and_failure_names_transformers():
-    pytest.importorskip("transformers")
     with pytest.warns(RuntimeWarning, match="4.45.2"):
         with pytest.raises(RuntimeError, match=r"(?s)could not fetch BAAI/BGE-VL-base.*transformers 4\.45\.2"):
             registry.load_retriever("bge-vl-base", device="cpu", trust_remote_code=True)  # offline in tests

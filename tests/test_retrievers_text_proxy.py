@@ -8,15 +8,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("open_clip")
+import torch
 
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-from cir_demo.retrievers import recipes, registry  # noqa: E402
-from cir_demo.retrievers.base import ComposedQuery  # noqa: E402
-from cir_demo.testing.tiny_retrievers import build_tiny_open_clip, tiny_open_clip_config  # noqa: E402
-from cir_demo.retrievers.text_proxy import ChatError, parse_completion  # noqa: E402
+from cir_demo.retrievers import recipes, registry
+from cir_demo.retrievers.base import ComposedQuery
+from cir_demo.testing.tiny_retrievers import build_tiny_open_clip, tiny_open_clip_config
+from cir_demo.retrievers.text_proxy import ChatError, parse_completion
 
 SLOW_S = 1.0
 

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("open_clip")
+import torch
 
 _EVENTS: list[tuple[str, str]] = []  # (event, path) while recording
 _RECORDING: list[bool] = [False]

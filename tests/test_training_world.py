@@ -6,14 +6,13 @@ import math
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("open_clip")
+import torch
 
-from cir_demo.training import evaluate as ev  # noqa: E402
-from cir_demo.models.preprocess import normalize_pixels, to_model_pixels  # noqa: E402
-from cir_demo.training.data import intent_examples, world_pixels  # noqa: E402
-from cir_demo.training.world_clip import encode_pixels, encode_texts, load_world_clip, multi_positive_clip_loss  # noqa: E402
-from cir_demo.utils.io import sha256_file  # noqa: E402
+from cir_demo.training import evaluate as ev
+from cir_demo.models.preprocess import normalize_pixels, to_model_pixels
+from cir_demo.training.data import intent_examples, world_pixels
+from cir_demo.training.world_clip import encode_pixels, encode_texts, load_world_clip, multi_positive_clip_loss
+from cir_demo.utils.io import sha256_file
 
 CLIP_NAME = "world-clip-test-tiny"
 

@@ -11,17 +11,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("open_clip")
-gr = pytest.importorskip("gradio")
+import gradio as gr
 
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-from cir_demo.explorer import Column, Comparison, ServiceError, Tile  # noqa: E402
-from cir_demo.ui import app as ui_app  # noqa: E402
-from cir_demo.ui import components, explore, report, upload  # noqa: E402
-from cir_demo.ui.guard import guarded  # noqa: E402
-from cir_demo.ui.state import ViewState, decode_state, encode_state, resolve_state  # noqa: E402
+from cir_demo.explorer import Column, Comparison, ServiceError, Tile
+from cir_demo.ui import app as ui_app
+from cir_demo.ui import components, explore, report, upload
+from cir_demo.ui.guard import guarded
+from cir_demo.ui.state import ViewState, decode_state, encode_state, resolve_state
 
 
 @pytest.fixture(scope="module")
@@ -262,10 +260,18 @@ def test_upload_callbacks(demo, service, tmp_path):
     assert "upload at least one" in plain(files) and "cir-tile" not in results
     results, message, files, text, retr = submit(str(p1), None, "  ", names, 10, False, 20)
     assert "type an instruction" in plain(text) and not files and "cir-tile" not in results
+    assert "Fix the problem marked ⚠ above" in results  # each search's own outcome, what a waiting page reads
     results, message, files, text, retr = submit(str(p1), None, "like <img1> but <img2>", [], 10, False, 20)
     assert "only one image" in plain(text) and "select at least one retriever" in plain(retr) and "cir-tile" not in results
+    assert "Fix the 2 problems marked ⚠ above" in results
     results, message, files, text, retr = submit(str(p1), str(p2), "make it red", names[:1], 10, False, 20)
     assert "<img1> and <img2>" in plain(message) and results.count('<li class="cir-tile') == 10  # a hint, still searched
+    # a Search pressed (click or Enter) while the last one is on its way runs after it, never dropped
+    search = wired(demo, "on_submit")
+    assert search.trigger_mode == "always_last"
+    elem_ids = {block_id: getattr(b, "elem_id", None) for block_id, b in demo.blocks.items()}
+    assert {(elem_ids[block_id], event) for block_id, event in search.targets} == {
+        ("cir-upload-submit", "click"), ("cir-upload-instruction", "submit")}
     button, problem = wired(demo, "on_retrievers").fn([])
     assert button["interactive"] is False and "select at least one" in plain(problem)
     assert wired(demo, "on_retrievers").fn(names[:1])[0]["interactive"] is True

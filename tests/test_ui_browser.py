@@ -234,19 +234,23 @@ def test_upload_problems_show_next_to_their_field(app_url, browser, tmp_path):
     page.goto(url)
     page.wait_for_selector("#cir-results li.cir-tile")
     page.get_by_role("tab", name="Try your own").click()
+    # Each wait below reads what the Search itself wrote when it was done (its results note names how
+    # many problems it found): the instruction's warning alone is not that signal, since the re-check
+    # as one types writes it too, and on a loaded machine a Search still on its way then outlived it
+    searched = "(t) => document.querySelector('#cir-upload-results').innerText.includes(t)"
     page.locator("#cir-upload-submit").click()  # nothing uploaded, no instruction
-    page.wait_for_function("document.querySelector('#cir-upload-files-problem').innerText.includes('upload at least one')")
+    page.wait_for_function(searched, arg="Fix the 2 problems marked")
+    assert "upload at least one" in page.locator("#cir-upload-files-problem").inner_text()
     assert "type an instruction" in page.locator("#cir-upload-instruction-problem").inner_text()
     page.locator("#cir-upload-1 input[type=file]").set_input_files(str(p1))
     page.wait_for_selector("#cir-upload-preview img")
     page.locator("#cir-upload-instruction textarea").fill("the bag of <img1> in the colour of <img2>")
     page.locator("#cir-upload-submit").click()
-    page.wait_for_function("document.querySelector('#cir-upload-instruction-problem').innerText.includes('only one image')")
+    page.wait_for_function(searched, arg="Fix the problem marked")
+    assert "only one image" in page.locator("#cir-upload-instruction-problem").inner_text()
     assert page.locator("#cir-upload-files-problem").inner_text().strip() == ""  # fixed fields are cleared
     page.locator("#cir-upload-instruction textarea").fill("make it red")
-    # the warning shown is checked again as one types: search once that check is back (on a loaded
-    # machine a click during it was lost, and the results never came)
-    page.wait_for_function("document.querySelector('#cir-upload-instruction-problem').innerText.trim() === ''")
+    page.wait_for_function("document.querySelector('#cir-upload-instruction-problem').innerText.trim() === ''")  # re-checked as one types
     page.locator("#cir-upload-submit").click()
     page.wait_for_selector("#cir-upload-results li.cir-tile")
     page.wait_for_function("document.querySelector('#cir-upload-instruction-problem').innerText.trim() === ''")

@@ -9,14 +9,12 @@ import re
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("open_clip")
-gr = pytest.importorskip("gradio")
-from markdown_it import MarkdownIt  # noqa: E402
+import gradio as gr
+from markdown_it import MarkdownIt
 
-from cir_demo.ui import app as ui_app  # noqa: E402
-from cir_demo.ui import components, report, upload  # noqa: E402
-from cir_demo.ui.guard import error_message  # noqa: E402
+from cir_demo.ui import app as ui_app
+from cir_demo.ui import components, report, upload
+from cir_demo.ui.guard import error_message
 
 PAYLOADS = [
     '<a href="http://attacker.invalid/">Your login expired, sign in here</a>',

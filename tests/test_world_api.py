@@ -123,6 +123,7 @@ def test_caption_text_and_constraints_agree():
     import random
     from cir_demo.world.scene import sample_scene
     rng = random.Random(5)
+    checked = {"place": 0, "count": 0}
     for _ in range(200):
         s = sample_scene(rng)
         text, cons = sample_caption(s, rng)
@@ -133,6 +134,8 @@ def test_caption_text_and_constraints_agree():
                 assert {"room": "room", "beach": "beach", "city": "city", "garden": "garden"}[s.place] in text
             if c.attr == "count":
                 assert {1: "single", 2: "two", 3: "three"}[s.count] in text.lower()
+            checked[c.attr] = checked.get(c.attr, 0) + 1
+    assert checked["place"] and checked["count"], checked  # both word checks above ran
     s = sample_scene(random.Random(2), domain="home").replace(count=2)
     assert describe(s, {"color"}).startswith("Two ")
 
@@ -152,7 +155,6 @@ def test_cli_generate_stats_sheet_render(tmp_path, root):
 
 
 def test_export_pinpoint_and_jsonl(tmp_path, root):
-    pytest.importorskip("pyarrow")
     from cir_demo.cli import main
     import cir_demo.benchmarks.jsonl  # noqa: F401  (both exporters are the project's own: a broken import fails)
     import cir_demo.benchmarks.pinpoint  # noqa: F401

@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 
-from cir_demo.models.world_judge import (  # noqa: E402
+from cir_demo.models.world_judge import (
     GRID, N_TOKENS, JudgeArch, build_judge, feature_dim, pool_tokens,
 )
-from cir_demo.paths import REPO_ROOT  # noqa: E402
-from cir_demo.rerank import RerankRequest, load_reranker  # noqa: E402
+from cir_demo.paths import REPO_ROOT
+from cir_demo.rerank import RerankRequest, load_reranker
 
 TINY = JudgeArch(channels=(4, 4, 8, 8, 8, 8, 8), feat_dim=8, width=16, heads=2, query_layers=1, cand_layers=2,
                  probes=3, vocab_size=305, context_length=48)

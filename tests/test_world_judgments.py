@@ -97,7 +97,7 @@ def test_references_do_not_satisfy_their_target(tiny):
 def test_negation_and_removal_are_real(tiny):
     refs = _scene_dicts(tiny / "test_refs.npy")
     corpus = _scene_dicts(tiny / "test_corpus.npy")
-    seen = set()
+    seen, accessories = set(), 0
     for it in _read(tiny, "test_intents.jsonl"):
         if it["intent_category"] != "Negation":
             continue
@@ -106,10 +106,12 @@ def test_negation_and_removal_are_real(tiny):
         attr = it["focus"]
         if attr in A.ACCESSORIES:
             assert ref[attr] is True
+            accessories += 1
         for p in it["positives"]:  # the target lacks what the reference has
             assert corpus[int(p[5:])][attr] != ref[attr], it["intent_id"]
         assert any(corpus[int(n[5:])][attr] == ref[attr] for n in it["negatives"]), it["intent_id"]
     assert seen, "tiny world has no negation intents"
+    assert accessories > 0  # the accessory branch above was checked
 
 
 def test_labels_and_metadata(tiny):

@@ -4,12 +4,11 @@ import json
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("open_clip")
+import torch
 
-from cir_demo.benchmarks.registry import declared_defaults  # noqa: E402
-from cir_demo.paths import assets_dir  # noqa: E402
-from cir_demo.utils.io import sha256_file  # noqa: E402
+from cir_demo.benchmarks.registry import declared_defaults
+from cir_demo.paths import assets_dir
+from cir_demo.utils.io import sha256_file
 
 WORLD_MODELS = ("world-clip", "world-cir", "world-verifier")
 WORLD_RETRIEVERS = declared_defaults("world").default_retrievers

@@ -132,8 +132,10 @@ def search(service: ExplorerService, paths: Sequence[str | None], instruction: s
     images, errors = validate_files(paths)
     problems = form_problems(len(images), errors, instruction, retrievers)
     out: dict[str, Any] = {f"problem:{f}": problem_markdown(problems[f]) for f in PROBLEM_FIELDS}
-    if any(problems.values()):
-        out.update(results=components.results_html(None, "Fix what is marked ⚠ above and search again."), message="")
+    n_problems = sum(map(len, problems.values()))
+    if n_problems:
+        what = "the problem" if n_problems == 1 else f"the {n_problems} problems"
+        out.update(results=components.results_html(None, f"Fix {what} marked ⚠ above and search again."), message="")
         return out
     k, top_n = clamp(k, *K_RANGE, default=10), clamp(top_n, *TOP_N_RANGE, default=20)
     comparison = service.search_uploads(images, instruction or "", retrievers, k=k,
@@ -189,9 +191,11 @@ def wire(ui: UploadUI, get_service: Callable[[], ExplorerService]) -> None:
 
     inputs = [ui.file1, ui.file2, ui.instruction, ui.retrievers, ui.k, ui.rerank, ui.top_n]
     outputs = [ui.results, ui.message, ui.files_problem, ui.instruction_problem, ui.retrievers_problem]
-    # progress only over the results: a warning field never shows the queue's "queue: 1/1 | 0.1 s"
-    ui.submit.click(on_submit, inputs, outputs, show_progress_on=[ui.results])
-    ui.instruction.submit(on_submit, inputs, outputs, show_progress_on=[ui.results])
+    # progress only over the results: a warning field never shows the queue's "queue: 1/1 | 0.1 s".
+    # always_last: a Search (click or Enter) pressed while the last one is still on its way runs when
+    # that one is back, with the form as it is then (gradio's default for a click drops it)
+    gr.on([ui.submit.click, ui.instruction.submit], on_submit, inputs, outputs, show_progress_on=[ui.results],
+          trigger_mode="always_last")
 
     def on_retrievers(selected):  # zero retrievers cannot be submitted
         chosen = bool(selected)

@@ -51,9 +51,11 @@ def test_no_compositional_edit_or_wording_occurs_in_train(world):
 
 def test_train_images_and_captions_never_show_an_asked_for_compositional_combination(world):
     asked = {_asked(it) for it in world["compositional"]}
-    assert None not in asked and asked <= held_out_edits(3)
+    assert None not in asked and asked <= held_out_edits()
     shown = {(s.type, attr, getattr(s, attr)) for s in world["train_scenes"] for attr in HOLDABLE if attr != "type"}
-    assert not asked & shown
+    # No held-out edit at all, not only those this world asks for: the set is the same for every
+    # world seed, since models trained on one world's train split are evaluated on other worlds.
+    assert not held_out_edits() & shown
     # Captions describe train images only; no caption names a held-out colour on its type.
     held_colors = {(t, v) for t, attr, v in asked if attr == "color"}
     for rec, scene in zip(world["captions"], world["train_scenes"]):
@@ -61,7 +63,7 @@ def test_train_images_and_captions_never_show_an_asked_for_compositional_combina
 
 
 def test_the_in_distribution_split_asks_for_no_held_out_edit(world):
-    held = held_out_edits(3)
+    held = held_out_edits()
     assert not [it["intent_id"] for it in world["test"] if _asked(it) in held]
 
 
@@ -110,7 +112,7 @@ def test_held_out_wordings_are_the_last_alternatives():
 def test_repair_redraws_only_free_held_out_attributes():
     import random
 
-    held = held_out_edits(0)
+    held = held_out_edits()
     rng = random.Random(5)
     repaired = 0
     for _ in range(400):

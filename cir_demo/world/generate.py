@@ -378,7 +378,7 @@ def build_world(size: str = "default", seed: int = 0, progress: bool = False) ->
     t0 = time.perf_counter()
     timings = {}
 
-    held = held_out_edits(seed)
+    held = held_out_edits()
     # ---- test splits: in-distribution (edits and wordings train also has) and compositional
     # (held-out edits in held-out wordings); one corpus holds both, judged exhaustively for each.
     rng = _rng(seed, "test")

@@ -1,9 +1,11 @@
 """The compositional hold-out: edits and wordings that no train intent, caption or image contains.
 
 An *edit* is the attribute value an instruction asks for on an item type ("make it red" on a
-coat: `("coat", "color", "red")`). The held-out edits are drawn per world seed: for every
-attribute an instruction can change, about a third of the item types keep one value back (CLEVR-
-CoGenT's swapped colour-shape conditions, on every attribute). Train images never show a held-out
+coat: `("coat", "color", "red")`). The held-out edits are drawn once, the same for every world
+seed: for every attribute an instruction can change, about a third of the item types keep one
+value back (CLEVR-CoGenT's swapped colour-shape conditions, on every attribute). One set for all
+worlds because the shipped models, trained on one world's train split, are evaluated on other
+worlds' test splits: a held-out edit must be held out of every train split. Train images never show a held-out
 combination (so no train caption names it), no train intent asks for one, and the compositional
 test split asks for nothing else. The in-distribution test split asks for none of them either.
 
@@ -47,9 +49,12 @@ HOLDABLE = ("color", "pattern", "material", "shape", "type", "style", "view", "p
 TYPE_FRACTION = 1 / 3
 
 
-def held_out_edits(seed: int) -> frozenset[tuple]:
-    """The (item type, attribute, value) triples held out of training in the world of `seed`."""
-    rng = random.Random(f"cir-world/holdout/{seed}")
+HOLDOUT_STREAM = "cir-world/holdout/0"  # the draw every world shares (see the module docstring)
+
+
+def held_out_edits() -> frozenset[tuple]:
+    """The (item type, attribute, value) triples held out of training in every world."""
+    rng = random.Random(HOLDOUT_STREAM)
     held = set()
     for attr in HOLDABLE:
         types = [t for t in A.TYPES if attr not in _PERSON_ONLY or A.TYPE_DOMAIN[t] == "fashion"]

@@ -129,7 +129,9 @@ def test_dry_run_prints_counts_and_a_measured_estimate_and_creates_nothing(dirs,
         assert _tree(dirs, ROOT / "runs", ROOT / "indexes", ROOT / "cache") == before
     finally:
         registry.unregister("tiny-dry-fusion")
-    n_q, n_c = len(bench.queries), len(bench.corpus_ids)
+    # A plain --eval on the world runs both test splits over one corpus.
+    n_q = len(bench.queries) + len(load_world(size="tiny", split="compositional").queries)
+    n_c = len(bench.corpus_ids)
     assert f"encode {n_c} corpus images" in out and f"{n_q} queries at" in out
     assert f"score {n_q * 5} pairs" in out and "pairs/s" in out
     assert "estimated time: about" in out and "could not be measured" not in out

@@ -53,7 +53,9 @@ def yes_alone(bench, first: dict, top_n: int = 20) -> dict | None:
 
     spec_hash = load_reranker("world-verifier").spec_hash()
     out = {}
-    with ScoreCache(cache_dir() / "rerank" / f"{benchmark_fingerprint(bench)}.sqlite") as cache:
+    # A plain --eval scores both test splits into the test split's cache (the file without a query set).
+    name = benchmark_fingerprint(bench).removesuffix(f"-{(bench.info or {}).get('query_set')}")
+    with ScoreCache(cache_dir() / "rerank" / f"{name}.sqlite") as cache:
         for q in bench.queries:
             ranked = first[q.query_id]["retrieved_items"]
             top = ranked[:top_n]

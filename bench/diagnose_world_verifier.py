@@ -160,12 +160,13 @@ def main(argv=None) -> int:
     ap.add_argument("--retrievers", nargs="+", default=list(WORLD_RETRIEVERS))
     ap.add_argument("--probe", action="store_true", help="also run the pooled text-embedding probe")
     ap.add_argument("--world-seed", type=int, default=0)
+    ap.add_argument("--world-size", default="default", choices=["tiny", "default"])
     ap.add_argument("--split", default="test", choices=["test", "compositional"])
     args = ap.parse_args(argv)
     from cir_demo.world import load_world
 
     run = Path(args.run) if args.split == "test" else Path(args.run) / "compositional"
-    bench = load_world(size="default", seed=args.world_seed, split=args.split, progress=False)
+    bench = load_world(size=args.world_size, seed=args.world_seed, split=args.split, progress=False)
     print("| retriever | ranking of its top 20 | mAP@10 | NegRecall@10 |\n| --- | --- | --- | --- |")
     by_constraint = {}
     for name in args.retrievers:

@@ -48,6 +48,8 @@ def test_aggregate_equals_hand_computed_means_ranges_and_holds(tmp_path):
 def test_record_command_reuses_complete_seeds_and_writes_the_record(tmp_path, capsys):
     for s, v in SEEDS.items():
         _seed_folder(tmp_path / "rec", s, *v)
+    # an interrupted seed's --eval leaves its staging folder behind: the record resumes beside it
+    (tmp_path / "rec" / ".partial" / "123-abc-seed-13").mkdir(parents=True)
     assert main(["record", "--seeds", "7", "11", "--out", str(tmp_path / "rec")]) == 0
     rec = json.loads((tmp_path / "rec" / "record.json").read_text())
     assert rec["seeds"] == [7, 11] and "compositional" in rec["splits"]

@@ -29,12 +29,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from cir_demo.harness.seed_record import aggregate, read_seed_metrics, render_markdown
     from cir_demo.utils.io import write_text_atomic
+    from cir_demo.utils.staged_folder import PARTIAL
 
     if any(s < 0 for s in args.seeds) or len(set(args.seeds)) != len(args.seeds):
         print(f"error: --seeds must be distinct non-negative integers, got {args.seeds}", file=sys.stderr)
         return 2
     out = Path(args.out)
-    strangers = sorted(p.name for p in out.iterdir() if not (p.name.startswith("seed-") or p.name.startswith("record."))) \
+    # PARTIAL is where each seed's --eval stages its run; an interrupted seed leaves its staging there
+    strangers = sorted(p.name for p in out.iterdir()
+                       if not (p.name.startswith("seed-") or p.name.startswith("record.") or p.name == PARTIAL)) \
         if out.is_dir() else []
     if strangers:  # the folder is someone else's: nothing here may be overwritten or mixed in
         print(f"error: --out {out} holds files that are not a record's ({', '.join(strangers[:5])}); "

@@ -113,10 +113,17 @@ def time_ours(run, queries, repeats: int) -> dict:
 
 
 CPU_SECONDS: dict[str, list[float]] = {"official": [], "ours": [], "first_official": [], "first_ours": []}
+_RUNS = [0]  # runs started so far
 
 
 def _timed(cmd: list[str], cwd: Path, env: dict, who: str | None = None) -> float:
-    """Wall seconds of one run; its CPU seconds (user + system) go to CPU_SECONDS[who]."""
+    """Wall seconds of one run; its CPU seconds (user + system) go to CPU_SECONDS[who].
+
+    A `{run}` in `cmd` becomes a number of its own per run: each of our runs writes a new
+    folder, as a run without --out does (an earlier run's folder is refused without --overwrite).
+    """
+    _RUNS[0] += 1
+    cmd = [c.replace("{run}", str(_RUNS[0])) for c in cmd]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
@@ -212,10 +219,11 @@ def main(argv=None) -> int:
                         "--output", str(tmp / "official_metrics.csv")]
             ours = [sys.executable, str(REPO / "app.py"), "--eval", "--benchmark", "pinpoint", "--annotations",
                     str(gt_path), "--corpus-ids", str(corpus), "--results-json", str(results), "--out",
-                    str(tmp / "ours")]
+                    str(tmp / "ours" / "{run}")]
             summary.update(paired_whole_process(official, ours, script.parent, args.repeats, tmp / "benchmark_cache"))
             theirs = pd.read_csv(tmp / "official_metrics.csv").iloc[0]
-            mine = pd.read_csv(tmp / "ours" / "metrics.csv").iloc[0]
+            last_ours = max((tmp / "ours").iterdir(), key=lambda d: int(d.name))
+            mine = pd.read_csv(last_ours / "metrics.csv").iloc[0]
             columns = [c for c in pinpoint.OFFICIAL_COLUMNS if c != "model" and c in theirs]
             diffs = {c: abs(float(theirs[c]) - float(mine[c])) for c in columns}
             summary.update({"parity_max_abs_diff_4dp": max(diffs.values()), "parity_columns": len(diffs),

@@ -41,8 +41,10 @@ def test_render_images_gives_the_pixels_of_render_image(tiny_world):
     assert render_images(tiny_world.info["root"], []) == []
 
 
-def test_worker_opened_corpus_encodes_to_the_same_bits_as_threads(tiny_world, two_cpus):
+def test_worker_opened_corpus_encodes_to_the_same_bits_as_threads(tiny_world, two_cpus, monkeypatch):
     import torch
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
 
     ids = list(tiny_world.corpus_ids[:70])  # batches of 16: the last one short
     assert build_mod._opening_workers(tiny_world.images, 5) == 2

@@ -165,11 +165,34 @@ def run_benchmark(args: argparse.Namespace) -> int:
         side = {split: check_run(args, b, names, reranker_name) for split, b in side.items()}
     final = Path(args.out) if args.out else default_out_dir(bench.name)
     print(f"run directory: {final} (written when complete)", flush=True)
-    with staged_run_dir(final, getattr(args, "overwrite", False)) as out:
+    with staged_run_dir(final, getattr(args, "overwrite", False)) as out, \
+            small_model_threads(names, reranker_name, getattr(args, "device", None)):
         from cir_demo.harness.splits import SplitRun
 
         splits = [SplitRun(first_split(args, bench), bench, out)] + [SplitRun(k, b, out / k) for k, b in side.items()]
         return _run_into(args, splits, names, reranker_name, top_n, final, stages)
+
+
+@contextlib.contextmanager
+def small_model_threads(names: Sequence[str], reranker_name: str | None, device: str | None):
+    """One torch thread meanwhile for the offline world's own small models on the CPU, unless
+    OMP_NUM_THREADS says otherwise: their every step is too small to share out, so a second thread
+    only spins for its core (on a loaded 2-core machine the reranking took 8 times the CPU with two
+    threads as with one; the scores are the same bits: tests/test_eval_threads.py)."""
+    import os
+
+    small = all(n.startswith("world-") for n in names) and reranker_name in (None, "world-verifier")
+    if not (small and (device or "cpu") == "cpu" and "OMP_NUM_THREADS" not in os.environ):
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _run_into(args, splits, names, reranker_name, top_n, final: Path, stages: Stages) -> int:

@@ -166,12 +166,14 @@ def _opening_workers(images, n_batches: int) -> int:
 
 @contextlib.contextmanager
 def _one_torch_thread_while(rendering_in_workers: bool):
-    """One CPU thread for torch while worker processes render on every CPU: more only contend with
-    them (the features are the same bits with any thread count; tests/test_index_build.py checks)."""
+    """One CPU thread for torch while worker processes render on every CPU, unless OMP_NUM_THREADS
+    says otherwise: more only contend with them (the features are the same bits with any thread
+    count: tests/test_eval_threads.py)."""
+    import os
     import sys
 
     torch = sys.modules.get("torch")  # an encoder that is not a torch model never loaded it
-    if not rendering_in_workers or torch is None:
+    if not rendering_in_workers or torch is None or "OMP_NUM_THREADS" in os.environ:
         yield
         return
     before = torch.get_num_threads()

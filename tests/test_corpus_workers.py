@@ -1,6 +1,6 @@
 """The corpus encoder opens a store's images in worker processes when the store offers `open_many`
 (the world's renderer): the same images, in the same batches, so the same embeddings bit for bit as
-opening them one by one in threads; torch's thread count is given back afterwards."""
+opening them one by one in threads."""
 from __future__ import annotations
 
 import numpy as np
@@ -41,23 +41,13 @@ def test_render_images_gives_the_pixels_of_render_image(tiny_world):
     assert render_images(tiny_world.info["root"], []) == []
 
 
-def test_worker_opened_corpus_encodes_to_the_same_bits_as_threads(tiny_world, two_cpus, monkeypatch):
-    import torch
-
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-
+def test_worker_opened_corpus_encodes_to_the_same_bits_as_threads(tiny_world, two_cpus):
     ids = list(tiny_world.corpus_ids[:70])  # batches of 16: the last one short
     assert build_mod._opening_workers(tiny_world.images, 5) == 2
-    before = torch.get_num_threads()
-    seen = []
-    encoder = TinyConvRetriever()
-    inner = encoder.encode_images
-    encoder.encode_images = lambda images, batch_size=None: seen.append(torch.get_num_threads()) or inner(images)
-    workers = encode_corpus(tiny_world.images, ids, encoder, batch_size=16, progress=False)
+    assert build_mod._opening_workers(ThreadsOnly(tiny_world.images), 5) == 0
+    workers = encode_corpus(tiny_world.images, ids, TinyConvRetriever(), batch_size=16, progress=False)
     threads = encode_corpus(ThreadsOnly(tiny_world.images), ids, TinyConvRetriever(), batch_size=16, progress=False)
     assert workers.shape == (70, 16) and np.array_equal(workers, threads)
-    assert seen == [1] * 5  # the workers have the CPUs
-    assert torch.get_num_threads() == before
 
 
 def test_batches_come_in_order_and_a_failing_batch_is_named(tiny_world, two_cpus):

@@ -165,8 +165,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
         side = {split: check_run(args, b, names, reranker_name) for split, b in side.items()}
     final = Path(args.out) if args.out else default_out_dir(bench.name)
     print(f"run directory: {final} (written when complete)", flush=True)
-    with staged_run_dir(final, getattr(args, "overwrite", False)) as out, \
-            small_model_threads(names, reranker_name, getattr(args, "device", None)):
+    with staged_run_dir(final, getattr(args, "overwrite", False)) as out:
         from cir_demo.harness.splits import SplitRun
 
         splits = [SplitRun(first_split(args, bench), bench, out)] + [SplitRun(k, b, out / k) for k, b in side.items()]
@@ -175,10 +174,12 @@ def run_benchmark(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def small_model_threads(names: Sequence[str], reranker_name: str | None, device: str | None):
-    """One torch thread meanwhile for the offline world's own small models on the CPU, unless
-    OMP_NUM_THREADS says otherwise: their every step is too small to share out, so a second thread
-    only spins for its core (on a loaded 2-core machine the reranking took 8 times the CPU with two
-    threads as with one; the scores are the same bits: tests/test_eval_threads.py)."""
+    """One torch thread meanwhile for reranking with the offline world's own small models on the CPU,
+    unless OMP_NUM_THREADS says otherwise: their every step is too small to share out, so a second
+    thread only spins for its core (on a loaded 2-core machine the reranking took 8 times the CPU
+    with two threads as with one; the judge's scores are the same bits: tests/test_eval_threads.py).
+    Not for retrieval: world-CLIP's query vectors differ in their last bits in a process whose
+    torch started on one thread."""
     import os
 
     small = all(n.startswith("world-") for n in names) and reranker_name in (None, "world-verifier")
@@ -262,7 +263,7 @@ def _run_split(args, engine, split, name: str, spec: dict, reranker_name, rerank
     split.evaluations.append(base)
     if not reranker_name:
         return
-    with stages(f"{name}/rerank{tag}"):
+    with stages(f"{name}/rerank{tag}"), small_model_threads([name], reranker_name, getattr(args, "device", None)):
         rr = engine.rerank_run(reranker_name, run, scores, queries=bench.queries, top_n=top_n, progress=True)
     rr_name = f"{name}{RERANK_SUFFIX}"
     rr_scores = {q: [it.p_yes if it.p_yes is not None else float("nan") for it in its] for q, its in rr.items.items()}

@@ -99,8 +99,7 @@ def encode_corpus_with(images, ids: Sequence[str], encoders: Sequence, batch_siz
     outs = [np.empty((len(ids), int(e.dim)), dtype=np.float32) for e in encoders]
     what = desc or f"encode with {', '.join(e.name for e in encoders)}"
     backoffs = [OomBackoff(batch_size, what) for _ in encoders]  # out of GPU memory: half the batch, then say
-    with tqdm(total=len(ids), unit="img", desc=what, disable=not progress, position=position) as bar, \
-            _one_torch_thread_while(_opening_workers(images, -(-len(ids) // batch_size)) > 1):
+    with tqdm(total=len(ids), unit="img", desc=what, disable=not progress, position=position) as bar:
         for start, batch in opened_batches(images, ids, batch_size, what, loader_threads):
             batch_ids = ids[start:start + batch_size]
             for encoder, out, backoff in zip(encoders, outs, backoffs):
@@ -162,26 +161,6 @@ def _opening_workers(images, n_batches: int) -> int:
     if getattr(images, "open_many", None) is None or "fork" not in multiprocessing.get_all_start_methods():
         return 0
     return min(_usable_cpus(), n_batches)
-
-
-@contextlib.contextmanager
-def _one_torch_thread_while(rendering_in_workers: bool):
-    """One CPU thread for torch while worker processes render on every CPU, unless OMP_NUM_THREADS
-    says otherwise: more only contend with them (the features are the same bits with any thread
-    count: tests/test_eval_threads.py)."""
-    import os
-    import sys
-
-    torch = sys.modules.get("torch")  # an encoder that is not a torch model never loaded it
-    if not rendering_in_workers or torch is None or "OMP_NUM_THREADS" in os.environ:
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _usable_cpus() -> int:

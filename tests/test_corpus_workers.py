@@ -45,6 +45,9 @@ def test_worker_opened_corpus_encodes_to_the_same_bits_as_threads(tiny_world, tw
     ids = list(tiny_world.corpus_ids[:70])  # batches of 16: the last one short
     assert build_mod._opening_workers(tiny_world.images, 5) == 2
     assert build_mod._opening_workers(ThreadsOnly(tiny_world.images), 5) == 0
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(1) as loader:  # an app's loader thread: never forks beside server threads
+        assert loader.submit(build_mod._opening_workers, tiny_world.images, 5).result() == 0
     workers = encode_corpus(tiny_world.images, ids, TinyConvRetriever(), batch_size=16, progress=False)
     threads = encode_corpus(ThreadsOnly(tiny_world.images), ids, TinyConvRetriever(), batch_size=16, progress=False)
     assert workers.shape == (70, 16) and np.array_equal(workers, threads)

@@ -155,10 +155,14 @@ def _batch_result(future, batch_ids: Sequence[str], what: str) -> list:
 def _opening_workers(images, n_batches: int) -> int:
     """Worker processes that `opened_batches` opens `n_batches` batches in (0 or 1: none)."""
     import multiprocessing
+    import threading
 
     # fork (Linux): a spawned worker would import the caller's main script again, which a script
-    # without a __main__ guard does not survive; the workers only render (no torch, no threads)
-    if getattr(images, "open_many", None) is None or "fork" not in multiprocessing.get_all_start_methods():
+    # without a __main__ guard does not survive; the workers only render (no torch, no threads).
+    # Only from the main thread (`--eval`, scripts): an app's loader thread runs beside server threads
+    # whose locks a forked child could inherit held, so it opens in threads instead.
+    if getattr(images, "open_many", None) is None or "fork" not in multiprocessing.get_all_start_methods() \
+            or threading.current_thread() is not threading.main_thread():
         return 0
     return min(_usable_cpus(), n_batches)
 

@@ -17,7 +17,7 @@ from cir_demo.benchmarks.families import metric_family
 from cir_demo.benchmarks.schema import Judgments, Query
 from cir_demo.cli import main
 from cir_demo.explorer import ServiceError, SortContext, query_table, sort_choices, sort_rows
-from cir_demo.explorer.views import protocol_scope
+from cir_demo.explorer.views import REFERENCE_MARK, protocol_scope
 
 from test_explorer_consistency import world_export
 
@@ -158,6 +158,21 @@ def test_fashioniq_target_rank_is_the_rank_within_the_category_gallery(world_fiq
     assert (q.target_id in shown) == (naive[q.query_id] is not None)  # ranked within the top 50 or not
     if q.target_id in shown:
         assert shown.index(q.target_id) + 1 == naive[q.query_id]
+
+
+def test_a_ranked_reference_is_marked_where_the_protocol_keeps_it(world_fiq):
+    _, bench = world_fiq
+    q = next(q for q in bench.queries if q.reference_ids[0] in q.judgments.gallery)  # FashionIQ ranks it
+    outside = next(x for x in bench.corpus_ids if x not in q.judgments.gallery)
+    others = [x for x in q.judgments.gallery if x not in (q.reference_ids[0], q.target_id)][:3]
+    ids = [outside, q.reference_ids[0], q.target_id, *others]
+    kept, marks, _ = protocol_scope("gallery", q, ids)
+    assert [ids[i] for i in kept] == ids[1:] and marks == {q.reference_ids[0]: (REFERENCE_MARK,)}
+    assert protocol_scope("gallery", q, [q.target_id, *others])[1] == {}  # not ranked: nothing marked
+    flat = make_query("p1", positives=["a"], refs=("r1", "r2"))  # no scope (PinPoint): every reference
+    assert protocol_scope(None, flat, ["a", "r2", "b", "r1"])[1] == {"r2": (REFERENCE_MARK,), "r1": (REFERENCE_MARK,)}
+    cirr_kept, cirr_marks, _ = protocol_scope("reference_deleted", flat, ["a", "r1"])  # CIRR deletes it instead
+    assert cirr_kept == [0] and REFERENCE_MARK not in str(cirr_marks)
 
 
 # --------------------------------------------------------------------------- hand-built frames, every family

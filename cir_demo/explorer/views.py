@@ -51,9 +51,13 @@ def protocol_scope(scope: str | None, query: Query | None, ids: Sequence[str]) -
     """What a column shows of a ranking so that its rank labels are the official ranks: (positions of
     `ids` kept, image id -> marks, a note for the column). `scope` is the family's
     `FailureViews.scope`: "reference_deleted" (CIRR: the reference is left out, as the protocol deletes
-    it; img_set members are marked), "gallery" (images outside the query's gallery are hidden)."""
-    if query is None or scope is None:
+    it; img_set members are marked), "gallery" (images outside the query's gallery are hidden). Where the
+    protocol ranks a query's own reference image (FashionIQ's gallery holds it, PinPoint's corpus may),
+    its tile is marked REFERENCE_MARK: a run that returns the query image is a failure worth seeing."""
+    if query is None:
         return list(range(len(ids))), {}, ""
+    if scope is None:
+        return list(range(len(ids))), _reference_marks(query, ids), ""
     if scope == "reference_deleted":
         refs = set(query.reference_ids)
         kept = [i for i, x in enumerate(ids) if x not in refs]
@@ -65,12 +69,20 @@ def protocol_scope(scope: str | None, query: Query | None, ids: Sequence[str]) -
         return kept, marks, note
     gallery = gallery_of(query.judgments)
     if gallery is None:
-        return list(range(len(ids))), {}, ""
+        return list(range(len(ids))), _reference_marks(query, ids), ""
     kept = [i for i, x in enumerate(ids) if x in gallery]
     hidden = len(ids) - len(kept)
     note = (f"{hidden} of the {len(ids)} images retrieved are outside the query's gallery and hidden, as the "
             "protocol ranks only the gallery; ranks are official" if hidden else "")
-    return kept, {}, note
+    return kept, _reference_marks(query, [ids[i] for i in kept]), note
+
+
+REFERENCE_MARK = "query's reference"
+
+
+def _reference_marks(query: Query, shown: Sequence[str]) -> dict:
+    refs = set(query.reference_ids)
+    return {x: (REFERENCE_MARK,) for x in shown if x in refs}
 
 
 def fill_metrics(columns: Sequence[Column], query: Query, family: MetricFamily | str = "pinpoint",

@@ -186,6 +186,7 @@ def tile_html(tile: Tile, k: int, words: Sequence[str] = DEFAULT_WORDS) -> str:
     words = [f"Rank {tile.rank}: {tile.image_id}"]
     if badge:
         words.append(badge[2:])
+    words += tile.marks
     if tile.score is not None:
         words.append(f"score {fmt(tile.score)}")
     if move_words:

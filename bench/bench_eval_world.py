@@ -8,10 +8,13 @@ data folder (`CIR_DEMO_DATA`, so the world is generated, the indexes built and t
 features computed as on a fresh clone). Pairs alternate which code runs first (old, new, new, old,
 ...) so that a change in machine load hits both; reported per pair: wall seconds, CPU seconds (user
 + system) and peak resident memory of each, the load average, and whether every output file
-(metrics, per_query, breakdowns, paired, report.md, results files, plots) is byte-identical between
-the two (run_info.json, which holds the timings, is left out of that comparison). The ratio is the
-median of the per-pair ratios new / old. The new run's per-stage split (run_info.json's
-`timings_s`) is printed beside each pair. Arguments after `--` go to both `--eval` runs.
+(metrics, per_query, breakdowns, paired, report.md, results files, plots; both test splits) is
+byte-identical between the two (run_info.json, which holds the timings, is left out of that
+comparison, and so are run_manifest.json's records of it). The ratio is the median of the per-pair
+ratios new / old, for wall and for CPU time (user + system, the render workers included: the one the
+other users of a shared machine disturb less). Both runs' per-stage split (run_info.json's
+`timings_s`, retrieval and reranking summed over retrievers and splits) is printed beside each
+pair. Arguments after `--` go to both `--eval` runs.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from pathlib import Path  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 DATA_VARIABLES = ("CIR_DEMO_DATA", "CIR_DEMO_CACHE", "CIR_DEMO_INDEXES", "CIR_DEMO_RUNS", "CIR_DEMO_BENCHMARK_CACHE")
 NOT_COMPARED = {"run_info.json"}  # timings and argv: differ by design
+MANIFEST = "run_manifest.json"  # compared without its records of the run_info.json files
 
 
 def run_eval(code: Path, work: Path, extra: list[str]) -> dict:
@@ -56,10 +60,32 @@ def run_eval(code: Path, work: Path, extra: list[str]) -> dict:
 
 
 def differing_files(a: Path, b: Path) -> list[str]:
-    """Relative paths whose bytes differ (or that exist on one side only), run_info.json left out."""
+    """Relative paths whose bytes differ (or that exist on one side only), run_info.json left out and
+    run_manifest.json compared without its records of them."""
     names = {p.relative_to(a) for p in a.rglob("*") if p.is_file()} | {p.relative_to(b) for p in b.rglob("*") if p.is_file()}
-    return sorted(str(n) for n in names if n.name not in NOT_COMPARED
-                  and not ((a / n).is_file() and (b / n).is_file() and (a / n).read_bytes() == (b / n).read_bytes()))
+    return sorted(str(n) for n in names if n.name not in NOT_COMPARED and not _same(a / n, b / n))
+
+
+def _same(a: Path, b: Path) -> bool:
+    if not (a.is_file() and b.is_file()):
+        return False
+    if a.name != MANIFEST:
+        return a.read_bytes() == b.read_bytes()
+    records = []
+    for path in (a, b):
+        files = json.loads(path.read_text(encoding="utf-8")).get("files", {})
+        records.append({k: v for k, v in files.items() if Path(k).name not in NOT_COMPARED})
+    return records[0] == records[1]
+
+
+def stage_split(timings: dict) -> dict:
+    """run_info.json's `timings_s` summed per kind of stage: retrieval and reranking over retrievers
+    and splits, each other stage as it is."""
+    out: dict[str, float] = {}
+    for name, seconds in timings.items():
+        kind = name.split("/", 1)[1].split(" (")[0] if "/" in name else name
+        out[kind] = out.get(kind, 0.0) + float(seconds)
+    return out
 
 
 def one_pair(i: int, old: Path, tmp: Path, extra: list[str]) -> dict:
@@ -75,7 +101,9 @@ def one_pair(i: int, old: Path, tmp: Path, extra: list[str]) -> dict:
           f"ratio {n['wall_s'] / o['wall_s']:.3f}; CPU {o['cpu_s']:.1f} s vs {n['cpu_s']:.1f} s; peak RSS "
           f"{o['peak_rss_mb']:.0f} vs {n['peak_rss_mb']:.0f} MB; outputs: "
           + (f"{n_files - 1} files byte-identical" if not diff else f"DIFFER: {', '.join(diff[:10])}"), file=sys.stderr)
-    print(f"  new stages (s): {json.dumps(n['timings_s'])}", file=sys.stderr)
+    for who in ("old", "new"):
+        print(f"  {who} stages (s): " + ", ".join(f"{k} {v:.1f}" for k, v in stage_split(runs[who]["timings_s"]).items()),
+              file=sys.stderr)
     return {"load": load, "old_first": i % 2 == 0, "old_wall_s": o["wall_s"], "new_wall_s": n["wall_s"],
             "old_cpu_s": o["cpu_s"], "new_cpu_s": n["cpu_s"], "old_peak_rss_mb": o["peak_rss_mb"],
             "new_peak_rss_mb": n["peak_rss_mb"], "differing_files": diff, "files_compared": n_files - 1,

@@ -175,6 +175,25 @@ def test_breakdown_matches_groupby_oracle_on_random_data():
         assert table.loc[value, "AP@10_lo"] <= row["mean"] <= table.loc[value, "AP@10_hi"]
 
 
+def test_breakdown_of_scalar_cells_equals_the_per_cell_path():
+    # scalar cells take a one-pass path; one list cell sends the same values down the per-cell loop
+    rng = np.random.default_rng(4)
+    n = 400
+    choices = np.array(["a", "b", True, False, 3, 2.5, None, float("nan"), pd.NA, np.str_("a")], dtype=object)
+    cells = rng.choice(choices, n)
+    df = pd.DataFrame({"query_id": [f"q{i}" for i in range(n)], "group_id": [f"g{i // 4}" for i in range(n)],
+                       "scored": True, "AP@10": rng.random(n), "field": pd.Series(cells, dtype=object)})
+    with_list = df.copy()
+    with_list.loc[n, ["query_id", "group_id", "scored", "AP@10"]] = ["q_list", "g_list", True, 0.5]
+    with_list.at[n, "field"] = ["zz"]
+    fast = breakdown(df, None, "field", ["AP@10"], n_boot=50)
+    slow = breakdown(with_list, None, "field", ["AP@10"], n_boot=50)
+    slow = slow[slow["value"] != "zz"].reset_index(drop=True)
+    assert MISSING in set(fast["value"])
+    assert fast["n_queries"].sum() == n
+    pd.testing.assert_frame_equal(fast, slow)
+
+
 def test_breakdown_unknown_field_and_metric():
     with pytest.raises(UnknownNameError, match="skin_tone_bucket"):
         breakdown(per_query_frame(), meta_frame(), "skin_tone", ["AP@10"])

@@ -151,11 +151,17 @@ class ImageStore:
 
 
 class CallableImageStore(ImageStore):
-    """Images generated on demand by a function (the offline world's renderer)."""
+    """Images generated on demand by a function (the offline world's renderer).
 
-    def __init__(self, render: Callable[[str], Any], prefix: str = "generated"):
+    `open_many`, when given, is a picklable function of a list of ids that returns their images
+    as `open` would: bulk readers (the corpus encoder) run it in worker processes, as rendering
+    holds the GIL for most of its work."""
+
+    def __init__(self, render: Callable[[str], Any], prefix: str = "generated",
+                 open_many: Callable[[list[str]], list] | None = None):
         self._render = render
         self._prefix = prefix
+        self.open_many = open_many
 
     def source(self, image_id: str) -> ImageSource:
         return ImageSource("generated", f"{self._prefix}:{image_id}")

@@ -172,6 +172,30 @@ def run_benchmark(args: argparse.Namespace) -> int:
         return _run_into(args, splits, names, reranker_name, top_n, final, stages)
 
 
+@contextlib.contextmanager
+def small_model_threads(names: Sequence[str], reranker_name: str | None, device: str | None):
+    """One torch thread meanwhile for reranking with the offline world's own small models on the CPU,
+    unless OMP_NUM_THREADS says otherwise: their every step is too small to share out, so a second
+    thread only spins for its core (on a loaded 2-core machine the reranking took 8 times the CPU
+    with two threads as with one; the judge's scores are the same bits: tests/test_eval_threads.py).
+    Not for retrieval: world-CLIP's query vectors differ in their last bits in a process whose
+    torch started on one thread."""
+    import os
+
+    small = all(n.startswith("world-") for n in names) and reranker_name in (None, "world-verifier")
+    if not (small and (device or "cpu") == "cpu" and "OMP_NUM_THREADS" not in os.environ):
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _run_into(args, splits, names, reranker_name, top_n, final: Path, stages: Stages) -> int:
     """Run every retriever (and the reranker) on every split: one engine, so one index and one set of
     corpus features serve them all (the splits share one corpus). Then each split's files and report."""
@@ -239,7 +263,7 @@ def _run_split(args, engine, split, name: str, spec: dict, reranker_name, rerank
     split.evaluations.append(base)
     if not reranker_name:
         return
-    with stages(f"{name}/rerank{tag}"):
+    with stages(f"{name}/rerank{tag}"), small_model_threads([name], reranker_name, getattr(args, "device", None)):
         rr = engine.rerank_run(reranker_name, run, scores, queries=bench.queries, top_n=top_n, progress=True)
     rr_name = f"{name}{RERANK_SUFFIX}"
     rr_scores = {q: [it.p_yes if it.p_yes is not None else float("nan") for it in its] for q, its in rr.items.items()}

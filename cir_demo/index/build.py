@@ -98,29 +98,78 @@ def encode_corpus_with(images, ids: Sequence[str], encoders: Sequence, batch_siz
     ids = list(ids)
     outs = [np.empty((len(ids), int(e.dim)), dtype=np.float32) for e in encoders]
     what = desc or f"encode with {', '.join(e.name for e in encoders)}"
-    starts = list(range(0, len(ids), batch_size))
     backoffs = [OomBackoff(batch_size, what) for _ in encoders]  # out of GPU memory: half the batch, then say
-    with ThreadPoolExecutor(max_workers=loader_threads) as pool, \
-            tqdm(total=len(ids), unit="img", desc=what, disable=not progress, position=position) as bar:
-        def submit(start: int) -> list:
-            return [pool.submit(_open_one, images, i, what) for i in ids[start:start + batch_size]]
+    with tqdm(total=len(ids), unit="img", desc=what, disable=not progress, position=position) as bar:
+        for start, batch in opened_batches(images, ids, batch_size, what, loader_threads):
+            batch_ids = ids[start:start + batch_size]
+            for encoder, out, backoff in zip(encoders, outs, backoffs):
+                emb = backoff(batch, lambda chunk, bs, e=encoder: e.encode_images(chunk, batch_size=bs))
+                out[start:start + len(batch_ids)] = check_embeddings(
+                    emb, len(batch_ids), int(encoder.dim),
+                    f"retriever {encoder.name!r} on images {batch_ids[0]!r}..{batch_ids[-1]!r}")
+            bar.update(len(batch_ids))
+    return outs
 
-        pending = submit(starts[0]) if starts else []
+
+def opened_batches(images, ids: Sequence[str], batch_size: int, what: str, loader_threads: int = 2):
+    """(start, images) of each batch of `ids`, in order, opened while the ones before are used: in
+    worker processes, one batch each, when the store can open a batch there (`open_many`: the world's
+    renderer holds the GIL for most of its work) and there are two CPUs or more; otherwise the next
+    batch in `loader_threads` threads."""
+    from collections import deque
+
+    starts = list(range(0, len(ids), batch_size))
+    workers = _opening_workers(images, len(starts))
+    if workers > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        submit = lambda s: [pool.submit(images.open_many, ids[s:s + batch_size])]  # noqa: E731
+        ahead = workers + 1  # after taking one: every worker busy while the main process encodes it
+    else:
+        pool = ThreadPoolExecutor(max_workers=loader_threads)
+        submit = lambda s: [pool.submit(_open_one, images, i, what) for i in ids[s:s + batch_size]]  # noqa: E731
+        ahead = 2  # after taking one: the next one opening while this one is encoded
+    pending: deque = deque()
+    with pool:
         try:
             for n, start in enumerate(starts):
-                batch_ids = ids[start:start + batch_size]
-                batch = [f.result() for f in pending]
-                pending = submit(starts[n + 1]) if n + 1 < len(starts) else []
-                for encoder, out, backoff in zip(encoders, outs, backoffs):
-                    emb = backoff(batch, lambda chunk, bs, e=encoder: e.encode_images(chunk, batch_size=bs))
-                    out[start:start + len(batch_ids)] = check_embeddings(
-                        emb, len(batch_ids), int(encoder.dim),
-                        f"retriever {encoder.name!r} on images {batch_ids[0]!r}..{batch_ids[-1]!r}")
-                bar.update(len(batch_ids))
+                while len(pending) < ahead and n + len(pending) < len(starts):
+                    pending.append(submit(starts[n + len(pending)]))
+                futures = pending.popleft()
+                yield start, (_batch_result(futures[0], ids[start:start + batch_size], what) if workers > 1
+                              else [f.result() for f in futures])
         finally:
-            for f in pending:  # a failure must not wait for a whole prefetched batch
+            for f in (f for futures in pending for f in futures):  # a failure must not wait for them
                 f.cancel()
-    return outs
+
+
+def _batch_result(future, batch_ids: Sequence[str], what: str) -> list:
+    try:
+        return future.result()
+    except Exception as exc:
+        raise RuntimeError(f"{what}: cannot open corpus images {batch_ids[0]!r}..{batch_ids[-1]!r}: {exc}") from exc
+
+
+def _opening_workers(images, n_batches: int) -> int:
+    """Worker processes that `opened_batches` opens `n_batches` batches in (0 or 1: none)."""
+    import multiprocessing
+
+    # fork (Linux): a spawned worker would import the caller's main script again, which a script
+    # without a __main__ guard does not survive; the workers only render (no torch, no threads)
+    if getattr(images, "open_many", None) is None or "fork" not in multiprocessing.get_all_start_methods():
+        return 0
+    return min(_usable_cpus(), n_batches)
+
+
+def _usable_cpus() -> int:
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def default_index_dir(benchmark, retriever) -> Path:

@@ -84,6 +84,29 @@ def _with_field(per_query_df: pd.DataFrame, meta: pd.DataFrame | None, field: st
     raise UnknownNameError("breakdown field", field, available or list(per_query_df.columns))
 
 
+_LISTS = (list, tuple, set, np.ndarray)
+
+
+def _value_pairs(cells: np.ndarray) -> tuple[np.ndarray, list]:
+    """(row, value) pairs of a field's cells: a list-valued cell gives one pair per listed value,
+    an empty list one MISSING pair; missing values (None, NaN, NA) become MISSING."""
+    if not any(issubclass(t, _LISTS) for t in set(map(type, cells))):
+        # scalars only (every PinPoint field): one pair per row, missing ones found in one pass
+        keys = cells.copy()
+        keys[pd.isna(cells)] = MISSING
+        return np.arange(len(cells), dtype=np.int64), keys.tolist()
+    rows_of, keys = [], []
+    for i, v in enumerate(cells):
+        if isinstance(v, _LISTS):
+            listed = list(v) or [None]
+            rows_of += [i] * len(listed)
+            keys += [MISSING if _is_missing(x) else x for x in listed]
+        else:
+            rows_of.append(i)
+            keys.append(v if type(v) is str or type(v) is bool else MISSING if _is_missing(v) else v)
+    return np.asarray(rows_of, dtype=np.int64), keys
+
+
 def breakdown(
     per_query_df: pd.DataFrame,
     meta: pd.DataFrame | None,
@@ -108,17 +131,7 @@ def breakdown(
         df = df[df["scored"].to_numpy(dtype=bool)]
     df = _with_field(df, meta, field)[["query_id", "group_id", field, *metrics]]
 
-    # (row, value) pairs: a list-valued cell gives one pair per listed value; missing values become MISSING
-    rows_of, keys = [], []
-    for i, v in enumerate(df[field].to_numpy(dtype=object)):
-        if isinstance(v, (list, tuple, set, np.ndarray)):
-            listed = list(v) or [None]
-            rows_of += [i] * len(listed)
-            keys += [MISSING if _is_missing(x) else x for x in listed]
-        else:
-            rows_of.append(i)
-            keys.append(v if type(v) is str or type(v) is bool else MISSING if _is_missing(v) else v)
-    rows_of = np.asarray(rows_of, dtype=np.int64)
+    rows_of, keys = _value_pairs(df[field].to_numpy(dtype=object))
     codes, uniques = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=False)
     values = df[list(metrics)].to_numpy(dtype=float).reshape(len(df), len(metrics))
     group_codes, _ = pd.factorize(df["group_id"].to_numpy(), use_na_sentinel=False)

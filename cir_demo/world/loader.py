@@ -135,6 +135,20 @@ def render_image(image_id: str, size: int | None = None, world: WorldData | None
     return _render_cached(world.key, image_id, int(size or RENDER_SIZE)).copy()
 
 
+def render_images(root: str, image_ids: Sequence[str]) -> list:
+    """The images `image_ids` of the world at `root`, as `render_image` gives them (the same pixels):
+    a function of plain arguments, so that a worker process can run it (`CallableImageStore.open_many`)."""
+    world = _world_at(root)
+    return [render_scene(world.scene(i), RENDER_SIZE) for i in image_ids]
+
+
+@functools.lru_cache(maxsize=4)
+def _world_at(root: str) -> WorldData:
+    """A worker process's handle on a world its parent opened (checked there)."""
+    path = Path(root)
+    return WorldData(path, read_manifest(path))
+
+
 def _background_key(scene: Scene) -> tuple:
     return (scene.place, scene.time, scene.weather, scene.style, scene.view, scene.variant % 2)
 
@@ -186,7 +200,8 @@ def load_world(root=None, size: str = "default", seed: int = 0, split: str = "te
 
     check_split(split)
     world = open_world(root, size, seed, progress=progress)
-    store = CallableImageStore(lambda image_id, _w=world: render_image(image_id, world=_w), prefix="world")
+    store = CallableImageStore(lambda image_id, _w=world: render_image(image_id, world=_w), prefix="world",
+                               open_many=functools.partial(render_images, str(world.root)))
     info = {
         "size": world.manifest["size"], "seed": world.manifest["seed"], "root": str(world.root),
         "generator_version": world.manifest["generator_version"], "checksum": world.manifest["checksum"],

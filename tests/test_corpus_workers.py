@@ -1,0 +1,73 @@
+"""The corpus encoder opens a store's images in worker processes when the store offers `open_many`
+(the world's renderer): the same images, in the same batches, so the same embeddings bit for bit as
+opening them one by one in threads."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cir_demo.index import build as build_mod
+from cir_demo.index.build import encode_corpus, opened_batches
+from cir_demo.testing.tiny_index import TinyConvRetriever
+from cir_demo.world.loader import load_world, render_image, render_images
+
+
+@pytest.fixture(scope="module")
+def tiny_world():
+    return load_world(size="tiny", progress=False)
+
+
+@pytest.fixture()
+def two_cpus(monkeypatch):
+    """Workers even on a one-CPU runner (the code path under test)."""
+    monkeypatch.setattr(build_mod, "_usable_cpus", lambda: 2)
+
+
+class ThreadsOnly:
+    """The same store without `open_many`: images opened one by one in threads."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def open(self, image_id):
+        return self.store.open(image_id)
+
+
+def test_render_images_gives_the_pixels_of_render_image(tiny_world):
+    ids = list(tiny_world.corpus_ids[:5]) + [tiny_world.queries[0].reference_ids[0]]
+    for image_id, img in zip(ids, tiny_world.images.open_many(ids)):
+        assert img.mode == "RGB"
+        assert np.array_equal(np.asarray(img), np.asarray(render_image(image_id)))
+    assert render_images(tiny_world.info["root"], []) == []
+
+
+def test_worker_opened_corpus_encodes_to_the_same_bits_as_threads(tiny_world, two_cpus):
+    ids = list(tiny_world.corpus_ids[:70])  # batches of 16: the last one short
+    assert build_mod._opening_workers(tiny_world.images, 5) == 2
+    assert build_mod._opening_workers(ThreadsOnly(tiny_world.images), 5) == 0
+    workers = encode_corpus(tiny_world.images, ids, TinyConvRetriever(), batch_size=16, progress=False)
+    threads = encode_corpus(ThreadsOnly(tiny_world.images), ids, TinyConvRetriever(), batch_size=16, progress=False)
+    assert workers.shape == (70, 16) and np.array_equal(workers, threads)
+
+
+def test_batches_come_in_order_and_a_failing_batch_is_named(tiny_world, two_cpus):
+    ids = list(tiny_world.corpus_ids[:9])
+    got = [(start, [np.asarray(im) for im in batch]) for start, batch in
+           opened_batches(tiny_world.images, ids, 2, "encode test")]
+    assert [s for s, _ in got] == [0, 2, 4, 6, 8]
+    flat = [im for _, batch in got for im in batch]
+    assert all(np.array_equal(a, np.asarray(render_image(i))) for a, i in zip(flat, ids)) and len(flat) == 9
+
+    store = ThreadsOnly(tiny_world.images)
+    store.open_many = _fails_on_third
+    with pytest.raises(RuntimeError, match=rf"encode test: cannot open corpus images {ids[4]!r}..{ids[5]!r}: no"):
+        list(opened_batches(store, ids, 2, "encode test"))
+
+
+def _fails_on_third(image_ids):
+    """Run in a worker: the third batch of two fails."""
+    from cir_demo.world.loader import load_world
+
+    if image_ids[0] == list(load_world(size="tiny", progress=False).corpus_ids)[4]:
+        raise FileNotFoundError("no such scene")
+    return [render_image(i) for i in image_ids]

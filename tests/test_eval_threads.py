@@ -1,0 +1,74 @@
+"""`--eval` with the world's own models runs torch on one CPU thread (faster on a shared machine) and
+writes the same bytes as with two threads; OMP_NUM_THREADS, when set, keeps the user's choice."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from cir_demo.harness import cli as eval_cli
+from cir_demo.harness.pipeline import small_model_threads
+
+
+@pytest.fixture()
+def torch_threads():
+    """Two threads to start from (on any runner), and the runner's count given back afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield torch
+    torch.set_num_threads(before)
+
+
+def _eval(out: Path, monkeypatch, cache: Path) -> None:
+    import shutil
+
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(cache))  # the world and its corpus features: rendered once
+    shutil.rmtree(cache / "rerank", ignore_errors=True)  # every score computed by this run's threads
+    p = argparse.ArgumentParser()
+    eval_cli.add_arguments(p)
+    args = p.parse_args(["--world-size", "tiny", "--split", "test", "--retrievers", "world-clip-image,world-cir",
+                         "--rerank", "world-verifier", "--limit", "12", "--n-boot", "20", "--no-plots",
+                         "--out", str(out)])
+    assert eval_cli.run(args) == 0
+
+
+def test_one_thread_and_two_write_the_same_bytes(tmp_path, monkeypatch, torch_threads):
+    seen = []
+    original = torch_threads.set_num_threads
+    monkeypatch.setattr(torch_threads, "set_num_threads", lambda n: seen.append(n) or original(n))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    _eval(tmp_path / "one", monkeypatch, tmp_path / "cache")
+    assert seen and seen[0] == 1 and torch_threads.get_num_threads() == 2  # set for the run, then given back
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    seen.clear()
+    _eval(tmp_path / "two", monkeypatch, tmp_path / "cache")
+    assert seen == [] and torch_threads.get_num_threads() == 2  # the user's two threads throughout
+    files = sorted(p.relative_to(tmp_path / "one") for p in (tmp_path / "one").rglob("*") if p.is_file())
+    assert len(files) > 10 and any("rerank" in str(f) for f in files)
+    differ = [str(f) for f in files if f.name not in ("run_info.json", "run_manifest.json")
+              and (tmp_path / "one" / f).read_bytes() != (tmp_path / "two" / f).read_bytes()]
+    assert differ == []
+    manifests = [json.loads((tmp_path / run / "run_manifest.json").read_text()) for run in ("one", "two")]
+    for m in manifests:  # it records run_info.json, whose timings differ by design
+        del m["files"]["run_info.json"]
+    assert manifests[0] == manifests[1] and "metrics.csv" in manifests[0]["files"]
+
+
+def test_only_the_world_models_on_the_cpu_get_one_thread(monkeypatch, torch_threads):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cases = {(("world-clip-image", "world-cir"), "world-verifier", None): 1,
+             (("world-clip-image",), None, "cpu"): 1,
+             (("world-clip-image",), "world-verifier", "cuda"): 2,
+             (("world-clip-image", "metaclip2-h14-fusion"), "world-verifier", None): 2,
+             (("world-cir",), "qwen2.5-vl", None): 2}
+    for (names, reranker, device), threads in cases.items():
+        with small_model_threads(names, reranker, device):
+            assert torch_threads.get_num_threads() == threads, (names, reranker, device)
+        assert torch_threads.get_num_threads() == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    with small_model_threads(["world-cir"], "world-verifier", None):
+        assert torch_threads.get_num_threads() == 2

@@ -18,8 +18,38 @@ import tempfile  # noqa: E402
 
 os.environ["CIR_DEMO_BENCHMARK_CACHE"] = tempfile.mkdtemp(prefix="cir_demo_benchmarks_")
 atexit.register(shutil.rmtree, os.environ["CIR_DEMO_BENCHMARK_CACHE"], True)
+# What the tests generate (worlds, caches, indexes, runs) goes to a data root of this process, never
+# into the working tree: the tests that check the working tree stays untouched (test_space.py,
+# test_preflight.py) hold while another pytest-xdist worker runs beside them, and a developer's own
+# caches neither help nor disturb the tests. A test that needs other folders sets them itself.
+for _var in ("CIR_DEMO_CACHE", "CIR_DEMO_INDEXES", "CIR_DEMO_RUNS"):
+    os.environ.pop(_var, None)
+os.environ["CIR_DEMO_DATA"] = tempfile.mkdtemp(prefix="cir_demo_data_")
+atexit.register(shutil.rmtree, os.environ["CIR_DEMO_DATA"], True)
 
 import pytest  # noqa: E402
+
+
+# `python -m pytest` runs on two pytest-xdist workers (pytest.ini: `-n 2 --dist loadgroup`), each
+# with its own session fixtures and data root. Every test is in one xdist group, run on one worker:
+# its module's (module fixtures are built once, as without xdist), or, for the tests sharing what
+# costs most to build once per session, one group across their modules.
+def shared_group(item) -> str:
+    """The group of a test that uses the `space_app` or the `default_world` session fixture (the
+    first, when both), of a browser module sharing `browser_support.run_tiny_eval`'s run, else its
+    module's name."""
+    used = getattr(item, "fixturenames", ())
+    for fixture in ("space_app", "default_world"):
+        if fixture in used:
+            return fixture
+    module = item.module.__name__
+    return "tiny_eval" if module in ("test_ui_browser", "test_ui_browser_visit") else module
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(shared_group(item)))
 
 
 @pytest.fixture(scope="module")
@@ -84,10 +114,15 @@ def default_world(tmp_path_factory):
 def default_world_cache(default_world, tmp_path, monkeypatch):
     """CIR_DEMO_CACHE set to a fresh folder of this test's own, in which the shared default world is
     linked (no copy, no build): `load_world()` opens it, everything else the test caches is its own."""
-    cache = tmp_path / "cache"
+    cache = linked_default_world(default_world, tmp_path / "cache")
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(cache))
+    return cache
+
+
+def linked_default_world(default_world, cache):
+    """`cache`, a new cache folder in which the shared default world is linked (read-only)."""
     (cache / "world").mkdir(parents=True)
     (cache / "world" / "default-seed0").symlink_to(default_world[1] / "world" / "default-seed0", target_is_directory=True)
-    monkeypatch.setenv("CIR_DEMO_CACHE", str(cache))
     return cache
 
 

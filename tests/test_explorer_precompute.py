@@ -19,7 +19,9 @@ out, mode = Path(sys.argv[1]), sys.argv[2]
 staged = out.parent / ".partial" / f"123-abcd1234-{out.name}"
 (staged / "results").mkdir(parents=True)
 (staged / "results" / "a.json").write_text("{}")
-time.sleep(1.5)  # the watcher polls every second: it sees 1 of 3
+go, deadline = Path(f"{staged}.go"), time.monotonic() + 300  # the bound only ends a wait that would never end
+while not go.exists() and time.monotonic() < deadline:  # held at 1 of 3 until a watcher has seen it
+    time.sleep(0.05)
 if mode == "fail":
     print("boom: the model file is damaged")
     sys.exit(3)
@@ -50,12 +52,18 @@ def service(stored=()):
                            stored_sorts=lambda: set(stored))
 
 
-def wait_for(job, state, seconds=60):
+def wait_for(job, state, seconds=300):
+    """The job's first status in `state` and every status seen until then. Waiting for a state after
+    "running", it lets a scripted child held at 1 of 3 results go on once it has seen that (a
+    signal, not a sleep that a slow machine's watcher might poll past)."""
     seen = []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         st = job.status()
         seen.append((st.state, st.done, st.total))
+        if state != "running" and st.state == "running" and st.done >= 1:
+            for staged in (job.script.parent / ".partial").glob("*/"):
+                Path(f"{staged}.go").touch()
         if st.state == state:
             return st, seen
         time.sleep(0.1)

@@ -286,8 +286,11 @@ def test_example_callback_writes_world_references(demo, service):
 
 
 # =========================================================================== report callback
-def test_report_callback(demo, service, tiny_setup):
-    root, _ = tiny_setup
+def test_report_callback(demo, service, tmp_path, monkeypatch):
+    # A runs folder of its own: the shared one (tiny_setup's) holds the browser modules' eval run
+    # when they ran first in this process (pytest-xdist orders a worker's modules its own way).
+    root = tmp_path
+    monkeypatch.setenv("CIR_DEMO_RUNS", str(root / "runs"))
     out = wired(demo, "on_show").fn(None)
     assert out[4]["visible"] is False and out[5] == ""
     assert "No evaluation run" in out[1] and out[3]["value"] == [] and out[3]["visible"] is False

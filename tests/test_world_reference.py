@@ -21,8 +21,15 @@ def _threads(one_torch_thread):
 
 
 @pytest.fixture(scope="module")
-def world_slice():
-    return ref.world_slice()
+def world_slice(default_world, tmp_path_factory):
+    """The slice of the default world (conftest.py's, built once per session, linked into a cache
+    of this module's own)."""
+    from conftest import linked_default_world
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CIR_DEMO_CACHE", str(linked_default_world(default_world, tmp_path_factory.mktemp("reference") / "cache")))
+    yield ref.world_slice()
+    mp.undo()
 
 
 @pytest.fixture(scope="module")

@@ -60,6 +60,13 @@ def browser():
         b.close()
 
 
+def wait_controls(page) -> None:
+    """Until the page script that applies a number on Enter and a slider on its keys (CONTROLS_JS, a
+    load event of its own) is installed: tiles can be on the page before it, and an Enter pressed
+    then is lost (seen on a loaded machine)."""
+    page.wait_for_function("window.cirControls === true")
+
+
 def screenshot(page, name: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)

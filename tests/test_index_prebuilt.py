@@ -46,6 +46,9 @@ def _rankings(bench, retrievers, mp, indexes, prebuilt, embeddings_cache):
     opened = []
     real_open = bench.images.open
     mp.setattr(bench.images, "open", lambda i: opened.append(i) or real_open(i))
+    # every image through `open`, in this process: batches rendered in forked workers (`open_many`)
+    # would open them where this list cannot see
+    mp.setattr(bench.images, "open_many", None)
     engine = RetrievalEngine(bench, list(retrievers), progress=False)
     engine._retrievers.update(retrievers)  # the ones already loaded (same specs)
     out = {name: engine.run_benchmark(name, k=K) for name in retrievers}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_support import TIMEOUT_MS, browser, require_chromium, run_tiny_eval, screenshot, served  # noqa: F401  (browser: a fixture)
+from browser_support import TIMEOUT_MS, browser, require_chromium, run_tiny_eval, screenshot, served, wait_controls  # noqa: F401  (browser: a fixture)
 
 require_chromium()
 
@@ -188,6 +188,7 @@ def test_numbers_clamp_and_apply_on_enter_and_keys(app_url, browser):
     def wait_tiles(n: int) -> None:
         page.wait_for_function(f"document.querySelectorAll('#cir-results li.cir-tile').length === {n}")
 
+    wait_controls(page)
     box = page.locator("#cir-k input[type=number]")
     for typed, expected in (("500", 50), ("-3", 5), ("0", 5), ("20", 20)):
         box.fill(typed)

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from browser_support import TIMEOUT_MS, browser, free_port, require_chromium, run_tiny_eval, screenshot  # noqa: F401  (browser: a fixture)
+from browser_support import TIMEOUT_MS, browser, free_port, require_chromium, run_tiny_eval, screenshot, wait_controls  # noqa: F401  (browser: a fixture)
 
 require_chromium()
 
@@ -204,6 +204,7 @@ def test_fast_number_input_is_kept(visit_app, browser, monkeypatch):
     page = open_page(browser, visit_app[0])
     page.wait_for_selector("#cir-results li.cir-tile")
     monkeypatch.setattr(service, "compare", slow_compare)
+    wait_controls(page)
     box = page.locator("#cir-k input[type=number]")
     box.click()
     box.fill("20")

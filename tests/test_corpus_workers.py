@@ -20,7 +20,7 @@ def tiny_world():
 @pytest.fixture()
 def two_cpus(monkeypatch):
     """Workers even on a one-CPU runner (the code path under test)."""
-    monkeypatch.setattr(build_mod, "_usable_cpus", lambda: 2)
+    monkeypatch.setattr(build_mod, "usable_cpus", lambda: 2)
 
 
 class ThreadsOnly:

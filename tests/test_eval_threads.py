@@ -41,6 +41,7 @@ def test_one_thread_and_two_write_the_same_bytes(tmp_path, monkeypatch, torch_th
     original = torch_threads.set_num_threads
     monkeypatch.setattr(torch_threads, "set_num_threads", lambda n: seen.append(n) or original(n))
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("os.getloadavg", lambda: (64.0, 0.0, 0.0))  # a busy machine: one thread
     _eval(tmp_path / "one", monkeypatch, tmp_path / "cache")
     assert seen and seen[0] == 1 and torch_threads.get_num_threads() == 2  # set for the run, then given back
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
@@ -58,8 +59,16 @@ def test_one_thread_and_two_write_the_same_bytes(tmp_path, monkeypatch, torch_th
     assert manifests[0] == manifests[1] and "metrics.csv" in manifests[0]["files"]
 
 
-def test_only_the_world_models_on_the_cpu_get_one_thread(monkeypatch, torch_threads):
+def test_only_the_world_models_on_a_busy_cpu_get_one_thread(monkeypatch, torch_threads):
+    import os
+
+    from cir_demo.index.build import usable_cpus
+
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (usable_cpus() + 1.0, 0.0, 0.0))  # not busy: threads stay
+    with small_model_threads(["world-cir"], "world-verifier", None):
+        assert torch_threads.get_num_threads() == 2
+    monkeypatch.setattr(os, "getloadavg", lambda: (usable_cpus() + 1.5, 0.0, 0.0))  # busy
     cases = {(("world-clip-image", "world-cir"), "world-verifier", None): 1,
              (("world-clip-image",), None, "cpu"): 1,
              (("world-clip-image",), "world-verifier", "cuda"): 2,

@@ -164,10 +164,10 @@ def _opening_workers(images, n_batches: int) -> int:
     if getattr(images, "open_many", None) is None or "fork" not in multiprocessing.get_all_start_methods() \
             or threading.current_thread() is not threading.main_thread():
         return 0
-    return min(_usable_cpus(), n_batches)
+    return min(usable_cpus(), n_batches)
 
 
-def _usable_cpus() -> int:
+def usable_cpus() -> int:
     import os
 
     try:

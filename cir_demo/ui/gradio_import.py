@@ -1,0 +1,48 @@
+"""Import gradio without its type-stub writer.
+
+On every import, gradio's ComponentMeta rewrites the .pyi stub beside each component's source
+(parsing the source with `ast` and rendering a jinja template per event): about 3.5 CPU seconds of
+the ~6 an import takes on 2 cores, paid again at every start of a Space. The stubs serve editors
+only; nothing at run time reads them. `install()` swaps that writer for a no-op as the module is
+loaded, before any component class is created; if gradio renames it, gradio imports as it would
+anyway."""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+
+_MODULE = "gradio.component_meta"
+_WRITER = "create_or_modify_pyi"
+
+
+def _no_stubs(*_args, **_kwargs) -> None:
+    return None
+
+
+class _WithoutStubWriter(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname != _MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+            return spec
+        loader = spec.loader
+        run = loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            if callable(getattr(module, _WRITER, None)):
+                setattr(module, _WRITER, _no_stubs)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def install() -> bool:
+    """Skip the stub writer in gradio's next import; False when gradio is already imported (too late)."""
+    if _MODULE in sys.modules:
+        return False
+    if not any(isinstance(f, _WithoutStubWriter) for f in sys.meta_path):
+        sys.meta_path.insert(0, _WithoutStubWriter())
+    return True

@@ -1,0 +1,29 @@
+"""cir_demo.ui imports gradio without gradio's .pyi stub writer, and gradio still works."""
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_ui_imports_gradio_without_its_stub_writer_and_components_keep_their_events():
+    code = textwrap.dedent("""
+        import sys
+        import cir_demo.ui.app  # imports gradio through the package's hook
+        import gradio as gr
+        import gradio.blocks_events as be
+        import gradio.component_meta as cm
+        from cir_demo.ui import gradio_import as gi
+        assert cm.create_or_modify_pyi is gi._no_stubs, cm.create_or_modify_pyi
+        assert be.create_or_modify_pyi is gi._no_stubs
+        assert callable(gr.Textbox.change) and callable(gr.Button.click)
+        with gr.Blocks() as demo:
+            box = gr.Textbox()
+            box.change(lambda s: s, box, box)
+        assert demo.fns, "no event registered"
+        assert gi.install() is False  # too late once gradio is in
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -157,16 +157,14 @@ def one_thread_beside_workers(workers: int, encoders: Sequence):
     import sys
 
     on_cpu = all(str(getattr(e, "device", "cpu") or "cpu").startswith("cpu") for e in encoders)
-    torch = sys.modules.get("torch")  # an encoder that uses torch has imported it
-    if workers < max(2, usable_cpus()) or not on_cpu or torch is None or "OMP_NUM_THREADS" in os.environ:
+    uses_torch = "torch" in sys.modules  # an encoder that uses torch has imported it
+    if workers < max(2, usable_cpus()) or not on_cpu or not uses_torch or "OMP_NUM_THREADS" in os.environ:
         yield
         return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    from cir_demo.utils.threads import torch_threads
+
+    with torch_threads(1):
         yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _batch_result(future, batch_ids: Sequence[str], what: str) -> list:

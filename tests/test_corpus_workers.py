@@ -74,3 +74,38 @@ def _fails_on_third(image_ids):
     if image_ids[0] == list(load_world(size="tiny", progress=False).corpus_ids)[4]:
         raise FileNotFoundError("no such scene")
     return [render_image(i) for i in image_ids]
+
+
+def test_cpu_encoders_get_one_torch_thread_beside_the_render_workers(tiny_world, two_cpus, monkeypatch):
+    """The judge's corpus features with one thread beside the renderers are the bits of the
+    straightforward path (every image opened, then encoded with two threads)."""
+    import torch
+
+    from cir_demo.rerank import load_reranker
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    judge = load_reranker("world-verifier")
+    ids = list(tiny_world.corpus_ids)
+    threads_seen = []
+    encode = judge.encode_images
+    monkeypatch.setattr(judge, "encode_images", lambda images, batch_size=None: threads_seen.append(
+        torch.get_num_threads()) or encode(images, batch_size))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        fast = encode_corpus(tiny_world.images, ids, judge, batch_size=64, progress=False)
+        assert set(threads_seen) == {1} and torch.get_num_threads() == 2  # set for the pass, then given back
+        plain = encode([tiny_world.images.open(i) for i in ids], 64)
+        assert len(ids) > 500 and fast.shape == plain.shape and np.array_equal(fast, plain)
+        cases = [(ThreadsOnly(tiny_world.images), "cpu", None),  # no render workers
+                 (tiny_world.images, "cuda", None),  # not a CPU encoder
+                 (tiny_world.images, "cpu", "2")]  # the user's choice
+        for images, device, omp in cases:
+            threads_seen.clear()
+            monkeypatch.setattr(judge, "device", device, raising=False)
+            if omp:
+                monkeypatch.setenv("OMP_NUM_THREADS", omp)
+            assert np.array_equal(encode_corpus(images, ids[:96], judge, batch_size=32, progress=False), plain[:96])
+            assert set(threads_seen) == {2}, (device, omp)
+    finally:
+        torch.set_num_threads(before)

@@ -191,14 +191,10 @@ def small_model_threads(names: Sequence[str], reranker_name: str | None, device:
     if not (small and busy and (device or "cpu") == "cpu" and "OMP_NUM_THREADS" not in os.environ):
         yield
         return
-    import torch
+    from cir_demo.utils.threads import torch_threads
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _run_into(args, splits, names, reranker_name, top_n, final: Path, stages: Stages) -> int:

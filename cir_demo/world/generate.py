@@ -21,7 +21,7 @@ import random
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from statistics import median
 from typing import Iterable, Sequence
@@ -306,25 +306,6 @@ def query_records(intents: Sequence[dict], prefix: str = "w") -> list[dict]:
 
 
 # --------------------------------------------------------------------------- the world
-@dataclass
-class BuiltWorld:
-    size: str
-    seed: int
-    test_corpus: np.ndarray
-    test_refs: np.ndarray
-    test_intents: list[dict]
-    test_queries: list[dict]
-    test_captions: list[dict]
-    train_scenes: np.ndarray
-    train_intents: list[dict]
-    train_triplets: list[dict]
-    train_captions: list[dict]
-    timings: dict = field(default_factory=dict)
-    compositional_intents: list[dict] = field(default_factory=list)
-    compositional_queries: list[dict] = field(default_factory=list)
-    held_out: frozenset = frozenset()
-
-
 def _progress(enabled: bool, msg: str) -> None:
     if enabled:
         print(f"[world] {msg}", file=sys.stderr, flush=True)
@@ -396,6 +377,15 @@ class TestPart:
     signatures: set = field(repr=False, default_factory=set)
     targets: frozenset = field(repr=False, default=frozenset())
     compositional_texts: frozenset = field(repr=False, default=frozenset())
+
+
+@dataclass(kw_only=True)
+class BuiltWorld(TestPart):
+    """The whole world: the test part and the train split planted around it."""
+    train_scenes: np.ndarray
+    train_intents: list[dict]
+    train_triplets: list[dict]
+    train_captions: list[dict]
 
 
 def build_test_part(size: str = "default", seed: int = 0, progress: bool = False) -> TestPart:
@@ -474,10 +464,9 @@ def build_world(size: str = "default", seed: int = 0, progress: bool = False, te
     train_captions = [{"image_id": iid, "captions": image_captions(s, cap_rng)} for iid, s in zip(train_ids, train_scenes)]
     timings["train_s"] = time.perf_counter() - t1
     timings["total_s"] = time.perf_counter() - t0
-    return BuiltWorld(size, seed, test.test_corpus, test.test_refs, test.test_intents, test.test_queries,
-                      test.test_captions, train_table, train_intents, train_triplets, train_captions, timings,
-                      compositional_intents=test.compositional_intents,
-                      compositional_queries=test.compositional_queries, held_out=held)
+    return BuiltWorld(**{**{f.name: getattr(test, f.name) for f in fields(TestPart)}, "timings": timings},
+                      train_scenes=train_table, train_intents=train_intents, train_triplets=train_triplets,
+                      train_captions=train_captions)
 
 
 # --------------------------------------------------------------------------- writing
@@ -635,7 +624,7 @@ def write_world(world: BuiltWorld | TestPart, out_dir: Path) -> dict:
     checksums = _write_files(test_payloads, out_dir)
     test_manifest = test_manifest_of(_manifest(world, test_payloads, checksums, whole=False))
     _write_manifest(out_dir, TEST_MANIFEST, test_manifest)
-    if isinstance(world, TestPart):
+    if not isinstance(world, BuiltWorld):
         return test_manifest
     checksums.update(_write_files({name: payloads[name] for name in TRAIN_FILES}, out_dir))
     manifest = _manifest(world, payloads, checksums)

@@ -29,13 +29,19 @@ def main(argv: list[str] | None = None) -> int:
         parser = argparse.ArgumentParser(prog="python app.py --eval", description=eval_cli.__doc__.splitlines()[0])
         eval_cli.add_arguments(parser)
         return eval_cli.run(parser.parse_args(argv))
+    from cir_demo.ui.startup import prepare
+
+    startup = prepare(argv)  # before gradio's import: a first start's world is generated meanwhile
+    if isinstance(startup, int):
+        return startup
     try:
         from cir_demo.ui import app as ui_app
     except ImportError as exc:
+        startup.stop()
         print(f"error: the explorer UI is not available in this build ({exc}); "
               "use `python app.py --eval` for the headless benchmark", file=sys.stderr)
         return 2
-    return ui_app.main(argv, started=STARTED)
+    return ui_app.main(argv, started=STARTED, startup=startup)
 
 
 if __name__ == "__main__":

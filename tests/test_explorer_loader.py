@@ -63,3 +63,28 @@ def test_explorer_imports_no_torch():
             "heavy = sorted(m for m in ('torch', 'open_clip', 'faiss', 'gradio') if m in sys.modules); print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_a_failed_world_child_is_said_and_the_loader_generates_the_world(tmp_path, monkeypatch, caplog):
+    """The loader waits for the child that generates the world aside; when it failed, the log says so
+    and opening the benchmark generates the world here."""
+    from cir_demo.explorer import loader
+
+    class FailedChild:
+        returncode = 1
+
+        def poll(self):
+            return 1
+
+        def wait(self, timeout=None):
+            return 1
+
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(loader, "preload_retrievers", lambda config, names: {})
+    stages = []
+    config = ServiceConfig(benchmark_kwargs={"size": "tiny", "seed": 5})
+    with caplog.at_level("WARNING", logger="cir_demo.explorer.loader"):
+        bench, preloaded = loader._open_benchmark(config, stages.append, world_child=FailedChild())
+    assert "failed (exit status 1); generating it here" in caplog.text
+    assert len(bench.queries) > 0 and preloaded == {}
+    assert stages[0].startswith("generating the offline world")

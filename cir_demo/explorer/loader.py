@@ -54,10 +54,11 @@ class ServiceLoader:
     """Builds an `ExplorerService` in a background thread so the page can show progress:
     the world generated on first use, retriever models loaded, indexes built or loaded."""
 
-    def __init__(self, config: ServiceConfig, start: bool = True):
+    def __init__(self, config: ServiceConfig, start: bool = True, world_child=None):
         self.config = config
-        # a first start's world generation begins now, while the caller still builds and serves the page
-        self._world_child = generate_world_aside(config)
+        # a first start's world generation begins now (unless the caller began it earlier: `world_child`),
+        # while the caller still builds and serves the page
+        self._world_child = world_child or generate_world_aside(config)
         self._service: ExplorerService | None = None
         self._error: BaseException | None = None
         self._stage = "starting"
@@ -213,30 +214,12 @@ def adopt_reranker_features(engine, backend: str, kwargs: dict) -> None:
 
 
 def generate_world_aside(config: ServiceConfig):
-    """On a first start of a benchmark whose loader generates its data (the offline world: ~3 s of pure
-    Python holding the GIL), a child process that generates it while this process imports torch and
-    loads the models; None when the data is on disk or the benchmark reads its files. The loader waits
-    for it before opening the benchmark (which generates the data itself if the child failed)."""
-    import json
-    import subprocess
-    import sys
+    """On a first start of a benchmark whose loader generates its data (the offline world), a child
+    process that generates it while this process imports torch and loads the models (None when the
+    data is on disk or the benchmark reads its files)."""
+    from cir_demo.benchmarks.generate_aside import generate_aside
 
-    from cir_demo.paths import REPO_ROOT
-    from cir_demo.utils.names import resolve_ref
-
-    generated = getattr(declared_defaults(config.benchmark), "generated", None)
-    if generated is None:
-        return None
-    kwargs = dict(config.benchmark_kwargs)
-    try:
-        if resolve_ref(generated.on_disk, f"benchmark {config.benchmark!r} generated data")(**kwargs):
-            return None
-        return subprocess.Popen([sys.executable, "-c", "import json, sys; from cir_demo.benchmarks.registry import "
-                                 "load_benchmark; load_benchmark(sys.argv[1], **json.loads(sys.argv[2]))",
-                                 config.benchmark, json.dumps(kwargs, default=str)],
-                                cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL)
-    except Exception:  # e.g. a bad size: the loader reports it when it opens the benchmark
-        return None
+    return generate_aside(config.benchmark, dict(config.benchmark_kwargs))
 
 
 def preload_retrievers(config: ServiceConfig, names: Sequence[str]) -> dict[str, Any]:
@@ -310,7 +293,9 @@ def _open_benchmark(config: ServiceConfig, stage: Callable[[str], None], world_c
         stage("generating the offline world (first start) while the models load")
         known = [r["name"] for r in list_retrievers()]
         preloaded = preload_retrievers(config, model_columns(config, known))
-        world_child.wait()
+        if world_child.wait():  # the benchmark's loader below generates it then (a lock keeps one writer)
+            log.warning("generating %s aside failed (exit status %s); generating it here", config.benchmark,
+                        world_child.returncode)
     generated = getattr(declared_defaults(config.benchmark), "generated", None)
     stage(f"loading benchmark {config.benchmark!r}" + (f" ({generated.what} is generated on first use)"
                                                          if generated else ""))

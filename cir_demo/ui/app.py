@@ -25,6 +25,7 @@ from cir_demo.ui.controls import CONTROLS_JS
 from cir_demo.ui.components import loading_html, md_escape, notes_markdown
 from cir_demo.ui.guard import guarded
 from cir_demo.ui.session_copies import bound_session_copies
+from cir_demo.ui.startup import Startup, build_parser, prepare  # noqa: F401 (build_parser: the command line)
 from cir_demo.ui.state import HUB_ORIGIN, ParsedState, decode_state, resolve_state
 
 log = logging.getLogger("cir_demo.ui")
@@ -323,53 +324,6 @@ def launch_app(demo: gr.Blocks, server_name: str | None = None, port: int | None
 
 
 # ------------------------------------------------------------------ command line
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python app.py",
-        description="The CIR failure explorer (Gradio). Runs on the offline world by default; "
-                    "`python app.py --eval --help` for the headless benchmark run.")
-    from cir_demo.benchmarks.cli_args import add_benchmark_arguments
-
-    add_benchmark_arguments(p)
-    m = p.add_argument_group("models")
-    m.add_argument("--retrievers", help="comma-separated retriever names, up to 4 shown at once (default on the "
-                   "world: world-cir, world-clip-fusion, world-clip-image, world-clip-text, those registered)")
-    m.add_argument("--runs", nargs="+", metavar="[NAME=]FILE",
-                   help="your own results files as columns (every format --eval reads, detected per file; the "
-                        "column is named NAME or the file's stem), beside --retrievers or instead of the default "
-                        "models; an eval run folder (--eval --out) is listed in the Report")
-    m.add_argument("--reranker", help="reranker backend name, or 'none' (default on the world: world-verifier when "
-                   "available)")
-    m.add_argument("--reranker-model", help="model path or name passed to the reranker backend (model=...)")
-    m.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    m.add_argument("--trust-remote-code", action="store_true",
-                   help="allow retrievers that run their model repository's code (BGE-VL, GME); never the default")
-    m.add_argument("--allow-stale", action="store_true", help="serve stale indexes (with a warning) instead of rebuilding")
-    m.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads per request while serving (default 1: fastest for single queries; "
-                        "index builds use all cores)")
-    m.add_argument("--fetch-images", action="store_true",
-                   help="download the benchmark's missing images before loading (as `python -m cir_demo images fetch`)")
-    from cir_demo.images.cli import add_fetch_arguments
-
-    add_fetch_arguments(p)
-    s = p.add_argument_group("server")
-    s.add_argument("--server-name", default=None, help="interface to listen on (default: $GRADIO_SERVER_NAME, else 127.0.0.1; "
-                   "0.0.0.0 for all)")
-    s.add_argument("--port", type=int, default=None, help="port (default: $GRADIO_SERVER_PORT, else 7860 or the next free one)")
-    s.add_argument("--share", action="store_true", help="also serve through a temporary public gradio.live link")
-    s.add_argument("--queue-size", type=int, default=32, help="requests waiting at most; more are refused (default 32)")
-    s.add_argument("--concurrency", type=int, default=2, help="requests worked on at once (default 2)")
-    s.add_argument("--no-precompute", action="store_true",
-                   help="do not compute the failure sorts and the report in a low-priority background eval run "
-                        "on a first start (they are then computed when first asked for)")
-    s.add_argument("--no-thumbnail-warmer", action="store_true",
-                   help="do not pre-render thumbnails in a low-priority background process")
-    s.add_argument("--debug", action="store_true",
-                   help="write the traceback of every failure to the log (default: one line per known fault)")
-    return p
-
-
 def config_from_args(args: argparse.Namespace) -> ServiceConfig:
     from cir_demo.benchmarks.cli_args import benchmark_kwargs
 
@@ -421,23 +375,19 @@ def configure_log(debug: bool = False) -> None:
     logging.getLogger("cir_demo").setLevel(logging.INFO)
 
 
-def main(argv: Sequence[str] | None = None, started: float | None = None) -> int:
+def main(argv: Sequence[str] | None = None, started: float | None = None, startup: Startup | int | None = None) -> int:
     """`python app.py`; `started`: the process's perf_counter() at start (app.py passes it), so the
-    times printed include importing gradio and torch."""
-    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    from cir_demo.explorer.own_runs import runs_problems
-    from cir_demo.preflight.checks import Line
-    from cir_demo.preflight.commands import app_problems, report
-
-    problems = app_problems(args)  # every flag, before any work and before the server opens a socket
-    problems += [Line("", "blocked", p) for p in runs_problems(args.runs)]  # --runs: files the explorer reads
-    if problems:
-        return report(problems)
+    times printed include importing gradio and torch; `startup`: what `prepare` gave before that import."""
+    startup = prepare(argv) if startup is None else startup
+    if isinstance(startup, int):
+        return startup
+    args = startup.args
     configure_log(args.debug)
     t0 = time.perf_counter() if started is None else started
     try:
         config = config_from_args(args)
     except (KeyError, ValueError, ServiceError) as exc:
+        startup.stop()
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.fetch_images:  # before the page: the explorer then opens the images from disk
@@ -445,8 +395,9 @@ def main(argv: Sequence[str] | None = None, started: float | None = None) -> int
 
         rc = report_errors(lambda: _fetch_images(args))
         if rc:
+            startup.stop()
             return rc
-    loader = ServiceLoader(config, start=False)
+    loader = ServiceLoader(config, start=False, world_child=startup.world_child)
     from cir_demo.explorer.precompute import PrecomputeJob
 
     from cir_demo.benchmarks.cli_args import benchmark_flags

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .generate import generate_world, read_manifest, world_dir, world_problems
+from .generate import MANIFEST, PARTS, TEST_MANIFEST, generate_world, read_manifest, world_dir, world_problems
 from .render import RENDER_SIZE, render_scene
 from .scene import Constraint, Scene, scene_from_row
 
@@ -40,7 +40,9 @@ def _read_jsonl(path: Path) -> list[dict]:
 @dataclass
 class WorldData:
     """The scene tables of one generated world, each read on first use: training reads only the
-    train split's files, so that the test split cannot leak into it (tests/test_training_split.py)."""
+    train split's files, so that the test split cannot leak into it (tests/test_training_split.py).
+    `manifest`: that of the part opened (TEST_MANIFEST for the benchmark, MANIFEST for the whole world);
+    the train split of a world opened for its test part is generated when first read."""
 
     root: Path
     manifest: dict
@@ -56,6 +58,7 @@ class WorldData:
     @property
     def train_scenes(self) -> np.ndarray:
         if self._train is None:
+            ensure_part(self.root, self.manifest["size"], self.manifest["seed"], "full", progress=True)
             self._train = np.load(self.root / "train_scenes.npy", allow_pickle=False)
         return self._train
 
@@ -92,19 +95,26 @@ class WorldData:
         return scene_from_row(table[row])
 
 
-def open_world(root=None, size: str = "default", seed: int = 0, progress: bool = True) -> WorldData:
-    """The world at `root` (default: the cache dir of size/seed), generated first if missing."""
-    explicit = root is not None
-    root = Path(root) if explicit else world_dir(size, seed)
-    manifest = read_manifest(root)
-    if explicit and manifest is not None:  # an explicit directory is used as it is
-        size, seed = manifest.get("size", size), manifest.get("seed", seed)
-    problems = world_problems(root, size, seed, verify=False)
+def ensure_part(root: Path, size: str, seed: int, part: str, progress: bool = True) -> None:
+    """Generate `part` of the world at `root` unless it is there intact (by size; a damaged file is named)."""
+    problems = world_problems(root, size, seed, verify=False, part=part)
     if problems:
         if not problems[0].startswith("missing"):
             print(f"world {root}: regenerating ({'; '.join(problems)[:400]})", file=sys.stderr, flush=True)
-        generate_world(size, seed, root, progress=progress, force=True)
-        manifest = read_manifest(root)
+        generate_world(size, seed, root, progress=progress, part=part)
+
+
+def open_world(root=None, size: str = "default", seed: int = 0, progress: bool = True, part: str = "test") -> WorldData:
+    """The world at `root` (default: the cache dir of size/seed), its `part` generated first if missing:
+    "test" (what the benchmark reads) or "full" (the train split too)."""
+    explicit = root is not None
+    root = Path(root) if explicit else world_dir(size, seed)
+    name = PARTS[part][0]
+    manifest = read_manifest(root, name) or (read_manifest(root, MANIFEST) if explicit else None)
+    if explicit and manifest is not None:  # an explicit directory is used as it is
+        size, seed = manifest.get("size", size), manifest.get("seed", seed)
+    ensure_part(root, size, seed, part, progress)
+    manifest = read_manifest(root, name)
     key = f"{root.resolve()}#{manifest.get('checksum', '')[:16]}"
     world = _WORLDS.get(key)
     if world is None:
@@ -146,7 +156,7 @@ def render_images(root: str, image_ids: Sequence[str]) -> list:
 def _world_at(root: str) -> WorldData:
     """A worker process's handle on a world its parent opened (checked there)."""
     path = Path(root)
-    return WorldData(path, read_manifest(path))
+    return WorldData(path, read_manifest(path, TEST_MANIFEST))
 
 
 def _background_key(scene: Scene) -> tuple:
@@ -199,7 +209,7 @@ def load_world(root=None, size: str = "default", seed: int = 0, split: str = "te
     from cir_demo.benchmarks.schema import Benchmark, CallableImageStore
 
     check_split(split)
-    world = open_world(root, size, seed, progress=progress)
+    world = open_world(root, size, seed, progress=progress, part="test" if split in TEST_SPLIT_FILES else "full")
     store = CallableImageStore(lambda image_id, _w=world: render_image(image_id, world=_w), prefix="world",
                                open_many=functools.partial(render_images, str(world.root)))
     info = {
@@ -252,7 +262,7 @@ def _train_queries(world: WorldData) -> list:
 def load_intents(root=None, size: str = "default", seed: int = 0, split: str = "test") -> list[dict]:
     """Raw intent records (constraints, focus, kind, edit, positives, negatives) of a split."""
     check_split(split)
-    world = open_world(root, size, seed, progress=False)
+    world = open_world(root, size, seed, progress=False, part="test" if split in TEST_SPLIT_FILES else "full")
     return _read_jsonl(world.root / f"{split}_intents.jsonl")
 
 
@@ -283,7 +293,7 @@ class TrainSplit:
 
 
 def load_train(root=None, size: str = "default", seed: int = 0) -> TrainSplit:
-    world = open_world(root, size, seed, progress=True)
+    world = open_world(root, size, seed, progress=True, part="full")
     caps = {r["image_id"]: r["captions"] for r in _read_jsonl(world.root / "train_captions.jsonl")}
     ids = [f"w-tr-{i:06d}" for i in range(len(world.train_scenes))]
     return TrainSplit(world, ids, caps, _read_jsonl(world.root / "train_triplets.jsonl"),
@@ -314,11 +324,10 @@ def caption_hits(caption: TestCaption, world: WorldData | None = None) -> list[s
     return [f"w-te-{i:06d}" for i in idx]
 
 
-def world_on_disk(root=None, size: str = "default", seed: int = 0) -> bool:
-    """True when `load_world` with these arguments would find the world instead of generating it
-    (a given `root` counts as there: loading it reports what is wrong with it)."""
-    from cir_demo.world.generate import manifest_matches, world_dir
-
+def world_on_disk(root=None, size: str = "default", seed: int = 0, split: str = "test") -> bool:
+    """True when `load_world` with these arguments would find the world (the part that `split` reads)
+    instead of generating it (a given `root` counts as there: loading it reports what is wrong with it)."""
     if root:
         return True
-    return manifest_matches(world_dir(size, seed), size, seed, verify=False)
+    part = "full" if split == "train" else "test"
+    return not world_problems(world_dir(size, seed), size, seed, verify=False, part=part)

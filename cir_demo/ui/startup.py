@@ -1,0 +1,93 @@
+"""What `python app.py` does before it imports gradio (a fifth of a first start): read and check the
+command line, and on a first start begin generating the benchmark's data (the offline world) in a
+child process, which then runs on another core while gradio is imported and the page is built."""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass
+class Startup:
+    args: argparse.Namespace
+    world_child: subprocess.Popen | None = None  # generating the benchmark's data (None: nothing to generate)
+
+    def stop(self) -> None:
+        """End the child (a start that stops before serving)."""
+        from cir_demo.benchmarks.generate_aside import stop
+
+        stop(self.world_child)
+
+
+def prepare(argv: Sequence[str] | None = None) -> Startup | int:
+    """The parsed flags, every one checked before any work and before the server opens a socket, and the
+    data generation begun; an exit status instead when a flag is wrong (its lines printed)."""
+    from cir_demo.benchmarks.cli_args import benchmark_kwargs
+    from cir_demo.benchmarks.generate_aside import generate_aside
+    from cir_demo.preflight.checks import Line
+    from cir_demo.preflight.commands import app_problems, report
+
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    problems = app_problems(args)
+    if problems:
+        return report(problems)
+    startup = Startup(args, generate_aside(args.benchmark, benchmark_kwargs(args)))
+    from cir_demo.explorer.own_runs import runs_problems  # imports the explorer (~1 s): the child runs meanwhile
+
+    problems = [Line("", "blocked", p) for p in runs_problems(args.runs)]  # --runs: files the explorer reads
+    if problems:
+        startup.stop()
+        return report(problems)
+    return startup
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python app.py",
+        description="The CIR failure explorer (Gradio). Runs on the offline world by default; "
+                    "`python app.py --eval --help` for the headless benchmark run.")
+    from cir_demo.benchmarks.cli_args import add_benchmark_arguments
+
+    add_benchmark_arguments(p)
+    m = p.add_argument_group("models")
+    m.add_argument("--retrievers", help="comma-separated retriever names, up to 4 shown at once (default on the "
+                   "world: world-cir, world-clip-fusion, world-clip-image, world-clip-text, those registered)")
+    m.add_argument("--runs", nargs="+", metavar="[NAME=]FILE",
+                   help="your own results files as columns (every format --eval reads, detected per file; the "
+                        "column is named NAME or the file's stem), beside --retrievers or instead of the default "
+                        "models; an eval run folder (--eval --out) is listed in the Report")
+    m.add_argument("--reranker", help="reranker backend name, or 'none' (default on the world: world-verifier when "
+                   "available)")
+    m.add_argument("--reranker-model", help="model path or name passed to the reranker backend (model=...)")
+    m.add_argument("--device", help="cpu or cuda (default: cuda when available)")
+    m.add_argument("--trust-remote-code", action="store_true",
+                   help="allow retrievers that run their model repository's code (BGE-VL, GME); never the default")
+    m.add_argument("--allow-stale", action="store_true", help="serve stale indexes (with a warning) instead of rebuilding")
+    m.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads per request while serving (default 1: fastest for single queries; "
+                        "index builds use all cores)")
+    m.add_argument("--fetch-images", action="store_true",
+                   help="download the benchmark's missing images before loading (as `python -m cir_demo images fetch`)")
+    from cir_demo.images.cli import add_fetch_arguments
+
+    add_fetch_arguments(p)
+    s = p.add_argument_group("server")
+    s.add_argument("--server-name", default=None, help="interface to listen on (default: $GRADIO_SERVER_NAME, else 127.0.0.1; "
+                   "0.0.0.0 for all)")
+    s.add_argument("--port", type=int, default=None, help="port (default: $GRADIO_SERVER_PORT, else 7860 or the next free one)")
+    s.add_argument("--share", action="store_true", help="also serve through a temporary public gradio.live link")
+    s.add_argument("--queue-size", type=int, default=32, help="requests waiting at most; more are refused (default 32)")
+    s.add_argument("--concurrency", type=int, default=2, help="requests worked on at once (default 2)")
+    s.add_argument("--no-precompute", action="store_true",
+                   help="do not compute the failure sorts and the report in a low-priority background eval run "
+                        "on a first start (they are then computed when first asked for)")
+    s.add_argument("--no-thumbnail-warmer", action="store_true",
+                   help="do not pre-render thumbnails in a low-priority background process")
+    s.add_argument("--debug", action="store_true",
+                   help="write the traceback of every failure to the log (default: one line per known fault)")
+    return p
+
+

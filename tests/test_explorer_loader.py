@@ -88,3 +88,23 @@ def test_a_failed_world_child_is_said_and_the_loader_generates_the_world(tmp_pat
     assert "failed (exit status 1); generating it here" in caplog.text
     assert len(bench.queries) > 0 and preloaded == {}
     assert stages[0].startswith("generating the offline world")
+
+
+def test_a_world_child_that_already_finished_is_not_said_to_be_generating(tmp_path, monkeypatch):
+    from cir_demo.explorer import loader
+
+    class DoneChild:
+        returncode = 0
+
+        def poll(self):
+            return 0
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(loader, "preload_retrievers", lambda config, names: {})
+    stages = []
+    config = ServiceConfig(benchmark_kwargs={"size": "tiny", "seed": 5})
+    loader._open_benchmark(config, stages.append, world_child=DoneChild())
+    assert stages[0] == "loading the models (the offline world was generated meanwhile)"

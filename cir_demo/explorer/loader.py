@@ -290,7 +290,8 @@ def _open_benchmark(config: ServiceConfig, stage: Callable[[str], None], world_c
     preloaded: dict[str, Any] = {}
     world_child = world_child or generate_world_aside(config)
     if world_child is not None:
-        stage("generating the offline world (first start) while the models load")
+        stage("loading the models (the offline world was generated meanwhile)" if world_child.poll() == 0
+              else "generating the offline world (first start) while the models load")
         known = [r["name"] for r in list_retrievers()]
         preloaded = preload_retrievers(config, model_columns(config, known))
         if world_child.wait():  # the benchmark's loader below generates it then (a lock keeps one writer)

@@ -36,9 +36,11 @@ import pytest  # noqa: E402
 # costs most to build once per session, one group across their modules.
 # Modules sharing what one process caches, so that it is built once: the browser modules share
 # `browser_support.run_tiny_eval`'s run; the training modules the tiny world's train pixels (rendered
-# into the data root's cache by the first `world_pixels`, about 10 CPU s).
+# into the data root's cache by the first `world_pixels`, about 10 CPU s); test_world_models.py and
+# test_eval_threads.py the tiny corpus encoded by world-CLIP and the world verifier (about 35 CPU s).
 MODULE_GROUPS = {"test_ui_browser": "tiny_eval", "test_ui_browser_visit": "tiny_eval",
-                 "test_training_world": "train_pixels", "test_training_split": "train_pixels"}
+                 "test_training_world": "train_pixels", "test_training_split": "train_pixels",
+                 "test_world_models": "tiny_world_features", "test_eval_threads": "tiny_world_features"}
 
 
 def shared_group(item) -> str:

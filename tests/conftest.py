@@ -34,16 +34,24 @@ import pytest  # noqa: E402
 # with its own session fixtures and data root. Every test is in one xdist group, run on one worker:
 # its module's (module fixtures are built once, as without xdist), or, for the tests sharing what
 # costs most to build once per session, one group across their modules.
+# Modules sharing what one process caches, so that it is built once: the browser modules share
+# `browser_support.run_tiny_eval`'s run; the training modules the tiny world's train pixels (rendered
+# into the data root's cache by the first `world_pixels`, about 10 CPU s); test_world_models.py and
+# test_eval_threads.py the tiny corpus encoded by world-CLIP and the world verifier (about 35 CPU s).
+MODULE_GROUPS = {"test_ui_browser": "tiny_eval", "test_ui_browser_visit": "tiny_eval",
+                 "test_training_world": "train_pixels", "test_training_split": "train_pixels",
+                 "test_world_models": "tiny_world_features", "test_eval_threads": "tiny_world_features"}
+
+
 def shared_group(item) -> str:
     """The group of a test that uses the `space_app` or the `default_world` session fixture (the
-    first, when both), of a browser module sharing `browser_support.run_tiny_eval`'s run, else its
-    module's name."""
+    first, when both), of a module in `MODULE_GROUPS`, else its module's name."""
     used = getattr(item, "fixturenames", ())
     for fixture in ("space_app", "default_world"):
         if fixture in used:
             return fixture
     module = item.module.__name__
-    return "tiny_eval" if module in ("test_ui_browser", "test_ui_browser_visit") else module
+    return MODULE_GROUPS.get(module, module)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups

@@ -23,11 +23,14 @@ def torch_threads():
     torch.set_num_threads(before)
 
 
-def _eval(out: Path, monkeypatch, cache: Path) -> None:
+def _eval(out: Path) -> None:
     import shutil
 
-    monkeypatch.setenv("CIR_DEMO_CACHE", str(cache))  # the world and its corpus features: rendered once
-    shutil.rmtree(cache / "rerank", ignore_errors=True)  # every score computed by this run's threads
+    from cir_demo.paths import cache_dir
+
+    # The world and its corpus features from the process's cache, which test_world_models.py (the same
+    # xdist group, conftest.py) fills too: the tiny corpus is encoded once (about 35 CPU s), by either.
+    shutil.rmtree(cache_dir() / "rerank", ignore_errors=True)  # every score computed by this run's threads
     p = argparse.ArgumentParser()
     eval_cli.add_arguments(p)
     args = p.parse_args(["--world-size", "tiny", "--split", "test", "--retrievers", "world-clip-image,world-cir",
@@ -42,11 +45,11 @@ def test_one_thread_and_two_write_the_same_bytes(tmp_path, monkeypatch, torch_th
     monkeypatch.setattr(torch_threads, "set_num_threads", lambda n: seen.append(n) or original(n))
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr("os.getloadavg", lambda: (64.0, 0.0, 0.0))  # a busy machine: one thread
-    _eval(tmp_path / "one", monkeypatch, tmp_path / "cache")
+    _eval(tmp_path / "one")
     assert seen and seen[0] == 1 and torch_threads.get_num_threads() == 2  # set for the run, then given back
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     seen.clear()
-    _eval(tmp_path / "two", monkeypatch, tmp_path / "cache")
+    _eval(tmp_path / "two")
     assert seen == [] and torch_threads.get_num_threads() == 2  # the user's two threads throughout
     files = sorted(p.relative_to(tmp_path / "one") for p in (tmp_path / "one").rglob("*") if p.is_file())
     assert len(files) > 10 and any("rerank" in str(f) for f in files)

@@ -1,19 +1,32 @@
-"""Recipes of one image tower encode a corpus once; the shared embeddings equal a fresh encode."""
+"""Recipes of one image tower encode a corpus once; the shared embeddings equal a fresh encode. On the
+tiny world's first 100 corpus images (two batches of 64): every pass renders each image it encodes,
+and sharing does not depend on the corpus size."""
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
 from cir_demo.index import build as index_build
 
+N_CORPUS = 100
+
+
+def small_tiny_world():
+    """The tiny world with only its first `N_CORPUS` corpus images."""
+    from cir_demo.world import load_world
+
+    bench = load_world(size="tiny")
+    return dataclasses.replace(bench, corpus_ids=list(bench.corpus_ids)[:N_CORPUS])
+
 
 def test_recipes_share_corpus_embeddings(tmp_path, monkeypatch):
     from cir_demo.retrievers import registry
     from cir_demo.testing.tiny_retrievers import build_tiny_open_clip, tiny_open_clip_config
-    from cir_demo.world import load_world
 
     monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CIR_DEMO_INDEXES", str(tmp_path / "indexes"))
-    bench = load_world(size="tiny")
+    bench = small_tiny_world()
     weights = build_tiny_open_clip(tmp_path)
     calls = []
     real_encode = index_build.encode_corpus
@@ -30,7 +43,7 @@ def test_recipes_share_corpus_embeddings(tmp_path, monkeypatch):
         xa = a.index.reconstruct_n(0, len(a.ids))
         xb = b.index.reconstruct_n(0, len(b.ids))
         fresh = real_encode(bench.images, list(bench.corpus_ids), image, progress=False)
-        assert a.ids == b.ids == list(bench.corpus_ids)
+        assert a.ids == b.ids == list(bench.corpus_ids) and len(a.ids) == N_CORPUS
         np.testing.assert_allclose(xb, fresh, atol=1e-6)
         np.testing.assert_array_equal(xa, xb)
     finally:
@@ -43,11 +56,11 @@ def test_prefetch_encodes_several_image_towers_in_one_pass_equal_to_separate_enc
     corpus image was opened once, not once per encoder."""
     from cir_demo.retrievers import registry
     from cir_demo.testing.tiny_retrievers import build_tiny_open_clip, tiny_open_clip_config
-    from cir_demo.world import load_world
 
     monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
-    bench = load_world(size="tiny")
+    bench = small_tiny_world()
     ids = index_build.corpus_ids_of(bench)
+    assert len(ids) == N_CORPUS
     encoders, registered = [], []
     try:
         for n, seed_dir in enumerate(("a", "b")):

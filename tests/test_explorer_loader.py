@@ -65,26 +65,30 @@ def test_explorer_imports_no_torch():
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
+class ExitedChild:
+    """A world child process that has already ended with `code`."""
+
+    def __init__(self, code: int):
+        self.returncode = code
+
+    def poll(self):
+        return self.returncode
+
+    def wait(self, timeout=None):
+        return self.returncode
+
+
 def test_a_failed_world_child_is_said_and_the_loader_generates_the_world(tmp_path, monkeypatch, caplog):
     """The loader waits for the child that generates the world aside; when it failed, the log says so
     and opening the benchmark generates the world here."""
     from cir_demo.explorer import loader
-
-    class FailedChild:
-        returncode = 1
-
-        def poll(self):
-            return 1
-
-        def wait(self, timeout=None):
-            return 1
 
     monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(loader, "preload_retrievers", lambda config, names: {})
     stages = []
     config = ServiceConfig(benchmark_kwargs={"size": "tiny", "seed": 5})
     with caplog.at_level("WARNING", logger="cir_demo.explorer.loader"):
-        bench, preloaded = loader._open_benchmark(config, stages.append, world_child=FailedChild())
+        bench, preloaded = loader._open_benchmark(config, stages.append, world_child=ExitedChild(1))
     assert "failed (exit status 1); generating it here" in caplog.text
     assert len(bench.queries) > 0 and preloaded == {}
     assert stages[0].startswith("generating the offline world")
@@ -93,18 +97,9 @@ def test_a_failed_world_child_is_said_and_the_loader_generates_the_world(tmp_pat
 def test_a_world_child_that_already_finished_is_not_said_to_be_generating(tmp_path, monkeypatch):
     from cir_demo.explorer import loader
 
-    class DoneChild:
-        returncode = 0
-
-        def poll(self):
-            return 0
-
-        def wait(self, timeout=None):
-            return 0
-
     monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(loader, "preload_retrievers", lambda config, names: {})
     stages = []
     config = ServiceConfig(benchmark_kwargs={"size": "tiny", "seed": 5})
-    loader._open_benchmark(config, stages.append, world_child=DoneChild())
+    loader._open_benchmark(config, stages.append, world_child=ExitedChild(0))
     assert stages[0] == "loading the models (the offline world was generated meanwhile)"

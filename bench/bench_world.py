@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--render-images", type=int, default=500)
     args = ap.parse_args(argv)
 
-    from cir_demo.world.generate import generate_world, read_manifest
+    from cir_demo.world.disk import generate_world, read_manifest
     from cir_demo.world.loader import open_world, render_batch
     from cir_demo.world.render import render_scene
 

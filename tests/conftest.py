@@ -107,7 +107,8 @@ def default_world(tmp_path_factory):
     world itself (the tiny world serves every other test): (its `BuiltWorld`, a cache folder holding
     it written as `load_world()` finds it under CIR_DEMO_CACHE). Shared and read-only: tests open it
     through `default_world_cache`, never write into it."""
-    from cir_demo.world.generate import build_world, write_world, world_dir
+    from cir_demo.world.disk import world_dir, write_world
+    from cir_demo.world.generate import build_world
 
     cache = tmp_path_factory.mktemp("default_world_cache")
     built = build_world("default", 0)

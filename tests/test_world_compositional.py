@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from cir_demo.world import attributes as A
-from cir_demo.world.generate import generate_world
+from cir_demo.world.disk import generate_world
 from cir_demo.world.holdout import (HOLDABLE, edit_of, held_out_edits, pool_alternatives, repair, template_pool)
 from cir_demo.world.intents import intent_templates
 from cir_demo.world.scene import sample_scene, scene_from_row, validate_scene

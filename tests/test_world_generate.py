@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from cir_demo.world import attributes as A
-from cir_demo.world.generate import (DATA_FILES, SIZES, generate_world, manifest_matches,
-                                     scaled_quotas, world_stats)
+from cir_demo.world.disk import DATA_FILES, generate_world, manifest_matches, world_stats
+from cir_demo.world.generate import SIZES, scaled_quotas
 from cir_demo.world.intents import CATEGORIES, KINDS
 from cir_demo.world.scene import Constraint, satisfies, table_to_scenes
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from cir_demo.world import attributes as A
-from cir_demo.world.generate import MAX_NEGATIVES, generate_world
+from cir_demo.world.disk import generate_world
+from cir_demo.world.generate import MAX_NEGATIVES
 from cir_demo.world.intents import CATEGORIES, EDIR_SUBCATEGORIES
 
 

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from cir_demo.world import generate as G
-from cir_demo.world.generate import (MANIFEST, TEST_FILES, TEST_MANIFEST, TRAIN_FILES, generate_world, read_manifest,
+from cir_demo.world import disk as G
+from cir_demo.world.disk import (MANIFEST, TEST_FILES, TEST_MANIFEST, TRAIN_FILES, generate_world, read_manifest,
                                      world_problems)
 
 
@@ -123,7 +123,7 @@ def test_concurrent_processes_write_once(tmp_path):
 
     from cir_demo.paths import REPO_ROOT
 
-    code = ("import sys; from cir_demo.world.generate import generate_world; "
+    code = ("import sys; from cir_demo.world.disk import generate_world; "
             "generate_world('tiny', 0, sys.argv[1], progress=True, part='test')")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "w")], cwd=str(REPO_ROOT),
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
@@ -148,7 +148,7 @@ def test_the_apps_start_generates_the_test_part_in_a_child_before_importing_grad
     """`prepare` (what app.py runs before gradio's import) starts a child process on a first start; it
     ends with the test part written, which the loader then opens without generating; none when it is there."""
     from cir_demo.ui.startup import prepare
-    from cir_demo.world.generate import world_dir
+    from cir_demo.world.disk import world_dir
 
     monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
     startup = prepare(["--world-size", "tiny", "--world-seed", "2", "--limit", "2", "--port", "0"])

@@ -13,7 +13,7 @@ Importing this package is cheap (no torch, no generation, no rendering).
 from __future__ import annotations
 
 _LAZY = {
-    "generate_world": "generate", "world_dir": "generate", "build_world": "generate", "SIZES": "generate",
+    "generate_world": "disk", "world_dir": "disk", "build_world": "generate", "SIZES": "generate",
     "GENERATOR_VERSION": "generate",
     "load_world": "loader", "load_train": "loader", "render_image": "loader", "render_batch": "loader",
     "scene_of": "loader", "open_world": "loader", "load_intents": "loader", "load_test_captions": "loader",

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _generate(args) -> int:
-    from .generate import generate_world, read_manifest
+    from .disk import generate_world, read_manifest
     root = generate_world(args.size, args.seed, args.out, progress=True, force=args.force)  # prints the statistics
     m = read_manifest(root)
     print(f"world {m['size']} seed {m['seed']} at {root}")
@@ -87,7 +87,7 @@ def _contact_sheet(args) -> int:
 
 
 def _stats(args) -> int:
-    from .generate import format_stats
+    from .disk import format_stats
     from .loader import open_world
     m = open_world(args.root, args.size, args.seed).manifest
     print(json.dumps(m["stats"], indent=2) if args.json else format_stats(m["stats"]))

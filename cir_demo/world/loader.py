@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .generate import MANIFEST, PARTS, TEST_MANIFEST, generate_world, read_manifest, world_dir, world_problems
+from .disk import MANIFEST, PARTS, TEST_MANIFEST, generate_world, read_manifest, world_dir, world_problems
 from .render import RENDER_SIZE, render_scene
 from .scene import Constraint, Scene, scene_from_row
 

@@ -193,6 +193,45 @@ def test_list_callback_filters_sorts_and_reports_counts(demo, service):
     assert ids == [] and "**0** matching" in info
 
 
+def test_background_run_poll_never_undoes_a_sort_picked_meanwhile(service):
+    """A poll's reply can arrive after a sort the visitor picked since the poll was sent (seen in CI:
+    the first poll set the dropdown back to benchmark order). Only the poll that finds the run done
+    sets the sort's value; the page load sets where the poll starts, so an unchanged run sends nothing."""
+    from cir_demo.explorer.precompute import PrecomputeStatus
+
+    class Followed:  # the page reads only the background run's status
+        def __init__(self):
+            self.now = PrecomputeStatus("waiting")
+
+        def status(self):
+            return self.now
+
+    job = Followed()
+    d = ui_app.create_app(service, job)
+    first = [v for v in load_page(d, {})[-1].values() if isinstance(v, (str, bool))]
+    assert "waiting:0/0:" in first and False in first
+    tick = wired(d, "on_tick").fn
+    filters = [explore.ANY] * len(explore.FILTER_FIELDS)
+    skip = gr.skip()
+    assert all(v == skip for v in tick(False, ui_app.run_status_key(job.now), None, "", "worst", *filters))
+
+    job.now = PrecomputeStatus("running", 1, 9)
+    out = tick(False, "waiting:0/0:", None, "", "order", *filters)  # sent before the visitor picked "worst"
+    sort_update, info = out[1], out[-1]
+    assert "value" not in sort_update and sort_update["choices"]  # the labels, never the pick
+    assert info == skip  # benchmark order: nothing waits
+    out = tick(False, "waiting:0/0:", None, "", "worst", *filters)
+    assert "being computed in the background (1/9)" in out[-1] and "value" not in out[1]
+
+    job.now = PrecomputeStatus("done", 9, 9, "run r")
+    out = tick(False, ui_app.run_status_key(PrecomputeStatus("running", 1, 9)), None, "", "worst", *filters)
+    assert out[1]["value"] == "worst" and out[2] is True and out[4] == "done:9/9:run r"
+    assert "being computed" not in out[-1] and "matching queries" in out[-1]
+    assert all(v == skip for v in tick(True, out[4], None, "", "order", *filters))  # done: nothing more
+
+    final = [v for v in load_page(d, {})[-1].values() if isinstance(v, (str, bool))]  # opened after the run
+    assert True in final and "done:9/9:run r" in final
+
 def test_select_and_view_callbacks(demo, service):
     names = service.retriever_names
     qid = service.benchmark.queries[3].query_id

@@ -108,8 +108,10 @@ def test_first_visit_background_run_every_sort_and_report(fresh_app, browser):
     wait_text(page, "#cir-status", "failure sorts and report: ready", timeout=RUN_TIMEOUT_MS)
     assert job.status().state == "done", job.status()
     assert [d.name for d in runs.iterdir() if not d.name.startswith(".")] == [job._out.name]  # a normal run folder
-    wait_text(page, "#cir-list-info", SORT_NOTES["rerank_helped"])
-    assert "being computed" not in page.locator("#cir-list-info").inner_text()
+    # the note also names the sort while it waits: wait for the list the done run sorted
+    page.wait_for_function("([s, t]) => { const x = document.querySelector(s)?.innerText || '';"
+                           " return x.includes(t) && !x.includes('being computed'); }",
+                           arg=["#cir-list-info", SORT_NOTES["rerank_helped"]], timeout=TIMEOUT_MS)
     assert page.locator("#cir-sort input").input_value() == SORTS["rerank_helped"]  # the label is redrawn
     shot(page, "02-sort-applied")
 

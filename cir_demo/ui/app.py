@@ -79,6 +79,11 @@ def initial_state(service: ExplorerService, params: dict[str, str]) -> ParsedSta
                          service.retriever_names, service.reranker_name is not None, default_query)
 
 
+def run_status_key(pending) -> str:
+    """The background run's status as a page shows it: a poll that finds it unchanged sends nothing."""
+    return f"{pending.state}:{pending.done}/{pending.total}:{pending.detail}"
+
+
 def initial_outputs(service: ExplorerService, params: dict[str, str], pending=None) -> dict[str, Any]:
     """Everything the page shows once the service is ready, by name (see `create_app` for the mapping).
     `pending`: the background run's status (None: no background run)."""
@@ -114,6 +119,9 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
     out["upload:rerank"] = explore.rerank_controls(service)["rerank"]
     rep = report.show_report(service, None, pending)
     out["sort"] = explore.sort_update(service, pending)
+    if pending is not None:  # what the page now shows of the background run: the poll goes on from here
+        out["run:seen_ready"], out["run:seen_key"] = pending.ready, run_status_key(pending)
+        out["run:timer"] = gr.Timer(active=not pending.ready)
     out.update({f"report:{k}": v for k, v in rep.items()})
     return out
 
@@ -177,11 +185,15 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
                         **{f"view:{n}": c for n, c in zip(VIEW_KEYS, ex.view_outputs())}}
         report.wire_pair(rp, pair_targets, get_service, get_pending, [ex.k, ex.rerank, ex.top_n])
         report.wire_upload(rp, ex.retrievers, get_service)
+        if precompute is not None:  # following the background run; the page load sets where it starts
+            follow = {"run:timer": gr.Timer(PRECOMPUTE_POLL_S), "run:seen_ready": gr.State(False),
+                      "run:seen_key": gr.State("")}
+            by_name.update(follow)
         outputs = [status, ex.loading, ex.body, *by_name.values()]
 
         _wire_page_load(demo, loader, precompute, status, ex, by_name, outputs, get_service, get_pending)
         if precompute is not None:
-            _wire_background_run(loader, status, ex, rp, get_service, get_pending)
+            _wire_background_run(loader, status, ex, rp, get_service, get_pending, *follow.values())
         demo.load(None, None, None, js=CONTROLS_JS)
     demo.cir_loader = loader  # for launch helpers and tests
     return bound_session_copies(demo)
@@ -227,14 +239,15 @@ def _wire_page_load(demo: gr.Blocks, loader: ServiceLoader, precompute, status, 
               concurrency_id=STATUS_GROUP).then(on_ready, None, outputs, show_progress="hidden")
 
 
-def _wire_background_run(loader: ServiceLoader, status, ex, rp, get_service, get_pending) -> None:
+def _wire_background_run(loader: ServiceLoader, status, ex, rp, get_service, get_pending, timer: gr.Timer,
+                         seen_ready: gr.State, seen_key: gr.State) -> None:
     """Follow the background run (failure sorts and the Report) on the page."""
     # Follow the background run: progress in the status line and the sort labels; when it
     # is done, the Report shows its run and a failure sort picked meanwhile is applied.
     # The poll only reads a status, so it runs outside the work limit (STATUS_GROUP).
-    timer = gr.Timer(PRECOMPUTE_POLL_S)
-    seen_ready = gr.State(False)
-    seen_key = gr.State("")  # the run's status this page shows: a tick that finds it unchanged sends nothing
+    # A poll's inputs are read when it is sent, and its reply may come after a sort the visitor
+    # picked meanwhile: so only the poll that finds the run done sets the sort's value (its label
+    # loses the "computing" mark, which gradio redraws only with a value), never one before.
     report_outputs = rp.outputs()
     list_outputs = [ex.query_list, ex.query_ids, ex.list_info]
 
@@ -244,14 +257,15 @@ def _wire_background_run(loader: ServiceLoader, status, ex, rp, get_service, get
         if not loader.ready:
             return skip_all
         pending = get_pending()
-        key = f"{pending.state}:{pending.done}/{pending.total}:{pending.detail}"
+        key = run_status_key(pending)
         if key == shown and (was_ready or not pending.ready):
             return skip_all  # unchanged: an open sort list is not redrawn under the visitor's pointer
         service = get_service()
+        now_ready = pending.ready and not was_ready
         head = (status_markdown(service, loader.status(), pending),
-                explore.sort_update(service, pending, sort or "order"), pending.ready,
+                explore.sort_update(service, pending, (sort or "order") if now_ready else None), pending.ready,
                 gr.Timer(active=not pending.ready), key)
-        if not pending.ready or was_ready:
+        if not now_ready:
             # a failure sort picked meanwhile: its info line counts on with the status line
             info = (explore.list_queries(service, text, dict(zip(ex.filters, filter_values)), sort, pending)["info"]
                     if sort and sort != "order" and not pending.ready else gr.skip())

@@ -27,3 +27,37 @@ def test_the_ui_imports_gradio_without_its_stub_writer_and_components_keep_their
     """)
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_app_py_refuses_ipython_and_gradio_still_imports_and_knows_it_is_not_in_a_notebook():
+    code = textwrap.dedent("""
+        import sys
+        from cir_demo.ui.gradio_import import refuse_ipython
+        assert refuse_ipython() is True
+        try:
+            import IPython.core.magic  # noqa: F401
+        except ModuleNotFoundError as exc:
+            assert "outside IPython" in str(exc), exc
+        else:
+            raise AssertionError("IPython imported")
+        import cir_demo.ui.app  # noqa: F401 (gradio through the package's hook)
+        import gradio.utils
+        assert gradio.utils.ipython_check() is False and gradio.utils.colab_check() is False
+        assert not any(m == "IPython" or m.startswith("IPython.") for m in sys.modules)
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_refuse_ipython_leaves_a_process_that_has_imported_it_alone():
+    code = textwrap.dedent("""
+        import sys, types
+        sys.modules["IPython"] = types.ModuleType("IPython")  # as in a notebook, where it is imported first
+        from cir_demo.ui import gradio_import as gi
+        assert gi.refuse_ipython() is False
+        assert not any(isinstance(f, gi._RefuseIPython) for f in sys.meta_path)
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

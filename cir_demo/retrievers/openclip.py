@@ -26,6 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from cir_demo.models import world_clip
 from cir_demo.retrievers.base import resolve_path
 from cir_demo.retrievers.dual_encoder import DualEncoder, DualEncoderRetriever, retriever_from_config, torch_precision
 from cir_demo.utils import versions
@@ -245,15 +246,13 @@ def _canonical(cfg: dict) -> str:
 
 # --------------------------------------------------------------------------- encoder
 class OpenClipEncoder(DualEncoder):
-    def __init__(self, model, preprocess, tokenizer, device: str, precision: str):
-        import open_clip
-
+    def __init__(self, model, preprocess, tokenizer, device: str, precision: str, input_dtype=None):
         self.model = model.eval()
         self.preprocess = preprocess
         self.tokenizer = tokenizer
         self.device = device
         self.precision = precision
-        self._input_dtype = open_clip.get_input_dtype(precision)
+        self._input_dtype = input_dtype  # open_clip.get_input_dtype(precision): None for fp32
         self.dim = int(self.encode_text_batch(["a photo"]).shape[1])
 
     def encode_image_batch(self, images: Sequence[Any]) -> np.ndarray:
@@ -281,7 +280,12 @@ def _rgb(img):
 
 
 def library_versions() -> dict[str, str | None]:
-    return versions.library_versions("open_clip", "torch", imported=True)
+    """torch's version as imported; open_clip's as imported where it ran, else (world-CLIP built without it,
+    cir_demo/models/world_clip.py) its package's, which is the same string."""
+    import sys
+
+    out = versions.library_versions("open_clip", imported="open_clip" in sys.modules)
+    return {**out, **versions.library_versions("torch", imported=True)}
 
 
 def load_encoder(
@@ -291,17 +295,18 @@ def load_encoder(
     device: str = "cpu",
     precision: str = "fp32",
     where: str = "open_clip retriever",
+    native: bool = True,
 ) -> tuple[OpenClipEncoder, dict]:
-    """Create the open_clip model + matching transform + tokenizer; returns (encoder, spec fields)."""
-    import open_clip
-
+    """Create the open_clip model + matching transform + tokenizer; returns (encoder, spec fields).
+    `native`: a local architecture that cir_demo/models/world_clip.py builds (world-CLIP) is built there,
+    without importing open_clip (the same embeddings, bit for bit); False: always through open_clip."""
     from cir_demo.utils.io import sha256_file
 
     precision = torch_precision(precision, device)
     spec: dict[str, Any] = {"model": model_name, "pretrained": pretrained}
+    cfg = None
     if model_config is not None:
         cfg = load_model_config(model_config, where)
-        register_model_config(model_name, cfg)
         spec["model_config"] = cfg
     if not pretrained:
         raise ValueError(f"{where}: 'pretrained' (an open_clip tag or a local weights file) is required")
@@ -315,7 +320,13 @@ def load_encoder(
         force_pp = read_preprocess_sidecar(path, model_name, digest)
         spec["weights"] = {"path": str(pretrained), "sha256": digest}
         checkpoint = str(path)
-    else:
+        if native and world_clip.supported(cfg, local_tokenizer_dir(cfg), precision):
+            return _native_encoder(cfg, path, force_pp, device, spec, where)
+    import open_clip  # after the native path: importing it costs ~4.5 CPU seconds (torchvision, transformers)
+
+    if cfg is not None:
+        register_model_config(model_name, cfg)
+    if not is_local_weights(pretrained):
         tag_cfg = open_clip.get_pretrained_cfg(model_name, pretrained)
         if not tag_cfg:
             known = open_clip.list_pretrained_tags_by_model(model_name)
@@ -338,8 +349,24 @@ def load_encoder(
 
     transform = image_transform_v2(PreprocessCfg(**model.visual.preprocess_cfg), is_train=False)
     tokenizer = make_tokenizer(model_name, spec.get("model_config"))
-    encoder = OpenClipEncoder(model, transform, tokenizer, device, precision)
+    encoder = OpenClipEncoder(model, transform, tokenizer, device, precision, open_clip.get_input_dtype(precision))
     spec.update({"preprocess": pp_cfg, "precision": precision, "dim": encoder.dim})
+    return encoder, spec
+
+
+def _native_encoder(cfg: dict, weights: Path, sidecar: dict, device: str, spec: dict,
+                    where: str) -> tuple[OpenClipEncoder, dict]:
+    """`load_encoder` for an architecture cir_demo/models/world_clip.py builds: the same model, transform,
+    tokenizer and spec as open_clip's, without importing it."""
+    pp_cfg = {k: _jsonable(v) for k, v in world_clip.preprocess_cfg(cfg, sidecar).items()}
+    if _jsonable(sidecar["size"]) != _jsonable(cfg["vision_cfg"]["image_size"]):
+        raise ValueError(
+            f"{where}: sidecar preprocess size {sidecar['size']} differs from the model's image size "
+            f"{cfg['vision_cfg']['image_size']}")
+    model = world_clip.build_model(cfg, weights, device)
+    tokenizer = world_clip.Tokenizer(local_tokenizer_dir(cfg), cfg["text_cfg"].get("context_length", 77))
+    encoder = OpenClipEncoder(model, world_clip.Preprocess(pp_cfg), tokenizer, device, "fp32")
+    spec.update({"preprocess": pp_cfg, "precision": "fp32", "dim": encoder.dim})
     return encoder, spec
 
 

@@ -5,7 +5,12 @@ On every import, gradio's ComponentMeta rewrites the .pyi stub beside each compo
 the ~6 an import takes on 2 cores, paid again at every start of a Space. The stubs serve editors
 only; nothing at run time reads them. `install()` swaps that writer for a no-op as the module is
 loaded, before any component class is created; if gradio renames it, gradio imports as it would
-anyway."""
+anyway.
+
+`refuse_ipython()` (for `python app.py`, a script and never an IPython session): gradio imports IPython
+when it is installed, at its import and again at launch, only to ask whether it runs in a notebook
+(0.4 CPU seconds of a cold start). In a process that has not imported IPython the answer is no either
+way, so IPython is refused there and gradio takes its "not installed" path."""
 from __future__ import annotations
 
 import importlib.abc
@@ -37,6 +42,23 @@ class _WithoutStubWriter(importlib.abc.MetaPathFinder):
 
         loader.exec_module = exec_module
         return spec
+
+
+class _RefuseIPython(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname == "IPython" or fullname.startswith("IPython."):
+            raise ModuleNotFoundError(f"No module named {fullname!r} (python app.py runs outside IPython)",
+                                      name=fullname)
+        return None
+
+
+def refuse_ipython() -> bool:
+    """Refuse IPython's import in this process from now on; False when it is imported already (a notebook)."""
+    if "IPython" in sys.modules:
+        return False
+    if not any(isinstance(f, _RefuseIPython) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RefuseIPython())
+    return True
 
 
 def install() -> bool:

@@ -18,7 +18,6 @@ from cir_demo.benchmarks.schema import Benchmark, Query
 from cir_demo.utils.lru import LRU
 
 DEFAULT_K = 50
-IMAGES_KEPT = 256  # opened images an engine keeps at least (the app's default)
 
 
 @dataclass
@@ -73,7 +72,6 @@ class RetrievalEngine:
         progress: bool = True,
         trust_remote_code: bool = False,
         encode_reranker_corpus: bool = True,
-        images_kept: int = 0,
     ):
         from cir_demo.retrievers.registry import get_config
 
@@ -94,9 +92,7 @@ class RetrievalEngine:
         self._rerankers: dict[str, Any] = {}
         self._score_cache = None
         self._query_vectors = LRU(4096)
-        # opened images (a world's are rendered, about 9 ms each): at least IMAGES_KEPT; `--eval` asks for
-        # one per reference image, which every retriever's pass over the queries opens again
-        self._images = LRU(max(IMAGES_KEPT, images_kept))
+        self._images = LRU(256)
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ loading

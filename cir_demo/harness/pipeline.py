@@ -226,10 +226,8 @@ def _run_into(args, splits, names, reranker_name, top_n, final: Path, stages: St
         print(f"benchmark {s.bench.name}" + (f" ({s.label} split)" if len(splits) > 1 else "")
               + f": {len(s.bench.queries)} queries, {len(s.bench.corpus_ids)} corpus images; "
               f"retrievers: {', '.join(names)}; reranker: {reranker_name or 'none'}", flush=True)
-    references = {r for s in splits for q in s.bench.queries for r in q.reference_ids}
     engine = RetrievalEngine(bench, names, device=getattr(args, "device", None), progress=True,
-                             trust_remote_code=bool(getattr(args, "trust_remote_code", False)),
-                             images_kept=len(references))
+                             trust_remote_code=bool(getattr(args, "trust_remote_code", False)))
     specs: dict[str, dict] = {}
     reranker_spec = None
     if reranker_name:  # a first run renders the corpus once for the retrievers and the reranker

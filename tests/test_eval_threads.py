@@ -1,5 +1,6 @@
 """`--eval` with the world's own models runs torch on one CPU thread (faster on a shared machine) and
-writes the same bytes as with two threads; OMP_NUM_THREADS, when set, keeps the user's choice."""
+writes the same bytes as with two threads; OMP_NUM_THREADS, when set, keeps the user's choice; the load
+that decides is the machine's before the run began."""
 from __future__ import annotations
 
 import argparse
@@ -84,3 +85,27 @@ def test_only_the_world_models_on_a_busy_cpu_get_one_thread(monkeypatch, torch_t
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     with small_model_threads(["world-cir"], "world-verifier", None):
         assert torch_threads.get_num_threads() == 2
+
+
+def test_the_runs_own_load_never_makes_the_reranking_one_thread(tmp_path, monkeypatch, torch_threads):
+    """The load average is read when the run begins: the run's render workers and threads, which raise
+    it later (here: busy from the second reading on), do not count as other work."""
+    import contextlib
+
+    from cir_demo.harness import pipeline
+
+    readings = iter([0.5])  # the first reading, when the run begins: a quiet machine
+    monkeypatch.setattr("os.getloadavg", lambda: (next(readings, 64.0), 0.0, 0.0))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    original, seen = pipeline.small_model_threads, []
+
+    @contextlib.contextmanager
+    def spy(*args, **kw):
+        with original(*args, **kw):
+            seen.append(torch_threads.get_num_threads())
+            yield
+
+    monkeypatch.setattr(pipeline, "small_model_threads", spy)
+    _eval(tmp_path / "run")
+    assert seen and set(seen) == {2}  # both retrievers reranked on the runner's two threads
+

@@ -230,6 +230,20 @@ def test_recipes_of_one_encoder_share_text_embeddings_and_others_do_not(weights_
     assert not np.allclose(c[0], a[0], atol=1e-3)
 
 
+def test_a_batch_key_hashes_each_image_object_once_and_equals_the_key_of_every_image_hashed(images, monkeypatch):
+    """Oracle: the key of a batch whose paraphrases share image objects equals the one built by hashing every
+    entry (a copy with the same pixels is a different object: hashed itself, marked as another entry)."""
+    from cir_demo.retrievers import dual_encoder
+
+    batch = [images[0], images[1], images[0], images[0], images[0].copy(), images[1], images[2]]
+    naive = ("tower", 64, tuple(dual_encoder._pixels_digest(img) for img in batch), (0, 1, 0, 0, 2, 1, 3))
+    hashed, digest = [], dual_encoder._pixels_digest
+    monkeypatch.setattr(dual_encoder, "_pixels_digest", lambda img: hashed.append(id(img)) or digest(img))
+    assert dual_encoder.reference_batch_key("tower", 64, batch) == naive
+    assert len(hashed) == 4 and naive[2][0] == naive[2][4]
+    assert dual_encoder.reference_batch_key("tower", 64, [images[0], "not an image"]) is None
+
+
 def test_recipes_of_one_tower_share_reference_batches_bit_for_bit_and_only_whole_batches(weights_dir, images, monkeypatch):
     """Memo against no memo: a second recipe of the same weights encoding the very same reference batch reads
     it (no image forward) and gets exactly the rows a fresh forward gives; a different batch (a subset, or the

@@ -105,10 +105,14 @@ def query_text_section(specs: dict[str, dict]) -> list[str]:
 
 class Stages:
     """Wall seconds per stage of a run, in the order the stages first ran: run_info.json's `timings_s`
-    and the last line of the run's log, so that a slow run says where its time went."""
+    and the last line of the run's log, so that a slow run says where its time went; also the
+    machine's 1-minute load average when the run began, before the run itself raised it."""
 
     def __init__(self):
+        import os
+
         self.t0 = time.perf_counter()
+        self.start_load = os.getloadavg()[0]
         self.seconds: dict[str, float] = {}
 
     @contextlib.contextmanager
@@ -123,7 +127,8 @@ class Stages:
         return time.perf_counter() - self.t0
 
     def line(self) -> str:
-        return "time per stage (s): " + ", ".join(f"{k} {v:.1f}" for k, v in self.seconds.items())
+        return (f"time per stage (s; load average {self.start_load:.1f} at the start): "
+                + ", ".join(f"{k} {v:.1f}" for k, v in self.seconds.items()))
 
 
 def dry_run_benchmark(args: argparse.Namespace, bench, names: list[str], reranker_name: str | None, top_n: int) -> int:
@@ -172,23 +177,37 @@ def run_benchmark(args: argparse.Namespace) -> int:
         return _run_into(args, splits, names, reranker_name, top_n, final, stages)
 
 
-@contextlib.contextmanager
-def small_model_threads(names: Sequence[str], reranker_name: str | None, device: str | None):
-    """One torch thread meanwhile for reranking with the offline world's own small models on the CPU
-    of a machine already busy with other work (load average above its CPUs + 1), unless
-    OMP_NUM_THREADS says otherwise: there a second thread only spins for its core (on a loaded
-    2-core machine the reranking took 8 times the CPU with two threads as with one), while on a quiet
-    one it shortens the stage (quiet 2 cores: 78 s with two threads, 101 s with one). The judge's
-    scores are the same bits either way (tests/test_eval_threads.py), so the choice changes no output.
-    Not for retrieval: world-CLIP's query vectors differ in their last bits in a process whose
-    torch started on one thread."""
-    import os
-
+def machine_busy(load: float) -> bool:
+    """A 1-minute load average above the CPUs + 1: other work already fills the machine."""
     from cir_demo.index.build import usable_cpus
 
+    return load > usable_cpus() + 1
+
+
+def one_small_model_thread(names: Sequence[str], reranker_name: str | None, device: str | None,
+                           load: float | None = None) -> bool:
+    """Whether reranking with the offline world's own small models runs torch on one thread: on the
+    CPU of a machine already busy with other work (`machine_busy`), unless OMP_NUM_THREADS says
+    otherwise. There a second thread only spins for its core (on a loaded 2-core machine the
+    reranking took 8 times the CPU with two threads as with one), while on a quiet one it shortens
+    the stage (quiet 2 cores: 78 s with two threads, 101 s with one). `load`: the load average before
+    the run began (`Stages.start_load`), so that the run's own render workers and threads, which raise
+    the load average while it runs, never count as other work; None: read it now."""
+    import os
+
     small = all(n.startswith("world-") for n in names) and reranker_name in (None, "world-verifier")
-    busy = os.getloadavg()[0] > usable_cpus() + 1
-    if not (small and busy and (device or "cpu") == "cpu" and "OMP_NUM_THREADS" not in os.environ):
+    busy = machine_busy(os.getloadavg()[0] if load is None else load)
+    return small and busy and (device or "cpu") == "cpu" and "OMP_NUM_THREADS" not in os.environ
+
+
+@contextlib.contextmanager
+def small_model_threads(names: Sequence[str], reranker_name: str | None, device: str | None,
+                        load: float | None = None):
+    """One torch thread meanwhile where `one_small_model_thread` says so. The judge's scores are the
+    same bits either way (tests/test_eval_threads.py), so the choice changes no output. Not for
+    retrieval: world-CLIP's query vectors differ in their last bits in a process whose torch started
+    on one thread."""
+    if not one_small_model_thread(names, reranker_name, device, load):
         yield
         return
     from cir_demo.utils.threads import torch_threads
@@ -212,6 +231,9 @@ def _run_into(args, splits, names, reranker_name, top_n, final: Path, stages: St
     specs: dict[str, dict] = {}
     reranker_spec = None
     if reranker_name:  # a first run renders the corpus once for the retrievers and the reranker
+        if one_small_model_thread(names, reranker_name, getattr(args, "device", None), stages.start_load):
+            print(f"reranking on one torch thread: load average {stages.start_load:.1f} when the run began",
+                  flush=True)
         with stages("corpus features"):
             engine.prefetch_corpus_embeddings(names, reranker_name)
             engine.reranker(reranker_name)  # loaded with the corpus features it reads
@@ -264,7 +286,8 @@ def _run_split(args, engine, split, name: str, spec: dict, reranker_name, rerank
     split.evaluations.append(base)
     if not reranker_name:
         return
-    with stages(f"{name}/rerank{tag}"), small_model_threads([name], reranker_name, getattr(args, "device", None)):
+    with stages(f"{name}/rerank{tag}"), small_model_threads([name], reranker_name, getattr(args, "device", None),
+                                                                   load=stages.start_load):
         rr = engine.rerank_run(reranker_name, run, scores, queries=bench.queries, top_n=top_n, progress=True)
     rr_name = f"{name}{RERANK_SUFFIX}"
     rr_scores = {q: [it.p_yes if it.p_yes is not None else float("nan") for it in its] for q, its in rr.items.items()}

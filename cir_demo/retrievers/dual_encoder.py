@@ -63,7 +63,9 @@ def reference_batch_key(tower: str, batch_size: int, images: Sequence[Any]) -> t
     """`REFERENCE_MEMO`'s key of one call's reference images: the image tower, the batch size, each image's
     pixels and which entries are the very same object (`encode_in_batches` encodes those once), so that
     equal keys mean the very same batches; None when an image is not a PIL image."""
-    digests = [_pixels_digest(img) for img in images]
+    of_object: dict[int, bytes | None] = {}  # the paraphrases of one intent share their image objects
+    digests = [of_object[id(img)] if id(img) in of_object else of_object.setdefault(id(img), _pixels_digest(img))
+               for img in images]
     if any(d is None for d in digests):
         return None
     first: dict[int, int] = {}

@@ -36,11 +36,10 @@ import pytest  # noqa: E402
 # costs most to build once per session, one group across their modules.
 # Modules sharing what one process caches, so that it is built once: the browser modules share
 # `browser_support.run_tiny_eval`'s run; the training modules the tiny world's train pixels (rendered
-# into the data root's cache by the first `world_pixels`, about 10 CPU s); test_world_models.py and
-# test_eval_threads.py the tiny corpus encoded by world-CLIP and the world verifier (about 35 CPU s).
+# into the data root's cache by the first `world_pixels`, about 10 CPU s). The tiny corpus encoded by
+# world-CLIP and the world verifier needs no group: `tiny_world_seed` is built once across the workers.
 MODULE_GROUPS = {"test_ui_browser": "tiny_eval", "test_ui_browser_visit": "tiny_eval",
-                 "test_training_world": "train_pixels", "test_training_split": "train_pixels",
-                 "test_world_models": "tiny_world_features", "test_eval_threads": "tiny_world_features"}
+                 "test_training_world": "train_pixels", "test_training_split": "train_pixels"}
 
 
 def shared_group(item) -> str:
@@ -132,6 +131,62 @@ def linked_default_world(default_world, cache):
     """`cache`, a new cache folder in which the shared default world is linked (read-only)."""
     (cache / "world").mkdir(parents=True)
     (cache / "world" / "default-seed0").symlink_to(default_world[1] / "world" / "default-seed0", target_is_directory=True)
+    return cache
+
+
+@pytest.fixture(scope="session")
+def tiny_world_seed(tmp_path_factory):
+    """A cache folder holding the tiny world's test part and its corpus encoded by world-CLIP's image
+    tower and by the world verifier, as a first `--eval` of the world models leaves them (the real code,
+    on one torch thread as the tests run). Built once per suite: the first worker that asks builds it
+    under a lock in the folder both workers' temporary folders share; the other waits and reuses it.
+    Read-only: tests take a private copy through `seeded_cache`."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this run's, never another's
+    seed = shared / "tiny_world_seed"
+    with open(shared / "tiny_world_seed.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not seed.is_dir():
+            partial = shared / "tiny_world_seed.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            build_tiny_world_seed(partial)
+            partial.rename(seed)
+    return seed
+
+
+def build_tiny_world_seed(cache) -> None:
+    """The tiny world and its world-CLIP and world-verifier corpus features, written into `cache`."""
+    from cir_demo.engine import RetrievalEngine
+    from cir_demo.utils.threads import torch_threads
+    from cir_demo.world import load_world
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CIR_DEMO_CACHE", str(cache))
+    try:
+        with torch_threads(1):
+            bench = load_world(size="tiny", progress=False)
+            engine = RetrievalEngine(bench, ["world-clip-image"], progress=False)
+            engine.prefetch_corpus_embeddings(["world-clip-image"], "world-verifier")
+            engine.close()
+    finally:
+        mp.undo()
+    assert len(list((cache / "embeddings").rglob("*.npy"))) == 2, "the seed holds both corpus encodings"
+
+
+@pytest.fixture()
+def seeded_cache(tiny_world_seed, tmp_path, monkeypatch):
+    """CIR_DEMO_CACHE set to this test's own copy of `tiny_world_seed` (a copy, not links: a test may
+    damage its files in place): an `--eval` of world-CLIP and the world verifier on the tiny world finds
+    its world and corpus features there and encodes no corpus image."""
+    return private_seed_copy(tiny_world_seed, tmp_path / "cache", monkeypatch)
+
+
+def private_seed_copy(seed, cache, mp):
+    """`cache`, a copy of the seed folder, set as CIR_DEMO_CACHE with the MonkeyPatch `mp`."""
+    shutil.copytree(seed, cache)
+    mp.setenv("CIR_DEMO_CACHE", str(cache))
     return cache
 
 

@@ -5,6 +5,7 @@ is ended and its temporary folder removed afterwards; and the CPU share it repor
 busy-loop child against the test's own clocks."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -16,8 +17,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the run's CPU time from /proc")
-def test_latency_bench_beside_the_background_run(tmp_path):
+def test_latency_bench_beside_the_background_run(tmp_path, tiny_world_seed):
     out = tmp_path / "latency.json"
+    # the tiny world and its corpus features are there (conftest.py's `tiny_world_seed`, copied): the
+    # app loads without encoding the corpus, and the background run's work is its retrieval and reranking
+    shutil.copytree(tiny_world_seed, tmp_path / "data" / "cache")
     env = dict(os.environ, CIR_DEMO_DATA=str(tmp_path / "data"), HF_HUB_OFFLINE="1", TMPDIR=str(tmp_path))
     for var in ("CIR_DEMO_CACHE", "CIR_DEMO_INDEXES", "CIR_DEMO_RUNS"):
         env.pop(var, None)

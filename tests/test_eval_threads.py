@@ -29,9 +29,9 @@ def _eval(out: Path) -> None:
 
     from cir_demo.paths import cache_dir
 
-    # The world and its corpus features from the process's cache, which test_world_models.py (the same
-    # xdist group, conftest.py) fills too: the tiny corpus is encoded once (about 35 CPU s), by either.
-    shutil.rmtree(cache_dir() / "rerank", ignore_errors=True)  # every score computed by this run's threads
+    # The world and its corpus features from the test's copy of conftest.py's `tiny_world_seed` (no
+    # corpus image encoded); every reranker score computed by this run's threads.
+    shutil.rmtree(cache_dir() / "rerank", ignore_errors=True)
     p = argparse.ArgumentParser()
     eval_cli.add_arguments(p)
     args = p.parse_args(["--world-size", "tiny", "--split", "test", "--retrievers", "world-clip-image,world-cir",
@@ -40,7 +40,7 @@ def _eval(out: Path) -> None:
     assert eval_cli.run(args) == 0
 
 
-def test_one_thread_and_two_write_the_same_bytes(tmp_path, monkeypatch, torch_threads):
+def test_one_thread_and_two_write_the_same_bytes(tmp_path, monkeypatch, torch_threads, seeded_cache):
     seen = []
     original = torch_threads.set_num_threads
     monkeypatch.setattr(torch_threads, "set_num_threads", lambda n: seen.append(n) or original(n))

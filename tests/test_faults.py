@@ -46,12 +46,17 @@ def _snapshot(run: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """Isolated data folders with the reference run done (module-wide: the suite shares its caches)."""
+def world(tmp_path_factory, tiny_world_seed):
+    """Isolated data folders with the reference run done (module-wide: the suite shares its caches). The
+    cache starts as a private copy of conftest.py's `tiny_world_seed` (the tiny world and its two corpus
+    encodings); the tests that damage or remove those files check that they are encoded again."""
+    from conftest import private_seed_copy
+
     root = tmp_path_factory.mktemp("faults")
     env = {"CIR_DEMO_CACHE": str(root / "cache"), "CIR_DEMO_INDEXES": str(root / "indexes"),
            "CIR_DEMO_RUNS": str(root / "runs")}
     mp = pytest.MonkeyPatch()
+    private_seed_copy(tiny_world_seed, root / "cache", mp)
     for k, v in env.items():
         mp.setenv(k, v)
     import torch
@@ -220,12 +225,16 @@ def test_killed_eval_lists_nothing_and_rerun_is_identical(world, capsys):
 
 def test_killed_index_build_leaves_old_index_serving(world, capsys):
     before = {p.name: p.read_bytes() for p in world["index"].iterdir()}
-    # so the rebuild has to encode (slowly, 2 images a batch) and can be killed midway
-    shutil.rmtree(Path(world["env"]["CIR_DEMO_CACHE"]) / "embeddings")
+    # so the rebuild has to encode (slowly, 2 images a batch) and can be killed midway; put back after the
+    # kill, so that the rerun below encodes no corpus image again (its outputs are what it checks)
+    embeddings = Path(world["env"]["CIR_DEMO_CACHE"]) / "embeddings"
+    embeddings.rename(world["root"] / "embeddings-aside")
     proc = _spawn(["index", "build", "--benchmark", "world", "--world-size", "tiny", "--retriever", RETRIEVER,
                    "--force", "--batch-size", "2", "--device", "cpu"], world["env"])
     printed = _kill_when(proc, "img")
     assert "Traceback" not in printed
+    shutil.rmtree(embeddings, ignore_errors=True)
+    (world["root"] / "embeddings-aside").rename(embeddings)
     assert {p.name: p.read_bytes() for p in world["index"].iterdir()} == before
     rc, out = _status(capsys, "--verify")
     assert rc == 0 and out.startswith("fresh"), out

@@ -81,7 +81,7 @@ def test_unknown_retriever_gets_did_you_mean(tmp_path, tiny_retrievers, capsys):
     assert "Did you mean 'tiny-early_fusion'" in capsys.readouterr().err
 
 
-def test_eval_with_world_verifier_reranks_top_n_by_its_ranking_key(tmp_path, tiny_retrievers):
+def test_eval_with_world_verifier_reranks_top_n_by_its_ranking_key(tmp_path, tiny_retrievers, seeded_cache):
     out = tmp_path / "run"
     name = tiny_retrievers[0]
     args = parse(["--world-size", "tiny", "--retrievers", name, "--rerank", "world-verifier", "--rerank-top-n", "10",

@@ -106,9 +106,11 @@ def test_world_cir_shares_world_clip_corpus_embeddings_and_the_judge_has_its_own
     assert judge["family"] == "world-judge" and judge != clip.image_spec
 
 
-def test_verifier_batched_with_precomputed_features_equals_one_query_at_a_time():
+def test_verifier_batched_with_precomputed_features_equals_one_query_at_a_time(seeded_cache, tmp_path, monkeypatch):
     """Oracle: each query scored alone from pixels (no precomputed embeddings) against the
-    engine path: corpus embeddings from the shared cache, queries batched across a chunk."""
+    engine path: corpus embeddings from the shared cache (the test's copy of conftest.py's
+    `tiny_world_seed`), queries batched across a chunk."""
+    monkeypatch.setenv("CIR_DEMO_INDEXES", str(tmp_path / "indexes"))
     from cir_demo.engine import RetrievalEngine
     from cir_demo.rerank import RerankRequest, load_reranker, rerank_run
     from cir_demo.world import load_world

@@ -202,7 +202,10 @@ def wire(ui: UploadUI, get_service: Callable[[], ExplorerService]) -> None:
         return (gr.update(interactive=chosen, value="Search the corpus" if chosen else "Select a retriever to search"),
                 "" if chosen else problem_markdown(["select at least one retriever"]))
 
-    ui.retrievers.input(guarded("Choosing retrievers")(on_retrievers), [ui.retrievers], [ui.submit, ui.retrievers_problem])
+    # always_last: boxes unticked while the last change is on its way are applied after it (gradio's
+    # default for `.input` drops them, and the button then kept the state of the first untick)
+    ui.retrievers.input(guarded("Choosing retrievers")(on_retrievers), [ui.retrievers], [ui.submit, ui.retrievers_problem],
+                        trigger_mode="always_last")
 
     @guarded("Checking the instruction")
     def on_instruction(f1, f2, instruction, shown):

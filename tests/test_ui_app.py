@@ -232,6 +232,15 @@ def test_background_run_poll_never_undoes_a_sort_picked_meanwhile(service):
     final = [v for v in load_page(d, {})[-1].values() if isinstance(v, (str, bool))]  # opened after the run
     assert True in final and "done:9/9:run r" in final
 
+def test_every_input_handler_applies_the_last_change(demo):
+    """gradio's default trigger mode drops an event that fires while the previous one runs: a second
+    box unticked, a filter or sort changed before the first change's reply came back was lost and the
+    page showed a view of a choice the visitor had undone. Every input handler applies the last one."""
+    handlers = [f for f in demo.fns.values() if f.fn is not None and any(ev == "input" for _, ev in f.targets)]
+    assert len(handlers) >= 8  # retrievers, paraphrase, rerank, sort, filters, report run, upload boxes
+    dropping = sorted({getattr(f.fn, "__name__", "?") for f in handlers if f.trigger_mode != "always_last"})
+    assert not dropping, dropping
+
 def test_select_and_view_callbacks(demo, service):
     names = service.retriever_names
     qid = service.benchmark.queries[3].query_id

@@ -269,7 +269,7 @@ def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService], get_pending:
     list_outputs = [ui.query_list, ui.query_ids, ui.list_info]
     ui.search.submit(on_list, list_inputs, list_outputs)
     for comp in [ui.sort, *filter_components]:
-        comp.input(on_list, list_inputs, list_outputs)
+        comp.input(on_list, list_inputs, list_outputs, trigger_mode="always_last")
 
     @guarded("Opening the query")
     @on_gpu
@@ -286,11 +286,12 @@ def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService], get_pending:
     def on_view(query_id, retrievers, k, rerank, top_n):
         return as_view_outputs(show_view(get_service(), query_id, retrievers, k, rerank, top_n))
 
-    ui.paraphrase.input(on_view, ui.view_inputs(), view_outputs)
-    ui.retrievers.input(on_view, ui.view_inputs(), view_outputs)
-    ui.rerank.input(on_view, ui.view_inputs(), view_outputs)
-    # "always_last": a value typed while the previous one is being applied is applied after it
-    # (gradio's default drops an event that fires while the last one runs: fast input was lost)
+    # "always_last": a change made while the previous one is being applied is applied after it
+    # (gradio's default drops an event that fires while the last one runs: fast input was lost,
+    # e.g. a second retriever unticked before the first untick's view came back)
+    ui.paraphrase.input(on_view, ui.view_inputs(), view_outputs, trigger_mode="always_last")
+    ui.retrievers.input(on_view, ui.view_inputs(), view_outputs, trigger_mode="always_last")
+    ui.rerank.input(on_view, ui.view_inputs(), view_outputs, trigger_mode="always_last")
     ui.k.release(on_view, ui.view_inputs(), view_outputs, trigger_mode="always_last")
     ui.top_n.release(on_view, ui.view_inputs(), view_outputs, trigger_mode="always_last")
     ui.share.change(None, [ui.share], None, js=url_js(parent_origin))

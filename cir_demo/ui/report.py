@@ -310,7 +310,7 @@ def wire(ui: ReportUI, get_service: Callable[[], ExplorerService], get_pending: 
         return tuple(out[k] for k in OUTPUTS)
 
     outputs = ui.outputs()
-    ui.run.input(on_show, [ui.run, ui.my_runs], outputs)
+    ui.run.input(on_show, [ui.run, ui.my_runs], outputs, trigger_mode="always_last")
     ui.refresh.click(on_show, [ui.run, ui.my_runs], outputs)
 
 

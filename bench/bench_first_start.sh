@@ -25,7 +25,7 @@ set -u
 OUT=${1:-/tmp/cir-first-start}; shift || true
 PORT=${PORT:-7921}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-# OUT is emptied first: only a new or empty folder, or one this script wrote before (its events.txt), is
+# OUT is emptied first, so only a new or empty folder, or one this script wrote before (its events.txt), is accepted
 if [ -e "$OUT" ] && { [ ! -d "$OUT" ] || { [ -n "$(ls -A "$OUT")" ] && [ ! -f "$OUT/events.txt" ]; }; }; then
   echo "error: $OUT is neither a new or empty folder nor an earlier output of this script (its events.txt); nothing deleted, name another folder" >&2
   exit 2

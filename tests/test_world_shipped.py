@@ -110,14 +110,31 @@ def test_a_damaged_or_stale_copy_is_refused_with_one_line_and_the_world_generate
     assert {name: (root / name).read_bytes() for name in FILES} == oracle
 
 
-def test_the_install_never_writes_over_an_existing_world(shipped_world_copy, capsys):
+@pytest.mark.parametrize("name", ["test_queries.jsonl", "manifest.json", "train_scenes.npy"])
+def test_the_install_never_writes_over_an_existing_world(shipped_world_copy, name):
     root = world_dir("tiny", 0)
     root.mkdir(parents=True)
-    (root / "test_queries.jsonl").write_text("a user's file\n")
+    (root / name).write_text("a user's file\n")
     assert install_shipped_world(root, "tiny", 0) is False
-    assert "already holds world files (test_queries.jsonl)" in capsys.readouterr().err
-    assert sorted(p.name for p in root.iterdir()) == ["test_queries.jsonl"]
-    assert (root / "test_queries.jsonl").read_text() == "a user's file\n"
+    assert sorted(p.name for p in root.iterdir()) == [name]
+    assert (root / name).read_text() == "a user's file\n"
+
+
+def test_a_whole_world_from_before_the_two_parts_is_adopted_not_installed_over(shipped_world_copy, tmp_path,
+                                                                               capsys):
+    """A folder holding a whole world without test_manifest.json: its own test part is adopted (no
+    generation), the shipped copy is neither installed nor said to be refused."""
+    from cir_demo.world.disk import MANIFEST
+
+    root = world_dir("tiny", 0)
+    generate_world("tiny", 0, root, progress=False, part="full", shipped=False)
+    (root / TEST_MANIFEST).unlink()
+    before = {p.name: p.read_bytes() for p in root.iterdir() if p.is_file() and p.name != ".generate.lock"}
+    generate_world("tiny", 0, root, progress=False, part="test")
+    assert "shipped test part" not in capsys.readouterr().err
+    after = {p.name: p.read_bytes() for p in root.iterdir() if p.is_file() and p.name not in (
+        ".generate.lock", TEST_MANIFEST)}
+    assert after == before and (root / MANIFEST).is_file() and world_problems(root, "tiny", 0, part="test") == []
 
 
 def test_check_says_stale_when_the_generator_code_changes(shipped_world_copy, monkeypatch, capsys):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import lzma
 import sys
 import tempfile
@@ -78,22 +77,19 @@ def key_problems(shipped: Mapping, size: str, seed: int) -> list[str]:
 
 def read_shipped_manifest(directory: Path) -> dict:
     """The manifest of a shipped test part; ValueError (one line naming the file) when it cannot be used."""
-    path = directory / SHIPPED_MANIFEST
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: unreadable ({exc})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("key"), dict) \
-            or not isinstance(data.get("files"), dict) or sorted(data["files"]) != sorted(FILES):
-        raise ValueError(f"{path}: not a format-{FORMAT} manifest of a shipped world test part (key, files: "
-                         f"{', '.join(FILES)})")
+    from cir_demo.integrity import read_packed_manifest
+
+    data = read_packed_manifest(directory / SHIPPED_MANIFEST, FORMAT, "a shipped world test part")
+    if sorted(data["files"]) != sorted(FILES):
+        raise ValueError(f"{directory / SHIPPED_MANIFEST}: records {', '.join(sorted(data['files']))}, not the "
+                         f"test part's files ({', '.join(FILES)})")
     return data
 
 
 def shipped_problems(directory: Path, size: str, seed: int) -> list[str]:
     """Why the shipped test part in `directory` cannot be installed for (size, seed) ([] = it can): a
     missing or unreadable manifest, a key that is not this code's, a stored file whose size or sha256 differs."""
-    from cir_demo.integrity import check_records
+    from cir_demo.integrity import stored_problems
 
     if not (directory / SHIPPED_MANIFEST).is_file():
         return [f"missing: {directory / SHIPPED_MANIFEST} not found (write it: python -m cir_demo index prebuilt "
@@ -102,9 +98,7 @@ def shipped_problems(directory: Path, size: str, seed: int) -> list[str]:
         manifest = read_shipped_manifest(directory)
     except ValueError as exc:
         return [str(exc)]
-    problems = key_problems(manifest["key"], size, seed)
-    stored = {k: v for f in manifest["files"].values() for k, v in (f.get("stored") or {}).items()}
-    return problems + check_records(directory, stored, verify=True)
+    return key_problems(manifest["key"], size, seed) + stored_problems(directory, manifest)
 
 
 def pack_world(size: str, seed: int, out: Path, provenance: dict, progress: bool = False) -> Path:
@@ -148,18 +142,17 @@ def _payloads(directory: Path, manifest: dict) -> dict[str, bytes] | str:
 
 
 def install_shipped_world(root: Path, size: str, seed: int, progress: bool = True) -> bool:
-    """Install the shipped test part of (size, seed) into the world folder `root`, which holds no world
-    file (the caller holds `generation_lock(root)`); True once installed. False, with one line why, when
-    there is a copy that must not be used or `root` has world files; False silently when none is shipped."""
+    """Install the shipped test part of (size, seed) into the world folder `root` (the caller holds
+    `generation_lock(root)`); True once installed. False, with one line why, when the copy must not be
+    used; False silently when none is shipped or `root` holds any world file (never installed over: the
+    caller adopts, regenerates or reports that world as before)."""
     from cir_demo.utils.io import write_bytes_atomic
 
     directory = shipped_world_dir(size, seed)
-    if not directory.is_dir():
+    if not directory.is_dir() or any((root / n).exists() for n in (*DATA_FILES, MANIFEST, TEST_MANIFEST)):
         return False
     t0 = time.perf_counter()
-    there = [n for n in (*DATA_FILES, MANIFEST, TEST_MANIFEST) if (root / n).exists()]
-    problems = [f"{root} already holds world files ({', '.join(there[:3])}); never installed over them"] \
-        if there else shipped_problems(directory, size, seed)
+    problems = shipped_problems(directory, size, seed)
     payloads = _payloads(directory, read_shipped_manifest(directory)) if not problems else None
     if isinstance(payloads, str):
         problems = [payloads]

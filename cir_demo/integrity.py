@@ -67,6 +67,25 @@ def check_records(root: str | os.PathLike, records: Mapping[str, Any], verify: b
 
 
 # --------------------------------------------------------------------------- committed weights
+def read_packed_manifest(path: Path, fmt: int, what: str) -> dict:
+    """The manifest of files the repository ships packed (`format`, `key`, and `files`: per file the record
+    of its content and of its `stored` form); ValueError, one line naming `path`, when it cannot be used."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: unreadable ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != fmt or not isinstance(data.get("files"), dict) \
+            or not isinstance(data.get("key"), dict):
+        raise ValueError(f"{path}: not a format-{fmt} manifest of {what} (key, files)")
+    return data
+
+
+def stored_problems(directory: Path, manifest: Mapping[str, Any]) -> list[str]:
+    """`check_records` (sha256 verified) of the stored forms a packed manifest records under `directory`."""
+    stored = {k: v for f in manifest["files"].values() for k, v in (f.get("stored") or {}).items()}
+    return check_records(directory, stored, verify=True)
+
+
 def _assets_root() -> Path:
     from cir_demo.paths import assets_dir
 

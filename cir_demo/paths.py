@@ -65,6 +65,16 @@ def runs_dir() -> Path:
     return _folder("CIR_DEMO_RUNS", data_root() / "runs")
 
 
+PREBUILT_ENV = "CIR_DEMO_PREBUILT"  # another prebuilt folder (tests); an empty folder turns them off
+
+
+def prebuilt_root() -> Path:
+    """`indexes/prebuilt/` of the repository, what it ships for the default world (`$CIR_DEMO_PREBUILT`
+    overrides it): the world's test part, corpus embeddings, --eval outputs (docs/indexes.md)."""
+    value = os.environ.get(PREBUILT_ENV)
+    return Path(value) if value else REPO_ROOT / "indexes" / "prebuilt"
+
+
 def data_folder_problems() -> list[str]:
     """One line per data folder that is not usable as a folder ([] = all fine)."""
     problems = []

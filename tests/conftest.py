@@ -241,3 +241,26 @@ def space_app(tmp_path_factory):
 def tree(folder):
     """Every path under `folder`, relative to it (empty when it does not exist)."""
     return {str(p.relative_to(folder)) for p in folder.rglob("*")} if folder.exists() else set()
+
+
+@pytest.fixture(scope="session")
+def shipped_tiny_world(tmp_path_factory):
+    """A prebuilt root holding the tiny world's (seed 0) shipped test part, as `index prebuilt --only
+    world` writes it (cir_demo/world/shipped.py); read-only: tests copy it (`shipped_world_copy`)."""
+    from cir_demo.world.shipped import pack_world, shipped_world_dir
+
+    root = tmp_path_factory.mktemp("shipped_tiny_world")
+    pack_world("tiny", 0, shipped_world_dir("tiny", 0, root), {"what": "tests"})
+    return root
+
+
+@pytest.fixture
+def shipped_world_copy(shipped_tiny_world, tmp_path, monkeypatch):
+    """A copy of `shipped_tiny_world` set as CIR_DEMO_PREBUILT, and an empty cache (CIR_DEMO_CACHE) for
+    one test; returns the copy's shipped folder of the tiny world."""
+    from cir_demo.world.shipped import shipped_world_dir
+
+    shutil.copytree(shipped_tiny_world, tmp_path / "prebuilt")
+    monkeypatch.setenv("CIR_DEMO_PREBUILT", str(tmp_path / "prebuilt"))
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
+    return shipped_world_dir("tiny", 0)

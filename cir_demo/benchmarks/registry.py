@@ -25,6 +25,9 @@ class GeneratedData:
     on_disk: str  # "module:function"(**loader arguments) -> bool: there already (checks, never generates)
     command: str  # the command that generates it ahead of a run
     seconds: str  # how long generating takes, for people: "about 5 s"
+    # "module:function"(**loader arguments) -> bool: installs a shipped copy of the data when one matches
+    # the code (True: on disk now, nothing to generate); "" when nothing is shipped
+    install: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,8 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
                       app_columns=("world-cir", "world-clip-fusion", "world-clip-image", "world-clip-text"),
                       default_reranker="world-verifier",
                       generated=GeneratedData("the offline world", "cir_demo.world.loader:world_on_disk",
-                                              "python -m cir_demo world generate", "about 5 s"),
+                                              "python -m cir_demo world generate", "about 5 s",
+                                              "cir_demo.world.shipped:install_for_loader"),
                       no_models_hint=("none of the world models ({columns}) is registered yet; train them "
                                       "(`python -m cir_demo train ...`, see docs/world_models.md) or start with "
                                       "--retrievers NAME,..."),
@@ -173,3 +177,13 @@ def pending_generation(name: str, kwargs: dict[str, Any]) -> GeneratedData | Non
         return None
     on_disk = resolve_ref(spec.generated.on_disk, f"benchmark {name!r} generated data")
     return None if on_disk(**{k: v for k, v in kwargs.items() if k in spec.arguments}) else spec.generated
+
+
+def install_shipped(name: str, kwargs: dict[str, Any]) -> bool:
+    """Install the shipped copy of benchmark `name`'s generated data for `kwargs` when one matches the code;
+    True when the data is on disk now (nothing left to generate)."""
+    spec = declared_defaults(name)
+    if spec is None or spec.generated is None or not spec.generated.install:
+        return False
+    install = resolve_ref(spec.generated.install, f"benchmark {name!r} shipped data")
+    return bool(install(**{k: v for k, v in kwargs.items() if k in spec.arguments}))

@@ -96,12 +96,40 @@ def _prebuilt(args: argparse.Namespace) -> int:
     if args.limit and args.only != "eval":
         raise ValueError("--limit goes with --only eval (corpus embeddings are always of the whole corpus)")
     args.benchmark = args.benchmark or "world"
+    bad = _prebuilt_world(args) if args.only in (None, "world") else 0
+    if args.only == "world":
+        return 1 if bad else 0
     bench = _load_benchmark(args)
     names = retriever_names(args.retrievers, bench.name)
-    bad = _prebuilt_embeddings(args, bench, names) if args.only != "eval" else 0
+    bad += _prebuilt_embeddings(args, bench, names) if args.only != "eval" else 0
     if args.only != "embeddings":
         bad += _prebuilt_eval(args, bench, names, default_reranker(bench.name, args.rerank))
     return 1 if bad else 0
+
+
+def _prebuilt_world(args: argparse.Namespace) -> int:
+    """Write (unless --check) and check the world's shipped test part; written first: the embeddings and
+    the --eval outputs are of the world it holds."""
+    from datetime import datetime, timezone
+
+    from cir_demo.benchmarks.cli_args import benchmark_kwargs
+    from cir_demo.index.prebuilt import code_version
+    from cir_demo.world.shipped import pack_world, shipped_problems, shipped_world_dir
+
+    kwargs = benchmark_kwargs(args)
+    if args.benchmark != "world" or kwargs.get("root"):
+        raise ValueError("--only world: only the offline world generated from its size and seed (no --root) ships "
+                         f"its test part, not {args.benchmark!r}" + (" at --root" if kwargs.get("root") else ""))
+    size, seed = kwargs.get("size", "default"), kwargs.get("seed", 0)
+    out = shipped_world_dir(size, seed)
+    if not args.check:
+        pack_world(size, seed, out, {"code": code_version(),
+                                     "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds")},
+                   progress=not args.no_progress)
+        print(f"wrote {out}")
+    reasons = shipped_problems(out, size, seed)
+    print(f"{'stale' if reasons else 'fresh':6s} world test part: {out}" + "".join(f"\n       - {x}" for x in reasons))
+    return int(bool(reasons))
 
 
 def _prebuilt_embeddings(args: argparse.Namespace, bench, names: list[str]) -> int:

@@ -5,7 +5,7 @@ harness/index_run.py, above the pre-run checks of preflight/).
     accelerate launch --num_processes 4 -m cir_demo index build --sharded --benchmark B --retriever R
     python -m cir_demo index status [--benchmark B] [--retriever R]
     python -m cir_demo index list
-    python -m cir_demo index prebuilt [--only embeddings|eval] [--check [--rerun]]   # indexes/prebuilt/ of the default world
+    python -m cir_demo index prebuilt [--only world|embeddings|eval] [--check [--rerun]]   # indexes/prebuilt/ of the default world
 """
 from __future__ import annotations
 
@@ -74,19 +74,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     sub.add_parser("list", help="list the indexes on disk")
 
-    pb = sub.add_parser("prebuilt", help="rebuild what indexes/prebuilt/ commits for the default world: the corpus "
-                                         "embeddings (one per distinct image encoder of the benchmark's default "
-                                         "retrievers) and the complete --eval outputs (eval/, from a real run)")
+    pb = sub.add_parser("prebuilt", help="rebuild what indexes/prebuilt/ commits for the default world: its test "
+                                         "part (world/, installed on a first start instead of generated), the "
+                                         "corpus embeddings (one per distinct image encoder of the benchmark's "
+                                         "default retrievers) and the complete --eval outputs (eval/, from a real run)")
     _add_benchmark_args(pb, required=False, limit=True)  # --limit: a smaller shipped run, for tests
     pb.add_argument("--retrievers", help="comma-separated retriever names (default: the benchmark's default "
                                          "retrievers, as `--eval` runs them)")
     pb.add_argument("--rerank", metavar="BACKEND", help="the reranker of the shipped --eval outputs (default: the "
                                                           "benchmark's default reranker; none for none)")
-    pb.add_argument("--only", choices=["embeddings", "eval"], help="only the corpus embeddings, or only the --eval "
-                                                                  "outputs (default: both)")
+    pb.add_argument("--only", choices=["world", "embeddings", "eval"],
+                    help="only the world's test part, only the corpus embeddings, or only the --eval outputs "
+                         "(default: all three, in that order)")
     pb.add_argument("--check", action="store_true",
-                    help="only say whether the prebuilt files match the benchmark, the weights and (for the --eval "
-                         "outputs) the code and libraries (exit 1 if not)")
+                    help="only say whether the prebuilt files match the benchmark, the weights and (for the world's "
+                         "test part and the --eval outputs) the code and libraries (exit 1 if not)")
     pb.add_argument("--rerun", action="store_true",
                     help="with --check: also run --eval again and compare every shipped file with what it writes, "
                          "byte for byte")

@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shutil
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -34,7 +33,7 @@ import numpy as np
 from cir_demo.errors import UserError
 from cir_demo.paths import indexes_dir
 from cir_demo.utils import versions
-from cir_demo.utils.io import write_json_atomic
+from cir_demo.utils.io import new_dir_beside, replace_dir, write_json_atomic  # noqa: F401 (re-exported)
 
 INDEX_FILE = "index.faiss"
 IDS_FILE = "ids.json"
@@ -220,35 +219,6 @@ def refuse_foreign(directory: Path) -> None:
     problem = index_folder_problem(directory)
     if problem:
         raise IndexFolderInTheWay(f"index folder {directory}: {problem}")
-
-
-def replace_dir(new_dir: Path, directory: Path) -> None:
-    """Swap `new_dir` (complete, same parent) in as `directory`; the old one is removed."""
-    old = directory.with_name(f".{directory.name}.old-{uuid.uuid4().hex[:8]}")
-    had_old = directory.exists()
-    if had_old:
-        os.rename(directory, old)
-    try:
-        os.rename(new_dir, directory)
-    except BaseException:
-        if had_old:
-            os.rename(old, directory)
-        raise
-    if had_old:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def new_dir_beside(directory: Path) -> Iterator[Path]:
-    """A fresh hidden directory beside `directory`, removed unless the caller swapped it in."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = directory.with_name(f".{directory.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.mkdir()
-    try:
-        yield tmp
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -18,7 +18,6 @@ search over them gives today's rankings and scores bit for bit (float16 would no
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from dataclasses import dataclass
@@ -41,16 +40,9 @@ from cir_demo.index.manifest import (
     weights_checksum,
     corpus_checksum,
 )
-from cir_demo.paths import REPO_ROOT
+from cir_demo.paths import REPO_ROOT, prebuilt_root
 
 EMBEDDINGS_FILE = "embeddings.npy"
-PREBUILT_ENV = "CIR_DEMO_PREBUILT"  # another prebuilt folder (tests); an empty folder turns them off
-
-
-def prebuilt_root() -> Path:
-    """`indexes/prebuilt/` of the repository (`$CIR_DEMO_PREBUILT` overrides it)."""
-    value = os.environ.get(PREBUILT_ENV)
-    return Path(value) if value else REPO_ROOT / "indexes" / "prebuilt"
 
 
 @dataclass(frozen=True)

@@ -111,15 +111,9 @@ def shipped_dir(benchmark, root: Path | None = None) -> Path:
 
 def read_shipped_manifest(directory: Path) -> dict:
     """The manifest of shipped outputs; ValueError (one line naming the file) when it cannot be used."""
-    path = directory / MANIFEST_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: unreadable ({exc})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("files"), dict) \
-            or not isinstance(data.get("key"), dict):
-        raise ValueError(f"{path}: not a format-{FORMAT} manifest of shipped eval outputs (key, files)")
-    return data
+    from cir_demo.integrity import read_packed_manifest
+
+    return read_packed_manifest(directory / MANIFEST_FILE, FORMAT, "shipped eval outputs")
 
 
 def stale_installed_copy(run_dir: Path) -> bool:
@@ -172,7 +166,7 @@ def shipped_problems(directory: Path, served: Mapping | None = None) -> list[str
     """Why the shipped outputs in `directory` cannot be served ([] = usable): an unreadable manifest,
     a stored file whose size or sha256 differs, a key that does not match `served` (when given) or
     this code and these libraries."""
-    from cir_demo.integrity import check_records
+    from cir_demo.integrity import stored_problems
 
     if not (directory / MANIFEST_FILE).is_file():
         return [f"missing: {directory / MANIFEST_FILE} not found (write them: python -m cir_demo index prebuilt "
@@ -181,9 +175,7 @@ def shipped_problems(directory: Path, served: Mapping | None = None) -> list[str
         manifest = read_shipped_manifest(directory)
     except ValueError as exc:
         return [str(exc)]
-    stored = {k: v for f in manifest["files"].values() for k, v in (f.get("stored") or {}).items()}
-    problems = check_records(directory, stored, verify=True)
-    return problems + (key_problems(manifest["key"], served) if served else code_problems(manifest["key"]))
+    return stored_problems(directory, manifest) + (key_problems(manifest["key"], served) if served else code_problems(manifest["key"]))
 
 
 def install_shipped_run(benchmark, served: Mapping, runs_root: Path, root: Path | None = None

@@ -6,7 +6,9 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -53,3 +55,32 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
                 break
             h.update(block)
     return h.hexdigest()
+
+
+def replace_dir(new_dir: Path, directory: Path) -> None:
+    """Swap `new_dir` (complete, same parent) in as `directory`; the old one is removed."""
+    old = directory.with_name(f".{directory.name}.old-{uuid.uuid4().hex[:8]}")
+    had_old = directory.exists()
+    if had_old:
+        os.rename(directory, old)
+    try:
+        os.rename(new_dir, directory)
+    except BaseException:
+        if had_old:
+            os.rename(old, directory)
+        raise
+    if had_old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def new_dir_beside(directory: Path) -> Iterator[Path]:
+    """A fresh hidden directory beside `directory`, removed unless the caller swapped it in."""
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = directory.with_name(f".{directory.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    try:
+        yield tmp
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

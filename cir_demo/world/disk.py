@@ -272,9 +272,10 @@ def _generate_part(root: Path, size: str, seed: int, part: str, progress: bool) 
 
 
 def generate_world(size: str = "default", seed: int = 0, out_dir=None, progress: bool = True, force: bool = False,
-                   part: str = "full") -> Path:
+                   part: str = "full", shipped: bool = True) -> Path:
     """Write the world of (size, seed) to `out_dir` (default `world_dir`); skip when already there.
-    `part` "test": only its test part (what the benchmark reads; ~a fifth of the work).
+    `part` "test": only its test part (what the benchmark reads; ~a fifth of the work), installed from the
+    copy the repository ships when it matches this code and `out_dir` holds no world (`shipped`, unless `force`).
 
     Returns the directory. Same size and seed give byte-identical files, whichever part is written first.
     """
@@ -293,6 +294,11 @@ def generate_world(size: str = "default", seed: int = 0, out_dir=None, progress:
         if not force and not world_problems(root, size, seed, part=part):
             _progress(progress, f"{root}: written by another process meanwhile")
             return root
+        if part == "test" and shipped and not force:
+            from .shipped import install_shipped_world
+
+            if install_shipped_world(root, size, seed, progress):
+                return root
         t0 = time.perf_counter()
         manifest = _generate_part(root, size, seed, part, progress)
     if progress:

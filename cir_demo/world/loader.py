@@ -208,6 +208,8 @@ def load_world(root=None, size: str = "default", seed: int = 0, split: str = "te
     """
     from cir_demo.benchmarks.schema import Benchmark, CallableImageStore
 
+    from .shipped import index_name
+
     check_split(split)
     world = open_world(root, size, seed, progress=progress, part="test" if split in TEST_SPLIT_FILES else "full")
     store = CallableImageStore(lambda image_id, _w=world: render_image(image_id, world=_w), prefix="world",
@@ -218,7 +220,7 @@ def load_world(root=None, size: str = "default", seed: int = 0, split: str = "te
         "render_size": RENDER_SIZE, "split": split, "counts": world.manifest["counts"],
         # tiny and default worlds (and seeds) keep separate index folders instead of rebuilding each other's;
         # the test splits share one corpus, so one index
-        "index_name": f"world-{world.manifest['size']}-s{world.manifest['seed']}" + (
+        "index_name": index_name(world.manifest["size"], world.manifest["seed"]) + (
             "" if split in TEST_SPLIT_FILES else f"-{split}"),
     }
     if split in TEST_SPLIT_FILES:

@@ -87,7 +87,7 @@ def test_only_the_world_models_on_a_busy_cpu_get_one_thread(monkeypatch, torch_t
         assert torch_threads.get_num_threads() == 2
 
 
-def test_the_runs_own_load_never_makes_the_reranking_one_thread(tmp_path, monkeypatch, torch_threads):
+def test_the_runs_own_load_never_makes_the_reranking_one_thread(tmp_path, monkeypatch, torch_threads, seeded_cache):
     """The load average is read when the run begins: the run's render workers and threads, which raise
     it later (here: busy from the second reading on), do not count as other work."""
     import contextlib

@@ -11,13 +11,18 @@ import pytest
 from cir_demo.harness import cli as eval_cli
 
 
-@pytest.fixture()
-def tiny_retrievers(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def tiny_retrievers(tmp_path_factory):
+    """Two recipes of one tiny open_clip model, with an indexes folder of this module's: the reranking
+    test serves its first stage from the fusion index the first test built (when it ran first), instead
+    of encoding the corpus again with the same weights."""
     from cir_demo.retrievers import registry
     from cir_demo.testing.tiny_retrievers import build_tiny_open_clip, tiny_open_clip_config
 
-    monkeypatch.setenv("CIR_DEMO_INDEXES", str(tmp_path / "indexes"))
-    weights = build_tiny_open_clip(tmp_path)
+    folder = tmp_path_factory.mktemp("tiny_retrievers")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CIR_DEMO_INDEXES", str(folder / "indexes"))
+    weights = build_tiny_open_clip(folder)
     names = []
     for recipe in ("early_fusion", "image_only"):
         name = f"tiny-{recipe}"
@@ -26,6 +31,7 @@ def tiny_retrievers(tmp_path, monkeypatch):
     yield names
     for n in names:
         registry.unregister(n)
+    mp.undo()
 
 
 def parse(argv):

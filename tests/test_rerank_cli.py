@@ -17,10 +17,7 @@ def parse(argv):
     return p.parse_args(argv)
 
 
-def test_rerank_cli_writes_results_details_and_uses_cache(tmp_path, monkeypatch, capsys):
-    import torch
-
-    torch.set_num_threads(2)
+def test_rerank_cli_writes_results_details_and_uses_cache(tmp_path, monkeypatch, capsys, one_torch_thread):
     monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
     from cir_demo.benchmarks.registry import load_benchmark
     from cir_demo.results import read_results, write_results

@@ -25,11 +25,8 @@ MIN_PIXELS, MAX_PIXELS = 28 * 28, 112 * 112
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _threads():
-    old = torch.get_num_threads()
-    torch.set_num_threads(2)
+def _threads(one_torch_thread):
     yield
-    torch.set_num_threads(old)
 
 
 @pytest.fixture(scope="module")

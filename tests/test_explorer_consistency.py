@@ -65,7 +65,8 @@ def assert_columns_equal_per_query_csv(bench, runs: dict[str, dict], table: pd.D
 
 
 def world_export(tmp_path_factory, kind: str, image_mode: str = "none", groups: int = 25):
-    """(folder, benchmark) of the first `groups` intents of the tiny world exported to CIRR or FashionIQ."""
+    """(folder, benchmark) of the first `groups` intents of the tiny world exported to CIRR (its val split,
+    the one read back: each split's images cost a PNG encode of the whole corpus) or FashionIQ."""
     from cir_demo.world import load_world
 
     root = tmp_path_factory.mktemp(f"export_{kind}")
@@ -73,7 +74,7 @@ def world_export(tmp_path_factory, kind: str, image_mode: str = "none", groups: 
     if kind == "cirr":
         from cir_demo.benchmarks.cirr import export_cirr, load_cirr
 
-        export_cirr(world, root, image_mode=image_mode, skip_two_image=True)
+        export_cirr(world, root, splits=("val",), image_mode=image_mode, skip_two_image=True)
         return root, load_cirr(root)
     from cir_demo.benchmarks.fashioniq import export_fashioniq, load_fashioniq
 

@@ -29,10 +29,11 @@ def main(argv: list[str] | None = None) -> int:
         parser = argparse.ArgumentParser(prog="python app.py --eval", description=eval_cli.__doc__.splitlines()[0])
         eval_cli.add_arguments(parser)
         return eval_cli.run(parser.parse_args(argv))
-    from cir_demo.ui.gradio_import import refuse_ipython
+    from cir_demo.ui.gradio_import import headless_matplotlib, refuse_ipython
     from cir_demo.ui.startup import prepare
 
     refuse_ipython()  # this script is no IPython session: gradio need not import IPython to find that out
+    headless_matplotlib()  # a server: gradio's per-event backend check then imports no pyplot
     startup = prepare(argv)  # before gradio's import: a first start's world is generated meanwhile
     if isinstance(startup, int):
         return startup

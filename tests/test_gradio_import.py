@@ -61,3 +61,50 @@ def test_refuse_ipython_leaves_a_process_that_has_imported_it_alone():
     """)
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def _fresh(code: str, env_drop: tuple[str, ...] = ("MPLBACKEND",), **env_add) -> subprocess.CompletedProcess:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in env_drop} | env_add
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_app_py_names_a_headless_matplotlib_backend_so_gradios_event_check_imports_no_pyplot():
+    out = _fresh("""
+        import os, sys
+        import app
+        import cir_demo.ui.startup as startup
+        startup.prepare = lambda argv: 0  # stop right after app.py's own settings
+        assert app.main([]) == 0
+        assert os.environ["MPLBACKEND"] == "agg"
+        import cir_demo.ui.app  # gradio
+        import gradio.utils
+        with gradio.utils.MatplotlibBackendMananger():  # what gradio does around every event
+            pass
+        import matplotlib
+        assert matplotlib.get_backend().lower() == "agg"
+        assert "matplotlib.pyplot" not in sys.modules
+        print("ok")
+    """)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_a_backend_the_user_named_is_kept_and_without_one_gradio_imports_pyplot():
+    kept = _fresh("""
+        import os
+        from cir_demo.ui.gradio_import import headless_matplotlib
+        assert headless_matplotlib() is False and os.environ["MPLBACKEND"] == "svg"
+        print("ok")
+    """, MPLBACKEND="svg")
+    assert kept.returncode == 0 and kept.stdout.strip() == "ok", kept.stderr[-2000:]
+    # the cost avoided: with no backend named, gradio's check resolves one by importing pyplot
+    unnamed = _fresh("""
+        import sys
+        import gradio.utils
+        with gradio.utils.MatplotlibBackendMananger():
+            pass
+        print("matplotlib.pyplot" in sys.modules)
+    """)
+    assert unnamed.returncode == 0 and unnamed.stdout.strip() == "True", unnamed.stderr[-2000:]

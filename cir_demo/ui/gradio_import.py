@@ -10,11 +10,17 @@ anyway.
 `refuse_ipython()` (for `python app.py`, a script and never an IPython session): gradio imports IPython
 when it is installed, at its import and again at launch, only to ask whether it runs in a notebook
 (0.4 CPU seconds of a cold start). In a process that has not imported IPython the answer is no either
-way, so IPython is refused there and gradio takes its "not installed" path."""
+way, so IPython is refused there and gradio takes its "not installed" path.
+
+`headless_matplotlib()` (also for `python app.py`): gradio asks matplotlib for its backend around every
+event it processes, on the server's event loop; with no backend named, matplotlib resolves one by
+importing pyplot (0.3 CPU s, on a cold start in the first visitor's first event). A server has no
+display, so it names the one that resolution picks there anyway (agg), unless the user named one."""
 from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 
 _MODULE = "gradio.component_meta"
@@ -67,4 +73,13 @@ def install() -> bool:
         return False
     if not any(isinstance(f, _WithoutStubWriter) for f in sys.meta_path):
         sys.meta_path.insert(0, _WithoutStubWriter())
+    return True
+
+
+def headless_matplotlib() -> bool:
+    """Name matplotlib's non-interactive backend (agg) for this process and its children, unless a backend
+    is named already or matplotlib is imported (too late to matter); True when named here."""
+    if "MPLBACKEND" in os.environ or "matplotlib" in sys.modules:
+        return False
+    os.environ["MPLBACKEND"] = "agg"
     return True

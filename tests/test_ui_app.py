@@ -370,8 +370,9 @@ def test_report_callback(demo, service, tmp_path, monkeypatch):
         assert run_update["value"] == run.name and run.name in plain(info) and str(root) not in info  # no server path
         assert metrics["visible"] is True and metrics["value"].loc[0, "mAP@10"] == "0.5000 [0.4000, 0.6000]"
         assert list(metrics["value"].columns) == ["Run", "mAP@10"]
-        image, caption = plots["value"][0]
-        assert image.size == (8, 8) and "safety" in caption  # sent as an image, not a served path
+        copy, caption = plots["value"][0]  # a checked copy outside runs/, never a path in the run folder
+        assert root not in Path(copy).parents and "safety" in caption
+        assert Path(copy).read_bytes() == (run / "plots" / "precision_vs_safety.png").read_bytes()
     finally:
         for f in [run / "plots" / "precision_vs_safety.png", run / "metrics.csv", run / "run_info.json",
                   run / "report.md", run / "report.html", run / "paired.csv", secret]:
@@ -539,3 +540,26 @@ def test_queue_analytics_summary_is_not_rebuilt_per_event(monkeypatch):
         gr.Markdown("x")
     blocks.queue()
     assert blocks._queue.ANAYLTICS_CACHE_FREQUENCY >= 1_000_000 and blocks._queue.ANALYTICS_MAX_EVENTS == 50
+
+
+def test_report_plots_are_checked_copies_made_once_per_file_state(tmp_path):
+    """The Report's plots go to gradio as copies outside the run folder (served as they are: no decode and
+    encode per show), only of plain files that are intact PNGs; a plot changed on disk is copied again."""
+    from PIL import Image
+
+    plots = tmp_path / "runs" / "r" / "plots"
+    plots.mkdir(parents=True)
+    Image.new("RGB", (8, 8), (200, 10, 10)).save(plots / "good.png")
+    Image.new("RGB", (8, 8)).save(plots / "jpeg.png", format="JPEG")  # not a PNG, whatever its name
+    (plots / "cut.png").write_bytes((plots / "good.png").read_bytes()[:-20])  # damaged: its last chunk cut
+    (plots / "page.png").write_text("<script>alert(1)</script>")
+    (plots / "link.png").symlink_to(plots / "good.png")  # a planted link is not followed
+    given = [(plots / n, f"caption of {n}") for n in ("good.png", "jpeg.png", "cut.png", "page.png", "link.png")]
+    first = report.plot_copies(given)
+    assert [c for _, c in first] == ["caption of good.png"]
+    copy = Path(first[0][0])
+    assert tmp_path not in copy.parents and copy.read_bytes() == (plots / "good.png").read_bytes()
+    assert report.plot_copies(given) == first  # memoised: the same copy, nothing read or written again
+    Image.new("RGB", (8, 8), (10, 200, 10)).save(plots / "good.png")
+    again = report.plot_copies(given)
+    assert again != first and Path(again[0][0]).read_bytes() == (plots / "good.png").read_bytes()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -99,7 +100,8 @@ def test_hostile_run_folder_and_results_values(service, tiny_setup):
         out = report.show_report(service, name)
         assert_inert_markdown(out["info"], "report info")
         assert name in out["run"]["choices"]  # the dropdown shows it as text
-        assert all(not isinstance(p[0], str) for p in out["plots"]["value"])  # plots go out as images, never as paths
+        # plots go out as checked copies outside runs/, never as a path in the run folder
+        assert all(runs not in Path(p[0]).parents and Path(p[0]).suffix == ".png" for p in out["plots"]["value"])
         for payload in PAYLOADS:  # gradio shows an error's text as HTML
             assert_inert_html(error_message("Loading the report", ValueError(payload)), payload, "error")
     finally:

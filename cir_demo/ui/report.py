@@ -220,7 +220,7 @@ def show_report(service: ExplorerService, label: str | None = None, pending=None
     table, columns = labelled(report.metrics)
     return {"run": gr.update(choices=choices, value=label),
             "metrics": gr.update(value=table, visible=True, column_widths=column_widths(list(report.metrics.columns))),
-            "plots": gr.update(value=plot_images(report.plots), visible=True), "info": "\n\n".join(lines),
+            "plots": gr.update(value=plot_copies(report.plots), visible=True), "info": "\n\n".join(lines),
             "files": gr.update(value=files or None, visible=bool(files)), "columns": columns,
             **own_runs_outputs(service, report, extra)}
 
@@ -286,21 +286,60 @@ def shareable_copies(run_path) -> list[str]:
     return out
 
 
-def plot_images(plots) -> list[tuple[Any, str]]:
-    """The run's PNG plots decoded in memory (gradio serves its own copies), so no file under runs/
-    is ever served by path: a run folder holding an .html file, or a link to one, cannot reach a visitor."""
+_PLOT_COPIES: dict[tuple, str] = {}  # (plot path, mtime_ns, size) -> its checked copy
+
+
+def plot_copies(plots) -> list[tuple[str, str]]:
+    """Checked copies of the run's PNG plots, with their captions, in a temporary folder of this process:
+    gradio serves those files as they are, so no file under runs/ is ever served by path (a run folder
+    holding an .html file, or a link to one, cannot reach a visitor), and no plot is decoded and encoded
+    again at every show (handed over as images, a world run's five cost ~0.3 CPU s a show). Only a plain
+    file whose bytes are an intact PNG is copied (read once, checked, then written); memoised per file state."""
+    import hashlib
+    import io
+    from pathlib import Path
+
     from PIL import Image
 
     out = []
     for path, caption in plots:
+        path = Path(path)
         try:
-            with Image.open(path) as im:
-                if im.format != "PNG":
-                    continue
-                out.append((im.convert("RGB"), str(caption)))
-        except (OSError, ValueError):  # a damaged plot is left out; the table still shows
+            if path.is_symlink() or not path.is_file():
+                continue
+            st = path.stat()
+            key = (str(path), st.st_mtime_ns, st.st_size)
+            copy = _PLOT_COPIES.get(key)
+            if copy is None or not Path(copy).is_file():
+                data = path.read_bytes()
+                with Image.open(io.BytesIO(data)) as im:
+                    if im.format != "PNG":
+                        continue
+                    im.verify()  # every chunk's CRC: a truncated or altered file is left out
+                folder = _plot_folder() / hashlib.sha256(data).hexdigest()[:20]
+                folder.mkdir(exist_ok=True)
+                (folder / path.name).write_bytes(data)
+                copy = _PLOT_COPIES[key] = str(folder / path.name)
+            out.append((copy, str(caption)))
+        except Exception:  # whatever PIL raises for a damaged file: that plot is left out, the table still shows
             continue
     return out
+
+
+_FOLDER: list = []
+
+
+def _plot_folder():
+    """This process's folder of plot copies (removed when it exits)."""
+    import atexit
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    if not _FOLDER or not _FOLDER[0].is_dir():
+        _FOLDER[:] = [Path(tempfile.mkdtemp(prefix="cir-report-plots-"))]
+        atexit.register(shutil.rmtree, _FOLDER[0], True)
+    return _FOLDER[0]
 
 
 def wire(ui: ReportUI, get_service: Callable[[], ExplorerService], get_pending: Callable[[], Any] = lambda: None) -> None:

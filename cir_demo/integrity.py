@@ -86,6 +86,25 @@ def stored_problems(directory: Path, manifest: Mapping[str, Any]) -> list[str]:
     return check_records(directory, stored, verify=True)
 
 
+def refuse_unrecorded_files(directory: Path, manifest_name: str) -> None:
+    """ValueError (one line naming the folder and the files) when `directory` holds a file that its packed
+    manifest does not record (the manifest aside): replacing the folder as a whole would delete something
+    the packer did not write. An absent or empty folder passes; with no readable manifest, every file counts."""
+    if not directory.is_dir():
+        return
+    try:
+        manifest = json.loads((directory / manifest_name).read_text(encoding="utf-8"))
+        recorded = {k for f in manifest["files"].values() for k in (f.get("stored") or {})}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        recorded = set()
+    present = (p.relative_to(directory).as_posix() for p in directory.rglob("*") if not p.is_dir())
+    foreign = sorted(rel for rel in present if rel not in recorded and rel != manifest_name)
+    if foreign:
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        raise ValueError(f"{directory}: holds {', '.join(foreign[:5])}{more}, which its {manifest_name} does not "
+                         "record; nothing replaced (move them elsewhere first)")
+
+
 def _assets_root() -> Path:
     from cir_demo.paths import assets_dir
 

@@ -177,3 +177,23 @@ def test_the_generator_sources_hold_every_module_generation_runs():
     for name in shipped.GENERATOR_SOURCES:
         digest.update(name.encode() + b"\0" + (package / name).read_bytes().replace(b"\r\n", b"\n") + b"\0")
     assert shipped.generator_sha256() == digest.hexdigest()
+
+
+def test_packing_never_replaces_a_folder_holding_files_its_manifest_does_not_record(shipped_world_copy):
+    """`index prebuilt` replaces the shipped folder as a whole: a file someone else put there stops it before
+    any work, and nothing is deleted; the packer's own earlier output is replaced as before."""
+    from cir_demo.index.prebuilt_run import pack_run
+    from cir_demo.world.shipped import pack_world
+
+    before = _stored(shipped_world_copy)
+    pack_world("tiny", 0, shipped_world_copy, {"what": "tests"})  # its own output: replaced
+    assert _stored(shipped_world_copy) == before
+    (shipped_world_copy / "notes.txt").write_text("mine")
+    (shipped_world_copy / "drafts").mkdir()
+    (shipped_world_copy / "drafts" / "a.json").write_text("{}")
+    for pack in (lambda: pack_world("tiny", 0, shipped_world_copy, {"what": "tests"}),
+                 lambda: pack_run(shipped_world_copy, shipped_world_copy, {}, [], {})):
+        with pytest.raises(ValueError, match="drafts/a.json, notes.txt, which its manifest.json does not record"):
+            pack()
+    assert (shipped_world_copy / "notes.txt").read_text() == "mine" and (shipped_world_copy / "drafts" / "a.json").is_file()
+    assert _stored(shipped_world_copy) == before

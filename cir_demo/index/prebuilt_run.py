@@ -138,11 +138,12 @@ def stored_name(name: str) -> str:
 
 def pack_run(run_dir: Path, out: Path, key: dict, command: list[str], provenance: dict) -> Path:
     """Write the shipped form of run folder `run_dir` (all but `LEFT_OUT`) with its manifest into `out`,
-    replacing it as a whole."""
+    replacing it as a whole (refused, before any work, when `out` holds a file its manifest does not record)."""
     from cir_demo.index.manifest import replace_dir
-    from cir_demo.integrity import file_record
+    from cir_demo.integrity import file_record, refuse_unrecorded_files
     from cir_demo.utils.io import write_json_atomic
 
+    refuse_unrecorded_files(out, MANIFEST_FILE)
     names = sorted(rel for rel in (p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_file())
                    if shipped_file(rel))
     files = {}
@@ -175,7 +176,8 @@ def shipped_problems(directory: Path, served: Mapping | None = None) -> list[str
         manifest = read_shipped_manifest(directory)
     except ValueError as exc:
         return [str(exc)]
-    return stored_problems(directory, manifest) + (key_problems(manifest["key"], served) if served else code_problems(manifest["key"]))
+    key = key_problems(manifest["key"], served) if served else code_problems(manifest["key"])
+    return stored_problems(directory, manifest) + key
 
 
 def install_shipped_run(benchmark, served: Mapping, runs_root: Path, root: Path | None = None

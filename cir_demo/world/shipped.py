@@ -103,13 +103,14 @@ def shipped_problems(directory: Path, size: str, seed: int) -> list[str]:
 
 def pack_world(size: str, seed: int, out: Path, provenance: dict, progress: bool = False) -> Path:
     """Generate the test part of (size, seed) with this code and write its shipped form into `out`,
-    replacing it as a whole."""
-    from cir_demo.integrity import file_record
+    replacing it as a whole (refused, before any work, when `out` holds a file its manifest does not record)."""
+    from cir_demo.integrity import file_record, refuse_unrecorded_files
     from cir_demo.utils.io import new_dir_beside, replace_dir, write_json_atomic
 
     from .disk import write_world
     from .generate import build_test_part
 
+    refuse_unrecorded_files(out, SHIPPED_MANIFEST)
     with tempfile.TemporaryDirectory(prefix="cir-demo-shipped-world-") as tmp, new_dir_beside(out) as stage:
         written, files = write_world(build_test_part(size, seed, progress), Path(tmp) / "part"), {}
         for name in FILES:

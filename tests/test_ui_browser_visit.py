@@ -300,13 +300,18 @@ def test_report_columns_are_labelled_and_defined_and_plots_whole(visit_app, brow
 
 
 # =========================================================================== upload form
-def test_upload_warnings_follow_the_files(visit_app, browser, tmp_path):
+def test_upload_warnings_follow_the_files(visit_app, browser, tmp_path, monkeypatch):
+    from cir_demo.ui import upload
+
     _, _, service = visit_app
+    problem = "document.querySelector('#cir-upload-instruction-problem').innerText"
+    box = "#cir-upload-instruction textarea"
     page = open_page(browser, visit_app[0])
     page.wait_for_selector("#cir-results li.cir-tile")
     page.get_by_role("tab", name="Try your own").click()
     page.locator("#cir-upload-submit").click()
     page.wait_for_function("document.querySelector('#cir-upload-files-problem').innerText.includes('upload at least one')")
+    page.wait_for_function(f"{problem}.includes('type an instruction')")  # the same Search's answer
     image = tmp_path / "one.png"
     service.engine.open_image(service.benchmark.queries[0].reference_ids[0]).save(image)
     page.locator("#cir-upload-1 input[type=file]").set_input_files(str(image))
@@ -316,10 +321,32 @@ def test_upload_warnings_follow_the_files(visit_app, browser, tmp_path):
     text.write_text("not an image")
     page.locator("#cir-upload-2 input[type=file]").set_input_files(str(text))
     page.wait_for_function("document.querySelector('#cir-upload-files-problem').innerText.includes('notes.txt')")  # no Search
-    page.locator("#cir-upload-instruction textarea").fill("")
+    page.locator(box).fill("make it red")  # the shown warning is checked again as the visitor types
+    page.wait_for_function(f"{problem}.trim() === ''")
+    page.locator(box).fill("")  # nothing shown: the re-check raises nothing before a Search ...
     page.locator("#cir-upload-submit").click()
-    page.wait_for_function("document.querySelector('#cir-upload-instruction-problem').innerText.includes('type an instruction')")
-    page.locator("#cir-upload-instruction textarea").fill("make it red")
-    page.wait_for_function("document.querySelector('#cir-upload-instruction-problem').innerText.trim() === ''")
+    page.wait_for_function(f"{problem}.includes('type an instruction')")  # ... and a Search raises it
+
+    # A Search answered after the visitor typed: its warning is for the empty box it was sent with,
+    # and the text typed meanwhile takes it away again. The search is held until the typing's own
+    # re-check has been answered, so the late answer lands last on every machine.
+    arrived, release = threading.Event(), threading.Event()
+    searched = upload.search
+
+    def held_search(*args, **kwargs):
+        arrived.set()
+        release.wait(TIMEOUT_MS / 1000)
+        return {**searched(*args, **kwargs), "message": "held search answered"}
+
+    monkeypatch.setattr(upload, "search", held_search)
+    try:
+        page.locator("#cir-upload-submit").click()
+        assert arrived.wait(TIMEOUT_MS / 1000)
+        page.locator(box).fill("make it red")
+        page.wait_for_function(f"{problem}.trim() === ''")
+    finally:
+        release.set()
+    page.wait_for_function("document.querySelector('#cir-upload-message').innerText.includes('held search answered')")
+    page.wait_for_function(f"{problem}.trim() === ''")
     shot(page, "06-upload-warnings")
     page.close()

@@ -524,6 +524,28 @@ def test_long_link_values_are_cut_in_notes():
     assert out.state.query_id == "w00001"
 
 
+@pytest.mark.parametrize("setting, sent", [(None, False), ("False", False), ("True", True)])
+def test_telemetry_only_when_the_operator_asks(service, monkeypatch, setting, sent):
+    """No version check or analytics event from the app's start unless GRADIO_ANALYTICS_ENABLED=True
+    (gradio's own default sends both)."""
+    import threading
+
+    import gradio.analytics
+
+    calls, checked = [], threading.Event()
+    monkeypatch.setattr(gradio.analytics, "version_check", lambda: (calls.append("version_check"), checked.set()))
+    monkeypatch.setattr(gradio.analytics, "initiated_analytics", lambda data: calls.append("initiated"))
+    if setting is None:
+        monkeypatch.delenv("GRADIO_ANALYTICS_ENABLED", raising=False)
+    else:
+        monkeypatch.setenv("GRADIO_ANALYTICS_ENABLED", setting)
+    d = ui_app.create_app(service)
+    if sent:
+        assert checked.wait(60)  # the version check runs on a thread of its own
+    assert d.analytics_enabled is sent
+    assert sorted(calls) == (["initiated", "version_check"] if sent else []), calls
+
+
 def test_queue_analytics_summary_is_not_rebuilt_per_event(monkeypatch):
     """Gradio rebuilds a pandas summary of up to 10,000 events after every event unless told not to;
     an operator's own setting is kept."""

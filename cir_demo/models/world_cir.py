@@ -47,7 +47,9 @@ def combiner_from_state(state: dict):
 def combine_numpy(model, ref1: np.ndarray, ref2: np.ndarray, text: np.ndarray) -> np.ndarray:
     import torch
 
+    def tensor(a):  # a copy: torch warns on every read-only array (a cached, memory-mapped one), once per process
+        return torch.from_numpy(np.array(a, np.float32))
+
     with torch.inference_mode():
-        q = model(torch.from_numpy(np.asarray(ref1, np.float32)), torch.from_numpy(np.asarray(ref2, np.float32)),
-                  torch.from_numpy(np.asarray(text, np.float32)))
+        q = model(tensor(ref1), tensor(ref2), tensor(text))
     return q.numpy().astype(np.float32)

@@ -137,6 +137,14 @@ def status_markdown(service: ExplorerService | None, status, pending=None) -> st
     return "  \n".join(lines)
 
 
+def telemetry_opted_in() -> bool:
+    """Gradio's telemetry and version check only when the operator asks (GRADIO_ANALYTICS_ENABLED=True):
+    gradio's default sends them from every start, which costs a first start two TLS set-ups on
+    threads that hold the GIL while the page loads, and offline (the embedded world) reaches for
+    a network that is not there."""
+    return os.environ.get("GRADIO_ANALYTICS_ENABLED") == "True"
+
+
 # ------------------------------------------------------------------ the app
 def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompute=None,
                parent_origin: str = HUB_ORIGIN) -> gr.Blocks:
@@ -152,7 +160,7 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
     def get_service() -> ExplorerService:
         return loader.wait(CALL_TIMEOUT_S)
 
-    with gr.Blocks(title=TITLE, fill_width=True) as demo:
+    with gr.Blocks(title=TITLE, fill_width=True, analytics_enabled=telemetry_opted_in()) as demo:
         gr.Markdown(INTRO, elem_id="cir-intro")
         status = gr.Markdown("⏳ starting…", elem_id="cir-status")
         link_note = gr.Markdown(elem_id="cir-link-note")

@@ -585,3 +585,35 @@ def test_report_plots_are_checked_copies_made_once_per_file_state(tmp_path):
     Image.new("RGB", (8, 8), (10, 200, 10)).save(plots / "good.png")
     again = report.plot_copies(given)
     assert again != first and Path(again[0][0]).read_bytes() == (plots / "good.png").read_bytes()
+
+
+def test_report_copies_live_in_one_folder_of_the_process_removed_at_exit(tmp_path, monkeypatch):
+    """Plots and downloads are copied into one temporary folder of this process, and that folder is
+    removed when the process exits (each start used to leave a /tmp/cir-report-* folder behind)."""
+    import atexit
+    import zipfile
+
+    from PIL import Image
+
+    run = tmp_path / "runs" / "r"
+    (run / "plots").mkdir(parents=True)
+    for name in report.DOWNLOADS:
+        (run / name).write_text(f"{name}\n")
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(run / "plots" / "a.png")
+    at_exit = []
+    monkeypatch.setattr(report, "_FOLDER", [])
+    monkeypatch.setattr(report, "_COPIES", {})
+    monkeypatch.setattr(report, "_PLOT_COPIES", {})
+    monkeypatch.setattr(atexit, "register", lambda fn, *args: at_exit.append((fn, args)))
+    downloads = report.shareable_copies(run)
+    plots = report.plot_copies([(run / "plots" / "a.png", "a")])
+    copies = [Path(p) for p in downloads] + [Path(p) for p, _ in plots]
+    assert len(downloads) == len(report.DOWNLOADS) + 1 and len(plots) == 1
+    assert zipfile.ZipFile(downloads[-1]).namelist() == [*report.DOWNLOADS, "plots/a.png"]
+    folder = report._FOLDER[0]
+    assert all(folder in c.parents and c.is_file() for c in copies), (folder, copies)
+    assert len(at_exit) == 1  # one folder, one removal
+    fn, args = at_exit[0]
+    fn(*args)
+    assert not folder.exists() and not any(c.exists() for c in copies)
+    assert (run / "report.md").is_file() and (run / "plots" / "a.png").is_file()  # the run itself untouched

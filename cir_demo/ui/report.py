@@ -248,8 +248,8 @@ def run_plots(run_path) -> list:
 
 
 def shareable_copies(run_path) -> list[str]:
-    """Copies of the run's `DOWNLOADS` in a temporary folder (gradio serves those, never a path under
-    runs/), then `RUN_ZIP`: those files and the PNG plots, laid out as in the run folder (report.md's
+    """Copies of the run's `DOWNLOADS` in this process's copies folder, removed at exit (gradio serves
+    those, never a path under runs/), then `RUN_ZIP`: those files and the PNG plots, laid out as in the run folder (report.md's
     plot links work once unzipped). Plain files only: a link planted in a run folder is not followed.
     Memoised per file state, so a page reload does not copy again."""
     import shutil
@@ -264,7 +264,7 @@ def shareable_copies(run_path) -> list[str]:
     cached = _COPIES.get(key)
     if cached and all(Path(c).is_file() for c in cached):
         return cached
-    folder = Path(tempfile.mkdtemp(prefix="cir-report-"))
+    folder = Path(tempfile.mkdtemp(prefix="downloads-", dir=_copies_folder()))
     out = []
     for f in files:
         try:
@@ -316,7 +316,7 @@ def plot_copies(plots) -> list[tuple[str, str]]:
                     if im.format != "PNG":
                         continue
                     im.verify()  # every chunk's CRC: a truncated or altered file is left out
-                folder = _plot_folder() / hashlib.sha256(data).hexdigest()[:20]
+                folder = _copies_folder() / hashlib.sha256(data).hexdigest()[:20]
                 folder.mkdir(exist_ok=True)
                 (folder / path.name).write_bytes(data)
                 copy = _PLOT_COPIES[key] = str(folder / path.name)
@@ -329,15 +329,15 @@ def plot_copies(plots) -> list[tuple[str, str]]:
 _FOLDER: list = []
 
 
-def _plot_folder():
-    """This process's folder of plot copies (removed when it exits)."""
+def _copies_folder():
+    """This process's folder of the Report's copies (plots, downloads), removed when it exits."""
     import atexit
     import shutil
     import tempfile
     from pathlib import Path
 
     if not _FOLDER or not _FOLDER[0].is_dir():
-        _FOLDER[:] = [Path(tempfile.mkdtemp(prefix="cir-report-plots-"))]
+        _FOLDER[:] = [Path(tempfile.mkdtemp(prefix="cir-report-"))]
         atexit.register(shutil.rmtree, _FOLDER[0], True)
     return _FOLDER[0]
 

@@ -109,3 +109,56 @@ def test_cpu_encoders_get_one_torch_thread_beside_the_render_workers(tiny_world,
             assert set(threads_seen) == {2}, (device, omp)
     finally:
         torch.set_num_threads(before)
+
+
+WORKERS_OF_A_KILLED_PARENT = r"""
+import os, sys, time
+from cir_demo.index import build
+build.usable_cpus = lambda: 2
+
+class Blocking:
+    def open_many(self, ids):
+        os.write(1, b"%d\n" % os.getpid())  # one write: the two workers' lines never interleave
+        time.sleep(600)
+
+for _ in build.opened_batches(Blocking(), ["a", "b", "c", "d"], 1, "test"):
+    pass
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_opening_workers_end_with_a_killed_parent():
+    """A killed (SIGKILL) index build or eval leaves no worker behind: a worker that outlived it stayed
+    blocked and kept the build's lock file open, so the next build waited on it for good."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", WORKERS_OF_A_KILLED_PARENT], stdout=subprocess.PIPE, text=True)
+    workers = []
+    try:
+        workers = [int(proc.stdout.readline()) for _ in range(2)]  # both workers inside a batch
+        assert all(_alive(p) for p in workers)
+        proc.kill()
+        proc.wait(60)
+        deadline = time.monotonic() + 60
+        while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(p) for p in workers), "a worker outlived its killed parent"
+    finally:
+        proc.kill()
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

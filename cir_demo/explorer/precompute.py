@@ -21,6 +21,7 @@ from typing import Sequence
 
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
 from cir_demo.explorer.run_lock import RunLock, holder_run_name, lock_path
+from cir_demo.utils.procs import end_with_parent
 
 log = logging.getLogger("cir_demo.explorer")
 
@@ -108,14 +109,7 @@ def _low_priority_child() -> None:
     """In the child before it runs: lowest-but-one CPU priority, and (Linux) ended with the app, so
     an app killed without cleanup leaves no eval running on."""
     os.nice(NICENESS)
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
+    end_with_parent()
 
 
 def spawn_low_priority(argv: Sequence[str], cwd: Path, log, env: dict | None = None) -> subprocess.Popen:

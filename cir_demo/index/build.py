@@ -126,7 +126,12 @@ def opened_batches(images, ids: Sequence[str], batch_size: int, what: str, loade
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        import os
+
+        from cir_demo.utils.procs import end_with_parent
+
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                                   initializer=end_with_parent, initargs=(os.getpid(),))
         submit = lambda s: [pool.submit(images.open_many, ids[s:s + batch_size])]  # noqa: E731
         ahead = workers + 1  # after taking one: every worker busy while the main process encodes it
     else:

@@ -30,10 +30,10 @@ atexit.register(shutil.rmtree, os.environ["CIR_DEMO_DATA"], True)
 import pytest  # noqa: E402
 
 
-# `python -m pytest` runs on two pytest-xdist workers (pytest.ini: `-n 2 --dist loadgroup`), each
-# with its own session fixtures and data root. Every test is in one xdist group, run on one worker:
-# its module's (module fixtures are built once, as without xdist), or, for the tests sharing what
-# costs most to build once per session, one group across their modules.
+# `python -m pytest` runs on two pytest-xdist workers (pytest.ini: `-n 2 --dist loadgroup
+# --no-loadscope-reorder`), each with its own session fixtures and data root. Every test is in one
+# xdist group, run on one worker: its module's (module fixtures are built once, as without xdist), or,
+# for the tests sharing what costs most to build once per session, one group across their modules.
 # Modules sharing what one process caches, so that it is built once: the browser modules share
 # `browser_support.run_tiny_eval`'s run; the training modules the tiny world's train pixels (rendered
 # into the data root's cache by the first `world_pixels`, about 10 CPU s). The tiny corpus encoded by
@@ -53,10 +53,26 @@ def shared_group(item) -> str:
     return MODULE_GROUPS.get(module, module)
 
 
+# The groups that take longest, longest first (wall seconds per group on one worker, whole suite
+# beside other jobs, 2026-11-26: train_pixels 170, tiny_eval 168, space_app 118, the first-start
+# browser module 102, test_faults 95, then 60 to 30): each worker is handed its next group as it
+# finishes one, so the suite ends evenly when the last groups handed out are short ones. xdist's own
+# order (by test count; pytest.ini's `--no-loadscope-reorder` turns it off) put the 2-test groups of
+# the two first-start apps last. Every other group follows in file order.
+LONGEST_GROUPS = ("train_pixels", "tiny_eval", "space_app", "test_ui_browser_first_start", "test_faults",
+                  "test_gradio_import", "test_world_shipped", "test_corpus_workers", "test_index_prebuilt",
+                  "test_bench_latency", "default_world", "test_explorer_consistency", "test_harness_pipeline",
+                  "test_world_judge", "test_explorer_precompute")
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items):
+    groups = {item: shared_group(item) for item in items}
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(shared_group(item)))
+        item.add_marker(pytest.mark.xdist_group(groups[item]))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the order xdist hands groups out; one process keeps file order
+        rank = {group: i for i, group in enumerate(LONGEST_GROUPS)}
+        items.sort(key=lambda item: rank.get(groups[item], len(rank)))
 
 
 @pytest.fixture(scope="module")
@@ -236,6 +252,21 @@ def space_app(tmp_path_factory):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """Stop `space_app` after the last test of this process that uses it, not at the end of the
+    session: idle with its run done, the app still spends about 0.07 CPU s a second (60 s measured
+    beside other jobs), and its group runs early (`LONGEST_GROUPS`). Under xdist the group's tests
+    run one after another, so the next test tells; in one process, every later one."""
+    app = item.funcargs.get("space_app") if hasattr(item, "funcargs") else None
+    if app is None:
+        return
+    items = item.session.items
+    later = [nextitem] if os.environ.get("PYTEST_XDIST_WORKER") else items[items.index(item) + 1:]
+    if not any("space_app" in getattr(test, "fixturenames", ()) for test in later if test is not None):
+        app.proc.terminate()
+        app.proc.wait(30)
 
 
 def tree(folder):

@@ -13,10 +13,11 @@ from cir_demo.explorer import precompute
 from cir_demo.explorer.precompute import PrecomputeJob, PrecomputeStatus
 
 CHILD = r'''
-import sys, time
+import os, sys, time
 from pathlib import Path
 out, mode = Path(sys.argv[1]), sys.argv[2]
-staged = out.parent / ".partial" / f"123-abcd1234-{out.name}"
+# <pid>-<random>-<name> as the harness stages: a retry within the same second (same name) stages apart
+staged = out.parent / ".partial" / f"{os.getpid()}-abcd1234-{out.name}"
 (staged / "results").mkdir(parents=True)
 (staged / "results" / "a.json").write_text("{}")
 go, deadline = Path(f"{staged}.go"), time.monotonic() + 300  # the bound only ends a wait that would never end
@@ -36,6 +37,8 @@ out.mkdir(parents=True)
 
 
 class ScriptedJob(PrecomputeJob):
+    WATCH_POLL_S = 0.1  # the same watching as the app's, counting more often: a test sees each state sooner
+
     def __init__(self, runs_root: Path, modes: list[str]):
         super().__init__([], runs_root=runs_root)
         self.modes = modes

@@ -143,6 +143,7 @@ class PrecomputeJob:
     ends without a complete run, a follower takes the lock and computes it itself."""
 
     FOLLOW_POLL_S = 3.0
+    WATCH_POLL_S = 1.0  # how often the running child's staged results are counted
 
     def __init__(self, benchmark_argv: Sequence[str], runs_root: Path | None = None, enabled: bool = True):
         self.benchmark_argv = list(benchmark_argv)
@@ -296,11 +297,15 @@ class PrecomputeJob:
 
     def _watch(self) -> None:
         assert self._proc is not None
-        while self._proc.poll() is None:
+        while True:
             with self._lock:
                 self._status = PrecomputeStatus("running", self._count_staged(self._out.parent, self._out.name),
                                                  self._total, ready_sorts=self._ready_sorts)
-            time.sleep(1.0)
+            try:  # returns as the child ends, not at the next count: the page's "ready" follows the exit
+                self._proc.wait(self.WATCH_POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                pass
         self._release_run_lock()
         if self._proc.returncode == 0 and (self._out / "metrics.csv").is_file():
             self._set(PrecomputeStatus("done", self._total, self._total, f"run {self._out.name}"))

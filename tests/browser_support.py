@@ -105,6 +105,25 @@ def answered(page, selector: str):
     page.wait_for_function("(s) => window.cirAnswers[s] === 'answered'", arg=selector)
 
 
+def wait_page_while_working(page, expression: str, cpu, arg=None) -> None:
+    """`page.wait_for_function(expression, arg=arg)` for a page that waits on a background run: at low
+    priority beside other jobs it can take far longer than `TIMEOUT_MS`, so the wait goes on while
+    `cpu()` (the run's CPU seconds: `process_cpu.cpu_seconds`) grows, and fails after a whole
+    `TIMEOUT_MS` in which the run used none."""
+    from playwright.sync_api import TimeoutError as PageTimeout
+
+    from process_cpu import wait_while_working
+
+    def done(seconds: float) -> bool:
+        try:
+            page.wait_for_function(expression, arg=arg, timeout=seconds * 1000)
+            return True
+        except PageTimeout:
+            return False
+
+    wait_while_working(done, cpu, TIMEOUT_MS / 1000)
+
+
 def screenshot(page, name: str) -> None:
     """What the page shows in its viewport (each test sizes it), as test-artifacts/NAME.png; the whole
     page with CIR_DEMO_FULL_PAGE_SCREENSHOTS=1. A full-page shot has Chromium lay the page out again at

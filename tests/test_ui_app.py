@@ -563,3 +563,25 @@ def test_report_plots_are_checked_copies_made_once_per_file_state(tmp_path):
     Image.new("RGB", (8, 8), (10, 200, 10)).save(plots / "good.png")
     again = report.plot_copies(given)
     assert again != first and Path(again[0][0]).read_bytes() == (plots / "good.png").read_bytes()
+
+
+def test_the_app_serves_when_gradios_localhost_check_times_out(monkeypatch):
+    """On a machine busy with other jobs gradio's HEAD request to its just-started server can outlast
+    its 3 s timeout (`url_ok` then says False); the app serves anyway instead of ending with "a
+    shareable link must be created" (the Space app fixture's start failed so beside two busy loops)."""
+    import socket
+
+    import gradio.networking
+    import httpx
+
+    monkeypatch.setattr(gradio.networking, "url_ok", lambda url: False)  # what that timeout returns
+    with gr.Blocks() as demo:
+        gr.Markdown("served")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ui_app.launch_app(demo, "127.0.0.1", port, prevent_thread_lock=True, quiet=True)
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=60).status_code == 200
+    finally:
+        demo.close()

@@ -68,6 +68,62 @@ def wait_controls(page) -> None:
     page.wait_for_function("window.cirControls === true")
 
 
+# Gradio marks each output of an event it sends as pending (its status tracker loses the class `hide`)
+# and clears the mark when the answer is back. A page script armed before the action watches that over
+# `selector`: "pending" once the mark is seen, "answered" once it is cleared again.
+ARM_ANSWER_JS = """
+(sel) => {
+    const root = document.querySelector(sel);
+    const pending = () => [...root.querySelectorAll("[data-testid=status-tracker]")].some(t => !t.classList.contains("hide"));
+    const answers = window.cirAnswers = window.cirAnswers || {};
+    answers[sel] = "armed";
+    const watch = new MutationObserver((records) => {
+        // a mark set and cleared between two callbacks is still seen: in a record's old value
+        if (answers[sel] === "armed" && (pending() || records.some(r => r.oldValue !== null
+                && r.target.dataset.testid === "status-tracker" && !r.oldValue.split(" ").includes("hide")))) {
+            answers[sel] = "pending";
+        }
+        if (answers[sel] === "pending" && !pending()) {
+            answers[sel] = "answered";
+            watch.disconnect();
+        }
+    });
+    watch.observe(root, {attributes: true, attributeFilter: ["class"], attributeOldValue: true, subtree: true,
+                         childList: true});
+}
+"""
+
+
+@contextmanager
+def answered(page, selector: str):
+    """Around an action whose answer may show what is on the page already (the same view again, a button
+    left as it was): returns once that action's own answer to the output `selector` is back, so the next
+    action cannot be sent while it is on its way (gradio may then have both in flight, and the earlier
+    answer can land last)."""
+    page.evaluate(ARM_ANSWER_JS, selector)
+    yield
+    page.wait_for_function("(s) => window.cirAnswers[s] === 'answered'", arg=selector)
+
+
+def wait_page_while_working(page, expression: str, cpu, arg=None) -> None:
+    """`page.wait_for_function(expression, arg=arg)` for a page that waits on a background run: at low
+    priority beside other jobs it can take far longer than `TIMEOUT_MS`, so the wait goes on while
+    `cpu()` (the run's CPU seconds: `process_cpu.cpu_seconds`) grows, and fails after a whole
+    `TIMEOUT_MS` in which the run used none."""
+    from playwright.sync_api import TimeoutError as PageTimeout
+
+    from process_cpu import wait_while_working
+
+    def done(seconds: float) -> bool:
+        try:
+            page.wait_for_function(expression, arg=arg, timeout=seconds * 1000)
+            return True
+        except PageTimeout:
+            return False
+
+    wait_while_working(done, cpu, TIMEOUT_MS / 1000)
+
+
 def screenshot(page, name: str) -> None:
     """What the page shows in its viewport (each test sizes it), as test-artifacts/NAME.png; the whole
     page with CIR_DEMO_FULL_PAGE_SCREENSHOTS=1. A full-page shot has Chromium lay the page out again at

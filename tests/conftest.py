@@ -221,9 +221,10 @@ def space_app(tmp_path_factory):
     import socket
     import subprocess
     import sys
-    import time
     from pathlib import Path
     from types import SimpleNamespace
+
+    from process_cpu import cpu_seconds, until, wait_while_working
 
     root = Path(__file__).resolve().parent.parent
     folder = tmp_path_factory.mktemp("space_app")
@@ -242,10 +243,11 @@ def space_app(tmp_path_factory):
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "app.py"], cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 300  # only ends a start that would never end
-        while "explorer ready" not in log.read_text() and time.monotonic() < deadline:
-            assert proc.poll() is None, log.read_text()
-            time.sleep(0.2)
+        # as long as the start takes while the app works (beside other jobs at nice 0 it can outlast any
+        # fixed bound); it fails after 300 s in which the app used no CPU
+        wait_while_working(until(lambda: "explorer ready" in log.read_text() or proc.poll() is not None),
+                           lambda: cpu_seconds(proc.pid), 300)
+        assert proc.poll() is None, log.read_text()
         assert "explorer ready" in log.read_text(), log.read_text()
         yield SimpleNamespace(url=f"http://127.0.0.1:{port}/", storage=storage, log=log, proc=proc,
                               repo_before=repo_before)

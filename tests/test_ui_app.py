@@ -617,3 +617,25 @@ def test_report_copies_live_in_one_folder_of_the_process_removed_at_exit(tmp_pat
     fn(*args)
     assert not folder.exists() and not any(c.exists() for c in copies)
     assert (run / "report.md").is_file() and (run / "plots" / "a.png").is_file()  # the run itself untouched
+
+
+def test_the_app_serves_when_gradios_localhost_check_times_out(monkeypatch):
+    """On a machine busy with other jobs gradio's HEAD request to its just-started server can outlast
+    its 3 s timeout (`url_ok` then says False); the app serves anyway instead of ending with "a
+    shareable link must be created" (the Space app fixture's start failed so beside two busy loops)."""
+    import socket
+
+    import gradio.networking
+    import httpx
+
+    monkeypatch.setattr(gradio.networking, "url_ok", lambda url: False)  # what that timeout returns
+    with gr.Blocks() as demo:
+        gr.Markdown("served")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ui_app.launch_app(demo, "127.0.0.1", port, prevent_thread_lock=True, quiet=True)
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=60).status_code == 200
+    finally:
+        demo.close()

@@ -47,6 +47,10 @@ def test_report_pair_opens_explore_sorted_a_vs_b_with_both_columns(own_runs_app,
     paired = page.locator("#cir-report-paired").inner_text()
     assert "Recall@1" in paired and "Recall_subset@1" in paired and "paired bootstrap" in paired
     page.locator("#cir-report-open-pair").click()
+    # what only this click's answer shows: the Explore tab again and the list sorted A vs B (the query and
+    # columns below may be those the page opened with, the first query with A and B)
+    page.locator("#cir-tab-explore").wait_for(state="visible")
+    page.wait_for_function("(t) => document.querySelector('#cir-list-info').innerText.includes(t)", arg="A vs B")
 
     top = service.find_queries(sort=PAIR).rows["query"].iloc[0]
     query = service.benchmark.query(top)

@@ -340,9 +340,13 @@ def launch_app(demo: gr.Blocks, server_name: str | None = None, port: int | None
     share_one_limit(demo)
     quiet_queue_analytics()
     demo.queue(max_size=queue_size, default_concurrency_limit=concurrency)
+    # `_frontend=False` skips gradio's one check that its new server answers a HEAD request on localhost
+    # within 3 s (for notebooks that need a share link; gradio 6.31 gates only that check on it): on a
+    # machine busy with other jobs the server was slower than that and the app ended with "When localhost
+    # is not accessible, a shareable link must be created" although it served.
     return demo.launch(server_name=server_name, server_port=port, share=share, show_error=True,
                        prevent_thread_lock=prevent_thread_lock, quiet=quiet, css=PAGE_CSS,
-                       max_file_size="25mb", footer_links=["api", "settings"])
+                       max_file_size="25mb", footer_links=["api", "settings"], _frontend=False)
 
 
 # ------------------------------------------------------------------ command line

@@ -249,8 +249,8 @@ def run_plots(run_path) -> list:
 
 def shareable_copies(run_path) -> list[str]:
     """Copies of the run's `DOWNLOADS` in this process's copies folder, removed at exit (gradio serves
-    those, never a path under runs/), then `RUN_ZIP`: those files and the PNG plots, laid out as in the run folder (report.md's
-    plot links work once unzipped). Plain files only: a link planted in a run folder is not followed.
+    those, never a path under runs/), then `RUN_ZIP`: those files and the PNG plots, laid out as in
+    the run folder (report.md's plot links work once unzipped). Plain files only: a link planted in a run folder is not followed.
     Memoised per file state, so a page reload does not copy again."""
     import shutil
     import tempfile

@@ -217,7 +217,7 @@ def wire(ui: UploadUI, get_service: Callable[[], ExplorerService]) -> None:
 
     # the warning's own change as a trigger: a Search answered after the visitor typed shows the warning
     # for the text it was sent with; this re-check, run after it, holds it against the text as it is now.
-    # One dependency with always_last, so two re-checks are never in flight to land out of order.
+    # One dependency with always_last: a re-check triggered while one is on its way runs after it.
     gr.on([ui.instruction.change, ui.instruction_problem.change], on_instruction,
           [ui.file1, ui.file2, ui.instruction, ui.instruction_problem], [ui.instruction_problem],
           show_progress="hidden", trigger_mode="always_last")

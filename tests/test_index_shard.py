@@ -109,9 +109,12 @@ def _free_port() -> int:
 
 
 def _worker_env(tmp_path: Path) -> dict:
+    """The workers' environment; TMPDIR the test's own: torch's elastic launcher leaves a
+    torchelastic_* folder in the temporary directory at every launch."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    (tmp_path / "tmp").mkdir(exist_ok=True)
     env.update(PYTHONPATH=os.pathsep.join([str(REPO), str(HERE.parent)]), OMP_NUM_THREADS="1",
-               CIR_DEMO_INDEXES=str(tmp_path / "indexes"), HF_HUB_OFFLINE="1")
+               CIR_DEMO_INDEXES=str(tmp_path / "indexes"), HF_HUB_OFFLINE="1", TMPDIR=str(tmp_path / "tmp"))
     return env
 
 

@@ -3,6 +3,7 @@ own function table), URL state, the HTML tiles, and error handling. No server, n
 (tests/test_ui_browser.py drives a real one)."""
 from __future__ import annotations
 
+import atexit
 import html as html_lib
 import re
 from pathlib import Path
@@ -17,7 +18,7 @@ from PIL import Image
 
 from cir_demo.explorer import Column, Comparison, ServiceError, Tile
 from cir_demo.ui import app as ui_app
-from cir_demo.ui import components, explore, report, upload
+from cir_demo.ui import components, explore, report, served_files, upload
 from cir_demo.ui.guard import guarded
 from cir_demo.ui.state import ViewState, decode_state, encode_state, resolve_state
 
@@ -325,12 +326,24 @@ def test_upload_callbacks(demo, service, tmp_path):
     assert wired(demo, "on_retrievers").fn(names[:1])[0]["interactive"] is True
 
 
-def test_example_callback_writes_world_references(demo, service):
+def test_example_callback_writes_world_references(demo, service, tmp_path, monkeypatch):
+    """The example's images are written once into the process's served folder (removed at exit): a
+    second click hands out the same files and leaves nothing else behind (each click used to leave a
+    folder in the temporary directory)."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what a click leaves in the temporary directory
+    monkeypatch.setattr(served_files, "_FOLDER", [])
+    monkeypatch.setattr(atexit, "register", lambda fn, *args: None)
     f1, f2, text = wired(demo, "on_example").fn()
     q = next(x for x in service.benchmark.queries if len(x.reference_ids) == 2)
     assert text == q.instruction
     assert np.array_equal(np.asarray(Image.open(f1)), np.asarray(service.engine.open_image(q.reference_ids[0])))
     assert Path(f2).is_file()
+    assert all(served_files._FOLDER[0] in Path(f).parents for f in (f1, f2))
+    left = sorted(tmp_path.rglob("*"))
+    assert wired(demo, "on_example").fn() == (f1, f2, text)
+    assert sorted(tmp_path.rglob("*")) == left and [p.name for p in tmp_path.iterdir()] == [served_files._FOLDER[0].name]
 
 
 # =========================================================================== report callback
@@ -601,7 +614,7 @@ def test_report_copies_live_in_one_folder_of_the_process_removed_at_exit(tmp_pat
         (run / name).write_text(f"{name}\n")
     Image.new("RGB", (8, 8), (1, 2, 3)).save(run / "plots" / "a.png")
     at_exit = []
-    monkeypatch.setattr(report, "_FOLDER", [])
+    monkeypatch.setattr(served_files, "_FOLDER", [])
     monkeypatch.setattr(report, "_COPIES", {})
     monkeypatch.setattr(report, "_PLOT_COPIES", {})
     monkeypatch.setattr(atexit, "register", lambda fn, *args: at_exit.append((fn, args)))
@@ -610,7 +623,7 @@ def test_report_copies_live_in_one_folder_of_the_process_removed_at_exit(tmp_pat
     copies = [Path(p) for p in downloads] + [Path(p) for p, _ in plots]
     assert len(downloads) == len(report.DOWNLOADS) + 1 and len(plots) == 1
     assert zipfile.ZipFile(downloads[-1]).namelist() == [*report.DOWNLOADS, "plots/a.png"]
-    folder = report._FOLDER[0]
+    folder = served_files._FOLDER[0]
     assert all(folder in c.parents and c.is_file() for c in copies), (folder, copies)
     assert len(at_exit) == 1  # one folder, one removal
     fn, args = at_exit[0]

@@ -6,7 +6,8 @@ what was uploaded and can name the problem.
 """
 from __future__ import annotations
 
-import tempfile
+import hashlib
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -19,7 +20,9 @@ from cir_demo.ui import components
 from cir_demo.ui.controls import clamp, number_slider
 from cir_demo.ui.gpu import on_gpu
 from cir_demo.ui.guard import guarded
+from cir_demo.ui.served_files import served_folder
 from cir_demo.ui.state import K_RANGE, TOP_N_RANGE
+from cir_demo.utils.io import write_bytes_atomic
 
 
 @dataclass
@@ -152,16 +155,22 @@ def search(service: ExplorerService, paths: Sequence[str | None], instruction: s
 
 def example_files(service: ExplorerService, folder: str | Path | None = None) -> tuple[str, str | None, str]:
     """Reference images of a benchmark query written to PNG files (a two-image query when there
-    is one), and its instruction: something to try the upload path with."""
+    is one), and its instruction: something to try the upload path with. The files go to `folder`,
+    by default one folder of the benchmark's in this process's served folder (removed at exit), each
+    written once and reused by every later click (each click used to leave a folder in /tmp)."""
     queries = service.benchmark.queries
     if not queries:
         raise ServiceError("this benchmark has no queries to take an example from")
     query = next((q for q in queries if len(q.reference_ids) == 2), queries[0])
-    folder = Path(folder or tempfile.mkdtemp(prefix="cir_demo_example_"))
+    if folder is None:
+        folder = served_folder() / "examples" / hashlib.sha256(service.benchmark.name.encode()).hexdigest()[:16]
     paths = []
     for ref in query.reference_ids:
-        path = folder / f"{ref}.png"
-        service.engine.open_image(ref).save(path)
+        path = Path(folder) / f"{ref}.png"
+        if not path.is_file():  # written whole under its name: two visitors' first clicks both read a whole file
+            buffer = io.BytesIO()
+            service.engine.open_image(ref).save(buffer, format="PNG")
+            write_bytes_atomic(path, buffer.getvalue())
         paths.append(str(path))
     return paths[0], (paths[1] if len(paths) > 1 else None), query.instruction
 

@@ -210,12 +210,15 @@ SPACE_APP_ARGS = "--world-size tiny --limit 2 --retrievers world-clip-fusion,wor
 
 
 @pytest.fixture(scope="session")
-def space_app(tmp_path_factory):
+def space_app(tmp_path_factory, tiny_world_seed):
     """One `python app.py` as a Hugging Face Space starts it (no arguments: CIR_DEMO_ARGS holds them;
-    SPACE_ID set; persistent storage, empty, at CIR_DEMO_SPACE_STORAGE; host and port from GRADIO_*),
-    up to "explorer ready", shared by test_space.py (port, storage, arguments) and the fresh-start
-    browser test (its background run computes the failure sorts and the Report): a first start on a
-    Space is exactly the fresh start, and one process with one background run serves both. Yields a
+    SPACE_ID set; persistent storage at CIR_DEMO_SPACE_STORAGE; host and port from GRADIO_*), up to
+    "explorer ready", shared by test_space.py (port, storage, arguments) and the fresh-start browser
+    test (its background run computes the failure sorts and the Report): a first start on a Space is
+    exactly the fresh start, and one process with one background run serves both. The storage holds
+    nothing but the tiny corpus's stored embeddings (`tiny_world_seed`'s), as the default world's first
+    start finds its corpus embeddings shipped: the app still generates the world and builds its indexes
+    there, and neither it nor its background run encodes a corpus image (about 17 CPU s). Yields a
     namespace: url, storage, log (the app's output file), proc, repo_before (the working tree's
     cache/, indexes/, runs/ before the start)."""
     import socket
@@ -229,7 +232,7 @@ def space_app(tmp_path_factory):
     root = Path(__file__).resolve().parent.parent
     folder = tmp_path_factory.mktemp("space_app")
     storage = folder / "data"
-    storage.mkdir()
+    shutil.copytree(tiny_world_seed / "embeddings", storage / "cache" / "embeddings")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -85,6 +85,17 @@ def one_torch_thread():
     torch.set_num_threads(old)
 
 
+@pytest.fixture(scope="session")
+def audited_training(tmp_path_factory):
+    """World-CLIP, world-CIR and the world judge trained for 2 steps on the tiny world under a file-open
+    audit (`tests/training_audit.py`): test_training_split.py checks what the audit saw,
+    test_training_world.py the world-CIR and judge it wrote (one training of each for both modules,
+    which share an xdist group). Read-only: a test that trains on from one copies its folder."""
+    from training_audit import audited_training as train
+
+    return train(tmp_path_factory.mktemp("audited_training"))
+
+
 @pytest.fixture(scope="module")
 def tiny_setup(tmp_path_factory):
     """Environment (cache, indexes, runs under one shared temp folder) and the tiny models of

@@ -217,12 +217,11 @@ def test_merged_references_is_normalised_mean():
 
 # --------------------------------------------------------------------------- world-CIR
 @pytest.fixture(scope="module")
-def cir_dir(tmp_path_factory, clip_dir):
-    from cir_demo.training.pipeline import train_cir_command
-
-    out = tmp_path_factory.mktemp("world_cir")
-    train_cir_command("tiny", 0, 0, 1, 2, out, clip_dir=clip_dir, clip_ref=str(clip_dir), evaluate=False, progress=False)
-    return out
+def cir_dir(audited_training):
+    """World-CIR trained for 2 steps (1 epoch) on a world-CLIP trained as `clip_dir` is (same seed and steps,
+    so the same weights; held-out evaluation off): conftest.py's audited training, which
+    test_training_split.py checks reads no test file. The checks below load it with `clip_dir`'s weights."""
+    return audited_training["folders"]["cir"]
 
 
 def test_world_cir_retriever_unit_deterministic_and_equal_to_combiner(cir_dir, clip_dir, clip_model, train):
@@ -256,15 +255,20 @@ def test_world_cir_retriever_unit_deterministic_and_equal_to_combiner(cir_dir, c
 
 
 # --------------------------------------------------------------------------- world verifier (the world judge)
-def test_judge_training_writes_a_loadable_calibrated_backend(tmp_path_factory, clip_dir, train):
+def test_judge_training_writes_a_loadable_calibrated_backend(tmp_path_factory, audited_training, train):
+    """The judge of conftest.py's audited training (2 steps of each stage, 1 epoch, on its world-CLIP),
+    trained on from a copy of its folder."""
+    import shutil
+
     from cir_demo.rerank import RerankRequest, load_reranker
     from cir_demo.training.world_judge import JudgeTrainConfig
     from cir_demo.training.pipeline import train_verifier_command
     from cir_demo.world.loader import render_image
 
-    out = tmp_path_factory.mktemp("world_judge")
-    manifest = train_verifier_command("tiny", 0, 0, 1, 2, out, clip_dir=clip_dir, clip_ref=str(clip_dir),
-                                      evaluate=False, progress=False)
+    clip_dir = audited_training["folders"]["clip"]
+    out = tmp_path_factory.mktemp("world_judge") / "judge"
+    shutil.copytree(audited_training["folders"]["judge"], out)
+    manifest = audited_training["manifests"]["judge"]
     assert manifest["training"]["stage1_cnn"]["steps"] == 2 and manifest["training"]["stage2_judge"]["steps"] == 2
     assert manifest["training"]["attribute_reader"]["steps"] == 2  # --max-steps caps every stage
     assert set(manifest["files"]) == {"world_judge.safetensors", "tokenizer/tokenizer.json"}

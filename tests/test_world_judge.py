@@ -247,7 +247,9 @@ def test_inference_modules_import_no_scene_graph_or_judgment_code():
 
 def test_scoring_loads_no_scene_graph_or_judgment_module(judge_dir):
     """Load and score in a fresh interpreter; the world, training, benchmark and metric packages
-    (scene graphs, judgments) must never be imported."""
+    (scene graphs, judgments) must never be imported, nor open_clip or torchvision (the model-input
+    pixels are PIL's: `cir_demo.models.preprocess.shortest_resize_crop`; together about 3.5 CPU s of
+    every process that reranks)."""
     code = f"""
 import sys
 import numpy as np
@@ -259,12 +261,14 @@ s = r.score(RerankRequest((ims[0],), ("a",), "Same dress but blue"), ["b", "c"],
 assert len(s) == 2 and all(0.0 <= x.p_yes <= 1.0 for x in s)
 bad = sorted(m for m in sys.modules if m.startswith({FORBIDDEN!r}))
 print("LOADED", bad)
+print("HEAVY", sorted(m for m in ("open_clip", "torchvision", "torch._dynamo") if m in sys.modules))
 """
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO_ROOT,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "LOADED []" in out.stdout, out.stdout
+    assert "HEAVY []" in out.stdout, out.stdout
 
 
 def test_world_verifier_files_are_listed_in_the_committed_manifest():

@@ -1,7 +1,8 @@
 """The model-input pixels of every world model (world-CLIP, world-CIR, the world judge), shared by
 training and serving: the open_clip eval transform (resize to 64 px, centre crop), then ToTensor and
 Normalize. Train-time and serve-time pixels are identical by construction (tests check it).
-torch, torchvision and open_clip are imported inside the functions.
+torch, torchvision and open_clip are imported inside the functions; the model-input pixels
+(`to_model_pixels`) need neither open_clip nor torchvision (`shortest_resize_crop`).
 """
 from __future__ import annotations
 
@@ -42,11 +43,32 @@ def resize_stage(preprocess: dict = PREPROCESS):
     return T.Compose(steps)
 
 
+def shortest_resize_crop(img, size: int, interpolation: str):
+    """open_clip's eval resize for resize_mode "shortest" on a PIL image, as torchvision runs it (the
+    PIL part of `pixel_transform`, bit for bit): the shorter side resized to `size` (the longer one
+    scaled and truncated), then the centre `size` x `size` crop. PIL alone: importing open_clip and
+    torchvision (torch._dynamo through torchvision.ops) costs a process about 3.5 CPU s."""
+    from PIL import Image
+
+    w, h = img.size
+    short, long = (w, h) if w <= h else (h, w)
+    new_long = int(size * long / short)
+    new_w, new_h = (size, new_long) if w <= h else (new_long, size)
+    if (new_h, new_w) != (h, w):
+        img = img.resize((new_w, new_h), {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR}[interpolation])
+    top, left = int(round((new_h - size) / 2.0)), int(round((new_w - size) / 2.0))
+    return img.crop((left, top, left + size, top + size))
+
+
 def to_model_pixels(images: Sequence, preprocess: dict = PREPROCESS) -> np.ndarray:
     """PIL images or uint8 (H, W, 3) arrays -> uint8 (n, size, size, 3) model-input pixels."""
     from PIL import Image
 
-    stage = resize_stage(preprocess)
+    if preprocess.get("resize_mode") == "shortest" and preprocess.get("interpolation") in ("bicubic", "bilinear"):
+        size, interpolation = int(preprocess["size"]), preprocess["interpolation"]
+        stage = lambda pil: shortest_resize_crop(pil, size, interpolation)  # noqa: E731
+    else:
+        stage = resize_stage(preprocess)
     out = []
     for img in images:
         pil = Image.fromarray(img) if isinstance(img, np.ndarray) else img

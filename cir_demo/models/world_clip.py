@@ -171,26 +171,21 @@ class Preprocess:
     resize the shorter side (PIL), centre crop, convert the mode, to float in [0, 1], normalise."""
 
     def __init__(self, cfg: dict):
-        from PIL import Image
-
         if cfg.get("resize_mode") != "shortest":
             raise ValueError(f"preprocess: resize_mode {cfg.get('resize_mode')!r} is not built here")
+        if cfg["interpolation"] not in ("bicubic", "bilinear"):
+            raise KeyError(cfg["interpolation"])
         self.size, self.mode = int(cfg["size"]), cfg.get("mode", "RGB")
         self.mean, self.std = tuple(cfg["mean"]), tuple(cfg["std"])
-        self.resample = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR}[cfg["interpolation"]]
+        self.interpolation = cfg["interpolation"]
 
     def __call__(self, img):
         import numpy as np
         import torch
 
-        w, h = img.size
-        short, long = (w, h) if w <= h else (h, w)
-        new_long = int(self.size * long / short)
-        new_w, new_h = (self.size, new_long) if w <= h else (new_long, self.size)
-        if (new_h, new_w) != (h, w):
-            img = img.resize((new_w, new_h), self.resample)
-        top, left = int(round((new_h - self.size) / 2.0)), int(round((new_w - self.size) / 2.0))
-        img = img.crop((left, top, left + self.size, top + self.size)).convert(self.mode)
+        from cir_demo.models.preprocess import shortest_resize_crop
+
+        img = shortest_resize_crop(img, self.size, self.interpolation).convert(self.mode)
         pixels = torch.from_numpy(np.array(img, np.uint8, copy=True)).view(self.size, self.size, -1)
         x = pixels.permute((2, 0, 1)).contiguous().to(dtype=torch.get_default_dtype()).div(255)
         mean = torch.as_tensor(self.mean, dtype=x.dtype).view(-1, 1, 1)

@@ -131,16 +131,19 @@ def service(tiny_setup):
 def default_world(tmp_path_factory):
     """The default world (size "default", seed 0), built once per session for the tests about that
     world itself (the tiny world serves every other test): (its `BuiltWorld`, a cache folder holding
-    it written as `load_world()` finds it under CIR_DEMO_CACHE). Shared and read-only: tests open it
-    through `default_world_cache`, never write into it."""
+    its test part written as `load_world()` finds it under CIR_DEMO_CACHE). Shared and read-only: tests
+    open it through `default_world_cache`, never write into it. Only the test part is written: no test
+    reads the train split from disk (the statistics test reads the `BuiltWorld`), and its files cost
+    about 2 CPU s to write."""
     from cir_demo.world.disk import world_dir, write_world
-    from cir_demo.world.generate import build_world
+    from cir_demo.world.generate import build_test_part, build_world
 
     cache = tmp_path_factory.mktemp("default_world_cache")
-    built = build_world("default", 0)
+    test_part = build_test_part("default", 0)
+    built = build_world("default", 0, test=test_part)
     mp = pytest.MonkeyPatch()
     mp.setenv("CIR_DEMO_CACHE", str(cache))
-    write_world(built, world_dir("default", 0))
+    write_world(test_part, world_dir("default", 0))
     mp.undo()
     return built, cache
 

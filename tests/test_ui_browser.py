@@ -285,9 +285,10 @@ def test_upload_problems_show_next_to_their_field(app_url, browser, tmp_path):
 
 @pytest.mark.slow
 def test_fresh_start_computes_every_sort_and_the_report_in_the_background(browser, space_app):
-    """`python app.py` on an empty data folder, no terminal step: the background run computes what
-    the failure sorts and the Report need; every sort and the Report then work. The app is
-    conftest.py's `space_app` (a Space's first start, shared with test_space.py)."""
+    """`python app.py` on a data folder with no run (only the tiny corpus's stored embeddings, as the
+    default world ships them), no terminal step: the background run computes what the failure sorts
+    and the Report need; every sort and the Report then work. The app is conftest.py's `space_app` (a
+    Space's first start, shared with test_space.py)."""
     data = space_app.storage
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(TIMEOUT_MS)

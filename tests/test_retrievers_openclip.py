@@ -183,6 +183,30 @@ def test_custom_config_name_clash_with_builtin_is_refused(tmp_path):
     register_model_config(MODEL, TINY_OPEN_CLIP_CONFIG)  # same config again: fine
 
 
+def test_registering_a_config_leaves_no_file_behind(tmp_path, monkeypatch):
+    """open_clip parses a config file when it is added: the file is removed before registering returns, so
+    a killed process leaves nothing in the temporary folder, and the config stays known after open_clip
+    rescans its config paths (the next registration)."""
+    import copy
+    import tempfile
+
+    import open_clip
+
+    from cir_demo.retrievers.openclip import register_model_config
+    from cir_demo.testing.tiny_retrievers import TINY_OPEN_CLIP_CONFIG
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    wider = copy.deepcopy(TINY_OPEN_CLIP_CONFIG)
+    wider["embed_dim"] = TINY_OPEN_CLIP_CONFIG["embed_dim"] * 2
+    register_model_config("tiny-registered-then-gone", TINY_OPEN_CLIP_CONFIG)
+    register_model_config("tiny-registered-second", wider)  # rescans every path added so far
+    assert list(tmp_path.iterdir()) == []
+    assert open_clip.get_model_config("tiny-registered-then-gone") == TINY_OPEN_CLIP_CONFIG
+    assert open_clip.get_model_config("tiny-registered-second")["embed_dim"] == wider["embed_dim"]
+    model = open_clip.create_model("tiny-registered-then-gone")
+    assert model.visual.output_dim == TINY_OPEN_CLIP_CONFIG["embed_dim"]
+
+
 def test_unknown_pretrained_tag_suggests_known_tags():
     from cir_demo.retrievers.openclip import load_encoder
     from cir_demo.utils.names import UnknownNameError

@@ -17,9 +17,7 @@ open_clip and torch are imported only inside functions.
 """
 from __future__ import annotations
 
-import atexit
 import json
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Sequence
@@ -168,17 +166,6 @@ def read_preprocess_sidecar(weights_path: str | Path, model_name: str, weights_s
 
 
 # --------------------------------------------------------------------------- custom architectures
-_CONFIG_DIR: Path | None = None
-
-
-def _config_dir() -> Path:
-    global _CONFIG_DIR
-    if _CONFIG_DIR is None:
-        _CONFIG_DIR = Path(tempfile.mkdtemp(prefix="cir_demo_open_clip_cfg_"))
-        atexit.register(shutil.rmtree, _CONFIG_DIR, True)
-    return _CONFIG_DIR
-
-
 def load_model_config(model_config: dict | str | Path, where: str) -> dict:
     """An open_clip architecture config from an inline dict or a JSON file."""
     if isinstance(model_config, dict):
@@ -210,9 +197,14 @@ def register_model_config(name: str, model_config: dict) -> None:
                 f"give the custom architecture its own name"
             )
         return
-    path = _config_dir() / f"{name}.json"
-    path.write_text(json.dumps(model_config), encoding="utf-8")
-    open_clip.add_model_config(path)
+    # open_clip registers configs from files, and parses them when added: the file is gone again before
+    # this returns (a folder kept until exit stayed in /tmp whenever a process was killed)
+    with tempfile.TemporaryDirectory(prefix="cir_demo_open_clip_cfg_") as folder:
+        path = Path(folder) / f"{name}.json"
+        path.write_text(json.dumps(model_config), encoding="utf-8")
+        open_clip.add_model_config(path)
+    if open_clip.get_model_config(name) is None:
+        raise RuntimeError(f"open_clip did not register the config of {name!r}")
 
 
 def local_tokenizer_dir(model_config: dict | None) -> Path | None:

@@ -40,6 +40,24 @@ def test_loader_reports_progress_and_errors(tiny_setup):
     svc.engine.close()
 
 
+def test_when_done_calls_back_once_loading_ends_and_at_once_afterwards():
+    """A page waiting for the explorer is woken by `when_done` (not at its next poll): each callback once,
+    after the outcome is set, in order, a failing one not stopping the rest; after the end, at once."""
+    loader = ServiceLoader(ServiceConfig(benchmark="no-such-benchmark", warm_thumbnails=False), start=False)
+    calls = []
+    loader.when_done(lambda: calls.append(("first", loader.status().error is not None)))
+    loader.when_done(lambda: 1 / 0)
+    loader.when_done(lambda: calls.append(("second", loader.status().error is not None)))
+    assert calls == []  # not started: nothing ended yet
+    loader.start()
+    with pytest.raises(ServiceError, match="could not load"):
+        loader.wait(60)
+    loader._thread.join(60)  # the callbacks run on the loader's thread right after the outcome is set
+    assert calls == [("first", True), ("second", True)]
+    loader.when_done(lambda: calls.append(("late", True)))
+    assert calls[-1] == ("late", True)
+
+
 def test_missing_retriever_weights_leave_the_rest_working(tiny_setup):
     from cir_demo.retrievers import registry
     from cir_demo.testing.tiny_retrievers import tiny_open_clip_config

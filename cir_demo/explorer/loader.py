@@ -65,6 +65,8 @@ class ServiceLoader:
         self._t0 = time.perf_counter()
         self._t_done: float | None = None
         self._event = threading.Event()
+        self._callbacks: list = []  # when_done's, until loading ends
+        self._callbacks_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="cir-demo-loader", daemon=True)
         if start:
             self._thread.start()
@@ -86,7 +88,23 @@ class ServiceLoader:
             self._error = exc
         finally:
             self._t_done = time.perf_counter()
-            self._event.set()
+            with self._callbacks_lock:
+                self._event.set()
+                callbacks, self._callbacks = self._callbacks, []
+            for callback in callbacks:
+                try:
+                    callback()
+                except Exception:  # one waiter's failure (e.g. its event loop closed) never stops the others
+                    log.exception("a callback waiting for the explorer failed")
+
+    def when_done(self, callback) -> None:
+        """`callback()` once loading has ended, ready or failed (at once when it has; else from the loader's
+        thread): a page waiting for the explorer wakes then rather than at its next poll."""
+        with self._callbacks_lock:
+            if not self._event.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
 
     def status(self) -> LoadStatus:
         end = self._t_done if self._t_done is not None else time.perf_counter()

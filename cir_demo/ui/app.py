@@ -215,6 +215,10 @@ def _wire_page_load(demo: gr.Blocks, loader: ServiceLoader, precompute, status, 
     # prepared in the shared work group like every other callback.
     @guarded("Loading the explorer")
     async def on_load():
+        loop, loaded = asyncio.get_running_loop(), asyncio.Event()
+        when_done = getattr(loader, "when_done", None)  # a loader-like without it (tests' doubles) is polled only
+        if when_done is not None:
+            when_done(lambda: loop.call_soon_threadsafe(loaded.set))
         while not loader.ready:
             st = loader.status()
             if st.error:
@@ -222,7 +226,10 @@ def _wire_page_load(demo: gr.Blocks, loader: ServiceLoader, precompute, status, 
                        ex.loading: loading_html(st.stage, st.detail, st.elapsed, hide_paths(st.error))}
                 return
             yield {status: status_markdown(None, st), ex.loading: loading_html(st.stage, st.detail, st.elapsed)}
-            await asyncio.sleep(LOAD_POLL_S)
+            try:  # the status again after LOAD_POLL_S, the view as soon as the explorer is loaded
+                await asyncio.wait_for(loaded.wait(), LOAD_POLL_S)
+            except asyncio.TimeoutError:
+                pass
         yield {status: "⏳ loaded; preparing your view…",
                ex.loading: loading_html("loaded; preparing your view", "", loader.status().elapsed)}
 

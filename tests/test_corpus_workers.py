@@ -105,7 +105,9 @@ def test_cpu_encoders_get_one_torch_thread_beside_the_render_workers(tiny_world,
             monkeypatch.setattr(judge, "device", device, raising=False)
             if omp:
                 monkeypatch.setenv("OMP_NUM_THREADS", omp)
-            assert np.array_equal(encode_corpus(images, ids[:96], judge, batch_size=32, progress=False), plain[:96])
+            # two batches: two render workers where the store offers them (one batch would open none)
+            assert build_mod._opening_workers(images, 2) == (0 if isinstance(images, ThreadsOnly) else 2)
+            assert np.array_equal(encode_corpus(images, ids[:32], judge, batch_size=16, progress=False), plain[:32])
             assert set(threads_seen) == {2}, (device, omp)
     finally:
         torch.set_num_threads(before)

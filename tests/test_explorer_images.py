@@ -37,15 +37,16 @@ def test_thumbnail_store_caches_in_memory_and_on_disk(tmp_path):
 
 def test_image_warmer_fills_reference_tile_and_pixel_files(tiny_setup, tmp_path):
     """The warmer's entry point (run in-process here) opens each image once and stores references at
-    their size, corpus tiles at theirs and lossless pixels of both; the pixel cache then serves
-    exactly the rendered pixels."""
+    their size, corpus tiles at theirs and lossless pixels of both, up to `limit` images per job; the
+    pixel cache then serves exactly the rendered pixels. The first 24 of the tiny corpus's 874 images
+    (rendering and storing them all cost about 10 CPU s and showed nothing more)."""
     import sqlite3
 
     from cir_demo.benchmarks.registry import load_benchmark
 
     refs_db, tiles_db, pixels_db = (str(tmp_path / f"{n}.sqlite") for n in ("refs", "tiles", "pixels"))
     png = {"db_path": pixels_db, "kind": "png"}
-    payload = {"benchmark": "world", "kwargs": {"size": "tiny"}, "limit_groups": 3, "limit": 30000, "nice": False,
+    payload = {"benchmark": "world", "kwargs": {"size": "tiny"}, "limit_groups": 3, "limit": 24, "nice": False,
                "jobs": [{"what": "references", "targets": [
                    {"db_path": refs_db, "kind": "jpeg", "size": 40, "quality": 80}, png]},
                         {"what": "corpus", "targets": [
@@ -58,12 +59,14 @@ def test_image_warmer_fills_reference_tile_and_pixel_files(tiny_setup, tmp_path)
         with sqlite3.connect(path) as db:
             return {i: Image.open(io.BytesIO(b)).size for i, b in db.execute("SELECT image_id, data FROM blobs")}
 
+    corpus = list(bench.corpus_ids)[:24]
+    assert len(refs) < 24 < len(bench.corpus_ids)  # every reference, the corpus cut at the limit
     assert set(stored(refs_db)) == refs
     tiles = stored(tiles_db)
-    assert set(tiles) == set(bench.corpus_ids) and set(tiles.values()) == {(24, 24)}
-    assert set(stored(pixels_db)) == refs | set(bench.corpus_ids)
+    assert set(tiles) == set(corpus) and set(tiles.values()) == {(24, 24)}
+    assert set(stored(pixels_db)) == refs | set(corpus)
     cached = PixelCachedStore(bench.images, pixels_db)
-    for image_id in [bench.corpus_ids[0], bench.corpus_ids[-1], sorted(refs)[0]]:
+    for image_id in [corpus[0], corpus[-1], sorted(refs)[0]]:
         assert np.array_equal(np.asarray(cached.open(image_id)), np.asarray(bench.images.open(image_id)))
     assert cached.counts == {"cached": 3, "opened": 0}
 

@@ -122,8 +122,19 @@ def test_damaged_index_reported_then_rebuilt(world, capsys, damage):
     assert _status(capsys, "--verify")[0] == 0
 
 
+@pytest.fixture()
+def corpus_opened_in_threads(monkeypatch):
+    """The corpus opened in this process's loader threads, as on a one-CPU machine, not in render
+    workers (tests/test_corpus_workers.py checks those give the same bits): the renderer's in-process
+    cache (1,024 images) keeps the tiny corpus, so of the two passes below only the first renders it
+    (about 6 CPU s each)."""
+    from cir_demo.index import build
+
+    monkeypatch.setattr(build, "_opening_workers", lambda images, n_batches: 0)
+
+
 @pytest.mark.parametrize("which", ["one", "all"])
-def test_damaged_embedding_cache_is_encoded_again(world, capsys, which):
+def test_damaged_embedding_cache_is_encoded_again(world, capsys, which, corpus_opened_in_threads):
     """The retriever's and the reranker's corpus caches (world-CLIP, the world judge): one damaged is
     encoded again alone; all damaged are encoded again in one shared pass. Either way it is said."""
     caches = sorted((Path(world["env"]["CIR_DEMO_CACHE"]) / "embeddings").rglob("*.npy"))

@@ -18,19 +18,27 @@ K = 50
 
 
 @pytest.fixture(scope="module")
-def tiny_world(tmp_path_factory):
-    """The tiny world's test split, the five world retrievers (real committed weights), and a
-    prebuilt folder built for them by `build_prebuilt` (what `index prebuilt` runs)."""
+def tiny_world(tmp_path_factory, tiny_world_seed):
+    """The tiny world's test split (conftest.py's `tiny_world_seed`'s, not generated again; none of its
+    corpus features), the five world retrievers (real committed weights), and a prebuilt folder built
+    for them by `build_prebuilt` (what `index prebuilt` runs)."""
     from cir_demo.index.prebuilt import build_prebuilt
     from cir_demo.retrievers.registry import load_retriever
     from cir_demo.world import load_world
 
     root = tmp_path_factory.mktemp("prebuilt")
+    shutil.copytree(tiny_world_seed / "world", root / "cache" / "world")
     mp = pytest.MonkeyPatch()
     mp.setenv("CIR_DEMO_CACHE", str(root / "cache"))
     bench = load_world(size="tiny", progress=False)
     retrievers = {n: load_retriever(n, device="cpu") for n in WORLD_RETRIEVERS}
+    # the corpus rendered in this process, not in worker processes (`open_many`), so that the oracle's
+    # encode (`fresh_and_served`, in this process too) finds the same pixels in the renderer's cache: the
+    # corpus is rendered once for both encodes, not twice (about 5 CPU s)
+    in_process = pytest.MonkeyPatch()
+    in_process.setattr(bench.images, "open_many", None)
     written = build_prebuilt(bench, list(retrievers.values()), progress=False, root=root / "prebuilt")
+    in_process.undo()
     yield bench, retrievers, root, written
     mp.undo()
 
@@ -191,15 +199,19 @@ def test_committed_prebuilt_files_match_the_default_world_and_the_weights(defaul
         np.testing.assert_allclose(xb[start:start + 64], fresh, atol=1e-6)
 
 
-def test_the_app_reranks_from_pixels_until_the_corpus_features_are_stored_then_adopts_them(tmp_path, monkeypatch):
+def test_the_app_reranks_from_pixels_until_the_corpus_features_are_stored_then_adopts_them(tiny_world_seed, tmp_path,
+                                                                                             monkeypatch):
     """The app's engine does not encode the world verifier's corpus features while loading; a view's
     candidates are scored from their pixels, and once an --eval run stored the features the loader's
-    thread hands them over. Oracle: the scores of an engine that encoded the features up front."""
+    thread hands them over. Oracle: the scores of an engine that has the features up front (those a
+    first --eval encoded and stored: conftest.py's `tiny_world_seed`, the real encode once per suite)."""
     from cir_demo.engine import Ranking, RetrievalEngine
     from cir_demo.explorer import loader
     from cir_demo.world import load_world
 
-    monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
+    cache = tmp_path / "cache"
+    shutil.copytree(tiny_world_seed / "world", cache / "world")  # the world, no corpus features yet
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(cache))
     bench = load_world(size="tiny", progress=False).limit(3)
     app = RetrievalEngine(bench, [], progress=False, encode_reranker_corpus=False)
     monkeypatch.setattr(loader, "FEATURES_POLL_S", 0.05)
@@ -211,7 +223,10 @@ def test_the_app_reranks_from_pixels_until_the_corpus_features_are_stored_then_a
     ranking = Ranking(ids[:20], [1.0 - i / 100 for i in range(20)])
     app.use_score_cache(tmp_path / "a.sqlite")
     from_pixels = [(it.candidate_id, it.p_yes) for it in app.rerank("world-verifier", query, ranking)]
-    full = RetrievalEngine(bench, [], progress=False)  # as --eval: encodes and stores the corpus features
+    # the features stored as an --eval run stores them (whole, at once: the loader's thread is polling)
+    shutil.copytree(tiny_world_seed / "embeddings", tmp_path / "stored")
+    (tmp_path / "stored").rename(cache / "embeddings")
+    full = RetrievalEngine(bench, [], progress=False)  # as --eval: reads the stored corpus features
     full.use_score_cache(tmp_path / "b.sqlite")
     oracle = [(it.candidate_id, it.p_yes) for it in full.rerank("world-verifier", full.composed(bench.queries[0]),
                                                                  ranking)]

@@ -4,6 +4,7 @@ at a time; the app's start generating the test part in a child process."""
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 
 import pytest
@@ -19,9 +20,17 @@ def whole(tmp_path_factory):
     return generate_world("tiny", 0, tmp_path_factory.mktemp("whole") / "w", progress=False)
 
 
+@pytest.fixture(scope="module")
+def generated_test_part(tmp_path_factory):
+    """The tiny world's test part generated alone, once for the module (read-only: `test_part` copies it)."""
+    return generate_world("tiny", 0, tmp_path_factory.mktemp("test_part") / "w", progress=False, part="test")
+
+
 @pytest.fixture()
-def test_part(tmp_path):
-    return generate_world("tiny", 0, tmp_path / "w", progress=False, part="test")
+def test_part(generated_test_part, tmp_path):
+    """This test's own copy of `generated_test_part`: tests damage it or add the train split to it."""
+    shutil.copytree(generated_test_part, tmp_path / "w")
+    return tmp_path / "w"
 
 
 def _bytes(root, names):
@@ -75,8 +84,6 @@ def test_a_damaged_test_file_is_found_and_written_again(whole, test_part, capsys
 
 
 def test_a_whole_world_of_the_earlier_layout_gets_its_test_manifest_without_generating(whole, tmp_path, monkeypatch):
-    import shutil
-
     root = tmp_path / "old"
     shutil.copytree(whole, root)
     (root / TEST_MANIFEST).unlink()

@@ -26,25 +26,35 @@ def _generated(size: str, seed: int, out: Path) -> dict[str, bytes]:
     return {name: (out / name).read_bytes() for name in FILES}
 
 
+@pytest.fixture(scope="module")
+def tiny_generated(tmp_path_factory) -> dict[str, bytes]:
+    """`_generated` for the tiny world (seed 0), once for the module's tests that compare with it."""
+    return _generated("tiny", 0, tmp_path_factory.mktemp("tiny_generated"))
+
+
 def _stored(directory: Path) -> dict[str, bytes]:
     return {name: lzma.decompress((directory / f"{name}.xz").read_bytes()) for name in FILES}
 
 
-def test_the_committed_world_is_byte_identical_to_generating_the_default_test_part(tmp_path, monkeypatch):
+def test_the_committed_world_is_byte_identical_to_generating_the_default_test_part(default_world, monkeypatch):
+    """The oracle: the session's default world (conftest.py), whose test part is written as generation
+    writes it on an empty folder (`write_world(build_test_part(...))`, the shipped copy never consulted):
+    generating it once more here would cost about 4 CPU s."""
     monkeypatch.delenv("CIR_DEMO_PREBUILT", raising=False)
     directory = shipped.shipped_world_dir("default", 0)
     assert shipped_problems(directory, "default", 0) == []
-    assert _stored(directory) == _generated("default", 0, tmp_path / "generated")
+    generated = default_world[1] / "world" / "default-seed0"
+    assert _stored(directory) == {name: (generated / name).read_bytes() for name in FILES}
     manifest = json.loads((directory / "manifest.json").read_text())
-    assert manifest["checksum"] == json.loads((tmp_path / "generated" / TEST_MANIFEST).read_text())["checksum"]
+    assert manifest["checksum"] == json.loads((generated / TEST_MANIFEST).read_text())["checksum"]
 
 
-def test_a_first_load_installs_the_shipped_copy_and_generates_nothing(shipped_world_copy, tmp_path, monkeypatch,
+def test_a_first_load_installs_the_shipped_copy_and_generates_nothing(shipped_world_copy, tiny_generated, monkeypatch,
                                                                       capsys):
     from cir_demo.world import generate as generate_module
     from cir_demo.world.loader import load_world
 
-    oracle = _generated("tiny", 0, tmp_path / "oracle")
+    oracle = tiny_generated
     monkeypatch.setattr(generate_module, "build_test_part", lambda *a, **k: pytest.fail("generated"))
     bench = load_world(size="tiny", seed=0)
     assert "[world] installed the shipped test part of tiny seed 0" in capsys.readouterr().err
@@ -98,10 +108,10 @@ def _content_differs(d: Path) -> None:
     (lambda d: (d / "test_refs.npy.xz").unlink(), "test_refs.npy.xz"),
 ])
 def test_a_damaged_or_stale_copy_is_refused_with_one_line_and_the_world_generated(
-        shipped_world_copy, tmp_path, capsys, damage, why):
+        shipped_world_copy, tiny_generated, capsys, damage, why):
     from cir_demo.world.loader import load_world
 
-    oracle = _generated("tiny", 0, tmp_path / "oracle")
+    oracle = tiny_generated
     damage(shipped_world_copy)
     load_world(size="tiny", seed=0, progress=False)
     lines = [ln for ln in capsys.readouterr().err.splitlines() if "shipped test part" in ln]

@@ -108,7 +108,7 @@ def test_explore_paraphrase_rerank_share_upload_report(app_url, browser, tmp_pat
 
     # ---- the link reopens the same view
     shared = page.url
-    other = browser.new_page(viewport={"width": 1500, "height": 1100})
+    other = browser.new_visitor_page(viewport={"width": 1500, "height": 1100})  # another visitor's browser
     other.set_default_timeout(TIMEOUT_MS)
     other.goto(shared)
     other.wait_for_selector("#cir-results .cir-before")

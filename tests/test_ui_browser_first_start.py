@@ -2,7 +2,8 @@
 sorts and the Report in its background run while the explorer is usable; a browser (Playwright
 driving Debian's Chromium) watches the sorts say "being computed", the chosen sort apply by
 itself when the run is done, then uses every sort and the Report tab with its downloads.
-The tiny world, tiny real models and the tiny verifier; screenshots go to test-artifacts/.
+The tiny world served with the world's own small models (two world-CLIP columns, the world judge reranking),
+as the Space app serves it; screenshots go to test-artifacts/.
 """
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from browser_support import TIMEOUT_MS, browser, free_port, require_chromium, sc
 require_chromium()
 
 from cir_demo.benchmarks.failure_views import SORT_LABELS  # noqa: E402
-from cir_demo.testing.explorer import build_tiny_service  # noqa: E402
+from conftest import private_seed_copy  # noqa: E402
 from process_cpu import cpu_seconds  # noqa: E402
 
 GROUPS = 6
+APP_ARGS = ["--world-size", "tiny", "--limit", str(GROUPS), "--retrievers", "world-clip-fusion,world-clip-image",
+            "--no-thumbnail-warmer"]
 SORTS = {k: v.format(primary="AP@10") for k, v in SORT_LABELS.items()}  # the world's family: PinPoint's
 # what the list says under each sort: its label (cir_demo/benchmarks/failure_views.py)
 SORT_NOTES = {k: SORTS[k] for k in ("worst", "negatives", "spread", "two_image", "rerank_helped", "rerank_hurt",
@@ -24,26 +27,28 @@ SORT_NOTES = {k: SORTS[k] for k in ("worst", "negatives", "spread", "two_image",
 
 
 @pytest.fixture(scope="module")
-def fresh_app(tiny_setup, tmp_path_factory):
-    """The app as `python app.py` starts it on a first start, except that the test starts the
-    background run (after the page has shown the sorts waiting) and its child registers the tiny
-    models first (`cir_demo.testing.tiny_eval`)."""
+def fresh_app(tiny_world_seed, tmp_path_factory):
+    """The app as `python app.py --world-size tiny --limit 6 --retrievers world-clip-fusion,world-clip-image`
+    starts it on a first start (its service, its background run's command line), except that the test
+    starts the background run, after the page has shown the sorts waiting. No eval run and no index on
+    disk; the cache holds the tiny world and its corpus features (a copy of `tiny_world_seed`), as the
+    default world's first start finds its corpus embeddings shipped: the run still retrieves, reranks
+    with the world judge, evaluates and writes the report, in a child process at low priority."""
+    from cir_demo.benchmarks.cli_args import benchmark_flags
+    from cir_demo.explorer import build_service
     from cir_demo.explorer.precompute import PrecomputeJob
     from cir_demo.ui import app as ui_app
 
-    root, names = tiny_setup
-
-    class TinyJob(PrecomputeJob):
-        def command(self, service, out):
-            argv = super().command(service, out)
-            assert argv[1:4] == ["-m", "cir_demo", "eval"]
-            return [argv[0], "-m", "cir_demo.testing.tiny_eval", str(root / "models"), "--n-boot", "50", *argv[4:]]
-
+    folder = tmp_path_factory.mktemp("first_start")
     mp = pytest.MonkeyPatch()
-    runs = tmp_path_factory.mktemp("first_start_runs")
+    private_seed_copy(tiny_world_seed, folder / "cache", mp)
+    mp.setenv("CIR_DEMO_INDEXES", str(folder / "indexes"))
+    runs = folder / "runs"
     mp.setenv("CIR_DEMO_RUNS", str(runs))  # no eval run on disk: a first start
-    service = build_tiny_service(names, limit_groups=GROUPS)
-    job = TinyJob(["--benchmark", "world", "--world-size", "tiny", "--limit", str(GROUPS)], runs_root=runs)
+    config = ui_app.config_from_args(ui_app.build_parser().parse_args(APP_ARGS))
+    service = build_service(config)
+    job = PrecomputeJob(benchmark_flags(config.benchmark, ui_app.served_split_kwargs(config), config.limit_groups),
+                        runs_root=runs)
     job.on_done(service.forget_failures)
     demo = ui_app.create_app(service, job)
     port = free_port()

@@ -74,8 +74,10 @@ def shot(page, name: str) -> None:
     screenshot(page, f"visit-{name}")
 
 
-def open_page(browser, url: str, width: int = 1400, height: int = 1000):
-    page = browser.new_page(viewport={"width": width, "height": height})
+def open_page(browser, url: str, width: int = 1400, height: int = 1000, visitor: bool = False):
+    """A page of `url`; `visitor`: in another visitor's browser (a context of its own)."""
+    viewport = {"width": width, "height": height}
+    page = browser.new_visitor_page(viewport) if visitor else browser.new_page(viewport)
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(url)
     return page
@@ -110,7 +112,7 @@ def test_share_link_reaches_the_space_page_and_opens_the_same_view(visit_app, br
     shown = tile_ids(page.frames[1])
     shot(page, "01-space-view")
 
-    other = open_page(browser, copied)
+    other = open_page(browser, copied, visitor=True)  # what a visitor copies, opened in another browser
     frame2 = other.frame_locator("#space")
     frame2.locator("#cir-results .cir-before").first.wait_for()
     assert frame2.locator("#cir-paraphrases input[type=radio]:checked").get_attribute("value") == group[2].query_id

@@ -1,6 +1,6 @@
 """`python -m cir_demo.testing.tiny_eval MODELS_DIR [eval flags]`: the `--eval` command line with
 the tiny test models of `cir_demo.testing.explorer` registered first (they live in the test
-process's registry, which a child process does not see). The browser test's background run uses it."""
+process's registry, which a child process does not see): the background run of an app that serves them."""
 from __future__ import annotations
 
 import argparse

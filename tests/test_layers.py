@@ -41,7 +41,7 @@ def test_bottom_and_top_layers_are_checked_too():
     # the top layer: entry points and test builders import every layer below, never each other
     assert layers.violations_in("from cir_demo.testing.explorer import register_tiny_models\n", "cir_demo.ui.app")
     assert layers.violations_in("from cir_demo.ui import app\n", "cir_demo.cli")
-    assert layers.violations_in("from cir_demo.harness import cli\n", "cir_demo.testing.tiny_eval") == []
+    assert layers.violations_in("from cir_demo.harness import cli\n", "cir_demo.testing.explorer") == []
     assert layers.violations_in("from cir_demo.explorer import build_service\n", "cir_demo.ui.app") == []
     assert layers.violations_in("from cir_demo.cli import main\n", "cir_demo.__main__") == []
     assert layers.violations_in("from cir_demo.__main__ import main\n", "cir_demo.cli")

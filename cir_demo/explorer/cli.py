@@ -3,10 +3,13 @@
     python -m cir_demo failures --benchmark cirr --root cirr/ --results-json A.json B.json \\
         --sort diff:A,B --top 50 --out failures.csv
 
-One row per query in sort order: `query_id`, `why`, then `<run>/<metric>` for every per-query metric
-of the benchmark's family, plus `<run>/target_rank` (1-based, after the protocol's deletion or
-gallery cut; empty when the run does not rank the target) for single-target families. The run
-name is the file's stem; a file named `<run>+rerank` is that run reranked (the reranker sorts).
+One row per query in sort order: `query_id`, `why`, then `<run>/<column>` for every per-query metric
+of the benchmark's family and every per-query column its sorts read (`FailureViews.measures`: e.g.
+`target_rank`, 1-based after the protocol's deletion or gallery cut over the whole file, empty when
+the run does not rank the target; CIRR's `subset_rank`, `reference_rank`; CIRCO's `gt_found@10`,
+`n_gt`). These are the rows `--eval` writes to per_query.csv for the same files, and the app's sorts
+list the same queries in the same order. The run name is the file's stem, or NAME in `NAME=FILE`; a
+run named `<run>+rerank` is that run reranked (the reranker sorts).
 """
 from __future__ import annotations
 
@@ -20,13 +23,17 @@ from cir_demo.results.files import FORMAT_CHOICES
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_benchmark_arguments(p)
-    p.add_argument("--results-json", nargs="+", metavar="FILE", required=True,
-                   help="results files (any format --eval reads, detected per file); the run name is the file stem")
+    p.add_argument("--results-json", nargs="+", metavar="[NAME=]FILE", required=True,
+                   help="results files (any format --eval reads, detected per file); the run name is NAME, "
+                        "else the file stem")
     p.add_argument("--results-format", default="auto", choices=FORMAT_CHOICES)
     p.add_argument("--sort", default="worst",
                    help="benchmark, worst, diff:A,B (A's largest gain over B first), all_fail, rerank_helped, "
                         "rerank_hurt (with <run>+rerank files), or a sort of the benchmark's family: "
                         + family_sorts() + ". An unknown name lists those this benchmark offers. Default: worst")
+    p.add_argument("--metric", default=None,
+                   help="the per-query metric a diff:A,B sort compares (default: the family's primary, e.g. "
+                        "CIRR's Recall@1); any per-query metric of the family, e.g. Recall@5")
     p.add_argument("--top", type=int, default=None, help="only the first N queries of the sort")
     p.add_argument("--out", required=True, help="the CSV file to write (written atomically; an existing file is "
                                                 "replaced only with --overwrite)")
@@ -54,13 +61,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         bench = load_benchmark_from_args(args)
-        rows = failure_rows(bench, args.results_json, args.sort, args.results_format)
-    except (ServiceError, BenchmarkArgumentError) as exc:  # a flag the benchmark needs, a sort it lacks
-        print(f"error: {exc}", file=sys.stderr)
+        rows = failure_rows(bench, args.results_json, args.sort, args.results_format, args.metric)
+    except (ServiceError, BenchmarkArgumentError, BenchmarkError) as exc:  # a flag, a sort, a file's problems
+        print(f"error: {error_text(exc)}", file=sys.stderr)
         return 2
-    except BenchmarkError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
     if args.top is not None:
         rows = rows.head(args.top)
     from cir_demo.utils.io import write_text_atomic
@@ -70,39 +74,70 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def failure_rows(bench, paths, sort: str, fmt: str = "auto"):
-    """The queries in the order of `sort` with `why` and every run's per-query metrics (see the module doc)."""
+def error_text(exc: BaseException) -> str:
+    """The message of `exc` without the "error: " each validation issue starts with (the caller prints one)."""
+    prefix = "error: "
+    return "\n".join(line[len(prefix):] if line.startswith(prefix) else line for line in str(exc).splitlines())
+
+
+# per-query columns written as integers (empty when NaN: e.g. a target the run does not rank)
+INTEGER_COLUMNS = ("target_rank", "subset_rank", "reference_rank", "n_gt", "gt_found@10", "n_neg")
+
+
+def failure_rows(bench, paths, sort: str, fmt: str = "auto", metric: str | None = None):
+    """The queries in the order of `sort` with `why` and every run's per-query columns (see the module doc).
+    `paths`: `FILE` or `NAME=FILE` values; `metric`: what a diff:A,B sort compares (default the primary)."""
     import pandas as pd
 
     from cir_demo.benchmarks.families import metric_family
     from cir_demo.benchmarks.registry import RERANK_SUFFIX
+    from cir_demo.benchmarks.schema import BenchmarkError
     from cir_demo.explorer.failures import SortContext, per_query_frame, sort_rows
+    from cir_demo.explorer.own_runs import parse_run_args
     from cir_demo.explorer.queries import query_table
     from cir_demo.results.files import read_results
 
     fam = metric_family(bench.metric_family)
     views = fam.views()
     frames, names = [], []
-    for path in paths:
-        rf = read_results(path, bench, fmt=fmt)
+    for run in parse_run_args(paths):
+        rf = read_results(run.path, bench, fmt=fmt)
         for w in rf.warnings():
-            print(f"warning: {path}: {w.message}", file=sys.stderr)
-        name = rf.name if rf.name not in names else f"{rf.name}_{len(names)}"
-        names.append(name)
-        frames.append(per_query_frame(fam, name, rf.run, bench.queries))
+            print(f"warning: {run.path}: {w.message}", file=sys.stderr)
+        names.append(run.name)
+        try:
+            frames.append(per_query_frame(fam, run.name, rf.run, bench.queries))
+        except BenchmarkError as exc:  # e.g. a ranking repeating an image: named by the file it is in
+            raise BenchmarkError(f"{run.path}: {error_text(exc)}") from None
     per_query = pd.concat(frames, ignore_index=True)
     runs = [n for n in names if not (n.endswith(RERANK_SUFFIX) and n[:-len(RERANK_SUFFIX)] in names)]
-    ctx = SortContext(fam, query_table(bench), runs, {n: "composed" for n in runs}, reranked=len(runs) < len(names))
+    metrics = [c for c in per_query.columns if "@" in c or c in fam.headline]
+    metrics += [c for c in (*views.measures, views.finer) if c and c in per_query.columns and c not in metrics]
+    ctx = SortContext(fam, query_table(bench), runs, {n: "composed" for n in runs}, reranked=len(runs) < len(names),
+                      diff_metric=check_metric(metric, sort, metrics))
     rows, _ = sort_rows(ctx.table, per_query, sort, ctx)
-    metrics = [c for c in per_query.columns if ("@" in c or c in fam.headline) and c not in views.measures]
-    if views.target_rank:
-        metrics.append("target_rank")
     out = rows[["query_id", "why"]].reset_index(drop=True)
     for name in names:
         own = per_query[per_query["run"] == name].set_index("query_id").reindex(out["query_id"])
         for m in metrics:
             values = own[m]
-            if m == "target_rank":  # 1-based integers; empty when not ranked
+            if m in INTEGER_COLUMNS:  # ranks and counts: integers, empty when there is none
                 values = values.map(lambda v: "" if v != v else str(int(v)))
             out[f"{name}/{m}"] = values.to_numpy()
     return out
+
+
+def check_metric(metric: str | None, sort: str, columns) -> str | None:
+    """`--metric` as a per-query metric a diff:A,B sort can compare (ServiceError otherwise)."""
+    from cir_demo.benchmarks.failure_views import DIFF_PREFIX
+    from cir_demo.explorer.config import ServiceError
+
+    if metric is None:
+        return None
+    if not sort.startswith(DIFF_PREFIX):
+        raise ServiceError(f"--metric {metric!r}: it chooses what a diff:A,B sort compares; sort {sort!r} is not one")
+    usable = [c for c in columns if "@" in c and c not in INTEGER_COLUMNS]
+    if metric not in usable:
+        raise ServiceError(f"--metric {metric!r} is not a per-query metric of this benchmark; use one of "
+                           f"{', '.join(usable)}")
+    return metric

@@ -40,16 +40,22 @@ class SortContext:
     runs: Sequence[str]  # first-stage runs (columns), in order
     modality: Mapping[str, str]  # run -> image / text / composed
     reranked: bool  # reranked results exist or can be computed
+    diff_metric: str | None = None  # the per-query metric diff:A,B compares (None: the primary)
 
     @property
     def primary(self) -> str:
         return self.family.primary
 
+    @property
+    def compared(self) -> str:
+        """What an A-vs-B sort compares."""
+        return self.diff_metric or self.family.primary
+
 
 def _label(name: str, ctx: SortContext) -> str:
     if name.startswith(DIFF_PREFIX):
         a, b = split_diff(name)
-        return diff_label(a, b, ctx.primary)
+        return diff_label(a, b, ctx.compared)
     extra = ctx.family.views().extra_sorts
     return extra[name][0] if name in extra else SORT_LABELS[name].format(primary=ctx.primary)
 
@@ -185,13 +191,13 @@ def _all_fail(pq, ctx):
 
 def _diff(a: str, b: str) -> SortFn:
     def sort(pq, ctx):
-        p = wide(pq, ctx.primary, [a, b])
+        p = wide(pq, ctx.compared, [a, b])
         for run in (a, b):
             if run not in p:
                 raise ServiceError(f"no per-query results for run {run!r}")
         gain = p[a] - p[b]
         f = _finer(pq, ctx, [a, b], p.index)
-        why = [f"{a} {_fmt(x)} vs {b} {_fmt(y)} ({x - y:+.3f} {ctx.primary})" for x, y in zip(p[a], p[b])]
+        why = [f"{a} {_fmt(x)} vs {b} {_fmt(y)} ({x - y:+.3f} {ctx.compared})" for x, y in zip(p[a], p[b])]
         return gain.notna(), _keys(-gain, -(f[a] - f[b])), pd.Series(why, index=p.index)
     return sort
 

@@ -15,19 +15,21 @@ def query_metrics(ranking: Sequence[str], query: Query, family: MetricFamily | s
 
 
 def metrics_many(pairs: Sequence[tuple[Sequence[str], Query]],
-                 family: MetricFamily | str = "pinpoint") -> list[dict[str, float]]:
+                 family: MetricFamily | str = "pinpoint", extra: Sequence[str] = ()) -> list[dict[str, float]]:
     """`query_metrics` for many (ranking, query) pairs in one call of the official per-query code
-    (a call costs ~10 ms whatever its size, so the app makes one per view, not one per column)."""
+    (a call costs ~10 ms whatever its size, so the app makes one per view, not one per column).
+    `extra`: more per-query columns of that code to return (e.g. CIRR's target_rank, subset_rank)."""
     fam = metric_family(family) if isinstance(family, str) else family
     if not pairs:
         return []
+    wanted = list(dict.fromkeys([*fam.shown, *extra]))
     keyed = [dataclasses.replace(q, query_id=f"{i}\x1f{q.query_id}") for i, (_, q) in enumerate(pairs)]
     run = {k.query_id: list(r) for k, (r, _) in zip(keyed, pairs)}
     df = fam.metrics_module().per_query(run, keyed, **dict(fam.shown_kwargs)).set_index("query_id")
     out = []
     for k in keyed:
         if k.query_id not in df.index or not bool(df.at[k.query_id, "scored"]):
-            out.append({m: float("nan") for m in fam.shown})
+            out.append({m: float("nan") for m in wanted})
         else:
-            out.append({m: float(df.at[k.query_id, m]) for m in fam.shown})
+            out.append({m: float(df.at[k.query_id, m]) for m in wanted})
     return out

@@ -24,7 +24,7 @@ from cir_demo.explorer.ranking_metrics import metrics_many
 from cir_demo.explorer.runs import list_runs, load_report, read_eval_per_query
 from cir_demo.explorer.uploads import ValidatedImage
 from cir_demo.explorer.views import (Column, Comparison, Paraphrase, QueryList, QueryView, Report, RunSummary, Tile,
-                                     fill_metrics, protocol_scope)
+                                     fill_metrics, protocol_scope, where_line)
 from cir_demo.utils.lru import LRU
 
 log = logging.getLogger(__name__)
@@ -291,6 +291,8 @@ class ExplorerService:
             self._prescore(cq, searched, top_n)
         columns = [self._column(n, searched[n], cq, q, k, rerank, top_n) for n in names]
         fill_metrics(columns, q, self.family, self._metrics)
+        for col in columns:
+            col.where = where_line(col, k)
         refs = self.references.get_many(list(q.reference_ids))
         labels = [f"Reference image {i + 1} ({r})" if len(q.reference_ids) > 1 else f"Reference image ({r})"
                   for i, r in enumerate(q.reference_ids)]
@@ -520,7 +522,14 @@ class ExplorerService:
         return cache_dir() / "app" / "per_query" / self.fingerprint / f"{name}.csv"
 
     def _cached_per_query_path(self, name: str, spec_hash: str) -> Path:
-        return self._per_query_cache(name).with_name(f"{name}-{spec_hash[:16]}.csv")
+        return self._per_query_cache(name).with_name(f"{name}-{spec_hash[:16]}-k{self._eval_depth(name)}.csv")
+
+    def _eval_depth(self, name: str) -> int:
+        """How deep `--eval` ranks for column `name`, so the per-query rows here are its rows: a results
+        file's whole ranking (`--eval --results-json` scores the file as it is), a model's top DEFAULT_K."""
+        from cir_demo.engine import DEFAULT_K
+
+        return self._depth(name, DEFAULT_K)
 
     def _sort_columns(self) -> list[str]:
         """The per_query.csv columns the failure sorts read."""
@@ -543,14 +552,15 @@ class ExplorerService:
             if progress:
                 progress(f"retrieving with {name}: {done:,}/{total:,} queries")
 
-        run, _ = self.engine.run_benchmark(name, k=SEARCH_K, progress=report)
+        run, _ = self.engine.run_benchmark(name, k=self._eval_depth(name), progress=report)
         df = self._scored_frame(name, run)
         _save_optional(path, df)
         return df
 
     def _computed_rerank_per_query(self, name: str, spec_hash: str, rr_hash: str, progress) -> pd.DataFrame:
         top_n = self.config.default_top_n
-        path = self._per_query_cache(name).with_name(f"{name}-{spec_hash[:16]}+{rr_hash}-top{top_n}.csv")
+        path = self._cached_per_query_path(name, spec_hash).with_suffix("")
+        path = path.with_name(f"{path.name}+{rr_hash}-top{top_n}.csv")
         if path.is_file():
             try:
                 return pd.read_csv(path, dtype={"query_id": str, "group_id": str, "run": str})
@@ -558,7 +568,7 @@ class ExplorerService:
                 pass
         if progress:
             progress(f"reranking the top {top_n} of {name} for every query")
-        run, scores = self.engine.run_benchmark(name, k=SEARCH_K)
+        run, scores = self.engine.run_benchmark(name, k=self._eval_depth(name))
         rr = self.engine.rerank_run(self.reranker_name, run, scores, top_n=top_n,
                                     reranker_kw=dict(self.config.reranker_kwargs))
         df = self._scored_frame(f"{name}{RERANK_SUFFIX}", rr.run)

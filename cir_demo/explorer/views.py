@@ -7,7 +7,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from cir_demo.benchmarks.families import MetricFamily
+from cir_demo.benchmarks.failure_views import FailureViews
+from cir_demo.benchmarks.families import MetricFamily, metric_family
 from cir_demo.benchmarks.schema import Query
 from cir_demo.benchmarks.scoped import gallery_of, subset_of
 from cir_demo.explorer.ranking_metrics import metrics_many
@@ -43,7 +44,10 @@ class Column:
     error: str | None = None
     note: str | None = None
     seconds: float = 0.0
-    ranking: list[str] = field(default_factory=list, repr=False)  # the full ranking shown (SEARCH_K deep)
+    ranking: list[str] = field(default_factory=list, repr=False)  # the full ranking shown (as deep as --eval ranks)
+    # the official ranks of the target in `ranking` (target_rank; CIRR's subset_rank), NaN when not ranked
+    ranks: dict[str, float] = field(default_factory=dict)
+    where: str = ""  # where the target is when its tile is not among those shown (`where_line`)
     first_stage_ranking: list[str] | None = field(default=None, repr=False)  # before reranking
 
 
@@ -85,26 +89,60 @@ def _reference_marks(query: Query, shown: Sequence[str]) -> dict:
     return {x: (REFERENCE_MARK,) for x in shown if x in refs}
 
 
+def rank_columns(views: FailureViews) -> tuple[str, ...]:
+    """The per-query rank columns a column states for the family: the target's official rank on
+    single-target families, and its rank within the img_set where the protocol has one (CIRR)."""
+    return (("target_rank",) if views.target_rank else ()) + (
+        ("subset_rank",) if views.scope == "reference_deleted" else ())
+
+
 def fill_metrics(columns: Sequence[Column], query: Query, family: MetricFamily | str = "pinpoint",
                  memo=None) -> None:
-    """Per-column metrics (the family's shown ones) of the shown and first-stage rankings, in one call.
+    """Per-column metrics (the family's shown ones) of the shown and first-stage rankings, in one call,
+    and the target's official ranks in the shown ranking (`Column.ranks`, `rank_columns`).
     `memo` (an `LRU`, optional): metrics by (query id, ranking), so a view seen before (swapping
     back to a phrasing, toggling the reranker) costs no call of the per-query code (~10 ms)."""
+    fam = metric_family(family) if isinstance(family, str) else family
+    extra = rank_columns(fam.views())
     jobs = [(c, "metrics", c.ranking) for c in columns if c.error is None]
     jobs += [(c, "first_stage_metrics", c.first_stage_ranking) for c in columns
              if c.error is None and c.first_stage_ranking is not None]
     todo = []
+    found = {}
     for col, attr, ranking in jobs:
         key = (query.query_id, tuple(ranking))
         known = memo.get(key) if memo is not None else None
         if known is not None:
-            setattr(col, attr, dict(known))
+            found[id(col), attr] = dict(known)
         else:
             todo.append((col, attr, ranking, key))
-    for (col, attr, _, key), values in zip(todo, metrics_many([(r, query) for _, _, r, _ in todo], family)):
-        setattr(col, attr, values)
+    for (col, attr, _, key), values in zip(todo, metrics_many([(r, query) for _, _, r, _ in todo], fam, extra)):
+        found[id(col), attr] = values
         if memo is not None:
             memo.put(key, dict(values))
+    for col, attr, _ in jobs:
+        values = found[id(col), attr]
+        setattr(col, attr, {m: values[m] for m in fam.shown})
+        if attr == "metrics":
+            col.ranks = {m: values[m] for m in extra}
+
+
+def where_line(col: Column, k: int) -> str:
+    """Where the column's target is, in official ranks, when its tile is not among the `k` shown (and
+    its rank within the img_set, on CIRR, always: no tile shows it); "" without ranks."""
+    if col.error is not None or not col.ranks:
+        return ""
+    parts = []
+    rank = col.ranks.get("target_rank")
+    if rank is not None:
+        if rank != rank:
+            parts.append(f"target not in this run's ranking ({len(col.ranking):,} images ranked)")
+        elif rank > k:
+            parts.append(f"target at official rank {int(rank):,} (beyond the {k} shown)")
+    subset = col.ranks.get("subset_rank")
+    if subset is not None and subset == subset:
+        parts.append(f"target at rank {int(subset)} within its img_set")
+    return "; ".join(parts)
 
 
 @dataclass

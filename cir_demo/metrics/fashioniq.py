@@ -45,30 +45,30 @@ class ShortRankingWarning(UserWarning):
 
 
 def target_rank(ranking: list, target: str, gallery: frozenset[str] | None, limit: int) -> tuple[float, int]:
-    """(rank of `target` among the ranking's gallery images, or inf beyond `limit`; gallery images seen).
+    """(rank of `target` among the ranking's gallery images over the whole ranking, or inf when the ranking
+    lacks it; gallery images ranked, capped at `limit`).
 
-    Stops at the target or after `limit` gallery images: only ranks up to the largest cutoff matter.
+    The rank is the official one at any depth (the failure lists and columns say where a target beyond
+    the largest cutoff sits); Recall@k reads it only up to k. Positions come from `list.index` and set
+    operations (C speed): the ranking holds each id once (checked before).
     """
+    try:
+        t = ranking.index(target)
+    except ValueError:
+        t = -1
     if gallery is None:
-        try:
-            return ranking.index(target) + 1, len(ranking)
-        except ValueError:
-            return math.inf, len(ranking)
-    seen = 0
-    for item in ranking:
-        if item in gallery:
-            seen += 1
-            if item == target:
-                return seen, seen
-            if seen >= limit:
-                return math.inf, seen
-    return math.inf, seen
+        return (t + 1 if t >= 0 else math.inf), min(len(ranking), limit)
+    seen = min(len(gallery.intersection(ranking)), limit)
+    if t < 0 or target not in gallery:
+        return math.inf, seen
+    return len(gallery.intersection(ranking[:t + 1])), seen
 
 
 def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Sequence[int] = KS,
               results_key: Callable[[str], str] | None = None, source: str = "run") -> pd.DataFrame:
-    """One row per query with an entry in `run`: query_id, group_id, category, scored, target_rank
-    (NaN when not within the largest cutoff), n_gallery_ranked (capped at the largest cutoff), Recall@k."""
+    """One row per query with an entry in `run`: query_id, group_id, category, scored, target_rank (within
+    the category's gallery, at any depth; NaN when the ranking lacks the target), n_gallery_ranked (capped
+    at the largest cutoff), Recall@k."""
     ks = check_ks(ks)
     matched, rankings = matched_rankings(run, queries, results_key)
     bad = repeated_id_issues(matched, rankings, source)

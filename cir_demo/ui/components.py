@@ -247,6 +247,8 @@ def column_html(col: Column, k: int, judged: bool, words: Sequence[str] = DEFAUL
         if col.first_stage_metrics is not None:
             parts.append(f'<div class="cir-before">before reranking: {metrics_line(col.first_stage_metrics)}</div>')
         parts.append(counts_line(col.tiles, k, words))
+        if col.where:  # the target's official rank beyond the tiles shown (and CIRR's img_set rank)
+            parts.append(f'<div class="cir-where">{esc(col.where)}</div>')
     if col.note:
         parts.append(f'<div class="cir-note">{esc(col.note)}</div>')
     parts.append('<ol class="cir-tiles">' + "".join(tile_html(t, k, words) for t in col.tiles) + "</ol>")

@@ -204,7 +204,8 @@ class ExplorerService:
                     raise ServiceError(f"{name} has no ranking for this query (its results file leaves it out, "
                                        "and --eval leaves it out of the means)")
                 asked = cq if query is None else self.engine.benchmark_query(name, query, cq.text)
-                got = self.engine.search(name, [asked], k=self._depth(name, max(SEARCH_K, k, top_n if rerank else 0)))[0]
+                depth = max(self._eval_depth(name), k, top_n if rerank else 0)  # the ranking --eval scores
+                got = self.engine.search(name, [asked], k=depth)[0]
             except Exception as exc:  # reported in that column
                 got = exc
             out[name] = (got, time.perf_counter() - t0)

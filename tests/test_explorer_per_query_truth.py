@@ -15,6 +15,7 @@ import pytest
 
 from cir_demo.cli import main
 from cir_demo.explorer import ServiceConfig, build_service
+from cir_demo.ui.components import column_html
 
 from test_explorer_consistency import world_export
 
@@ -180,6 +181,7 @@ def test_columns_say_where_the_target_is_beyond_the_tiles(family_case):
                 seen.add("none")
             elif rank > 10:
                 assert f"target at official rank {rank} (beyond the 10 shown)" in col.where
+                assert f"official rank {rank} (beyond" in column_html(col, 10, True)  # the page says it
                 seen.add("beyond")
             else:
                 assert "official rank" not in col.where

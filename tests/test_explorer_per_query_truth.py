@@ -194,10 +194,9 @@ def test_columns_say_where_the_target_is_beyond_the_tiles(family_case):
     assert seen == {"none", "beyond", "shown"}
 
 
+@pytest.mark.parametrize("family_case", ["fashioniq"], indirect=True)
 def test_fashioniq_target_rank_sort_names_every_ranked_target(family_case):
     bench, _, runs, _, _, _ = family_case
-    if bench.metric_family != "fashioniq":
-        pytest.skip("FashionIQ's case")
     rows = failures_csv(family_case, "target_rank")
     ranked_by_both = {k for k in runs["A"] if all(naive_ranks(bench, r)[k][0] is not None for r in runs.values())}
     for r in rows:
@@ -207,10 +206,9 @@ def test_fashioniq_target_rank_sort_names_every_ranked_target(family_case):
     assert any(int(r["why"].split("at rank ")[1].split()[0]) > 50 for r in rows if "at rank " in r["why"])
 
 
+@pytest.mark.parametrize("family_case", ["cirr"], indirect=True)
 def test_failures_takes_names_a_diff_metric_and_says_one_error(family_case, capsys):
     bench, flags, runs, folder, table, _ = family_case
-    if bench.metric_family != "cirr":
-        pytest.skip("CIRR's case")
     rows = failures_csv(family_case, "diff:A,B", "--metric", "Recall@5")
     evals = table.set_index(["run", "query_id"])
     gain = {k: evals.at[("A", k), "Recall@5"] - evals.at[("B", k), "Recall@5"] for k in runs["A"]}

@@ -224,6 +224,13 @@ class RetrievalEngine:
             out.append(Ranking(list(ids), list(scores)))
         return out
 
+    def eval_depth(self, name: str) -> int:
+        """How deep `--eval` ranks with retriever `name`, and so the depth of every per-query row of it: a
+        results file's whole ranking (its longest; as `--eval --results-json` scores the file), else
+        DEFAULT_K. The app's columns and failure sorts rank this deep too."""
+        rankings = getattr(self.retriever(name), "rankings", None)
+        return max(DEFAULT_K, max(map(len, rankings.values()), default=0)) if rankings is not None else DEFAULT_K
+
     def run_benchmark(
         self, name: str, queries: Sequence[Query] | None = None, k: int = DEFAULT_K, batch_size: int = 64,
         progress: Callable[[int, int], None] | None = None,

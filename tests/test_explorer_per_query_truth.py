@@ -208,12 +208,16 @@ def test_fashioniq_target_rank_sort_names_every_ranked_target(family_case):
 
 @pytest.mark.parametrize("family_case", ["cirr"], indirect=True)
 def test_failures_takes_names_a_diff_metric_and_says_one_error(family_case, capsys):
-    bench, flags, runs, folder, table, _ = family_case
+    bench, flags, runs, folder, table, svc = family_case
     rows = failures_csv(family_case, "diff:A,B", "--metric", "Recall@5")
     evals = table.set_index(["run", "query_id"])
     gain = {k: evals.at[("A", k), "Recall@5"] - evals.at[("B", k), "Recall@5"] for k in runs["A"]}
     got = [gain[r["query_id"]] for r in rows]
     assert got == sorted(got, reverse=True) and got[0] == 1.0 and "Recall@5" in rows[0]["why"]
+    on_primary = [r["query_id"] for r in failures_csv(family_case, "diff:A,B")]
+    assert [r["query_id"] for r in rows] != on_primary  # Recall@5 orders otherwise than Recall@1
+    listed = svc.sorted_queries("diff:A,B:Recall@5", limit=100_000).rows  # the app's name of the same sort
+    assert list(listed["query"]) == [r["query_id"] for r in rows] and list(listed["why"]) == [r["why"] for r in rows]
     assert {"A/subset_rank", "A/reference_rank", "B/target_rank"} <= set(rows[0])
     capsys.readouterr()
     base = ["failures", "--benchmark", "cirr", *flags, "--out", str(folder / "x.csv")]

@@ -40,9 +40,10 @@ SORT_LABELS = {
 BENCHMARK_ORDER_ALIASES = ("benchmark",)  # `failures --sort benchmark` is the benchmark order
 
 
-def diff_sort(a: str, b: str) -> str:
-    """The name of the A-vs-B sort (stable: the Report links to it)."""
-    return f"{DIFF_PREFIX}{a},{b}"
+def diff_sort(a: str, b: str, metric: str | None = None) -> str:
+    """The name of the A-vs-B sort (stable: the Report links to it); `metric`: the per-query metric it
+    compares when not the primary one (`diff:A,B:Recall@5`; run names hold no ':')."""
+    return f"{DIFF_PREFIX}{a},{b}" + (f":{metric}" if metric else "")
 
 
 def diff_label(a: str, b: str, primary: str) -> str:

@@ -28,12 +28,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "else the file stem")
     p.add_argument("--results-format", default="auto", choices=FORMAT_CHOICES)
     p.add_argument("--sort", default="worst",
-                   help="benchmark, worst, diff:A,B (A's largest gain over B first), all_fail, rerank_helped, "
+                   help="benchmark, worst, diff:A,B (A's largest gain over B first; diff:A,B:METRIC on another "
+                        "per-query metric), all_fail, rerank_helped, "
                         "rerank_hurt (with <run>+rerank files), or a sort of the benchmark's family: "
                         + family_sorts() + ". An unknown name lists those this benchmark offers. Default: worst")
     p.add_argument("--metric", default=None,
                    help="the per-query metric a diff:A,B sort compares (default: the family's primary, e.g. "
-                        "CIRR's Recall@1); any per-query metric of the family, e.g. Recall@5")
+                        "CIRR's Recall@1); a headline or shown per-query metric of the family, e.g. Recall@5")
     p.add_argument("--top", type=int, default=None, help="only the first N queries of the sort")
     p.add_argument("--out", required=True, help="the CSV file to write (written atomically; an existing file is "
                                                 "replaced only with --overwrite)")
@@ -113,9 +114,8 @@ def failure_rows(bench, paths, sort: str, fmt: str = "auto", metric: str | None 
     runs = [n for n in names if not (n.endswith(RERANK_SUFFIX) and n[:-len(RERANK_SUFFIX)] in names)]
     metrics = [c for c in per_query.columns if "@" in c or c in fam.headline]
     metrics += [c for c in (*views.measures, views.finer) if c and c in per_query.columns and c not in metrics]
-    ctx = SortContext(fam, query_table(bench), runs, {n: "composed" for n in runs}, reranked=len(runs) < len(names),
-                      diff_metric=check_metric(metric, sort, metrics))
-    rows, _ = sort_rows(ctx.table, per_query, sort, ctx)
+    ctx = SortContext(fam, query_table(bench), runs, {n: "composed" for n in runs}, reranked=len(runs) < len(names))
+    rows, _ = sort_rows(ctx.table, per_query, with_metric(sort, metric), ctx)
     out = rows[["query_id", "why"]].reset_index(drop=True)
     for name in names:
         own = per_query[per_query["run"] == name].set_index("query_id").reindex(out["query_id"])
@@ -127,17 +127,16 @@ def failure_rows(bench, paths, sort: str, fmt: str = "auto", metric: str | None 
     return out
 
 
-def check_metric(metric: str | None, sort: str, columns) -> str | None:
-    """`--metric` as a per-query metric a diff:A,B sort can compare (ServiceError otherwise)."""
+def with_metric(sort: str, metric: str | None) -> str:
+    """The sort `failures` runs: `--metric M` names the metric of a diff:A,B sort (`diff:A,B:M`, as the app
+    names it); ServiceError for another sort or a diff sort naming its metric already."""
     from cir_demo.benchmarks.failure_views import DIFF_PREFIX
     from cir_demo.explorer.config import ServiceError
 
     if metric is None:
-        return None
+        return sort
     if not sort.startswith(DIFF_PREFIX):
         raise ServiceError(f"--metric {metric!r}: it chooses what a diff:A,B sort compares; sort {sort!r} is not one")
-    usable = [c for c in columns if "@" in c and c not in INTEGER_COLUMNS]
-    if metric not in usable:
-        raise ServiceError(f"--metric {metric!r} is not a per-query metric of this benchmark; use one of "
-                           f"{', '.join(usable)}")
-    return metric
+    if sort.count(":") > 1:
+        raise ServiceError(f"--metric {metric!r}: sort {sort!r} names its metric already")
+    return f"{sort}:{metric}"

@@ -40,22 +40,16 @@ class SortContext:
     runs: Sequence[str]  # first-stage runs (columns), in order
     modality: Mapping[str, str]  # run -> image / text / composed
     reranked: bool  # reranked results exist or can be computed
-    diff_metric: str | None = None  # the per-query metric diff:A,B compares (None: the primary)
 
     @property
     def primary(self) -> str:
         return self.family.primary
 
-    @property
-    def compared(self) -> str:
-        """What an A-vs-B sort compares."""
-        return self.diff_metric or self.family.primary
-
 
 def _label(name: str, ctx: SortContext) -> str:
     if name.startswith(DIFF_PREFIX):
-        a, b = split_diff(name)
-        return diff_label(a, b, ctx.compared)
+        a, b, metric = split_diff(name)
+        return diff_label(a, b, metric or ctx.primary)
     extra = ctx.family.views().extra_sorts
     return extra[name][0] if name in extra else SORT_LABELS[name].format(primary=ctx.primary)
 
@@ -110,11 +104,18 @@ def with_empty_marked(choices: Sequence[SortChoice], per_query: pd.DataFrame, ct
     return out
 
 
-def split_diff(name: str) -> tuple[str, str]:
-    a, sep, b = name[len(DIFF_PREFIX):].partition(",")
+def split_diff(name: str) -> tuple[str, str, str | None]:
+    """(A, B, the metric compared or None for the primary) of `diff:A,B` or `diff:A,B:METRIC`."""
+    a, sep, rest = name[len(DIFF_PREFIX):].partition(",")
+    b, _, metric = rest.partition(":")
     if not sep or not a or not b:
         raise ServiceError(f"sort {name!r}: write the A-vs-B sort as diff:A,B (two run names)")
-    return a, b
+    return a, b, metric or None
+
+
+def diff_metrics(family: MetricFamily) -> list[str]:
+    """The per-query metrics an A-vs-B sort may compare: the family's headline and shown ones."""
+    return list(dict.fromkeys([family.primary, *family.headline, *family.shown]))
 
 
 def check_sort(name: str, ctx: SortContext, choices: Sequence[SortChoice] | None = None) -> str:
@@ -123,17 +124,22 @@ def check_sort(name: str, ctx: SortContext, choices: Sequence[SortChoice] | None
     name = "order" if name in BENCHMARK_ORDER_ALIASES else name
     choices = sort_choices(ctx) if choices is None else choices
     by_name = {c.name: c for c in choices}
+    base = name
     if name.startswith(DIFF_PREFIX):
-        a, b = split_diff(name)
+        a, b, metric = split_diff(name)
         unknown = [r for r in (a, b) if r not in ctx.runs]
         if unknown or a == b:
             raise ServiceError(f"sort {name!r}: A and B must be two different runs of {', '.join(ctx.runs) or '(none)'}")
-    if name not in by_name:
+        if metric is not None and metric not in diff_metrics(ctx.family):
+            raise ServiceError(f"sort {name!r}: {metric!r} is not a per-query metric an A-vs-B sort compares here; "
+                               f"use one of {', '.join(diff_metrics(ctx.family))}")
+        base = diff_sort(a, b)
+    if base not in by_name:
         own = [c.name for c in choices if c.available and c.name != "order" and not c.name.startswith(DIFF_PREFIX)]
         offered = ", ".join(["benchmark", *own, *(["diff:A,B"] if len(ctx.runs) > 1 else [])])
         raise ServiceError(f"unknown sort {name!r}; this benchmark offers: {offered}")
-    if not by_name[name].available:
-        raise ServiceError(f"sort {name!r} returns nothing here: {by_name[name].reason}")
+    if not by_name[base].available:
+        raise ServiceError(f"sort {name!r} returns nothing here: {by_name[base].reason}")
     return name
 
 
@@ -189,15 +195,18 @@ def _all_fail(pq, ctx):
         pd.Series(f"{ctx.primary} = 0 for every run", index=p.index)
 
 
-def _diff(a: str, b: str) -> SortFn:
+def _diff(a: str, b: str, metric: str | None = None) -> SortFn:
     def sort(pq, ctx):
-        p = wide(pq, ctx.compared, [a, b])
+        compared = metric or ctx.primary
+        if compared not in pq:
+            raise ServiceError(f"no per-query {compared} in the results loaded")
+        p = wide(pq, compared, [a, b])
         for run in (a, b):
             if run not in p:
                 raise ServiceError(f"no per-query results for run {run!r}")
         gain = p[a] - p[b]
         f = _finer(pq, ctx, [a, b], p.index)
-        why = [f"{a} {_fmt(x)} vs {b} {_fmt(y)} ({x - y:+.3f} {ctx.compared})" for x, y in zip(p[a], p[b])]
+        why = [f"{a} {_fmt(x)} vs {b} {_fmt(y)} ({x - y:+.3f} {compared})" for x, y in zip(p[a], p[b])]
         return gain.notna(), _keys(-gain, -(f[a] - f[b])), pd.Series(why, index=p.index)
     return sort
 

@@ -176,9 +176,12 @@ def read_eval_per_query(run_dir: Path, retriever_specs: Mapping[str, str], reran
     rr_spec = info.get("reranker")
     if reranker_hash and isinstance(rr_spec, dict) and spec_hash_of(rr_spec) == reranker_hash:
         runs |= {f"{n}{RERANK_SUFFIX}" for n in ok}
-    try:
-        df = pd.read_csv(run_dir / "per_query.csv", usecols=list(columns),
+    wanted = set(columns)
+    try:  # those of `columns` the file has: a metric it lacks is said by the sort that reads it
+        df = pd.read_csv(run_dir / "per_query.csv", usecols=lambda c: c in wanted,
                          dtype={"query_id": str, "group_id": str, "run": str})
     except (OSError, ValueError):
+        return None
+    if not {"run", "query_id", "group_id"} & wanted <= set(df.columns):
         return None
     return df[df["run"].isin(runs)].reset_index(drop=True)

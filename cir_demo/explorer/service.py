@@ -16,8 +16,8 @@ from cir_demo.benchmarks.schema import Benchmark, Query
 from cir_demo.explorer.config import (MAX_COLUMNS, MAX_QUERY_ROWS, NO_VALUE, REFERENCE_PX,
                                      SEARCH_K, TILE_PX, ServiceConfig, ServiceError, filter_fields,
                                      retriever_modality)
-from cir_demo.explorer.failures import (SortChoice, SortContext, per_query_frame, sort_choices, sort_rows,
-                                       with_empty_marked)
+from cir_demo.explorer.failures import (SortChoice, SortContext, diff_metrics, per_query_frame, sort_choices,
+                                       sort_rows, with_empty_marked)
 from cir_demo.explorer.images import ThumbnailStore, encode_jpeg_data_uri, thumbnail_db_path
 from cir_demo.explorer.queries import filter_choices, filter_queries, filter_value, query_table
 from cir_demo.explorer.ranking_metrics import metrics_many
@@ -526,15 +526,13 @@ class ExplorerService:
         return self._per_query_cache(name).with_name(f"{name}-{spec_hash[:16]}-k{self._eval_depth(name)}.csv")
 
     def _eval_depth(self, name: str) -> int:
-        """How deep `--eval` ranks for column `name`, so the per-query rows here are its rows: a results
-        file's whole ranking (`--eval --results-json` scores the file as it is), a model's top DEFAULT_K."""
-        from cir_demo.engine import DEFAULT_K
-
-        return self._depth(name, DEFAULT_K)
+        """How deep `--eval` ranks for column `name` (`RetrievalEngine.eval_depth`: a results file's whole
+        ranking, a model's top DEFAULT_K), so the per-query rows here are its rows."""
+        return self.engine.eval_depth(name)
 
     def _sort_columns(self) -> list[str]:
-        """The per_query.csv columns the failure sorts read."""
-        return ["run", "query_id", "group_id", *dict.fromkeys([self.family.primary, *self.views.measures,
+        """The per_query.csv columns the failure sorts read (A vs B: any metric `diff_metrics` names)."""
+        return ["run", "query_id", "group_id", *dict.fromkeys([*diff_metrics(self.family), *self.views.measures,
                                                              *([self.views.finer] if self.views.finer else [])])]
 
     def _scored_frame(self, name: str, run: Mapping[str, Sequence[str]]) -> pd.DataFrame:

@@ -272,13 +272,12 @@ def _run_split(args, engine, split, name: str, spec: dict, reranker_name, rerank
     """Retriever `name` (and the reranker) on one split's queries: results files, then evaluations."""
     from tqdm import tqdm
 
-    from cir_demo.engine import DEFAULT_K
     from cir_demo.results import write_results
 
     bench, out = split.bench, split.out
     with stages(f"{name}/retrieve{tag}"), tqdm(total=len(bench.queries), desc=f"retrieve {name}{tag}",
                                                 unit="query") as bar:
-        run, scores = engine.run_benchmark(name, queries=bench.queries, k=DEFAULT_K,
+        run, scores = engine.run_benchmark(name, queries=bench.queries, k=engine.eval_depth(name),
                                            progress=lambda done, total: bar.update(done - bar.n))
     write_results(out / "results" / f"{name}.json", bench, run, scores, spec=spec)
     with stages("evaluate"):

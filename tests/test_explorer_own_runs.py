@@ -187,3 +187,36 @@ def test_a_results_file_uploaded_in_the_page_is_validated_as_eval_does(own_servi
     shown = report.show_report(own_service, None, None, mine)
     assert mine[0] in set(shown["own_metrics"]["value"]["run"])
     assert f"diff:{mine[0]},A" in [v for _, v in shown["pair"]["choices"]]
+
+
+def test_the_report_run_is_this_benchmarks_not_a_newer_one_of_other_files(cirr_world, tmp_path):
+    """Runs are matched by the benchmark's files (checksums and split), not its name: a newer eval of another
+    CIRR root is not offered, and the folder given to `--runs` is the default over a newer run of these files."""
+    import os
+    import shutil
+
+    from cir_demo.engine import benchmark_fingerprint
+    from cir_demo.explorer.runs import list_runs
+
+    root, bench, pa, pb, out = cirr_world
+    other = tmp_path / "other-cirr"
+    shutil.copytree(root / "cirr", other)
+    cap = next((other / "captions").glob("cap.*.val.json"))
+    cap.write_text(json.dumps(json.loads(cap.read_text())[1:]))  # one query fewer: other files
+    other_out, newer_out = tmp_path / "eval-other", tmp_path / "eval-same"
+    for r, o in ((other, other_out), (root / "cirr", newer_out)):
+        assert app.main(["--eval", "--benchmark", "cirr", "--root", str(r), "--results-json", str(pa),
+                         "--out", str(o), "--n-boot", "0", "--no-plots"]) == 0
+    os.utime(out, (1_000_000, 1_000_000))  # the given folder is the oldest of all
+    fp = benchmark_fingerprint(bench)
+    assert json.loads((other_out / "metrics.json").read_text())["benchmark_fingerprint"] != fp
+    runs = list_runs("cirr", fp, extra=[out])
+    assert [r.path.resolve() for r in runs] == [out.resolve(), newer_out.resolve()]  # other_out: not offered
+    assert [r.matches for r in runs] == ["fingerprint", "fingerprint"]
+    svc_like = list_runs("cirr", fp)  # no folder given: the newest of these files first, the other root's never
+    assert svc_like[0].path.resolve() == newer_out.resolve() and other_out.resolve() not in [r.path.resolve() for r in svc_like]
+    given_other = list_runs("cirr", fp, extra=[other_out])  # given although of other files: labelled
+    assert given_other[0].path.resolve() == other_out.resolve() and given_other[0].matches == "other"
+    from cir_demo.explorer import load_report
+
+    assert any("other benchmark files" in line for line in load_report(given_other[0]).info)

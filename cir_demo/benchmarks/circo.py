@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from cir_demo.benchmarks._common import as_id, check_judgments, finish, keyed_entries, id_list, read_id_list, warn_rows
+from cir_demo.benchmarks._common import as_id, check_judgments, files_checksum, finish, keyed_entries, id_list, read_id_list, warn_rows
 from cir_demo.benchmarks.images import FolderImageStore
 from cir_demo.benchmarks.schema import Benchmark, BenchmarkError, IssueCollector, Judgments, Query
 
@@ -60,7 +60,8 @@ def load_circo(annotations: str | Path, image_dir: str | Path | None = None,
                  "the annotations name (far easier than the 123,403-image COCO unlabeled2017 corpus)")
     warnings = finish(col)
     store = FolderImageStore(root=img_dir, filename_pattern=COCO_PATTERN, filenames=filenames)
-    info = {"source": str(path), "corpus_source": corpus_source, "image_dir": str(img_dir) if img_dir else None}
+    info = {"source": str(path), "corpus_source": corpus_source, "image_dir": str(img_dir) if img_dir else None,
+            "checksum": files_checksum([path], path.stem, corpus)}
     return Benchmark("circo", "circo", queries, corpus, images=store, info=info, warnings=warnings)
 
 

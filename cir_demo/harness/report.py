@@ -124,9 +124,12 @@ def write_outputs(
         paths["paired.csv"] = out / "paired.csv"
         write_text_atomic(paths["paired.csv"], paired.to_csv(index=False, float_format="%.6g"))
 
+    from cir_demo.engine import benchmark_fingerprint
+
     paths["metrics.json"] = out / "metrics.json"
     write_json_atomic(paths["metrics.json"], {
         "benchmark": benchmark.name,
+        "benchmark_fingerprint": benchmark_fingerprint(benchmark),
         "metric_family": benchmark.metric_family,
         "n_queries": len(benchmark.queries),
         "n_boot": n_boot,

@@ -88,15 +88,26 @@ def test_report_paired_numbers_are_evals_paired_csv(own_service, cirr_world):
     out = cirr_world[4]
     scored = own_service.scored_file_runs(n_boot=200, seed=0)
     paired = pd.read_csv(out / "paired.csv")
-    assert list(scored.paired["metric"]) == list(paired["metric"]) == ["Recall@1", "Recall@5", "Recall@10",
-                                                                       "Recall@50", "Recall_subset@1"]
-    for col in ("diff", "lo", "hi", "p_value"):
+    avg = "mean(Recall@5,Recall_subset@1)"
+    assert list(scored.paired["metric"]) == list(paired["metric"]) == [
+        avg, "Recall@1", "Recall@5", "Recall@10", "Recall@50", "Recall_subset@1", "Recall_subset@2", "Recall_subset@3"]
+    for col in ("diff", "lo", "hi"):
         assert scored.paired[col].to_numpy() == pytest.approx(paired[col].to_numpy(), abs=1e-5), col
+    from cir_demo.metrics.headline import p_text
+
+    assert [p_text(p, 200) for p in scored.paired["p_value"]] == [str(p) for p in paired["p_value"]]
+    by = paired.set_index("metric")  # the leaderboard average's paired row: the mean of its two parts' rows
+    assert by.loc[avg, "diff"] == pytest.approx((by.loc["Recall@5", "diff"] + by.loc["Recall_subset@1", "diff"]) / 2,
+                                                abs=1e-5)
+    assert (paired["p_value"].astype(str) != "0").all()  # none prints as 0: below 1/200 it is "< 0.005"
     metrics = pd.read_csv(out / "metrics.csv").set_index("model")
     got = scored.metrics.set_index("run")
     for run in ("A", "B"):
-        for agg in ("Recall@1", "Recall@5", "Recall@50", "Recall_subset@1"):
+        for agg in ("Recall@1", "Recall@5", "Recall@50", "Recall_subset@1", "Recall_subset@2", "Recall_subset@3",
+                    "mean(Recall@5,Recall_subset@1)"):
             assert got.loc[run, agg] == pytest.approx(metrics.loc[run, agg], abs=1e-4)
+            lo, hi = metrics.loc[run, f"{agg}_ci_lo"], metrics.loc[run, f"{agg}_ci_hi"]  # every one has its interval
+            assert lo <= metrics.loc[run, agg] <= hi
 
 
 def test_report_shows_your_runs_pairs_and_the_eval_written_elsewhere(own_service, cirr_world):
@@ -106,7 +117,10 @@ def test_report_shows_your_runs_pairs_and_the_eval_written_elsewhere(own_service
     shown = report.show_report(own_service)
     assert shown["own_metrics"]["visible"] is True and "Your runs" in shown["own_info"]
     assert shown["paired"]["visible"] is True and "paired bootstrap over paraphrase groups" in shown["paired"]["label"]
-    assert list(shown["paired"]["value"]["metric"])[0] == "Recall@1"
+    assert list(shown["paired"]["value"]["metric"])[:2] == ["mean(Recall@5,Recall_subset@1)", "Recall@1"]
+    own = shown["own_metrics"]["value"].set_index("Run")  # every headline number of CIRR papers, with its interval
+    assert {"Recall_subset@2", "Recall_subset@3", "Avg"} <= set(own.columns)
+    assert re.fullmatch(r"0\.\d{4} \[0\.\d{4}, 0\.\d{4}\]", own.loc["A", "Avg"])
     assert [v for _, v in shown["pair"]["choices"]] == ["diff:A,B", "diff:B,A"]
     runs = own_service.runs()  # written with --out outside runs/: listed, by its last two path parts
     assert [r.label for r in runs] == [f"{out.parent.name}/{out.name}"]
@@ -185,7 +199,7 @@ def test_a_results_file_uploaded_in_the_page_is_validated_as_eval_does(own_servi
     mine_col, file_col = own_service.compare(q.query_id, [mine[0], "A"]).columns
     assert mine_col.metrics == file_col.metrics and [t.image_id for t in mine_col.tiles] == [t.image_id for t in file_col.tiles]
     shown = report.show_report(own_service, None, None, mine)
-    assert mine[0] in set(shown["own_metrics"]["value"]["run"])
+    assert mine[0] in set(shown["own_metrics"]["value"]["Run"])
     assert f"diff:{mine[0]},A" in [v for _, v in shown["pair"]["choices"]]
 
 

@@ -53,6 +53,12 @@ class MetricFamily:
     rerank_section: str = "cir_demo.harness.pipeline:rerank_section"
     # "module:attribute" naming the family's `FailureViews` (the explorer's sorts, tile scope, wording)
     failure_views: str = "cir_demo.benchmarks.failure_views:GENERIC"
+    # a per-query column whose values' own means are the official numbers, then averaged over its values
+    # (FashionIQ's categories: `Recall@10/dress`, ..., `Recall@10` their mean); "" for plain means
+    strata: str = ""
+    strata_order: tuple[str, ...] = ()  # the strata in the official table's order (others after, sorted)
+    # official averages of aggregates: (name, the aggregates averaged), with intervals and paired rows too
+    averages: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def metrics_module(self):
         return importlib.import_module(self.module)
@@ -127,11 +133,13 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         module="cir_demo.metrics.cirr",
         official_columns="OFFICIAL_COLUMNS",
         headline={"Recall@1": "Recall@1", "Recall@5": "Recall@5", "Recall@10": "Recall@10", "Recall@50": "Recall@50",
-                  "Recall_subset@1": "Recall_subset@1"},
+                  "Recall_subset@1": "Recall_subset@1", "Recall_subset@2": "Recall_subset@2",
+                  "Recall_subset@3": "Recall_subset@3"},
         primary="Recall@1",
         shown=("Recall@1", "Recall@10", "Recall_subset@1"),
         report_columns=("Recall@1", "Recall@5", "Recall@10", "Recall@50", "Recall_subset@1", "Recall_subset@2",
                         "Recall_subset@3", "mean(Recall@5,Recall_subset@1)"),
+        averages=(("mean(Recall@5,Recall_subset@1)", ("Recall@5", "Recall_subset@1")),),
         failure_views="cir_demo.benchmarks.failure_views:CIRR",
     ),
     MetricFamily(
@@ -142,7 +150,12 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         primary="Recall@10",
         shown=("Recall@10", "Recall@50"),
         # the official numbers average the three categories; the pooled ones (all queries) carry the intervals
-        report_columns=("Recall@10", "Recall@50", "average_recall", "Recall@10_pooled", "Recall@50_pooled"),
+        report_columns=(*(f"Recall@{k}/{c}" for c in ("dress", "shirt", "toptee") for k in (10, 50)),
+                        "Recall@10", "Recall@50", "average_recall", "Recall@10_pooled", "Recall@50_pooled"),
+        summary=("Recall@10", "Recall@50", "average_recall", "Recall@10_pooled"),
+        strata="category",
+        strata_order=("dress", "shirt", "toptee"),
+        averages=(("average_recall", ("Recall@10", "Recall@50")),),
         failure_views="cir_demo.benchmarks.failure_views:FASHIONIQ",
     ),
     MetricFamily(

@@ -122,7 +122,7 @@ def write_outputs(
               if len(evaluations) > 1 and n_boot > 0 else pd.DataFrame())  # --n-boot 0: no intervals, no tests
     if len(paired):
         paths["paired.csv"] = out / "paired.csv"
-        write_text_atomic(paths["paired.csv"], paired.to_csv(index=False, float_format="%.6g"))
+        write_text_atomic(paths["paired.csv"], _p_as_text(paired).to_csv(index=False, float_format="%.6g"))
 
     from cir_demo.engine import benchmark_fingerprint
 
@@ -154,6 +154,13 @@ def write_outputs(
     return paths
 
 
+def _p_as_text(paired: pd.DataFrame) -> pd.DataFrame:
+    """p-values as written for a reader: one below 1/n_boot is only known to be below that bound ("< 0.001")."""
+    from cir_demo.metrics.headline import p_text
+
+    return paired.assign(p_value=[p_text(p, n) for p, n in zip(paired["p_value"], paired["n_boot"])])
+
+
 def _jsonable(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
 
@@ -178,13 +185,14 @@ def render_report(
       f"95% confidence intervals: bootstrap over paraphrase groups ({n_boot} resamples).\n\n")
 
     w("## Headline metrics\n\n")
-    heads = [a for a in fam.headline.values()]
+    heads = fam.report_aggregates()
+    primary = fam.headline[fam.primary]
     rows = []
-    for ev in sorted(evaluations, key=lambda e: -float(e.metrics.get(heads[0], 0.0) or 0.0)):
+    for ev in sorted(evaluations, key=lambda e: -float(e.metrics.get(primary, 0.0) or 0.0)):
         row = {"run": ev.name}
         for agg in heads:
             v = ev.metrics.get(agg)
-            if v is None:
+            if v is None or isinstance(v, str):
                 continue
             lo_hi = ev.ci.get(agg)
             row[agg] = f"{v:.4f}" + (f" [{lo_hi[0]:.4f}, {lo_hi[1]:.4f}]" if lo_hi else "")
@@ -213,10 +221,10 @@ def render_report(
 
     if len(paired):
         w("## Paired comparisons\n\n")
-        w(f"Difference b − a of each per-query headline metric (column `metric`, {fam.primary} first) on the queries "
-          "both runs answered; "
-          "95% CI and two-sided p-value from a paired bootstrap over paraphrase groups.\n\n")
-        w(_md_table(paired) + "\n\n")
+        w("Difference b − a of each headline statistic (column `metric`, named as in metrics.csv) on the queries "
+          "both runs answered; 95% CI and two-sided p-value from a paired bootstrap over paraphrase groups "
+          f"(a p-value below 1/{n_boot} shows as that bound).\n\n")
+        w(_md_table(_p_as_text(paired)) + "\n\n")
 
     if breakdowns:
         w("## Breakdowns\n\n")

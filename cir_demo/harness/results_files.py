@@ -78,7 +78,7 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
 def _summary(evaluations, bench) -> str:
     from cir_demo.harness.evaluate import family_of
 
-    heads = list(family_of(bench).headline.values())[:4]
+    heads = family_of(bench).summary_columns()[:4]
     lines = []
     for ev in evaluations:
         vals = "  ".join(f"{h}={ev.metrics.get(h, float('nan')):.4f}" for h in heads)

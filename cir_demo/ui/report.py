@@ -26,6 +26,8 @@ RUN_ZIP = "run.zip"
 # pattern (`column_label`), so a family's other cutoffs read the same way.
 COLUMNS = {
     "run": ("Run", "the retriever; “+rerank”: its top n reordered by the reranker"),
+    "mean(Recall@5,Recall_subset@1)": ("Avg", "(Recall@5 + Recall_subset@1) / 2, the CIRR leaderboard's average"),
+    "average_recall": ("Average", "(Recall@10 + Recall@50) / 2 of the category averages, FashionIQ's average"),
     "total_queries": ("Queries", "queries scored"),
     "coverage": ("Coverage", "share of the benchmark's queries the run has a ranking for (1 = all)"),
     "ling_sens_paraphrase_range": ("Paraphrase range",
@@ -41,8 +43,10 @@ AT_K = {
     "recall": ("Recall@{k}", "positives in the top {k} over all positives of the query, averaged; higher is better"),
     "Recall": ("Recall@{k}", "share of queries with a target in the top {k}; higher is better"),
     "hard_negative": ("Hard negative@{k}", "share of queries whose top {k} holds a hard negative; lower is better"),
+    "Recall_subset": ("Recall_subset@{k}", "share of queries whose target is in the top {k} of its image set "
+                      "(CIRR's img_set members, in the run's order); higher is better"),
 }
-_AT_K = re.compile(r"^(?P<name>[A-Za-z_]+)@(?P<k>\d+)$")
+_AT_K = re.compile(r"^(?P<name>[A-Za-z_]+)@(?P<k>\d+)(?P<tail>_pooled|/[\w-]+)?$")
 
 
 def column_label(column: str) -> tuple[str, str]:
@@ -53,7 +57,13 @@ def column_label(column: str) -> tuple[str, str]:
     m = _AT_K.match(column)
     if m and m["name"] in AT_K:
         label, definition = AT_K[m["name"]]
-        return label.format(k=m["k"]), definition.format(k=m["k"])
+        label, definition = label.format(k=m["k"]), definition.format(k=m["k"])
+        tail = m["tail"] or ""
+        if tail == "_pooled":
+            return f"{label} pooled", f"{definition}, over all queries at once"
+        if tail:
+            return f"{label} {tail[1:]}", f"{definition}, over the {tail[1:]} queries"
+        return label, definition
     return column.replace("_", " "), "a column of the run's metrics.csv (docs/metrics.md)"
 
 
@@ -174,6 +184,7 @@ def own_runs_outputs(service: ExplorerService, report=None, extra: list[str] | t
     loaded, else of the shown eval run) and the pairs of columns to open sorted A vs B. `extra`: the results
     files this visitor uploaded."""
     from cir_demo.explorer.paired import P_VALUE_METHOD, pair_choices, paired_display
+    from cir_demo.explorer.runs import metrics_display_table
 
     scored = service.scored_file_runs(extra=extra)
     out: dict[str, Any] = {"own_info": "", "own_metrics": gr.update(value=None, visible=False)}
@@ -181,7 +192,8 @@ def own_runs_outputs(service: ExplorerService, report=None, extra: list[str] | t
     if scored is not None:
         out["own_info"] = (f"**Your runs**: {md_escape(', '.join(scored.metrics['run']))}: results files scored on "
                            "the loaded benchmark as `--eval` scores them (whole rankings).")
-        out["own_metrics"] = gr.update(value=scored.metrics.round(4), visible=True)
+        own, _ = labelled(metrics_display_table(scored.metrics.rename(columns={"run": "model"}), service.family))
+        out["own_metrics"] = gr.update(value=own, visible=True)
         if len(scored.paired):
             paired, source = paired_display(scored.paired, service.family), "your runs"
     shown = paired is not None and len(paired) > 0

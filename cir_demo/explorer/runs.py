@@ -111,17 +111,34 @@ def metrics_display_table(metrics: pd.DataFrame, family: MetricFamily | None = N
     return out
 
 
+# the breakdown plots --eval draws (harness/plots.py BREAKDOWN_PLOTS): file name -> what its bars are
+BREAKDOWN_CAPTIONS = {
+    "single_vs_two_image.png": "Single versus two-image queries ({metric} with 95% intervals)",
+    "per_category.png": "{metric} per intent category",
+    "per_subcategory.png": "{metric} per edit subcategory",
+    "per_garment_category.png": "{metric} per garment category",
+    "per_caption_length.png": "{metric} per caption length",
+    "per_semantic_aspect.png": "{metric} per semantic aspect",
+}
+
+
 def plot_captions(family: MetricFamily) -> dict[str, str]:
-    """Captions of the plots a run folder may hold, naming the metric on their axis (the family's primary)."""
-    primary = family.headline.get(family.primary, family.primary)
-    return {
+    """Captions of the plots a run folder may hold, naming the metric on their axis."""
+    from cir_demo.benchmarks.families import breakdown_plot_file
+
+    out = {
         "precision_vs_safety.png": "Precision versus safety: mAP@10 against NegRecall@10 (up-left is better)",
         "paraphrase_sensitivity.png": "Paraphrase sensitivity (lower is more robust)",
-        "single_vs_two_image.png": f"Single versus two-image queries ({primary} with 95% intervals)",
-        "per_category.png": f"{primary} per intent category",
-        "per_subcategory.png": f"{primary} per edit subcategory",
-        "per_garment_category.png": f"{primary} per garment category",
+        "recall_at_k.png": "Recall@k of each run over the cutoffs k, with 95% intervals",
+        "recall_subset_at_k.png": "Recall_subset@k of each run (within the query's image set), with 95% intervals",
+        "map_at_k.png": "mAP@k of each run over the cutoffs k, with 95% intervals",
+        "precision_at_k.png": "P@k of each run over the cutoffs k, with 95% intervals",
     }
+    for i, metric in enumerate(family.plotted_metrics()):
+        label = family.headline.get(metric, metric)
+        for fname, caption in BREAKDOWN_CAPTIONS.items():
+            out[breakdown_plot_file(fname, metric, i == 0)] = caption.format(metric=label)
+    return out
 
 
 def load_report(run: RunSummary, family: MetricFamily | str | None = None) -> Report:
@@ -137,7 +154,8 @@ def load_report(run: RunSummary, family: MetricFamily | str | None = None) -> Re
     family = family or meta.get("metric_family") or "pinpoint"
     family = metric_family(family) if isinstance(family, str) else family
     plots = sorted((run.path / "plots").glob("*.png")) if (run.path / "plots").is_dir() else []
-    first = ["precision_vs_safety.png", "paraphrase_sensitivity.png", "single_vs_two_image.png"]
+    first = ["precision_vs_safety.png", "paraphrase_sensitivity.png", "recall_at_k.png", "map_at_k.png",
+             "single_vs_two_image.png"]
     plots.sort(key=lambda p: (first.index(p.name) if p.name in first else len(first), p.name))
     captions = plot_captions(family)
     info = []

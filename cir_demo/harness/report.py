@@ -143,7 +143,7 @@ def write_outputs(
     if plots:
         from cir_demo.harness.plots import write_plots
 
-        for name, p in write_plots(benchmark, evaluations, breakdowns, out / "plots").items():
+        for name, p in write_plots(benchmark, evaluations, breakdowns, out / "plots", n_boot=n_boot, seed=seed).items():
             paths[f"plots/{name}"] = p
 
     paths["report.md"] = out / "report.md"
@@ -240,6 +240,8 @@ def render_report(
 
     for section in extra_sections:
         w(section.rstrip() + "\n\n")
-    if plot_paths:
-        w("## Plots\n\n" + "\n".join(f"![{Path(p).stem}]({p})" for p in plot_paths) + "\n")
+    png = [p for p in plot_paths if p.endswith(".png")]
+    if png:
+        w("## Plots\n\n" + "\n".join(f"![{Path(p).stem}]({p})" for p in png) + "\n\n")
+        w("Each plot is also in plots/ as SVG and PDF (vector files for papers).\n")
     return buf.getvalue()

@@ -136,7 +136,8 @@ def create_ui() -> ReportUI:
     # height "auto": each plot whole (a fixed height cropped the first plot's axis label)
     plots = gr.Gallery(visible=False, label="Plots (click to enlarge)", columns=2, height="auto", object_fit="contain",
                        elem_id="cir-report-plots", interactive=False)
-    files = gr.File(label="Files of this run (download; run.zip holds them all with the plots)", file_count="multiple",
+    files = gr.File(label="Files of this run (download; run.zip holds them all with the plots as PNG, SVG and PDF)",
+                    file_count="multiple",
                     interactive=False, visible=False, elem_id="cir-report-files")
     with gr.Accordion("Add your own results file as a column", open=False, elem_id="cir-report-add-run"):
         run_file = gr.File(label="A results file for the loaded benchmark (any format --eval reads: PinPoint or "
@@ -260,9 +261,19 @@ def run_plots(run_path) -> list:
     return out
 
 
+def vector_plots(run_path) -> list:
+    """The run's plots/*.svg and *.pdf that are plain files (the vector versions, for papers: in run.zip only)."""
+    from pathlib import Path
+
+    folder = Path(run_path) / "plots"
+    if not folder.is_dir() or folder.is_symlink():
+        return []
+    return [f for ext in ("svg", "pdf") for f in sorted(folder.glob(f"*.{ext}")) if f.is_file() and not f.is_symlink()]
+
+
 def shareable_copies(run_path) -> list[str]:
     """Copies of the run's `DOWNLOADS` in this process's copies folder, removed at exit (gradio serves
-    those, never a path under runs/), then `RUN_ZIP`: those files and the PNG plots, laid out as in
+    those, never a path under runs/), then `RUN_ZIP`: those files and the plots (PNG, SVG, PDF), laid out as in
     the run folder (report.md's plot links work once unzipped). Plain files only: a link planted in a run folder is not followed.
     Memoised per file state, so a page reload does not copy again."""
     import shutil
@@ -272,7 +283,7 @@ def shareable_copies(run_path) -> list[str]:
 
     files = [Path(run_path) / name for name in DOWNLOADS]
     files = [f for f in files if f.is_file() and not f.is_symlink()]
-    plots = run_plots(run_path)
+    plots = run_plots(run_path) + vector_plots(run_path)
     key = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files + plots)
     cached = _COPIES.get(key)
     if cached and all(Path(c).is_file() for c in cached):

@@ -89,8 +89,13 @@ def write_outputs(
     seed: int = 0,
     extra_sections: Sequence[str] = (),
     plots: bool = True,
+    baseline: str | None = None,
 ) -> dict[str, Path]:
-    """metrics.csv, metrics.json, per_query.csv, breakdowns.csv, paired.csv, report.md and plots/*.png."""
+    """metrics.csv, metrics.json, per_query.csv, breakdowns.csv, paired.csv, report.md, report.tex (marks
+    against `baseline`, default the first run) and plots/ (PNG, SVG, PDF)."""
+    from cir_demo.harness.latex import check_baseline
+
+    check_baseline([ev.name for ev in evaluations], baseline)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fam = family_of(benchmark)
@@ -145,6 +150,13 @@ def write_outputs(
 
         for name, p in write_plots(benchmark, evaluations, breakdowns, out / "plots", n_boot=n_boot, seed=seed).items():
             paths[f"plots/{name}"] = p
+
+    from cir_demo.harness.latex import latex_table
+
+    paths["report.tex"] = out / "report.tex"
+    in_order = table.set_index("model", drop=False).loc[[ev.name for ev in evaluations]].reset_index(drop=True)
+    write_text_atomic(paths["report.tex"], latex_table(
+        benchmark.name, fam, in_order, paired, baseline or evaluations[0].name if evaluations else None, n_boot))
 
     paths["report.md"] = out / "report.md"
     write_text_atomic(paths["report.md"], render_report(

@@ -19,7 +19,8 @@ from cir_demo.ui.served_files import served_folder
 
 # What a run shares with a visitor, as downloads: text and tables only (never HTML, never a link),
 # and all of them with the run's PNG plots in one zip, where report.md's links to plots/ resolve
-DOWNLOADS = ("report.md", "metrics.csv", "metrics.json", "per_query.csv", "breakdowns.csv", "paired.csv")
+DOWNLOADS = ("report.md", "report.tex", "metrics.csv", "metrics.json", "per_query.csv", "breakdowns.csv",
+             "paired.csv")
 RUN_ZIP = "run.zip"
 
 # Every column the metrics table may show: (label, definition). `metric@K` columns are matched by

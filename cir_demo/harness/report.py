@@ -151,12 +151,7 @@ def write_outputs(
         for name, p in write_plots(benchmark, evaluations, breakdowns, out / "plots", n_boot=n_boot, seed=seed).items():
             paths[f"plots/{name}"] = p
 
-    from cir_demo.harness.latex import latex_table
-
-    paths["report.tex"] = out / "report.tex"
-    in_order = table.set_index("model", drop=False).loc[[ev.name for ev in evaluations]].reset_index(drop=True)
-    write_text_atomic(paths["report.tex"], latex_table(
-        benchmark.name, fam, in_order, paired, baseline or evaluations[0].name if evaluations else None, n_boot))
+    paths["report.tex"] = _write_tex(benchmark, evaluations, table, paired, baseline, n_boot, out)
 
     paths["report.md"] = out / "report.md"
     write_text_atomic(paths["report.md"], render_report(
@@ -164,6 +159,18 @@ def write_outputs(
         [k for k in paths if k.startswith("plots/")],
     ))
     return paths
+
+
+def _write_tex(benchmark: Benchmark, evaluations: Sequence[RunEvaluation], table: pd.DataFrame,
+               paired: pd.DataFrame, baseline: str | None, n_boot: int, out: Path) -> Path:
+    """report.tex, its rows in the order the runs were given (the default baseline first)."""
+    from cir_demo.harness.latex import latex_table
+
+    in_order = table.set_index("model", drop=False).loc[[ev.name for ev in evaluations]].reset_index(drop=True)
+    path = out / "report.tex"
+    write_text_atomic(path, latex_table(benchmark.name, family_of(benchmark), in_order, paired,
+                                        baseline or (evaluations[0].name if evaluations else None), n_boot))
+    return path
 
 
 def _p_as_text(paired: pd.DataFrame) -> pd.DataFrame:

@@ -10,7 +10,7 @@ import re
 import gradio as gr
 import pandas as pd
 
-from cir_demo.explorer import ExplorerService
+from cir_demo.explorer import ExplorerService, ServiceError
 from cir_demo.explorer.public_text import hide_paths
 from cir_demo.ui.components import md_escape
 from cir_demo.ui.guard import guarded
@@ -164,15 +164,34 @@ def add_run(service: ExplorerService, path: str | None, mine: list[str]) -> tupl
     return "  \n".join([text, *(md_escape(n) for n in notes)]), mine
 
 
-def wire_upload(ui: ReportUI, retrievers, get_service: Callable[[], ExplorerService]) -> None:
-    """The results-file upload: the file becomes a column of this visitor's Explore tab and Report."""
+def kept_with_note(action: str, exc: Exception, n_outputs: int, at: int = 0) -> tuple:
+    """A handler's outputs when its input was unusable: output `at` the one line saying why
+    (`guard.error_message`, also a toast), every other output as it was (never an error badge over a table
+    that was fine)."""
+    from cir_demo.ui.guard import error_message, log
 
-    @guarded("Adding your results file")
+    if not isinstance(exc, ServiceError):  # a bug: its traceback goes to the log
+        log.exception("%s", action)
+    text = error_message(action, exc)
+    gr.Warning(text)
+    out = [gr.update() for _ in range(n_outputs)]
+    out[at] = f"⚠️ {text}"
+    return tuple(out)
+
+
+def wire_upload(ui: ReportUI, retrievers, get_service: Callable[[], ExplorerService]) -> None:
+    """The results-file upload: the file becomes a column of this visitor's Explore tab and Report; a file
+    that cannot be used is one line beside the upload, and the tables keep what they showed."""
+
+    @guarded("Adding your results file")  # the outer net; what the file did is answered inside
     def on_file(path, mine, chosen):
-        service = get_service()
-        note, mine = add_run(service, path, list(mine or []))
-        own = own_runs_outputs(service, None, mine)
-        choices = service.retriever_names + mine
+        try:
+            service = get_service()
+            note, mine = add_run(service, path, list(mine or []))
+            own = own_runs_outputs(service, None, mine)
+            choices = service.retriever_names + mine
+        except Exception as exc:  # noqa: BLE001 - whatever the file did, the page keeps its tables
+            return kept_with_note("Adding your results file", exc, 8)
         return (note, mine, gr.update(choices=choices, value=[c for c in (chosen or []) if c in choices]),
                 *(own[k] for k in ("own_info", "own_metrics", "paired", "pair", "open_pair")))
 
@@ -356,7 +375,10 @@ def plot_copies(plots) -> list[tuple[str, str]]:
 def wire(ui: ReportUI, get_service: Callable[[], ExplorerService], get_pending: Callable[[], Any] = lambda: None) -> None:
     @guarded("Loading the report")
     def on_show(label, mine=()):
-        out = show_report(get_service(), label, get_pending(), mine or ())
+        try:
+            out = show_report(get_service(), label, get_pending(), mine or ())
+        except Exception as exc:  # noqa: BLE001 - a run folder that cannot be read: one line, the tables kept
+            return kept_with_note("Loading the report", exc, len(OUTPUTS), at=OUTPUTS.index("info"))
         return tuple(out[k] for k in OUTPUTS)
 
     outputs = ui.outputs()

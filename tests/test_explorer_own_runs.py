@@ -62,7 +62,9 @@ def test_runs_are_the_columns_and_unusable_files_one_line(own_service, cirr_worl
     assert "bad.json: query '0', field 'retrieved_items': read as pinpoint results: must be a list" in bad[0]
     assert "(and 1 more problems" in bad[0]
     images = [w for w in svc.warnings if "tiles show image ids" in w]
-    assert len(images) == 1 and "--image-dir" in images[0] and "images fetch --benchmark cirr" in images[0]
+    # CIRR's images have no per-image address: where they come from and where they go, never a fetch that fails
+    assert len(images) == 1 and "--image-dir" in images[0] and "NLVR2" in images[0] and "img_raw" in images[0]
+    assert "images fetch" not in images[0]
 
 
 def test_every_column_metric_is_the_eval_per_query_row(own_service, cirr_world):
@@ -234,3 +236,20 @@ def test_the_report_run_is_this_benchmarks_not_a_newer_one_of_other_files(cirr_w
     from cir_demo.explorer import load_report
 
     assert any("other benchmark files" in line for line in load_report(given_other[0]).info)
+
+
+@pytest.mark.parametrize("kind, says", [("cirr", ("NLVR2", "img_raw")), ("fashioniq", ("fashion-iq", "images/")),
+                                        ("circo", ("unlabeled2017", "cocodataset.org"))])
+def test_images_fetch_names_where_the_images_come_from(kind, says, tmp_path, capsys):
+    """`images fetch` of a benchmark whose images have no per-image address: one line naming their source and
+    the folder layout, not "names no address"."""
+    from cir_demo.cli import main as cli
+
+    assert cli(["world", "export", "--format", kind, "--size", "tiny", "--out", str(tmp_path / kind)]) == 0
+    capsys.readouterr()
+    flags = (["--annotations", str(tmp_path / kind / "annotations" / "val.json"), "--corpus-ids",
+              str(tmp_path / kind / "image_info_unlabeled2017.json")] if kind == "circo" else
+             ["--root", str(tmp_path / kind)])
+    assert cli(["images", "fetch", "--benchmark", kind, *flags]) != 0
+    err = capsys.readouterr().err
+    assert all(s in err for s in says) and "--image-dir" in err and "names no address" not in err, err

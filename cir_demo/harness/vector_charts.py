@@ -24,13 +24,16 @@ def _figure(width: float, height: float):
 
 
 def _save(fig, png: Path, formats: Sequence[str]) -> list[Path]:
-    """`png` with each format's suffix (metadata without dates: the same plot gives the same bytes)."""
+    """`png` with each format's suffix. The same plot gives the same bytes (shipped outputs are compared with
+    what --eval writes): no dates in the metadata, and SVG element ids from a fixed salt, not a random one."""
+    from matplotlib import rc_context
+
     out = []
     for fmt in formats:
         path = png.with_suffix(f".{fmt}")
         path.parent.mkdir(parents=True, exist_ok=True)
         metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None}}.get(fmt, {})
-        with atomic_path(path) as tmp:
+        with atomic_path(path) as tmp, rc_context({"svg.hashsalt": "cir-demo"}):
             fig.savefig(tmp, format=fmt, metadata=metadata, dpi=150)
         out.append(path)
     return out

@@ -62,9 +62,11 @@ def paired_display(paired: pd.DataFrame, family: MetricFamily) -> pd.DataFrame:
     from cir_demo.metrics.headline import p_text
 
     n_boot = paired["n_boot"] if "n_boot" in paired else [0] * len(paired)
+    named = {*family.report_aggregates(), *family.headline.values()}
     return pd.DataFrame({
         "A": paired["a"].astype(str), "B": paired["b"].astype(str),
-        "metric": paired["metric"].astype(str),
+        # paired.csv of older code named per-query columns (AP@10 for mAP@10): shown by their aggregate's name
+        "metric": [m if m in named else family.headline.get(m, m) for m in paired["metric"].astype(str)],
         "B − A [95% interval]": [f"{d:+.4f} [{lo:+.4f}, {hi:+.4f}]"
                                  for d, lo, hi in zip(paired["diff"], paired["lo"], paired["hi"])],
         "p": [p if isinstance(p, str) else p_text(float(p), int(n)) for p, n in zip(paired["p_value"], n_boot)],

@@ -120,6 +120,10 @@ def test_report_shows_your_runs_pairs_and_the_eval_written_elsewhere(own_service
     assert shown["own_metrics"]["visible"] is True and "Your runs" in shown["own_info"]
     assert shown["paired"]["visible"] is True and "paired bootstrap over paraphrase groups" in shown["paired"]["label"]
     assert list(shown["paired"]["value"]["metric"])[:2] == ["mean(Recall@5,Recall_subset@1)", "Recall@1"]
+    curves = {caption: path for path, caption in shown["plots"]["value"] if caption.startswith("Your runs")}
+    assert {"Your runs: Recall@k of each run over the cutoffs k, with 95% intervals",
+            "Your runs: Recall_subset@k of each run (within the query's image set), with 95% intervals"} <= set(curves)
+    assert all(Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in curves.values())
     own = shown["own_metrics"]["value"].set_index("Run")  # every headline number of CIRR papers, with its interval
     assert {"Recall_subset@2", "Recall_subset@3", "Avg"} <= set(own.columns)
     assert re.fullmatch(r"0\.\d{4} \[0\.\d{4}, 0\.\d{4}\]", own.loc["A", "Avg"])

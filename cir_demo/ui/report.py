@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import re
+from pathlib import Path
 
 import gradio as gr
 import pandas as pd
@@ -243,20 +244,49 @@ def show_report(service: ExplorerService, label: str | None = None, pending=None
                     "Reload the page to try again.")
         else:
             text = f"No evaluation run of **{name}** yet."
+        own_plots = own_run_plots(service, extra)
         return {"run": gr.update(choices=[], value=None), "metrics": gr.update(value=None, visible=False),
-                "plots": gr.update(value=[], visible=False), "info": text,
+                "plots": gr.update(value=own_plots, visible=bool(own_plots)), "info": text,
                 "files": gr.update(value=None, visible=False), "columns": "", **own_runs_outputs(service, None, extra)}
     label = label if label in choices else choices[0]
     report = service.report(label)
+    own_plots = own_run_plots(service, extra)
     # folder names and run_info values are whatever is on disk: escaped, never rendered
     lines = [f"Run **{md_escape(report.run.label)}**."] + [md_escape(hide_paths(i)) for i in report.info]
     files = shareable_copies(report.run.path)
     table, columns = labelled(report.metrics)
     return {"run": gr.update(choices=choices, value=label),
             "metrics": gr.update(value=table, visible=True, column_widths=column_widths(list(report.metrics.columns))),
-            "plots": gr.update(value=plot_copies(report.plots), visible=True), "info": "\n\n".join(lines),
+            "plots": gr.update(value=own_plots + plot_copies(report.plots), visible=True), "info": "\n\n".join(lines),
             "files": gr.update(value=files or None, visible=bool(files)), "columns": columns,
             **own_runs_outputs(service, report, extra)}
+
+
+_OWN_PLOTS: dict[tuple, list[tuple[str, str]]] = {}
+
+
+def own_run_plots(service: ExplorerService, extra=()) -> list[tuple[str, str]]:
+    """The metric-at-k curves of your runs (results files served as columns), with 95% bands, as --eval
+    draws them (`harness.plots.k_curves`): PNGs in this process's served folder, with captions; drawn once
+    per set of runs. [] without such runs."""
+    import tempfile
+    from types import SimpleNamespace
+
+    from cir_demo.explorer.runs import plot_captions
+    from cir_demo.harness.plots import k_curves
+
+    scored = service.scored_file_runs(extra=extra)
+    if scored is None:
+        return []
+    key = (service.fingerprint, tuple(scored.per_query), scored.n_boot)
+    if key not in _OWN_PLOTS:
+        folder = tempfile.mkdtemp(prefix="own-plots-", dir=served_folder())
+        runs = [SimpleNamespace(name=n, per_query=f) for n, f in scored.per_query.items()]
+        drawn = k_curves(service.benchmark, runs, Path(folder), n_boot=scored.n_boot)
+        captions = plot_captions(service.family)
+        _OWN_PLOTS[key] = [(str(p), "Your runs: " + captions.get(n, n)) for n, p in sorted(drawn.items())
+                           if n.endswith(".png")]
+    return _OWN_PLOTS[key]
 
 
 _COPIES: dict[tuple, list[str]] = {}

@@ -187,3 +187,9 @@ def test_eval_writes_the_official_table_with_intervals_and_paired_rows(world_fiq
         np.mean([paired.loc[f"Recall@10/{c}", "diff"] for c in cats]), abs=1e-5)
     assert paired.loc["Recall@10", "p_value"] == "< 0.00333"  # good beats poor in every resample
     assert "Recall@10_pooled" in (out / "report.md").read_text()
+    from cir_demo.explorer.runs import load_report
+    from cir_demo.explorer.views import RunSummary
+
+    shown = load_report(RunSummary(out, "out", "fingerprint")).metrics.set_index("run")  # the Report's table
+    assert list(shown.columns[:6]) == [f"Recall@{k}/{c}" for c in CATEGORIES for k in (10, 50)]
+    assert shown.loc["good", "Recall@10/dress"] == "1.0000 [1.0000, 1.0000]"

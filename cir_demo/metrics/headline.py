@@ -49,7 +49,7 @@ def _strata(frame: pd.DataFrame, column: str, order: Sequence[str]) -> list[str]
 
 
 def _statistics(frame: pd.DataFrame, family, n_boot: int, seed: int,
-                columns: Sequence[str], stratified: bool = True) -> dict[str, tuple[float, np.ndarray]]:
+                columns: Sequence[str]) -> dict[str, tuple[float, np.ndarray]]:
     """Aggregate name -> (point, replicates) of the family's headline statistics of `frame`'s `columns`
     (per-query values or paired differences), in the order papers print them."""
     groups = frame["group_id"].to_numpy()
@@ -57,7 +57,7 @@ def _statistics(frame: pd.DataFrame, family, n_boot: int, seed: int,
     pooled_reps = _replicates(values, groups, n_boot, seed)
     out: dict[str, tuple[float, np.ndarray]] = {}
     strata_col = getattr(family, "strata", "")
-    if stratified and strata_col and strata_col in frame:
+    if strata_col and strata_col in frame:
         names = _strata(frame, strata_col, getattr(family, "strata_order", ()))
         per: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         labels = frame[strata_col].astype(str).to_numpy()

@@ -26,7 +26,7 @@ def add_benchmark_arguments(p: argparse.ArgumentParser, default: str | None = "w
     g.add_argument("--benchmark", default=None if required else default, required=required,
                    help=benchmark_help or (", ".join(first) + f" or {last}"
                                            + (f" (default: {default})" if default and not required else "")))
-    g.add_argument("--annotations", help="PinPoint parquet or CIRCO annotations/val.json")
+    g.add_argument("--annotations", help="PinPoint parquet, or CIRCO annotations/<split>.json or its folder")
     g.add_argument("--corpus-ids", help="corpus id list (PinPoint index_signatures.txt; optional for CIRCO)")
     g.add_argument("--root", help="benchmark folder (EDIR, jsonl, or a generated world)")
     g.add_argument("--image-dir", help="folder of benchmark images")

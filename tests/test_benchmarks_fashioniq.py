@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from cir_demo.benchmarks.fashioniq import CATEGORIES, export_fashioniq, join_captions, load_fashioniq
@@ -145,3 +146,50 @@ def test_eval_matches_clip4cir_per_category_and_average(world_fiq, tmp_path):
     assert got["Recall@10_pooled"] != pytest.approx(got["Recall@10"], abs=1e-12)
     report = (tmp_path / "out" / "report.md").read_text()
     assert "### By `category`" in report
+
+
+def test_eval_writes_the_official_table_with_intervals_and_paired_rows(world_fiq, tmp_path):
+    """metrics.csv: per-category Recall@10/50, their average and average_recall with 95% intervals, pooled
+    named as such; paired.csv: a row for each, the average's difference the mean of the categories' ones."""
+    from cir_demo.metrics.bootstrap import bootstrap_ci
+
+    bench = load_fashioniq(world_fiq)
+    runs = {}
+    for name, every in (("good", 1), ("poor", 4)):  # good puts the target first everywhere, poor on every 4th
+        runs[name] = {q.query_id: ([q.target_id] if i % every == 0 else []) + [c for c in bench.corpus_ids
+                                                                               if c != q.target_id][:60]
+                      for i, q in enumerate(bench.queries)}
+        (tmp_path / f"{name}.json").write_text(json.dumps(runs[name]))
+    out = tmp_path / "out"
+    assert main(["eval", "--benchmark", "fashioniq", "--root", str(world_fiq), "--results-json",
+                 str(tmp_path / "poor.json"), str(tmp_path / "good.json"), "--out", str(out), "--n-boot", "300",
+                 "--no-plots"]) == 0
+    m = pd.read_csv(out / "metrics.csv").set_index("model")
+    pq = pd.read_csv(out / "per_query.csv", dtype={"query_id": str, "group_id": str})
+    cats = [c for c in CATEGORIES if c in set(pq["category"])]
+    for run in ("good", "poor"):
+        rows = pq[pq["run"] == run]
+        for k in (10, 50):
+            per_cat = [rows[rows["category"] == c][f"Recall@{k}"].mean() for c in cats]
+            assert m.loc[run, f"Recall@{k}"] == pytest.approx(np.mean(per_cat), abs=1e-4)
+            for i, c in enumerate(cats):  # each category's interval: a bootstrap over that category's groups
+                part = rows[rows["category"] == c]
+                _, lo, hi = bootstrap_ci(part[f"Recall@{k}"].to_numpy(), part["group_id"].to_numpy(), 300, seed=1 + i)
+                assert (m.loc[run, f"Recall@{k}/{c}_ci_lo"], m.loc[run, f"Recall@{k}/{c}_ci_hi"]) == pytest.approx(
+                    (lo, hi), abs=1e-4)
+        for agg in ("Recall@10", "Recall@50", "average_recall", "Recall@10_pooled", "Recall@50_pooled"):
+            assert m.loc[run, f"{agg}_ci_lo"] <= m.loc[run, agg] <= m.loc[run, f"{agg}_ci_hi"]
+    assert m.loc["poor", "Recall@10_ci_hi"] < m.loc["poor", "Recall@10"] + 0.5 < m.loc["good", "Recall@10"] + 0.5
+    paired = pd.read_csv(out / "paired.csv").set_index("metric")
+    assert {"Recall@10", "Recall@50", "average_recall", "Recall@10_pooled", "Recall@50_pooled",
+            *(f"Recall@10/{c}" for c in cats)} <= set(paired.index)
+    assert paired.loc["Recall@10", "diff"] == pytest.approx(
+        np.mean([paired.loc[f"Recall@10/{c}", "diff"] for c in cats]), abs=1e-5)
+    assert paired.loc["Recall@10", "p_value"] == "< 0.00333"  # good beats poor in every resample
+    assert "Recall@10_pooled" in (out / "report.md").read_text()
+    from cir_demo.explorer.runs import load_report
+    from cir_demo.explorer.views import RunSummary
+
+    shown = load_report(RunSummary(out, "out", "fingerprint")).metrics.set_index("run")  # the Report's table
+    assert list(shown.columns[:6]) == [f"Recall@{k}/{c}" for c in CATEGORIES for k in (10, 50)]
+    assert shown.loc["good", "Recall@10/dress"] == "1.0000 [1.0000, 1.0000]"

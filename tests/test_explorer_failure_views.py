@@ -105,7 +105,7 @@ def test_unknown_sort_lists_what_the_benchmark_offers(world_cirr, tmp_path, caps
     assert "is a folder" in capsys.readouterr().err and fa.is_file()
     assert main(["failures", "--benchmark", "circo", "--results-json", str(fa), "--out", str(tmp_path / "f.csv")]) == 2
     assert capsys.readouterr().err.strip() == ("error: benchmark 'circo' needs annotations (--annotations); "
-                                               "it takes annotations (optional: image_dir, corpus_ids)")
+                                               "it takes annotations (optional: image_dir, corpus_ids, split)")
     with pytest.raises(SystemExit) as done:
         main(["failures", "--help"])
     assert done.value.code == 0

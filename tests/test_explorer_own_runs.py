@@ -62,7 +62,9 @@ def test_runs_are_the_columns_and_unusable_files_one_line(own_service, cirr_worl
     assert "bad.json: query '0', field 'retrieved_items': read as pinpoint results: must be a list" in bad[0]
     assert "(and 1 more problems" in bad[0]
     images = [w for w in svc.warnings if "tiles show image ids" in w]
-    assert len(images) == 1 and "--image-dir" in images[0] and "images fetch --benchmark cirr" in images[0]
+    # CIRR's images have no per-image address: where they come from and where they go, never a fetch that fails
+    assert len(images) == 1 and "--image-dir" in images[0] and "NLVR2" in images[0] and "img_raw" in images[0]
+    assert "images fetch" not in images[0]
 
 
 def test_every_column_metric_is_the_eval_per_query_row(own_service, cirr_world):
@@ -88,15 +90,26 @@ def test_report_paired_numbers_are_evals_paired_csv(own_service, cirr_world):
     out = cirr_world[4]
     scored = own_service.scored_file_runs(n_boot=200, seed=0)
     paired = pd.read_csv(out / "paired.csv")
-    assert list(scored.paired["metric"]) == list(paired["metric"]) == ["Recall@1", "Recall@5", "Recall@10",
-                                                                       "Recall@50", "Recall_subset@1"]
-    for col in ("diff", "lo", "hi", "p_value"):
+    avg = "mean(Recall@5,Recall_subset@1)"
+    assert list(scored.paired["metric"]) == list(paired["metric"]) == [
+        avg, "Recall@1", "Recall@5", "Recall@10", "Recall@50", "Recall_subset@1", "Recall_subset@2", "Recall_subset@3"]
+    for col in ("diff", "lo", "hi"):
         assert scored.paired[col].to_numpy() == pytest.approx(paired[col].to_numpy(), abs=1e-5), col
+    from cir_demo.metrics.headline import p_text
+
+    assert [p_text(p, 200) for p in scored.paired["p_value"]] == [str(p) for p in paired["p_value"]]
+    by = paired.set_index("metric")  # the leaderboard average's paired row: the mean of its two parts' rows
+    assert by.loc[avg, "diff"] == pytest.approx((by.loc["Recall@5", "diff"] + by.loc["Recall_subset@1", "diff"]) / 2,
+                                                abs=1e-5)
+    assert (paired["p_value"].astype(str) != "0").all()  # none prints as 0: below 1/200 it is "< 0.005"
     metrics = pd.read_csv(out / "metrics.csv").set_index("model")
     got = scored.metrics.set_index("run")
     for run in ("A", "B"):
-        for agg in ("Recall@1", "Recall@5", "Recall@50", "Recall_subset@1"):
+        for agg in ("Recall@1", "Recall@5", "Recall@50", "Recall_subset@1", "Recall_subset@2", "Recall_subset@3",
+                    "mean(Recall@5,Recall_subset@1)"):
             assert got.loc[run, agg] == pytest.approx(metrics.loc[run, agg], abs=1e-4)
+            lo, hi = metrics.loc[run, f"{agg}_ci_lo"], metrics.loc[run, f"{agg}_ci_hi"]  # every one has its interval
+            assert lo <= metrics.loc[run, agg] <= hi
 
 
 def test_report_shows_your_runs_pairs_and_the_eval_written_elsewhere(own_service, cirr_world):
@@ -106,7 +119,14 @@ def test_report_shows_your_runs_pairs_and_the_eval_written_elsewhere(own_service
     shown = report.show_report(own_service)
     assert shown["own_metrics"]["visible"] is True and "Your runs" in shown["own_info"]
     assert shown["paired"]["visible"] is True and "paired bootstrap over paraphrase groups" in shown["paired"]["label"]
-    assert list(shown["paired"]["value"]["metric"])[0] == "Recall@1"
+    assert list(shown["paired"]["value"]["metric"])[:2] == ["mean(Recall@5,Recall_subset@1)", "Recall@1"]
+    curves = {caption: path for path, caption in shown["plots"]["value"] if caption.startswith("Your runs")}
+    assert {"Your runs: Recall@k of each run over the cutoffs k, with 95% intervals",
+            "Your runs: Recall_subset@k of each run (within the query's image set), with 95% intervals"} <= set(curves)
+    assert all(Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in curves.values())
+    own = shown["own_metrics"]["value"].set_index("Run")  # every headline number of CIRR papers, with its interval
+    assert {"Recall_subset@2", "Recall_subset@3", "Avg"} <= set(own.columns)
+    assert re.fullmatch(r"0\.\d{4} \[0\.\d{4}, 0\.\d{4}\]", own.loc["A", "Avg"])
     assert [v for _, v in shown["pair"]["choices"]] == ["diff:A,B", "diff:B,A"]
     runs = own_service.runs()  # written with --out outside runs/: listed, by its last two path parts
     assert [r.label for r in runs] == [f"{out.parent.name}/{out.name}"]
@@ -185,5 +205,55 @@ def test_a_results_file_uploaded_in_the_page_is_validated_as_eval_does(own_servi
     mine_col, file_col = own_service.compare(q.query_id, [mine[0], "A"]).columns
     assert mine_col.metrics == file_col.metrics and [t.image_id for t in mine_col.tiles] == [t.image_id for t in file_col.tiles]
     shown = report.show_report(own_service, None, None, mine)
-    assert mine[0] in set(shown["own_metrics"]["value"]["run"])
+    assert mine[0] in set(shown["own_metrics"]["value"]["Run"])
     assert f"diff:{mine[0]},A" in [v for _, v in shown["pair"]["choices"]]
+
+
+def test_the_report_run_is_this_benchmarks_not_a_newer_one_of_other_files(cirr_world, tmp_path):
+    """Runs are matched by the benchmark's files (checksums and split), not its name: a newer eval of another
+    CIRR root is not offered, and the folder given to `--runs` is the default over a newer run of these files."""
+    import os
+    import shutil
+
+    from cir_demo.engine import benchmark_fingerprint
+    from cir_demo.explorer.runs import list_runs
+
+    root, bench, pa, pb, out = cirr_world
+    other = tmp_path / "other-cirr"
+    shutil.copytree(root / "cirr", other)
+    cap = next((other / "captions").glob("cap.*.val.json"))
+    cap.write_text(json.dumps(json.loads(cap.read_text())[1:]))  # one query fewer: other files
+    other_out, newer_out = tmp_path / "eval-other", tmp_path / "eval-same"
+    for r, o in ((other, other_out), (root / "cirr", newer_out)):
+        assert app.main(["--eval", "--benchmark", "cirr", "--root", str(r), "--results-json", str(pa),
+                         "--out", str(o), "--n-boot", "0", "--no-plots"]) == 0
+    os.utime(out, (1_000_000, 1_000_000))  # the given folder is the oldest of all
+    fp = benchmark_fingerprint(bench)
+    assert json.loads((other_out / "metrics.json").read_text())["benchmark_fingerprint"] != fp
+    runs = list_runs("cirr", fp, extra=[out])
+    assert [r.path.resolve() for r in runs] == [out.resolve(), newer_out.resolve()]  # other_out: not offered
+    assert [r.matches for r in runs] == ["fingerprint", "fingerprint"]
+    svc_like = list_runs("cirr", fp)  # no folder given: the newest of these files first, the other root's never
+    assert svc_like[0].path.resolve() == newer_out.resolve() and other_out.resolve() not in [r.path.resolve() for r in svc_like]
+    given_other = list_runs("cirr", fp, extra=[other_out])  # given although of other files: labelled
+    assert given_other[0].path.resolve() == other_out.resolve() and given_other[0].matches == "other"
+    from cir_demo.explorer import load_report
+
+    assert any("other benchmark files" in line for line in load_report(given_other[0]).info)
+
+
+@pytest.mark.parametrize("kind, says", [("cirr", ("NLVR2", "img_raw")), ("fashioniq", ("fashion-iq", "images/")),
+                                        ("circo", ("unlabeled2017", "cocodataset.org"))])
+def test_images_fetch_names_where_the_images_come_from(kind, says, tmp_path, capsys):
+    """`images fetch` of a benchmark whose images have no per-image address: one line naming their source and
+    the folder layout, not "names no address"."""
+    from cir_demo.cli import main as cli
+
+    assert cli(["world", "export", "--format", kind, "--size", "tiny", "--out", str(tmp_path / kind)]) == 0
+    capsys.readouterr()
+    flags = (["--annotations", str(tmp_path / kind / "annotations" / "val.json"), "--corpus-ids",
+              str(tmp_path / kind / "image_info_unlabeled2017.json")] if kind == "circo" else
+             ["--root", str(tmp_path / kind)])
+    assert cli(["images", "fetch", "--benchmark", kind, *flags]) != 0
+    err = capsys.readouterr().err
+    assert all(s in err for s in says) and "--image-dir" in err and "names no address" not in err, err

@@ -446,14 +446,44 @@ def test_help_defines_the_reports_headline():
     assert "**mAP@10** (the Report's headline) = AP@10 averaged over the queries" in explore.ABOUT
 
 
+def test_a_bad_upload_or_run_is_one_line_and_the_tables_keep_their_content(demo, service, tmp_path, monkeypatch):
+    """The Report's upload of an unusable results file, and a run that cannot be read: one line where the
+    visitor looks (beside the upload; the run's notes), every other output left as it was (no error badge
+    over a table), and no exception out of the handler."""
+    import warnings
+
+    bad = tmp_path / "mine.json"
+    bad.write_text('{"0": {"retrieved_items": "x"}}')
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # gr.Warning outside a request is a Python warning
+        out = wired(demo, "on_file").fn(str(bad), [], [])
+        assert len(out) == 8 and out[0].startswith("⚠️ Adding your results file: ") and "mine.json" in out[0]
+        assert "\n" not in out[0] and str(tmp_path) not in out[0]
+        assert all(o == {"__type__": "update"} for o in out[1:])  # the tables and choices as they were
+
+        def unreadable(label=None):
+            raise ServiceError("runs/x/metrics.csv: cannot read (damaged)")
+
+        monkeypatch.setattr(service, "report", unreadable)
+        monkeypatch.setattr(service, "runs", lambda: [object()])
+        monkeypatch.setattr(report, "show_report", lambda *a, **k: unreadable())
+        shown = wired(demo, "on_show").fn(None)
+    assert len(shown) == len(report.OUTPUTS)
+    info = shown[report.OUTPUTS.index("info")]
+    assert info.startswith("⚠️ Loading the report: ") and "cannot read (damaged)" in info
+    assert all(o == {"__type__": "update"} for i, o in enumerate(shown) if i != report.OUTPUTS.index("info"))
+
+
 def test_report_columns_have_labels_and_definitions():
     from cir_demo.ui.report import column_label, labelled
 
     raw = ["run", "mAP@10", "precision@10", "NegRecall@10", "recall@10", "ling_sens_paraphrase_range",
-           "total_queries", "coverage", "mAP@25", "Recall@3", "hard_negative@1"]
+           "total_queries", "coverage", "mAP@25", "Recall@3", "hard_negative@1", "Recall_subset@2",
+           "mean(Recall@5,Recall_subset@1)", "Recall@10/dress", "Recall@50_pooled", "average_recall"]
     table, defs = labelled(pd.DataFrame(columns=raw))
     assert list(table.columns) == ["Run", "mAP@10", "P@10", "NegRecall@10", "Recall@10", "Paraphrase range",
-                                   "Queries", "Coverage", "mAP@25", "Recall@3", "Hard negative@1"]
+                                   "Queries", "Coverage", "mAP@25", "Recall@3", "Hard negative@1", "Recall_subset@2",
+                                   "Avg", "Recall@10 dress", "Recall@50 pooled", "Average"]
     for label in table.columns:
         assert f"**{components.md_escape(label)}**: " in defs, label
     assert column_label("mAP@25")[1].startswith("AP@25 (average precision of the top 25)")

@@ -58,18 +58,26 @@ def test_each_breakdown_plot_caption_names_the_metric_on_its_axis(tmp_path, monk
     from cir_demo.explorer.runs import plot_captions
     from cir_demo.harness import plots
 
+    from cir_demo.benchmarks.families import breakdown_plot_file
+    from cir_demo.harness import vector_charts
+
     drawn = {}
     monkeypatch.setattr(charts, "bar_chart", lambda path, cats, series, title, xlabel, intervals=None:
                         drawn.setdefault(path.name, xlabel) and path)
+    monkeypatch.setattr(vector_charts, "bar_chart", lambda path, *a, **k: [])
     for fam in FAMILIES.values():
         monkeypatch.setattr(plots, "family_of", lambda _b, fam=fam: dataclasses.replace(fam, plots=()))
         drawn.clear()
-        tab = pd.DataFrame({"run": ["A", "A"], "value": ["x", "y"], "n_queries": [3, 4], fam.primary: [0.25, 0.5]})
+        metrics = fam.plotted_metrics()
+        tab = pd.DataFrame({"run": ["A", "A"], "value": ["x", "y"], "n_queries": [3, 4],
+                            **{m: [0.25, 0.5] for m in metrics}})
         ev = SimpleNamespace(name="A", metrics={}, per_query=pd.DataFrame())
         written = plots.write_plots(SimpleNamespace(name="b", metric_family=fam.name), [ev],
                                     {field: tab for field, *_ in plots.BREAKDOWN_PLOTS}, tmp_path)
-        assert set(written) == {fname for _, fname, _ in plots.BREAKDOWN_PLOTS} == set(drawn), fam.name
+        expected = {breakdown_plot_file(fname, m, i == 0): fam.headline.get(m, m)
+                    for i, m in enumerate(metrics) for _, fname, _ in plots.BREAKDOWN_PLOTS}
+        assert set(written) == set(expected) == set(drawn), fam.name
         captions = plot_captions(fam)
         for fname, axis in drawn.items():
             metric = axis.removesuffix(" with 95% interval")
-            assert metric == fam.headline.get(fam.primary, fam.primary) and metric in captions[fname], (fam.name, fname)
+            assert metric == expected[fname] and metric in captions[fname], (fam.name, fname)

@@ -11,6 +11,24 @@ from cir_demo.benchmarks.schema import BenchmarkError, IssueCollector, Validatio
 MAX_LISTED = 5  # rows named in one aggregated warning
 
 
+def files_checksum(files: Iterable[Path], *parts: Any) -> str:
+    """sha256 over each file's bytes (an absent one counts as absent) and `parts` (the split, the corpus
+    ids): the benchmark's fingerprint (`engine.benchmark_fingerprint`), so a run of other files, or of another
+    split, of a benchmark with the same name is told apart from a run of these."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                h.update(hashlib.file_digest(fh, "sha256").digest())
+        except OSError:
+            h.update(b"\0absent\0")
+    for part in parts:
+        h.update(repr(part).encode() + b"\0")
+    return h.hexdigest()
+
+
 def finish(collector: IssueCollector) -> list[ValidationIssue]:
     """Raise one BenchmarkError (errors first, then warnings) if any error; else return the warnings."""
     if collector.errors:

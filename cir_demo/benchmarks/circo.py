@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from cir_demo.benchmarks._common import as_id, check_judgments, finish, keyed_entries, id_list, read_id_list, warn_rows
+from cir_demo.benchmarks._common import as_id, check_judgments, files_checksum, finish, keyed_entries, id_list, read_id_list, warn_rows
 from cir_demo.benchmarks.images import FolderImageStore
 from cir_demo.benchmarks.schema import Benchmark, BenchmarkError, IssueCollector, Judgments, Query
 
@@ -24,16 +24,19 @@ COCO_PATTERN = "{id:0>12}.jpg"
 _COCO_NAME = re.compile(r"^(\d+)\.(jpe?g|png)$", re.IGNORECASE)
 
 
-def load_circo(annotations: str | Path, image_dir: str | Path | None = None,
-               corpus_ids: str | Path | None = None) -> Benchmark:
-    """Read and validate CIRCO val annotations; raise one BenchmarkError listing every error found.
+SPLITS = ("val", "test")
 
-    annotations: `val.json`, or the CIRCO folder (uses annotations/val.json).
+
+def load_circo(annotations: str | Path, image_dir: str | Path | None = None,
+               corpus_ids: str | Path | None = None, split: str | None = None) -> Benchmark:
+    """Read and validate CIRCO annotations; raise one BenchmarkError listing every error found.
+
+    annotations: `val.json` or `test.json`, or the CIRCO folder (uses annotations/<split>.json).
+    split: val (default) or test; the test split has no ground truths (its runs go to the evaluation
+    server: `python -m cir_demo submission --benchmark circo --split test`).
     image_dir: COCO `unlabeled2017`; default <CIRCO>/COCO2017_unlabeled/unlabeled2017 when present.
     """
-    path = Path(annotations)
-    if path.is_dir():
-        path = path / "annotations" / "val.json"
+    path, split = _annotations_path(Path(annotations), split)
     col = IssueCollector(path)
     entries = _read_entries(path, col)
     finish(col)
@@ -52,7 +55,8 @@ def load_circo(annotations: str | Path, image_dir: str | Path | None = None,
         corpus_source = f"listing of {img_dir}"
         if not corpus:
             col.error(None, None, "image folder has no COCO image files (000000xxxxxx.jpg)", file=img_dir)
-    queries, referenced = _build_queries(entries, path, frozenset(corpus) if corpus is not None else None, col)
+    queries, referenced = _build_queries(entries, path, frozenset(corpus) if corpus is not None else None, col,
+                                         test=split == "test")
     if corpus is None:
         corpus = referenced
         corpus_source = "ids named in the annotations"
@@ -60,8 +64,22 @@ def load_circo(annotations: str | Path, image_dir: str | Path | None = None,
                  "the annotations name (far easier than the 123,403-image COCO unlabeled2017 corpus)")
     warnings = finish(col)
     store = FolderImageStore(root=img_dir, filename_pattern=COCO_PATTERN, filenames=filenames)
-    info = {"source": str(path), "corpus_source": corpus_source, "image_dir": str(img_dir) if img_dir else None}
+    info = {"source": str(path), "split": split, "corpus_source": corpus_source,
+            "image_dir": str(img_dir) if img_dir else None, "checksum": files_checksum([path], split, corpus)}
     return Benchmark("circo", "circo", queries, corpus, images=store, info=info, warnings=warnings)
+
+
+def _annotations_path(path: Path, split: str | None) -> tuple[Path, str]:
+    """(the annotations file, its split): the CIRCO folder's annotations/<split>.json, or the file given (its
+    name says its split; another `split` reads the file of that name beside it)."""
+    if split is not None and split not in SPLITS:
+        raise BenchmarkError(f"parameter split: CIRCO split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if path.is_dir():
+        folder = path / "annotations" if (path / "annotations").is_dir() else path
+        return folder / f"{split or 'val'}.json", split or "val"
+    if split is None or path.stem == split:
+        return path, split or (path.stem if path.stem in SPLITS else "val")
+    return path.with_name(f"{split}.json"), split
 
 
 def _default_image_dir(annotations: Path) -> Path | None:
@@ -130,7 +148,8 @@ def _folder_ids(img_dir: Path) -> list[str]:
 
 
 def _build_queries(entries: list, path: Path, corpus: frozenset[str] | None,
-                   col: IssueCollector) -> tuple[list[Query], list[str]]:
+                   col: IssueCollector, test: bool = False) -> tuple[list[Query], list[str]]:
+    """The queries; on the test split (`test`) without ground truths or targets, which it does not publish."""
     queries: list[Query] = []
     seen: dict[str, int] = {}
     referenced: dict[str, None] = {}
@@ -147,8 +166,16 @@ def _build_queries(entries: list, path: Path, corpus: frozenset[str] | None,
         if not isinstance(caption, str) or not caption.strip():
             col.error(loc, "relative_caption", "empty instruction")
             ok = False
+        if test:
+            if ok:
+                referenced[ref] = None
+                queries.append(Query(qid, (ref,), caption, qid, Judgments((), ()),
+                                     {"shared_concept": e.get("shared_concept") if isinstance(
+                                         e.get("shared_concept"), str) else None}, target_id=None))
+            continue
         if "gt_img_ids" not in e:
-            col.error(loc, "gt_img_ids", "no ground truth (the CIRCO test split has none: use val.json)")
+            col.error(loc, "gt_img_ids", "no ground truth (the CIRCO test split has none: use val.json, or "
+                      "--split test to write its server file with `python -m cir_demo submission`)")
             continue
         gts = id_list(e.get("gt_img_ids"))
         if gts is None:

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cir_demo.benchmarks._common import as_id, finish, keyed_entries, require_file, warn_rows
+from cir_demo.benchmarks._common import as_id, files_checksum, finish, keyed_entries, require_file, warn_rows
 from cir_demo.benchmarks.images import FolderImageStore
 from cir_demo.benchmarks.pinpoint import length_category
 from cir_demo.benchmarks.schema import Benchmark, BenchmarkError, IssueCollector, Query
@@ -69,7 +69,8 @@ def load_cirr(root: str | Path, split: str = "val", image_dir: str | Path | None
     warnings = finish(col)
     store = FolderImageStore(root=img_dir, filename_pattern="{id}.png",
                              filenames={k: v for k, v in relpaths.items() if isinstance(v, str)})
-    info = {"source": str(root), "split": split, "version": VERSION, "image_dir": str(img_dir)}
+    info = {"source": str(root), "split": split, "version": VERSION, "image_dir": str(img_dir),
+            "checksum": files_checksum([cap_path, img_path], split)}
     return Benchmark("cirr", "cirr", queries, corpus, images=store, info=info, warnings=warnings)
 
 

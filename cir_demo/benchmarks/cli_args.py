@@ -26,12 +26,13 @@ def add_benchmark_arguments(p: argparse.ArgumentParser, default: str | None = "w
     g.add_argument("--benchmark", default=None if required else default, required=required,
                    help=benchmark_help or (", ".join(first) + f" or {last}"
                                            + (f" (default: {default})" if default and not required else "")))
-    g.add_argument("--annotations", help="PinPoint parquet or CIRCO annotations/val.json")
+    g.add_argument("--annotations", help="PinPoint parquet, or CIRCO annotations/<split>.json or its folder")
     g.add_argument("--corpus-ids", help="corpus id list (PinPoint index_signatures.txt; optional for CIRCO)")
     g.add_argument("--root", help="benchmark folder (EDIR, jsonl, or a generated world)")
     g.add_argument("--image-dir", help="folder of benchmark images")
-    g.add_argument("--split", help="CIRR: val (default) | test1; world: test | compositional (held-out edits on "
-                                   "the same corpus); --eval on the world without --split reports both")
+    g.add_argument("--split", help="CIRR: val (default) | test1; CIRCO: val (default) | test; world: test | "
+                                   "compositional (held-out edits on the same corpus); --eval on the world "
+                                   "without --split reports both")
     g.add_argument("--world-size", default=None, choices=["tiny", "default"], help="offline world size (default: default)")
     g.add_argument("--world-seed", type=int, default=None, help="offline world seed (default 0)")
     if limit:

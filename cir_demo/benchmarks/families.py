@@ -22,6 +22,7 @@ frame. Sections go after the official and extra columns; plots before the breakd
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -53,6 +54,17 @@ class MetricFamily:
     rerank_section: str = "cir_demo.harness.pipeline:rerank_section"
     # "module:attribute" naming the family's `FailureViews` (the explorer's sorts, tile scope, wording)
     failure_views: str = "cir_demo.benchmarks.failure_views:GENERIC"
+    # a per-query column whose values' own means are the official numbers, then averaged over its values
+    # (FashionIQ's categories: `Recall@10/dress`, ..., `Recall@10` their mean); "" for plain means
+    strata: str = ""
+    strata_order: tuple[str, ...] = ()  # the strata in the official table's order (others after, sorted)
+    # official averages of aggregates: (name, the aggregates averaged), with intervals and paired rows too
+    averages: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    plot_metrics: tuple[str, ...] = ()  # per-query metrics each breakdown is plotted for (empty: the primary)
+
+    def plotted_metrics(self) -> list[str]:
+        """The per-query metrics each breakdown plot is drawn for, the first one's file named plainly."""
+        return list(self.plot_metrics or (self.primary,))
 
     def metrics_module(self):
         return importlib.import_module(self.module)
@@ -127,12 +139,15 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         module="cir_demo.metrics.cirr",
         official_columns="OFFICIAL_COLUMNS",
         headline={"Recall@1": "Recall@1", "Recall@5": "Recall@5", "Recall@10": "Recall@10", "Recall@50": "Recall@50",
-                  "Recall_subset@1": "Recall_subset@1"},
+                  "Recall_subset@1": "Recall_subset@1", "Recall_subset@2": "Recall_subset@2",
+                  "Recall_subset@3": "Recall_subset@3"},
         primary="Recall@1",
         shown=("Recall@1", "Recall@5", "Recall@10", "Recall@50", "Recall_subset@1", "Recall_subset@2",
                "Recall_subset@3"),
         report_columns=("Recall@1", "Recall@5", "Recall@10", "Recall@50", "Recall_subset@1", "Recall_subset@2",
                         "Recall_subset@3", "mean(Recall@5,Recall_subset@1)"),
+        averages=(("mean(Recall@5,Recall_subset@1)", ("Recall@5", "Recall_subset@1")),),
+        plot_metrics=("Recall@1", "Recall@5", "Recall_subset@1"),
         failure_views="cir_demo.benchmarks.failure_views:CIRR",
     ),
     MetricFamily(
@@ -143,7 +158,13 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         primary="Recall@10",
         shown=("Recall@10", "Recall@50"),
         # the official numbers average the three categories; the pooled ones (all queries) carry the intervals
-        report_columns=("Recall@10", "Recall@50", "average_recall", "Recall@10_pooled", "Recall@50_pooled"),
+        report_columns=(*(f"Recall@{k}/{c}" for c in ("dress", "shirt", "toptee") for k in (10, 50)),
+                        "Recall@10", "Recall@50", "average_recall", "Recall@10_pooled", "Recall@50_pooled"),
+        summary=("Recall@10", "Recall@50", "average_recall", "Recall@10_pooled"),
+        plot_metrics=("Recall@10", "Recall@50"),
+        strata="category",
+        strata_order=("dress", "shirt", "toptee"),
+        averages=(("average_recall", ("Recall@10", "Recall@50")),),
         failure_views="cir_demo.benchmarks.failure_views:FASHIONIQ",
     ),
     MetricFamily(
@@ -157,6 +178,15 @@ FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
         failure_views="cir_demo.benchmarks.failure_views:ICIR",
     ),
 )}
+
+
+def breakdown_plot_file(fname: str, metric: str, first: bool) -> str:
+    """A breakdown plot's file name: `fname` for the family's first plotted metric, the metric's name added
+    for the others (`per_garment_category_recall_at_50.png`)."""
+    if first:
+        return fname
+    slug = re.sub(r"[^a-z0-9]+", "_", metric.lower().replace("@", "_at_")).strip("_")
+    return f"{fname.rsplit('.', 1)[0]}_{slug}.png"
 
 
 def metric_family(name: str) -> MetricFamily:

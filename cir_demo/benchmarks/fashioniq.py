@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from cir_demo.benchmarks._common import finish, require_file, warn_rows
+from cir_demo.benchmarks._common import files_checksum, finish, require_file, warn_rows
 from cir_demo.benchmarks.images import FolderImageStore
 from cir_demo.benchmarks.schema import Benchmark, BenchmarkError, IssueCollector, Query
 from cir_demo.benchmarks.scoped import ScopedJudgments
@@ -71,7 +71,9 @@ def load_fashioniq(root: str | Path, image_dir: str | Path | None = None,
     if image_dir is not None and not img_dir.is_dir():
         col.error(None, None, "image folder does not exist", file=img_dir)
     warnings = finish(col)
-    info = {"source": str(root), "split": SPLIT, "categories": ",".join(categories), "image_dir": str(img_dir)}
+    info = {"source": str(root), "split": SPLIT, "categories": ",".join(categories), "image_dir": str(img_dir),
+            "checksum": files_checksum([p for c in categories for p in (split_path(root, c), captions_path(root, c))],
+                                       SPLIT, categories)}
     return Benchmark("fashioniq", "fashioniq", queries, list(corpus),
                      images=FolderImageStore(root=img_dir, filename_pattern="{id}.jpg"), info=info, warnings=warnings)
 

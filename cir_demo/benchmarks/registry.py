@@ -57,6 +57,9 @@ class BenchmarkSpec:
     # `--eval` without `--split` evaluates each of these over one corpus: the first at the top of the run
     # folder, the others in `<run folder>/<split>/`, with their headline metrics side by side in report.md
     eval_splits: tuple[str, ...] = ()
+    # where the benchmark's image files come from and the folder layout its loader expects, for a benchmark
+    # whose images have no per-image address (`images fetch` cannot download them): said instead of a fetch
+    image_source: str = ""
 
     @property
     def arguments(self) -> tuple[str, ...]:
@@ -99,15 +102,30 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
                       optional=("corpus_ids", "image_dir", "cache_dir", "online")),
         BenchmarkSpec("edir", "EDIR: queries.jsonl, corpus.jsonl, instances.jsonl + images", "edir",
                       "cir_demo.benchmarks.edir:load_edir", required=("root",), optional=("image_dir",)),
-        BenchmarkSpec("circo", "CIRCO validation split: annotations/val.json + COCO unlabeled2017", "circo",
-                      "cir_demo.benchmarks.circo:load_circo", required=("annotations",),
-                      optional=("image_dir", "corpus_ids")),
+        BenchmarkSpec("circo", "CIRCO: annotations/<split>.json (val; test for the server) + COCO unlabeled2017",
+                      "circo", "cir_demo.benchmarks.circo:load_circo", required=("annotations",),
+                      optional=("image_dir", "corpus_ids", "split"), splits=("val", "test"),
+                      image_source="CIRCO's images are COCO 2017's unlabeled images: download unlabeled2017.zip "
+                                   "(and image_info_unlabeled2017.zip) from cocodataset.org/#download and unpack "
+                                   "them as CIRCO/COCO2017_unlabeled/unlabeled2017/000000xxxxxx.jpg (found there by "
+                                   "default) and CIRCO/COCO2017_unlabeled/annotations/image_info_unlabeled2017.json "
+                                   "(give it as --corpus-ids)."),
         BenchmarkSpec("cirr", "CIRR: captions/cap.rc2.<split>.json + image_splits/split.rc2.<split>.json (+ images)",
                       "cirr", "cir_demo.benchmarks.cirr:load_cirr", required=("root",), optional=("split", "image_dir"),
-                      splits=("val", "test1")),
+                      splits=("val", "test1"),
+                      image_source="CIRR's images are NLVR2's raw images: request them from the NLVR2 authors "
+                                   "(github.com/lil-lab/nlvr, nlvr2/README.md, 'direct image download') and unpack "
+                                   "them so that the paths in image_splits/split.rc2.<split>.json (./dev/..., "
+                                   "./test1/..., ./train/...) resolve under <root>/img_raw/ (found there by "
+                                   "default), or give that folder as --image-dir."),
         BenchmarkSpec("fashioniq", "FashionIQ val: captions/cap.<category>.val.json + image_splits/split.<category>.val.json",
                       "fashioniq", "cir_demo.benchmarks.fashioniq:load_fashioniq", required=("root",),
-                      optional=("image_dir", "categories")),
+                      optional=("image_dir", "categories"),
+                      image_source="FashionIQ's images come with its release (github.com/XiaoxiaoGuo/fashion-iq: "
+                                   "the image_url lists; many of those addresses are gone, so use the image "
+                                   "archive its authors or a paper's repository share): put them as "
+                                   "<root>/images/<image id>.jpg (found there by default), or give their folder "
+                                   "as --image-dir."),
         BenchmarkSpec("icir", "i-CIR: query_files.csv + database_files.csv (image_path,text,instance)", "icir",
                       "cir_demo.benchmarks.icir:load_icir", required=("root",), optional=("image_dir",)),
         BenchmarkSpec("jsonl", "a benchmark folder in the project's JSONL format (docs/formats.md)", "from manifest",
@@ -161,6 +179,12 @@ def _describe(spec: BenchmarkSpec) -> str:
     req = ", ".join(spec.required) or "nothing required"
     opt = ", ".join(spec.optional)
     return f"{req}" + (f" (optional: {opt})" if opt else "")
+
+
+def image_source(name: str) -> str:
+    """Where a declared benchmark's images come from and the layout it expects ("" when not declared)."""
+    spec = BENCHMARKS.get(name)
+    return spec.image_source if spec is not None else ""
 
 
 def declared_defaults(name: str) -> BenchmarkSpec | None:

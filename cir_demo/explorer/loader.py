@@ -280,13 +280,25 @@ def own_run_columns(config: ServiceConfig, bench, preloaded: dict, notes: list[s
         notes.extend(more)
         names.append(name)
     if config.runs and not images_readable(bench):
-        notes.append(MISSING_IMAGES.format(benchmark=bench.name))
+        notes.append(missing_images_note(bench))
     return names
 
 
 MISSING_IMAGES = ("The images of {benchmark} are not here, so tiles show image ids. To see them, start the app with "
                   "--image-dir FOLDER (where they are), or fetch them: python -m cir_demo images fetch --benchmark "
                   "{benchmark} [its flags].")
+
+
+def missing_images_note(bench) -> str:
+    """What the page says when the benchmark's images are absent: the fetch command where its images have an
+    address, else where they come from and the folder they go in (a fetch command would only fail)."""
+    from cir_demo.benchmarks.registry import image_source
+
+    source = image_source(bench.name)
+    if getattr(bench.images, "url_pattern", None) is not None or not source:
+        return MISSING_IMAGES.format(benchmark=bench.name)
+    return (f"The images of {bench.name} are not here, so tiles show image ids. {source} Then start the app with "
+            "--image-dir FOLDER if they are not in that default place.")
 
 
 def images_readable(bench) -> bool:

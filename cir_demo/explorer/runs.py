@@ -21,9 +21,12 @@ def list_runs(benchmark_name: str, fingerprint: str, root: Path | None = None,
     given to the app (`--runs FOLDER`); and a run's other test splits (`<run>/compositional/`).
 
     A copy of shipped outputs installed by other code is left out (it is not what this code
-    writes). A run matches by `run_info.json`'s benchmark fingerprint (same content), else (older
-    runs and results-file evaluations, which have no run_info) by the benchmark name in
-    metrics.json or the folder name suffix `-<benchmark>`. An `extra` folder is listed whatever it holds.
+    writes). A run matches by the benchmark fingerprint (its files' checksums and split) that
+    `run_info.json` or metrics.json names; a run of other files of a benchmark with the same name is
+    left out. Only a run that names no fingerprint (written by older code) matches by the benchmark
+    name in metrics.json or the folder name suffix `-<benchmark>` ("name"). An `extra` folder is listed
+    whatever it holds ("other" when it names another fingerprint) and comes first: the folder given to
+    `--runs` is the Report's default.
     """
     from cir_demo.index.prebuilt_run import stale_installed_copy
     from cir_demo.paths import runs_dir
@@ -40,10 +43,15 @@ def list_runs(benchmark_name: str, fingerprint: str, root: Path | None = None,
                 or stale_installed_copy(d) or (d.name in _SPLIT_FOLDERS and stale_installed_copy(d.parent)):
             continue
         seen.add(d.resolve())
-        match = _match(d, benchmark_name, fingerprint) or ("given" if d.resolve() in given else None)
+        is_given = d.resolve() in given
+        match = _match(d, benchmark_name, fingerprint)
+        if match == "other" and not is_given:
+            continue
+        match = match or ("given" if is_given else None)
         if match:
-            out.append((d.stat().st_mtime, RunSummary(d, _label(d, root), match)))
-    out.sort(key=lambda t: (t[1].matches in ("fingerprint", "given"), t[0], t[1].label), reverse=True)
+            out.append(((is_given, match == "fingerprint", d.stat().st_mtime),
+                        RunSummary(d, _label(d, root), match)))
+    out.sort(key=lambda t: (*t[0], t[1].label), reverse=True)
     return [r for _, r in out]
 
 
@@ -58,10 +66,14 @@ def _split_folders(folders: Sequence[Path]) -> list[Path]:
 
 
 def _match(d: Path, benchmark_name: str, fingerprint: str) -> str | None:
-    info = _read_json(d / "run_info.json")
-    if info is not None:
-        return "fingerprint" if info.get("benchmark_fingerprint") == fingerprint else None
+    """"fingerprint" (these files), "other" (another benchmark's or other files'), "name" (no fingerprint
+    recorded, same benchmark name) or None."""
     meta = _read_json(d / "metrics.json") or {}
+    named = (_read_json(d / "run_info.json") or {}).get("benchmark_fingerprint") or meta.get("benchmark_fingerprint")
+    if named:
+        return "fingerprint" if named == fingerprint else "other"
+    if (d / "run_info.json").is_file():  # a pipeline run's record without a fingerprint: not of these files
+        return "other"
     return "name" if meta.get("benchmark") == benchmark_name or d.name.endswith(f"-{benchmark_name}") else None
 
 
@@ -99,17 +111,34 @@ def metrics_display_table(metrics: pd.DataFrame, family: MetricFamily | None = N
     return out
 
 
+# the breakdown plots --eval draws (harness/plots.py BREAKDOWN_PLOTS): file name -> what its bars are
+BREAKDOWN_CAPTIONS = {
+    "single_vs_two_image.png": "Single versus two-image queries ({metric} with 95% intervals)",
+    "per_category.png": "{metric} per intent category",
+    "per_subcategory.png": "{metric} per edit subcategory",
+    "per_garment_category.png": "{metric} per garment category",
+    "per_caption_length.png": "{metric} per caption length",
+    "per_semantic_aspect.png": "{metric} per semantic aspect",
+}
+
+
 def plot_captions(family: MetricFamily) -> dict[str, str]:
-    """Captions of the plots a run folder may hold, naming the metric on their axis (the family's primary)."""
-    primary = family.headline.get(family.primary, family.primary)
-    return {
+    """Captions of the plots a run folder may hold, naming the metric on their axis."""
+    from cir_demo.benchmarks.families import breakdown_plot_file
+
+    out = {
         "precision_vs_safety.png": "Precision versus safety: mAP@10 against NegRecall@10 (up-left is better)",
         "paraphrase_sensitivity.png": "Paraphrase sensitivity (lower is more robust)",
-        "single_vs_two_image.png": f"Single versus two-image queries ({primary} with 95% intervals)",
-        "per_category.png": f"{primary} per intent category",
-        "per_subcategory.png": f"{primary} per edit subcategory",
-        "per_garment_category.png": f"{primary} per garment category",
+        "recall_at_k.png": "Recall@k of each run over the cutoffs k, with 95% intervals",
+        "recall_subset_at_k.png": "Recall_subset@k of each run (within the query's image set), with 95% intervals",
+        "map_at_k.png": "mAP@k of each run over the cutoffs k, with 95% intervals",
+        "precision_at_k.png": "P@k of each run over the cutoffs k, with 95% intervals",
     }
+    for i, metric in enumerate(family.plotted_metrics()):
+        label = family.headline.get(metric, metric)
+        for fname, caption in BREAKDOWN_CAPTIONS.items():
+            out[breakdown_plot_file(fname, metric, i == 0)] = caption.format(metric=label)
+    return out
 
 
 def load_report(run: RunSummary, family: MetricFamily | str | None = None) -> Report:
@@ -125,13 +154,17 @@ def load_report(run: RunSummary, family: MetricFamily | str | None = None) -> Re
     family = family or meta.get("metric_family") or "pinpoint"
     family = metric_family(family) if isinstance(family, str) else family
     plots = sorted((run.path / "plots").glob("*.png")) if (run.path / "plots").is_dir() else []
-    first = ["precision_vs_safety.png", "paraphrase_sensitivity.png", "single_vs_two_image.png"]
+    first = ["precision_vs_safety.png", "paraphrase_sensitivity.png", "recall_at_k.png", "map_at_k.png",
+             "single_vs_two_image.png"]
     plots.sort(key=lambda p: (first.index(p.name) if p.name in first else len(first), p.name))
     captions = plot_captions(family)
     info = []
     run_info = _read_json(run.path / "run_info.json") or {}
     if run.matches == "name":
         info.append("This run has no benchmark fingerprint; it may come from another version of the benchmark.")
+    elif run.matches == "other":
+        info.append("This run scored other benchmark files than those loaded (another root, split or version): "
+                    "its numbers are not this benchmark's.")
     if run_info.get("reranker"):
         info.append(f"Reranker: {run_info['reranker'].get('backend', '?')} on the top {run_info.get('rerank_top_n')}.")
     if meta.get("n_boot"):

@@ -194,7 +194,9 @@ class QueryList:
 class RunSummary:
     path: Path
     label: str
-    matches: str  # "fingerprint" (same benchmark content) or "name" (same benchmark name only)
+    # "fingerprint" (same benchmark files), "name" (same benchmark name, no fingerprint recorded), or for a
+    # folder given to `--runs`: "given" (no record of its benchmark), "other" (another benchmark's files)
+    matches: str
 
 
 @dataclass

@@ -44,6 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals (0 disables)")
     o.add_argument("--bootstrap-seed", type=int, default=0)
     o.add_argument("--no-plots", action="store_true")
+    o.add_argument("--baseline", metavar="NAME",
+                   help="the run report.tex marks significant differences against (default: the first run)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -41,8 +41,8 @@ def evaluate_run(
     warnings: Sequence[str] = (),
 ) -> RunEvaluation:
     """Official aggregates plus group-bootstrap CIs for the headline metrics."""
-    from cir_demo.metrics.bootstrap import bootstrap_cis
     from cir_demo.metrics.breakdown import query_meta_frame
+    from cir_demo.metrics.headline import headline_cis
 
     fam = family_of(benchmark)
     mod = metrics_module(benchmark)
@@ -58,12 +58,8 @@ def evaluate_run(
     meta = query_meta_frame(benchmark.queries)
     extra_cols = [c for c in meta.columns if c not in per_query.columns or c == "query_id"]
     per_query = per_query.merge(meta[extra_cols], on="query_id", how="left")
-    ci: dict[str, tuple[float, float]] = {}
-    scored = _scored(per_query)
-    cols = [c for c in fam.headline if c in scored]
-    if n_boot > 0 and len(scored) and cols:
-        cis = bootstrap_cis(scored[cols].to_numpy(dtype=float), scored["group_id"].to_numpy(), n_boot=n_boot, seed=seed)
-        ci = {fam.headline[c]: (float(lo), float(hi)) for c, (_, lo, hi) in zip(cols, cis)}
+    # every headline statistic papers print (per stratum, official averages, pooled) with its interval
+    ci = {name: (lo, hi) for name, (_, lo, hi) in headline_cis(per_query, fam, n_boot=n_boot, seed=seed).items()}
     return RunEvaluation(name=name, metrics=metrics, per_query=per_query, ci=ci, warnings=list(warnings))
 
 
@@ -89,13 +85,9 @@ def metrics_table(benchmark: Benchmark, evaluations: Sequence[RunEvaluation]) ->
 def paired_comparisons(
     benchmark: Benchmark, evaluations: Sequence[RunEvaluation], n_boot: int = 1000, seed: int = 0
 ) -> pd.DataFrame:
-    """Paired group bootstrap of every headline metric of the family (the primary first) for every pair of
-    runs, on their shared queries: one row per pair and metric (`metrics.bootstrap.paired_table`)."""
-    from cir_demo.metrics.bootstrap import paired_table
+    """Paired group bootstrap of every headline statistic of the family for every pair of runs, on their shared
+    queries: one row per pair and statistic, named as metrics.csv names it (`metrics.headline.paired_headline`)."""
+    from cir_demo.metrics.headline import paired_headline
 
-    fam = family_of(benchmark)
-    metrics = [fam.primary] + [c for c in fam.headline if c != fam.primary]
-    table = paired_table({ev.name: ev.per_query for ev in evaluations}, metrics, n_boot=n_boot, seed=seed)
-    if not len(table):
-        return table
-    return table[["a", "b", "metric", "n_queries"] + [c for c in table.columns if c not in ("a", "b", "metric", "n_queries")]]
+    return paired_headline({ev.name: ev.per_query for ev in evaluations}, family_of(benchmark), n_boot=n_boot,
+                           seed=seed)

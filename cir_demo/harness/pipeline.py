@@ -330,4 +330,4 @@ def _write_report(args, split, all_splits, top_n, reranker_spec, specs) -> dict:
         bench, pairs, top_n, reranker_spec or {}, n_boot=args.n_boot, seed=args.bootstrap_seed)] if pairs else [])
     sections += query_text_section(specs)
     return write_outputs(bench, split.evaluations, split.out, n_boot=args.n_boot, seed=args.bootstrap_seed,
-                         extra_sections=sections, plots=not args.no_plots)
+                         extra_sections=sections, plots=not args.no_plots, baseline=getattr(args, "baseline", None))

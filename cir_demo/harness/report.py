@@ -89,8 +89,13 @@ def write_outputs(
     seed: int = 0,
     extra_sections: Sequence[str] = (),
     plots: bool = True,
+    baseline: str | None = None,
 ) -> dict[str, Path]:
-    """metrics.csv, metrics.json, per_query.csv, breakdowns.csv, paired.csv, report.md and plots/*.png."""
+    """metrics.csv, metrics.json, per_query.csv, breakdowns.csv, paired.csv, report.md, report.tex (marks
+    against `baseline`, default the first run) and plots/ (PNG, SVG, PDF)."""
+    from cir_demo.harness.latex import check_baseline
+
+    check_baseline([ev.name for ev in evaluations], baseline)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fam = family_of(benchmark)
@@ -122,11 +127,14 @@ def write_outputs(
               if len(evaluations) > 1 and n_boot > 0 else pd.DataFrame())  # --n-boot 0: no intervals, no tests
     if len(paired):
         paths["paired.csv"] = out / "paired.csv"
-        write_text_atomic(paths["paired.csv"], paired.to_csv(index=False, float_format="%.6g"))
+        write_text_atomic(paths["paired.csv"], _p_as_text(paired).to_csv(index=False, float_format="%.6g"))
+
+    from cir_demo.engine import benchmark_fingerprint
 
     paths["metrics.json"] = out / "metrics.json"
     write_json_atomic(paths["metrics.json"], {
         "benchmark": benchmark.name,
+        "benchmark_fingerprint": benchmark_fingerprint(benchmark),
         "metric_family": benchmark.metric_family,
         "n_queries": len(benchmark.queries),
         "n_boot": n_boot,
@@ -140,8 +148,10 @@ def write_outputs(
     if plots:
         from cir_demo.harness.plots import write_plots
 
-        for name, p in write_plots(benchmark, evaluations, breakdowns, out / "plots").items():
+        for name, p in write_plots(benchmark, evaluations, breakdowns, out / "plots", n_boot=n_boot, seed=seed).items():
             paths[f"plots/{name}"] = p
+
+    paths["report.tex"] = _write_tex(benchmark, evaluations, table, paired, baseline, n_boot, out)
 
     paths["report.md"] = out / "report.md"
     write_text_atomic(paths["report.md"], render_report(
@@ -149,6 +159,25 @@ def write_outputs(
         [k for k in paths if k.startswith("plots/")],
     ))
     return paths
+
+
+def _write_tex(benchmark: Benchmark, evaluations: Sequence[RunEvaluation], table: pd.DataFrame,
+               paired: pd.DataFrame, baseline: str | None, n_boot: int, out: Path) -> Path:
+    """report.tex, its rows in the order the runs were given (the default baseline first)."""
+    from cir_demo.harness.latex import latex_table
+
+    in_order = table.set_index("model", drop=False).loc[[ev.name for ev in evaluations]].reset_index(drop=True)
+    path = out / "report.tex"
+    write_text_atomic(path, latex_table(benchmark.name, family_of(benchmark), in_order, paired,
+                                        baseline or (evaluations[0].name if evaluations else None), n_boot))
+    return path
+
+
+def _p_as_text(paired: pd.DataFrame) -> pd.DataFrame:
+    """p-values as written for a reader: one below 1/n_boot is only known to be below that bound ("< 0.001")."""
+    from cir_demo.metrics.headline import p_text
+
+    return paired.assign(p_value=[p_text(p, n) for p, n in zip(paired["p_value"], paired["n_boot"])])
 
 
 def _jsonable(obj: Any) -> Any:
@@ -175,13 +204,14 @@ def render_report(
       f"95% confidence intervals: bootstrap over paraphrase groups ({n_boot} resamples).\n\n")
 
     w("## Headline metrics\n\n")
-    heads = [a for a in fam.headline.values()]
+    heads = fam.report_aggregates()
+    primary = fam.headline[fam.primary]
     rows = []
-    for ev in sorted(evaluations, key=lambda e: -float(e.metrics.get(heads[0], 0.0) or 0.0)):
+    for ev in sorted(evaluations, key=lambda e: -float(e.metrics.get(primary, 0.0) or 0.0)):
         row = {"run": ev.name}
         for agg in heads:
             v = ev.metrics.get(agg)
-            if v is None:
+            if v is None or isinstance(v, str):
                 continue
             lo_hi = ev.ci.get(agg)
             row[agg] = f"{v:.4f}" + (f" [{lo_hi[0]:.4f}, {lo_hi[1]:.4f}]" if lo_hi else "")
@@ -210,10 +240,10 @@ def render_report(
 
     if len(paired):
         w("## Paired comparisons\n\n")
-        w(f"Difference b − a of each per-query headline metric (column `metric`, {fam.primary} first) on the queries "
-          "both runs answered; "
-          "95% CI and two-sided p-value from a paired bootstrap over paraphrase groups.\n\n")
-        w(_md_table(paired) + "\n\n")
+        w("Difference b − a of each headline statistic (column `metric`, named as in metrics.csv) on the queries "
+          "both runs answered; 95% CI and two-sided p-value from a paired bootstrap over paraphrase groups "
+          f"(a p-value below 1/{n_boot} shows as that bound).\n\n")
+        w(_md_table(_p_as_text(paired)) + "\n\n")
 
     if breakdowns:
         w("## Breakdowns\n\n")
@@ -229,6 +259,8 @@ def render_report(
 
     for section in extra_sections:
         w(section.rstrip() + "\n\n")
-    if plot_paths:
-        w("## Plots\n\n" + "\n".join(f"![{Path(p).stem}]({p})" for p in plot_paths) + "\n")
+    png = [p for p in plot_paths if p.endswith(".png")]
+    if png:
+        w("## Plots\n\n" + "\n".join(f"![{Path(p).stem}]({p})" for p in png) + "\n\n")
+        w("Each plot is also in plots/ as SVG and PDF (vector files for papers).\n")
     return buf.getvalue()

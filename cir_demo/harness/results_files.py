@@ -59,12 +59,15 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
         ev.metrics["unknown_ids"] = rf.n_unknown_ids
         ev.metrics["unknown_query_keys"] = len(rf.unknown_query_keys)
         evaluations.append(ev)
+    from cir_demo.harness.latex import check_baseline
     from cir_demo.harness.staging import staged_run_dir
+
+    check_baseline([ev.name for ev in evaluations], getattr(args, "baseline", None))  # before any file is written
 
     final = Path(args.out) if args.out else default_out_dir(bench.name)
     with staged_run_dir(final, getattr(args, "overwrite", False)) as out:
         paths = write_outputs(bench, evaluations, out, n_boot=args.n_boot, seed=args.bootstrap_seed,
-                              plots=not args.no_plots)
+                              plots=not args.no_plots, baseline=getattr(args, "baseline", None))
     print(f"wrote {len(paths)} files to {final}")
     from cir_demo.results.run_folders import record_run_folder
 
@@ -78,7 +81,7 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
 def _summary(evaluations, bench) -> str:
     from cir_demo.harness.evaluate import family_of
 
-    heads = list(family_of(bench).headline.values())[:4]
+    heads = family_of(bench).summary_columns()[:4]
     lines = []
     for ev in evaluations:
         vals = "  ".join(f"{h}={ev.metrics.get(h, float('nan')):.4f}" for h in heads)

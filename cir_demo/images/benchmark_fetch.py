@@ -34,7 +34,12 @@ def fetch_for(bench, args: argparse.Namespace, progress: bool = True):
     if getattr(args, "url_pattern", None):
         store.url_pattern = args.url_pattern
     if getattr(store, "url_pattern", None) is None:
-        raise UserError(f"benchmark {bench.name!r} names no address for its images; pass --url-pattern "
-                        "or put the images in the folder given by --image-dir")
+        from cir_demo.benchmarks.registry import image_source
+
+        source = image_source(bench.name)
+        raise UserError(f"benchmark {bench.name!r} has no per-image address to fetch from. "
+                        + (source + " " if source else "")
+                        + "Put the images in the folder given by --image-dir, or pass --url-pattern with {id} "
+                          "where a server has them one by one")
     return fetch_images(store, needed_image_ids(bench), workers=args.fetch_workers, retries=args.fetch_retries,
                         timeout=args.fetch_timeout, progress=progress, report_path=getattr(args, "report", None))

@@ -117,8 +117,11 @@ def fetch_command(args: argparse.Namespace) -> str:
 
 def missing_images_parts(cov: ImageCoverage, args: argparse.Namespace) -> tuple[str, str]:
     """(what is missing and where we looked, the fix)."""
+    from cir_demo.benchmarks.registry import image_source
+
+    source = image_source(str(getattr(args, "benchmark", None) or ""))
     fix = (f"fetch them with `{fetch_command(args)}` (or add --fetch-images to this command)" if cov.fetchable
-           else "put them in the folder given by --image-dir")
+           else (f"{source} " if source else "") + "put them in the folder given by --image-dir")
     return f"{cov.n_missing} benchmark images are missing: {cov.describe()}", fix
 
 

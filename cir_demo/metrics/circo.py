@@ -54,7 +54,7 @@ def aspect_column(aspect: str) -> str:
 
 def _check_queries(matched: Sequence[Query], rankings: Sequence[list], source: str) -> None:
     """Every problem at once: duplicate predictions, no ground truths, no target."""
-    issues = []
+    issues, unjudged = [], []
     for q, ranking in zip(matched, rankings):
         where = f"query {q.query_id}"
         repeated = [item for item, n in Counter(ranking).items() if n > 1]
@@ -66,12 +66,16 @@ def _check_queries(matched: Sequence[Query], rankings: Sequence[list], source: s
                                 "the CIRCO evaluator needs unique ids per query")
             )
         if not q.positives:
-            issues.append(ValidationIssue("error", source, where, "gt_img_ids",
-                                          "no ground-truth images (AP@k is undefined; test-split "
-                                          "annotations are hidden, use the evaluation server)"))
-        if q.target_id is None:
+            unjudged.append(q.query_id)
+        elif q.target_id is None:
             issues.append(ValidationIssue("error", source, where, "target_img_id",
                                           "no target image (Recall@k is undefined)"))
+    if unjudged:  # the test split's are hidden: one line, not one per query
+        issues.append(ValidationIssue(
+            "error", source, f"query {unjudged[0]}" if len(unjudged) == 1 else
+            f"{len(unjudged)} queries (e.g. {', '.join(unjudged[:3])})", "gt_img_ids",
+            "no ground-truth images (AP@k is undefined; the test split's are hidden: write its evaluation "
+            "server's file with `python -m cir_demo submission --benchmark circo --split test`)"))
     if issues:
         raise BenchmarkError(issues)
 

@@ -6,11 +6,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import re
+from pathlib import Path
 
 import gradio as gr
 import pandas as pd
 
-from cir_demo.explorer import ExplorerService
+from cir_demo.explorer import ExplorerService, ServiceError
 from cir_demo.explorer.public_text import hide_paths
 from cir_demo.ui.components import md_escape
 from cir_demo.ui.guard import guarded
@@ -19,13 +20,16 @@ from cir_demo.ui.served_files import served_folder
 
 # What a run shares with a visitor, as downloads: text and tables only (never HTML, never a link),
 # and all of them with the run's PNG plots in one zip, where report.md's links to plots/ resolve
-DOWNLOADS = ("report.md", "metrics.csv", "metrics.json", "per_query.csv", "breakdowns.csv", "paired.csv")
+DOWNLOADS = ("report.md", "report.tex", "metrics.csv", "metrics.json", "per_query.csv", "breakdowns.csv",
+             "paired.csv")
 RUN_ZIP = "run.zip"
 
 # Every column the metrics table may show: (label, definition). `metric@K` columns are matched by
 # pattern (`column_label`), so a family's other cutoffs read the same way.
 COLUMNS = {
     "run": ("Run", "the retriever; “+rerank”: its top n reordered by the reranker"),
+    "mean(Recall@5,Recall_subset@1)": ("Avg", "(Recall@5 + Recall_subset@1) / 2, the CIRR leaderboard's average"),
+    "average_recall": ("Average", "(Recall@10 + Recall@50) / 2 of the category averages, FashionIQ's average"),
     "total_queries": ("Queries", "queries scored"),
     "coverage": ("Coverage", "share of the benchmark's queries the run has a ranking for (1 = all)"),
     "ling_sens_paraphrase_range": ("Paraphrase range",
@@ -41,8 +45,10 @@ AT_K = {
     "recall": ("Recall@{k}", "positives in the top {k} over all positives of the query, averaged; higher is better"),
     "Recall": ("Recall@{k}", "share of queries with a target in the top {k}; higher is better"),
     "hard_negative": ("Hard negative@{k}", "share of queries whose top {k} holds a hard negative; lower is better"),
+    "Recall_subset": ("Recall_subset@{k}", "share of queries whose target is in the top {k} of its image set "
+                      "(CIRR's img_set members, in the run's order); higher is better"),
 }
-_AT_K = re.compile(r"^(?P<name>[A-Za-z_]+)@(?P<k>\d+)$")
+_AT_K = re.compile(r"^(?P<name>[A-Za-z_]+)@(?P<k>\d+)(?P<tail>_pooled|/[\w-]+)?$")
 
 
 def column_label(column: str) -> tuple[str, str]:
@@ -53,7 +59,13 @@ def column_label(column: str) -> tuple[str, str]:
     m = _AT_K.match(column)
     if m and m["name"] in AT_K:
         label, definition = AT_K[m["name"]]
-        return label.format(k=m["k"]), definition.format(k=m["k"])
+        label, definition = label.format(k=m["k"]), definition.format(k=m["k"])
+        tail = m["tail"] or ""
+        if tail == "_pooled":
+            return f"{label} pooled", f"{definition}, over all queries at once"
+        if tail:
+            return f"{label} {tail[1:]}", f"{definition}, over the {tail[1:]} queries"
+        return label, definition
     return column.replace("_", " "), "a column of the run's metrics.csv (docs/metrics.md)"
 
 
@@ -126,7 +138,8 @@ def create_ui() -> ReportUI:
     # height "auto": each plot whole (a fixed height cropped the first plot's axis label)
     plots = gr.Gallery(visible=False, label="Plots (click to enlarge)", columns=2, height="auto", object_fit="contain",
                        elem_id="cir-report-plots", interactive=False)
-    files = gr.File(label="Files of this run (download; run.zip holds them all with the plots)", file_count="multiple",
+    files = gr.File(label="Files of this run (download; run.zip holds them all with the plots as PNG, SVG and PDF)",
+                    file_count="multiple",
                     interactive=False, visible=False, elem_id="cir-report-files")
     with gr.Accordion("Add your own results file as a column", open=False, elem_id="cir-report-add-run"):
         run_file = gr.File(label="A results file for the loaded benchmark (any format --eval reads: PinPoint or "
@@ -152,15 +165,34 @@ def add_run(service: ExplorerService, path: str | None, mine: list[str]) -> tupl
     return "  \n".join([text, *(md_escape(n) for n in notes)]), mine
 
 
-def wire_upload(ui: ReportUI, retrievers, get_service: Callable[[], ExplorerService]) -> None:
-    """The results-file upload: the file becomes a column of this visitor's Explore tab and Report."""
+def kept_with_note(action: str, exc: Exception, n_outputs: int, at: int = 0) -> tuple:
+    """A handler's outputs when its input was unusable: output `at` the one line saying why
+    (`guard.error_message`, also a toast), every other output as it was (never an error badge over a table
+    that was fine)."""
+    from cir_demo.ui.guard import error_message, log
 
-    @guarded("Adding your results file")
+    if not isinstance(exc, ServiceError):  # a bug: its traceback goes to the log
+        log.exception("%s", action)
+    text = error_message(action, exc)
+    gr.Warning(text)
+    out = [gr.update() for _ in range(n_outputs)]
+    out[at] = f"⚠️ {text}"
+    return tuple(out)
+
+
+def wire_upload(ui: ReportUI, retrievers, get_service: Callable[[], ExplorerService]) -> None:
+    """The results-file upload: the file becomes a column of this visitor's Explore tab and Report; a file
+    that cannot be used is one line beside the upload, and the tables keep what they showed."""
+
+    @guarded("Adding your results file")  # the outer net; what the file did is answered inside
     def on_file(path, mine, chosen):
-        service = get_service()
-        note, mine = add_run(service, path, list(mine or []))
-        own = own_runs_outputs(service, None, mine)
-        choices = service.retriever_names + mine
+        try:
+            service = get_service()
+            note, mine = add_run(service, path, list(mine or []))
+            own = own_runs_outputs(service, None, mine)
+            choices = service.retriever_names + mine
+        except Exception as exc:  # noqa: BLE001 - whatever the file did, the page keeps its tables
+            return kept_with_note("Adding your results file", exc, 8)
         return (note, mine, gr.update(choices=choices, value=[c for c in (chosen or []) if c in choices]),
                 *(own[k] for k in ("own_info", "own_metrics", "paired", "pair", "open_pair")))
 
@@ -174,6 +206,7 @@ def own_runs_outputs(service: ExplorerService, report=None, extra: list[str] | t
     loaded, else of the shown eval run) and the pairs of columns to open sorted A vs B. `extra`: the results
     files this visitor uploaded."""
     from cir_demo.explorer.paired import P_VALUE_METHOD, pair_choices, paired_display
+    from cir_demo.explorer.runs import metrics_display_table
 
     scored = service.scored_file_runs(extra=extra)
     out: dict[str, Any] = {"own_info": "", "own_metrics": gr.update(value=None, visible=False)}
@@ -181,7 +214,8 @@ def own_runs_outputs(service: ExplorerService, report=None, extra: list[str] | t
     if scored is not None:
         out["own_info"] = (f"**Your runs**: {md_escape(', '.join(scored.metrics['run']))}: results files scored on "
                            "the loaded benchmark as `--eval` scores them (whole rankings).")
-        out["own_metrics"] = gr.update(value=scored.metrics.round(4), visible=True)
+        own, _ = labelled(metrics_display_table(scored.metrics.rename(columns={"run": "model"}), service.family))
+        out["own_metrics"] = gr.update(value=own, visible=True)
         if len(scored.paired):
             paired, source = paired_display(scored.paired, service.family), "your runs"
     shown = paired is not None and len(paired) > 0
@@ -210,20 +244,49 @@ def show_report(service: ExplorerService, label: str | None = None, pending=None
                     "Reload the page to try again.")
         else:
             text = f"No evaluation run of **{name}** yet."
+        own_plots = own_run_plots(service, extra)
         return {"run": gr.update(choices=[], value=None), "metrics": gr.update(value=None, visible=False),
-                "plots": gr.update(value=[], visible=False), "info": text,
+                "plots": gr.update(value=own_plots, visible=bool(own_plots)), "info": text,
                 "files": gr.update(value=None, visible=False), "columns": "", **own_runs_outputs(service, None, extra)}
     label = label if label in choices else choices[0]
     report = service.report(label)
+    own_plots = own_run_plots(service, extra)
     # folder names and run_info values are whatever is on disk: escaped, never rendered
     lines = [f"Run **{md_escape(report.run.label)}**."] + [md_escape(hide_paths(i)) for i in report.info]
     files = shareable_copies(report.run.path)
     table, columns = labelled(report.metrics)
     return {"run": gr.update(choices=choices, value=label),
             "metrics": gr.update(value=table, visible=True, column_widths=column_widths(list(report.metrics.columns))),
-            "plots": gr.update(value=plot_copies(report.plots), visible=True), "info": "\n\n".join(lines),
+            "plots": gr.update(value=own_plots + plot_copies(report.plots), visible=True), "info": "\n\n".join(lines),
             "files": gr.update(value=files or None, visible=bool(files)), "columns": columns,
             **own_runs_outputs(service, report, extra)}
+
+
+_OWN_PLOTS: dict[tuple, list[tuple[str, str]]] = {}
+
+
+def own_run_plots(service: ExplorerService, extra=()) -> list[tuple[str, str]]:
+    """The metric-at-k curves of your runs (results files served as columns), with 95% bands, as --eval
+    draws them (`harness.plots.k_curves`): PNGs in this process's served folder, with captions; drawn once
+    per set of runs. [] without such runs."""
+    import tempfile
+    from types import SimpleNamespace
+
+    from cir_demo.explorer.runs import plot_captions
+    from cir_demo.harness.plots import k_curves
+
+    scored = service.scored_file_runs(extra=extra)
+    if scored is None:
+        return []
+    key = (service.fingerprint, tuple(scored.per_query), scored.n_boot)
+    if key not in _OWN_PLOTS:
+        folder = tempfile.mkdtemp(prefix="own-plots-", dir=served_folder())
+        runs = [SimpleNamespace(name=n, per_query=f) for n, f in scored.per_query.items()]
+        drawn = k_curves(service.benchmark, runs, Path(folder), n_boot=scored.n_boot)
+        captions = plot_captions(service.family)
+        _OWN_PLOTS[key] = [(str(p), "Your runs: " + captions.get(n, n)) for n, p in sorted(drawn.items())
+                           if n.endswith(".png")]
+    return _OWN_PLOTS[key]
 
 
 _COPIES: dict[tuple, list[str]] = {}
@@ -248,9 +311,19 @@ def run_plots(run_path) -> list:
     return out
 
 
+def vector_plots(run_path) -> list:
+    """The run's plots/*.svg and *.pdf that are plain files (the vector versions, for papers: in run.zip only)."""
+    from pathlib import Path
+
+    folder = Path(run_path) / "plots"
+    if not folder.is_dir() or folder.is_symlink():
+        return []
+    return [f for ext in ("svg", "pdf") for f in sorted(folder.glob(f"*.{ext}")) if f.is_file() and not f.is_symlink()]
+
+
 def shareable_copies(run_path) -> list[str]:
     """Copies of the run's `DOWNLOADS` in this process's copies folder, removed at exit (gradio serves
-    those, never a path under runs/), then `RUN_ZIP`: those files and the PNG plots, laid out as in
+    those, never a path under runs/), then `RUN_ZIP`: those files and the plots (PNG, SVG, PDF), laid out as in
     the run folder (report.md's plot links work once unzipped). Plain files only: a link planted in a run folder is not followed.
     Memoised per file state, so a page reload does not copy again."""
     import shutil
@@ -260,7 +333,7 @@ def shareable_copies(run_path) -> list[str]:
 
     files = [Path(run_path) / name for name in DOWNLOADS]
     files = [f for f in files if f.is_file() and not f.is_symlink()]
-    plots = run_plots(run_path)
+    plots = run_plots(run_path) + vector_plots(run_path)
     key = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files + plots)
     cached = _COPIES.get(key)
     if cached and all(Path(c).is_file() for c in cached):
@@ -332,7 +405,10 @@ def plot_copies(plots) -> list[tuple[str, str]]:
 def wire(ui: ReportUI, get_service: Callable[[], ExplorerService], get_pending: Callable[[], Any] = lambda: None) -> None:
     @guarded("Loading the report")
     def on_show(label, mine=()):
-        out = show_report(get_service(), label, get_pending(), mine or ())
+        try:
+            out = show_report(get_service(), label, get_pending(), mine or ())
+        except Exception as exc:  # noqa: BLE001 - a run folder that cannot be read: one line, the tables kept
+            return kept_with_note("Loading the report", exc, len(OUTPUTS), at=OUTPUTS.index("info"))
         return tuple(out[k] for k in OUTPUTS)
 
     outputs = ui.outputs()

@@ -32,10 +32,8 @@ log = logging.getLogger("cir_demo.ui")
 
 TITLE = "CIR failure explorer"
 INTRO = (f"# {TITLE}\n"
-         "Composed image retrieval: one or two reference images plus an instruction. Compare retrievers side by side, "
-         "sort the queries by how they fail on the loaded benchmark (explicit negatives in the top 10 where it has "
-         "them, the target's official rank, one run against another), see how the phrasing changes results, and what "
-         "a reranker fixes or breaks.")
+         "Composed image retrieval (reference image + instruction): retrievers' rankings side by side, the queries "
+         "sorted by how they fail, the phrasing swapped, a reranker toggled.")
 VIEW_KEYS = ("header", "paraphrase", "results", "table", "prompt", "share", "message", "k", "top_n")  # view_outputs order
 LOAD_POLL_S = 0.25
 WORK_GROUP = "cir-work"  # every callback that computes shares one concurrency limit (share_one_limit)
@@ -113,6 +111,8 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
         out.update({f"view:{k}": v for k, v in view.items()})
     else:
         out["view:message"] = "This benchmark has no queries."
+    out["about"] = explore.about_update(service)
+    out["filter_box"] = explore.filters_update(service)
     out["upload:note"] = upload.upload_note(service)
     models = [n for n in service.retriever_names if n not in service.file_runs()]  # a results file answers no upload
     out["upload:retrievers"] = gr.update(choices=models, value=models[:MAX_COLUMNS])
@@ -185,7 +185,7 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
             "report:run": rp.run, "report:info": rp.info, "report:metrics": rp.metrics, "report:plots": rp.plots,
             "report:files": rp.files, "report:columns": rp.columns, "sort": ex.sort, "link_note": link_note,
             "report:own_info": rp.own_info, "report:own_metrics": rp.own_metrics, "report:paired": rp.paired,
-            "report:pair": rp.pair, "report:open_pair": rp.open_pair,
+            "report:pair": rp.pair, "report:open_pair": rp.open_pair, "about": ex.about, "filter_box": ex.filter_box,
         })
         pair_targets = {"tab": tabs, "search": ex.search, "sort": ex.sort, "retrievers": ex.retrievers,
                         "list": ex.query_list, "ids": ex.query_ids, "list_info": ex.list_info,
@@ -318,12 +318,28 @@ def quiet_queue_analytics() -> None:
 
 
 # Page-wide rules for gradio's own components (the app's HTML is styled by components.CSS):
+# a compact header, so that the retrievers' rows start high on the first screen; the Explore tab's three
+# blocks in a grid: the query and its controls at the left, the rows at the right of the first screen,
+# the query list under the query (on a phone, under the rows);
 # the Report's downloads are read-only, so gradio's "Remove this file" buttons are not offered;
 # the query list reads in the page's font (its monospace made the table twice its column's width);
 # table cells break between words, never inside one ("coverage" went down letter by letter);
 # the Report's plots are shown whole with their captions below them (gradio's gallery cell cropped
 # the first plot and laid its caption over the axis label).
 PAGE_CSS = """
+#cir-intro h1 { font-size: 1.45rem; margin: 0; }
+#cir-intro p { font-size: 0.9rem; margin: 2px 0 0 0; }
+#cir-status { font-size: 0.85rem; }
+#cir-status p { margin: 0; }
+#cir-explore-body:not(.hide) { display: grid !important; grid-template-columns: minmax(300px, 2fr) minmax(0, 5fr);
+                               grid-template-rows: auto minmax(0, 1fr); align-items: start; }
+#cir-side { grid-column: 1; grid-row: 1; }
+#cir-main { grid-column: 2; grid-row: 1 / span 2; }
+#cir-find { grid-column: 1; grid-row: 2; }
+@media (max-width: 900px) {
+  #cir-explore-body:not(.hide) { grid-template-columns: minmax(0, 1fr); grid-template-rows: none; }
+  #cir-side, #cir-main, #cir-find { grid-column: 1; grid-row: auto; }
+}
 #cir-report-files .label-clear-button { display: none; }
 #cir-query-list [role=gridcell] *, #cir-query-list [role=columnheader] *,
 #cir-report-metrics [role=gridcell] *, #cir-report-metrics [role=columnheader] * { font-family: var(--font); }

@@ -107,7 +107,7 @@ def test_page_load_opens_the_linked_view(demo, service):
     assert "world (tiny)" in plain(by_id["cir-status"])
     listed = by_id["cir-query-list"]["value"]
     assert isinstance(listed, pd.DataFrame) and len(listed) == len(service.table)
-    assert by_id["cir-query-list"]["column_widths"] == explore.LIST_WIDTHS[len(listed.columns)]
+    assert by_id["cir-query-list"]["column_widths"] == explore.list_widths(listed.columns)
     assert by_id["cir-loading"]["visible"] is False and by_id["cir-explore-body"]["visible"] is True
     assert by_id["cir-link-note"] == ""  # a good link: nothing to say
 
@@ -187,7 +187,8 @@ def test_list_callback_filters_sorts_and_reports_counts(demo, service):
     assert ids == list(expected.rows["query"]) and len(ids) > 0
     assert f"**{expected.total:,}** matching" in info
     assert list(table["value"].columns) == explore.LIST_COLUMNS  # a failure sort: with its reasons
-    assert table["column_widths"] == explore.LIST_WIDTHS[len(explore.LIST_COLUMNS)]
+    assert table["column_widths"] == explore.list_widths(explore.LIST_COLUMNS)
+    assert sum(float(w.rstrip("%")) for w in table["column_widths"]) == pytest.approx(100, abs=2)
     table, ids, info = fn("", "order", *[explore.ANY] * len(filters))
     assert list(table["value"].columns) == [c for c in explore.LIST_COLUMNS if c != "why"]  # no empty "why"
     table, ids, info = fn("no such words anywhere", "order", *[explore.ANY] * len(filters))
@@ -259,7 +260,7 @@ def test_select_and_view_callbacks(demo, service):
         assert section.count("✓ positive") == pos + 1 and section.count("✗ explicit negative") == neg + 1
         assert f"AP@10 <b>{col.metrics['AP@10']:.3f}</b>" in section
     assert paraphrase["value"] == qid and len(paraphrase["choices"]) == 6
-    assert "query=" + qid in share and list(table.columns)[1:5] == names
+    assert "query=" + qid in share and list(table["value"].columns)[1:5] == names
     other = service.benchmark.paraphrases(qid)[0].query_id
     out2 = wired(demo, "on_view").fn(other, names[:2], 5, True, 10)
     assert out2[1]["value"] == other and "rerank=1" in out2[5] and "P(yes)" in out2[2]
@@ -442,8 +443,8 @@ def test_probabilities_keep_the_order_they_rank_by():
     assert "P(yes) 0.00040 · P(near miss) 0.03" in page and "P(yes) 0.00010 · P(near miss) 0.20" in page
 
 
-def test_help_defines_the_reports_headline():
-    assert "**mAP@10** (the Report's headline) = AP@10 averaged over the queries" in explore.ABOUT
+def test_help_defines_the_reports_headline(service):
+    assert "**mAP@10** (the Report's headline) = AP@10 averaged over the queries" in explore.about_update(service)
 
 
 def test_report_columns_have_labels_and_definitions():
@@ -507,13 +508,14 @@ def test_a_link_naming_a_retriever_twice_opens_one_column(service):
     out = ui_app.initial_outputs(service, {"query": qid, "retrievers": f"{name},{name}"})
     assert out["retrievers"]["value"] == [name]
     assert out["view:results"].count("<section class=\"cir-col\"") == 1
-    assert list(out["view:table"].columns)[1:2] == [name] and name not in list(out["view:table"].columns)[2:]
+    assert list(out["view:table"]["value"].columns)[1:2] == [name] and name not in list(out["view:table"]["value"].columns)[2:]
     assert service.check_retrievers([name, name]) == [name]  # the one place every caller goes through
 
 
-def test_explore_explains_itself(demo):
-    texts = " ".join(str(getattr(b, "value", "")) for b in demo.blocks.values())
-    for term in ("offline world", "AP@10", "P@10", "NegRecall@10", "composed", "image only", "text only", "lower is"):
+def test_explore_explains_itself(service):
+    texts = explore.about_update(service)  # the world's help: its own terms
+    for term in ("offline world", "AP@10", "P@10", "NegRecall@10", "composed", "image only", "text only", "lower is",
+                 "explicit negatives"):
         assert term in texts, term
     from cir_demo.benchmarks.failure_views import CIRR, PINPOINT
 

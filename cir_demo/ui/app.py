@@ -67,14 +67,18 @@ def as_loader(source: ServiceLoader | ExplorerService | ServiceConfig):
 
 
 # ------------------------------------------------------------------ page load (plain functions)
-def initial_state(service: ExplorerService, params: dict[str, str]) -> ParsedState:
-    """The view a link asks for, checked against what this app serves."""
+def initial_state(service: ExplorerService, params: dict[str, str], pending=None) -> ParsedState:
+    """The view a link asks for, checked against what this app serves; without a query, the one
+    `first_view.first_query` chooses (the runs disagree on it, one of them ranks a judged image)."""
+    from cir_demo.explorer.first_view import first_query
+
     table = service.table
     sizes = table.groupby("group_id")["query_id"].transform("count")
     group_sizes = dict(zip(table["query_id"], sizes))
-    default_query = table["query_id"].iloc[0] if len(table) else None
+    default_query = first_query(service, pending) if len(table) else None
+    sorts = [c.name for c in service.sorts() if c.available]
     return resolve_state(decode_state(params), service.benchmark.name, set(table["query_id"]), group_sizes,
-                         service.retriever_names, service.reranker_name is not None, default_query)
+                         service.retriever_names, service.reranker_name is not None, default_query, sorts)
 
 
 def run_status_key(pending) -> str:
@@ -85,14 +89,14 @@ def run_status_key(pending) -> str:
 def initial_outputs(service: ExplorerService, params: dict[str, str], pending=None) -> dict[str, Any]:
     """Everything the page shows once the service is ready, by name (see `create_app` for the mapping).
     `pending`: the background run's status (None: no background run)."""
-    parsed = initial_state(service, params)
+    parsed = initial_state(service, params, pending)
     s = parsed.state
     out: dict[str, Any] = {}
     choices = service.filter_choices()
     for key in filter_fields():  # the dropdowns create_ui made: every family's filters
         values = choices.get(key, [])
         out[f"filter:{key}"] = gr.update(choices=[explore.ANY, *values], value=explore.ANY, visible=bool(values))
-    listing = explore.list_queries(service, "", {}, "order")
+    listing = explore.list_queries(service, "", {}, s.sort, pending)
     out.update({"list": explore.list_update(listing["table"]), "ids": listing["ids"], "list_info": listing["info"]})
     names = list(s.retrievers) if s.retrievers else service.retriever_names[:MAX_COLUMNS]
     out["retrievers"] = gr.update(choices=service.retriever_names, value=names)
@@ -107,7 +111,7 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
         query_id = s.query_id
         if s.paraphrase is not None:
             query_id = service.benchmark.paraphrases(s.query_id)[s.paraphrase].query_id
-        view = explore.show_view(service, query_id, names, s.k, s.rerank, s.top_n)
+        view = explore.show_view(service, query_id, names, s.k, s.rerank, s.top_n, sort=s.sort)
         out.update({f"view:{k}": v for k, v in view.items()})
     else:
         out["view:message"] = "This benchmark has no queries."
@@ -118,7 +122,7 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
     out["upload:retrievers"] = gr.update(choices=models, value=models[:MAX_COLUMNS])
     out["upload:rerank"] = explore.rerank_controls(service)["rerank"]
     rep = report.show_report(service, None, pending)
-    out["sort"] = explore.sort_update(service, pending)
+    out["sort"] = explore.sort_update(service, pending, s.sort)
     if pending is not None:  # what the page now shows of the background run: the poll goes on from here
         out["run:seen_ready"], out["run:seen_key"] = pending.ready, run_status_key(pending)
         out["run:timer"] = gr.Timer(active=not pending.ready)

@@ -21,7 +21,7 @@ from cir_demo.ui import components
 from cir_demo.ui.controls import clamp, number_slider
 from cir_demo.ui.gpu import on_gpu
 from cir_demo.ui.guard import guarded
-from cir_demo.ui.state import HUB_ORIGIN, K_RANGE, TOP_N_RANGE, ViewState, encode_state, url_js
+from cir_demo.ui.state import HUB_ORIGIN, K_RANGE, ORDER, TOP_N_RANGE, ViewState, encode_state, url_js, with_sort
 
 SLIDER_TOP_N = (5, TOP_N_RANGE[1])  # links may ask for fewer; the slider steps by 5
 
@@ -222,8 +222,9 @@ def filters_update(service: ExplorerService) -> dict:
 
 
 def show_view(service: ExplorerService, query_id: str, retrievers: list[str] | None, k: int, rerank: bool,
-              top_n: int, notes: list[str] | None = None) -> dict[str, Any]:
-    """Everything the right-hand side shows for one query (one paraphrase) and settings."""
+              top_n: int, notes: list[str] | None = None, sort: str | None = None) -> dict[str, Any]:
+    """Everything the page shows for one query (one paraphrase) and settings; `sort`: the list's, kept
+    in the view's link."""
     if not query_id:
         raise ServiceError("pick a query first")
     view = service.query_view(query_id)
@@ -242,7 +243,8 @@ def show_view(service: ExplorerService, query_id: str, retrievers: list[str] | N
         table = service.paraphrase_table(query_id, names, shown=True).rename(
             columns={"paraphrase": f"phrasing ({service.family.primary})"})
     several = len(view.paraphrases) > 1  # one phrasing (CIRR, FashionIQ, ...): no choice and no spread to show
-    state = ViewState(service.benchmark.name, query_id, view.paraphrase_index, tuple(names), rerank, top_n, k)
+    state = ViewState(service.benchmark.name, query_id, view.paraphrase_index, tuple(names), rerank, top_n, k,
+                      sort or ORDER)
     prompt = service.reranker_prompt(view.query.instruction, len(view.query.reference_ids))
     return {
         "header": components.query_header_html(view),
@@ -291,27 +293,34 @@ def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService], get_pending:
     for comp in [ui.sort, *filter_components]:
         comp.input(on_list, list_inputs, list_outputs, trigger_mode="always_last")
 
+    @guarded("Keeping the sort in the link")
+    def on_sort_link(sort, share):
+        return with_sort(share, sort) if share else gr.skip()
+
+    ui.sort.input(on_sort_link, [ui.sort, ui.share], [ui.share], trigger_mode="always_last", show_progress="hidden")
+
     @guarded("Opening the query")
     @on_gpu
-    def on_select(ids, retrievers, k, rerank, top_n, evt: gr.SelectData):
+    def on_select(ids, retrievers, k, rerank, top_n, evt: gr.SelectData, sort=None):
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
         query_id = (evt.row_value or [None])[0] if evt.row_value else (ids[row] if ids and row < len(ids) else None)
-        return as_view_outputs(show_view(get_service(), query_id, retrievers, k, rerank, top_n))
+        return as_view_outputs(show_view(get_service(), query_id, retrievers, k, rerank, top_n, sort=sort))
 
-    ui.query_list.select(on_select, [ui.query_ids, ui.retrievers, ui.k, ui.rerank, ui.top_n], view_outputs).then(
-        None, None, None, js=SCROLL_TO_VIEW_JS)
+    ui.query_list.select(on_select, [ui.query_ids, ui.retrievers, ui.k, ui.rerank, ui.top_n, ui.sort],
+                         view_outputs).then(None, None, None, js=SCROLL_TO_VIEW_JS)
 
     @guarded("Updating the results")
     @on_gpu
-    def on_view(query_id, retrievers, k, rerank, top_n):
-        return as_view_outputs(show_view(get_service(), query_id, retrievers, k, rerank, top_n))
+    def on_view(query_id, retrievers, k, rerank, top_n, sort=None):
+        return as_view_outputs(show_view(get_service(), query_id, retrievers, k, rerank, top_n, sort=sort))
 
     # "always_last": a change made while the previous one is being applied is applied after it
     # (gradio's default drops an event that fires while the last one runs: fast input was lost,
     # e.g. a second retriever unticked before the first untick's view came back)
-    ui.paraphrase.input(on_view, ui.view_inputs(), view_outputs, trigger_mode="always_last")
-    ui.retrievers.input(on_view, ui.view_inputs(), view_outputs, trigger_mode="always_last")
-    ui.rerank.input(on_view, ui.view_inputs(), view_outputs, trigger_mode="always_last")
-    ui.k.release(on_view, ui.view_inputs(), view_outputs, trigger_mode="always_last")
-    ui.top_n.release(on_view, ui.view_inputs(), view_outputs, trigger_mode="always_last")
+    view_inputs = [*ui.view_inputs(), ui.sort]
+    ui.paraphrase.input(on_view, view_inputs, view_outputs, trigger_mode="always_last")
+    ui.retrievers.input(on_view, view_inputs, view_outputs, trigger_mode="always_last")
+    ui.rerank.input(on_view, view_inputs, view_outputs, trigger_mode="always_last")
+    ui.k.release(on_view, view_inputs, view_outputs, trigger_mode="always_last")
+    ui.top_n.release(on_view, view_inputs, view_outputs, trigger_mode="always_last")
     ui.share.change(None, [ui.share], None, js=url_js(parent_origin))

@@ -95,7 +95,7 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
     choices = service.filter_choices()
     for key in filter_fields():  # the dropdowns create_ui made: every family's filters
         values = choices.get(key, [])
-        out[f"filter:{key}"] = gr.update(choices=[explore.ANY, *values], value=explore.ANY, visible=bool(values))
+        out[f"filter:{key}"] = gr.update(choices=[explore.ANY, *values], value=explore.ANY, visible=len(values) > 1)
     listing = explore.list_queries(service, "", {}, s.sort, pending)
     out.update({"list": explore.list_update(listing["table"]), "ids": listing["ids"], "list_info": listing["info"]})
     names = list(s.retrievers) if s.retrievers else service.retriever_names[:MAX_COLUMNS]

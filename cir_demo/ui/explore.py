@@ -215,9 +215,10 @@ def about_update(service: ExplorerService) -> str:
 
 
 def filters_update(service: ExplorerService) -> dict:
-    """The filters' accordion, labelled with the filters this benchmark has (hidden when it has none)."""
+    """The filters' accordion, labelled with the filters this benchmark has (hidden when it has none; a
+    filter whose every query has the same value filters nothing, so it is not offered)."""
     choices = service.filter_choices()
-    labels = [label for key, label in service.filter_fields.items() if choices.get(key)]
+    labels = [label for key, label in service.filter_fields.items() if len(choices.get(key, [])) > 1]
     return gr.update(label=filters_label(labels), visible=bool(labels))
 
 

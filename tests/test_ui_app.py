@@ -654,3 +654,22 @@ def test_the_app_serves_when_gradios_localhost_check_times_out(monkeypatch):
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=60).status_code == 200
     finally:
         demo.close()
+
+
+def test_legend_defines_the_marks_the_tiles_carry(service):
+    """A tile marked as the query's own reference (a protocol that ranks it, as FashionIQ's gallery holds it)
+    gets a legend line saying what the mark means; a page without such a tile has none. The world's filters'
+    label names its own filters."""
+    from cir_demo.explorer.views import REFERENCE_MARK
+
+    def page(marks):
+        tiles = [Tile("ref", 1, 0.9, None, None, marks=marks), Tile("b", 2, 0.5, "positive", None)]
+        return components.results_html(Comparison("t", [None], ["ref"], [Column("r", "composed", tiles)], 10, True,
+                                                  words=("target", "")))
+
+    marked, plain_page = page((REFERENCE_MARK,)), page(())
+    assert "query's reference = the query's own reference image" in html_lib.unescape(marked)
+    assert "query's reference" not in html_lib.unescape(plain_page)
+    assert 'data-mark="query&#x27;s reference"' in marked
+    label = ui_app.initial_outputs(service, {})["filter_box"]["label"]
+    assert label.startswith("Filters (intent type, edit subcategory, domain")

@@ -331,9 +331,9 @@ def quiet_queue_analytics() -> None:
 # the Report's plots are shown whole with their captions below them (gradio's gallery cell cropped
 # the first plot and laid its caption over the axis label).
 PAGE_CSS = """
-#cir-intro h1 { font-size: 1.45rem; margin: 0; }
-#cir-intro p { font-size: 0.9rem; margin: 2px 0 0 0; }
-#cir-status { font-size: 0.85rem; }
+#cir-intro h1 { font-size: 1.4rem; margin: 0 12px 0 0; display: inline; }
+#cir-intro p { font-size: 0.9rem; margin: 0; display: inline; }
+#cir-status { font-size: 0.82rem; }
 #cir-status p { margin: 0; }
 #cir-explore-body:not(.hide) { display: grid !important; grid-template-columns: minmax(300px, 2fr) minmax(0, 5fr);
                                grid-template-rows: auto minmax(0, 1fr); align-items: start; }

@@ -28,9 +28,9 @@ CSS = """
 .cir-legend span { margin-right: 14px; display: inline-block; }
 /* one row per retriever, its ranks left to right (as CIR papers' qualitative figures); the row's
    width decides how many tiles a line holds: ten on a laptop, two or three on a phone */
-.cir-grid { display: flex; flex-direction: column; gap: 8px; container-type: inline-size; }
-.cir-col { border: 1px solid #c8c8c8; border-radius: 8px; padding: 4px 6px 6px 6px; min-width: 0; }
-.cir-col-head { display: flex; flex-wrap: wrap; align-items: baseline; column-gap: 12px; margin-bottom: 3px; }
+.cir-grid { display: flex; flex-direction: column; gap: 6px; container-type: inline-size; }
+.cir-col { border: 1px solid #c8c8c8; border-radius: 8px; padding: 3px 6px 4px 6px; min-width: 0; }
+.cir-col-head { display: flex; flex-wrap: wrap; align-items: baseline; column-gap: 12px; margin-bottom: 2px; }
 .cir-col h3 { font-size: 0.95rem; margin: 0; overflow-wrap: break-word; hyphens: none; }
 .cir-tag { display: inline-block; font-size: 0.72rem; font-weight: 400; border: 1px solid #888; border-radius: 4px;
            padding: 0 4px; margin-left: 4px; }

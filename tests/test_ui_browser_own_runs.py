@@ -57,6 +57,7 @@ def test_report_pair_opens_explore_sorted_a_vs_b_with_both_columns(own_runs_app,
     page.wait_for_function("(t) => document.querySelector('#cir-query-header').innerText.includes(t)",
                            arg=query.instruction)
     page.wait_for_function("location.search.includes('retrievers=A,B')")
+    page.wait_for_function("location.search.includes('sort=diff:A,B')")  # a link to this view keeps the sort
     assert page.locator("#cir-tab-explore").is_visible()
     columns = [c.get_attribute("aria-label") for c in page.locator("#cir-results section.cir-col").all()]
     assert columns == ["Results of A", "Results of B"]
@@ -96,5 +97,9 @@ def test_first_screen_shows_both_runs_first_tiles(own_runs_app, browser):
     assert len(set(metrics)) == 2, metrics  # A and B score the opened query differently
     text = page.locator("#cir-tab-explore").inner_text()
     assert "NegRecall" not in text and "explicit negative" not in text.lower() and "skin tone" not in text.lower()
+    # a sort picked in the list is kept in the address (what a visitor copies)
+    page.locator("#cir-sort input").click()
+    page.get_by_role("option", name="Target ranked lowest", exact=False).first.click()
+    page.wait_for_function("location.search.includes('sort=target_rank')")
     screenshot(page, "browser-own-runs-first-screen")
     page.close()

@@ -35,9 +35,11 @@ def list_widths(columns) -> list[str]:
     """The widths of the list's columns shown (the weights of LIST_WEIGHTS, summing to 100%)."""
     weights = [LIST_WEIGHTS.get(c, 15) for c in columns]
     return [f"{100 * w / sum(weights):.0f}%" for w in weights]
-# After a query opens: bring its header to the top when it is off-screen or low on it (on a phone
-# it is below the list, and the results below it). An IntersectionObserver measures against the top-level viewport, so this also works inside
-# a Space's iframe, where the page's own scroll position says nothing.
+
+
+# After a query opens: bring its card to the top when it is off-screen or low on it (the list is under
+# it, on a phone under the rows too). An IntersectionObserver measures against the top-level viewport, so
+# this also works inside a Space's iframe, where the page's own scroll position says nothing.
 SCROLL_TO_VIEW_JS = """
 () => {
     const el = document.querySelector("#cir-query-header");

@@ -122,7 +122,7 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
     out["upload:retrievers"] = gr.update(choices=models, value=models[:MAX_COLUMNS])
     out["upload:rerank"] = explore.rerank_controls(service)["rerank"]
     rep = report.show_report(service, None, pending)
-    out["sort"] = explore.sort_update(service, pending, s.sort)
+    out["sort"] = explore.sort_update(service, pending, s.sort if s.sort != "order" else None)  # a linked sort
     if pending is not None:  # what the page now shows of the background run: the poll goes on from here
         out["run:seen_ready"], out["run:seen_key"] = pending.ready, run_status_key(pending)
         out["run:timer"] = gr.Timer(active=not pending.ready)

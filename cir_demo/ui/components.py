@@ -61,9 +61,9 @@ CSS = """
 .cir-up { color: #1a7f37; font-weight: 700; }
 .cir-down { color: #c62828; font-weight: 700; }
 .cir-id { opacity: 0.75; display: block; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
-.cir-missing { width: 100%; aspect-ratio: 1 / 1; display: flex; align-items: center; justify-content: center;
+.cir-missing { width: 100%; aspect-ratio: 1 / 1; display: flex; align-items: center; justify-content: flex-end;
                flex-direction: column; background: #eee; color: #555; overflow: hidden; text-align: center;
-               padding: 16px 2px 2px 2px; box-sizing: border-box; }
+               padding: 2px 2px 8px 2px; box-sizing: border-box; }  /* its text under the chips */
 .cir-missing code { font-size: 0.65rem; word-break: break-all; }
 .cir-card { display: flex; gap: 10px; align-items: flex-start; }
 .cir-card-text { flex: 1 1 160px; min-width: 0; }

@@ -673,3 +673,29 @@ def test_legend_defines_the_marks_the_tiles_carry(service):
     assert 'data-mark="query&#x27;s reference"' in marked
     label = ui_app.initial_outputs(service, {})["filter_box"]["label"]
     assert label.startswith("Filters (intent type, edit subcategory, domain")
+
+
+def test_first_query_from_the_shipped_outputs_before_any_run(service, tmp_path, monkeypatch):
+    """With no eval run stored yet (a first start computing it), the query a first visit opens is chosen
+    from the eval outputs the repository ships for this benchmark content (packed as `index prebuilt`
+    packs them), even when other code wrote them: here the runs disagree only on the fifth query; a
+    reranked run is no column. Shipped outputs of other content are not read (the first query then)."""
+    from types import SimpleNamespace
+
+    from cir_demo.explorer.first_view import first_query
+    from cir_demo.index.prebuilt_run import pack_run, shipped_dir
+
+    order, names = list(service.table["query_id"]), service.retriever_names
+    rows = [{"run": n, "query_id": q, "AP@10": 0.5 if (q == order[4] and i == 1) else 0.0}
+            for i, n in enumerate(names) for q in order]
+    rows += [{"run": f"{names[0]}+rerank", "query_id": order[0], "AP@10": 1.0}]
+    run = tmp_path / "run"
+    run.mkdir()
+    pd.DataFrame(rows).to_csv(run / "per_query.csv", index=False)
+    monkeypatch.setenv("CIR_DEMO_PREBUILT", str(tmp_path / "prebuilt"))
+    monkeypatch.setattr(service, "stored_sorts", lambda: set())  # no run on disk yet (other tests here sort)
+    for n, (fingerprint, expected) in enumerate(((service.fingerprint, order[4]), ("other", order[0]))):
+        pack_run(run, shipped_dir(service.benchmark), {"benchmark_fingerprint": fingerprint, "code_sha256": "old"},
+                 ["eval"], {})
+        # a background run's state of its own: the choice is made again, not read from an earlier page
+        assert first_query(service, SimpleNamespace(state=f"running-{n}", ready_sorts=frozenset())) == expected

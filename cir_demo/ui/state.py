@@ -136,7 +136,7 @@ def resolve_state(parsed: ParsedState, benchmark: str, query_ids: Sequence[str] 
         notes.append(f"the link is for benchmark {shown(s.benchmark)}; this app serves {benchmark!r}")
         s = replace(s, query_id=None, paraphrase=None)
     if s.query_id and s.query_id not in query_ids:
-        notes.append(f"query {shown(s.query_id)} is not in this benchmark; showing the first query")
+        notes.append(f"query {shown(s.query_id)} is not in this benchmark; showing the query a link without one opens")
         s = replace(s, query_id=None, paraphrase=None)
     query_id = s.query_id or default_query
     if s.paraphrase is not None and query_id is not None and s.paraphrase >= group_sizes.get(query_id, 1):

@@ -106,7 +106,8 @@ def create_ui() -> ExploreUI:
             header = gr.HTML(elem_id="cir-query-header", css_template=components.CSS)
             paraphrase = gr.Radio([], label="Paraphrases of this intent (one click swaps the phrasing)",
                                   elem_id="cir-paraphrases")
-            retrievers = gr.CheckboxGroup([], label=f"Retrievers (1 to {MAX_COLUMNS}, a row each)", elem_id="cir-retrievers")
+            retrievers = gr.CheckboxGroup([], label=f"Retrievers (1 to {MAX_COLUMNS}, a row each)",
+                                          elem_id="cir-retrievers")
             with gr.Row():
                 k = number_slider(*K_RANGE, value=10, step=5, label="Results per retriever", elem_id="cir-k",
                                   min_width=140)

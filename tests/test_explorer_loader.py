@@ -24,6 +24,7 @@ def test_defaults_and_modality():
     assert retriever_modality({"name": "x", "recipe": "image_only"}) == "image"
     assert retriever_modality({"name": "x-text", "recipe": None}) == "text"
     assert retriever_modality({"name": "x-text", "recipe": "early_fusion"}) == "composed"
+    assert retriever_modality({"name": "A", "family": "precomputed"}) == "file"  # a results file: tagged as such
 
 
 

@@ -257,3 +257,63 @@ def test_images_fetch_names_where_the_images_come_from(kind, says, tmp_path, cap
     assert cli(["images", "fetch", "--benchmark", kind, *flags]) != 0
     err = capsys.readouterr().err
     assert all(s in err for s in says) and "--image-dir" in err and "names no address" not in err, err
+
+
+# world and PinPoint terms that say nothing on CIRR (its queries have a target, no explicit negatives,
+# no intent types, domains or skin tones, no world models)
+NOT_CIRR = ("AP@10", "NegRecall", "negative", "skin tone", "domain", "intent type", "offline world", "world-CLIP",
+            "P@10")
+
+
+def test_cirr_pages_speak_of_cirr_only(own_service):
+    """Help, filter label, list columns, row tags and legend of a CIRR app: CIRR's words (a target, its
+    img_set, Recall@k), the runs tagged as results files, and none of the world's or PinPoint's terms."""
+    from cir_demo.ui import app as ui_app, explore
+
+    out = ui_app.initial_outputs(own_service, {})
+    about = out["about"]
+    rows = re.sub(r"<[^>]+>", " ", out["view:results"])  # what a visitor reads of the rows and the legend
+    label = out["filter_box"]["label"]
+    columns = list(out["list"]["value"].columns)
+    for text in (about, rows, label, out["view:header"], " ".join(columns)):
+        assert not [t for t in NOT_CIRR if t.lower() in text.lower()], text
+    assert "target" in about and "img_set" in about and "Recall@1" in about and "results file" in about
+    assert ">composed<" not in out["view:results"]  # a results file's query is not known to be composed
+    assert "results file" in rows and "✓ target = green solid frame" in rows and "Recall_subset@1:" in rows
+    assert label == "Filters (caption length)"
+    assert columns == ["query", "instruction"]  # no empty "type", no "refs" (every query has one reference)
+    world_about = explore.about_markdown("world", own_service.family, own_service.views, ["results file"])
+    assert "offline world" in world_about and "offline world" not in about  # the benchmark names the intro
+
+
+def test_first_visit_opens_a_query_the_runs_disagree_on(own_service, cirr_world):
+    """Without a query in the link the page opens the query on which A and B differ most on Recall@1 (one
+    of them ranking the target first), the earliest such: found here by a loop over --eval's
+    per_query.csv; a sort in the link is kept in the list, the dropdown and the view's link."""
+    from cir_demo.explorer.first_view import telling_query
+    from cir_demo.ui import app as ui_app
+
+    _, bench, _, _, out = cirr_world
+    rows = pd.read_csv(out / "per_query.csv", dtype={"query_id": str})
+    r1 = {(run, qid): value for run, qid, value in zip(rows["run"], rows["query_id"], rows["Recall@1"])}
+
+    def loop(order):
+        expected, widest = None, 0.0
+        for qid in order:
+            values = [r1[(run, qid)] for run in ("A", "B")]
+            if max(values) > 0 and max(values) - min(values) > widest:
+                expected, widest = qid, max(values) - min(values)
+        return expected
+
+    order = [q.query_id for q in bench.queries]
+    expected = loop(order)
+    for other in (order[1:], order[::-1]):  # other first queries, ties broken by the order given
+        assert telling_query(rows, "Recall@1", ["A", "B"], other) == loop(other) != other[0]
+    page = ui_app.initial_outputs(own_service, {})
+    assert f"query={expected}" in page["view:share"] and "sort=" not in page["view:share"]
+
+    linked = ui_app.initial_outputs(own_service, {"sort": "diff:A,B"})
+    assert linked["sort"]["value"] == "diff:A,B" and "sort=diff:A,B" in linked["view:share"]
+    assert linked["ids"] == list(own_service.find_queries(sort="diff:A,B").rows["query"])
+    bad = ui_app.initial_outputs(own_service, {"sort": "no-such-sort"})
+    assert "no\\-such\\-sort" in bad["link_note"] and "value" not in bad["sort"] and bad["ids"] == page["ids"]

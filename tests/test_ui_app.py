@@ -107,7 +107,7 @@ def test_page_load_opens_the_linked_view(demo, service):
     assert "world (tiny)" in plain(by_id["cir-status"])
     listed = by_id["cir-query-list"]["value"]
     assert isinstance(listed, pd.DataFrame) and len(listed) == len(service.table)
-    assert by_id["cir-query-list"]["column_widths"] == explore.LIST_WIDTHS[len(listed.columns)]
+    assert by_id["cir-query-list"]["column_widths"] == explore.list_widths(listed.columns)
     assert by_id["cir-loading"]["visible"] is False and by_id["cir-explore-body"]["visible"] is True
     assert by_id["cir-link-note"] == ""  # a good link: nothing to say
 
@@ -119,7 +119,9 @@ def test_page_load_with_a_bad_link_explains_and_falls_back(demo, service):
     message = plain(by_id["cir-link-note"])  # at the top of the page, not below the controls
     assert "nope" in message and "ghost" in message and "k=999" in message and "colour" in message
     assert "could not be opened exactly" in message and "nope" not in plain(by_id["cir-message"])
-    assert by_id["cir-paraphrases"]["value"] == service.benchmark.queries[0].query_id
+    from cir_demo.explorer.first_view import first_query
+
+    assert by_id["cir-paraphrases"]["value"] == first_query(service)  # what a link without a query opens
     assert by_id["cir-retrievers"]["value"] == [service.retriever_names[0]]
 
 
@@ -187,7 +189,8 @@ def test_list_callback_filters_sorts_and_reports_counts(demo, service):
     assert ids == list(expected.rows["query"]) and len(ids) > 0
     assert f"**{expected.total:,}** matching" in info
     assert list(table["value"].columns) == explore.LIST_COLUMNS  # a failure sort: with its reasons
-    assert table["column_widths"] == explore.LIST_WIDTHS[len(explore.LIST_COLUMNS)]
+    assert table["column_widths"] == explore.list_widths(explore.LIST_COLUMNS)
+    assert sum(float(w.rstrip("%")) for w in table["column_widths"]) == pytest.approx(100, abs=2)
     table, ids, info = fn("", "order", *[explore.ANY] * len(filters))
     assert list(table["value"].columns) == [c for c in explore.LIST_COLUMNS if c != "why"]  # no empty "why"
     table, ids, info = fn("no such words anywhere", "order", *[explore.ANY] * len(filters))
@@ -259,7 +262,7 @@ def test_select_and_view_callbacks(demo, service):
         assert section.count("✓ positive") == pos + 1 and section.count("✗ explicit negative") == neg + 1
         assert f"AP@10 <b>{col.metrics['AP@10']:.3f}</b>" in section
     assert paraphrase["value"] == qid and len(paraphrase["choices"]) == 6
-    assert "query=" + qid in share and list(table.columns)[1:5] == names
+    assert "query=" + qid in share and list(table["value"].columns)[1:5] == names
     other = service.benchmark.paraphrases(qid)[0].query_id
     out2 = wired(demo, "on_view").fn(other, names[:2], 5, True, 10)
     assert out2[1]["value"] == other and "rerank=1" in out2[5] and "P(yes)" in out2[2]
@@ -442,8 +445,8 @@ def test_probabilities_keep_the_order_they_rank_by():
     assert "P(yes) 0.00040 · P(near miss) 0.03" in page and "P(yes) 0.00010 · P(near miss) 0.20" in page
 
 
-def test_help_defines_the_reports_headline():
-    assert "**mAP@10** (the Report's headline) = AP@10 averaged over the queries" in explore.ABOUT
+def test_help_defines_the_reports_headline(service):
+    assert "**mAP@10** (the Report's headline) = AP@10 averaged over the queries" in explore.about_update(service)
 
 
 def test_a_bad_upload_or_run_is_one_line_and_the_tables_keep_their_content(demo, service, tmp_path, monkeypatch):
@@ -537,13 +540,14 @@ def test_a_link_naming_a_retriever_twice_opens_one_column(service):
     out = ui_app.initial_outputs(service, {"query": qid, "retrievers": f"{name},{name}"})
     assert out["retrievers"]["value"] == [name]
     assert out["view:results"].count("<section class=\"cir-col\"") == 1
-    assert list(out["view:table"].columns)[1:2] == [name] and name not in list(out["view:table"].columns)[2:]
+    assert list(out["view:table"]["value"].columns)[1:2] == [name] and name not in list(out["view:table"]["value"].columns)[2:]
     assert service.check_retrievers([name, name]) == [name]  # the one place every caller goes through
 
 
-def test_explore_explains_itself(demo):
-    texts = " ".join(str(getattr(b, "value", "")) for b in demo.blocks.values())
-    for term in ("offline world", "AP@10", "P@10", "NegRecall@10", "composed", "image only", "text only", "lower is"):
+def test_explore_explains_itself(service):
+    texts = explore.about_update(service)  # the world's help: its own terms
+    for term in ("offline world", "AP@10", "P@10", "NegRecall@10", "composed", "image only", "text only", "lower is",
+                 "explicit negatives"):
         assert term in texts, term
     from cir_demo.benchmarks.failure_views import CIRR, PINPOINT
 
@@ -682,3 +686,48 @@ def test_the_app_serves_when_gradios_localhost_check_times_out(monkeypatch):
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=60).status_code == 200
     finally:
         demo.close()
+
+
+def test_legend_defines_the_marks_the_tiles_carry(service):
+    """A tile marked as the query's own reference (a protocol that ranks it, as FashionIQ's gallery holds it)
+    gets a legend line saying what the mark means; a page without such a tile has none. The world's filters'
+    label names its own filters."""
+    from cir_demo.explorer.views import REFERENCE_MARK
+
+    def page(marks):
+        tiles = [Tile("ref", 1, 0.9, None, None, marks=marks), Tile("b", 2, 0.5, "positive", None)]
+        return components.results_html(Comparison("t", [None], ["ref"], [Column("r", "composed", tiles)], 10, True,
+                                                  words=("target", "")))
+
+    marked, plain_page = page((REFERENCE_MARK,)), page(())
+    assert "query's reference = the query's own reference image" in html_lib.unescape(marked)
+    assert "query's reference" not in html_lib.unescape(plain_page)
+    assert 'data-mark="query&#x27;s reference"' in marked
+    label = ui_app.initial_outputs(service, {})["filter_box"]["label"]
+    assert label.startswith("Filters (intent type, edit subcategory, domain")
+
+
+def test_first_query_from_the_shipped_outputs_before_any_run(service, tmp_path, monkeypatch):
+    """With no eval run stored yet (a first start computing it), the query a first visit opens is chosen
+    from the eval outputs the repository ships for this benchmark content (packed as `index prebuilt`
+    packs them), even when other code wrote them: here the runs disagree only on the fifth query; a
+    reranked run is no column. Shipped outputs of other content are not read (the first query then)."""
+    from types import SimpleNamespace
+
+    from cir_demo.explorer.first_view import first_query
+    from cir_demo.index.prebuilt_run import pack_run, shipped_dir
+
+    order, names = list(service.table["query_id"]), service.retriever_names
+    rows = [{"run": n, "query_id": q, "AP@10": 0.5 if (q == order[4] and i == 1) else 0.0}
+            for i, n in enumerate(names) for q in order]
+    rows += [{"run": f"{names[0]}+rerank", "query_id": order[0], "AP@10": 1.0}]
+    run = tmp_path / "run"
+    run.mkdir()
+    pd.DataFrame(rows).to_csv(run / "per_query.csv", index=False)
+    monkeypatch.setenv("CIR_DEMO_PREBUILT", str(tmp_path / "prebuilt"))
+    monkeypatch.setattr(service, "stored_sorts", lambda: set())  # no run on disk yet (other tests here sort)
+    for n, (fingerprint, expected) in enumerate(((service.fingerprint, order[4]), ("other", order[0]))):
+        pack_run(run, shipped_dir(service.benchmark), {"benchmark_fingerprint": fingerprint, "code_sha256": "old"},
+                 ["eval"], {})
+        # a background run's state of its own: the choice is made again, not read from an earlier page
+        assert first_query(service, SimpleNamespace(state=f"running-{n}", ready_sorts=frozenset())) == expected

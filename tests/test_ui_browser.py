@@ -175,11 +175,50 @@ def test_phone_width_stacks_columns_without_overflow(app_url, browser):
     assert widths and min(widths) >= 120, widths
     cols = page.eval_on_selector_all("#cir-results section.cir-col",
                                      "els => els.map(e => [e.getBoundingClientRect().left, e.getBoundingClientRect().width])")
-    assert len({round(left) for left, _ in cols}) <= 2  # one or two columns per row, never four squeezed
+    assert len({round(left) for left, _ in cols}) == 1  # the retrievers' rows one under the other
     assert all(left >= 0 and left + w <= 401 for left, w in cols), cols  # nothing cut off at the right
+    tiles = page.eval_on_selector_all("#cir-results li.cir-tile", "els => els.map(e => e.getBoundingClientRect().right)")
+    assert max(tiles) <= 401, max(tiles)
     # headings keep retriever names whole: no heading wider than its column, none broken inside a word
     assert page.eval_on_selector_all("#cir-results section.cir-col h3", "els => els.every(e => e.scrollWidth <= e.clientWidth)")
+    # on a phone: the query, then the rows, then the list
+    order = [page.locator(sel).bounding_box()["y"] for sel in ("#cir-query-header", "#cir-results", "#cir-query-list")]
+    assert order == sorted(order), order
     shot(page, "07-phone-400px")
+    page.close()
+
+
+FIRST_TILES_JS = """() => [...document.querySelectorAll('#cir-results section.cir-col')].map(c => {
+    const r = c.querySelector('li.cir-tile').getBoundingClientRect();
+    return [c.getAttribute('aria-label'), r.top, r.bottom, r.left, r.right]; })"""
+
+
+def first_screen_rows(page, n_rows: int, width: int = 1400, height: int = 900) -> None:
+    """Each retriever's first tile is inside the first screen, unscrolled: all `n_rows` rows seen at once."""
+    assert page.evaluate("window.scrollY") == 0
+    first = page.evaluate(FIRST_TILES_JS)
+    assert len(first) == n_rows, first
+    for name, top, bottom, left, right in first:
+        assert 0 <= top and bottom <= height and 0 <= left and right <= width, (name, top, bottom, left, right)
+
+
+def test_first_screen_shows_every_retrievers_first_tiles(app_url, browser):
+    """At 1400 x 900 the four retrievers' rows start in the first screen, and a top 10 of four fits in
+    two screens: ten tiles a line (ranks left to right), the query card beside the rows."""
+    url, service = app_url
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    page.wait_for_selector("#cir-results li.cir-tile")
+    first_screen_rows(page, len(service.retriever_names))
+    bottoms = page.eval_on_selector_all("#cir-results li.cir-tile", "els => els.map(e => e.getBoundingClientRect().bottom)")
+    assert len(bottoms) == 10 * len(service.retriever_names) and max(bottoms) <= 2 * 900
+    lines = page.eval_on_selector_all("#cir-results ol.cir-tiles", "els => els.map(ol => new Set([...ol.children].map("
+                                      "t => Math.round(t.getBoundingClientRect().top))).size)")
+    assert lines == [1] * len(service.retriever_names)  # each row's top 10 on one line
+    header = page.locator("#cir-query-header").bounding_box()
+    assert header["y"] + 120 < 900 and header["x"] + header["width"] <= page.locator("#cir-results").bounding_box()["x"]
+    shot(page, "07b-first-screen-1400x900")
     page.close()
 
 

@@ -57,6 +57,7 @@ def test_report_pair_opens_explore_sorted_a_vs_b_with_both_columns(own_runs_app,
     page.wait_for_function("(t) => document.querySelector('#cir-query-header').innerText.includes(t)",
                            arg=query.instruction)
     page.wait_for_function("location.search.includes('retrievers=A,B')")
+    page.wait_for_function("location.search.includes('sort=diff:A,B')")  # a link to this view keeps the sort
     assert page.locator("#cir-tab-explore").is_visible()
     columns = [c.get_attribute("aria-label") for c in page.locator("#cir-results section.cir-col").all()]
     assert columns == ["Results of A", "Results of B"]
@@ -77,3 +78,28 @@ def test_report_pair_opens_explore_sorted_a_vs_b_with_both_columns(own_runs_app,
         assert labels == [f"#{t.rank}" for t in col.tiles] == [f"#{r}" for r in range(1, len(labels) + 1)]
         assert [t.image_id for t in col.tiles] == [x for x in col.ranking if x != reference][:len(labels)]
     screenshot(page, "browser-own-runs-a-vs-b")
+
+
+def test_first_screen_shows_both_runs_first_tiles(own_runs_app, browser):
+    """At 1400 x 900 the rows of A and B start in the first screen, unscrolled; the query opened is one
+    the runs disagree on (test_explorer_own_runs checks which), named in the address."""
+    url, service = own_runs_app
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(url)
+    page.wait_for_selector("#cir-results li.cir-tile")
+    assert page.evaluate("window.scrollY") == 0
+    first = page.eval_on_selector_all("#cir-results section.cir-col", """els => els.map(c => {
+        const r = c.querySelector('li.cir-tile').getBoundingClientRect(); return [r.top, r.bottom, r.right]; })""")
+    assert len(first) == 2 and all(0 <= top and bottom <= 900 and right <= 1400 for top, bottom, right in first), first
+    page.wait_for_function("location.search.includes('query=')")
+    metrics = page.locator("#cir-results .cir-metrics").all_inner_texts()
+    assert len(set(metrics)) == 2, metrics  # A and B score the opened query differently
+    text = page.locator("#cir-tab-explore").inner_text()
+    assert "NegRecall" not in text and "explicit negative" not in text.lower() and "skin tone" not in text.lower()
+    # a sort picked in the list is kept in the address (what a visitor copies)
+    page.locator("#cir-sort input").click()
+    page.get_by_role("option", name="Target ranked lowest", exact=False).first.click()
+    page.wait_for_function("location.search.includes('sort=target_rank')")
+    screenshot(page, "browser-own-runs-first-screen")
+    page.close()

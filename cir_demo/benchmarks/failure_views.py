@@ -69,6 +69,8 @@ class FailureViews:
     # the family's own sorts beyond those cir_demo/explorer/failures.py implements: name -> (label,
     # "module:function"), the function (per_query, ctx) -> (keep, key, why) as failures.py's sorts
     extra_sorts: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # what a query's judgments are, in a sentence of the app's help (the family's own terms only)
+    about: str = ""
 
     def judgments_line(self, q: Query) -> str:
         """The query's judgments in the family's words (the query header's "judgments" line)."""
@@ -88,6 +90,8 @@ class FailureViews:
 
 GENERIC = FailureViews(sorts=())  # a family that declares none: the common sorts only
 PINPOINT = FailureViews(
+    about=("Each query is judged exactly: **positives** satisfy the instruction; **explicit negatives** are near "
+           "misses (the right item with the wrong change)."),
     sorts=("negatives", "spread", "two_image"),
     measures=("NegRecall@10", "n_neg"),
     finer="precision@10",
@@ -96,6 +100,8 @@ PINPOINT = FailureViews(
             "NegRecall@10": "explicit negatives in the top 10 over min(negatives, 10): lower is better"},
 )
 CIRCO = FailureViews(
+    about=("Each query has several **ground truths**: every corpus image that satisfies it (CIRCO's annotators "
+           "searched the whole corpus); the rest are unjudged."),
     sorts=("missed_gt",),
     measures=("n_gt", "gt_found@10"),
     finer="AP@50",
@@ -106,6 +112,7 @@ CIRCO = FailureViews(
             "Recall@10": "1 when the target image is in the top 10"},
 )
 EDIR = FailureViews(
+    about="Each query has **positives** and **hard negatives** (images that miss the edit by one detail).",
     sorts=("hard_negative",),
     measures=("hard_negative@1", "subcategory"),
     finer="Recall@3",
@@ -114,6 +121,8 @@ EDIR = FailureViews(
             "hard_negative@1": "1 when a hard negative is ranked first: lower is better"},
 )
 CIRR = FailureViews(
+    about=("Each query has one **target** image. The protocol deletes the reference image from the ranking; "
+           "Recall_subset ranks the target among the query's **img_set** (a handful of similar images)."),
     sorts=("target_rank", "reference_first", "subset_rank"),
     measures=("target_rank", "subset_rank", "reference_rank"),
     finer="target_rank",
@@ -128,6 +137,8 @@ CIRR = FailureViews(
             "Recall_subset@1": "1 when the target is first among the img_set members"},
 )
 FASHIONIQ = FailureViews(
+    about=("Each query has one **target** image in its category's gallery (dress, shirt or top); only that "
+           "gallery is ranked."),
     sorts=("target_rank",),
     measures=("target_rank",),
     finer="target_rank",
@@ -141,6 +152,7 @@ FASHIONIQ = FailureViews(
             "Recall@50": "1 when the target is in the top 50 of the category's gallery"},
 )
 ICIR = FailureViews(
+    about="Each query names an instance; its **positives** are that instance's images in the database it ranks.",
     sorts=("worst_instances",),
     measures=("instance",),
     scope="gallery",

@@ -106,7 +106,10 @@ def resolve_reranker(benchmark_name: str, requested: str | None, backends: Itera
 
 
 def retriever_modality(config: Mapping[str, Any]) -> str:
-    """'image', 'text' or 'composed': what a retriever's query vector looks at."""
+    """'image', 'text' or 'composed': what a retriever's query vector looks at; 'file' for a results file
+    (what its run looked at is not known here)."""
+    if config.get("family") == "precomputed":
+        return "file"
     recipe = config.get("recipe")
     if recipe == "image_only":
         return "image"
@@ -120,4 +123,4 @@ def retriever_modality(config: Mapping[str, Any]) -> str:
     return "composed"
 
 
-MODALITY_LABELS = {"image": "image only", "text": "text only", "composed": "composed"}
+MODALITY_LABELS = {"image": "image only", "text": "text only", "composed": "composed", "file": "results file"}

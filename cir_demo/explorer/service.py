@@ -612,7 +612,7 @@ class ExplorerService:
             register_runs([RunFile(column, str(path))])
             self.engine.add_retriever(retriever)
             self.uploaded_runs[column] = Path(path).name
-            self.modality[column] = "composed"
+            self.modality[column] = "file"
             while len(self.uploaded_runs) > self.max_uploaded_runs:
                 oldest = next(iter(self.uploaded_runs))
                 self.engine.drop_retriever(oldest)

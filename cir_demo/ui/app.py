@@ -32,10 +32,8 @@ log = logging.getLogger("cir_demo.ui")
 
 TITLE = "CIR failure explorer"
 INTRO = (f"# {TITLE}\n"
-         "Composed image retrieval: one or two reference images plus an instruction. Compare retrievers side by side, "
-         "sort the queries by how they fail on the loaded benchmark (explicit negatives in the top 10 where it has "
-         "them, the target's official rank, one run against another), see how the phrasing changes results, and what "
-         "a reranker fixes or breaks.")
+         "Composed image retrieval (reference image + instruction): retrievers' rankings side by side, the queries "
+         "sorted by how they fail, the phrasing swapped, a reranker toggled.")
 VIEW_KEYS = ("header", "paraphrase", "results", "table", "prompt", "share", "message", "k", "top_n")  # view_outputs order
 LOAD_POLL_S = 0.25
 WORK_GROUP = "cir-work"  # every callback that computes shares one concurrency limit (share_one_limit)
@@ -69,14 +67,18 @@ def as_loader(source: ServiceLoader | ExplorerService | ServiceConfig):
 
 
 # ------------------------------------------------------------------ page load (plain functions)
-def initial_state(service: ExplorerService, params: dict[str, str]) -> ParsedState:
-    """The view a link asks for, checked against what this app serves."""
+def initial_state(service: ExplorerService, params: dict[str, str], pending=None) -> ParsedState:
+    """The view a link asks for, checked against what this app serves; without a query, the one
+    `first_view.first_query` chooses (the runs disagree on it, one of them ranks a judged image)."""
+    from cir_demo.explorer.first_view import first_query
+
     table = service.table
     sizes = table.groupby("group_id")["query_id"].transform("count")
     group_sizes = dict(zip(table["query_id"], sizes))
-    default_query = table["query_id"].iloc[0] if len(table) else None
+    default_query = first_query(service, pending) if len(table) else None
+    sorts = [c.name for c in service.sorts() if c.available]
     return resolve_state(decode_state(params), service.benchmark.name, set(table["query_id"]), group_sizes,
-                         service.retriever_names, service.reranker_name is not None, default_query)
+                         service.retriever_names, service.reranker_name is not None, default_query, sorts)
 
 
 def run_status_key(pending) -> str:
@@ -87,14 +89,14 @@ def run_status_key(pending) -> str:
 def initial_outputs(service: ExplorerService, params: dict[str, str], pending=None) -> dict[str, Any]:
     """Everything the page shows once the service is ready, by name (see `create_app` for the mapping).
     `pending`: the background run's status (None: no background run)."""
-    parsed = initial_state(service, params)
+    parsed = initial_state(service, params, pending)
     s = parsed.state
     out: dict[str, Any] = {}
     choices = service.filter_choices()
     for key in filter_fields():  # the dropdowns create_ui made: every family's filters
         values = choices.get(key, [])
-        out[f"filter:{key}"] = gr.update(choices=[explore.ANY, *values], value=explore.ANY, visible=bool(values))
-    listing = explore.list_queries(service, "", {}, "order")
+        out[f"filter:{key}"] = gr.update(choices=[explore.ANY, *values], value=explore.ANY, visible=len(values) > 1)
+    listing = explore.list_queries(service, "", {}, s.sort, pending)
     out.update({"list": explore.list_update(listing["table"]), "ids": listing["ids"], "list_info": listing["info"]})
     names = list(s.retrievers) if s.retrievers else service.retriever_names[:MAX_COLUMNS]
     out["retrievers"] = gr.update(choices=service.retriever_names, value=names)
@@ -109,16 +111,18 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
         query_id = s.query_id
         if s.paraphrase is not None:
             query_id = service.benchmark.paraphrases(s.query_id)[s.paraphrase].query_id
-        view = explore.show_view(service, query_id, names, s.k, s.rerank, s.top_n)
+        view = explore.show_view(service, query_id, names, s.k, s.rerank, s.top_n, sort=s.sort)
         out.update({f"view:{k}": v for k, v in view.items()})
     else:
         out["view:message"] = "This benchmark has no queries."
+    out["about"] = explore.about_update(service)
+    out["filter_box"] = explore.filters_update(service)
     out["upload:note"] = upload.upload_note(service)
     models = [n for n in service.retriever_names if n not in service.file_runs()]  # a results file answers no upload
     out["upload:retrievers"] = gr.update(choices=models, value=models[:MAX_COLUMNS])
     out["upload:rerank"] = explore.rerank_controls(service)["rerank"]
     rep = report.show_report(service, None, pending)
-    out["sort"] = explore.sort_update(service, pending)
+    out["sort"] = explore.sort_update(service, pending, s.sort if s.sort != "order" else None)  # a linked sort
     if pending is not None:  # what the page now shows of the background run: the poll goes on from here
         out["run:seen_ready"], out["run:seen_key"] = pending.ready, run_status_key(pending)
         out["run:timer"] = gr.Timer(active=not pending.ready)
@@ -185,7 +189,7 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
             "report:run": rp.run, "report:info": rp.info, "report:metrics": rp.metrics, "report:plots": rp.plots,
             "report:files": rp.files, "report:columns": rp.columns, "sort": ex.sort, "link_note": link_note,
             "report:own_info": rp.own_info, "report:own_metrics": rp.own_metrics, "report:paired": rp.paired,
-            "report:pair": rp.pair, "report:open_pair": rp.open_pair,
+            "report:pair": rp.pair, "report:open_pair": rp.open_pair, "about": ex.about, "filter_box": ex.filter_box,
         })
         pair_targets = {"tab": tabs, "search": ex.search, "sort": ex.sort, "retrievers": ex.retrievers,
                         "list": ex.query_list, "ids": ex.query_ids, "list_info": ex.list_info,
@@ -318,12 +322,28 @@ def quiet_queue_analytics() -> None:
 
 
 # Page-wide rules for gradio's own components (the app's HTML is styled by components.CSS):
+# a compact header, so that the retrievers' rows start high on the first screen; the Explore tab's three
+# blocks in a grid: the query and its controls at the left, the rows at the right of the first screen,
+# the query list under the query (on a phone, under the rows);
 # the Report's downloads are read-only, so gradio's "Remove this file" buttons are not offered;
 # the query list reads in the page's font (its monospace made the table twice its column's width);
 # table cells break between words, never inside one ("coverage" went down letter by letter);
 # the Report's plots are shown whole with their captions below them (gradio's gallery cell cropped
 # the first plot and laid its caption over the axis label).
 PAGE_CSS = """
+#cir-intro h1 { font-size: 1.4rem; margin: 0 12px 0 0; display: inline; }
+#cir-intro p { font-size: 0.9rem; margin: 0; display: inline; }
+#cir-status { font-size: 0.82rem; }
+#cir-status p { margin: 0; }
+#cir-explore-body:not(.hide) { display: grid !important; grid-template-columns: minmax(300px, 2fr) minmax(0, 5fr);
+                               grid-template-rows: auto minmax(0, 1fr); align-items: start; }
+#cir-side { grid-column: 1; grid-row: 1; }
+#cir-main { grid-column: 2; grid-row: 1 / span 2; }
+#cir-find { grid-column: 1; grid-row: 2; }
+@media (max-width: 900px) {
+  #cir-explore-body:not(.hide) { grid-template-columns: minmax(0, 1fr); grid-template-rows: none; }
+  #cir-side, #cir-main, #cir-find { grid-column: 1; grid-row: auto; }
+}
 #cir-report-files .label-clear-button { display: none; }
 #cir-query-list [role=gridcell] *, #cir-query-list [role=columnheader] *,
 #cir-report-metrics [role=gridcell] *, #cir-report-metrics [role=columnheader] * { font-family: var(--font); }

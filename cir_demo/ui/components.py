@@ -13,51 +13,69 @@ import re
 from typing import Iterable, Sequence
 
 from cir_demo.explorer import MODALITY_LABELS, Column, Comparison, QueryView, Tile
+from cir_demo.explorer.views import REFERENCE_MARK
 
 NEAR_MISS_SHOWN = 0.5  # a tile says "near miss?" when the judge's P(near miss) is at least this
 TAG_TITLES = {"composed": "ranks with the reference image(s) and the instruction together",
               "image only": "ranks with the reference image alone (a baseline)",
-              "text only": "ranks with the instruction alone (a baseline)"}
+              "text only": "ranks with the instruction alone (a baseline)",
+              "results file": "a ranking read from a results file"}
 METRIC_LABELS = {"precision@10": "P@10"}  # short names on the columns; other metrics keep their own
 
 # Scoped to each gr.HTML through `css_template` (so it works however the app is launched).
 CSS = """
-.cir-legend { font-size: 0.85rem; margin: 0 0 6px 0; opacity: 0.9; }
+.cir-legend { font-size: 0.8rem; margin: 6px 0 0 0; opacity: 0.9; }
 .cir-legend span { margin-right: 14px; display: inline-block; }
-.cir-grid { display: grid; gap: 10px; align-items: start; }  /* columns: grid_style() */
-.cir-col { border: 1px solid #c8c8c8; border-radius: 8px; padding: 6px; min-width: 0; }
-.cir-col h3 { font-size: 1rem; margin: 0; overflow-wrap: break-word; hyphens: none; }
-.cir-tag { display: inline-block; font-size: 0.72rem; border: 1px solid #888; border-radius: 4px; padding: 0 4px; margin-left: 4px; }
-.cir-metrics { font-size: 0.8rem; margin: 4px 0; }
+/* one row per retriever, its ranks left to right (as CIR papers' qualitative figures); the row's
+   width decides how many tiles a line holds: ten on a laptop, two or three on a phone */
+.cir-grid { display: flex; flex-direction: column; gap: 6px; container-type: inline-size; }
+.cir-col { border: 1px solid #c8c8c8; border-radius: 8px; padding: 3px 6px 4px 6px; min-width: 0; }
+.cir-col-head { display: flex; flex-wrap: wrap; align-items: baseline; column-gap: 12px; margin-bottom: 2px; }
+.cir-col h3 { font-size: 0.95rem; margin: 0; overflow-wrap: break-word; hyphens: none; }
+.cir-tag { display: inline-block; font-size: 0.72rem; font-weight: 400; border: 1px solid #888; border-radius: 4px;
+           padding: 0 4px; margin-left: 4px; }
+.cir-metrics { font-size: 0.8rem; }
 .cir-metrics b { font-variant-numeric: tabular-nums; }
 .cir-before { font-size: 0.75rem; opacity: 0.85; }
-.cir-counts { font-size: 0.78rem; margin-bottom: 4px; }
+.cir-counts { font-size: 0.78rem; }
 .cir-error { color: #a40000; font-size: 0.85rem; border: 2px solid #a40000; border-radius: 6px; padding: 6px; }
 .cir-note { font-size: 0.75rem; opacity: 0.85; }
 .cir-tiles { list-style: none; margin: 0; padding: 0; display: grid; gap: 6px;
-             grid-template-columns: repeat(auto-fill, minmax(112px, 1fr)); }
-.cir-tile { border: 3px solid transparent; border-radius: 6px; padding: 2px; font-size: 0.72rem; line-height: 1.25; }
-.cir-tile img { width: 100%; aspect-ratio: 1 / 1; object-fit: cover; display: block; border-radius: 3px; }
+             grid-template-columns: repeat(10, minmax(0, 1fr)); }
+@container (max-width: 820px) { .cir-tiles { grid-template-columns: repeat(auto-fill, minmax(92px, 1fr)); } }
+@container (max-width: 560px) { .cir-tiles { grid-template-columns: repeat(auto-fill, minmax(120px, 1fr)); } }
+.cir-tile { border: 3px solid transparent; border-radius: 6px; padding: 1px; font-size: 0.72rem; line-height: 1.25;
+            min-width: 0; }
+.cir-thumb { position: relative; }
+.cir-thumb img { width: 100%; aspect-ratio: 1 / 1; object-fit: cover; display: block; border-radius: 3px; }
 .cir-tile.cir-pos { border: 3px solid #1a7f37; }
 .cir-tile.cir-neg { border: 3px dashed #c62828; }
-.cir-badge { display: inline-block; font-weight: 700; border-radius: 4px; padding: 0 4px; margin: 2px 0; }
+.cir-chips { position: absolute; left: 2px; top: 2px; right: 2px; display: flex; flex-wrap: wrap; gap: 2px; }
+.cir-badge { display: inline-block; font-weight: 700; border-radius: 4px; padding: 0 3px; font-size: 0.68rem; }
 .cir-pos .cir-badge { background: #1a7f37; color: #fff; }
 .cir-neg .cir-badge { background: #c62828; color: #fff; }
-.cir-mark { display: inline-block; border: 1px dotted #555; border-radius: 4px; padding: 0 3px; font-size: 0.8rem; }
+.cir-mark { display: inline-block; border: 1px dotted #555; border-radius: 4px; padding: 0 3px; font-size: 0.68rem;
+            background: rgba(255, 255, 255, 0.9); color: #222; }
 .cir-near { font-weight: 700; color: #8a4b00; border-bottom: 1px dotted currentColor; cursor: help; }
 .cir-rank { font-weight: 700; }
 .cir-up { color: #1a7f37; font-weight: 700; }
 .cir-down { color: #c62828; font-weight: 700; }
-.cir-id { opacity: 0.75; word-break: break-all; }
-.cir-missing { width: 100%; aspect-ratio: 1 / 1; display: flex; align-items: center; justify-content: center;
-               background: #eee; color: #555; }
-.cir-refs { display: flex; gap: 12px; flex-wrap: wrap; align-items: flex-start; }
+.cir-id { opacity: 0.75; display: block; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.cir-missing { width: 100%; aspect-ratio: 1 / 1; display: flex; align-items: center; justify-content: flex-end;
+               flex-direction: column; background: #eee; color: #555; overflow: hidden; text-align: center;
+               padding: 2px 2px 8px 2px; box-sizing: border-box; }  /* its text under the chips */
+.cir-missing code { font-size: 0.65rem; word-break: break-all; }
+.cir-card { display: flex; gap: 10px; align-items: flex-start; }
+.cir-card-text { flex: 1 1 160px; min-width: 0; }
+.cir-refs { display: flex; gap: 8px; flex-wrap: wrap; align-items: flex-start; }
 .cir-refs figure { margin: 0; max-width: 224px; }
-.cir-refs img { width: 100%; max-width: 224px; border-radius: 6px; border: 1px solid #bbb; display: block; }
-.cir-refs figcaption { font-size: 0.8rem; }
-.cir-instruction { font-size: 1.1rem; margin: 8px 0 4px 0; }
-.cir-facts { font-size: 0.8rem; opacity: 0.9; }
-.cir-facts span { margin-right: 12px; display: inline-block; overflow-wrap: anywhere; }
+.cir-card .cir-refs { gap: 6px; flex: 0 1 auto; flex-wrap: nowrap; }
+.cir-card .cir-refs figure { width: 120px; min-width: 72px; flex: 0 1 120px; }
+.cir-refs img { width: 100%; border-radius: 6px; border: 1px solid #bbb; display: block; }
+.cir-refs figcaption { font-size: 0.72rem; overflow-wrap: anywhere; }
+.cir-instruction { font-size: 1.1rem; margin: 0 0 4px 0; overflow-wrap: anywhere; }
+.cir-facts { font-size: 0.78rem; opacity: 0.9; }
+.cir-facts span { margin-right: 10px; display: inline-block; overflow-wrap: anywhere; line-height: 1.35; }
 .cir-loading { border: 1px solid #c8c8c8; border-radius: 8px; padding: 16px 20px; margin: 8px 0; }
 .cir-loading h3 { margin: 0 0 8px 0; font-size: 1.15rem; }
 .cir-loading p { margin: 4px 0; }
@@ -142,10 +160,19 @@ def badges(words: Sequence[str] = DEFAULT_WORDS) -> dict[str, tuple[str, str]]:
     return out
 
 
+# what a tile's mark means (the protocol's marks: `explorer.views.protocol_scope`)
+MARK_TEXTS = {"img_set": "a member of the query's img_set (Recall_subset ranks among them)",
+              REFERENCE_MARK: "the query's own reference image, which this benchmark's protocol ranks like any other"}
+
+
 def legend(reranked: bool, judged: bool, near_miss: bool = False, metrics: dict[str, str] | None = None,
-           words: Sequence[str] = DEFAULT_WORDS) -> str:
-    """`metrics`: per-column metric -> what it means (the family's `FailureViews.legend`)."""
+           words: Sequence[str] = DEFAULT_WORDS, marks: Iterable[str] = ()) -> str:
+    """`metrics`: per-column metric -> what it means (the family's `FailureViews.legend`); `marks`: the
+    marks on the tiles shown (each gets its line)."""
     parts = []
+    marks = set(marks)
+    if metrics and "Recall_subset@1" in metrics:
+        marks.add("img_set")  # the subset metric is defined by it, shown or not
     if judged:
         parts.append(f'<span>✓ {esc(words[0])} = green solid frame</span>')
         if words[1]:
@@ -153,10 +180,9 @@ def legend(reranked: bool, judged: bool, near_miss: bool = False, metrics: dict[
         parts.append('<span>no badge = neither</span>')
         parts += [f'<span title="{esc(text)}">{esc(METRIC_LABELS.get(m, m))}: {esc(text)}</span>'
                   for m, text in (metrics or {}).items()]
-        parts.append('<span>img_set = a member of the query\'s img_set (Recall_subset ranks among them)</span>'
-                     if words[0] == "target" and metrics and "Recall_subset@1" in metrics else "")
-        parts.append('<span>definitions: “What am I looking at?” above</span>')
-        parts = [p for p in parts if p]
+    parts += [f'<span>{esc(m)} = {esc(text)}</span>' for m, text in MARK_TEXTS.items() if m in marks]
+    if judged:
+        parts.append('<span>definitions: “What am I looking at?”</span>')
     if reranked:
         parts += ['<span>▲/▼ places moved by the reranker</span>', '<span>P(yes): the reranker\'s relevance probability</span>']
     if reranked and near_miss:
@@ -197,14 +223,17 @@ def tile_html(tile: Tile, k: int, words: Sequence[str] = DEFAULT_WORDS) -> str:
         words.append(f"the judge calls it a near miss (P {fmt(tile.p_near, 2)})")
     alt = esc(", ".join(words))
     img = (f'<img src="{tile.thumb}" alt="{alt}" title="{alt}" loading="lazy">' if tile.thumb
-           else f'<div class="cir-missing" role="img" aria-label="{alt}">no image here<br>'
+           else f'<div class="cir-missing" role="img" aria-label="{alt}" title="{alt}">no image here<br>'
                 f'<code>{esc(tile.image_id)}</code></div>')
-    lines = [f'<span class="cir-rank">#{tile.rank}</span>'
-             + (f" · score {fmt(tile.score)}" if tile.score is not None else "")]
+    # the judgment and the protocol's marks sit on the image, so a tile is two lines of text high
+    chips = []
     if badge:
-        lines.append(f'<span class="cir-badge">{esc(badge)}</span>')
-    if tile.marks:
-        lines.append(" ".join(f'<span class="cir-mark" data-mark="{esc(m)}">{esc(m)}</span>' for m in tile.marks))
+        chips.append(f'<span class="cir-badge">{esc(badge)}</span>')
+    chips += [f'<span class="cir-mark" data-mark="{esc(m)}">{esc(m)}</span>' for m in tile.marks]
+    thumb = (f'<div class="cir-thumb">{img}'
+             + (f'<div class="cir-chips">{"".join(chips)}</div>' if chips else "") + "</div>")
+    lines = [f'<span class="cir-rank">#{tile.rank}</span>'
+             + (f' · <span title="score">{fmt(tile.score)}</span>' if tile.score is not None else "")]
     if move_html:
         lines.append(move_html)
     if tile.p_yes is not None:
@@ -215,10 +244,9 @@ def tile_html(tile: Tile, k: int, words: Sequence[str] = DEFAULT_WORDS) -> str:
         lines.append(f"P(yes) {prob(tile.p_yes)}{shown_near}{near}")
     elif tile.flag:
         lines.append(f"not scored ({esc(tile.flag)})")
-    lines.append(f'<span class="cir-id">{esc(tile.image_id)}</span>')
     judgment = f' data-judgment="{esc(tile.judgment)}"' if tile.judgment else ""
-    return (f'<li class="cir-tile {cls}" data-image-id="{esc(tile.image_id)}"{judgment}>{img}'
-            + "<br>".join(lines) + "</li>")
+    return (f'<li class="cir-tile {cls}" data-image-id="{esc(tile.image_id)}"{judgment}>{thumb}'
+            + "<br>".join(lines) + f'<span class="cir-id" title="{esc(tile.image_id)}">{esc(tile.image_id)}</span></li>')
 
 
 def metrics_line(metrics: dict[str, float] | None) -> str:
@@ -236,6 +264,7 @@ def counts_line(tiles: Sequence[Tile], k: int, words: Sequence[str] = DEFAULT_WO
 
 
 def column_html(col: Column, k: int, judged: bool, words: Sequence[str] = DEFAULT_WORDS) -> str:
+    """One retriever's row: its name, tag, metrics and counts on one line, its tiles left to right."""
     tag = MODALITY_LABELS.get(col.modality, col.modality)
     head = (f'<h3>{esc(col.retriever)}<span class="cir-tag" title="{esc(TAG_TITLES.get(tag, ""))}">{esc(tag)}</span></h3>')
     if col.error:
@@ -249,27 +278,17 @@ def column_html(col: Column, k: int, judged: bool, words: Sequence[str] = DEFAUL
         parts.append(counts_line(col.tiles, k, words))
         if col.where:  # the target's official rank beyond the tiles shown (and CIRR's img_set rank)
             parts.append(f'<div class="cir-where">{esc(col.where)}</div>')
+    body = [f'<div class="cir-col-head">{"".join(parts)}</div>']
     if col.note:
-        parts.append(f'<div class="cir-note">{esc(col.note)}</div>')
-    parts.append('<ol class="cir-tiles">' + "".join(tile_html(t, k, words) for t in col.tiles) + "</ol>")
-    return f'<section class="cir-col" aria-label="Results of {esc(col.retriever)}">{"".join(parts)}</section>'
-
-
-COLUMN_MIN_PX = 180  # narrower screens get fewer result columns per row (tiles stay >= 120 px wide)
-GRID_GAP_PX = 10
-
-
-def grid_style(n: int) -> str:
-    """Up to `n` columns side by side, each at least COLUMN_MIN_PX: four on a laptop, two or one
-    on a phone (the columns wrap instead of shrinking)."""
-    share = f"calc((100% - {(n - 1) * GRID_GAP_PX}px) / {n})"
-    return f"grid-template-columns: repeat(auto-fill, minmax(max({COLUMN_MIN_PX}px, {share}), 1fr));"
+        body.append(f'<div class="cir-note">{esc(col.note)}</div>')
+    body.append('<ol class="cir-tiles">' + "".join(tile_html(t, k, words) for t in col.tiles) + "</ol>")
+    return f'<section class="cir-col" aria-label="Results of {esc(col.retriever)}">{"".join(body)}</section>'
 
 
 def results_html(comparison: Comparison | None, empty: str = "Pick a query to see results.") -> str:
+    """The retrievers' rows, one under the other, and the legend under them (a figure's caption)."""
     if comparison is None or not comparison.columns:
         return f'<p class="cir-note">{esc(empty)}</p>'
-    n = len(comparison.columns)
     reranked = comparison.reranker is not None
     head = ""
     if reranked:
@@ -277,8 +296,9 @@ def results_html(comparison: Comparison | None, empty: str = "Pick a query to se
                 f"{esc(comparison.ranking or 'P(yes)')}; scores are first-stage similarities.</div>")
     grid = "".join(column_html(c, comparison.k, comparison.judged, comparison.words) for c in comparison.columns)
     near_miss = "near miss" in (comparison.ranking or "")
-    return (legend(reranked, comparison.judged, near_miss, comparison.legend, comparison.words) + head
-            + f'<div class="cir-grid" style="{grid_style(n)}">{grid}</div>')
+    marks = {m for c in comparison.columns for t in c.tiles for m in t.marks}
+    return (head + f'<div class="cir-grid">{grid}</div>'
+            + legend(reranked, comparison.judged, near_miss, comparison.legend, comparison.words, marks))
 
 
 def references_html(thumbs: Sequence[str | None], labels: Sequence[str]) -> str:
@@ -291,14 +311,16 @@ def references_html(thumbs: Sequence[str | None], labels: Sequence[str]) -> str:
 
 
 def query_header_html(view: QueryView, instruction: str | None = None) -> str:
+    """The query card: its reference image(s) beside the instruction and the query's facts."""
     q = view.query
     labels = [f"Reference image {i + 1} ({r})" if len(q.reference_ids) > 1 else f"Reference image ({r})"
               for i, r in enumerate(q.reference_ids)]
     facts = " ".join(f"<span><b>{esc(k)}</b>: {esc(v)}</span>" for k, v in view.facts)
     text = q.instruction if instruction is None else instruction
-    return (references_html(view.reference_thumbs, labels)
+    return ('<div class="cir-card">' + references_html(view.reference_thumbs, labels)
+            + '<div class="cir-card-text">'
             + f'<div class="cir-instruction" aria-label="instruction">“{esc(text)}”</div>'
-            + f'<div class="cir-facts">{facts}</div>')
+            + f'<div class="cir-facts">{facts}</div></div></div>')
 
 
 def notes_markdown(notes: Iterable[str]) -> str:

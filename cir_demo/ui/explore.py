@@ -13,23 +13,33 @@ from typing import Any, Callable
 import gradio as gr
 import pandas as pd
 
-from cir_demo.explorer import FILTER_FIELDS, MAX_COLUMNS, ExplorerService, ServiceError, filter_fields
+from cir_demo.explorer import (FILTER_FIELDS, MAX_COLUMNS, MODALITY_LABELS, NO_VALUE, ExplorerService, ServiceError,
+                               filter_fields)
+from cir_demo.explorer.wording import about_markdown, filters_label
 from cir_demo.explorer.public_text import hide_paths
 from cir_demo.ui import components
 from cir_demo.ui.controls import clamp, number_slider
 from cir_demo.ui.gpu import on_gpu
 from cir_demo.ui.guard import guarded
-from cir_demo.ui.state import HUB_ORIGIN, K_RANGE, TOP_N_RANGE, ViewState, encode_state, url_js
+from cir_demo.ui.state import HUB_ORIGIN, K_RANGE, ORDER, TOP_N_RANGE, ViewState, encode_state, url_js, with_sort
 
 SLIDER_TOP_N = (5, TOP_N_RANGE[1])  # links may ask for fewer; the slider steps by 5
 
 ANY = "any"
 LIST_COLUMNS = ["query", "instruction", "type", "refs", "why"]
-# the list fits its column (text wraps between words, never cut): widths by the columns shown
-LIST_WIDTHS = {4: ["20%", "49%", "17%", "14%"], 5: ["16%", "33%", "14%", "12%", "25%"]}
-# After a query opens: bring its header to the top when it is off-screen or low on it (on a phone
-# it is below the list, and the results below it). An IntersectionObserver measures against the top-level viewport, so this also works inside
-# a Space's iframe, where the page's own scroll position says nothing.
+# the list fits its column (text wraps between words, never cut): each column's share of the width
+LIST_WEIGHTS = {"query": 16, "instruction": 34, "type": 14, "refs": 11, "why": 25}
+
+
+def list_widths(columns) -> list[str]:
+    """The widths of the list's columns shown (the weights of LIST_WEIGHTS, summing to 100%)."""
+    weights = [LIST_WEIGHTS.get(c, 15) for c in columns]
+    return [f"{100 * w / sum(weights):.0f}%" for w in weights]
+
+
+# After a query opens: bring its card to the top when it is off-screen or low on it (the list is under
+# it, on a phone under the rows too). An IntersectionObserver measures against the top-level viewport, so
+# this also works inside a Space's iframe, where the page's own scroll position says nothing.
 SCROLL_TO_VIEW_JS = """
 () => {
     const el = document.querySelector("#cir-query-header");
@@ -70,6 +80,8 @@ class ExploreUI:
     share: Any
     loading: Any  # the loading panel, shown where the results will be until the explorer is ready
     body: Any  # the explorer itself (hidden while loading)
+    about: Any  # "What am I looking at?": the loaded benchmark's help (`wording.about_markdown`)
+    filter_box: Any  # the filters' accordion, labelled with the loaded benchmark's filters
 
     def view_inputs(self) -> list:
         return [self.paraphrase, self.retrievers, self.k, self.rerank, self.top_n]
@@ -79,73 +91,59 @@ class ExploreUI:
                 self.k, self.top_n]
 
 
-ABOUT = """
-**The benchmark.** By default the *offline world*: procedurally rendered product scenes (accessories, fashion
-and home items in colours, materials and patterns, on backgrounds) with composed queries: a reference image,
-or two, plus an instruction such as “this handbag in a neutral colour”, each intent written in six
-phrasings. Its judgments are exact: **positives** satisfy the instruction; **explicit negatives** are near
-misses (the right item with the wrong change). The world models (world-CLIP, world-CIR, the world
-verifier) were trained here only on such scenes. The app can also serve PinPoint, EDIR, CIRCO or your own.
-
-**The columns.** One per retriever: its top results for the query, with rank and score, a green solid
-frame for a positive and a red dashed one for an explicit negative. Tags: **composed** = ranks with the
-image and the text together; **image only** = with the reference image alone; **text only** = with the
-instruction alone (baselines that show whether composing matters).
-
-**Metrics** of the top 10, per query: **AP@10** = average precision (the precision at each rank that holds
-a positive, summed, over min(positives, 10); 1 = every positive first); **P@10** = positives among the top
-10, divided by 10; **NegRecall@10** = explicit negatives in the top 10 over min(negatives, 10): lower is
-better. **mAP@10** (the Report's headline) = AP@10 averaged over the queries; the Report's other columns are
-defined under its table. On another benchmark the columns show its own metrics (CIRR: Recall@k once the reference
-is deleted; FashionIQ: Recall@k within the category's gallery; ...), defined in the legend above the results. The **reranker** rescores each column's top n with P(yes) and reorders them. The world judge also
-answers **near miss?** (the wanted item with one thing wrong) and ranks by P(yes) − 2 × P(near miss): a near
-miss is the costliest wrong answer, so it goes below off-topic images.
-"""
 
 
 def create_ui() -> ExploreUI:
-    with gr.Accordion("What am I looking at?", open=False, elem_id="cir-about"):
-        gr.Markdown(ABOUT)
+    """Three blocks: the query and its controls (`cir-side`), the retrievers' rows (`cir-main`) and the
+    query list (`cir-find`); app.PAGE_CSS lays them out: on a laptop the rows take the right of the
+    first screen and the list goes under the query; on a phone they stack (query, rows, list)."""
     loading = gr.HTML(components.loading_html("starting", "", 0.0), elem_id="cir-loading",
                       css_template=components.CSS)
     with gr.Row(equal_height=False, visible=False, elem_id="cir-explore-body") as body:
-        # the list gets 2/7 of the width (~380 px at 1400 px): room for its columns, which wrap
-        with gr.Column(scale=2, min_width=340, elem_id="cir-find"):
+        with gr.Column(scale=2, min_width=300, elem_id="cir-side"):
+            with gr.Accordion("What am I looking at?", open=False, elem_id="cir-about"):
+                about = gr.Markdown(elem_id="cir-about-text")  # the loaded benchmark's (about_update)
+            header = gr.HTML(elem_id="cir-query-header", css_template=components.CSS)
+            paraphrase = gr.Radio([], label="Paraphrases of this intent (one click swaps the phrasing)",
+                                  elem_id="cir-paraphrases")
+            retrievers = gr.CheckboxGroup([], label=f"Retrievers (1 to {MAX_COLUMNS}, a row each)",
+                                          elem_id="cir-retrievers")
+            with gr.Row():
+                k = number_slider(*K_RANGE, value=10, step=5, label="Results per retriever", elem_id="cir-k",
+                                  min_width=140)
+                top_n = number_slider(*SLIDER_TOP_N, value=20, step=5, label="Rerank top n", elem_id="cir-top-n",
+                                      min_width=140)
+            rerank = gr.Checkbox(False, label="Rerank", interactive=False, elem_id="cir-rerank")
+            rerank_note = gr.Markdown(elem_id="cir-rerank-note")
+        with gr.Column(scale=5, min_width=360, elem_id="cir-main"):
+            message = gr.Markdown(elem_id="cir-message")
+            results = gr.HTML(elem_id="cir-results", css_template=components.CSS)
+            table = gr.Dataframe(interactive=False, label=paraphrase_table_label("AP@10"),
+                                 elem_id="cir-paraphrase-table", wrap=True)  # in the hidden body until it has data
+            with gr.Accordion("Reranker prompt (exactly what the reranker is asked)", open=False):
+                prompt = gr.Textbox(lines=14, max_lines=40, show_label=False, interactive=False, elem_id="cir-prompt",
+                                    buttons=["copy"])
+        with gr.Column(scale=2, min_width=300, elem_id="cir-find"):
             gr.Markdown("### Find a query")
             search = gr.Textbox(label="Search", placeholder="words of the instruction, or a query id", elem_id="cir-search")
             sort = gr.Dropdown([(ORDER_LABEL, "order")], value="order",  # the benchmark's sorts once it is loaded
                                label="Sort by failure", elem_id="cir-sort")
-            with gr.Accordion("Filters (intent type, domain, skin tone, ...)", open=False, elem_id="cir-filters"):
+            with gr.Accordion("Filters", open=False, elem_id="cir-filters") as filter_box:
                 filters = {key: gr.Dropdown([ANY], value=ANY, label=label, elem_id=f"cir-filter-{key}")
                            for key, label in filter_fields().items()}  # those of every family; hidden when empty
             list_info = gr.Markdown(elem_id="cir-list-info")
             query_list = gr.Dataframe(headers=LIST_COLUMNS, interactive=False, max_height=480, wrap=True,
                                       label="Queries (click a row to open it)", elem_id="cir-query-list",
-                                      column_widths=LIST_WIDTHS[len(LIST_COLUMNS)])
+                                      column_widths=list_widths(LIST_COLUMNS))
             query_ids = gr.State([])
-        with gr.Column(scale=5, min_width=360):
-            header = gr.HTML(elem_id="cir-query-header", css_template=components.CSS)
-            paraphrase = gr.Radio([], label="Paraphrases of this intent (one click swaps the phrasing)",
-                                  elem_id="cir-paraphrases")
-            with gr.Row():
-                retrievers = gr.CheckboxGroup([], label=f"Retrievers (1 to {MAX_COLUMNS} columns)", elem_id="cir-retrievers",
-                                              scale=3)
-                k = number_slider(*K_RANGE, value=10, step=5, label="Results per column", elem_id="cir-k", scale=1)
-            with gr.Row():
-                rerank = gr.Checkbox(False, label="Rerank", interactive=False, elem_id="cir-rerank", scale=1)
-                top_n = number_slider(*SLIDER_TOP_N, value=20, step=5, label="Rerank top n", elem_id="cir-top-n", scale=2)
-            rerank_note = gr.Markdown(elem_id="cir-rerank-note")  # below the row: squeezed beside it, it wrapped per letter
-            message = gr.Markdown(elem_id="cir-message")
-            results = gr.HTML(elem_id="cir-results", css_template=components.CSS)
-            table = gr.Dataframe(interactive=False, label="Paraphrase sensitivity: the benchmark's primary metric "
-                                 "(AP@10 on the world; its name heads the table) of each phrasing (first stage)",
-                                 elem_id="cir-paraphrase-table", wrap=True)  # in the hidden body until it has data
-            with gr.Accordion("Reranker prompt (exactly what the reranker is asked)", open=False):
-                prompt = gr.Textbox(lines=14, max_lines=40, show_label=False, interactive=False, elem_id="cir-prompt",
-                                    buttons=["copy"])
     share = gr.Textbox(visible="hidden", elem_id="cir-share-query")
     return ExploreUI(search, filters, sort, list_info, query_list, query_ids, header, paraphrase, retrievers, k,
-                     rerank, top_n, rerank_note, results, message, table, prompt, share, loading, body)
+                     rerank, top_n, rerank_note, results, message, table, prompt, share, loading, body, about,
+                     filter_box)
+
+
+def paraphrase_table_label(primary: str) -> str:
+    return f"Paraphrase sensitivity: {primary} of each phrasing of this intent (first stage)"
 
 
 # ------------------------------------------------------------------ callbacks (plain functions)
@@ -192,20 +190,45 @@ def list_queries(service: ExplorerService, text: str, filters: dict[str, str], s
         info += f". Results from: {components.md_escape(service.failure_source)}"
     if waiting:
         info = f"{waiting}.  \n{info}"
-    rows = found.rows
-    if "why" in rows and not rows["why"].astype(str).str.len().any():  # benchmark order: no reasons to show
-        rows = rows.drop(columns="why")
-    return {"table": rows, "ids": list(found.rows["query"]), "info": info}
+    return {"table": shown_columns(service, found.rows), "ids": list(found.rows["query"]), "info": info}
+
+
+def shown_columns(service: ExplorerService, rows: pd.DataFrame) -> pd.DataFrame:
+    """The list's columns that say something here: no "why" in benchmark order, no "type" on a benchmark
+    without intent types (CIRR, FashionIQ, ...), no "refs" where every query has one reference image."""
+    empty = []
+    if "why" in rows and not rows["why"].astype(str).str.len().any():
+        empty.append("why")
+    if "type" in rows and not (service.table["intent_category"] != NO_VALUE).any():
+        empty.append("type")
+    if "refs" in rows and len(service.table) and service.table["n_refs"].max() <= 1:
+        empty.append("refs")
+    return rows.drop(columns=empty)
 
 
 def list_update(rows: pd.DataFrame) -> dict:
     """The query list's value with the column widths for the columns it has."""
-    return gr.update(value=rows, column_widths=LIST_WIDTHS.get(len(rows.columns)))
+    return gr.update(value=rows, column_widths=list_widths(rows.columns))
+
+
+def about_update(service: ExplorerService) -> str:
+    """"What am I looking at?" for the loaded benchmark (`wording.about_markdown`)."""
+    tags = [MODALITY_LABELS.get(m, m) for m in service.modality.values()]
+    return about_markdown(service.benchmark.name, service.family, service.views, tags, service.reranker_name)
+
+
+def filters_update(service: ExplorerService) -> dict:
+    """The filters' accordion, labelled with the filters this benchmark has (hidden when it has none; a
+    filter whose every query has the same value filters nothing, so it is not offered)."""
+    choices = service.filter_choices()
+    labels = [label for key, label in service.filter_fields.items() if len(choices.get(key, [])) > 1]
+    return gr.update(label=filters_label(labels), visible=bool(labels))
 
 
 def show_view(service: ExplorerService, query_id: str, retrievers: list[str] | None, k: int, rerank: bool,
-              top_n: int, notes: list[str] | None = None) -> dict[str, Any]:
-    """Everything the right-hand side shows for one query (one paraphrase) and settings."""
+              top_n: int, notes: list[str] | None = None, sort: str | None = None) -> dict[str, Any]:
+    """Everything the page shows for one query (one paraphrase) and settings; `sort`: the list's, kept
+    in the view's link."""
     if not query_id:
         raise ServiceError("pick a query first")
     view = service.query_view(query_id)
@@ -223,14 +246,17 @@ def show_view(service: ExplorerService, query_id: str, retrievers: list[str] | N
         # the family's primary metric names the numbers (AP@10 on the world, Recall@1 on CIRR, ...)
         table = service.paraphrase_table(query_id, names, shown=True).rename(
             columns={"paraphrase": f"phrasing ({service.family.primary})"})
-    state = ViewState(service.benchmark.name, query_id, view.paraphrase_index, tuple(names), rerank, top_n, k)
+    several = len(view.paraphrases) > 1  # one phrasing (CIRR, FashionIQ, ...): no choice and no spread to show
+    state = ViewState(service.benchmark.name, query_id, view.paraphrase_index, tuple(names), rerank, top_n, k,
+                      sort or ORDER)
     prompt = service.reranker_prompt(view.query.instruction, len(view.query.reference_ids))
     return {
         "header": components.query_header_html(view),
         "paraphrase": gr.update(choices=[(f"{p.label}: {p.instruction}", p.query_id) for p in view.paraphrases],
-                                value=query_id),
+                                value=query_id, visible=several),
         "results": components.results_html(comparison, "Select a retriever to see results."),
-        "table": table,  # without the instructions: the radio shows them
+        "table": gr.update(value=table, visible=several and not table.empty,  # the radio shows the instructions
+                           label=paraphrase_table_label(service.family.primary)),
         "prompt": prompt,
         "share": encode_state(state),
         "message": components.notes_markdown(messages),
@@ -271,27 +297,34 @@ def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService], get_pending:
     for comp in [ui.sort, *filter_components]:
         comp.input(on_list, list_inputs, list_outputs, trigger_mode="always_last")
 
+    @guarded("Keeping the sort in the link")
+    def on_sort_link(sort, share):
+        return with_sort(share, sort) if share else gr.skip()
+
+    ui.sort.input(on_sort_link, [ui.sort, ui.share], [ui.share], trigger_mode="always_last", show_progress="hidden")
+
     @guarded("Opening the query")
     @on_gpu
-    def on_select(ids, retrievers, k, rerank, top_n, evt: gr.SelectData):
+    def on_select(ids, retrievers, k, rerank, top_n, evt: gr.SelectData, sort=None):
         row = evt.index[0] if isinstance(evt.index, (list, tuple)) else evt.index
         query_id = (evt.row_value or [None])[0] if evt.row_value else (ids[row] if ids and row < len(ids) else None)
-        return as_view_outputs(show_view(get_service(), query_id, retrievers, k, rerank, top_n))
+        return as_view_outputs(show_view(get_service(), query_id, retrievers, k, rerank, top_n, sort=sort))
 
-    ui.query_list.select(on_select, [ui.query_ids, ui.retrievers, ui.k, ui.rerank, ui.top_n], view_outputs).then(
-        None, None, None, js=SCROLL_TO_VIEW_JS)
+    ui.query_list.select(on_select, [ui.query_ids, ui.retrievers, ui.k, ui.rerank, ui.top_n, ui.sort],
+                         view_outputs).then(None, None, None, js=SCROLL_TO_VIEW_JS)
 
     @guarded("Updating the results")
     @on_gpu
-    def on_view(query_id, retrievers, k, rerank, top_n):
-        return as_view_outputs(show_view(get_service(), query_id, retrievers, k, rerank, top_n))
+    def on_view(query_id, retrievers, k, rerank, top_n, sort=None):
+        return as_view_outputs(show_view(get_service(), query_id, retrievers, k, rerank, top_n, sort=sort))
 
     # "always_last": a change made while the previous one is being applied is applied after it
     # (gradio's default drops an event that fires while the last one runs: fast input was lost,
     # e.g. a second retriever unticked before the first untick's view came back)
-    ui.paraphrase.input(on_view, ui.view_inputs(), view_outputs, trigger_mode="always_last")
-    ui.retrievers.input(on_view, ui.view_inputs(), view_outputs, trigger_mode="always_last")
-    ui.rerank.input(on_view, ui.view_inputs(), view_outputs, trigger_mode="always_last")
-    ui.k.release(on_view, ui.view_inputs(), view_outputs, trigger_mode="always_last")
-    ui.top_n.release(on_view, ui.view_inputs(), view_outputs, trigger_mode="always_last")
+    view_inputs = [*ui.view_inputs(), ui.sort]
+    ui.paraphrase.input(on_view, view_inputs, view_outputs, trigger_mode="always_last")
+    ui.retrievers.input(on_view, view_inputs, view_outputs, trigger_mode="always_last")
+    ui.rerank.input(on_view, view_inputs, view_outputs, trigger_mode="always_last")
+    ui.k.release(on_view, view_inputs, view_outputs, trigger_mode="always_last")
+    ui.top_n.release(on_view, view_inputs, view_outputs, trigger_mode="always_last")
     ui.share.change(None, [ui.share], None, js=url_js(parent_origin))

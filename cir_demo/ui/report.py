@@ -429,7 +429,7 @@ def open_pair(service: ExplorerService, pair: str | None, k, rerank, top_n, pend
     listing = explore.list_queries(service, "", {}, pair, pending)
     if not listing["ids"]:
         raise ServiceError(f"no query to compare {a} and {b} on")
-    view = explore.show_view(service, listing["ids"][0], names, k, rerank, top_n)
+    view = explore.show_view(service, listing["ids"][0], names, k, rerank, top_n, sort=pair)  # the link keeps the sort
     choices = explore.sort_choices(service, pending)
     if pair not in [value for _, value in choices]:
         choices.append((f"{a} vs {b}", pair))

@@ -1,6 +1,6 @@
 """The Explore view as URL query parameters, so a link opens the same view.
 
-    ?benchmark=world&query=w00013&paraphrase=3&retrievers=world-cir,world-clip-image&rerank=1&top_n=20&k=10
+    ?benchmark=world&query=w00013&paraphrase=3&retrievers=world-cir,world-clip-image&rerank=1&top_n=20&k=10&sort=worst
 
 `paraphrase` is the 1-based position of the phrasing within its intent (the query id
 names the intent). Parsing never raises: unusable values are dropped with a note
@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 from urllib.parse import urlencode
 
-KEYS = ("benchmark", "query", "paraphrase", "retrievers", "rerank", "top_n", "k")
+KEYS = ("benchmark", "query", "paraphrase", "retrievers", "rerank", "top_n", "k", "sort")
+ORDER = "order"  # the query list in benchmark order (no sort)
 TOP_N_RANGE = (1, 50)
 K_RANGE = (5, 50)
 
@@ -26,6 +27,7 @@ class ViewState:
     rerank: bool = False
     top_n: int = 20
     k: int = 10
+    sort: str = ORDER  # the query list's sort (a failure sort's name)
 
 
 @dataclass
@@ -50,7 +52,17 @@ def encode_state(state: ViewState) -> str:
         params.append(("top_n", str(state.top_n)))
     if state.k != ViewState.k:
         params.append(("k", str(state.k)))
-    return urlencode(params, safe=",")
+    if state.sort and state.sort != ORDER:
+        params.append(("sort", state.sort))
+    return urlencode(params, safe=",:")
+
+
+def with_sort(query: str, sort: str | None) -> str:
+    """A view's query string (`encode_state`'s) with the list's sort replaced by `sort`."""
+    from urllib.parse import parse_qsl
+
+    state = decode_state(dict(parse_qsl(query or ""))).state
+    return encode_state(replace(state, sort=sort or ORDER))
 
 
 ECHO_CHARS = 60  # a link value echoed in a note is cut to this many characters
@@ -104,23 +116,27 @@ def decode_state(params: Mapping[str, str]) -> ParsedState:
         rerank=rerank_raw in ("1", "true", "yes", "on"),
         top_n=_int(params, "top_n", *TOP_N_RANGE, notes) or ViewState.top_n,
         k=_int(params, "k", *K_RANGE, notes) or ViewState.k,
+        sort=str(params.get("sort") or ORDER),
     )
     return ParsedState(state, notes)
 
 
 def resolve_state(parsed: ParsedState, benchmark: str, query_ids: Sequence[str] | set[str],
                   group_sizes: Mapping[str, int], retrievers: Sequence[str], can_rerank: bool,
-                  default_query: str | None) -> ParsedState:
+                  default_query: str | None, sorts: Sequence[str] | None = None) -> ParsedState:
     """Check a parsed link against what this app serves; unusable parts fall back with a note.
 
-    `group_sizes`: query id -> number of paraphrases in its intent.
+    `group_sizes`: query id -> number of paraphrases in its intent; `sorts`: the sorts offered (None: any).
     """
     s, notes = parsed.state, list(parsed.notes)
+    if sorts is not None and s.sort != ORDER and s.sort not in sorts:
+        notes.append(f"sort {shown(s.sort)} is not offered here; the list is in benchmark order")
+        s = replace(s, sort=ORDER)
     if s.benchmark and s.benchmark != benchmark:
         notes.append(f"the link is for benchmark {shown(s.benchmark)}; this app serves {benchmark!r}")
         s = replace(s, query_id=None, paraphrase=None)
     if s.query_id and s.query_id not in query_ids:
-        notes.append(f"query {shown(s.query_id)} is not in this benchmark; showing the first query")
+        notes.append(f"query {shown(s.query_id)} is not in this benchmark; showing the query a link without one opens")
         s = replace(s, query_id=None, paraphrase=None)
     query_id = s.query_id or default_query
     if s.paraphrase is not None and query_id is not None and s.paraphrase >= group_sizes.get(query_id, 1):

@@ -63,7 +63,7 @@ def create_ui() -> UploadUI:
             with gr.Row():
                 retrievers = gr.CheckboxGroup([], label=f"Retrievers (1 to {MAX_COLUMNS})", elem_id="cir-upload-retrievers",
                                               scale=3)
-                k = number_slider(*K_RANGE, value=10, step=5, label="Results per column", elem_id="cir-upload-k", scale=1)
+                k = number_slider(*K_RANGE, value=10, step=5, label="Results per retriever", elem_id="cir-upload-k", scale=1)
             with gr.Row():
                 rerank = gr.Checkbox(False, label="Rerank", interactive=False, elem_id="cir-upload-rerank")
                 top_n = number_slider(5, TOP_N_RANGE[1], value=20, step=5, label="Rerank top n", elem_id="cir-upload-top-n")

@@ -72,27 +72,35 @@ def run(args: argparse.Namespace) -> int:
 
 def failure_rows(bench, paths, sort: str, fmt: str = "auto"):
     """The queries in the order of `sort` with `why` and every run's per-query metrics (see the module doc)."""
+    from cir_demo.results.files import read_results
+
+    runs: dict = {}
+    for path in paths:
+        rf = read_results(path, bench, fmt=fmt)
+        for w in rf.warnings():
+            print(f"warning: {path}: {w.message}", file=sys.stderr)
+        name = rf.name if rf.name not in runs else f"{rf.name}_{len(runs)}"
+        runs[name] = rf.run
+    return failure_rows_of(bench, runs, sort)
+
+
+def failure_rows_of(bench, runs, sort: str):
+    """`failure_rows` of runs given as `{name: {query id: ids best first}}` (the app's /failures answers with
+    this, so its rows are the command's); `<run>+rerank` is that run reranked."""
     import pandas as pd
 
     from cir_demo.benchmarks.families import metric_family
     from cir_demo.benchmarks.registry import RERANK_SUFFIX
     from cir_demo.explorer.failures import SortContext, per_query_frame, sort_rows
     from cir_demo.explorer.queries import query_table
-    from cir_demo.results.files import read_results
 
     fam = metric_family(bench.metric_family)
     views = fam.views()
-    frames, names = [], []
-    for path in paths:
-        rf = read_results(path, bench, fmt=fmt)
-        for w in rf.warnings():
-            print(f"warning: {path}: {w.message}", file=sys.stderr)
-        name = rf.name if rf.name not in names else f"{rf.name}_{len(names)}"
-        names.append(name)
-        frames.append(per_query_frame(fam, name, rf.run, bench.queries))
+    names = list(runs)
+    frames = [per_query_frame(fam, name, run, bench.queries) for name, run in runs.items()]
     per_query = pd.concat(frames, ignore_index=True)
-    runs = [n for n in names if not (n.endswith(RERANK_SUFFIX) and n[:-len(RERANK_SUFFIX)] in names)]
-    ctx = SortContext(fam, query_table(bench), runs, {n: "composed" for n in runs}, reranked=len(runs) < len(names))
+    first = [n for n in names if not (n.endswith(RERANK_SUFFIX) and n[:-len(RERANK_SUFFIX)] in names)]
+    ctx = SortContext(fam, query_table(bench), first, {n: "composed" for n in first}, reranked=len(first) < len(names))
     rows, _ = sort_rows(ctx.table, per_query, sort, ctx)
     metrics = [c for c in per_query.columns if ("@" in c or c in fam.headline) and c not in views.measures]
     if views.target_rank:

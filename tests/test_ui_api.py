@@ -240,10 +240,34 @@ def test_evaluate_scores_an_upload_as_eval_and_a_bad_file_is_one_line(cirr_api, 
 
 
 # =========================================================================== MCP
+def test_mcp_asked_without_its_dependency_is_one_line_before_any_work(monkeypatch, capsys):
+    from importlib import metadata
+
+    from cir_demo.ui import startup
+
+    def version(name):
+        if name == "mcp":
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", version)
+    assert startup.prepare(["--mcp", "--world-size", "tiny"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --mcp (or GRADIO_MCP_SERVER=True): gradio's MCP server needs the optional package mcp, "
+                   'which is not installed: pip install "gradio[mcp]"']
+
+
 def test_mcp_lists_the_tools_and_a_search_returns_a_ranking(service):
-    pytest.importorskip("mcp", reason="the optional MCP dependency (gradio[mcp]) is not installed")
+    from cir_demo.ui.startup import mcp_problem
+
+    if mcp_problem():
+        pytest.skip(mcp_problem())
     from mcp import ClientSession
-    from mcp.client.streamable_http import streamablehttp_client
+    from mcp.client import streamable_http
+
+    # the transport's name in the mcp releases gradio supports (1.x) and after
+    connect = getattr(streamable_http, "streamable_http_client", None) or streamable_http.streamablehttp_client
 
     demo, url = launched(service, mcp=True)
     buffer = io.BytesIO()
@@ -251,8 +275,8 @@ def test_mcp_lists_the_tools_and_a_search_returns_a_ranking(service):
     image = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
     async def session():
-        async with streamablehttp_client(f"{url}gradio_api/mcp/") as (read, write, _):
-            async with ClientSession(read, write) as s:
+        async with connect(f"{url}gradio_api/mcp/") as streams:
+            async with ClientSession(streams[0], streams[1]) as s:
                 await s.initialize()
                 tools = {t.name: t for t in (await s.list_tools()).tools}
                 result = await s.call_tool("search", {"image": image, "instruction": "in red", "k": 5,

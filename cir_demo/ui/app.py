@@ -359,10 +359,13 @@ def launch_app(demo: gr.Blocks, server_name: str | None = None, port: int | None
     # within 3 s (for notebooks that need a share link; gradio 6.31 gates only that check on it): on a
     # machine busy with other jobs the server was slower than that and the app ended with "When localhost
     # is not accessible, a shareable link must be created" although it served.
-    return demo.launch(server_name=server_name, server_port=port, share=share, show_error=True,
-                       prevent_thread_lock=prevent_thread_lock, quiet=quiet, css=PAGE_CSS,
-                       max_file_size=MAX_FILE_SIZE, footer_links=["api", "settings"], mcp_server=mcp or None,
-                       _frontend=False)
+    launched = demo.launch(server_name=server_name, server_port=port, share=share, show_error=True,
+                           prevent_thread_lock=prevent_thread_lock, quiet=quiet, css=PAGE_CSS,
+                           max_file_size=MAX_FILE_SIZE, footer_links=["api", "settings"], mcp_server=mcp or None,
+                           _frontend=False)
+    if getattr(demo, "mcp_error", None):  # gradio serves on without its MCP server, saying nothing
+        log.warning("MCP tools not served: %s", hide_paths(demo.mcp_error))
+    return launched
 
 
 # ------------------------------------------------------------------ command line

@@ -34,9 +34,9 @@ def prepare(argv: Sequence[str] | None = None) -> Startup | int:
     problems = app_problems(args)
     if problems:
         return report(problems)
-    if mcp_asked(args) and not mcp_installed():
-        print("error: --mcp (or GRADIO_MCP_SERVER=True) serves the API as MCP tools through gradio's optional "
-              "MCP server, whose `mcp` package is not installed: pip install \"gradio[mcp]\"", file=sys.stderr)
+    problem = mcp_problem() if mcp_asked(args) else None
+    if problem:
+        print(f"error: --mcp (or GRADIO_MCP_SERVER=True): {problem}", file=sys.stderr)
         return 2
     startup = Startup(args, generate_aside(args.benchmark, benchmark_kwargs(args)))
     from cir_demo.explorer.own_runs import runs_problems  # imports the explorer (~1 s): the child runs meanwhile
@@ -55,10 +55,25 @@ def mcp_asked(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "mcp", False)) or os.environ.get("GRADIO_MCP_SERVER", "").lower() == "true"
 
 
-def mcp_installed() -> bool:
-    import importlib.util
+def mcp_problem() -> str | None:
+    """Why gradio's MCP server cannot run here (its optional `mcp` package missing, or of a version outside
+    the range gradio's `mcp` extra names), else None."""
+    from importlib import metadata
 
-    return importlib.util.find_spec("mcp") is not None
+    from packaging.requirements import Requirement
+
+    fix = 'pip install "gradio[mcp]"'
+    try:
+        have = metadata.version("mcp")
+    except metadata.PackageNotFoundError:
+        return f"gradio's MCP server needs the optional package mcp, which is not installed: {fix}"
+    for line in metadata.requires("gradio") or []:
+        req = Requirement(line)
+        wanted = req.name == "mcp" and req.marker is not None and req.marker.evaluate({"extra": "mcp"})
+        if wanted and not req.specifier.contains(have, prereleases=True):
+            return (f"gradio {metadata.version('gradio')}'s MCP server needs mcp{req.specifier}, "
+                    f"this environment has mcp {have}: {fix}")
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -294,3 +294,24 @@ def test_mcp_lists_the_tools_and_a_search_returns_a_ranking(service):
     ranking = answer["columns"][0]["results"]
     assert [r["rank"] for r in ranking] == [1, 2, 3, 4, 5]
     assert all(r["image_id"] in set(service.benchmark.corpus_ids) for r in ranking)
+
+
+# =========================================================================== the load bench
+def test_load_bench_drives_the_endpoints_and_the_page_without_an_error(world_api, tmp_path):
+    """bench/bench_load.py, briefly, against the launched app: it takes every input from the app's own API
+    description and answers, so a change to an endpoint or the page load fails here, not in a bench run."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    _, url = world_api
+    out = tmp_path / "load.json"
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "bench/bench_load.py", "--url", url, "--visitors", "3", "--page-visitors", "1",
+                           "--duration", "3", "--min-rounds", "1", "--burst", "0", "--out", str(out)],
+                          cwd=repo, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    load = json.loads(out.read_text())["load"]
+    assert load["errors"] == 0, load["error_examples"]
+    actions = {"query", "query (other phrasing)", "query reranked", "search", "failures", "image", "page load"}
+    assert actions <= {name for name, stats in load["per_action"].items() if stats["n"] >= 1}, load["per_action"]

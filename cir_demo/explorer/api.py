@@ -103,10 +103,13 @@ class RunRankings:
     (`<run>+rerank`) when asked. Computed once per service."""
 
     def __init__(self, service):
+        from cir_demo.utils.lru import LRU
+
         self.service = service
         self._runs: dict[str, dict] = {}
         self._scores: dict[str, dict] = {}
         self._lock = threading.Lock()
+        self.rows = LRU(32)  # (sort, runs) -> the sorted rows: the runs never change, their rows neither
 
     def run(self, name: str) -> Mapping[str, Sequence[str]]:
         with self._lock:
@@ -160,7 +163,11 @@ def failures_answer(service, cache: RunRankings, sort: str, runs: Sequence[str] 
             raise ServiceError(f"sort {sort!r} needs reranked results for all {len(service.benchmark.queries):,} "
                                f"queries ({cost:,} candidate scores); ask for fewer runs, or use the app's Report")
         names += [f"{n}{RERANK_SUFFIX}" for n in names]
-    rows = failure_rows_of(service.benchmark, {n: cache.run(n) for n in names}, sort)
+    key = (sort, tuple(names))
+    rows = cache.rows.get(key)
+    if rows is None:
+        rows = failure_rows_of(service.benchmark, {n: cache.run(n) for n in names}, sort)
+        cache.rows.put(key, rows)
     total = len(rows)
     rows = rows.head(min(top or MAX_FAILURE_ROWS, MAX_FAILURE_ROWS))
     return {"benchmark": service.benchmark.name, "sort": sort, "runs": names, "total": total,

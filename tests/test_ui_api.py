@@ -94,6 +94,15 @@ def test_view_api_lists_exactly_the_endpoints_with_described_parameters(world_ap
     assert search["k"]["parameter_default"] == 10 and search["rerank"]["parameter_default"] is False
 
 
+def test_the_endpoints_share_the_pages_queue_limit(service):
+    """The API's calls wait in the same concurrency group as the page's (`--concurrency` bounds both)."""
+    demo = ui_app.create_app(service)
+    ui_app.share_one_limit(demo)
+    public = [f for f in demo.fns.values() if f.api_visibility == "public"]
+    assert sorted(f"/{f.api_name}" for f in public) == sorted(PUBLIC)
+    assert all(f.concurrency_id == ui_app.WORK_GROUP and f.queue is not False for f in public)
+
+
 # =========================================================================== /search
 def test_search_ranks_as_the_service_does_for_the_same_upload(world_api, service, tmp_path):
     client, _ = world_api

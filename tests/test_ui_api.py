@@ -223,7 +223,7 @@ def test_evaluate_scores_an_upload_as_eval_and_a_bad_file_is_one_line(cirr_api, 
     from gradio_client import handle_file
     from gradio_client.exceptions import AppError
 
-    client, svc, bench, pa, _, out, _ = cirr_api
+    client, _, bench, pa, _, out, _ = cirr_api
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
     with pytest.raises(AppError) as info:

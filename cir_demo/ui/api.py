@@ -70,8 +70,9 @@ def image_file(image, image_id: str) -> gr.FileData:
     """The image as a PNG in this process's served folder (written once per id), for gradio to send."""
     path = served_folder() / "api-images" / f"{hashlib.sha256(image_id.encode()).hexdigest()[:24]}.png"
     if not path.is_file():
-        from cir_demo.utils.io import write_bytes_atomic
         import io
+
+        from cir_demo.utils.io import write_bytes_atomic
 
         buffer = io.BytesIO()
         image.convert("RGB").save(buffer, format="PNG")

@@ -62,7 +62,7 @@ def cirr_api(tmp_path_factory):
     bench, pa, pb = cirr_world_with_runs(root, mp)
     out = root / "eval"
     assert app.main(["--eval", "--benchmark", "cirr", "--root", str(root / "cirr"), "--results-json", str(pa), str(pb),
-                     "--out", str(out), "--n-boot", "1000", "--no-plots"]) == 0
+                     "--out", str(out), "--n-boot", "200", "--no-plots"]) == 0
     args = build_parser().parse_args(["--benchmark", "cirr", "--root", str(root / "cirr"), "--runs", f"A={pa}",
                                       f"B={pb}", "--reranker", "none", "--no-thumbnail-warmer"])
     svc = build_service(ui_app.config_from_args(args))
@@ -172,6 +172,25 @@ def test_query_gives_each_items_judgment_the_column_metrics_and_the_paraphrases(
             assert r["judgment"] == want
         assert col["metrics"] == pytest.approx(own[col["retriever"]].metrics)
         assert set(col["metrics"]) == set(service.family.shown)
+
+
+@pytest.mark.parametrize("sort", ["rerank_helped", "rerank_hurt"])
+def test_reranker_failures_agree_with_the_reranked_query_view(world_api, service, sort):
+    """/failures reranks every query in one batch; /query reranks one: a row's numbers are that query's
+    columns (reranked and first stage), and every row kept moved the way the sort says."""
+    client, _ = world_api
+    run = service.retriever_names[0]
+    primary = service.family.primary
+    got = client.predict(sort, [run], None, api_name="/failures")
+    assert got["runs"] == [run, f"{run}+rerank"] and got["rows"], got["total"]
+    for row in got["rows"]:
+        delta = row[f"{run}+rerank/{primary}"] - row[f"{run}/{primary}"]
+        assert delta > 0 if sort == "rerank_helped" else delta < 0, row
+    row = got["rows"][0]
+    view = client.predict(row["query_id"], [run], rerank=True, rerank_top_n=service.config.default_top_n,
+                          api_name="/query")["columns"][0]
+    assert view["metrics"][primary] == pytest.approx(row[f"{run}+rerank/{primary}"])
+    assert view["first_stage_metrics"][primary] == pytest.approx(row[f"{run}/{primary}"])
 
 
 def test_image_is_the_benchmark_image(world_api, service):

@@ -4,6 +4,7 @@ Oracles: the explorer service called directly, the benchmark's own judgments, `-
 metrics.csv, and `python -m cir_demo failures` on the same files."""
 from __future__ import annotations
 
+import ast
 import asyncio
 import base64
 import io
@@ -318,7 +319,7 @@ def test_mcp_lists_the_tools_and_a_search_returns_a_ranking(service):
     assert set(tools) == {n.lstrip("/") for n in PUBLIC}
     assert "retrievers" in tools["search"].inputSchema["properties"] and tools["search"].description
     assert not result.isError, result
-    answer = json.loads(result.content[0].text)
+    answer = ast.literal_eval(result.content[0].text)  # gradio's MCP server sends the dict as Python text
     ranking = answer["columns"][0]["results"]
     assert [r["rank"] for r in ranking] == [1, 2, 3, 4, 5]
     assert all(r["image_id"] in set(service.benchmark.corpus_ids) for r in ranking)

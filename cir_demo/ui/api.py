@@ -22,8 +22,6 @@ from cir_demo.ui.served_files import served_folder
 
 log = logging.getLogger("cir_demo.ui")
 
-ENDPOINTS = ("search", "query", "failures", "evaluate", "image")  # the API page lists these, nothing else
-
 
 def hide_page_events(demo: gr.Blocks) -> None:
     """Every event wired so far only serves the page: off the API page and refused by the client libraries

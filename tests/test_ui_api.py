@@ -209,6 +209,8 @@ def test_image_is_the_benchmark_image(world_api, service):
 # =========================================================================== the CIRR export with --runs
 def test_query_metrics_are_evals_per_query_rows(cirr_api):
     client, _, bench, _, _, out, _ = cirr_api
+    info = client.view_api(return_format="dict", print_info=False)
+    assert set(info["named_endpoints"]) == PUBLIC and not info["unnamed_endpoints"]
     rows = pd.read_csv(out / "per_query.csv", dtype={"query_id": str}).set_index(["run", "query_id"])
     for q in bench.queries[:6]:
         got = client.predict(q.query_id, ["A", "B"], api_name="/query")

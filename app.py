@@ -2,6 +2,7 @@
 
     python app.py            # the explorer UI (Gradio) on the offline world
     python app.py --eval     # headless run of the full benchmark; see --eval --help
+    python app.py --mcp      # the UI, its API endpoints also served as MCP tools (needs gradio[mcp])
 
 A Hugging Face Space runs `python app.py` without arguments: the Space variable CIR_DEMO_ARGS
 holds them instead (e.g. "--retrievers metaclip2-h14-fusion --reranker qwen2.5-vl").

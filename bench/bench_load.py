@@ -1,17 +1,20 @@
-"""Load test of the explorer through its real event endpoints, called as the page calls them
-(gradio's queue protocol over plain HTTP; `--client gradio_client` for the official client).
+"""Load test of the explorer through its public API (/search, /query, /failures, /image, called by name with
+the parameters the app's API page lists) beside page visitors (each opening the page as a browser does), over
+gradio's queue protocol in plain HTTP (`--client gradio_client` for the official client).
 
     python bench/bench_load.py --visitors 20 --duration 60 -- --world-size tiny
     python bench/bench_load.py --url http://127.0.0.1:7860 --server-pid PID --visitors 20 --duration 60
     nice -n 10 python bench/bench_load.py --duration 1800 --think 2 --burst 0 --rss-every 60 -- --world-size tiny
 
 Without --url it starts `python app.py <args after -->` on a free port, waits until the explorer is
-ready, and measures it. Each visitor opens the page (timed apart), then repeats what a person
-does: open a query, swap to another phrasing of it, turn reranking on, search the list; the
-report gives p50/p95 per action, errors, the machine's load average, the CPU the bench and the
-server used, and the server's RSS (over time with --rss-every). Then `--burst` visitors (default 60) fire one
-request each at once: beyond the queue they must get a clean "queue is full" refusal, never an
-error of another kind.
+ready, and measures it. Every input comes from the app itself: the queries from /failures (benchmark
+order), their phrasings from /query, a reference image from /image. Each API visitor repeats what a
+script does: open a query, swap to another phrasing of it, rerank it (when the app has a reranker),
+search with an image, list the worst failures, fetch an image; each page visitor (`--page-visitors`,
+default a quarter) opens the page again and again. The report gives p50/p95 per action and overall,
+errors, the machine's load average, the CPU the bench and the server used, and the server's RSS (over time
+with --rss-every). Then `--burst` visitors (default 60) fire one request each at once: beyond the queue
+they must get a clean "queue is full" refusal, never an error of another kind.
 """
 from __future__ import annotations
 
@@ -63,45 +66,51 @@ def start_app(app_args: list[str], port: int) -> subprocess.Popen:
     return proc
 
 
-def query_groups(app_args: list[str]) -> list[list[str]]:
-    """Paraphrase groups of the benchmark the app serves (read locally; no server call)."""
-    from cir_demo.benchmarks.cli_args import add_benchmark_arguments, load_benchmark_from_args
-
-    p = argparse.ArgumentParser()
-    add_benchmark_arguments(p)
-    args, _ = p.parse_known_args(app_args)
-    bench = load_benchmark_from_args(args)
-    return [[q.query_id for q in group] for group in bench.groups().values()]
-
-
 class Refused(Exception):
     """The server refused to queue the request (HTTP 503: "Queue is full")."""
 
 
+class AppFailed(Exception):
+    """The app answered a request with an error."""
+
+
 class RawVisitor:
     """One visitor speaking gradio's queue protocol over plain HTTP, as the page's JavaScript does:
-    POST /gradio_api/queue/join with the component values, then read the session's event stream
-    (GET /gradio_api/queue/data, server-sent events) until the result arrives. Much cheaper per call
-    than gradio_client (no polling threads), so the load generator does not eat the CPU it measures."""
+    POST /gradio_api/queue/join with the values, then read the session's event stream (GET
+    /gradio_api/queue/data, server-sent events) until the result arrives. Much cheaper per call than
+    gradio_client (no polling threads), so the load generator does not eat the CPU it measures. Named
+    endpoints get their values by parameter name, in the order the app's API description gives."""
 
-    def __init__(self, url: str, fn_ids: dict[str, int], seed: int):
+    def __init__(self, url: str, app: "AppInfo", seed: int):
         import httpx
 
-        self.base = url.rstrip("/") + "/gradio_api"
-        self.fn_ids = fn_ids
+        self.url = url.rstrip("/")
+        self.base = self.url + "/gradio_api"
+        self.app = app
         self.session_hash = f"bench{seed:05d}{random.Random(seed).getrandbits(40):010x}"
         self.http = httpx.Client(timeout=120.0)
 
-    @staticmethod
-    def endpoints(url: str) -> dict[str, int]:
-        import httpx
+    def call(self, endpoint: str, **kwargs):
+        """A public endpoint by name, e.g. call("query", query_id="w00001", rerank=True)."""
+        return self._join(self.app.fn_ids[endpoint], self.app.ordered(endpoint, kwargs), endpoint)[0]
 
-        config = httpx.get(url.rstrip("/") + "/config", timeout=60.0).json()
-        return {d["api_name"]: d["id"] for d in config["dependencies"] if d.get("api_name")}
+    def page(self):
+        """The page load as a browser makes it (the view the page's URL names, prepared in full)."""
+        return self._join(self.app.fn_ids[PAGE_EVENT], [], "page")
 
-    def predict(self, *data, api_name: str):
-        body = {"data": list(data), "event_data": None, "fn_index": self.fn_ids[api_name.lstrip("/")],
-                "trigger_id": None, "session_hash": self.session_hash}
+    def upload(self, data: bytes, name: str) -> dict:
+        r = self.http.post(self.base + "/upload", files={"files": (name, data)})
+        r.raise_for_status()
+        return {"path": r.json()[0], "orig_name": name, "meta": {"_type": "gradio.FileData"}}
+
+    def download(self, filedata: dict) -> bytes:
+        r = self.http.get(filedata.get("url") or f"{self.base}/file={filedata['path']}")
+        r.raise_for_status()
+        return r.content
+
+    def _join(self, fn_index: int, data: list, what: str):
+        body = {"data": data, "event_data": None, "fn_index": fn_index, "trigger_id": None,
+                "session_hash": self.session_hash}
         r = self.http.post(self.base + "/queue/join", json=body)
         if r.status_code == 503:
             raise Refused(f"queue is full: {r.text[:100]}")
@@ -115,53 +124,142 @@ class RawVisitor:
                 if msg.get("msg") == "process_completed" and msg.get("event_id") == event_id:
                     if not msg.get("success"):
                         out = msg.get("output") or {}
-                        raise RuntimeError(f"{api_name}: {out.get('error') or out}"[:300])
+                        raise AppFailed(f"{what}: {out.get('error') or out}"[:300])
                     return msg["output"]["data"]
                 if msg.get("msg") in ("close_stream", "unexpected_error"):
                     break
-        raise RuntimeError(f"{api_name}: the event stream ended without a result")
+        raise RuntimeError(f"{what}: the event stream ended without a result")
 
 
 class GradioClientVisitor:
-    """The same calls through gradio_client (heavier on the client's CPU: it polls in threads)."""
+    """The same calls through gradio_client (heavier on the client's CPU: it polls in threads); the page
+    load is not an API endpoint, so page visitors always speak the raw protocol."""
 
-    def __init__(self, url: str, fn_ids: dict[str, int], seed: int):
+    def __init__(self, url: str, app: "AppInfo", seed: int):
         from gradio_client import Client
 
         self.client = Client(url, verbose=False)
+        self.raw = RawVisitor(url, app, seed)
 
-    def predict(self, *data, api_name: str):
-        return self.client.predict(*data, api_name=api_name)
+    def call(self, endpoint: str, **kwargs):
+        from gradio_client import handle_file
+
+        kwargs = {k: handle_file(v["path"]) if isinstance(v, dict) and "path" in v else v for k, v in kwargs.items()}
+        return self.client.predict(**kwargs, api_name=f"/{endpoint}")
+
+    def page(self):
+        return self.raw.page()
+
+    def upload(self, data: bytes, name: str) -> dict:
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="bench_load_"))
+        (folder / name).write_bytes(data)
+        return {"path": str(folder / name)}
+
+    def download(self, filedata) -> bytes:
+        return Path(filedata).read_bytes() if isinstance(filedata, str) else self.raw.download(filedata)
+
+
+PAGE_EVENT = "on_ready"  # the page load's second step (the first only polls the load status)
+ENDPOINTS = ("search", "query", "failures", "image")
+
+
+class AppInfo:
+    """What the bench asks of the app before the load: the endpoints (ids and parameters, from the app's
+    config and API description) and inputs taken from its own answers."""
+
+    def __init__(self, url: str):
+        import httpx
+
+        base = url.rstrip("/")
+        config = httpx.get(base + "/config", timeout=60.0).json()
+        self.fn_ids = {d["api_name"]: d["id"] for d in config["dependencies"] if d.get("api_name")}
+        info = httpx.get(base + "/gradio_api/info", timeout=60.0).json()["named_endpoints"]
+        missing = [e for e in ENDPOINTS if f"/{e}" not in info]
+        if missing:
+            raise SystemExit(f"the app has no endpoint(s) {', '.join(missing)}; it lists {', '.join(info)}")
+        self.parameters = {e: info[f"/{e}"]["parameters"] for e in ENDPOINTS}
+        self.groups: list[list[str]] = []
+        self.rerank = False
+        self.image_id = ""
+        self.image: dict | None = None
+        self.image_bytes = b""
+
+    def ordered(self, endpoint: str, kwargs: dict) -> list:
+        """The values in the endpoint's parameter order, the app's defaults where none is given."""
+        params = self.parameters[endpoint]
+        unknown = set(kwargs) - {p["parameter_name"] for p in params}
+        if unknown:
+            raise ValueError(f"/{endpoint} has no parameter {', '.join(sorted(unknown))}")
+        out = []
+        for p in params:
+            name = p["parameter_name"]
+            if name not in kwargs and not p["parameter_has_default"]:
+                raise ValueError(f"/{endpoint}: {name} is required")
+            out.append(kwargs.get(name, p["parameter_default"]))
+        return out
+
+    def discover(self, visitor, n_groups: int = 20) -> None:
+        """Queries and their phrasings, whether reranking is offered, and an image to search with."""
+        listed = visitor.call("failures", sort="benchmark", top=200)
+        seen: list[str] = []
+        for row in listed["rows"]:
+            qid = row["query_id"]
+            if qid in seen:
+                continue
+            answer = visitor.call("query", query_id=qid, k=1)
+            group = [p["query_id"] for p in answer["paraphrases"]] or [qid]
+            seen += group
+            self.groups.append(group)
+            if not self.image_id:
+                self.image_id = answer["query"]["reference_ids"][0]
+            if len(self.groups) >= n_groups:
+                break
+        try:
+            visitor.call("query", query_id=self.groups[0][0], k=1, rerank=True)
+            self.rerank = True
+        except AppFailed:
+            self.rerank = False  # no reranker here: the rerank action is left out
+        self.image_bytes = visitor.download(visitor.call("image", image_id=self.image_id))
+
+
+WORDS = ["in red", "without the pattern", "the same in blue", "on a wooden table", "made of leather"]
 
 
 class Visitor:
-    def __init__(self, url: str, groups: list[list[str]], retrievers: list[str], seed: int,
-                 client: str = "raw", fn_ids: dict[str, int] | None = None):
-        self.client = (RawVisitor if client == "raw" else GradioClientVisitor)(url, fn_ids or {}, seed)
-        # the page load (on_ready) sets this session's phrasing choices to the first query's intent,
-        # as a visitor's browser does; gradio refuses a phrasing outside the session's choices
-        self.client.predict(api_name="/on_ready")
-        self.groups, self.retrievers = groups[:1], retrievers
-        from cir_demo.explorer.config import FILTER_FIELDS
-
-        self.any_filters = ["any"] * len(FILTER_FIELDS)  # the list's filter dropdowns, as the page sends them
+    def __init__(self, url: str, app: AppInfo, seed: int, client: str = "raw", page: bool = False):
+        self.client = (RawVisitor if client == "raw" else GradioClientVisitor)(url, app, seed)
+        self.app, self.is_page = app, page
+        self.client.page()  # a visitor opens the page first, as a browser does (a script too: its first GET)
+        self.image = None if page else self.client.upload(app.image_bytes, "reference.png")
         self.rng = random.Random(seed)
 
-    def view(self, query_id: str, rerank: bool):
-        return self.client.predict(query_id, self.retrievers, 10, rerank, 20, api_name="/on_view")
-
     def actions(self):
-        group = self.rng.choice(self.groups)
+        if self.is_page:
+            return [("page load", self.client.page)]
+        group = self.rng.choice(self.app.groups)
         first = group[0]
         other = self.rng.choice(group[1:]) if len(group) > 1 else first
-        word = self.rng.choice(["red", "dog", "without", "same", "blue", "hat"])
-        return [("open", lambda: self.view(first, False)), ("swap", lambda: self.view(other, False)),
-                ("rerank", lambda: self.view(other, True)),
-                ("list", lambda: self.client.predict(word, "order", *self.any_filters, api_name="/on_list"))]
+        call = self.client.call
+        out = [("query", lambda: call("query", query_id=first)),
+               ("query (other phrasing)", lambda: call("query", query_id=other))]
+        if self.app.rerank:
+            out.append(("query reranked", lambda: call("query", query_id=other, rerank=True)))
+        out += [("search", lambda: call("search", image=self.image, instruction=self.rng.choice(WORDS))),
+                ("failures", lambda: call("failures", sort="worst", top=20)),
+                ("image", lambda: call("image", image_id=self.app.image_id))]
+        return out
 
 
 def is_refusal(exc: BaseException) -> bool:
     return isinstance(exc, Refused) or bool(re.search(r"queue is full|too many|429", str(exc), re.I))
+
+
+def percentiles(vals: list[float]) -> dict:
+    vals = sorted(vals)
+    return {"n": len(vals), "p50_s": round(statistics.median(vals), 3),
+            "p95_s": round(vals[min(len(vals) - 1, int(0.95 * len(vals)))], 3), "max_s": round(vals[-1], 3)}
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -173,11 +271,12 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def load_phase(url, groups, retrievers, visitors: int, duration: float, think: float = 0.0,
+def load_phase(url, app: AppInfo, visitors: int, duration: float, think: float = 0.0,
                server_pid: int | None = None, rss_every: float = 0.0, client: str = "raw",
-               fn_ids: dict[str, int] | None = None) -> dict:
+               page_visitors: int = 0, min_rounds: int = 0) -> dict:
     """`think`: seconds a visitor pauses after each action (0: back to back); `rss_every`: seconds
-    between samples of the server's RSS (0: none)."""
+    between samples of the server's RSS (0: none); the first `page_visitors` of the visitors load the page; each visitor does all its actions at least
+    `min_rounds` times, past `duration` if need be."""
     load_before = os.getloadavg()[0]
     times: dict[str, list[float]] = defaultdict(list)
     page_loads: list[float] = []
@@ -193,7 +292,7 @@ def load_phase(url, groups, retrievers, visitors: int, duration: float, think: f
         nonlocal refusals
         t = time.perf_counter()
         try:
-            v = Visitor(url, groups, retrievers, seed=i, client=client, fn_ids=fn_ids)
+            v = Visitor(url, app, seed=i, client=client, page=i < page_visitors)
         except Exception as exc:  # noqa: BLE001 - counted, reported
             v = None
             with lock:
@@ -204,9 +303,11 @@ def load_phase(url, groups, retrievers, visitors: int, duration: float, think: f
         connected.wait()
         if v is None:
             return
-        while time.monotonic() < stop_at[0]:
+        rounds = 0
+        while time.monotonic() < stop_at[0] or rounds < min_rounds:
+            rounds += 1
             for name, call in v.actions():
-                if time.monotonic() >= stop_at[0]:
+                if time.monotonic() >= stop_at[0] and rounds > min_rounds:
                     return
                 t = time.perf_counter()
                 try:
@@ -250,15 +351,14 @@ def load_phase(url, groups, retrievers, visitors: int, duration: float, think: f
     bench_cpu = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     server_cpu = (cpu_seconds(server_pid) - server_cpu0) if server_cpu0 is not None else None
     per_action = {}
+    measured = [t for vals in times.values() for t in vals]
     if page_loads:
-        times["page load (before the clock)"] = page_loads
+        times["first page load (before the clock)"] = page_loads
     for name, vals in times.items():
-        vals = sorted(vals)
-        per_action[name] = {"n": len(vals), "p50_s": round(statistics.median(vals), 3),
-                            "p95_s": round(vals[min(len(vals) - 1, int(0.95 * len(vals)))], 3),
-                            "max_s": round(vals[-1], 3)}
-    return {"visitors": visitors, "duration_s": duration, "requests": sum(len(v) for v in times.values()) - len(page_loads),
-            "errors": len(errors), "error_examples": errors[:5], "refusals": refusals, "per_action": per_action,
+        per_action[name] = percentiles(vals)
+    return {"visitors": visitors, "page_visitors": min(page_visitors, visitors), "duration_s": duration,
+            "requests": len(measured), "errors": len(errors), "error_examples": errors[:5], "refusals": refusals,
+            "all_actions": percentiles(measured) if measured else None, "per_action": per_action,
             "load_avg_1m_before": round(load_before, 2),
             "load_avg_1m_mean": round(statistics.mean(loads), 2) if loads else None,
             "load_avg_1m_max": round(max(loads), 2) if loads else None,
@@ -270,17 +370,17 @@ def load_phase(url, groups, retrievers, visitors: int, duration: float, think: f
             **({"server_rss_timeline": rss_timeline} if rss_timeline else {})}
 
 
-def burst_phase(url, groups, retrievers, visitors: int, client: str = "raw", fn_ids: dict[str, int] | None = None) -> dict:
+def burst_phase(url, app: AppInfo, visitors: int, client: str = "raw") -> dict:
     """Every visitor fires one request at the same moment."""
     outcome = {"ok": 0, "refused": 0, "errors": []}
     lock = threading.Lock()
     clients = []
     for i in range(visitors):
-        clients.append(Visitor(url, groups, retrievers, seed=1000 + i, client=client, fn_ids=fn_ids))
+        clients.append(Visitor(url, app, seed=1000 + i, client=client))
     barrier = threading.Barrier(visitors)
 
     def run(v: Visitor) -> None:
-        name, call = v.actions()[2]  # rerank: the heaviest action
+        name, call = v.actions()[2]  # the reranked query (the heaviest action), else a search
         barrier.wait()
         try:
             call()
@@ -313,8 +413,10 @@ def main(argv=None) -> int:
     p.add_argument("--visitors", type=int, default=20)
     p.add_argument("--duration", type=float, default=60.0)
     p.add_argument("--burst", type=int, default=60, help="visitors firing at once in the refusal phase (0: skip)")
-    p.add_argument("--retrievers", default="world-cir,world-clip-fusion,world-clip-image,world-clip-text",
-                   help="columns each view asks for")
+    p.add_argument("--page-visitors", type=int, default=None,
+                   help="of the visitors, how many load the page over and over (default: a quarter)")
+    p.add_argument("--min-rounds", type=int, default=0,
+                   help="each visitor does all its actions at least this many times, past --duration if need be")
     p.add_argument("--think", type=float, default=0.0, help="seconds each visitor pauses after an action (default 0)")
     p.add_argument("--rss-every", type=float, default=0.0,
                    help="sample the started server's RSS every this many seconds during the load (default: never)")
@@ -330,16 +432,17 @@ def main(argv=None) -> int:
         proc = start_app(app_args, port)
         url = f"http://127.0.0.1:{port}/"
     try:
-        groups = query_groups(app_args)
-        retrievers = [r for r in args.retrievers.split(",") if r]
-        fn_ids = RawVisitor.endpoints(url) if args.client == "raw" else None
-        result = {"url": url, "app_args": app_args, "cpu_count": os.cpu_count(),
-                  "load": load_phase(url, groups, retrievers, args.visitors, args.duration, args.think,
-                                    proc.pid if proc is not None else args.server_pid, args.rss_every, args.client, fn_ids)}
+        app = AppInfo(url)
+        app.discover(RawVisitor(url, app, seed=99999))
+        pages = args.visitors // 4 if args.page_visitors is None else args.page_visitors
+        result = {"url": url, "app_args": app_args, "cpu_count": os.cpu_count(), "rerank": app.rerank,
+                  "load": load_phase(url, app, args.visitors, args.duration, args.think,
+                                     proc.pid if proc is not None else args.server_pid, args.rss_every, args.client,
+                                     pages, args.min_rounds)}
         if proc is not None:
             result["server_rss_mb_after_load"] = rss_mb(proc.pid)
         if args.burst:
-            result["burst"] = burst_phase(url, groups, retrievers, args.burst, args.client, fn_ids)
+            result["burst"] = burst_phase(url, app, args.burst, args.client)
         if proc is not None:
             result["server_rss_mb_end"] = rss_mb(proc.pid)
     finally:

@@ -20,7 +20,7 @@ metrics of a shown ranking), `images` (thumbnail and pixel stores, the warmer pr
 `uploads` (validating uploaded images), `views` (the dataclasses returned), `runs` (eval run
 folders and reports), `own_runs` (results files as columns: `--runs`, uploads), `paired` (the Report's
 scores and paired comparisons of those), `service` (`ExplorerService`), `loader` (building it, in the
-background).
+background), `api` (the JSON answers of the app's API endpoints).
 """
 from cir_demo.explorer.config import (FILTER_FIELDS, MAX_COLUMNS, MAX_QUERY_ROWS, MODALITY_LABELS, NO_VALUE,
                                       REFERENCE_PX, SEARCH_K, TILE_PX,

@@ -88,34 +88,44 @@ INTEGER_COLUMNS = ("target_rank", "subset_rank", "reference_rank", "n_gt", "gt_f
 def failure_rows(bench, paths, sort: str, fmt: str = "auto", metric: str | None = None):
     """The queries in the order of `sort` with `why` and every run's per-query columns (see the module doc).
     `paths`: `FILE` or `NAME=FILE` values; `metric`: what a diff:A,B sort compares (default the primary)."""
+    from cir_demo.explorer.own_runs import parse_run_args
+    from cir_demo.results.files import read_results
+
+    runs, sources = {}, {}
+    for arg in parse_run_args(paths):
+        rf = read_results(arg.path, bench, fmt=fmt)
+        for w in rf.warnings():
+            print(f"warning: {arg.path}: {w.message}", file=sys.stderr)
+        runs[arg.name], sources[arg.name] = rf.run, arg.path
+    return failure_rows_of(bench, runs, with_metric(sort, metric), sources)
+
+
+def failure_rows_of(bench, runs, sort: str, sources: dict | None = None):
+    """`failure_rows` of runs given as `{name: {query id: ids best first}}` (the app's /failures answers with
+    this, so its rows are the command's); `<run>+rerank` is that run reranked. `sources` names the file
+    each run came from, for errors."""
     import pandas as pd
 
     from cir_demo.benchmarks.families import metric_family
     from cir_demo.benchmarks.registry import RERANK_SUFFIX
     from cir_demo.benchmarks.schema import BenchmarkError
     from cir_demo.explorer.failures import SortContext, per_query_frame, sort_rows
-    from cir_demo.explorer.own_runs import parse_run_args
     from cir_demo.explorer.queries import query_table
-    from cir_demo.results.files import read_results
 
     fam = metric_family(bench.metric_family)
     views = fam.views()
-    frames, names = [], []
-    for run in parse_run_args(paths):
-        rf = read_results(run.path, bench, fmt=fmt)
-        for w in rf.warnings():
-            print(f"warning: {run.path}: {w.message}", file=sys.stderr)
-        names.append(run.name)
+    names, frames = list(runs), []
+    for name, run in runs.items():
         try:
-            frames.append(per_query_frame(fam, run.name, rf.run, bench.queries))
+            frames.append(per_query_frame(fam, name, run, bench.queries))
         except BenchmarkError as exc:  # e.g. a ranking repeating an image: named by the file it is in
-            raise BenchmarkError(f"{run.path}: {error_text(exc)}") from None
+            raise BenchmarkError(f"{(sources or {}).get(name, name)}: {error_text(exc)}") from None
     per_query = pd.concat(frames, ignore_index=True)
-    runs = [n for n in names if not (n.endswith(RERANK_SUFFIX) and n[:-len(RERANK_SUFFIX)] in names)]
+    first = [n for n in names if not (n.endswith(RERANK_SUFFIX) and n[:-len(RERANK_SUFFIX)] in names)]
     metrics = [c for c in per_query.columns if "@" in c or c in fam.headline]
     metrics += [c for c in (*views.measures, views.finer) if c and c in per_query.columns and c not in metrics]
-    ctx = SortContext(fam, query_table(bench), runs, {n: "composed" for n in runs}, reranked=len(runs) < len(names))
-    rows, _ = sort_rows(ctx.table, per_query, with_metric(sort, metric), ctx)
+    ctx = SortContext(fam, query_table(bench), first, {n: "composed" for n in first}, reranked=len(first) < len(names))
+    rows, _ = sort_rows(ctx.table, per_query, sort, ctx)
     out = rows[["query_id", "why"]].reset_index(drop=True)
     for name in names:
         own = per_query[per_query["run"] == name].set_index("query_id").reindex(out["query_id"])

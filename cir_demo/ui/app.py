@@ -20,7 +20,7 @@ import gradio as gr
 from cir_demo.explorer import (MAX_COLUMNS, ExplorerService, ServiceConfig, ServiceError, filter_fields,
                                ServiceLoader)
 from cir_demo.explorer.public_text import hide_paths
-from cir_demo.ui import explore, report, upload
+from cir_demo.ui import api, explore, report, upload
 from cir_demo.ui.controls import CONTROLS_JS
 from cir_demo.ui.components import loading_html, md_escape, notes_markdown
 from cir_demo.ui.guard import guarded
@@ -207,6 +207,8 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
         if precompute is not None:
             _wire_background_run(loader, status, ex, rp, get_service, get_pending, *follow.values())
         demo.load(None, None, None, js=CONTROLS_JS)
+        api.hide_page_events(demo)  # the page's wiring is no API: only the endpoints below are listed
+        api.add_endpoints(demo, get_service)
     demo.cir_loader = loader  # for launch helpers and tests
     return bound_session_copies(demo)
 
@@ -360,10 +362,16 @@ PAGE_CSS = """
 """
 
 
+MAX_FILE_SIZE = "25mb"  # an upload, from the page or an API client
+
+
 def launch_app(demo: gr.Blocks, server_name: str | None = None, port: int | None = None, share: bool = False,
-               queue_size: int = 32, concurrency: int = 2, prevent_thread_lock: bool = False, quiet: bool = False):
+               queue_size: int = 32, concurrency: int = 2, prevent_thread_lock: bool = False, quiet: bool = False,
+               mcp: bool | None = None):
     """Queue (bounded, so many visitors cannot exhaust memory) and launch. No data folder is
-    served by path (report plots are sent as images), so nothing under runs/ reaches a visitor."""
+    served by path (report plots are sent as images), so nothing under runs/ reaches a visitor.
+    The API endpoints share the page's queue, concurrency group and upload limit. `mcp`: serve them as
+    MCP tools too (None: as gradio's GRADIO_MCP_SERVER says, off when unset)."""
     share_one_limit(demo)
     quiet_queue_analytics()
     demo.queue(max_size=queue_size, default_concurrency_limit=concurrency)
@@ -371,9 +379,13 @@ def launch_app(demo: gr.Blocks, server_name: str | None = None, port: int | None
     # within 3 s (for notebooks that need a share link; gradio 6.31 gates only that check on it): on a
     # machine busy with other jobs the server was slower than that and the app ended with "When localhost
     # is not accessible, a shareable link must be created" although it served.
-    return demo.launch(server_name=server_name, server_port=port, share=share, show_error=True,
-                       prevent_thread_lock=prevent_thread_lock, quiet=quiet, css=PAGE_CSS,
-                       max_file_size="25mb", footer_links=["api", "settings"], _frontend=False)
+    launched = demo.launch(server_name=server_name, server_port=port, share=share, show_error=True,
+                           prevent_thread_lock=prevent_thread_lock, quiet=quiet, css=PAGE_CSS,
+                           max_file_size=MAX_FILE_SIZE, footer_links=["api", "settings"], mcp_server=mcp or None,
+                           _frontend=False)
+    if getattr(demo, "mcp_error", None):  # gradio serves on without its MCP server, saying nothing
+        log.warning("MCP tools not served: %s", hide_paths(demo.mcp_error))
+    return launched
 
 
 # ------------------------------------------------------------------ command line
@@ -461,7 +473,7 @@ def main(argv: Sequence[str] | None = None, started: float | None = None, startu
                                enabled=not (args.no_precompute or args.runs))
     demo = create_app(loader, precompute)
     launch_app(demo, args.server_name, args.port, args.share, args.queue_size, args.concurrency,
-               prevent_thread_lock=True)
+               prevent_thread_lock=True, mcp=args.mcp or None)
     # Load after the server is up: the loader's imports would otherwise hold the GIL while the
     # page and its assets are being served.
     loader.start()

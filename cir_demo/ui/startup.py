@@ -34,6 +34,10 @@ def prepare(argv: Sequence[str] | None = None) -> Startup | int:
     problems = app_problems(args)
     if problems:
         return report(problems)
+    problem = mcp_problem() if mcp_asked(args) else None
+    if problem:
+        print(f"error: --mcp (or GRADIO_MCP_SERVER=True): {problem}", file=sys.stderr)
+        return 2
     startup = Startup(args, generate_aside(args.benchmark, benchmark_kwargs(args)))
     from cir_demo.explorer.own_runs import runs_problems  # imports the explorer (~1 s): the child runs meanwhile
 
@@ -42,6 +46,34 @@ def prepare(argv: Sequence[str] | None = None) -> Startup | int:
         startup.stop()
         return report(problems)
     return startup
+
+
+def mcp_asked(args: argparse.Namespace) -> bool:
+    """`--mcp`, or gradio's own switch for it set in the environment (a Space's variable)."""
+    import os
+
+    return bool(getattr(args, "mcp", False)) or os.environ.get("GRADIO_MCP_SERVER", "").lower() == "true"
+
+
+def mcp_problem() -> str | None:
+    """Why gradio's MCP server cannot run here (its optional `mcp` package missing, or of a version outside
+    the range gradio's `mcp` extra names), else None."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    fix = 'pip install "gradio[mcp]"'
+    try:
+        have = metadata.version("mcp")
+    except metadata.PackageNotFoundError:
+        return f"gradio's MCP server needs the optional package mcp, which is not installed: {fix}"
+    for line in metadata.requires("gradio") or []:
+        req = Requirement(line)
+        wanted = req.name == "mcp" and req.marker is not None and req.marker.evaluate({"extra": "mcp"})
+        if wanted and not req.specifier.contains(have, prereleases=True):
+            return (f"gradio {metadata.version('gradio')}'s MCP server needs mcp{req.specifier}, "
+                    f"this environment has mcp {have}: {fix}")
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--share", action="store_true", help="also serve through a temporary public gradio.live link")
     s.add_argument("--queue-size", type=int, default=32, help="requests waiting at most; more are refused (default 32)")
     s.add_argument("--concurrency", type=int, default=2, help="requests worked on at once (default 2)")
+    s.add_argument("--mcp", action="store_true",
+                   help="also serve the API endpoints (/search, /query, /failures, /evaluate, /image) as MCP tools "
+                        "at /gradio_api/mcp/ (needs gradio[mcp]; on a Space: put --mcp in CIR_DEMO_ARGS)")
     s.add_argument("--no-precompute", action="store_true",
                    help="do not compute the failure sorts and the report in a low-priority background eval run "
                         "on a first start (they are then computed when first asked for)")

@@ -56,6 +56,7 @@ def staged_run_dir(out: str | os.PathLike, overwrite: bool = False, outputs=None
     outputs = outputs or EVAL_RUN
     out = Path(out).absolute()
     if out.is_symlink():
+        print(f"{out} is a link to {out.resolve()}: written there", flush=True)
         out = out.resolve()
     if out.is_dir():
         settle(out)  # a replacement a kill interrupted: completed or undone before anything else

@@ -6,6 +6,7 @@
 | 9 | `--runs x=/etc/passwd` showed the file's first line to every visitor | test_a_refused_runs_file_* |
 | 10 | `--port 0`: a traceback; `GRADIO_SERVER_PORT=abc` with `--port`: a crash at gradio's import | test_port_* |
 | 11 | every --runs file left out: "train them"; `--runs world-cir=FILE` refused after the page started | test_runs_* |
+| 12 | a failed load: a 20-line gradio traceback in the log on every page view | test_a_failed_load_* |
 | 13 | a deeply nested JSON results file: RecursionError / tracebacks | test_deeply_nested_* |
 | 15 | a results file with a UTF-8 byte order mark was refused | test_a_results_file_with_a_bom_* |
 
@@ -181,3 +182,32 @@ def test_a_results_file_with_a_bom_is_scored_as_without(dirs, bench, capsys):
         assert rc == 0, err
     assert (dirs / "bom" / "metrics.csv").read_text().replace("bom", "plain") == \
         (dirs / "plain" / "metrics.csv").read_text()
+
+
+# --------------------------------------------------------------------------- case 12
+def test_a_failed_load_is_one_log_line_per_page_view_and_a_valid_update(dirs, caplog):
+    """Each page view's second step (`on_ready`) returned `{}`, which gradio rejects with a 20-line
+    traceback in the log; gradio's own output processing is the oracle here."""
+    import asyncio
+    import logging
+
+    from gradio.state_holder import SessionState
+
+    from cir_demo.explorer import ServiceConfig
+    from cir_demo.explorer.loader import ServiceLoader
+    from cir_demo.ui import app as ui_app
+
+    loader = ServiceLoader(ServiceConfig(benchmark="world", benchmark_kwargs={"size": "tiny"},
+                                         retrievers=("no-such-retriever",), reranker="none", warm_thumbnails=False,
+                                         device="cpu"))
+    assert loader._event.wait(120) and loader.status().error
+    demo = ui_app.create_app(loader)
+    [on_ready] = [f for f in demo.fns.values() if f.name == "on_ready"]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="cir_demo.ui"):
+        for _ in range(2):  # two page views
+            update = on_ready.fn(None)
+            asyncio.run(demo.postprocess_data(on_ready, update, SessionState(demo)))  # raises on a bad update
+    lines = [r for r in caplog.records if r.name == "cir_demo.ui"]
+    assert len(lines) == 2 and all("page view: the explorer is not loaded (UnknownNameError" in r.getMessage()
+                                   for r in lines), [r.getMessage() for r in lines]

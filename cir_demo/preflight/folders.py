@@ -38,10 +38,10 @@ def system_folder(path: Path) -> bool:
         or text.startswith("/usr/") and text.count("/") <= 2
 
 
-def creatable_dir_problem(path: Path, flag: str) -> Line | None:
-    """None when `path` is a folder or can be created as one, and a finished write can be moved in by a
-    rename: not a system folder or a mount point, its parent writable. Checked without listing anything;
-    a symbolic link is followed, and said."""
+def creatable_dir_problem(path: Path, flag: str, moved_in: bool = True) -> Line | None:
+    """None when `path` is a folder or can be created as one, not a system folder, and (`moved_in`: a
+    write staged beside it is renamed in at the end) not a mount point, its parent writable. Checked
+    without listing anything; a symbolic link is followed, and said."""
     item = f"{flag} {path}"
     resolved = path.resolve()
     if path.is_symlink() and not path.exists():
@@ -50,7 +50,7 @@ def creatable_dir_problem(path: Path, flag: str) -> Line | None:
     if system_folder(resolved):
         return Line(item, "blocked", f"{link}a system folder", "name a folder of your own")
     if path.exists():
-        return _existing_dir_problem(item, resolved, link)
+        return _existing_dir_problem(item, resolved, link, moved_in)
     base = _nearest_existing(resolved)
     if not base.is_dir():
         return Line(item, "blocked", f"cannot be created, {base} is a file")
@@ -59,15 +59,15 @@ def creatable_dir_problem(path: Path, flag: str) -> Line | None:
     return None
 
 
-def _existing_dir_problem(item: str, resolved: Path, link: str) -> Line | None:
+def _existing_dir_problem(item: str, resolved: Path, link: str, moved_in: bool) -> Line | None:
     if not resolved.is_dir():
         return Line(item, "blocked", f"{link}an existing file, not a folder", "name a new folder")
-    if os.path.ismount(resolved):
+    if moved_in and os.path.ismount(resolved):
         return Line(item, "blocked", f"{link}a mount point, and a finished write is moved in by a rename, "
                     "which cannot cross one", "name a folder inside it")
     if not os.access(resolved, os.W_OK | os.X_OK):
         return Line(item, "blocked", f"{link}folder is not writable")
-    if not os.access(resolved.parent, os.W_OK | os.X_OK):
+    if moved_in and not os.access(resolved.parent, os.W_OK | os.X_OK):
         return Line(item, "blocked", f"{link}its parent {resolved.parent} is not writable, and the write is "
                     "staged there", "name a folder in a writable one")
     return None
@@ -133,7 +133,7 @@ def _own_names(path: Path, recognise) -> set[str]:
 def manifest_folder_problem(path: Path, flag: str, what: str, recognise=None) -> Line | None:
     """`path` new, empty, or an earlier write of `what` with nothing beside the files its manifest.json
     lists: the command writes those names again, so anything else there is refused, never overwritten."""
-    problem = creatable_dir_problem(path, flag)
+    problem = creatable_dir_problem(path, flag, moved_in=False)  # written in place
     if problem or not path.is_dir() or not any(path.iterdir()):
         return problem
     own = _own_names(path.resolve(), recognise) if recognise else set()

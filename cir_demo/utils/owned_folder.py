@@ -252,8 +252,9 @@ def refusal(out: Path, state: FolderState) -> str:
     """Why a run may not go into the existing folder `out`: one line naming what is in the way."""
     if state.manifest is None:
         listed = [_shown(out, name) for name in sorted(os.listdir(out)) if name != JOURNAL]
-        return (f"holds files that no cir_demo run recorded ({state.names(listed)}; no {RUN_MANIFEST} "
-                "naming them); name a new or empty folder")
+        why = (f"its {RUN_MANIFEST} names none of them as this command's outputs"
+               if os.path.lexists(out / RUN_MANIFEST) else f"no {RUN_MANIFEST}")
+        return f"holds files that no cir_demo run recorded ({state.names(listed)}; {why}); name a new or empty folder"
     if state.changed:
         return (f"the earlier run's {state.names(state.changed)} changed since it was written; "
                 "move them or name another folder")

@@ -141,6 +141,42 @@ def test_world_generate_refuses_a_lone_users_manifest_with_a_files_key(dirs, cap
     assert (w / "manifest.json").read_text() == '{"files": {"manifest.json": 1}}'
 
 
+def test_world_generate_writes_its_own_folder_again_and_only_its_own_names(dirs, capsys):
+    from cir_demo.cli import main
+
+    w = dirs / "w"
+    assert main(["world", "generate", "--size", "tiny", "--out", str(w)]) == 0
+    assert main(["world", "generate", "--size", "tiny", "--out", str(w)]) == 0  # its test_manifest.json and lock
+    manifest = json.loads((w / "manifest.json").read_text())
+    manifest["files"]["notes.txt"] = _record(w / "manifest.json")  # an edited manifest names a user's file
+    (w / "manifest.json").write_text(json.dumps(manifest))
+    (w / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert main(["world", "generate", "--size", "tiny", "--out", str(w), "--force"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not part of a generated world (notes.txt)" in err[0], err
+    assert (w / "notes.txt").read_text() == "mine"
+
+
+def test_declared_outputs_match_what_the_commands_write():
+    """owned_folder.OUTPUTS against the layouts' own constants (the index's files, the world's files, the
+    splits an --eval writes into subfolders)."""
+    from cir_demo.benchmarks.registry import declared_defaults
+    from cir_demo.index.manifest import IDS_FILE, INDEX_FILE, MANIFEST_FILE
+    from cir_demo.utils.owned_folder import OUTPUTS, SPLIT_FOLDERS
+    from cir_demo.world.disk import DATA_FILES, LOCK_FILE, MANIFEST, TEST_MANIFEST
+
+    index = OUTPUTS["index"]
+    assert all(index.declares(n) for n in (INDEX_FILE, IDS_FILE, MANIFEST_FILE)) and not index.declares("notes.txt")
+    world = OUTPUTS["world-generate"]
+    assert all(world.declares(n) for n in (*DATA_FILES, MANIFEST, TEST_MANIFEST, LOCK_FILE))
+    assert not any(world.declares(n) for n in ("notes.txt", "thesis.tex", "data/x.npy"))
+    assert SPLIT_FOLDERS == tuple(declared_defaults("world").eval_splits[1:])
+    run = OUTPUTS["eval"]
+    assert run.declares("compositional/results/a+rerank.json") and not run.declares("mine/report.md")
+    assert not run.declares("plots/sub/a.png") and not run.declares("thesis.tex")
+
+
 def test_record_refuses_a_users_record_md(dirs, capsys):
     from cir_demo.cli import main
 

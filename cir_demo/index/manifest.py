@@ -208,15 +208,16 @@ def foreign_entries(directory: Path) -> list[str]:
     folder the user named (`--out-dir`) only when its manifest.json is an index manifest: a folder is
     never taken for an index by its file names alone. In the project's indexes folder a damaged index
     (its manifest unreadable) is still the project's to rebuild."""
+    from cir_demo.utils.owned_folder import OUTPUTS
+
     if not directory.is_dir():
         return []
-    own = {INDEX_FILE, IDS_FILE, MANIFEST_FILE}
     if not _project_folder(directory):
         try:
             read_manifest(directory)
         except Exception:  # no index manifest: nothing here is an index's
-            own = set()
-    return sorted(name for name in os.listdir(directory) if name not in own)
+            return sorted(os.listdir(directory))
+    return sorted(name for name in os.listdir(directory) if not OUTPUTS["index"].declares(name))
 
 
 def index_folder_problem(directory: Path) -> str | None:

@@ -88,26 +88,28 @@ def run_dir_problem(path: Path, flag: str = "--out", overwrite: bool = False, ou
     return Line(f"{flag} {path}", "blocked", why) if why else None
 
 
-def _world_names(manifest: dict) -> tuple[str, ...] | None:
-    """The names a world generation writes, when `manifest` is a world's manifest (None when it is not)."""
-    from cir_demo.world.disk import DATA_FILES, LOCK_FILE, MANIFEST, TEST_MANIFEST
+def _world_names(manifest: dict):
+    """What a world generation writes (owned_folder.OUTPUTS), when `manifest` is a world's (None when not)."""
+    from cir_demo.utils.owned_folder import OUTPUTS
+
+    from cir_demo.world.disk import LOCK_FILE, TEST_MANIFEST
 
     if not {"size", "seed", "checksum", "generator_version"} <= set(manifest):
         return None
-    return (MANIFEST, TEST_MANIFEST, LOCK_FILE, *DATA_FILES)
+    return OUTPUTS["world-generate"].declares, (TEST_MANIFEST, LOCK_FILE)  # the two it writes beside the list
 
 
-def _weights_names(manifest: dict) -> tuple[str, ...] | None:
+def _weights_names(manifest: dict):
     """Trained weights' manifest (its format): every name it lists is the training's (its folders vary)."""
     from cir_demo.training.pipeline import MANIFEST_FORMAT
 
     if manifest.get("format") != MANIFEST_FORMAT:
         return None
-    return ("manifest.json", *(name.split("/", 1)[0] for name in manifest.get("files", {}) if isinstance(name, str)))
+    return (lambda name: True), ()
 
 
 # commands whose `--out` folder holds the files their manifest.json lists (a world, trained weights):
-# what they write, and which names a manifest of theirs makes theirs
+# what they write, and, given a manifest of theirs, which of the names it lists are theirs
 MANIFEST_OUT = {("world", "generate"): ("a generated world", _world_names), ("train", None): ("trained weights",
                                                                                               _weights_names)}
 
@@ -126,8 +128,9 @@ def _own_names(path: Path, recognise) -> set[str]:
         names = None
     if names is None:  # no manifest of this command's: nothing here was written by it
         return set()
-    listed = {rel.split("/", 1)[0] for rel in manifest["files"] if not path_problem(path, rel)}
-    return {"manifest.json"} | (listed & set(names))
+    declares, beside = names
+    return {"manifest.json", *beside} | {rel.split("/", 1)[0] for rel in manifest["files"]
+                                         if not path_problem(path, rel) and declares(rel)}
 
 
 def manifest_folder_problem(path: Path, flag: str, what: str, recognise=None) -> Line | None:

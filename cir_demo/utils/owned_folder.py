@@ -64,6 +64,10 @@ OUTPUTS = {o.key: o for o in (
     Outputs("eval", "--eval", _EVAL_FILES + tuple(f"{s}/{p}" for s in SPLIT_FOLDERS for p in _EVAL_FILES)),
     Outputs("world-export", "world export", _EXPORT_FILES),
     Outputs("world-render", "world render", _IMAGE),
+    # written in place or swapped in whole, with a manifest of their own kind (no journal): their names
+    Outputs("index", "index build", ("index.faiss", "ids.json", "manifest.json")),
+    Outputs("world-generate", "world generate", ("manifest.json", "test_manifest.json", ".generate.lock", "*.npy",
+                                                 "test_*.jsonl", "train_*.jsonl", "compositional_*.jsonl")),
 )}
 EVAL_RUN = OUTPUTS["eval"]
 

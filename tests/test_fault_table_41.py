@@ -226,6 +226,22 @@ def test_system_folders_are_refused_in_one_line_without_walking_them(dirs, capsy
     assert rc == 2 and len(err) == 1 and "a system folder" in err[0] and err[0].startswith(f"error: --out {folder}"), err
 
 
+def test_a_users_folder_is_refused_without_walking_its_tree(dirs, capsys, monkeypatch):
+    home = dirs / "home"
+    (home / "src" / "deep" / "er").mkdir(parents=True)
+    (home / "src" / "deep" / "er" / "f.py").write_text("x")
+    (home / "notes.txt").write_text("mine")
+    results = _results_file(dirs / "m.json")
+
+    def no_walk(*a, **k):
+        raise AssertionError("walked the tree")
+
+    monkeypatch.setattr(os, "walk", no_walk)
+    monkeypatch.setattr(Path, "rglob", no_walk)
+    rc, err, _ = _score(home, capsys, "--overwrite", results=results)
+    assert rc == 2 and len(err) == 1 and "holds files that no cir_demo run recorded (notes.txt, src/" in err[0], err
+
+
 # --------------------------------------------------------------------------- case 8
 def test_out_a_link_to_an_empty_folder_is_written_there_and_said(dirs, capsys):
     target = dirs / "target"

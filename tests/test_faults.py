@@ -234,6 +234,26 @@ def test_killed_eval_lists_nothing_and_rerun_is_identical(world, capsys):
     assert not (world["root"] / "runs" / PARTIAL).exists()  # the killed run's staging folder is cleaned up
 
 
+def test_wrote_is_said_only_once_the_run_is_in_place(world, capsys, monkeypatch):
+    """Issue 41, case 5: a run whose final move failed (another run took its folder meanwhile) said
+    "wrote N files" first, then exited 2 and its run was gone."""
+    from cir_demo.utils import owned_folder
+
+    def taken(new, out, overwrite, outputs=None):
+        raise owned_folder.FolderInTheWay(f"{out}: taken by another run meanwhile")
+
+    monkeypatch.setattr(owned_folder, "replace_owned", taken)
+    out = world["root"] / "runs" / "taken"
+    p = argparse.ArgumentParser()
+    eval_cli.add_arguments(p)
+    capsys.readouterr()
+    rc = eval_cli.run(p.parse_args([*EVAL, "--out", str(out)]))
+    printed = capsys.readouterr()
+    assert rc == 2 and "taken by another run meanwhile" in printed.err, printed.err
+    assert "run directory" in printed.out and "wrote" not in printed.out, printed.out
+    assert not out.exists()
+
+
 def test_killed_index_build_leaves_old_index_serving(world, capsys):
     before = {p.name: p.read_bytes() for p in world["index"].iterdir()}
     # so the rebuild has to encode (slowly, 2 images a batch) and can be killed midway; put back after the

@@ -32,7 +32,9 @@ from cir_demo.testing.tiny_index import TinyConvRetriever, tiny_benchmark
 
 
 @pytest.fixture()
-def out(tmp_path) -> Path:
+def out(tmp_path, monkeypatch) -> Path:
+    """An index folder in the project's indexes folder (a damaged one there is the project's to rebuild)."""
+    monkeypatch.setenv("CIR_DEMO_INDEXES", str(tmp_path / "indexes"))
     return tmp_path / "indexes" / "tinybench" / "tiny-conv"
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 
 import pytest
 
@@ -125,7 +126,7 @@ def test_build_never_replaces_a_folder_holding_other_files(env, tmp_path, capsys
         code = run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
                         "--out-dir", str(out), *extra])
         err = capsys.readouterr().err.strip().splitlines()
-        assert code == 2 and len(err) == 1 and "holds files that are not part of an index (notes.txt)" in err[0], err
+        assert code == 2 and len(err) == 1 and "holds files that are not part of an index (ids.json, notes.txt)" in err[0], err
         assert sorted(p.name for p in out.iterdir()) == ["ids.json", "notes.txt"]
         assert (out / "notes.txt").read_text() == "mine" and (out / "ids.json").read_text() == "[]"
     assert env["loaded"] == []  # refused before a model was loaded
@@ -136,6 +137,32 @@ def test_build_never_replaces_a_folder_holding_other_files(env, tmp_path, capsys
     assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
                     "--out-dir", str(index), "--force"]) == 0
     assert sorted(p.name for p in index.iterdir()) == ["ids.json", "index.faiss", "manifest.json"]
+
+
+def test_build_never_takes_a_folder_for_an_index_by_its_file_names(env, tmp_path, capsys):
+    """Issue 41, cases 2-3: a user's manifest.json and ids.json alone are no index; an index manifest whose
+    `files` lists a user's file does not make that file the index's, with or without --force."""
+    import json
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "manifest.json").write_text('{"files": {}}')
+    (mine / "ids.json").write_text('["a"]')
+    argv = ["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress"]
+    assert run_cli([*argv, "--out-dir", str(mine)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not part of an index (ids.json, manifest.json)" in err[0], err
+    assert (mine / "manifest.json").read_text() == '{"files": {}}' and (mine / "ids.json").read_text() == '["a"]'
+    index = tmp_path / "index"
+    assert run_cli([*argv, "--out-dir", str(index)]) == 0
+    (index / "thesis.tex").write_text("mine")
+    manifest = json.loads((index / "manifest.json").read_text())
+    manifest["files"]["thesis.tex"] = {"size": 4, "sha256": hashlib.sha256(b"mine").hexdigest()}
+    (index / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert run_cli([*argv, "--out-dir", str(index), "--force"]) == 2
+    assert "not part of an index (thesis.tex)" in capsys.readouterr().err
+    assert (index / "thesis.tex").read_text() == "mine"
 
 
 def test_sharded_build_removes_only_its_shards_from_shard_dir(env, tmp_path, monkeypatch):

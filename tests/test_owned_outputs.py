@@ -96,72 +96,7 @@ def test_results_outputs_are_not_replaced_without_overwrite(dirs, capsys, comman
 
 
 # --------------------------------------------------------------------------- a kill during --overwrite
-def _earlier_run_beside_user_files(out: Path) -> dict:
-    from cir_demo.utils.staged_folder import staged_run_dir
-
-    with staged_run_dir(out) as d:
-        (d / "metrics.csv").write_text("old")
-        (d / "plots").mkdir()
-        (d / "plots" / "a.png").write_text("old plot")
-    (out / "notes.txt").write_text("mine")
-    return _tree(out)
-
-
-def _set_aside(parent: Path) -> list[Path]:
-    return sorted((parent / ".partial").glob("replaced-*"))
-
-
-def test_a_kill_while_replacing_beside_user_files_keeps_the_earlier_run_whole(dirs, monkeypatch):
-    from cir_demo.utils import owned_folder
-    from cir_demo.utils.staged_folder import clean_abandoned, staged_run_dir
-
-    out = dirs / "out"
-    before = _earlier_run_beside_user_files(out)
-    real_replace = os.replace
-
-    def killed_after_one(src, dst):  # the process stops after the first new file (metrics.csv) is moved in
-        if Path(dst) == out / "report.md":
-            raise KeyboardInterrupt
-        real_replace(src, dst)
-
-    monkeypatch.setattr(owned_folder.os, "replace", killed_after_one)
-    with pytest.raises(KeyboardInterrupt):
-        with staged_run_dir(out, overwrite=True) as d:
-            (d / "metrics.csv").write_text("new")
-            (d / "report.md").write_text("new")
-    monkeypatch.setattr(owned_folder.os, "replace", real_replace)
-    assert (out / "notes.txt").read_text() == "mine"
-    assert (out / "metrics.csv").read_text() == "new" and not (out / "report.md").exists()
-    assert not (out / "run_manifest.json").exists()  # half a run is not taken for one (nothing removed later)
-    clean_abandoned(dirs)  # what the next run does first
-    [aside] = _set_aside(dirs)
-    kept = {rel: data for rel, data in _tree(aside).items()}
-    assert kept == {rel: data for rel, data in before.items() if rel != "notes.txt"}  # the earlier run, whole
-
-
-def test_a_kill_while_swapping_a_folder_of_only_the_run_keeps_the_earlier_run(dirs, monkeypatch):
-    from cir_demo.utils import owned_folder
-    from cir_demo.utils.staged_folder import clean_abandoned, staged_run_dir
-
-    out = dirs / "out"
-    with staged_run_dir(out) as d:
-        (d / "metrics.csv").write_text("old")
-    before = _tree(out)
-    real_rename = os.rename
-
-    def killed_between(src, dst):  # out moved aside, then the process stops
-        real_rename(src, dst)
-        if Path(src) == out:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(owned_folder.os, "rename", killed_between)
-    with pytest.raises(KeyboardInterrupt):
-        with staged_run_dir(out, overwrite=True) as d:
-            (d / "metrics.csv").write_text("new")
-    monkeypatch.setattr(owned_folder.os, "rename", real_rename)
-    clean_abandoned(dirs)
-    [aside] = _set_aside(dirs)
-    assert _tree(aside) == before
+# (tests/test_folder_journal.py kills a replacement before each of its file-system changes)
 
 
 def test_cleanup_removes_only_staging_folders_of_dead_processes(dirs):

@@ -18,7 +18,7 @@ def _seed_folder(root, seed, test, comp=None):
     if comp is not None:
         (folder / "compositional").mkdir()
         (folder / "compositional" / "metrics.json").write_text(json.dumps(_metrics(comp)))
-    (folder / "run_manifest.json").write_text("{}")
+    (folder / "run_manifest.json").write_text('{"written_by": "cir_demo", "kind": "run", "files": {}}')
     return folder
 
 

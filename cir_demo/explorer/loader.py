@@ -346,7 +346,11 @@ def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s
     notes = []
     names = model_columns(config, known) + own_run_columns(config, bench, preloaded, notes)
     spec = declared_defaults(bench.name)
-    if not names:
+    file_runs = [path for _, path in config.runs if not Path(path).is_dir()]
+    if not names and file_runs and not model_columns(config, known):  # every --runs file left out (said above)
+        notes.append("No retrievers: none of the --runs files could be used (each one's line says why); fix them, "
+                     "or start the app with --retrievers NAME,...")
+    elif not names:
         hint = spec.no_models_hint if spec else ""
         notes.append("No retrievers: " + (
             hint.format(columns=", ".join(spec.app_columns)) if hint else "start the app with --retrievers NAME,... "

@@ -41,6 +41,23 @@ def parse_run_args(values: Sequence[str]) -> list[RunFile]:
     return out
 
 
+def column_stem(text: str, limit: int = 40) -> str:
+    """`text` (an uploaded file's name, e.g. a browser's `results (1)`) as the start of a column name: the
+    characters a retriever name may not hold replaced by `_` ("results_1"), "run" when none is left."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._-")[:limit].strip("._-")
+    return stem or "run"
+
+
+def _taken_by_a_model(name: str) -> bool:
+    """`name` is a registered retriever's (a model's, not an earlier results file's)."""
+    from cir_demo.retrievers import registry
+
+    try:
+        return registry.get_config(name).get("family") != "precomputed"
+    except KeyError:
+        return False
+
+
 def runs_problems(values: Sequence[str] | None) -> list[str]:
     """One line per unusable `--runs` value, checked before any work (for the app's flag checks)."""
     if not values:
@@ -52,7 +69,9 @@ def runs_problems(values: Sequence[str] | None) -> list[str]:
     problems = []
     for run in runs:
         p = Path(run.path)
-        if not p.exists():
+        if _taken_by_a_model(run.name) and not p.is_dir():
+            problems.append(f"--runs {run.name}: that name is a registered retriever's; name the run with NAME=PATH")
+        elif not p.exists():
             problems.append(f"--runs {run.name}: results file not found: {run.path}")
         elif p.is_dir() and not (p / "metrics.csv").is_file():
             problems.append(f"--runs {run.name}: {run.path} is a folder without an eval run's metrics.csv")

@@ -606,7 +606,9 @@ class ExplorerService:
             digest = sha256_file(path)[:6]
         except OSError as exc:
             raise ServiceError(f"{Path(path).name}: cannot be read ({exc.strerror or exc})") from None
-        column = f"{name[:40]}-{digest}"
+        from cir_demo.explorer.own_runs import column_stem
+
+        column = f"{column_stem(name)}-{digest}"
         retriever, notes = load_run(self.benchmark, path, column)
         with self._lock:
             register_runs([RunFile(column, str(path))])

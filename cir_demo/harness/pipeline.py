@@ -170,11 +170,15 @@ def run_benchmark(args: argparse.Namespace) -> int:
         side = {split: check_run(args, b, names, reranker_name) for split, b in side.items()}
     final = Path(args.out) if args.out else default_out_dir(bench.name)
     print(f"run directory: {final} (written when complete)", flush=True)
-    with staged_run_dir(final, getattr(args, "overwrite", False)) as out:
+    with staged_run_dir(final, getattr(args, "overwrite", False), reserved=not args.out) as out:
         from cir_demo.harness.splits import SplitRun
 
         splits = [SplitRun(first_split(args, bench), bench, out)] + [SplitRun(k, b, out / k) for k, b in side.items()]
-        return _run_into(args, splits, names, reranker_name, top_n, final, stages)
+        n_files, report = _run_into(args, splits, names, reranker_name, top_n, stages)
+    # said only once the run is in place: the final move can still refuse or fail
+    print(f"wrote {n_files} files to {final} in {stages.total():.1f} s (report: {final / report})")
+    print(stages.line(), flush=True)
+    return 0
 
 
 def machine_busy(load: float) -> bool:
@@ -216,9 +220,10 @@ def small_model_threads(names: Sequence[str], reranker_name: str | None, device:
         yield
 
 
-def _run_into(args, splits, names, reranker_name, top_n, final: Path, stages: Stages) -> int:
+def _run_into(args, splits, names, reranker_name, top_n, stages: Stages) -> tuple[int, Path]:
     """Run every retriever (and the reranker) on every split: one engine, so one index and one set of
-    corpus features serve them all (the splits share one corpus). Then each split's files and report."""
+    corpus features serve them all (the splits share one corpus). Then each split's files and report;
+    returns how many files the run holds and its report's place in it."""
     from cir_demo.engine import RetrievalEngine
 
     bench, out = splits[0].bench, splits[0].out
@@ -260,11 +265,8 @@ def _run_into(args, splits, names, reranker_name, top_n, final: Path, stages: St
         from cir_demo.harness.splits import both_splits_section
 
         print(both_splits_section(splits))
-    n_files = sum(1 for p in out.rglob("*") if p.is_file())
-    print(f"wrote {n_files} files to {final} in {stages.total():.1f} s "
-          f"(report: {final / paths['report.md'].relative_to(out)})")
-    print(stages.line(), flush=True)
-    return 0
+    n_files = sum(1 for p in out.rglob("*") if p.is_file()) + 1  # and the run's manifest, written next
+    return n_files, paths["report.md"].relative_to(out)
 
 
 def _run_split(args, engine, split, name: str, spec: dict, reranker_name, reranker_spec, top_n: int,

@@ -29,16 +29,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from cir_demo.harness.seed_record import aggregate, read_seed_metrics, render_markdown
     from cir_demo.utils.io import write_text_atomic
-    from cir_demo.utils.staged_folder import PARTIAL
+    from cir_demo.utils.owned_folder import read_manifest
 
     if any(s < 0 for s in args.seeds) or len(set(args.seeds)) != len(args.seeds):
         print(f"error: --seeds must be distinct non-negative integers, got {args.seeds}", file=sys.stderr)
         return 2
     out = Path(args.out)
-    # PARTIAL is where each seed's --eval stages its run; an interrupted seed leaves its staging there
-    strangers = sorted(p.name for p in out.iterdir()
-                       if not (p.name.startswith("seed-") or p.name.startswith("record.") or p.name == PARTIAL)) \
-        if out.is_dir() else []
+    strangers = _strangers(out) if out.is_dir() else []
     if strangers:  # the folder is someone else's: nothing here may be overwritten or mixed in
         print(f"error: --out {out} holds files that are not a record's ({', '.join(strangers[:5])}); "
               "choose a new folder", file=sys.stderr)
@@ -46,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     per_seed = {}
     for seed in args.seeds:
         folder = out / f"seed-{seed}"
-        if not (folder / "run_manifest.json").exists():
+        if read_manifest(folder) is None:
             cmd = [sys.executable, "-m", "cir_demo", "eval", "--benchmark", "world", "--world-size", args.world_size,
                    "--world-seed", str(seed), "--out", str(folder), *args.eval_arg]
             print(f"[record] seed {seed}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
@@ -60,3 +57,36 @@ def run(args: argparse.Namespace) -> int:
     write_text_atomic(out / "record.md", render_markdown(record) + "\n")
     print(f"wrote {out / 'record.md'}")
     return 0
+
+
+RECORD_FILES = ("record.json", "record.md")
+
+
+def _is_record(path: Path) -> bool:
+    """`path` is a record.json this command wrote (its keys), not a file of the same name."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and {"seeds", "splits", "judge", "world_size"} <= set(data)
+
+
+def _strangers(out: Path) -> list[str]:
+    """What in `out` is not a record's: its record.json and record.md count only beside a record.json of
+    its own, a seed-N folder only when empty or holding a run's manifest; never a name alone. Where each
+    seed's --eval stages its run (.partial) is the record's too."""
+    import re
+
+    from cir_demo.utils.owned_folder import read_manifest
+    from cir_demo.utils.staged_folder import PARTIAL
+
+    record = _is_record(out / "record.json")
+    strangers = []
+    for p in sorted(out.iterdir()):
+        if p.name == PARTIAL or (p.name in RECORD_FILES and record and p.is_file() and not p.is_symlink()):
+            continue
+        seed = re.fullmatch(r"seed-\d+", p.name) and p.is_dir() and not p.is_symlink()
+        if seed and (read_manifest(p) is not None or not any(p.iterdir())):
+            continue
+        strangers.append(p.name + ("/" if p.is_dir() else ""))
+    return strangers

@@ -65,10 +65,10 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
     check_baseline([ev.name for ev in evaluations], getattr(args, "baseline", None))  # before any file is written
 
     final = Path(args.out) if args.out else default_out_dir(bench.name)
-    with staged_run_dir(final, getattr(args, "overwrite", False)) as out:
+    with staged_run_dir(final, getattr(args, "overwrite", False), reserved=not args.out) as out:
         paths = write_outputs(bench, evaluations, out, n_boot=args.n_boot, seed=args.bootstrap_seed,
                               plots=not args.no_plots, baseline=getattr(args, "baseline", None))
-    print(f"wrote {len(paths)} files to {final}")
+    print(f"wrote {len(paths) + 1} files to {final}")  # and the run's manifest; once the run is in place
     from cir_demo.results.run_folders import record_run_folder
 
     if not record_run_folder(final):  # outside runs/: remembered so the app's Report lists it

@@ -5,22 +5,14 @@ all the work done before it.
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from cir_demo.utils.staged_folder import PARTIAL, clean_abandoned, staged_run_dir  # noqa: F401 (the run's staging)
 
 
 def default_out_dir(benchmark_name: str) -> Path:
-    """`runs/<time>-<benchmark>` (`-2`, `-3`, ... when a run of the same second has it): where a run
-    goes when --out is not given; never an existing folder."""
-    from cir_demo.paths import runs_dir
+    """A new empty `runs/<time>-<benchmark>` of this run alone (results/run_folders.py): where a run goes
+    when --out is not given; passed to `staged_run_dir` with `reserved=True`."""
+    from cir_demo.results.run_folders import new_run_folder
 
-    base = runs_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{benchmark_name}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return path
-
-
+    return new_run_folder(benchmark_name)

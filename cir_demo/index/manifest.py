@@ -193,15 +193,31 @@ class IndexFolderInTheWay(UserError):
     """An index folder holds files that are not the index's own (message: one line naming them)."""
 
 
+def _project_folder(directory: Path) -> bool:
+    """`directory` is inside the project's own indexes folder (no user names it)."""
+    try:
+        root = indexes_dir().resolve()
+    except Exception:  # a data folder variable naming a file: no folder is the project's
+        return False
+    return root in directory.resolve().parents
+
+
 def foreign_entries(directory: Path) -> list[str]:
-    """What `directory` holds besides an index's own files: the layout's three (a damaged index is still
-    ours to rebuild) and any file its manifest records. A build replaces the folder, so these stop it."""
+    """What `directory` holds besides an index's own files, which a build replaces with the folder. Only
+    the layout's three files are an index's (its manifest's `files` can name nothing else), and in a
+    folder the user named (`--out-dir`) only when its manifest.json is an index manifest: a folder is
+    never taken for an index by its file names alone. In the project's indexes folder a damaged index
+    (its manifest unreadable) is still the project's to rebuild."""
+    from cir_demo.utils.owned_folder import OUTPUTS
+
     if not directory.is_dir():
         return []
-    own = {INDEX_FILE, IDS_FILE, MANIFEST_FILE}
-    with contextlib.suppress(Exception):  # an unreadable manifest records nothing more
-        own |= set(read_manifest(directory).files)
-    return sorted(name for name in os.listdir(directory) if name not in own)
+    if not _project_folder(directory):
+        try:
+            read_manifest(directory)
+        except Exception:  # no index manifest: nothing here is an index's
+            return sorted(os.listdir(directory))
+    return sorted(name for name in os.listdir(directory) if not OUTPUTS["index"].declares(name))
 
 
 def index_folder_problem(directory: Path) -> str | None:

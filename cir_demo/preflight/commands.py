@@ -70,7 +70,7 @@ def _out_problems(path: str | None, flag: str, default_dir, default_what: str, r
     if path:
         problem = run_dir_problem(Path(path), flag, overwrite) if run else creatable_dir_problem(Path(path), flag)
     elif not data_folder_problems():
-        problem = creatable_dir_problem(default_dir(), default_what)
+        problem = creatable_dir_problem(default_dir(), default_what, moved_in=False)  # runs are staged inside it
     else:
         problem = None
     return [problem] if problem else []

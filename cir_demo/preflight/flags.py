@@ -111,6 +111,25 @@ def port_problems(args: argparse.Namespace) -> list[Line]:
                                         if item == "--port" else f" (--port, or {PORT_ENV})"))]
 
 
+def settle_port(args: argparse.Namespace) -> None:
+    """After `port_problems` passed: `--port` given, `$GRADIO_SERVER_PORT` set to it (gradio parses the
+    variable when it is imported, and a value like `abc` would stop that import though the flag overrides
+    it); `--port 0`, a free port the system picks on the interface the app listens on."""
+    import os
+    import socket
+
+    port = getattr(args, "port", None)
+    if port is None:
+        return
+    if port == 0:
+        host = getattr(args, "server_name", None) or os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1"
+        family = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))
+            args.port = port = probe.getsockname()[1]
+    os.environ[PORT_ENV] = str(port)
+
+
 def positive_float_problems(args: argparse.Namespace, attrs: Sequence[str]) -> list[Line]:
     """`--flag` problems for floats that must be > 0 (unset flags pass)."""
     out = []

@@ -25,16 +25,33 @@ def _nearest_existing(path: Path) -> Path:
     return p
 
 
-def creatable_dir_problem(path: Path, flag: str) -> Line | None:
-    """None when `path` is a folder or can be created as one."""
+# folders of the system (and everything below the first five): never an output folder
+_SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/boot")
+_SYSTEM_FOLDERS = ("/", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/var", "/run", "/opt", "/srv",
+                   "/home", "/root", "/tmp", "/mnt", "/media", "/snap")
+
+
+def system_folder(path: Path) -> bool:
+    """`path` (resolved) is a folder of the system: `/`, `/usr`, anything under `/proc`, ..."""
+    text = path.as_posix()
+    return text in _SYSTEM_FOLDERS or text in _SYSTEM_TREES or any(text.startswith(t + "/") for t in _SYSTEM_TREES) \
+        or text.startswith("/usr/") and text.count("/") <= 2
+
+
+def creatable_dir_problem(path: Path, flag: str, moved_in: bool = True) -> Line | None:
+    """None when `path` is a folder or can be created as one, not a system folder, and (`moved_in`: a
+    write staged beside it is renamed in at the end) not a mount point, its parent writable. Checked
+    without listing anything; a symbolic link is followed, and said."""
     item = f"{flag} {path}"
+    resolved = path.resolve()
+    if path.is_symlink() and not path.exists():
+        return Line(item, "blocked", f"a link to {resolved}, which does not exist", "name a folder")
+    link = f"a link to {resolved}: " if resolved != path.absolute() else ""
+    if system_folder(resolved):
+        return Line(item, "blocked", f"{link}a system folder", "name a folder of your own")
     if path.exists():
-        if not path.is_dir():
-            return Line(item, "blocked", "an existing file, not a folder", "name a new folder")
-        if not os.access(path, os.W_OK | os.X_OK):
-            return Line(item, "blocked", "folder is not writable")
-        return None
-    base = _nearest_existing(path)
+        return _existing_dir_problem(item, resolved, link, moved_in)
+    base = _nearest_existing(resolved)
     if not base.is_dir():
         return Line(item, "blocked", f"cannot be created, {base} is a file")
     if not os.access(base, os.W_OK | os.X_OK):
@@ -42,35 +59,87 @@ def creatable_dir_problem(path: Path, flag: str) -> Line | None:
     return None
 
 
-def run_dir_problem(path: Path, flag: str = "--out", overwrite: bool = False) -> Line | None:
-    """A run's output folder: new, empty, or (with --overwrite) an earlier run, recognised by its manifest."""
-    from cir_demo.utils.owned_folder import write_problem
+def _existing_dir_problem(item: str, resolved: Path, link: str, moved_in: bool) -> Line | None:
+    if not resolved.is_dir():
+        return Line(item, "blocked", f"{link}an existing file, not a folder", "name a new folder")
+    if moved_in and os.path.ismount(resolved):
+        return Line(item, "blocked", f"{link}a mount point, and a finished write is moved in by a rename, "
+                    "which cannot cross one", "name a folder inside it")
+    if not os.access(resolved, os.W_OK | os.X_OK):
+        return Line(item, "blocked", f"{link}folder is not writable")
+    if moved_in and not os.access(resolved.parent, os.W_OK | os.X_OK):
+        return Line(item, "blocked", f"{link}its parent {resolved.parent} is not writable, and the write is "
+                    "staged there", "name a folder in a writable one")
+    return None
+
+
+def run_dir_problem(path: Path, flag: str = "--out", overwrite: bool = False, outputs=None) -> Line | None:
+    """A run's output folder: new, empty, or (with --overwrite) an earlier run, recognised by its manifest.
+    `outputs`: what the command declares it writes (owned_folder.OUTPUTS; default --eval's)."""
+    from cir_demo.utils.owned_folder import EVAL_RUN, FolderInTheWay, write_problem
 
     problem = creatable_dir_problem(path, flag)
     if problem or not path.is_dir():
         return problem
-    why = write_problem(path, overwrite)
+    try:
+        why = write_problem(path.resolve(), overwrite, outputs or EVAL_RUN)
+    except FolderInTheWay as exc:  # a journal that is not ours
+        why = str(exc).split(": ", 1)[1]
     return Line(f"{flag} {path}", "blocked", why) if why else None
 
 
-# commands whose `--out` folder holds the files their manifest.json lists (a world, trained weights)
-MANIFEST_OUT = {("world", "generate"): "a generated world", ("train", None): "trained weights"}
+def _world_names(manifest: dict):
+    """What a world generation writes (owned_folder.OUTPUTS), when `manifest` is a world's (None when not)."""
+    from cir_demo.utils.owned_folder import OUTPUTS
+
+    from cir_demo.world.disk import LOCK_FILE, TEST_MANIFEST
+
+    if not {"size", "seed", "checksum", "generator_version"} <= set(manifest):
+        return None
+    return OUTPUTS["world-generate"].declares, (TEST_MANIFEST, LOCK_FILE)  # the two it writes beside the list
 
 
-def manifest_folder_problem(path: Path, flag: str, what: str) -> Line | None:
-    """`path` new, empty, or an earlier write of `what` with nothing beside the files its manifest.json
-    lists: the command writes those names again, so anything else there is refused, never overwritten."""
+def _weights_names(manifest: dict):
+    """Trained weights' manifest (its format): every name it lists is the training's (its folders vary)."""
+    from cir_demo.training.pipeline import MANIFEST_FORMAT
+
+    if manifest.get("format") != MANIFEST_FORMAT:
+        return None
+    return (lambda name: True), ()
+
+
+# commands whose `--out` folder holds the files their manifest.json lists (a world, trained weights):
+# what they write, and, given a manifest of theirs, which of the names it lists are theirs
+MANIFEST_OUT = {("world", "generate"): ("a generated world", _world_names), ("train", None): ("trained weights",
+                                                                                              _weights_names)}
+
+
+def _own_names(path: Path, recognise) -> set[str]:
+    """The top-level names in `path` that its manifest.json, recognised as the command's own, makes the
+    command's: each listed entry a plain path inside the folder and a name the command writes."""
     import json
 
-    problem = creatable_dir_problem(path, flag)
+    from cir_demo.utils.owned_folder import path_problem
+
+    try:
+        manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+        names = recognise(manifest) if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
+    except (OSError, ValueError, RecursionError):
+        names = None
+    if names is None:  # no manifest of this command's: nothing here was written by it
+        return set()
+    declares, beside = names
+    return {"manifest.json", *beside} | {rel.split("/", 1)[0] for rel in manifest["files"]
+                                         if not path_problem(path, rel) and declares(rel)}
+
+
+def manifest_folder_problem(path: Path, flag: str, what: str, recognise=None) -> Line | None:
+    """`path` new, empty, or an earlier write of `what` with nothing beside the files its manifest.json
+    lists: the command writes those names again, so anything else there is refused, never overwritten."""
+    problem = creatable_dir_problem(path, flag, moved_in=False)  # written in place
     if problem or not path.is_dir() or not any(path.iterdir()):
         return problem
-    own = {"manifest.json"}
-    try:
-        files = json.loads((path / "manifest.json").read_text(encoding="utf-8"))["files"]
-        own |= {name.split("/", 1)[0] for name in files}
-    except (OSError, ValueError, KeyError, TypeError):
-        own = set()  # no manifest of ours: nothing here was written by this command
+    own = _own_names(path.resolve(), recognise) if recognise else set()
     foreign = sorted(e.name + ("/" if e.is_dir() else "") for e in path.iterdir() if e.name not in own)
     if not foreign:
         return None
@@ -79,8 +148,9 @@ def manifest_folder_problem(path: Path, flag: str, what: str) -> Line | None:
                 "name a new or empty folder")
 
 
-# commands that write a folder of their own files by staged_run_dir (run_manifest.json, --overwrite)
-RUN_OUT = {("world", "export"), ("world", "render")}
+# commands that write a folder of their own files by staged_run_dir (run_manifest.json, --overwrite):
+# the key of what they declare they write (owned_folder.OUTPUTS)
+RUN_OUT = {("world", "export"): "world-export", ("world", "render"): "world-render"}
 
 
 def _rerank_files(out: Path) -> list[Path]:
@@ -129,9 +199,11 @@ def command_out_problems(args) -> list[Line]:
     if not out:
         return fetch_report_problems(args)
     if key in MANIFEST_OUT:
-        problem = manifest_folder_problem(Path(out), "--out", MANIFEST_OUT[key])
+        problem = manifest_folder_problem(Path(out), "--out", *MANIFEST_OUT[key])
     elif key in RUN_OUT:
-        problem = run_dir_problem(Path(out), "--out", getattr(args, "overwrite", False))
+        from cir_demo.utils.owned_folder import OUTPUTS
+
+        problem = run_dir_problem(Path(out), "--out", getattr(args, "overwrite", False), OUTPUTS[RUN_OUT[key]])
     elif key in FILE_OUT:
         return file_out_problems(FILE_OUT[key](Path(out)), getattr(args, "overwrite", False))
     else:

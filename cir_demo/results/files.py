@@ -95,7 +95,10 @@ def _formats_tried() -> str:
 
 def _no_format(path: Path, location: str, first: str) -> BenchmarkError:
     return fail(path, location, None, f"fits none of the results formats tried: {_formats_tried()}. "
-                                      f"Its first entry is {first}")
+                                      f"{FIRST_ENTRY} {first}")
+
+
+FIRST_ENTRY = "Its first entry is"  # the quote that `problem_line` leaves out
 
 
 class _DuplicateKey(ValueError):
@@ -131,7 +134,7 @@ def parse_results(path: str | Path, fmt: str | None = None, default: str = "pinp
         raise BenchmarkError(f"parameter --results-format: unknown format {fmt!r}; choose from auto, "
                              + ", ".join(FORMATS))
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte order mark (some Windows editors write one) is no content
     except FileNotFoundError:
         raise fail(path, None, None, "results file not found") from None
     except IsADirectoryError:
@@ -146,6 +149,9 @@ def parse_results(path: str | Path, fmt: str | None = None, default: str = "pinp
     except _DuplicateKey as exc:
         raise fail(path, repr(exc.key), None, f"key {exc.key!r} appears twice (JSON would silently keep the "
                                               "last one); remove one of them") from None
+    except RecursionError:  # deeper than the parser's stack: no results format nests beyond 3 levels
+        raise fail(path, None, None, "nested too deeply (arrays or objects inside each other thousands of levels "
+                                     "down) to be a results file") from None
     except json.JSONDecodeError as exc:
         if fmt is not None:
             raise fail(path, None, None, f"not valid JSON ({fmt} format): {exc}") from None
@@ -274,6 +280,12 @@ def problem_line(exc: BaseException, path: str | Path) -> str:
         where = ", ".join(x for x in (first.location, f"field {first.field!r}" if first.field else None) if x)
         more = f" (and {len(issues) - 1} more problems; `python app.py --eval --results-json` lists them)" \
             if len(issues) > 1 else ""
-        return f"{name}: {where + ': ' if where else ''}{first.message}{more}"
+        return f"{name}: {where + ': ' if where else ''}{_without_content(first.message)}{more}"
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return f"{name}: {text.replace(str(Path(path).resolve()), name).replace(str(Path(path)), name)}"
+    return f"{name}: {_without_content(text.replace(str(Path(path).resolve()), name).replace(str(Path(path)), name))}"
+
+
+def _without_content(message: str) -> str:
+    """`message` without the quote of the file's first entry that a refusal carries for the operator: a
+    page's visitors never see what a file that is no results file holds (`--runs x=/etc/passwd`)."""
+    return message.split(f" {FIRST_ENTRY}", 1)[0]

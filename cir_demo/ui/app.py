@@ -241,8 +241,9 @@ def _wire_page_load(demo: gr.Blocks, loader: ServiceLoader, precompute, status, 
 
     @guarded("Opening the linked view")
     def on_ready(request: gr.Request):
-        if not loader.ready:  # loading failed: on_load shows why
-            return {}
+        if not loader.ready:  # loading failed: on_load shows why; one line per view here (not an empty update)
+            log.warning("page view: the explorer is not loaded (%s)", loader.status().error or "still loading")
+            return {status: gr.skip()}
         service = get_service()
         if precompute is not None and precompute.status().state == "failed":
             precompute.start_for(service)  # a reload retries a failed background run

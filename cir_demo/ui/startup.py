@@ -38,6 +38,9 @@ def prepare(argv: Sequence[str] | None = None) -> Startup | int:
     if problem:
         print(f"error: --mcp (or GRADIO_MCP_SERVER=True): {problem}", file=sys.stderr)
         return 2
+    from cir_demo.preflight.flags import settle_port
+
+    settle_port(args)  # before gradio's import, which reads $GRADIO_SERVER_PORT
     startup = Startup(args, generate_aside(args.benchmark, benchmark_kwargs(args)))
     from cir_demo.explorer.own_runs import runs_problems  # imports the explorer (~1 s): the child runs meanwhile
 

@@ -1,12 +1,13 @@
 """A folder a command writes appears under its final name only when complete.
 
-`staged_run_dir(out, overwrite)` yields a fresh folder under `<parent of out>/.partial/`; when
+`staged_run_dir(out, overwrite, outputs)` yields a fresh folder under `<parent of out>/.partial/`; when
 the block ends without an exception its files are recorded in `run_manifest.json` and it is
 moved to `out` (owned_folder.replace_owned): a new or empty `out` by one rename; an earlier
-write there only with `overwrite`, and then only that write's files (those its manifest lists)
-are replaced, anything else in the folder is kept. Whatever fails or is killed midway stays
-under `.partial/`, which no one lists (run listings look for `metrics.csv` one level down), and
-is cleaned up by the next write there once the process that wrote it is gone.
+write there only with `overwrite`, and then only that write's files (those its manifest lists and the
+command declares) are replaced under a journal, anything else in the folder is kept. Whatever fails or
+is killed midway stays under `.partial/`, which no one lists (run listings look for `metrics.csv` one
+level down), and is cleaned up by the next write there once the process that wrote it is gone.
+`out` a symbolic link: the folder it names is written (so the link stays a link).
 """
 from __future__ import annotations
 
@@ -45,21 +46,36 @@ def clean_abandoned(parent: Path) -> None:
 
 
 @contextlib.contextmanager
-def staged_run_dir(out: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
-    from cir_demo.utils.owned_folder import replace_owned, write_manifest
+def staged_run_dir(out: str | os.PathLike, overwrite: bool = False, outputs=None,
+                   reserved: bool = False) -> Iterator[Path]:
+    """`outputs`: the names the command declares (owned_folder.OUTPUTS; default `--eval`'s). `reserved`:
+    `out` is an empty folder made for this run (staging.default_out_dir), removed again when it fails."""
+    from cir_demo.utils.folder_journal import settle
+    from cir_demo.utils.owned_folder import EVAL_RUN, replace_owned, write_manifest
 
+    outputs = outputs or EVAL_RUN
     out = Path(out).absolute()
+    if out.is_symlink():
+        print(f"{out} is a link to {out.resolve()}: written there", flush=True)
+        out = out.resolve()
+    if out.is_dir():
+        settle(out)  # a replacement a kill interrupted: completed or undone before anything else
     staging = out.parent / PARTIAL
     staging.mkdir(parents=True, exist_ok=True)
     clean_abandoned(out.parent)
     tmp = staging / f"{os.getpid()}-{uuid.uuid4().hex[:8]}-{out.name}"
     tmp.mkdir()
+    done = False
     try:
         yield tmp
-        write_manifest(tmp)
-        replace_owned(tmp, out, overwrite)
+        write_manifest(tmp, outputs=outputs)
+        replace_owned(tmp, out, overwrite, outputs)
+        done = True
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
         with contextlib.suppress(OSError):  # leave no empty .partial behind
             staging.rmdir()
+        if reserved and not done:
+            with contextlib.suppress(OSError):
+                out.rmdir()

@@ -95,12 +95,13 @@ def _stats(args) -> int:
 
 
 def _export(args) -> int:
+    from cir_demo.utils.owned_folder import OUTPUTS
     from cir_demo.utils.staged_folder import staged_run_dir
 
     from .loader import load_world
     bench = load_world(args.root, args.size, args.seed)
     out = Path(args.out)
-    with staged_run_dir(out, args.overwrite) as tmp:
+    with staged_run_dir(out, args.overwrite, OUTPUTS["world-export"]) as tmp:
         staged = _write_export(args.format, bench, tmp, args.images)
     paths = {k: out / Path(v).relative_to(tmp) for k, v in staged.items()}  # where they are now, not where staged
     for k, v in paths.items():
@@ -131,6 +132,7 @@ def _write_export(fmt: str, bench, out: Path, images: str | None) -> dict:
 
 
 def _render(args) -> int:
+    from cir_demo.utils.owned_folder import OUTPUTS
     from cir_demo.utils.staged_folder import staged_run_dir
 
     from .loader import open_world, render_image
@@ -138,7 +140,7 @@ def _render(args) -> int:
     for image_id in args.image_ids:  # every id checked before --out is created
         world.table_and_row(image_id)
     out = Path(args.out)
-    with staged_run_dir(out, args.overwrite) as tmp:
+    with staged_run_dir(out, args.overwrite, OUTPUTS["world-render"]) as tmp:
         for image_id in args.image_ids:
             render_image(image_id, args.pixels, world=world).save(tmp / f"{image_id}.png", format="PNG")
     for image_id in args.image_ids:

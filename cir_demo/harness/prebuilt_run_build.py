@@ -1,18 +1,51 @@
 """The shipped eval outputs (cir_demo/index/prebuilt_run.py) under `python -m cir_demo index prebuilt`:
 building them runs `--eval` of the benchmark's defaults in this process, exactly as `python app.py
---eval` with the same flags does, and packs the run; `--check` says whether they match the benchmark,
-the weights, the code and the libraries, and `--check --rerun` also runs `--eval` again and compares
-every shipped file with what it wrote, byte for byte."""
+--eval` with the same flags does, in an empty temporary data folder (`empty_data_folder`: no cached
+score, feature or embedding of any earlier run can stand in for a computed one), and packs the run;
+`--check` says whether they match the benchmark, the weights, the code and the libraries, and
+recomputes a slice (the first `SLICE_INTENTS` intents) in an empty data folder and compares its
+per-query rows with the shipped ones, so a shipped file whose records were rewritten, or outputs of
+other code, are found; `--check --rerun` runs the whole `--eval` again and compares every shipped
+file with what it wrote, byte for byte."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import csv
+import io
 import json
+import math
+import os
 import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
 EVAL_COMMAND = ["python", "-m", "cir_demo", "eval"]
+DATA_ENV = ("CIR_DEMO_DATA", "CIR_DEMO_CACHE", "CIR_DEMO_INDEXES", "CIR_DEMO_RUNS", "CIR_DEMO_BENCHMARK_CACHE")
+SLICE_INTENTS = 5  # intents of the recomputed slice: every retriever, the reranker and both test splits
+PER_QUERY_FILES = ("per_query.csv", "compositional/per_query.csv")
+SLICE_TOLERANCE = 1e-6  # per-query metrics; a reranker's last bits depend on its batch, a changed rank does not
+
+
+@contextlib.contextmanager
+def empty_data_folder() -> Iterator[Path]:
+    """The data folder (cache, indexes, runs, stored benchmarks) is a new empty temporary folder for the
+    block, removed after it: what the block computes is computed, never read from an earlier run."""
+    saved = {k: os.environ.get(k) for k in DATA_ENV}
+    with tempfile.TemporaryDirectory(prefix="cir-demo-empty-data-") as tmp:
+        for k in DATA_ENV:
+            os.environ.pop(k, None)
+        os.environ["CIR_DEMO_DATA"] = tmp
+        try:
+            yield Path(tmp)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 def eval_flags(args: argparse.Namespace, names: list[str], reranker: str | None) -> list[str]:
@@ -57,7 +90,8 @@ def build_shipped_run(args: argparse.Namespace, bench, names: list[str], reranke
     code = output_code_sha256()
     with tempfile.TemporaryDirectory(prefix="cir-demo-shipped-") as tmp:
         out, started = Path(tmp) / "run", time.perf_counter()
-        run_eval(flags, out)
+        with empty_data_folder() if not getattr(args, "in_data_folder", False) else contextlib.nullcontext():
+            run_eval(flags, out)
         output_code_sha256.cache_clear()
         if output_code_sha256() != code:
             raise ValueError("the code under cir_demo/ changed while the run ran; run the command again")
@@ -104,20 +138,81 @@ def differences(shipped: Path, written: Path) -> list[str]:
     return out
 
 
-def check_shipped_run(bench, names: list[str], reranker: str | None, rerun: bool) -> list[str]:
-    """Why the benchmark's shipped outputs are not current ([] = they are); `rerun`: also run `--eval`
-    again with their command and compare every file byte for byte."""
+def check_shipped_run(bench, names: list[str], reranker: str | None, rerun: bool, recompute: bool = True
+                      ) -> list[str]:
+    """Why the benchmark's shipped outputs are not current ([] = they are): their key and records, then
+    (`recompute`) the per-query rows of a slice recomputed in an empty data folder; `rerun`: the whole
+    `--eval` instead of the slice, every file compared byte for byte."""
     from cir_demo.index.prebuilt_run import (install_shipped_run, read_shipped_manifest, shipped_dir,
                                              shipped_problems)
 
     directory = shipped_dir(bench)
     problems = shipped_problems(directory, served_key(bench, names, reranker))
-    if problems or not rerun:
+    if problems or not (recompute or rerun):
         return problems
     flags = read_shipped_manifest(directory)["command"][len(EVAL_COMMAND):]
     with tempfile.TemporaryDirectory(prefix="cir-demo-shipped-check-") as tmp:
         installed, problems = install_shipped_run(bench, served_key(bench, names, reranker), Path(tmp) / "runs")
         if problems:
             return problems
-        run_eval(flags, Path(tmp) / "run")
+        with empty_data_folder():
+            if not rerun:
+                run_eval(slice_flags(flags), Path(tmp) / "slice")
+                return slice_differences(installed, Path(tmp) / "slice")
+            run_eval(flags, Path(tmp) / "run")
         return differences(installed, Path(tmp) / "run")
+
+
+def slice_flags(flags: list[str], intents: int = SLICE_INTENTS) -> list[str]:
+    """The shipped run's `--eval` flags limited to its first `intents` intents."""
+    out = list(flags)
+    if "--limit" in out:
+        at = out.index("--limit") + 1
+        out[at] = str(min(int(out[at]), intents))
+        return out
+    return [*out, "--limit", str(intents)]
+
+
+def _per_query_rows(data: str, path: str) -> dict[tuple[str, str], dict[str, str]]:
+    rows = {}
+    for row in csv.DictReader(io.StringIO(data)):
+        if "run" not in row or "query_id" not in row:
+            raise ValueError(f"{path}: no run or query_id column")
+        rows[row["run"], row["query_id"]] = row
+    return rows
+
+
+def _same_value(a: str | None, b: str | None) -> bool:
+    if a == b:
+        return True
+    try:
+        x, y = float(a), float(b)
+    except (TypeError, ValueError):
+        return False
+    return math.isclose(x, y, rel_tol=SLICE_TOLERANCE, abs_tol=SLICE_TOLERANCE)
+
+
+def slice_differences(shipped: Path, written: Path) -> list[str]:
+    """The per-query rows of the recomputed slice (run folder `written`) that the shipped outputs
+    (installed run folder `shipped`) lack or hold other values for; [] = every slice row is shipped as
+    computed now."""
+    out = []
+    for name in PER_QUERY_FILES:
+        if not (written / name).is_file():
+            continue
+        if not (shipped / name).is_file():
+            out.append(f"{name}: written by --eval, not shipped")
+            continue
+        have = _per_query_rows((shipped / name).read_text(encoding="utf-8"), str(shipped / name))
+        now = _per_query_rows((written / name).read_text(encoding="utf-8"), str(written / name))
+        for key, row in now.items():
+            old = have.get(key)
+            bad = [c for c in row if old is None or not _same_value(old.get(c), row[c])]
+            if bad:
+                out.append(f"{name}: run {key[0]} query {key[1]}: " + (
+                    "not shipped" if old is None else
+                    f"{bad[0]} is {old.get(bad[0])} shipped, {row[bad[0]]} recomputed from an empty data folder"
+                    + (f" (and {len(bad) - 1} more columns)" if len(bad) > 1 else "")))
+    if not out and not any((written / n).is_file() for n in PER_QUERY_FILES):
+        out.append(f"the recomputed slice wrote no {PER_QUERY_FILES[0]}")
+    return out

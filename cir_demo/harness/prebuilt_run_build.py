@@ -119,7 +119,7 @@ def differences(shipped: Path, written: Path) -> list[str]:
     """The files of installed run folder `shipped` that differ from run folder `written` (run_info.json's
     record of the run itself, times and command line, aside, and run_manifest.json's checksum of it);
     [] = byte-identical."""
-    from cir_demo.index.prebuilt_run import INSTALLED_MARK, RUN_RECORD_KEYS, shipped_file
+    from cir_demo.index.prebuilt_run import INSTALLED_MARK, shipped_file
 
     names = set(json.loads((shipped / INSTALLED_MARK).read_text(encoding="utf-8"))["files"])
     wrote = {rel for rel in (p.relative_to(written).as_posix() for p in written.rglob("*") if p.is_file())
@@ -129,12 +129,23 @@ def differences(shipped: Path, written: Path) -> list[str]:
     for name in sorted(names & wrote):
         a, b = (shipped / name).read_bytes(), (written / name).read_bytes()
         if Path(name).name == "run_info.json":  # the top one's and a split folder's
-            a, b = ({k: v for k, v in json.loads(x).items() if k not in RUN_RECORD_KEYS} for x in (a, b))
+            a, b = (_results_part(json.loads(x)) for x in (a, b))
         elif name == "run_manifest.json":  # it records run_info.json's checksum, which holds the run's times
             a, b = ({k: v for k, v in json.loads(x)["files"].items() if Path(k).name != "run_info.json"}
                     for x in (a, b))
         if a != b:
             out.append(f"{name}: differs from what --eval writes now")
+    return out
+
+
+def _results_part(info: dict) -> dict:
+    """run_info.json without its record of the run itself: times, command line, and the data folder
+    the benchmark was read from (each build and check runs in a new empty one)."""
+    from cir_demo.index.prebuilt_run import RUN_RECORD_KEYS
+
+    out = {k: v for k, v in info.items() if k not in RUN_RECORD_KEYS}
+    if isinstance(out.get("benchmark_info"), dict):
+        out["benchmark_info"] = {k: v for k, v in out["benchmark_info"].items() if k != "root"}
     return out
 
 
@@ -157,8 +168,11 @@ def check_shipped_run(bench, names: list[str], reranker: str | None, rerun: bool
             return problems
         with empty_data_folder():
             if not rerun:
-                run_eval(slice_flags(flags), Path(tmp) / "slice")
-                return slice_differences(installed, Path(tmp) / "slice")
+                problems = aggregate_differences(installed)
+                if not problems:
+                    run_eval(slice_flags(flags), Path(tmp) / "slice")
+                    problems = slice_differences(installed, Path(tmp) / "slice")
+                return problems
             run_eval(flags, Path(tmp) / "run")
         return differences(installed, Path(tmp) / "run")
 
@@ -190,6 +204,34 @@ def _same_value(a: str | None, b: str | None) -> bool:
     except (TypeError, ValueError):
         return False
     return math.isclose(x, y, rel_tol=SLICE_TOLERANCE, abs_tol=SLICE_TOLERANCE)
+
+
+# metrics.csv column -> per_query.csv column whose mean over the scored queries it is (metrics.csv
+# rounds to 4 decimals)
+MEAN_OF = {**{f"{m}@{k}": f"{m}@{k}" for m in ("recall", "precision", "NegRecall") for k in (1, 5, 10, 50)},
+           **{f"mAP@{k}{s}": f"AP@{k}{s}" for k in (1, 5, 10, 50) for s in ("", "_noNeg")}}
+ROUNDING = 6e-5
+
+
+def aggregate_differences(run_dir: Path) -> list[str]:
+    """The metrics.csv cells of run folder `run_dir` (and of its split folders) that are not the mean of
+    the per-query rows beside them: per_query.csv is what the slice checks, metrics.csv follows from it."""
+    out = []
+    for name in PER_QUERY_FILES:
+        metrics = run_dir / Path(name).with_name("metrics.csv")
+        if not ((run_dir / name).is_file() and metrics.is_file()):
+            continue
+        rows = _per_query_rows((run_dir / name).read_text(encoding="utf-8"), str(run_dir / name)).values()
+        for line in csv.DictReader(io.StringIO(metrics.read_text(encoding="utf-8"))):
+            scored = [r for r in rows if r["run"] == line.get("model") and r.get("scored") == "True"]
+            for column, per_query in MEAN_OF.items():
+                if not scored or column not in line or per_query not in scored[0]:
+                    continue
+                mean = math.fsum(float(r[per_query]) for r in scored) / len(scored)
+                if not abs(float(line[column]) - mean) <= ROUNDING:
+                    out.append(f"{metrics.relative_to(run_dir)}: {line['model']} {column} is {line[column]}, the mean "
+                               f"of its {len(scored)} per-query rows is {mean:.4f}")
+    return out
 
 
 def slice_differences(shipped: Path, written: Path) -> list[str]:

@@ -44,6 +44,13 @@ def test_the_audit_sees_every_kind_of_access_wherever_the_name(world, tmp_path):
 
     from cir_demo.paths import cache_dir, indexes_dir
 
+    from cir_demo.training.evaluate import load_test_data
+
+    _, test_side = recorded(lambda: load_test_data("tiny", 0, progress=False))
+    cache = cache_dir().resolve()
+    pixels = next(Path(p) for kind, p in test_side  # the test corpus's pixel cache, written or read
+                  if kind in ("rename", "open") and cache in Path(p).parents and world.root.resolve() not in Path(p).parents)
+    assert locations_of(world.root, test_side).holds(str(pixels))
     hidden = world.root / ".t-0001.tmp"
     shutil.copyfile(world.root / "test_intents.jsonl", hidden)
     embeddings = cache_dir() / "embeddings" / "world-tiny-s0" / "0123abcd.npy"
@@ -59,12 +66,13 @@ def test_the_audit_sees_every_kind_of_access_wherever_the_name(world, tmp_path):
         "open (memmap)": lambda: np.load(embeddings, mmap_mode="r"),
         "sqlite3.connect": lambda: sqlite3.connect(scores).close(),
         "faiss.read_index": lambda: faiss.read_index(str(index)),
-        "os.stat": lambda: (world.root / "compositional_queries.jsonl").exists(),
+        "os.stat": lambda: embeddings.exists(),
+        "os.stat (a test-side pixel cache)": lambda: pixels.is_file(),
     }
     try:
         for what, read in reads.items():
             _, events = recorded(read)
-            assert locations_of(world.root).violations(events), f"{what}: not seen"
+            assert locations_of(world.root, test_side).violations(events), f"{what}: not seen"
         _, events = recorded(lambda: (world.root / "train_intents.jsonl").read_bytes())
         assert locations_of(world.root).violations(events) == []  # a train file is no test data
     finally:

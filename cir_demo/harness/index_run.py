@@ -147,15 +147,17 @@ def _prebuilt_embeddings(args: argparse.Namespace, bench, names: list[str]) -> i
     if not args.check:
         for d in build_prebuilt(bench, retrievers, batch_size=args.batch_size, progress=not args.no_progress):
             print(f"wrote {d}")
-    ids, bad = corpus_ids_of(bench), 0
+    ids, bad, sliced = corpus_ids_of(bench), 0, {}
     for r in retrievers:
         tower = image_encoder(r)
         if tower is None:
             print(f"{r.name}: no image_spec, nothing prebuilt")
             continue
         reasons = prebuilt_problems(prebuilt_dir(bench, tower), bench, tower, ids)
-        if args.check and not reasons:
-            reasons = slice_problems(bench, r, ids, prebuilt_dir(bench, tower), args.batch_size)
+        if args.check and not reasons:  # one re-encoded slice per image tower (the recipes share one)
+            if tower.spec_hash() not in sliced:
+                sliced[tower.spec_hash()] = slice_problems(bench, r, ids, prebuilt_dir(bench, tower), args.batch_size)
+            reasons = sliced[tower.spec_hash()]
         bad += bool(reasons)
         print(f"{'stale' if reasons else 'fresh':6s} {r.name}: {prebuilt_dir(bench, tower)}"
               + "".join(f"\n       - {x}" for x in reasons))

@@ -91,3 +91,16 @@ def test_a_clone_with_a_changed_judge_gives_on_a_warm_folder_what_it_gives_on_an
     on_empty = _eval(clone, empty, tmp_path / "clone-empty")
     assert on_empty != unchanged, "the negated judge must rank otherwise, or this test shows nothing"
     assert _eval(clone, warm, tmp_path / "clone-warm") == on_empty
+
+
+def test_index_prebuilt_builds_in_an_empty_data_folder_and_gives_the_old_one_back(tmp_path, monkeypatch):
+    from cir_demo.harness.prebuilt_run_build import empty_data_folder
+    from cir_demo.paths import cache_dir, runs_dir
+
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "warm-cache"))
+    monkeypatch.delenv("CIR_DEMO_RUNS", raising=False)
+    (tmp_path / "warm-cache" / "rerank").mkdir(parents=True)  # what an earlier run left
+    with empty_data_folder() as empty:
+        assert cache_dir() == empty / "cache" and runs_dir() == empty / "runs" and list(empty.iterdir()) == []
+        assert "CIR_DEMO_CACHE" not in os.environ
+    assert not empty.exists() and cache_dir() == tmp_path / "warm-cache" and "CIR_DEMO_RUNS" not in os.environ

@@ -104,3 +104,18 @@ def test_index_prebuilt_builds_in_an_empty_data_folder_and_gives_the_old_one_bac
         assert cache_dir() == empty / "cache" and runs_dir() == empty / "runs" and list(empty.iterdir()) == []
         assert "CIR_DEMO_CACHE" not in os.environ
     assert not empty.exists() and cache_dir() == tmp_path / "warm-cache" and "CIR_DEMO_RUNS" not in os.environ
+
+
+def test_the_worlds_pixel_fingerprint_follows_the_renderer_code(clone_package):
+    from cir_demo.world.loader import pixels_fingerprint
+
+    before = pixels_fingerprint("0" * 64)
+    assert pixels_fingerprint("1" * 64) != before  # another world's content
+    with open(clone_package / "world" / "generate.py", "a") as f:
+        f.write("\n# not on the pixels' path\n")
+    code_hash.code_sha256.cache_clear()
+    assert pixels_fingerprint("0" * 64) == before
+    with open(clone_package / "world" / "render" / "paint.py", "a") as f:
+        f.write("\nPAINTED_OTHERWISE = True\n")
+    code_hash.code_sha256.cache_clear()
+    assert pixels_fingerprint("0" * 64) != before

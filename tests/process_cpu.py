@@ -34,13 +34,19 @@ def cpu_seconds(pid: int, itself: bool = True) -> float:
     return total + sum(cpu_seconds(child) for child in _children(pid))
 
 
-def wait_while_working(done: Callable[[float], bool], cpu: Callable[[], float], slice_s: float) -> None:
+WORKING_LIMIT_S = 600.0  # a run that works without end (spinning) fails here, below pytest.ini's timeout
+
+
+def wait_while_working(done: Callable[[float], bool], cpu: Callable[[], float], slice_s: float,
+                       limit_s: float = WORKING_LIMIT_S) -> None:
     """Until `done(seconds)` (a check that may itself wait up to `seconds`) is true; after each slice of
-    `slice_s` without it, go on only if `cpu()` grew meanwhile."""
-    used = cpu()
-    while not done(slice_s):
+    `slice_s` without it, go on only if `cpu()` grew meanwhile, and for `limit_s` seconds in all."""
+    started, used = time.monotonic(), cpu()
+    while not done(min(slice_s, max(0.0, limit_s - (time.monotonic() - started)))):
         now = cpu()
+        waited = time.monotonic() - started
         assert now > used, f"no CPU used in {slice_s:.0f} s by the work waited for, and it is not done"
+        assert waited < limit_s, f"not done after {waited:.0f} s although it works: a run that never ends?"
         used = now
 
 

@@ -54,7 +54,10 @@ def test_the_compositional_split_shares_the_test_corpus_with_its_own_queries():
         assert set(q.judgments.positives) == set(by_id[q.group_id]["positives"]) <= corpus
     # stored runs, reranker scores and per-query caches are keyed by the fingerprint: apart
     assert benchmark_fingerprint(comp) != benchmark_fingerprint(test)
-    assert benchmark_fingerprint(test) == f"world-{test.info['checksum'][:16]}"  # the test split's key as before
+    # the test split's key: the world's pixels (its content checksum, render size and renderer code)
+    from cir_demo.world.loader import pixels_fingerprint
+
+    assert benchmark_fingerprint(test) == f"world-{pixels_fingerprint(test.info['checksum'])[:16]}"
 
 
 def test_a_bad_split_is_one_clear_error_listing_the_splits(tmp_path, capsys):

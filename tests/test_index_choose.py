@@ -77,8 +77,15 @@ def test_bad_arguments_are_named(bad):
         choose_index(*bad)
 
 
-def test_choice_is_deterministic_and_resolves_like_the_kind():
-    assert choose_index(2_000_000, 512) == choose_index(2_000_000, 512)
+def test_choice_follows_the_documented_rule_and_resolves_like_the_kind():
+    # docs/indexes.md's rule, by hand: flat while n <= max(250,000, 2**28 / d) (524,288 at 512-d); above
+    # it ivfpq with nlist the power of two nearest 4*sqrt(n) (4*sqrt(2M) = 5,657 -> 4,096), nprobe
+    # nlist/16, k_factor 16
+    big = choose_index(2_000_000, 512)
+    assert (big.kind, big.factory) == ("ivfpq", "IVF4096_HNSW32,PQ128x4fs,RFlat")
+    assert {k: big.params[k] for k in ("nlist", "nprobe", "k_factor", "pq_m")} == {
+        "nlist": 4096, "nprobe": 256, "k_factor": 16, "pq_m": 128}
+    assert choose_index(524_288, 512).kind == "flat" and choose_index(524_289, 512).kind == "ivfpq"
     for n, d, budget in ((10, 4, None), (400_000, 768, None), (1_000_000, 768, GIB)):
         c = choose_index(n, d, budget)
         assert c.params == resolve_params(c.kind, n, d, **c.params) and c.factory == factory_string(c.kind, c.params)

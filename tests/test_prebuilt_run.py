@@ -79,9 +79,33 @@ def test_shipped_outputs_are_byte_identical_to_what_eval_writes(prebuilt, capsys
     # the world's compositional test split, evaluated beside the test split, ships too (its rankings do not)
     assert {"compositional/per_query.csv", "compositional/run_info.json"} <= set(manifest["files"])
     assert not any(n.startswith("compositional/results/") for n in manifest["files"])
+    assert cli_main(check) == 0  # the slice recomputed from an empty data folder is what is shipped
+    assert "a slice recomputed from empty folders" in capsys.readouterr().out
     metrics = lzma.decompress((directory / "metrics.csv.xz").read_bytes())
     _rewrite(directory, "metrics.csv", metrics.replace(b"0.", b"0.9", 1))
-    assert cli_main(check) == 0  # the records agree: only running --eval again would show the change
+    assert cli_main(check) == 1  # the records agree, the content does not: metrics.csv is its rows' mean
+    assert "metrics.csv: " in capsys.readouterr().out
+
+
+def test_the_check_recomputes_a_slice_and_finds_edited_rows_and_a_changed_judge(prebuilt, capsys, monkeypatch):
+    from cir_demo.testing.explorer import TinyVerifier
+
+    names, directory = prebuilt
+    check = ["index", "prebuilt", *TINY, "--only", "eval", "--retrievers", ",".join(names), "--rerank", VERIFIER,
+             "--check"]
+    plain = TinyVerifier.score_logits
+    monkeypatch.setattr(TinyVerifier, "score_logits", lambda self, *a: -plain(self, *a))  # same code hash
+    assert cli_main(check) == 1
+    out = capsys.readouterr().out
+    assert "+rerank query w0000" in out and "recomputed from an empty data folder" in out
+    monkeypatch.setattr(TinyVerifier, "score_logits", plain)
+    rows = lzma.decompress((directory / "per_query.csv.xz").read_bytes()).decode().splitlines()
+    cells = rows[1].split(",")
+    column = rows[0].split(",").index("n_neg")
+    cells[column] = str(int(cells[column]) + 1)  # one count of the first query, every record rewritten
+    _rewrite(directory, "per_query.csv", "\n".join([rows[0], ",".join(cells), *rows[2:]]).encode() + b"\n")
+    assert cli_main(check) == 1
+    assert f"query {cells[1]}: n_neg is {cells[column]} shipped" in capsys.readouterr().out
 
 
 def test_the_comparison_with_eval_names_every_changed_file_and_ignores_the_run_record(prebuilt, tmp_path):

@@ -45,9 +45,18 @@ def test_aggregate_equals_hand_computed_means_ranges_and_holds(tmp_path):
     assert "(1/2)" in md and "## compositional split" in md and "0.1500 [0.1000, 0.2000]" in md
 
 
+def _made_by(out, seeds, *eval_args) -> dict:
+    """record.json's made_by for `seeds` as this code would write it, computed from the command line."""
+    from cir_demo.harness.record_cli import seed_key
+
+    return {str(s): seed_key(["-m", "cir_demo", "eval", "--benchmark", "world", "--world-size", "default",
+                              "--world-seed", str(s), "--out", str(out / f"seed-{s}"), *eval_args]) for s in seeds}
+
+
 def test_record_command_reuses_complete_seeds_and_writes_the_record(tmp_path, capsys):
     for s, v in SEEDS.items():
         _seed_folder(tmp_path / "rec", s, *v)
+    (tmp_path / "rec" / "record.json").write_text(json.dumps({"made_by": _made_by(tmp_path / "rec", SEEDS)}))
     # an interrupted seed's --eval leaves its staging folder behind: the record resumes beside it
     (tmp_path / "rec" / ".partial" / "123-abc-seed-13").mkdir(parents=True)
     assert main(["record", "--seeds", "7", "11", "--out", str(tmp_path / "rec")]) == 0
@@ -67,3 +76,23 @@ def test_record_refuses_a_folder_that_is_not_a_record_and_bad_metrics(tmp_path, 
     (bad / "metrics.json").write_text('{"runs": [{"nothing": 1}]}')
     with pytest.raises(ValueError, match="metrics.json"):
         read_seed_metrics(bad)
+
+
+@pytest.mark.parametrize("change, named", [
+    (lambda key: {**key, "code_sha256": "0" * 64}, "code_sha256"),  # made by other code
+    (lambda key: {**key, "weights_manifests": {"world-verifier/manifest.json": "0" * 64}}, "weights_manifests"),
+    (lambda key: {**key, "eval_args": key["eval_args"] + ["--no-plots"]}, "eval_args"),  # other arguments
+    (lambda key: None, "no record of what made it"),
+])
+def test_record_refuses_a_complete_seed_folder_made_otherwise(tmp_path, capsys, change, named):
+    out = tmp_path / "rec"
+    for s, v in SEEDS.items():
+        _seed_folder(out, s, *v)
+    made_by = _made_by(out, SEEDS)
+    made_by["11"] = change(made_by["11"])
+    (out / "record.json").write_text(json.dumps({"made_by": made_by}))
+    assert main(["record", "--seeds", "7", "11", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "seed-11" in err and named in err and "seed-7 " not in err
+    assert json.loads((out / "record.json").read_text())["made_by"] == made_by  # nothing rewritten
+

@@ -97,6 +97,14 @@ def test_differences_hand_built():
     assert ref.differences(a, tie_swapped, 1e-4) == []
     moved = {"r": {"mAP@10": 0.5, "queries": {"q1": {"ids": ["x", "y"], "scores": [0.9, 0.8]}}}}
     assert ref.differences(a, moved, 1e-4, "m") == ["m.r.queries.q1.scores[1]: expected 0.9, got 0.8"]
+    # another top 2 with the same scores: the ids are compared, not only the scores
+    top = {"ids": ["x", "y", "z"], "scores": [0.9, 0.8, 0.7]}
+    assert ref.differences(top, {"ids": ["w", "y", "z"], "scores": [0.9, 0.8, 0.7]}, 1e-4, "t") == [
+        "t.ids[0:1]: expected ['x'], got ['w']"]
+    assert ref.differences(top, {"ids": ["y", "x", "z"], "scores": [0.9, 0.8, 0.7]}, 1e-4, "t") == [
+        "t.ids[0:1]: expected ['x'], got ['y']", "t.ids[1:2]: expected ['y'], got ['x']"]
+    tied = {"ids": ["x", "y", "z"], "scores": [0.9, 0.9, 0.7]}  # x and y tie: either order; z at the cut
+    assert ref.differences(tied, {"ids": ["y", "x", "q"], "scores": [0.9, 0.9, 0.7]}, 1e-4, "t") == []
     assert ref.differences({"ids": ["x"], "margin": [1.0]}, {"ids": ["z"], "margin": [1.0]}, 1e-4, "v") == [
         "v.ids[0]: expected 'x', got 'z'"]
     assert ref.differences({"a": 1}, {"b": 1}, 1e-4, "k") == ["k: keys ['a'] != ['b']"]

@@ -1,54 +1,149 @@
-"""The audited tiny training of each world model (conftest.py's `audited_training`): every file the
-process opens and every rename recorded (a Python audit hook) while world-CLIP, world-CIR and the world
-judge train for 2 steps, with the test-split accessors refusing. test_training_split.py checks what
-was recorded; test_training_world.py checks the world-CIR and judge this same training wrote, so each
-model trains once per suite for both."""
+"""The audited tiny training of each world model (conftest.py's `audited_training`): every file-system
+access of the process recorded while world-CLIP, world-CIR and the world judge train for 2 steps, with
+the test-split accessors refusing. test_training_split.py checks what was recorded; test_training_world.py
+checks the world-CIR and judge this same training wrote, so each model trains once per suite for both.
+
+What is recorded: Python's audit events for opening a file (`open`, numpy's loads and memmaps
+included), listing a folder (`os.listdir`, `os.scandir`), connecting to SQLite (`sqlite3.connect`),
+copying, renaming and removing; and, for the reads no audit event reports, `os.stat` (`Path.exists`,
+`is_file`), faiss's `read_index` and safetensors' `load_file`, wrapped while recording. (The world's
+integrity check sizes the files of its own test part: that stat alone is let through.)
+
+What counts as test data is decided by where it lies, never by its name (`TestLocations`): the files
+the world's test part is made of (the world's own part table, `disk.PARTS["test"]`), every other file
+in the world's folder that is not a declared train file (dot-prefixed temporary copies included), the
+folders that hold what is computed from the benchmarks (embedding caches, score caches, the app's
+caches, stored benchmarks, indexes, runs, the prebuilt files), and the files the test-side accessor
+(`training.evaluate.load_test_data`, both test splits) writes, found by running it under the same
+recording (its pixel caches)."""
 from __future__ import annotations
 
+import os
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 _EVENTS: list[tuple[str, str]] = []  # (event, path) while recording
 _RECORDING: list[bool] = [False]
+# audit event -> the position of its path argument
+_PATH_EVENTS = {"open": 0, "os.listdir": 0, "os.scandir": 0, "sqlite3.connect": 0, "shutil.copyfile": 0,
+                "os.remove": 0, "os.truncate": 0}
+
+
+def _path(value) -> str | None:
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    if isinstance(value, (str, os.PathLike)):
+        return os.path.abspath(os.fspath(value))
+    return None  # a file descriptor, or a folder listing of "."
 
 
 def _hook(event: str, args) -> None:
     if not _RECORDING[0]:
         return
-    if event == "open" and isinstance(args[0], (str, bytes, Path)):
-        _EVENTS.append(("open", str(Path(args[0] if not isinstance(args[0], bytes) else args[0].decode()))))
-    elif event == "os.rename":
-        _EVENTS.append(("rename", str(args[1])))
+    if event == "os.rename":
+        _EVENTS.append(("rename", _path(args[1]) or ""))
+        _EVENTS.append(("rename-from", _path(args[0]) or ""))
+    elif event in _PATH_EVENTS and args:
+        path = _path(args[_PATH_EVENTS[event]])
+        if path is not None:
+            _EVENTS.append((event, path))
 
 
 sys.addaudithook(_hook)  # hooks cannot be removed; this one only records while a caller asks it to
 
 
-def is_test_split(path: str) -> bool:
-    """A file of the world's test splits (test_intents.jsonl, compositional_intents.jsonl, ...) or a cache made
-    from one (pixel caches test-corpus-*.npy, test-refs-*.npy, embeddings of them)."""
-    p = Path(path)
-    # the suite's own test_*.py sources are read by linecache when a warning names a line: not world data
-    return p.name.startswith(("test_", "test-", "compositional_")) and p.suffix not in (".py", ".pyc")
+def _recording(kind: str, fn):
+    def wrapped(path, *a, **k):
+        p = _path(path)
+        if _RECORDING[0] and p is not None:
+            _EVENTS.append((kind, p))
+        return fn(path, *a, **k)
+    return wrapped
 
 
 def recorded(fn):
-    """(what `fn()` returned, the events recorded while it ran)."""
+    """(what `fn()` returned, the (event, absolute path) accesses recorded while it ran)."""
     _EVENTS.clear()
-    _RECORDING[0] = True
-    try:
-        out = fn()
-    finally:
-        _RECORDING[0] = False
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "stat", _recording("os.stat", os.stat))
+        try:
+            import faiss
+
+            mp.setattr(faiss, "read_index", _recording("faiss.read_index", faiss.read_index))
+        except ImportError:
+            pass
+        import safetensors.torch
+
+        mp.setattr(safetensors.torch, "load_file", _recording("safetensors.load_file", safetensors.torch.load_file))
+        _RECORDING[0] = True
+        try:
+            out = fn()
+        finally:
+            _RECORDING[0] = False
     return out, list(_EVENTS)
+
+
+@dataclass
+class TestLocations:
+    """Where test data and what is computed from it lie, for one world folder and data folder."""
+
+    world_root: Path
+    test_files: set = field(default_factory=set)  # the world's test part and the test side's own caches
+    train_files: set = field(default_factory=set)  # what training may read in the world's folder
+    derived_folders: list = field(default_factory=list)
+
+    __test__ = False  # not a pytest test class
+
+    world_part_files: set = field(default_factory=set)  # the files of the world's test part
+
+    def holds(self, path: str) -> bool:
+        p = Path(path)
+        if p in self.test_files or any(p == f or f in p.parents for f in self.derived_folders):
+            return True
+        return (p == self.world_root or self.world_root in p.parents) and p not in self.train_files \
+            and p != self.world_root
+
+    def violations(self, events) -> list[tuple[str, str]]:
+        """The recorded accesses to test data. A stat of a file of the world's test part is its size: the
+        world's integrity check sizes every file of the folder it opens, whose content it never reads;
+        any other access there, and a stat anywhere else test data lies, counts."""
+        return [(kind, path) for kind, path in events
+                if self.holds(path) and not (kind == "os.stat" and Path(path) in self.world_part_files)]
+
+
+def locations_of(world_root: Path, test_side_events=()) -> TestLocations:
+    """`TestLocations` of the world at `world_root` under the current data folder; `test_side_events`:
+    what running the test-side accessor recorded (the files it wrote under the cache folder are test data)."""
+    from cir_demo.paths import cache_dir, indexes_dir, prebuilt_root, runs_dir
+    from cir_demo.world.disk import PARTS
+
+    root = Path(os.path.abspath(world_root))
+    manifest, full = PARTS["full"]
+    test_manifest, test = PARTS["test"]
+    cache = Path(os.path.abspath(cache_dir()))
+    written = {Path(p) for kind, p in test_side_events if kind in ("rename", "rename-from")}
+    opened_in_cache = {Path(p) for kind, p in test_side_events
+                       if kind == "open" and cache in Path(p).parents and root not in Path(p).parents}
+    derived = [cache / name for name in ("embeddings", "rerank", "app", "benchmarks", "text_proxy")]
+    derived += [Path(os.path.abspath(p)) for p in (indexes_dir(), runs_dir(), prebuilt_root())]
+    if os.environ.get("CIR_DEMO_BENCHMARK_CACHE"):
+        derived.append(Path(os.path.abspath(os.environ["CIR_DEMO_BENCHMARK_CACHE"])))
+    return TestLocations(
+        world_root=root,
+        test_files={root / n for n in (test_manifest, *test)} | written | opened_in_cache,
+        world_part_files={root / n for n in test},
+        train_files={root / manifest} | {root / n for n in full if n not in test},
+        derived_folders=derived)
 
 
 def audited_training(root: Path) -> dict:
     """Each world model trained for 2 steps into `root`/clip, cir, judge, with held-out evaluation off (the
     flag only adds the evaluation after the weights are saved) and the test-split accessors refusing:
     {"events": {folder name: events}, "manifests": {folder name: manifest}, "folders": {...},
+    "locations": the `TestLocations` (the test side's pixel caches written first, as an evaluation would),
     "test_tables_unread": whether the world's test scene tables were still unread afterwards}."""
     from cir_demo.training import evaluate as ev
     from cir_demo.training.pipeline import train_cir_command, train_clip_command, train_verifier_command
@@ -58,7 +153,10 @@ def audited_training(root: Path) -> dict:
     def refuse(*a, **k):
         raise AssertionError("training called a test-split accessor")
 
-    loader.open_world(size="tiny", seed=0, progress=False)  # generated (if missing) before anything is recorded
+    world = loader.open_world(size="tiny", seed=0, progress=False, part="full")  # generated before anything is recorded
+    _, test_side = recorded(lambda: [ev.load_test_data("tiny", 0, progress=False, split=s)
+                                     for s in ("test", "compositional")])
+    locations = locations_of(world.root, test_side)
     clip, cir, judge = (root / "clip", root / "cir", root / "judge")
     for folder in (clip, cir, judge):
         folder.mkdir(parents=True)
@@ -80,4 +178,4 @@ def audited_training(root: Path) -> dict:
         fresh = loader.open_world(size="tiny", seed=0, progress=False)
         unread = fresh._test_corpus is None and fresh._test_refs is None
     return {"events": events, "manifests": manifests, "folders": {"clip": clip, "cir": cir, "judge": judge},
-            "test_tables_unread": unread}
+            "locations": locations, "test_tables_unread": unread}

@@ -16,6 +16,7 @@ rewritten, with one warning.
 from __future__ import annotations
 
 import hashlib
+import json
 import marshal
 import sys
 import warnings
@@ -25,8 +26,6 @@ from typing import Any, Sequence
 from cir_demo.benchmarks.schema import Judgments, Query, ValidationIssue
 
 FORMAT = 1
-# The modules whose code decides what a load returns: editing one invalidates every stored load.
-_CODE = ("schema.py", "_common.py", "pinpoint.py", "load_cache.py")
 
 
 class BenchmarkCacheWarning(UserWarning):
@@ -34,11 +33,14 @@ class BenchmarkCacheWarning(UserWarning):
 
 
 def cache_key(kind: str, files: Sequence[Path], params: Sequence[Any] = ()) -> str:
-    """sha256 over the format, the Python version (marshal's), the loader code, `params` and each file's path and bytes."""
+    """sha256 over the format, the Python version (marshal's), the code of loader `kind`
+    (`cir_demo.benchmarks.<kind>` and every module it imports, `cir_demo.utils.code_hash`) and the
+    libraries it reads with, `params` and each file's path and bytes."""
+    from cir_demo.utils.code_hash import code_key
+
+    code = code_key((__name__, f"cir_demo.benchmarks.{kind}"), ("pyarrow", "pandas", "numpy"))
     h = hashlib.sha256(f"{FORMAT}\0{sys.version_info[:2]}\0{kind}\0".encode())
-    here = Path(__file__).parent
-    for name in _CODE:
-        h.update(hashlib.sha256((here / name).read_bytes()).digest())
+    h.update(json.dumps(code, sort_keys=True).encode() + b"\0")
     for p in params:
         h.update(repr(p).encode() + b"\0")
     for f in files:

@@ -89,6 +89,9 @@ def _list(args: argparse.Namespace) -> int:
 def _prebuilt(args: argparse.Namespace) -> int:
     """Rebuild (or with --check, only check) what indexes/prebuilt/ commits: the corpus embeddings and
     the complete --eval outputs."""
+    import contextlib
+
+    from cir_demo.harness.prebuilt_run_build import empty_data_folder
     from cir_demo.preflight.request import default_reranker, retriever_names
 
     if args.rerun and not args.check:
@@ -96,14 +99,16 @@ def _prebuilt(args: argparse.Namespace) -> int:
     if args.limit and args.only != "eval":
         raise ValueError("--limit goes with --only eval (corpus embeddings are always of the whole corpus)")
     args.benchmark = args.benchmark or "world"
-    bad = _prebuilt_world(args) if args.only in (None, "world") else 0
-    if args.only == "world":
-        return 1 if bad else 0
-    bench = _load_benchmark(args)
-    names = retriever_names(args.retrievers, bench.name)
-    bad += _prebuilt_embeddings(args, bench, names) if args.only != "eval" else 0
-    if args.only != "embeddings":
-        bad += _prebuilt_eval(args, bench, names, default_reranker(bench.name, args.rerank))
+    # built in an empty data folder: no cached score, feature or embedding can stand in for a computed one
+    with empty_data_folder() if not (args.check or args.in_data_folder) else contextlib.nullcontext():
+        bad = _prebuilt_world(args) if args.only in (None, "world") else 0
+        if args.only == "world":
+            return 1 if bad else 0
+        bench = _load_benchmark(args)
+        names = retriever_names(args.retrievers, bench.name)
+        bad += _prebuilt_embeddings(args, bench, names) if args.only != "eval" else 0
+        if args.only != "embeddings":
+            bad += _prebuilt_eval(args, bench, names, default_reranker(bench.name, args.rerank))
     return 1 if bad else 0
 
 
@@ -134,20 +139,25 @@ def _prebuilt_world(args: argparse.Namespace) -> int:
 
 def _prebuilt_embeddings(args: argparse.Namespace, bench, names: list[str]) -> int:
     from cir_demo.index.build import corpus_ids_of
-    from cir_demo.index.prebuilt import build_prebuilt, image_encoder, prebuilt_dir, prebuilt_problems
+    from cir_demo.index.prebuilt import (build_prebuilt, image_encoder, prebuilt_dir, prebuilt_problems,
+                                         slice_problems)
     from cir_demo.retrievers.registry import load_retriever
 
     retrievers = [load_retriever(n, device="cpu") for n in names]
     if not args.check:
         for d in build_prebuilt(bench, retrievers, batch_size=args.batch_size, progress=not args.no_progress):
             print(f"wrote {d}")
-    ids, bad = corpus_ids_of(bench), 0
+    ids, bad, sliced = corpus_ids_of(bench), 0, {}
     for r in retrievers:
         tower = image_encoder(r)
         if tower is None:
             print(f"{r.name}: no image_spec, nothing prebuilt")
             continue
         reasons = prebuilt_problems(prebuilt_dir(bench, tower), bench, tower, ids)
+        if args.check and not reasons:  # one re-encoded slice per image tower (the recipes share one)
+            if tower.spec_hash() not in sliced:
+                sliced[tower.spec_hash()] = slice_problems(bench, r, ids, prebuilt_dir(bench, tower), args.batch_size)
+            reasons = sliced[tower.spec_hash()]
         bad += bool(reasons)
         print(f"{'stale' if reasons else 'fresh':6s} {r.name}: {prebuilt_dir(bench, tower)}"
               + "".join(f"\n       - {x}" for x in reasons))
@@ -160,8 +170,9 @@ def _prebuilt_eval(args: argparse.Namespace, bench, names: list[str], reranker: 
 
     if not args.check:
         print(f"wrote {build_shipped_run(args, bench, names, reranker)}")
-    reasons = check_shipped_run(bench, names, reranker, rerun=args.check and args.rerun)
-    what = "byte-identical to --eval" if args.check and args.rerun and not reasons else "--eval outputs"
+    reasons = check_shipped_run(bench, names, reranker, rerun=args.check and args.rerun, recompute=args.check)
+    what = ("byte-identical to --eval" if args.rerun else "--eval outputs, a slice recomputed from empty folders"
+            ) if args.check and not reasons else "--eval outputs"
     print(f"{'stale' if reasons else 'fresh':6s} {what}: {shipped_dir(bench)}" + "".join(f"\n       - {x}" for x in reasons))
     return int(bool(reasons))
 

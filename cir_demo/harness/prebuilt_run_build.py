@@ -1,18 +1,51 @@
 """The shipped eval outputs (cir_demo/index/prebuilt_run.py) under `python -m cir_demo index prebuilt`:
 building them runs `--eval` of the benchmark's defaults in this process, exactly as `python app.py
---eval` with the same flags does, and packs the run; `--check` says whether they match the benchmark,
-the weights, the code and the libraries, and `--check --rerun` also runs `--eval` again and compares
-every shipped file with what it wrote, byte for byte."""
+--eval` with the same flags does, in an empty temporary data folder (`empty_data_folder`: no cached
+score, feature or embedding of any earlier run can stand in for a computed one), and packs the run;
+`--check` says whether they match the benchmark, the weights, the code and the libraries, and
+recomputes a slice (the first `SLICE_INTENTS` intents) in an empty data folder and compares its
+per-query rows with the shipped ones, so a shipped file whose records were rewritten, or outputs of
+other code, are found; `--check --rerun` runs the whole `--eval` again and compares every shipped
+file with what it wrote, byte for byte."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import csv
+import io
 import json
+import math
+import os
 import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
 EVAL_COMMAND = ["python", "-m", "cir_demo", "eval"]
+DATA_ENV = ("CIR_DEMO_DATA", "CIR_DEMO_CACHE", "CIR_DEMO_INDEXES", "CIR_DEMO_RUNS", "CIR_DEMO_BENCHMARK_CACHE")
+SLICE_INTENTS = 5  # intents of the recomputed slice: every retriever, the reranker and both test splits
+PER_QUERY_FILES = ("per_query.csv", "compositional/per_query.csv")
+SLICE_TOLERANCE = 1e-6  # per-query metrics; a reranker's last bits depend on its batch, a changed rank does not
+
+
+@contextlib.contextmanager
+def empty_data_folder() -> Iterator[Path]:
+    """The data folder (cache, indexes, runs, stored benchmarks) is a new empty temporary folder for the
+    block, removed after it: what the block computes is computed, never read from an earlier run."""
+    saved = {k: os.environ.get(k) for k in DATA_ENV}
+    with tempfile.TemporaryDirectory(prefix="cir-demo-empty-data-") as tmp:
+        for k in DATA_ENV:
+            os.environ.pop(k, None)
+        os.environ["CIR_DEMO_DATA"] = tmp
+        try:
+            yield Path(tmp)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 def eval_flags(args: argparse.Namespace, names: list[str], reranker: str | None) -> list[str]:
@@ -57,7 +90,8 @@ def build_shipped_run(args: argparse.Namespace, bench, names: list[str], reranke
     code = output_code_sha256()
     with tempfile.TemporaryDirectory(prefix="cir-demo-shipped-") as tmp:
         out, started = Path(tmp) / "run", time.perf_counter()
-        run_eval(flags, out)
+        with empty_data_folder() if not getattr(args, "in_data_folder", False) else contextlib.nullcontext():
+            run_eval(flags, out)
         output_code_sha256.cache_clear()
         if output_code_sha256() != code:
             raise ValueError("the code under cir_demo/ changed while the run ran; run the command again")
@@ -85,7 +119,7 @@ def differences(shipped: Path, written: Path) -> list[str]:
     """The files of installed run folder `shipped` that differ from run folder `written` (run_info.json's
     record of the run itself, times and command line, aside, and run_manifest.json's checksum of it);
     [] = byte-identical."""
-    from cir_demo.index.prebuilt_run import INSTALLED_MARK, RUN_RECORD_KEYS, shipped_file
+    from cir_demo.index.prebuilt_run import INSTALLED_MARK, shipped_file
 
     names = set(json.loads((shipped / INSTALLED_MARK).read_text(encoding="utf-8"))["files"])
     wrote = {rel for rel in (p.relative_to(written).as_posix() for p in written.rglob("*") if p.is_file())
@@ -95,7 +129,7 @@ def differences(shipped: Path, written: Path) -> list[str]:
     for name in sorted(names & wrote):
         a, b = (shipped / name).read_bytes(), (written / name).read_bytes()
         if Path(name).name == "run_info.json":  # the top one's and a split folder's
-            a, b = ({k: v for k, v in json.loads(x).items() if k not in RUN_RECORD_KEYS} for x in (a, b))
+            a, b = (_results_part(json.loads(x)) for x in (a, b))
         elif name == "run_manifest.json":  # it records run_info.json's checksum, which holds the run's times
             a, b = ({k: v for k, v in json.loads(x)["files"].items() if Path(k).name != "run_info.json"}
                     for x in (a, b))
@@ -104,20 +138,123 @@ def differences(shipped: Path, written: Path) -> list[str]:
     return out
 
 
-def check_shipped_run(bench, names: list[str], reranker: str | None, rerun: bool) -> list[str]:
-    """Why the benchmark's shipped outputs are not current ([] = they are); `rerun`: also run `--eval`
-    again with their command and compare every file byte for byte."""
+def _results_part(info: dict) -> dict:
+    """run_info.json without its record of the run itself: times, command line, and the data folder
+    the benchmark was read from (each build and check runs in a new empty one)."""
+    from cir_demo.index.prebuilt_run import RUN_RECORD_KEYS
+
+    out = {k: v for k, v in info.items() if k not in RUN_RECORD_KEYS}
+    if isinstance(out.get("benchmark_info"), dict):
+        out["benchmark_info"] = {k: v for k, v in out["benchmark_info"].items() if k != "root"}
+    return out
+
+
+def check_shipped_run(bench, names: list[str], reranker: str | None, rerun: bool, recompute: bool = True
+                      ) -> list[str]:
+    """Why the benchmark's shipped outputs are not current ([] = they are): their key and records, then
+    (`recompute`) the per-query rows of a slice recomputed in an empty data folder; `rerun`: the whole
+    `--eval` instead of the slice, every file compared byte for byte."""
     from cir_demo.index.prebuilt_run import (install_shipped_run, read_shipped_manifest, shipped_dir,
                                              shipped_problems)
 
     directory = shipped_dir(bench)
     problems = shipped_problems(directory, served_key(bench, names, reranker))
-    if problems or not rerun:
+    if problems or not (recompute or rerun):
         return problems
     flags = read_shipped_manifest(directory)["command"][len(EVAL_COMMAND):]
     with tempfile.TemporaryDirectory(prefix="cir-demo-shipped-check-") as tmp:
         installed, problems = install_shipped_run(bench, served_key(bench, names, reranker), Path(tmp) / "runs")
         if problems:
             return problems
-        run_eval(flags, Path(tmp) / "run")
+        with empty_data_folder():
+            if not rerun:
+                problems = aggregate_differences(installed)
+                if not problems:
+                    run_eval(slice_flags(flags), Path(tmp) / "slice")
+                    problems = slice_differences(installed, Path(tmp) / "slice")
+                return problems
+            run_eval(flags, Path(tmp) / "run")
         return differences(installed, Path(tmp) / "run")
+
+
+def slice_flags(flags: list[str], intents: int = SLICE_INTENTS) -> list[str]:
+    """The shipped run's `--eval` flags limited to its first `intents` intents."""
+    out = list(flags)
+    if "--limit" in out:
+        at = out.index("--limit") + 1
+        out[at] = str(min(int(out[at]), intents))
+        return out
+    return [*out, "--limit", str(intents)]
+
+
+def _per_query_rows(data: str, path: str) -> dict[tuple[str, str], dict[str, str]]:
+    rows = {}
+    for row in csv.DictReader(io.StringIO(data)):
+        if "run" not in row or "query_id" not in row:
+            raise ValueError(f"{path}: no run or query_id column")
+        rows[row["run"], row["query_id"]] = row
+    return rows
+
+
+def _same_value(a: str | None, b: str | None) -> bool:
+    if a == b:
+        return True
+    try:
+        x, y = float(a), float(b)
+    except (TypeError, ValueError):
+        return False
+    return math.isclose(x, y, rel_tol=SLICE_TOLERANCE, abs_tol=SLICE_TOLERANCE)
+
+
+# metrics.csv column -> per_query.csv column whose mean over the scored queries it is (metrics.csv
+# rounds to 4 decimals)
+MEAN_OF = {**{f"{m}@{k}": f"{m}@{k}" for m in ("recall", "precision", "NegRecall") for k in (1, 5, 10, 50)},
+           **{f"mAP@{k}{s}": f"AP@{k}{s}" for k in (1, 5, 10, 50) for s in ("", "_noNeg")}}
+ROUNDING = 6e-5
+
+
+def aggregate_differences(run_dir: Path) -> list[str]:
+    """The metrics.csv cells of run folder `run_dir` (and of its split folders) that are not the mean of
+    the per-query rows beside them: per_query.csv is what the slice checks, metrics.csv follows from it."""
+    out = []
+    for name in PER_QUERY_FILES:
+        metrics = run_dir / Path(name).with_name("metrics.csv")
+        if not ((run_dir / name).is_file() and metrics.is_file()):
+            continue
+        rows = _per_query_rows((run_dir / name).read_text(encoding="utf-8"), str(run_dir / name)).values()
+        for line in csv.DictReader(io.StringIO(metrics.read_text(encoding="utf-8"))):
+            scored = [r for r in rows if r["run"] == line.get("model") and r.get("scored") == "True"]
+            for column, per_query in MEAN_OF.items():
+                if not scored or column not in line or per_query not in scored[0]:
+                    continue
+                mean = math.fsum(float(r[per_query]) for r in scored) / len(scored)
+                if not abs(float(line[column]) - mean) <= ROUNDING:
+                    out.append(f"{metrics.relative_to(run_dir)}: {line['model']} {column} is {line[column]}, the mean "
+                               f"of its {len(scored)} per-query rows is {mean:.4f}")
+    return out
+
+
+def slice_differences(shipped: Path, written: Path) -> list[str]:
+    """The per-query rows of the recomputed slice (run folder `written`) that the shipped outputs
+    (installed run folder `shipped`) lack or hold other values for; [] = every slice row is shipped as
+    computed now."""
+    out = []
+    for name in PER_QUERY_FILES:
+        if not (written / name).is_file():
+            continue
+        if not (shipped / name).is_file():
+            out.append(f"{name}: written by --eval, not shipped")
+            continue
+        have = _per_query_rows((shipped / name).read_text(encoding="utf-8"), str(shipped / name))
+        now = _per_query_rows((written / name).read_text(encoding="utf-8"), str(written / name))
+        for key, row in now.items():
+            old = have.get(key)
+            bad = [c for c in row if old is None or not _same_value(old.get(c), row[c])]
+            if bad:
+                out.append(f"{name}: run {key[0]} query {key[1]}: " + (
+                    "not shipped" if old is None else
+                    f"{bad[0]} is {old.get(bad[0])} shipped, {row[bad[0]]} recomputed from an empty data folder"
+                    + (f" (and {len(bad) - 1} more columns)" if len(bad) > 1 else "")))
+    if not out and not any((written / n).is_file() for n in PER_QUERY_FILES):
+        out.append(f"the recomputed slice wrote no {PER_QUERY_FILES[0]}")
+    return out

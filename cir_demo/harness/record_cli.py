@@ -3,9 +3,11 @@
     python -m cir_demo record --seeds 7 11 13 --out runs/record     # ~4 min a seed on 2 CPU cores
 
 Each seed's full `--eval` (both test splits, every default retriever, with and without the judge)
-goes to OUT/seed-<S>/; a seed whose folder already holds a complete run is not run again, so an
-interrupted record resumes. OUT/record.json and OUT/record.md hold the mean, range and per-seed
-values, and whether each of the judge's effects holds on every seed.
+goes to OUT/seed-<S>/; a seed whose folder already holds a complete run made by this code, these
+weights and libraries and these arguments (`made_by` in OUT/record.json, written after each seed)
+is not run again, so an interrupted record resumes; a complete seed folder made otherwise is
+refused. OUT/record.json and OUT/record.md hold the mean, range and per-seed values, and whether
+each of the judge's effects holds on every seed.
 """
 from __future__ import annotations
 
@@ -40,19 +42,27 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --out {out} holds files that are not a record's ({', '.join(strangers[:5])}); "
               "choose a new folder", file=sys.stderr)
         return 2
-    per_seed = {}
+    per_seed, made_by = {}, _made_by(out)
     for seed in args.seeds:
         folder = out / f"seed-{seed}"
-        if read_manifest(folder) is None:
-            cmd = [sys.executable, "-m", "cir_demo", "eval", "--benchmark", "world", "--world-size", args.world_size,
-                   "--world-seed", str(seed), "--out", str(folder), *args.eval_arg]
-            print(f"[record] seed {seed}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
-            if subprocess.run(cmd).returncode != 0:
+        cmd = ["-m", "cir_demo", "eval", "--benchmark", "world", "--world-size", args.world_size,
+               "--world-seed", str(seed), "--out", str(folder), *args.eval_arg]
+        if read_manifest(folder) is not None:
+            problem = _other_maker(made_by.get(str(seed)), seed_key(cmd), folder)
+            if problem:
+                print(f"error: {problem}", file=sys.stderr)
+                return 2
+        else:
+            print(f"[record] seed {seed}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+            if subprocess.run([sys.executable, *cmd]).returncode != 0:
                 print(f"error: --eval failed on world seed {seed} (its output: {folder})", file=sys.stderr)
                 return 1
+            made_by[str(seed)] = seed_key(cmd)
+            write_text_atomic(out / "record.json", json.dumps({"made_by": made_by}, indent=2, sort_keys=True) + "\n")
         per_seed[seed] = read_seed_metrics(folder)
     record = aggregate(per_seed)
     record["world_size"] = args.world_size
+    record["made_by"] = {str(s): made_by[str(s)] for s in args.seeds}
     write_text_atomic(out / "record.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
     write_text_atomic(out / "record.md", render_markdown(record) + "\n")
     print(f"wrote {out / 'record.md'}")
@@ -63,12 +73,13 @@ RECORD_FILES = ("record.json", "record.md")
 
 
 def _is_record(path: Path) -> bool:
-    """`path` is a record.json this command wrote (its keys), not a file of the same name."""
+    """`path` is a record.json this command wrote (its keys; `made_by` alone while seeds run), not a file of
+    the same name."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return False
-    return isinstance(data, dict) and {"seeds", "splits", "judge", "world_size"} <= set(data)
+    return isinstance(data, dict) and ({"seeds", "splits", "judge", "world_size"} <= set(data) or set(data) == {"made_by"})
 
 
 def _strangers(out: Path) -> list[str]:
@@ -90,3 +101,36 @@ def _strangers(out: Path) -> list[str]:
             continue
         strangers.append(p.name + ("/" if p.is_dir() else ""))
     return strangers
+
+
+def seed_key(cmd: list[str]) -> dict:
+    """What made a seed's folder: the `--eval` arguments, the code and libraries that shape its outputs
+    (cir_demo/index/prebuilt_run.py's key) and the committed weights (their manifests name their sha256)."""
+    from cir_demo.index.prebuilt_run import output_code_sha256, output_libraries
+    from cir_demo.paths import assets_dir
+    from cir_demo.utils.io import sha256_file
+
+    weights = {p.relative_to(assets_dir()).as_posix(): sha256_file(p)
+               for p in sorted(assets_dir().glob("*/manifest.json"))}
+    at = cmd.index("--out")
+    return {"eval_args": cmd[3:at] + cmd[at + 2:], "code_sha256": output_code_sha256(), "libraries": output_libraries(),
+            "weights_manifests": weights}
+
+
+def _made_by(out: Path) -> dict:
+    try:
+        made = json.loads((out / "record.json").read_text(encoding="utf-8")).get("made_by")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return made if isinstance(made, dict) else {}
+
+
+def _other_maker(recorded: dict | None, now: dict, folder: Path) -> str | None:
+    """Why complete seed folder `folder` must not be reused (None: it was made as this run would make it)."""
+    if recorded == now:
+        return None
+    what = "no record of what made it" if not isinstance(recorded, dict) else "made by other " + ", ".join(
+        k for k in now if recorded.get(k) != now[k])
+    return (f"{folder} holds a run with {what} (record.json's made_by); move it away or choose a new --out, "
+            "and record runs it again")
+

@@ -29,6 +29,7 @@ from cir_demo.index.manifest import (
     build_lock,
     check_index,
     corpus_checksum,
+    index_code,
     index_dir,
     library_versions,
     load_index,
@@ -232,6 +233,7 @@ def make_manifest(benchmark, retriever, ids: Sequence[str], kind: str, params: d
         num_shards=int(num_shards),
         factory=factory_string(kind, params),
         choice=choice,
+        provenance={"index_code": index_code()},
     )
 
 

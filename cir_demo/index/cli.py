@@ -87,11 +87,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     help="only the world's test part, only the corpus embeddings, or only the --eval outputs "
                          "(default: all three, in that order)")
     pb.add_argument("--check", action="store_true",
-                    help="only say whether the prebuilt files match the benchmark, the weights and (for the world's "
-                         "test part and the --eval outputs) the code and libraries (exit 1 if not)")
+                    help="only say whether the prebuilt files match the benchmark, the weights, the code and the "
+                         "libraries, and whether a slice of the embeddings and of the --eval outputs recomputed "
+                         "from an empty data folder gives the shipped content (exit 1 if not)")
     pb.add_argument("--rerun", action="store_true",
                     help="with --check: also run --eval again and compare every shipped file with what it writes, "
                          "byte for byte")
+    pb.add_argument("--in-data-folder", action="store_true",
+                    help="build in the current data folder, reusing its caches (default: a new empty temporary "
+                         "data folder, so no cached score, feature or embedding stands in for a computed one)")
     pb.add_argument("--batch-size", type=int, default=64, help="images per encoder call (default 64, as index builds)")
     pb.add_argument("--no-progress", action="store_true", help="no progress bar")
 

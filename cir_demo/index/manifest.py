@@ -139,6 +139,14 @@ def weights_checksum(spec: dict) -> str | None:
     return str(value) if value is not None else None
 
 
+def index_code() -> dict:
+    """The code key of a built index file (`cir_demo.utils.code_hash`): the faiss build and search code
+    and what it imports, and the libraries that lay out its bits (the vectors' own code is in the spec)."""
+    from cir_demo.utils.code_hash import code_key
+
+    return code_key(("cir_demo.index.faiss_index",), ("faiss", "numpy"))
+
+
 def library_versions() -> dict[str, str | None]:
     """Versions of the libraries an index depends on (read from package metadata, no imports)."""
     return versions.library_versions("faiss", "numpy", "torch", "cir_demo")
@@ -325,6 +333,10 @@ def stale_reasons(manifest: IndexManifest, retriever=None, corpus_ids: Sequence[
     if corpus_fingerprint is not None and manifest.corpus_fingerprint != corpus_fingerprint:
         reasons.append(f"corpus images changed: fingerprint {str(manifest.corpus_fingerprint)[:12]} "
                        f"-> {corpus_fingerprint[:12]}")
+    if INDEX_FILE in manifest.files and manifest.provenance.get("index_code") != index_code():
+        reasons.append("index code or libraries changed: built by "
+                       f"{str((manifest.provenance.get('index_code') or {}).get('sha256'))[:12]}, running "
+                       f"{index_code()['sha256'][:12]}")
     now = library_versions()
     for lib in CHECKED_LIBRARIES:
         built, current = manifest.library_versions.get(lib), now.get(lib)

@@ -196,3 +196,26 @@ def build_prebuilt(benchmark, encoders: Sequence, batch_size: int = 64, progress
     seconds = time.perf_counter() - started
     return [write_prebuilt(benchmark, tower, ids, xb, used_by, seconds, str(getattr(encoder, "device", None)), root)
             for (tower, encoder, used_by), xb in zip(towers.values(), outs)]
+
+
+SLICE_IMAGES = 16  # corpus images re-encoded by `index prebuilt --check`, spread over the corpus
+SLICE_TOLERANCE = 1e-5  # an encode's last bits depend on its batch; another encoder's rows differ far more
+
+
+def slice_problems(benchmark, encoder, ids: Sequence[str], directory: Path, batch_size: int = 64) -> list[str]:
+    """Re-encode `SLICE_IMAGES` corpus images spread over the corpus with `encoder` (pixels from the
+    benchmark, nothing from a cache) and compare them with the rows in `directory` ([] = the same):
+    finds rows written by other code or edited with their records rewritten."""
+    from cir_demo.index.build import encode_corpus_with
+
+    step = max(1, len(ids) // SLICE_IMAGES)
+    rows = list(range(0, len(ids), step))[:SLICE_IMAGES]
+    (fresh,) = encode_corpus_with(benchmark.images, [ids[r] for r in rows], [encoder], batch_size=batch_size,
+                                  progress=False, desc="re-encode a slice of the prebuilt embeddings")
+    shipped = np.load(directory / EMBEDDINGS_FILE, mmap_mode="r", allow_pickle=False)[rows]
+    worst = float(np.abs(np.asarray(shipped, np.float64) - fresh).max()) if rows else 0.0
+    if not worst <= SLICE_TOLERANCE:
+        return [f"content: {directory / EMBEDDINGS_FILE}: rows of {len(rows)} corpus images differ from a fresh "
+                f"encode by up to {worst:.3g} (more than {SLICE_TOLERANCE:g}): built by other code or edited"]
+    return []
+

@@ -5,7 +5,7 @@ Layout: `indexes/prebuilt/<benchmark index name>/eval/` holds
 - `manifest.json`: `key`, what the outputs are tied to (the benchmark fingerprint, the spec hash of
   every retriever, query template included, and of the reranker, so the weights' sha256 too; the
   rerank depth; the sha256 of the source of every package that shapes the outputs; the versions of
-  the libraries that do), the `command` that wrote them, `provenance`, and `files`: for every file
+  the libraries that do and of Python), the `command` that wrote them, `provenance`, and `files`: for every file
   of the run folder (`results/` left out, also in a split's folder such as `compositional/`: the app reads
   no rankings), the size and sha256 of its
   content and of its stored form;
@@ -69,7 +69,14 @@ def run_key(fingerprint: str, retrievers: Mapping[str, str], reranker: str | Non
     """What a run's outputs depend on: benchmark content, specs (weights included), rerank depth, code, libraries."""
     return {"benchmark_fingerprint": fingerprint, "retrievers": dict(sorted(retrievers.items())),
             "reranker": reranker, "rerank_top_n": top_n if reranker else None,
-            "code_sha256": output_code_sha256(), "libraries": output_libraries()}
+            "code_sha256": output_code_sha256(), "libraries": output_libraries(), "python": python_version()}
+
+
+def python_version() -> str:
+    """The running Python's major.minor (its float formatting and hashing shape written files)."""
+    import sys
+
+    return "{}.{}".format(*sys.version_info[:2])
 
 
 def key_problems(shipped: Mapping, served: Mapping) -> list[str]:
@@ -99,6 +106,8 @@ def code_problems(key: Mapping) -> list[str]:
                    f"{output_code_sha256()[:12]}")
     libs, now = key.get("libraries") or {}, output_libraries()
     out += [f"library changed: {lib} {libs.get(lib)} -> {now[lib]}" for lib in now if libs.get(lib) != now[lib]]
+    if key.get("python") != python_version():
+        out.append(f"Python changed: outputs of {key.get('python')}, running {python_version()}")
     return out
 
 

@@ -32,6 +32,7 @@ from cir_demo.rerank.base import (
     sigmoid,
 )
 from cir_demo.rerank.prompt import PromptTemplate, render_segments
+from cir_demo.utils.code_hash import code_key
 from cir_demo.utils.http import HttpError, RetryPolicy, request
 
 
@@ -151,6 +152,7 @@ class OpenAIReranker(Reranker):
             "prompt": self.template.to_dict(),
             "image_format": image_format.lower(),
             "request": {**self.request_params, **self.extra_body},
+            "code": code_key((__name__,), ("pillow",)),
         }
 
     # ------------------------------------------------------------------ scoring

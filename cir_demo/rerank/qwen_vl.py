@@ -27,6 +27,7 @@ import numpy as np
 
 from cir_demo.rerank.base import LogitPairReranker, RerankRequest
 from cir_demo.rerank.prompt import PromptTemplate, render_segments
+from cir_demo.utils.code_hash import code_key
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +195,7 @@ class QwenVLReranker(LogitPairReranker):
             "image_pixels": {"min": size.get("shortest_edge"), "max": size.get("longest_edge")},
             "attn_implementation": attn_implementation,
             "versions": {"transformers": transformers.__version__, "torch": torch.__version__.split("+")[0]},
+            "code": code_key((__name__,), ("torch", "transformers", "pillow", "numpy")),
         }
 
     # ------------------------------------------------------------------ prompt

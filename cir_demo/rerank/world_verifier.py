@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from cir_demo.rerank.base import LogitPairReranker, RerankRequest
+from cir_demo.utils.code_hash import code_key
 from cir_demo.utils.lru import LRU
 
 DEFAULT_WEIGHTS = "assets/world-verifier/world_judge.safetensors"
@@ -33,6 +34,7 @@ DESCRIPTION = ("world judge: no text prompt; reads the pixels of the reference i
                "(a small CNN's 4x4 patch tokens at 64 px) and the instruction's words (<img1>/<img2> rendered "
                "as words); learned probes read the words and the reference patches jointly, then cross-attend "
                "to the candidate's patches, ending in (logit_yes, logit_no), calibrated")
+JUDGE_LIBRARIES = ("torch", "numpy", "safetensors", "tokenizers", "pillow")
 _PROBE_MEMO = 4096  # queries whose probes are kept (the app revisits queries; an eval reranks each 5 times)
 _PROBE_BATCHES = 512  # batches of queries whose probes are kept: an eval's pass over the world is 174
 
@@ -95,8 +97,12 @@ class WorldVerifierReranker(LogitPairReranker):
         self.marker_style = marker_style
         self.description = DESCRIPTION
         self.preprocess = dict(manifest.get("preprocess") or PREPROCESS)
+        # The code and libraries that compute the features and scores: this module and what it imports
+        # (the judge's network among them), so a changed judge never reuses cached features or scores
+        self.code = code_key((__name__,), JUDGE_LIBRARIES)
         # The embedding cache key of the image features (shared by every caller of this judge).
-        self.image_spec = {"family": "world-judge", "weights_sha256": digest, "preprocess": self.preprocess}
+        self.image_spec = {"family": "world-judge", "weights_sha256": digest, "preprocess": self.preprocess,
+                           "code": self.code}
         self._lock = threading.Lock()
         self._row: dict[str, int] = {}  # image id -> row of self._feats
         self._feats = np.zeros((0, self.dim), np.float32)
@@ -116,6 +122,7 @@ class WorldVerifierReranker(LogitPairReranker):
             "description": self.description,  # no "prompt": this backend reads no text prompt
             "marker_style": marker_style,
             "image_preprocess": self.preprocess,
+            "code": self.code,
         }
 
     def prompt_text(self, request: RerankRequest) -> str:

@@ -18,6 +18,7 @@ import numpy as np
 from cir_demo.retrievers.dual_encoder import (DualEncoder, DualEncoderRetriever, features_tensor, retriever_from_config,
                                                torch_precision)
 from cir_demo.utils import versions
+from cir_demo.utils.code_hash import code_key
 
 FAMILY = "hf_clip"
 # text_padding: "auto" = "max_length" for SigLIP-type models, "longest" otherwise.
@@ -126,6 +127,7 @@ def load_encoder(
         "text": {"padding": padding, "max_length": encoder.max_length, "tokenizer": type(tokenizer).__name__},
         "precision": precision,
         "dim": encoder.dim,
+        "code": code_key((__name__,), ("torch", "numpy", "pillow", "transformers")),
     }
     return encoder, spec
 

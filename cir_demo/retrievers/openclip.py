@@ -280,6 +280,13 @@ def library_versions() -> dict[str, str | None]:
     return {**out, **versions.library_versions("torch", imported=True)}
 
 
+def encoder_code() -> dict:
+    """The code key of an open_clip or world-CLIP encoder's embeddings (`cir_demo.utils.code_hash`)."""
+    from cir_demo.utils.code_hash import code_key
+
+    return code_key((__name__,), ("torch", "numpy", "pillow", "open_clip"))
+
+
 def load_encoder(
     model_name: str,
     pretrained: str,
@@ -295,7 +302,9 @@ def load_encoder(
     from cir_demo.utils.io import sha256_file
 
     precision = torch_precision(precision, device)
-    spec: dict[str, Any] = {"model": model_name, "pretrained": pretrained}
+    # the code key is the same on both paths (native and open_clip's give the same embeddings): this
+    # module's closure holds the native model, the versions name open_clip
+    spec: dict[str, Any] = {"model": model_name, "pretrained": pretrained, "code": encoder_code()}
     cfg = None
     if model_config is not None:
         cfg = load_model_config(model_config, where)

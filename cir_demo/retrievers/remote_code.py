@@ -10,6 +10,7 @@ import numpy as np
 
 from cir_demo.retrievers import recipes
 from cir_demo.retrievers.base import ComposedQuery, Retriever, batches, check_embeddings, render_markers
+from cir_demo.utils.code_hash import code_key
 
 
 def require_opt_in(config: dict, trust_remote_code: bool) -> None:
@@ -135,6 +136,7 @@ def native_retriever(config: dict, family: str, p: dict, precision: str, device:
         "precision": precision,
         "dim": dim,
         "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
+        "code": code_key((__name__,), ("torch", "numpy", "pillow", "transformers")),
     }
     return NativeComposedRetriever(config["name"], spec, device, dim, int(p["batch_size"]), p["marker_style"],
                                    encode_images, encode_pairs, progress)

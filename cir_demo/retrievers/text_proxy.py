@@ -40,6 +40,7 @@ import numpy as np
 
 from cir_demo.retrievers import recipes
 from cir_demo.retrievers.base import ComposedQuery, Retriever, check_embeddings, render_markers
+from cir_demo.utils.code_hash import code_key
 from cir_demo.utils.http import HttpError, RetryPolicy, request
 
 FAMILY = "text_proxy"
@@ -437,5 +438,6 @@ def load(config: dict, device: str, progress: bool = False, trust_remote_code: b
         "fallback": "instruction_text",
         "text_encoder": {k: v for k, v in inner.spec.items() if k != "versions"},
         "versions": inner.spec.get("versions", {}),
+        "code": code_key((__name__,), ("pillow",)),
     }
     return TextProxyRetriever(name, inner, generator, p["merge"], spec, progress)

@@ -17,6 +17,7 @@ import numpy as np
 
 from cir_demo.retrievers.base import ComposedQuery, check_embeddings, render_markers, resolve_path
 from cir_demo.retrievers.dual_encoder import EncoderRetriever
+from cir_demo.utils.code_hash import code_key
 
 FAMILY = "world_cir"
 PARAMS = {
@@ -109,6 +110,7 @@ def load(config: dict, device: str, progress: bool = False, **_: Any) -> WorldCi
         "reference_merge": "combiner(ref1, ref2 = ref1 for one image, text)",
         "marker_style": params["marker_style"],
         "versions": openclip.library_versions(),
+        "code": code_key((__name__,), ("torch", "numpy", "pillow", "open_clip")),
     }
     return WorldCirRetriever(name, encoder, combiner, spec, batch_size=params["batch_size"],
                              marker_style=params["marker_style"], progress=progress,

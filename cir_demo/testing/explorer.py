@@ -10,6 +10,7 @@ import numpy as np
 
 from cir_demo.explorer import ServiceConfig, build_service
 from cir_demo.rerank import LogitPairReranker
+from cir_demo.utils.code_hash import code_key
 
 TINY_RECIPES = {"fusion": "early_fusion", "image": "image_only", "text": "text_only", "slerp": "slerp"}
 VERIFIER = "tiny-test-verifier"
@@ -36,7 +37,8 @@ class TinyVerifier(LogitPairReranker):
         for name, tensor in sorted({**self.net.state_dict(), **self.words.state_dict()}.items()):
             digest.update(name.encode())
             digest.update(tensor.numpy().tobytes())
-        self.spec = {"backend": VERIFIER, "seed": seed, "weights_sha256": digest.hexdigest()}
+        self.spec = {"backend": VERIFIER, "seed": seed, "weights_sha256": digest.hexdigest(),
+                     "code": code_key((__name__,), ("torch", "numpy", "pillow"))}
 
     def _pixels(self, image):
         arr = np.asarray(image.convert("RGB").resize((32, 32)), dtype=np.float32) / 255.0

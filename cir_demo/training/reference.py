@@ -138,15 +138,32 @@ def record_reference(model: str, sl: WorldSlice | None = None) -> Path:
     return path
 
 
+def id_differences(ids: list, scores: list, got_ids: list, tolerance: float, where: str = "") -> list[str]:
+    """Where top-k `got_ids` differ from the expected `ids`: each run of places whose expected `scores`
+    tie within `tolerance` must hold the same ids in any order; the last run, at the cut, may also
+    hold other images of that score (one just below the top k may tie with it)."""
+    if len(ids) != len(got_ids):
+        return [f"{where}: {len(ids)} ids, got {len(got_ids)}"]
+    out, start = [], 0
+    for end in range(1, len(ids) + 1):
+        if end < len(ids) and abs(scores[end] - scores[end - 1]) <= tolerance:
+            continue
+        if end < len(ids) and sorted(map(str, ids[start:end])) != sorted(map(str, got_ids[start:end])):
+            out.append(f"{where}[{start}:{end}]: expected {ids[start:end]!r}, got {got_ids[start:end]!r}")
+        start = end
+    return out
+
+
 def differences(expected, got, tolerance: float = TOLERANCE, where: str = "") -> list[str]:
     """'path: expected X, got Y' for every number further apart than `tolerance` and every other
-    value (ids, names) that differs. Top-k ids are compared through their scores: two images whose
-    scores tie within float noise may swap places."""
+    value (ids, names) that differs. Top-k ids are compared in order, except that images whose
+    expected scores tie within `tolerance` may swap places (`id_differences`)."""
     if isinstance(expected, dict) and isinstance(got, dict):
         if set(expected) != set(got):
             return [f"{where}: keys {sorted(expected)} != {sorted(got)}"]
         if "ids" in expected and "scores" in expected:
-            return differences(expected["scores"], got["scores"], tolerance, f"{where}.scores")
+            return (differences(expected["scores"], got["scores"], tolerance, f"{where}.scores")
+                    + id_differences(expected["ids"], expected["scores"], got["ids"], tolerance, f"{where}.ids"))
         return [d for k in expected for d in differences(expected[k], got[k], tolerance, f"{where}.{k}")]
     if isinstance(expected, list) and isinstance(got, list):
         if len(expected) != len(got):

@@ -139,6 +139,18 @@ def _render_cached(world_key: str, image_id: str, size: int):
     return render_scene(_WORLDS[world_key].scene(image_id), size)
 
 
+def pixels_fingerprint(checksum: str) -> str:
+    """What fixes a world's pixels: its content checksum (the scenes), the render size, the renderer's code and the
+    libraries that draw (the embedding caches, prebuilt embeddings and stored runs are keyed by it)."""
+    import hashlib
+
+    from cir_demo.utils.code_hash import code_key
+
+    key = {"checksum": checksum, "render_size": RENDER_SIZE,
+           "code": code_key(("cir_demo.world.render",), ("numpy", "pillow"))}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
 def render_image(image_id: str, size: int | None = None, world: WorldData | None = None):
     """The image `image_id` as an RGB PIL image (rendered on demand, LRU-cached; a fresh copy)."""
     world = world or current_world()
@@ -218,6 +230,7 @@ def load_world(root=None, size: str = "default", seed: int = 0, split: str = "te
         "size": world.manifest["size"], "seed": world.manifest["seed"], "root": str(world.root),
         "generator_version": world.manifest["generator_version"], "checksum": world.manifest["checksum"],
         "render_size": RENDER_SIZE, "split": split, "counts": world.manifest["counts"],
+        "corpus_fingerprint": pixels_fingerprint(world.manifest["checksum"]),
         # tiny and default worlds (and seeds) keep separate index folders instead of rebuilding each other's;
         # the test splits share one corpus, so one index
         "index_name": index_name(world.manifest["size"], world.manifest["seed"]) + (

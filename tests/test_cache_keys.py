@@ -54,6 +54,23 @@ def test_a_changed_judge_module_changes_the_judges_keys_and_nothing_else(clone_p
     assert code_hash.code_key(("cir_demo.models.world_clip",)) == clip  # code off the judge's path
 
 
+def test_layout_comments_and_docstrings_keep_the_key_and_a_changed_constant_does_not(clone_package):
+    """A formatter's pass, a reworded comment or docstring computes nothing: the key stays. A changed
+    number in the same file computes something else: the key changes (the oracle is the edit itself)."""
+    roots = ("cir_demo.models.world_judge_net",)
+    path = clone_package / "models" / "world_judge_net.py"
+    source = path.read_text()
+    before = code_hash.code_key(roots)["sha256"]
+    reflowed = '"""Reworded."""\n' + source.split('"""', 2)[2].replace("\n\n\n", "\n\n\n# a comment\n", 1)
+    reflowed = reflowed.replace("(", "(  ", 3)  # spacing a formatter would take out again
+    path.write_text(reflowed)
+    code_hash.code_sha256.cache_clear()
+    assert code_hash.code_key(roots)["sha256"] == before
+    path.write_text(source + "\nNOT_A_DOCSTRING = 1\n")
+    code_hash.code_sha256.cache_clear()
+    assert code_hash.code_key(roots)["sha256"] != before
+
+
 def test_library_versions_are_part_of_the_key(monkeypatch):
     from cir_demo.utils import versions
 

@@ -30,6 +30,7 @@ from typing import Mapping
 
 from cir_demo.index.manifest import MANIFEST_FILE, new_dir_beside, safe_component
 from cir_demo.paths import REPO_ROOT
+from cir_demo.utils.code_hash import code_text
 
 RUN_FOLDER = "eval"  # under the benchmark's prebuilt folder
 INSTALLED_MARK = "prebuilt.json"  # in an installed copy: the manifest it was installed from
@@ -46,8 +47,7 @@ RUN_RECORD_KEYS = ("timings_s", "wall_s", "argv")
 
 @functools.lru_cache(maxsize=1)
 def output_code_sha256() -> str:
-    """sha256 over the path and source (line ends normalised) of every cir_demo module that shapes
-    `--eval` outputs."""
+    """sha256 over the path and code (`code_text`) of every cir_demo module that shapes `--eval` outputs."""
     package = REPO_ROOT / "cir_demo"
     digest = hashlib.sha256()
     for path in sorted(package.rglob("*.py")):
@@ -55,7 +55,7 @@ def output_code_sha256() -> str:
         if rel.parts[0] in NOT_OUTPUT_CODE or "__pycache__" in rel.parts:
             continue
         digest.update(rel.as_posix().encode() + b"\0")
-        digest.update(path.read_bytes().replace(b"\r\n", b"\n") + b"\0")
+        digest.update(code_text(path) + b"\0")
     return digest.hexdigest()
 
 

@@ -3,9 +3,10 @@
 A computation declares its root modules (or packages) of `cir_demo`; `code_modules` walks every
 `import` statement in their source (module level and inside functions: the project imports heavy
 modules lazily) to the modules of `cir_demo` they reach, transitively, with the `__init__` of each
-package on the way (importing a module runs them). `code_key` hashes the path and source of each
-(line ends normalised, sorted by path) together with the installed versions of the libraries
-that change the values' bits. A key is a dict so that a manifest or a spec can show it; a cache
+package on the way (importing a module runs them). `code_key` hashes the path and code of each
+(sorted by path) together with the installed versions of the libraries that change the values'
+bits. A module's code is its syntax tree without docstrings (`code_text`): layout, comments and
+docstrings do not compute a value, so a formatter's pass or a reworded comment keeps every key. A key is a dict so that a manifest or a spec can show it; a cache
 whose key differs is a miss, never reused.
 
 Found from the declaration, not from a hand list of files: a module the computation starts
@@ -97,14 +98,33 @@ def code_modules(roots: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(seen))
 
 
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def code_text(path: Path) -> bytes:
+    """What of `path`'s source computes: its syntax tree, docstrings left out, without positions (a
+    data file beside the code, e.g. JSON templates: its bytes, line ends normalised)."""
+    if path.suffix != ".py":
+        return path.read_bytes().replace(b"\r\n", b"\n")
+    tree = _without_docstrings(ast.parse(path.read_bytes(), filename=str(path)))
+    return ast.dump(tree, annotate_fields=True, include_attributes=False).encode()
+
+
 @functools.lru_cache(maxsize=None)
 def code_sha256(roots: tuple[str, ...]) -> str:
-    """sha256 over the relative path and source (line ends normalised) of `code_modules(roots)`."""
+    """sha256 over the relative path and code (`code_text`) of `code_modules(roots)`."""
     digest = hashlib.sha256()
     for name in code_modules(roots):
         path = module_file(name)
         digest.update(path.relative_to(PACKAGE_DIR.parent).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes().replace(b"\r\n", b"\n") + b"\0")
+        digest.update(code_text(path) + b"\0")
     return digest.hexdigest()
 
 

@@ -49,7 +49,7 @@ class Outputs:
 
 
 _EVAL_FILES = ("metrics.csv", "metrics.json", "per_query.csv", "breakdowns.csv", "paired.csv", "report.md",
-               "run_info.json", "plots/*.png", "results/*.json")
+               "run_info.json", "report.tex", "plots/*.png", "plots/*.svg", "plots/*.pdf", "results/*.json")
 # the side splits an --eval writes into OUT/<split>/ (benchmarks/registry.py's eval_splits after the first)
 SPLIT_FOLDERS = ("compositional",)
 _IMAGE = ("*.png", "*.jpg", "*.jpeg")

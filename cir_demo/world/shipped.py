@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Mapping
 
+from cir_demo.utils.code_hash import code_text
+
 from .disk import DATA_FILES, MANIFEST, TEST_FILES, TEST_MANIFEST, generation_lock, world_dir, world_problems
 from .generate import GENERATOR_VERSION, _progress
 
@@ -52,11 +54,12 @@ def shipped_world_dir(size: str, seed: int, root: Path | None = None) -> Path:
 
 @functools.lru_cache(maxsize=1)
 def generator_sha256() -> str:
-    """sha256 over the name and content (line ends normalised) of every file in GENERATOR_SOURCES."""
+    """sha256 over the name and code (`code_text`: layout, comments, docstrings aside) of every file in
+    GENERATOR_SOURCES."""
     here = Path(__file__).parent
     digest = hashlib.sha256()
     for name in GENERATOR_SOURCES:
-        digest.update(name.encode() + b"\0" + (here / name).read_bytes().replace(b"\r\n", b"\n") + b"\0")
+        digest.update(name.encode() + b"\0" + code_text(here / name) + b"\0")
     return digest.hexdigest()
 
 

@@ -139,7 +139,8 @@ def cirr_with_two_runs(env: dict, work: Path) -> tuple[Path, list[str]]:
          "--images", "render", "--out", str(cirr)], env)
     run([sys.executable, str(ROOT / "app.py"), "--eval", "--benchmark", "cirr", "--root", str(cirr),
          "--retrievers", ",".join(COMPARE_RUNS), "--rerank", "none", "--no-plots", "--out", str(ev)], env)
-    return cirr, [f"{name}={ev / 'results' / (name + '.json')}" for name in COMPARE_RUNS]
+    # a run may not take a registered retriever's name: each is named for the model that wrote it
+    return cirr, [f"{name}-run={ev / 'results' / (name + '.json')}" for name in COMPARE_RUNS]
 
 
 def compare_picture(browser, env: dict, out: Path, work: Path, timeout: float) -> None:

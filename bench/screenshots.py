@@ -39,6 +39,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"
 SHIPPED_PER_QUERY = ROOT / "indexes" / "prebuilt" / "world-default-s0" / "eval" / "per_query.csv.xz"
 VIEWPORT = {"width": 1400, "height": 1000}
 MAX_BYTES = 300_000
+MAX_HEIGHT = 2400  # pixels of page height in one picture
 COMPARE_RUNS = ("world-cir", "world-clip-text")  # two retrievers that differ visibly on the same queries
 
 
@@ -92,15 +93,19 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float, log: Path) -> No
     raise SystemExit(f"the app did not answer at {url} within {timeout:.0f} s; its log: {log}")
 
 
-def save_png(page, path: Path) -> None:
-    """The viewport as a PNG under MAX_BYTES: quantised to a palette (the UI's flat colours survive it),
-    then scaled down only if that is not enough."""
+def save_png(page, path: Path, bottom: str) -> None:
+    """The page from its top to the bottom of the element `bottom` (at most MAX_HEIGHT pixels) as a PNG
+    under MAX_BYTES: quantised to a palette (the UI's flat colours survive it), then scaled down only if
+    that is not enough."""
     from PIL import Image
 
-    image = Image.open(io.BytesIO(page.screenshot())).convert("RGB")
+    end = page.evaluate("(s) => { const r = document.querySelector(s).getBoundingClientRect();"
+                        " return r.bottom + window.scrollY; }", bottom)
+    clip = {"x": 0, "y": 0, "width": VIEWPORT["width"], "height": min(int(end) + 16, MAX_HEIGHT)}
+    image = Image.open(io.BytesIO(page.screenshot(full_page=True, clip=clip))).convert("RGB")
     for scale in (1.0, 0.85, 0.7, 0.55):
-        sized = image if scale == 1.0 else image.resize((int(image.width * scale), int(image.height * scale)),
-                                                         Image.LANCZOS)
+        size = (int(image.width * scale), int(image.height * scale))
+        sized = image if scale == 1.0 else image.resize(size, Image.LANCZOS)
         data = io.BytesIO()
         sized.quantize(colors=128, method=Image.Quantize.MEDIANCUT).save(data, "PNG", optimize=True)
         if data.tell() <= MAX_BYTES:
@@ -123,24 +128,27 @@ def world_pictures(browser, env: dict, out: Path, work: Path, timeout: float) ->
         page.wait_for_selector("#cir-results li.cir-neg")
         page.wait_for_selector("#cir-results li.cir-pos")
         settle(page)
-        save_png(page, out / "explore.png")
+        save_png(page, out / "explore.png", bottom="#cir-results")
         page.get_by_role("tab", name="Report").click()
         page.wait_for_selector("#cir-report-metrics table")
         page.wait_for_selector("#cir-report-plots img")
         settle(page)
-        save_png(page, out / "report.png")
+        save_png(page, out / "report.png", bottom="#cir-report-plots")
         page.close()
 
 
 def cirr_with_two_runs(env: dict, work: Path) -> tuple[Path, list[str]]:
     """The tiny world exported in CIRR's layout with its images, and two world retrievers' results files on it."""
     cirr, ev = work / "cirr", work / "cirr-eval"
+    # a run may not take a registered retriever's name: each is named for the model that wrote it
+    runs = [f"{name}-run={ev / 'results' / (name + '.json')}" for name in COMPARE_RUNS]
+    if (ev / "run_manifest.json").is_file():  # a --work folder from an earlier call: reused as it is
+        return cirr, runs
     run([sys.executable, "-m", "cir_demo", "world", "export", "--format", "cirr", "--size", "tiny",
          "--images", "render", "--out", str(cirr)], env)
     run([sys.executable, str(ROOT / "app.py"), "--eval", "--benchmark", "cirr", "--root", str(cirr),
          "--retrievers", ",".join(COMPARE_RUNS), "--rerank", "none", "--no-plots", "--out", str(ev)], env)
-    # a run may not take a registered retriever's name: each is named for the model that wrote it
-    return cirr, [f"{name}-run={ev / 'results' / (name + '.json')}" for name in COMPARE_RUNS]
+    return cirr, runs
 
 
 def compare_picture(browser, env: dict, out: Path, work: Path, timeout: float) -> None:
@@ -158,7 +166,7 @@ def compare_picture(browser, env: dict, out: Path, work: Path, timeout: float) -
         page.wait_for_function("location.search.includes('retrievers=')")
         page.wait_for_selector("#cir-results li.cir-tile img")
         settle(page)
-        save_png(page, out / "compare.png")
+        save_png(page, out / "compare.png", bottom="#cir-results")
         page.close()
 
 
@@ -179,6 +187,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img", help="folder for the PNGs (default docs/img)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds any one wait may take (default 600)")
     ap.add_argument("--only", choices=("world", "compare"), help="take only the world's or only the A-vs-B picture")
+    ap.add_argument("--work", type=Path, help="keep the data folder, the CIRR export and its runs here (reused when "
+                    "present) instead of a temporary folder")
     args = ap.parse_args(argv)
     if not Path(CHROMIUM).exists():
         print(f"{CHROMIUM} is missing: apt-get install -y chromium", file=sys.stderr)
@@ -187,7 +197,8 @@ def main(argv=None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="cir-screenshots-") as tmp:
-        work = Path(tmp)
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "CIR_DEMO_DATA": str(work / "data"), "GRADIO_ANALYTICS_ENABLED": "False"}
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

@@ -24,6 +24,7 @@ import contextlib
 import io
 import lzma
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -67,17 +68,18 @@ def app(args: list[str], env: dict, log: Path, timeout: float):
     port = free_port()
     cmd = [sys.executable, str(ROOT / "app.py"), *args, "--server-name", "127.0.0.1", "--port", str(port)]
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        # its own process group, so that its background run and image warmer end with it
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             url = f"http://127.0.0.1:{port}/"
             wait_http(url, proc, timeout, log)
             yield url
         finally:
-            proc.terminate()
+            os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
 
 
 def wait_http(url: str, proc: subprocess.Popen, timeout: float, log: Path) -> None:
@@ -110,7 +112,7 @@ def save_png(page, path: Path, bottom: str) -> None:
         sized.quantize(colors=128, method=Image.Quantize.MEDIANCUT).save(data, "PNG", optimize=True)
         if data.tell() <= MAX_BYTES:
             path.write_bytes(data.getvalue())
-            print(f"wrote {path} ({data.tell() // 1024} KB, {sized.width}x{sized.height})")
+            print(f"wrote {path} ({data.tell() // 1024} KB, {sized.width}x{sized.height})", flush=True)
             return
     raise SystemExit(f"{path.name}: over {MAX_BYTES} bytes even at {sized.width}x{sized.height}")
 
@@ -171,7 +173,9 @@ def compare_picture(browser, env: dict, out: Path, work: Path, timeout: float) -
 
 
 def settle(page) -> None:
-    """Every image on the page decoded, and the pending page updates painted (two animation frames)."""
+    """Every image on the page decoded (lazy ones below the fold too: the picture is taken of the whole
+    page), and the pending page updates painted (two animation frames)."""
+    page.evaluate("() => document.querySelectorAll('img[loading=lazy]').forEach((i) => { i.loading = 'eager'; })")
     page.wait_for_function("Array.from(document.images).every((i) => i.complete)")
     page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
 

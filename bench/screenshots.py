@@ -41,6 +41,15 @@ SHIPPED_PER_QUERY = ROOT / "indexes" / "prebuilt" / "world-default-s0" / "eval" 
 VIEWPORT = {"width": 1400, "height": 1000}
 MAX_BYTES = 300_000
 MAX_HEIGHT = 2400  # pixels of page height in one picture
+# the explorer pictures end below each result column's first tile (the page above them included)
+FIRST_TILES = "#cir-results section.cir-col li.cir-tile:first-of-type"
+LOWEST_BOTTOM_JS = """(sels) => {
+  for (const s of sels) {
+    const els = Array.from(document.querySelectorAll(s));
+    if (els.length) return Math.max(...els.map((e) => e.getBoundingClientRect().bottom)) + window.scrollY;
+  }
+  return document.body.scrollHeight;
+}"""
 COMPARE_RUNS = ("world-cir", "world-clip-text")  # two retrievers that differ visibly on the same queries
 
 
@@ -95,14 +104,13 @@ def wait_http(url: str, proc: subprocess.Popen, timeout: float, log: Path) -> No
     raise SystemExit(f"the app did not answer at {url} within {timeout:.0f} s; its log: {log}")
 
 
-def save_png(page, path: Path, bottom: str) -> None:
-    """The page from its top to the bottom of the element `bottom` (at most MAX_HEIGHT pixels) as a PNG
-    under MAX_BYTES: quantised to a palette (the UI's flat colours survive it), then scaled down only if
-    that is not enough."""
+def save_png(page, path: Path, bottom: tuple[str, ...]) -> None:
+    """The page from its top to the lowest bottom edge of the elements the first selector of `bottom`
+    that matches any finds (at most MAX_HEIGHT pixels), as a PNG under MAX_BYTES: quantised to a palette
+    (the UI's flat colours survive it), then scaled down only if that is not enough."""
     from PIL import Image
 
-    end = page.evaluate("(s) => { const r = document.querySelector(s).getBoundingClientRect();"
-                        " return r.bottom + window.scrollY; }", bottom)
+    end = page.evaluate(LOWEST_BOTTOM_JS, list(bottom))
     clip = {"x": 0, "y": 0, "width": VIEWPORT["width"], "height": min(int(end) + 16, MAX_HEIGHT)}
     image = Image.open(io.BytesIO(page.screenshot(full_page=True, clip=clip))).convert("RGB")
     for scale in (1.0, 0.85, 0.7, 0.55):
@@ -130,12 +138,12 @@ def world_pictures(browser, env: dict, out: Path, work: Path, timeout: float) ->
         page.wait_for_selector("#cir-results li.cir-neg")
         page.wait_for_selector("#cir-results li.cir-pos")
         settle(page)
-        save_png(page, out / "explore.png", bottom="#cir-results")
+        save_png(page, out / "explore.png", bottom=(FIRST_TILES, "#cir-results"))
         page.get_by_role("tab", name="Report").click()
         page.wait_for_selector("#cir-report-metrics table")
         page.wait_for_selector("#cir-report-plots img")
         settle(page)
-        save_png(page, out / "report.png", bottom="#cir-report-plots")
+        save_png(page, out / "report.png", bottom=("#cir-report-plots",))
         page.close()
 
 
@@ -168,7 +176,7 @@ def compare_picture(browser, env: dict, out: Path, work: Path, timeout: float) -
         page.wait_for_function("location.search.includes('retrievers=')")
         page.wait_for_selector("#cir-results li.cir-tile img")
         settle(page)
-        save_png(page, out / "compare.png", bottom="#cir-results")
+        save_png(page, out / "compare.png", bottom=(FIRST_TILES, "#cir-results"))
         page.close()
 
 

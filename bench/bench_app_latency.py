@@ -15,7 +15,7 @@ where thumbnails and reranker scores came from (memory, disk cache, computed), b
 those caches decide the tail: the app fills the thumbnail file in a background process and
 `--eval` fills the reranker's score cache. `--cold-caches` measures with both empty.
 
-Targets (issue 6): four world retrievers without reranking p95 <= 150 ms; with the world
+Targets: four world retrievers without reranking p95 <= 150 ms; with the world
 verifier on the top 20 p95 <= 400 ms. Torch uses `--threads` (default 1, as the app) CPU threads.
 
 `--beside-precompute` measures beside the app's first-start background run: it starts that run

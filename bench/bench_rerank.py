@@ -36,7 +36,7 @@ def noise_images(n: int, side: int, seed: int):
     return [Image.fromarray(rng.randint(0, 256, (side, side, 3), dtype=np.uint8)) for _ in range(n)]
 
 
-def time_once(reranker, request, images, cached: bool, sync) -> tuple[float, float, "np.ndarray"]:
+def time_once(reranker, request, images, cached: bool, sync) -> tuple[float, float, object]:
     """(wall seconds, process CPU seconds, logits)."""
     reranker.use_prefix_cache = cached
     sync()

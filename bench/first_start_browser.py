@@ -11,8 +11,8 @@ of each (OUT_DIR/first-start-*.png). Debian's Chromium (/usr/bin/chromium) throu
 Each of the first two moments is noted twice: `browser_tiles_painted_s` is stamped by the page itself (a
 DOM observer in the page notes the first animation frame after the tiles are in the document, on the same
 clock as the app's start), `browser_tiles_s` is when this script hears of it from Playwright: later by
-Playwright's polling and the hop between the browser and this process (0.2-0.5 s on a quiet machine,
-up to 2.3 s measured on a busy one).
+Playwright's polling and the hop between the browser and this process (longer on a busy machine:
+docs/benchmarks.md).
 """
 from __future__ import annotations
 

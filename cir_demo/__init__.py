@@ -1,3 +1,3 @@
 """cir_demo: a Composed Image Retrieval failure explorer."""
 
-__version__ = "0.1.0"
+__version__ = "0.9.0"

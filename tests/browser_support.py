@@ -54,8 +54,8 @@ def free_port() -> int:
 
 class SharedContextBrowser:
     """The module's Chromium, whose pages share one browser context: from the second page load of an app
-    on, its scripts and styles come from the context's HTTP cache, compiled code included (measured on
-    the explorer page, 6 loads each, alternating: Chromium 4.9 -> 4.4 CPU s a load, the app 0.8 -> 0.5).
+    on, its scripts and styles come from the context's HTTP cache, compiled code included, which saves
+    both Chromium's and the app's CPU on every later load.
     The app keeps no state in the browser (its view is in the address), so a page sees what a first
     visit sees; `new_visitor_page` opens one in a context of its own where the test is about another
     visitor (a share link opened elsewhere)."""
@@ -152,8 +152,7 @@ def wait_page_while_working(page, expression: str, cpu, arg=None) -> None:
 def screenshot(page, name: str) -> None:
     """What the page shows in its viewport (each test sizes it), as test-artifacts/NAME.png; the whole
     page with CIR_DEMO_FULL_PAGE_SCREENSHOTS=1. A full-page shot has Chromium lay the page out again at
-    its full height and back: about 1.1 CPU s each against 0.2 s (measured on the explorer page), and
-    the browser modules take 28."""
+    its full height and back, several times a viewport shot's CPU, and the browser modules take many."""
     ARTIFACTS.mkdir(exist_ok=True)
     full = os.environ.get("CIR_DEMO_FULL_PAGE_SCREENSHOTS") == "1"
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full)
@@ -164,7 +163,7 @@ def run_tiny_eval(names, groups: int) -> None:
     (the Report tab and the failure sorts read it), into the runs folder; once per session: the browser
     modules share that folder (conftest.py's `tiny_setup`), so a later module finds the run there. Of the
     test split only, the one the app serves, as the app's own background run computes it
-    (`served_split_kwargs`): the compositional split's reranking, evaluation and report (about 1.6 CPU s)
+    (`served_split_kwargs`): the compositional split's reranking, evaluation and report
     are read by no test here."""
     import argparse
     import hashlib

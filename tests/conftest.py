@@ -6,8 +6,7 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # One BLAS/OpenMP thread per process (this one and every child it starts), set before numpy, torch and
 # faiss load: tests run beside their own child processes and Chromium on 2 shared cores, where a
-# second thread mostly spin-waits for a core (test_index_prebuilt.py and test_harness_pipeline.py as one
-# pytest run: 94 CPU s with the default threads, 39 with one). A test that wants more threads sets them.
+# second thread mostly spin-waits for a core (docs/benchmarks.md). A test that wants more threads sets them.
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 # Validated benchmark loads are stored between runs (benchmarks/load_cache.py): in a folder of this
@@ -36,7 +35,7 @@ import pytest  # noqa: E402
 # for the tests sharing what costs most to build once per session, one group across their modules.
 # Modules sharing what one process caches, so that it is built once: the browser modules share
 # `browser_support.run_tiny_eval`'s run; the training modules the tiny world's train pixels (rendered
-# into the data root's cache by the first `world_pixels`, about 10 CPU s). The tiny corpus encoded by
+# into the data root's cache by the first `world_pixels`). The tiny corpus encoded by
 # world-CLIP and the world verifier needs no group: `tiny_world_seed` is built once across the workers.
 MODULE_GROUPS = {"test_ui_browser": "tiny_eval", "test_ui_browser_visit": "tiny_eval",
                  "test_training_world": "train_pixels", "test_training_split": "train_pixels"}
@@ -53,12 +52,11 @@ def shared_group(item) -> str:
     return MODULE_GROUPS.get(module, module)
 
 
-# The groups that take longest, longest first (wall seconds per group on one worker, whole suite
-# beside other jobs, 2026-11-26: train_pixels 170, tiny_eval 168, space_app 118, the first-start
-# browser module 102, test_faults 95, then 60 to 30): each worker is handed its next group as it
-# finishes one, so the suite ends evenly when the last groups handed out are short ones. xdist's own
-# order (by test count; pytest.ini's `--no-loadscope-reorder` turns it off) put the 2-test groups of
-# the two first-start apps last. Every other group follows in file order.
+# The groups that take longest, longest first (by wall seconds per group on one worker over a whole
+# suite: `--durations` shows them): each worker is handed its next group as it finishes one, so the
+# suite ends evenly when the last groups handed out are short ones. xdist's own order (by test count;
+# pytest.ini's `--no-loadscope-reorder` turns it off) would hand the 2-test groups of the two
+# first-start apps out last. Every other group follows in file order.
 LONGEST_GROUPS = ("train_pixels", "tiny_eval", "space_app", "test_ui_browser_first_start", "test_faults",
                   "test_gradio_import", "test_world_shipped", "test_corpus_workers", "test_index_prebuilt",
                   "test_bench_latency", "default_world", "test_explorer_consistency", "test_harness_pipeline",
@@ -134,7 +132,7 @@ def default_world(tmp_path_factory):
     its test part written as `load_world()` finds it under CIR_DEMO_CACHE). Shared and read-only: tests
     open it through `default_world_cache`, never write into it. Only the test part is written: no test
     reads the train split from disk (the statistics test reads the `BuiltWorld`), and its files cost
-    about 2 CPU s to write."""
+    CPU to write."""
     from cir_demo.world.disk import world_dir, write_world
     from cir_demo.world.generate import build_test_part, build_world
 
@@ -232,7 +230,7 @@ def space_app(tmp_path_factory, tiny_world_seed):
     exactly the fresh start, and one process with one background run serves both. The storage holds
     nothing but the tiny corpus's stored embeddings (`tiny_world_seed`'s), as the default world's first
     start finds its corpus embeddings shipped: the app still generates the world and builds its indexes
-    there, and neither it nor its background run encodes a corpus image (about 17 CPU s). Yields a
+    there, and neither it nor its background run encodes a corpus image. Yields a
     namespace: url, storage, log (the app's output file), proc, repo_before (the working tree's
     cache/, indexes/, runs/ before the start)."""
     import socket
@@ -275,8 +273,7 @@ def space_app(tmp_path_factory, tiny_world_seed):
 
 def pytest_runtest_teardown(item, nextitem):
     """Stop `space_app` after the last test of this process that uses it, not at the end of the
-    session: idle with its run done, the app still spends about 0.07 CPU s a second (60 s measured
-    beside other jobs), and its group runs early (`LONGEST_GROUPS`). Under xdist the group's tests
+    session: idle with its run done, the app still spends CPU every second, and its group runs early (`LONGEST_GROUPS`). Under xdist the group's tests
     run one after another, so the next test tells; in one process, every later one."""
     app = item.funcargs.get("space_app") if hasattr(item, "funcargs") else None
     if app is None:

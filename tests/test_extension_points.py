@@ -378,7 +378,7 @@ def test_the_app_reports_and_explores_the_toy_family(toy):
             assert own.loc[name, "MRR"].startswith(f"{evaluated.loc[name, 'MRR']:.4f} [")
         assert set(shown["paired"]["value"]["metric"]) == {"MRR", "Hit@1"}
         assert list(pd.read_csv(out / "paired.csv")["metric"]) == ["MRR", "Hit@1"]  # every headline aggregate
-        # the pair opens Explore sorted "diff:A,B": that sort is the explorer's (issue 26 item 2)
+        # the pair opens Explore sorted "diff:A,B": that sort is the explorer's
         assert "diff:pos-first,neg-first" in [v for _, v in shown["pair"]["choices"]]
         # the Explore tab's sort menu offers the family's own sort, and its list honours the metadata filter:
         # disc queries missed by a run, lowest mean RR (of the two files, computed here) first

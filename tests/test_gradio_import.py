@@ -1,6 +1,6 @@
 """cir_demo.ui imports gradio without gradio's .pyi stub writer, and gradio still works.
 
-Each fact is checked in a fresh interpreter. Importing gradio costs about 3 CPU s per process, so the
+Each fact is checked in a fresh interpreter. Importing gradio is costly per process, so the
 facts of one configuration come from one process: `_facts` runs its checks one after another, each
 reporting "ok" or its traceback, and the tests read their own check's report. Two configurations:
 `bare_import` imports cir_demo.ui.app as any importer does (no app.py, no matplotlib backend named);

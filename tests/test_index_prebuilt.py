@@ -34,7 +34,7 @@ def tiny_world(tmp_path_factory, tiny_world_seed):
     retrievers = {n: load_retriever(n, device="cpu") for n in WORLD_RETRIEVERS}
     # the corpus rendered in this process, not in worker processes (`open_many`), so that the oracle's
     # encode (`fresh_and_served`, in this process too) finds the same pixels in the renderer's cache: the
-    # corpus is rendered once for both encodes, not twice (about 5 CPU s)
+    # corpus is rendered once for both encodes, not twice
     in_process = pytest.MonkeyPatch()
     in_process.setattr(bench.images, "open_many", None)
     written = build_prebuilt(bench, list(retrievers.values()), progress=False, root=root / "prebuilt")

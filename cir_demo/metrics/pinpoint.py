@@ -295,7 +295,7 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
         out["delta_mAP@10_noNeg"] = delta
         out["pct_increase_mAP@10_noNeg"] = delta / out["mAP@10"] if out["mAP@10"] > 0 else 0.0
         # The official key skips rows without a first image; a single-image query has ref2 None.
-        # Columns as Python lists first: iterating an Arrow-backed column yields the same values 10x slower.
+        # Columns as Python lists first: iterating an Arrow-backed column yields the same values far more slowly.
         with_image = scored[np.array([bool(r) for r in scored["ref1"].to_numpy().tolist()], dtype=bool)]
         image_keys = [(a, b if type(b) is str else None if pd.isna(b) else b)
                       for a, b in zip(with_image["ref1"].to_numpy().tolist(), with_image["ref2"].to_numpy().tolist())]

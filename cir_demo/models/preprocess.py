@@ -47,7 +47,7 @@ def shortest_resize_crop(img, size: int, interpolation: str):
     """open_clip's eval resize for resize_mode "shortest" on a PIL image, as torchvision runs it (the
     PIL part of `pixel_transform`, bit for bit): the shorter side resized to `size` (the longer one
     scaled and truncated), then the centre `size` x `size` crop. PIL alone: importing open_clip and
-    torchvision (torch._dynamo through torchvision.ops) costs a process about 3.5 CPU s."""
+    torchvision (torch._dynamo through torchvision.ops) is a large part of a cold process's CPU."""
     from PIL import Image
 
     w, h = img.size

@@ -2,8 +2,8 @@
 transformer pooled at its EOS token), its eval preprocessing and its `HFTokenizer`, for the small
 configs the offline world trains (assets/world-clip/model_config.json).
 
-Why: importing open_clip costs ~4.5 CPU seconds of a cold start, of which torch._dynamo (through
-torchvision.ops) is 2, transformers 1.7; the world models need none of it to run. The modules
+Why: importing open_clip is a large part of a cold start (torch._dynamo through torchvision.ops,
+and transformers); the world models need none of it to run. The modules
 below are torch's own (`nn.MultiheadAttention`, `nn.LayerNorm`, ...) built with open_clip's
 parameter names and called in open_clip's order, so the same weights give bit-identical
 embeddings (tests/test_world_clip_native.py compares both on images and texts). A config with

@@ -323,7 +323,7 @@ def load_encoder(
         checkpoint = str(path)
         if native and world_clip.supported(cfg, local_tokenizer_dir(cfg), precision):
             return _native_encoder(cfg, path, force_pp, device, spec, where)
-    import open_clip  # after the native path: importing it costs ~4.5 CPU seconds (torchvision, transformers)
+    import open_clip  # after the native path: importing it is slow (torchvision, transformers)
 
     if cfg is not None:
         register_model_config(model_name, cfg)

@@ -1,5 +1,5 @@
 """The default world's test part shipped with the repository, so that a first start (the app, `--eval`)
-installs it in a few milliseconds instead of generating it (~4 CPU s, competing with the app's imports).
+installs it instead of generating it (generating competes with the app's imports for the cores).
 
 Layout: `indexes/prebuilt/world-<size>-s<seed>/world/` holds every file of the test part (disk.TEST_FILES
 and test_manifest.json), xz-compressed (`NAME.xz`), and `manifest.json`: `key`, what the bytes depend on

@@ -7,6 +7,7 @@
 A Hugging Face Space runs `python app.py` without arguments: the Space variable CIR_DEMO_ARGS
 holds them instead (e.g. "--retrievers metaclip2-h14-fusion --reranker qwen2.5-vl").
 """
+
 from __future__ import annotations
 
 import time
@@ -42,8 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         from cir_demo.ui import app as ui_app
     except ImportError as exc:
         startup.stop()
-        print(f"error: the explorer UI is not available in this build ({exc}); "
-              "use `python app.py --eval` for the headless benchmark", file=sys.stderr)
+        print(
+            f"error: the explorer UI is not available in this build ({exc}); "
+            "use `python app.py --eval` for the headless benchmark",
+            file=sys.stderr,
+        )
         return 2
     return ui_app.main(argv, started=STARTED, startup=startup)
 

@@ -26,6 +26,7 @@ and then alternates visits between the run working and the run paused (SIGSTOP),
 conditions share the machine's noise; it prints p50/p95 of each, their ratio, and the CPU share
 the run got while it worked. A run that ends before the last visit is reported, not restarted.
 """
+
 from __future__ import annotations
 
 import sys as _sys
@@ -48,8 +49,12 @@ def percentiles(values: list[float]) -> dict[str, float]:
     import numpy as np
 
     a = np.asarray(values, dtype=float) * 1000.0
-    return {"n": int(a.size), "p50_ms": float(np.percentile(a, 50)), "p95_ms": float(np.percentile(a, 95)),
-            "max_ms": float(a.max())}
+    return {
+        "n": int(a.size),
+        "p50_ms": float(np.percentile(a, 50)),
+        "p95_ms": float(np.percentile(a, 95)),
+        "max_ms": float(a.max()),
+    }
 
 
 def interactions(service, n_queries: int, swaps: int, seed: int) -> list[list[str]]:
@@ -90,8 +95,12 @@ def run_phase(service, visits, names, k: int, rerank: bool, top_n: int, backgrou
                 by_condition.setdefault(condition, []).append(t2 - t0)
         if background:
             background.end_visit()
-    out = {"all": percentiles(totals), "first_view": percentiles(first),
-           "paraphrase_swap": percentiles(swap) if swap else None, "html_render": percentiles(html_only)}
+    out = {
+        "all": percentiles(totals),
+        "first_view": percentiles(first),
+        "paraphrase_swap": percentiles(swap) if swap else None,
+        "html_render": percentiles(html_only),
+    }
     if background:
         out["background_run"] = {c: percentiles(v) for c, v in by_condition.items()}
         out["background_run"]["run_cpu_share_while_working"] = background.cpu_share()
@@ -176,11 +185,15 @@ class BackgroundRun(PausableRun):
         t0 = time.perf_counter()
         while self.cpu_s() < warmup_cpu_s:
             if self.proc.poll() is not None:
-                raise SystemExit(f"error: the background run ended during warm-up (exit {self.proc.returncode}); "
-                                 f"see {self.log_path}")
+                raise SystemExit(
+                    f"error: the background run ended during warm-up (exit {self.proc.returncode}); see {self.log_path}"
+                )
             time.sleep(0.5)
-        print(f"background run (pid {self.proc.pid}) working: {self.cpu_s():.1f} CPU s in "
-              f"{time.perf_counter() - t0:.1f} s of warm-up", flush=True)
+        print(
+            f"background run (pid {self.proc.pid}) working: {self.cpu_s():.1f} CPU s in "
+            f"{time.perf_counter() - t0:.1f} s of warm-up",
+            flush=True,
+        )
 
     def close(self) -> None:
         self.stop()
@@ -204,18 +217,34 @@ def main(argv=None) -> int:
     p.add_argument("--swaps", type=int, default=2, help="paraphrase swaps after opening each query")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads (the app's default, 1)")
-    p.add_argument("--cold-caches", action="store_true",
-                   help="empty thumbnail and reranker-score caches (a temporary cache dir; the world is regenerated there)")
-    p.add_argument("--fill-caches", action="store_true",
-                   help="first fill the thumbnail and pixel caches, as the app's background warmer does "
-                        "(timed; a no-op when they are full)")
-    p.add_argument("--reuse-scores", action="store_true",
-                   help="let the rerank phase read reranker scores already on disk (e.g. from --eval); by default it "
-                        "starts from an empty score cache, so every score is computed during the interaction")
-    p.add_argument("--beside-precompute", action="store_true",
-                   help="alternate visits beside the app's first-start background run and with it paused (Linux)")
-    p.add_argument("--precompute-warmup", type=float, default=10.0,
-                   help="CPU seconds the background run works before the first visit (default 10)")
+    p.add_argument(
+        "--cold-caches",
+        action="store_true",
+        help="empty thumbnail and reranker-score caches (a temporary cache dir; the world is regenerated there)",
+    )
+    p.add_argument(
+        "--fill-caches",
+        action="store_true",
+        help="first fill the thumbnail and pixel caches, as the app's background warmer does "
+        "(timed; a no-op when they are full)",
+    )
+    p.add_argument(
+        "--reuse-scores",
+        action="store_true",
+        help="let the rerank phase read reranker scores already on disk (e.g. from --eval); by default it "
+        "starts from an empty score cache, so every score is computed during the interaction",
+    )
+    p.add_argument(
+        "--beside-precompute",
+        action="store_true",
+        help="alternate visits beside the app's first-start background run and with it paused (Linux)",
+    )
+    p.add_argument(
+        "--precompute-warmup",
+        type=float,
+        default=10.0,
+        help="CPU seconds the background run works before the first visit (default 10)",
+    )
     p.add_argument("--json", help="write the numbers here")
     args = p.parse_args(argv)
 
@@ -227,9 +256,14 @@ def main(argv=None) -> int:
     from cir_demo.explorer import MAX_COLUMNS, ServiceConfig, build_service
 
     kwargs = {"size": args.world_size} if args.benchmark == "world" else {}
-    config = ServiceConfig(benchmark=args.benchmark, benchmark_kwargs=kwargs,
-                           retrievers=tuple(args.retrievers.split(",")) if args.retrievers else None,
-                           reranker=args.reranker, warm_thumbnails=False, threads=args.threads)
+    config = ServiceConfig(
+        benchmark=args.benchmark,
+        benchmark_kwargs=kwargs,
+        retrievers=tuple(args.retrievers.split(",")) if args.retrievers else None,
+        reranker=args.reranker,
+        warm_thumbnails=False,
+        threads=args.threads,
+    )
     t0 = time.perf_counter()
     service = build_service(config, lambda stage: print(f"[load] {stage}", file=sys.stderr, flush=True))
     load_s = time.perf_counter() - t0
@@ -241,23 +275,53 @@ def main(argv=None) -> int:
     for w in service.warnings:
         print(f"warning: {w}")
 
-    results: dict = {"benchmark": service.summary(), "retrievers": names, "k": args.k, "threads": args.threads,
-                     "load_s": round(load_s, 2), "cold_caches": args.cold_caches, "phases": {}}
+    results: dict = {
+        "benchmark": service.summary(),
+        "retrievers": names,
+        "k": args.k,
+        "threads": args.threads,
+        "load_s": round(load_s, 2),
+        "cold_caches": args.cold_caches,
+        "phases": {},
+    }
     if args.fill_caches:
         from cir_demo.explorer import PixelCachedStore, warm_images
 
         t0 = time.perf_counter()
-        pixels = ([{"db_path": str(service.benchmark.images.db_path), "kind": "png"}]
-                  if isinstance(service.benchmark.images, PixelCachedStore) else [])
+        pixels = (
+            [{"db_path": str(service.benchmark.images.db_path), "kind": "png"}]
+            if isinstance(service.benchmark.images, PixelCachedStore)
+            else []
+        )
         store = service.benchmark.images
         service.benchmark.images = getattr(store, "inner", store)  # render, do not read the cache being filled
         refs = list(dict.fromkeys(r for q in service.benchmark.queries for r in q.reference_ids))
-        opened = warm_images(service.benchmark, refs, [
-            {"db_path": str(service.references.db_path), "kind": "jpeg", "size": service.references.size,
-             "quality": service.references.quality}] + pixels)
-        opened += warm_images(service.benchmark, service.benchmark.corpus_ids, [
-            {"db_path": str(service.tiles.db_path), "kind": "jpeg", "size": service.tiles.size,
-             "quality": service.tiles.quality}] + pixels)
+        opened = warm_images(
+            service.benchmark,
+            refs,
+            [
+                {
+                    "db_path": str(service.references.db_path),
+                    "kind": "jpeg",
+                    "size": service.references.size,
+                    "quality": service.references.quality,
+                }
+            ]
+            + pixels,
+        )
+        opened += warm_images(
+            service.benchmark,
+            service.benchmark.corpus_ids,
+            [
+                {
+                    "db_path": str(service.tiles.db_path),
+                    "kind": "jpeg",
+                    "size": service.tiles.size,
+                    "quality": service.tiles.quality,
+                }
+            ]
+            + pixels,
+        )
         service.benchmark.images = store
         results["fill_caches_s"] = round(time.perf_counter() - t0, 1)
         print(f"filled the image caches in {results['fill_caches_s']} s ({opened} images opened)")
@@ -265,7 +329,9 @@ def main(argv=None) -> int:
     run_phase(service, warm, names, args.k, False, args.top_n)
     background = None
     if args.beside_precompute:
-        argv = ["--benchmark", args.benchmark] + (["--world-size", args.world_size] if args.benchmark == "world" else [])
+        argv = ["--benchmark", args.benchmark] + (
+            ["--world-size", args.world_size] if args.benchmark == "world" else []
+        )
         background = BackgroundRun(service, argv, args.precompute_warmup)
 
     plan = [("plain", False, args.seed)]
@@ -293,20 +359,29 @@ def main(argv=None) -> int:
             res["reranker_scores"] = {"from_cache": cache.hits - hits0, "computed": cache.misses - misses0}
         res["target_p95_ms"] = TARGETS_MS[phase]
         results["phases"][phase] = res
-        label = (f"{len(names)} columns, no reranking" if not rerank
-                 else f"{len(names)} columns, {service.reranker_name} on the top {args.top_n}")
+        label = (
+            f"{len(names)} columns, no reranking"
+            if not rerank
+            else f"{len(names)} columns, {service.reranker_name} on the top {args.top_n}"
+        )
         a = res["all"]
-        print(f"\n{label}: n={a['n']}  p50 {a['p50_ms']:.1f} ms  p95 {a['p95_ms']:.1f} ms  max {a['max_ms']:.1f} ms  "
-              f"(target p95 <= {TARGETS_MS[phase]:.0f} ms: {'met' if a['p95_ms'] <= TARGETS_MS[phase] else 'MISSED'})")
+        print(
+            f"\n{label}: n={a['n']}  p50 {a['p50_ms']:.1f} ms  p95 {a['p95_ms']:.1f} ms  max {a['max_ms']:.1f} ms  "
+            f"(target p95 <= {TARGETS_MS[phase]:.0f} ms: {'met' if a['p95_ms'] <= TARGETS_MS[phase] else 'MISSED'})"
+        )
         for step in ("first_view", "paraphrase_swap", "html_render"):
             if res.get(step):
                 s = res[step]
-                print(f"  {step.replace('_', ' '):16s} n={s['n']:4d}  p50 {s['p50_ms']:7.1f} ms  p95 {s['p95_ms']:7.1f} ms")
+                print(
+                    f"  {step.replace('_', ' '):16s} n={s['n']:4d}  p50 {s['p50_ms']:7.1f} ms  p95 {s['p95_ms']:7.1f} ms"
+                )
         t = res["thumbnails"]
         print(f"  thumbnails: {t['memory']} from memory, {t['disk']} from the disk cache, {t['rendered']} rendered")
         if "images" in res:
-            print(f"  full images opened past the in-memory LRU: {res['images']['cached']} from the pixel cache, "
-                  f"{res['images']['opened']} rendered or read from the benchmark")
+            print(
+                f"  full images opened past the in-memory LRU: {res['images']['cached']} from the pixel cache, "
+                f"{res['images']['opened']} rendered or read from the benchmark"
+            )
         if cache:
             r = res["reranker_scores"]
             print(f"  reranker scores: {r['from_cache']} from the score cache, {r['computed']} computed")
@@ -314,11 +389,15 @@ def main(argv=None) -> int:
             b = res["background_run"]
             for cond in ("run working", "run paused", "run ended"):
                 if cond in b:
-                    print(f"  {cond:16s} n={b[cond]['n']:4d}  p50 {b[cond]['p50_ms']:7.1f} ms  p95 {b[cond]['p95_ms']:7.1f} ms")
+                    print(
+                        f"  {cond:16s} n={b[cond]['n']:4d}  p50 {b[cond]['p50_ms']:7.1f} ms  p95 {b[cond]['p95_ms']:7.1f} ms"
+                    )
             if "run working" in b and "run paused" in b:
                 w, q = b["run working"], b["run paused"]
-                print(f"  working / paused: p50 x{w['p50_ms'] / q['p50_ms']:.2f}, p95 x{w['p95_ms'] / q['p95_ms']:.2f}; "
-                      f"the run got {b['run_cpu_share_while_working']} of a core while it worked")
+                print(
+                    f"  working / paused: p50 x{w['p50_ms'] / q['p50_ms']:.2f}, p95 x{w['p95_ms'] / q['p95_ms']:.2f}; "
+                    f"the run got {b['run_cpu_share_while_working']} of a core while it worked"
+                )
     if background:
         results["background_run_pid"] = background.proc.pid
         results["background_run_cpu_s"] = round(background.cpu_s(), 1)

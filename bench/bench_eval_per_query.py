@@ -11,6 +11,7 @@ CIs, breakdowns, plots, report.md) in alternating pairs. Reported: wall and CPU 
 seconds per query of each, the per-pair ratios CIRR / PinPoint (median), and the load average. The
 first pair (cold cache, benchmark validation stored) is reported apart and not counted.
 """
+
 from __future__ import annotations
 
 import sys as _sys
@@ -47,8 +48,16 @@ def write_cirr(root: Path, seed: int, length: int, n_pairs: int = CIRR_PAIRS) ->
         members = [images[int(i)] for i in rng.choice(CIRR_IMAGES, SET_SIZE, replace=False)]
         ref, target = members[0], members[int(rng.integers(1, SET_SIZE))]
         caption = " ".join(["word"] * int(rng.integers(3, 25)))
-        entries.append({"pairid": pid, "reference": ref, "target_hard": target, "target_soft": {target: 1.0},
-                        "caption": caption, "img_set": {"id": pid // 3, "members": members}})
+        entries.append(
+            {
+                "pairid": pid,
+                "reference": ref,
+                "target_hard": target,
+                "target_soft": {target: 1.0},
+                "caption": caption,
+                "img_set": {"id": pid // 3, "members": members},
+            }
+        )
         ranked = [images[int(i)] for i in rng.choice(CIRR_IMAGES, length, replace=False)]
         run[str(pid)] = list(dict.fromkeys(ranked + list(rng.permutation(members))))  # a retriever's list: no repeats
     write_json_atomic(root / "captions" / "cap.rc2.val.json", entries, indent=None)
@@ -64,11 +73,20 @@ def write_pinpoint(root: Path, seed: int, length: int) -> tuple[Path, int]:
     intents = ["Swap", "Add", "Remove", "Style", "Color", "Material"]
     domains = [f"domain{i}" for i in range(20)]
     tones = ["LIGHTEST", "SECOND_LIGHTEST", "SECOND_DARKEST", "DARKEST", None]
-    queries = [dataclasses.replace(q, meta={
-        "intent_category": pick(intents), "domain": pick(domains), "skin_tone_bucket": pick(tones),
-        "is_question": bool(rng.random() < 0.2), "is_imperative": bool(rng.random() < 0.6),
-        "length_category": pick(["short", "medium", "long"])})
-        for q in queries_from_ground_truth(synthetic_ground_truth(7635, seed))]
+    queries = [
+        dataclasses.replace(
+            q,
+            meta={
+                "intent_category": pick(intents),
+                "domain": pick(domains),
+                "skin_tone_bucket": pick(tones),
+                "is_question": bool(rng.random() < 0.2),
+                "is_imperative": bool(rng.random() < 0.6),
+                "length_category": pick(["short", "medium", "long"]),
+            },
+        )
+        for q in queries_from_ground_truth(synthetic_ground_truth(7635, seed))
+    ]
     corpus = list(dict.fromkeys(i for q in queries for i in (*q.positives, *q.negatives)))
     bench = Benchmark("pinpoint", "pinpoint", queries, corpus, results_id_format="pinpoint")
     export_pinpoint(bench, root / "pinpoint")
@@ -81,9 +99,13 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="timed pairs (median reported)")
     parser.add_argument("--length", type=int, default=50, help="ranked images per query")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cirr-pairs", type=int, default=CIRR_PAIRS,
-                        help="CIRR queries (default 4,181, the val split; 7635 compares at PinPoint's size, "
-                             "where the fixed start-up cost weighs the same per query)")
+    parser.add_argument(
+        "--cirr-pairs",
+        type=int,
+        default=CIRR_PAIRS,
+        help="CIRR queries (default 4,181, the val split; 7635 compares at PinPoint's size, "
+        "where the fixed start-up cost weighs the same per query)",
+    )
     parser.add_argument("--out", type=Path, help="also write the summary JSON here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench_eval_") as tmp:
@@ -92,14 +114,32 @@ def main(argv=None) -> int:
         pp_run, n_pp = write_pinpoint(root, args.seed, args.length)
         common = [sys.executable, "app.py", "--eval", "--out"]
         cmds = {
-            "cirr": lambda i: [*common, str(root / f"out_cirr{i}"), "--benchmark", "cirr", "--root", str(root / "cirr"),
-                               "--results-json", str(cirr_run)],
-            "pinpoint": lambda i: [*common, str(root / f"out_pp{i}"), "--benchmark", "pinpoint", "--annotations",
-                                   str(root / "pinpoint" / "pinpoint_licensed.parquet"), "--results-json", str(pp_run)],
+            "cirr": lambda i: [
+                *common,
+                str(root / f"out_cirr{i}"),
+                "--benchmark",
+                "cirr",
+                "--root",
+                str(root / "cirr"),
+                "--results-json",
+                str(cirr_run),
+            ],
+            "pinpoint": lambda i: [
+                *common,
+                str(root / f"out_pp{i}"),
+                "--benchmark",
+                "pinpoint",
+                "--annotations",
+                str(root / "pinpoint" / "pinpoint_licensed.parquet"),
+                "--results-json",
+                str(pp_run),
+            ],
         }
         env = dict(os.environ, CIR_DEMO_BENCHMARK_CACHE=str(root / "benchmark_cache"))
-        first = {"pinpoint": _timed(cmds["pinpoint"]("f"), REPO, env, "first_official"),
-                 "cirr": _timed(cmds["cirr"]("f"), REPO, env, "first_ours")}
+        first = {
+            "pinpoint": _timed(cmds["pinpoint"]("f"), REPO, env, "first_official"),
+            "cirr": _timed(cmds["cirr"]("f"), REPO, env, "first_ours"),
+        }
         wall = {"cirr": [], "pinpoint": []}
         loads = []
         for i in range(args.repeats):
@@ -107,8 +147,11 @@ def main(argv=None) -> int:
             order = ("pinpoint", "cirr") if i % 2 == 0 else ("cirr", "pinpoint")
             for who in order:
                 wall[who].append(_timed(cmds[who](i), REPO, env, "official" if who == "pinpoint" else "ours"))
-            print(f"pair {i + 1}: CIRR {wall['cirr'][-1]:.2f} s ({n_cirr} queries), PinPoint {wall['pinpoint'][-1]:.2f} s "
-                  f"({n_pp} queries); load {loads[-1]:.1f}", file=sys.stderr)
+            print(
+                f"pair {i + 1}: CIRR {wall['cirr'][-1]:.2f} s ({n_cirr} queries), PinPoint {wall['pinpoint'][-1]:.2f} s "
+                f"({n_pp} queries); load {loads[-1]:.1f}",
+                file=sys.stderr,
+            )
     cpu = {"pinpoint": CPU_SECONDS["official"], "cirr": CPU_SECONDS["ours"]}
     per_q = {w: [t / (n_cirr if w == "cirr" else n_pp) for t in wall[w]] for w in wall}
     cpu_q = {w: [t / (n_cirr if w == "cirr" else n_pp) for t in cpu[w]] for w in cpu}
@@ -117,11 +160,16 @@ def main(argv=None) -> int:
         "wall_ms_per_query_median": {w: 1000 * statistics.median(v) for w, v in per_q.items()},
         "cpu_ms_per_query_median": {w: 1000 * statistics.median(v) for w, v in cpu_q.items()},
         "ratio_wall_per_query_cirr_over_pinpoint": statistics.median(
-            [a / b for a, b in zip(per_q["cirr"], per_q["pinpoint"])]),
+            [a / b for a, b in zip(per_q["cirr"], per_q["pinpoint"])]
+        ),
         "ratio_cpu_per_query_cirr_over_pinpoint": statistics.median(
-            [a / b for a, b in zip(cpu_q["cirr"], cpu_q["pinpoint"])]),
-        "first_run_s": first, "wall_s": wall, "cpu_s": cpu,
-        "load_average_1min": loads, "load_average_median": statistics.median(loads),
+            [a / b for a, b in zip(cpu_q["cirr"], cpu_q["pinpoint"])]
+        ),
+        "first_run_s": first,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "load_average_1min": loads,
+        "load_average_median": statistics.median(loads),
     }
     print(json.dumps(summary, indent=2))
     if args.out:

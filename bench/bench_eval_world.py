@@ -16,6 +16,7 @@ other users of a shared machine disturb less). Both runs' per-stage split (run_i
 `timings_s`, retrieval and reranking summed over retrievers and splits) is printed beside each
 pair. Arguments after `--` go to both `--eval` runs.
 """
+
 from __future__ import annotations
 
 import sys as _sys
@@ -48,21 +49,33 @@ def run_eval(code: Path, work: Path, extra: list[str]) -> dict:
     env.update(CIR_DEMO_DATA=str(data), HF_HUB_OFFLINE="1")
     t = time.perf_counter()
     with open(work / "log.txt", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "app.py", "--eval", "--out", str(out), *extra], cwd=code, env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "app.py", "--eval", "--out", str(out), *extra],
+            cwd=code,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{code}: --eval failed ({os.waitstatus_to_exitcode(status)}); log: {work / 'log.txt'}")
     info = json.loads((out / "run_info.json").read_text(encoding="utf-8"))
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024,
-            "out": out, "timings_s": info.get("timings_s", {})}
+    return {
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+        "out": out,
+        "timings_s": info.get("timings_s", {}),
+    }
 
 
 def differing_files(a: Path, b: Path) -> list[str]:
     """Relative paths whose bytes differ (or that exist on one side only), run_info.json left out and
     run_manifest.json compared without its records of them."""
-    names = {p.relative_to(a) for p in a.rglob("*") if p.is_file()} | {p.relative_to(b) for p in b.rglob("*") if p.is_file()}
+    names = {p.relative_to(a) for p in a.rglob("*") if p.is_file()} | {
+        p.relative_to(b) for p in b.rglob("*") if p.is_file()
+    }
     return sorted(str(n) for n in names if n.name not in NOT_COMPARED and not _same(a / n, b / n))
 
 
@@ -97,23 +110,38 @@ def one_pair(i: int, old: Path, tmp: Path, extra: list[str]) -> dict:
     for who in runs:
         shutil.rmtree(tmp / f"pair{i}-{who}" / "data", ignore_errors=True)  # the worlds: 100 MB each
     o, n = runs["old"], runs["new"]
-    print(f"pair {i + 1} ({order[0][0]} first, load {load:.1f}): wall old {o['wall_s']:.1f} s, new {n['wall_s']:.1f} s, "
-          f"ratio {n['wall_s'] / o['wall_s']:.3f}; CPU {o['cpu_s']:.1f} s vs {n['cpu_s']:.1f} s; peak RSS "
-          f"{o['peak_rss_mb']:.0f} vs {n['peak_rss_mb']:.0f} MB; outputs: "
-          + (f"{n_files - 1} files byte-identical" if not diff else f"DIFFER: {', '.join(diff[:10])}"), file=sys.stderr)
+    print(
+        f"pair {i + 1} ({order[0][0]} first, load {load:.1f}): wall old {o['wall_s']:.1f} s, new {n['wall_s']:.1f} s, "
+        f"ratio {n['wall_s'] / o['wall_s']:.3f}; CPU {o['cpu_s']:.1f} s vs {n['cpu_s']:.1f} s; peak RSS "
+        f"{o['peak_rss_mb']:.0f} vs {n['peak_rss_mb']:.0f} MB; outputs: "
+        + (f"{n_files - 1} files byte-identical" if not diff else f"DIFFER: {', '.join(diff[:10])}"),
+        file=sys.stderr,
+    )
     for who in ("old", "new"):
-        print(f"  {who} stages (s): " + ", ".join(f"{k} {v:.1f}" for k, v in stage_split(runs[who]["timings_s"]).items()),
-              file=sys.stderr)
-    return {"load": load, "old_first": i % 2 == 0, "old_wall_s": o["wall_s"], "new_wall_s": n["wall_s"],
-            "old_cpu_s": o["cpu_s"], "new_cpu_s": n["cpu_s"], "old_peak_rss_mb": o["peak_rss_mb"],
-            "new_peak_rss_mb": n["peak_rss_mb"], "differing_files": diff, "files_compared": n_files - 1,
-            "new_timings_s": n["timings_s"], "old_timings_s": o["timings_s"]}
+        print(
+            f"  {who} stages (s): " + ", ".join(f"{k} {v:.1f}" for k, v in stage_split(runs[who]["timings_s"]).items()),
+            file=sys.stderr,
+        )
+    return {
+        "load": load,
+        "old_first": i % 2 == 0,
+        "old_wall_s": o["wall_s"],
+        "new_wall_s": n["wall_s"],
+        "old_cpu_s": o["cpu_s"],
+        "new_cpu_s": n["cpu_s"],
+        "old_peak_rss_mb": o["peak_rss_mb"],
+        "new_peak_rss_mb": n["peak_rss_mb"],
+        "differing_files": diff,
+        "files_compared": n_files - 1,
+        "new_timings_s": n["timings_s"],
+        "old_timings_s": o["timings_s"],
+    }
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[:argv.index("--")] if "--" in argv else argv
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", type=Path, required=True, help="checkout of the code to compare against (e.g. main)")
     parser.add_argument("--pairs", type=int, default=3, help="alternating pairs (median reported)")
@@ -128,17 +156,24 @@ def main(argv=None) -> int:
     finally:
         if args.keep is None:
             shutil.rmtree(tmp, ignore_errors=True)
-    summary = {"pairs": pairs, "extra_args": extra, "cpu_count": os.cpu_count(),
-               "wall_ratio_median": statistics.median(p["new_wall_s"] / p["old_wall_s"] for p in pairs),
-               "cpu_ratio_median": statistics.median(p["new_cpu_s"] / p["old_cpu_s"] for p in pairs),
-               "old_wall_median_s": statistics.median(p["old_wall_s"] for p in pairs),
-               "new_wall_median_s": statistics.median(p["new_wall_s"] for p in pairs),
-               "load_average_median": statistics.median(p["load"] for p in pairs),
-               "byte_identical": all(not p["differing_files"] for p in pairs)}
-    print(f"median of {len(pairs)} pairs: wall old {summary['old_wall_median_s']:.1f} s, new "
-          f"{summary['new_wall_median_s']:.1f} s, ratio {summary['wall_ratio_median']:.3f} (CPU ratio "
-          f"{summary['cpu_ratio_median']:.3f}); load average {summary['load_average_median']:.1f}; outputs "
-          + ("byte-identical" if summary["byte_identical"] else "DIFFER"), file=sys.stderr)
+    summary = {
+        "pairs": pairs,
+        "extra_args": extra,
+        "cpu_count": os.cpu_count(),
+        "wall_ratio_median": statistics.median(p["new_wall_s"] / p["old_wall_s"] for p in pairs),
+        "cpu_ratio_median": statistics.median(p["new_cpu_s"] / p["old_cpu_s"] for p in pairs),
+        "old_wall_median_s": statistics.median(p["old_wall_s"] for p in pairs),
+        "new_wall_median_s": statistics.median(p["new_wall_s"] for p in pairs),
+        "load_average_median": statistics.median(p["load"] for p in pairs),
+        "byte_identical": all(not p["differing_files"] for p in pairs),
+    }
+    print(
+        f"median of {len(pairs)} pairs: wall old {summary['old_wall_median_s']:.1f} s, new "
+        f"{summary['new_wall_median_s']:.1f} s, ratio {summary['wall_ratio_median']:.3f} (CPU ratio "
+        f"{summary['cpu_ratio_median']:.3f}); load average {summary['load_average_median']:.1f}; outputs "
+        + ("byte-identical" if summary["byte_identical"] else "DIFFER"),
+        file=sys.stderr,
+    )
     if args.out:
         args.out.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return 0 if summary["byte_identical"] else 1

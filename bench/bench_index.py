@@ -29,6 +29,7 @@ times the centres' own), so images come in overlapping groups of near duplicates
 limited to --threads (default 2). The load average is printed next to the
 timings because the machine may be shared.
 """
+
 from __future__ import annotations
 
 import sys as _sys
@@ -51,18 +52,34 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--d", type=int, default=768, help="dimension")
     p.add_argument("--nq", type=int, default=7_635, help="queries (PinPoint: 7,635)")
     p.add_argument("--k", type=int, default=50)
-    p.add_argument("--data", choices=["gaussian", "lowrank", "clustered"], default=None,
-                   help="gaussian: unstructured; lowrank: near a --rank dimensional subspace plus --noise; "
-                        "clustered: lowrank around --clusters centres (default: clustered for sizes, else gaussian)")
+    p.add_argument(
+        "--data",
+        choices=["gaussian", "lowrank", "clustered"],
+        default=None,
+        help="gaussian: unstructured; lowrank: near a --rank dimensional subspace plus --noise; "
+        "clustered: lowrank around --clusters centres (default: clustered for sizes, else gaussian)",
+    )
     p.add_argument("--clusters", type=int, default=0, help="centres for --data clustered (default: n / 100)")
-    p.add_argument("--spread", type=float, default=1.0, help="cluster spread relative to the centres' for --data clustered")
+    p.add_argument(
+        "--spread", type=float, default=1.0, help="cluster spread relative to the centres' for --data clustered"
+    )
     p.add_argument("--sizes", default="100000,1000000", help="corpus sizes for the sizes section")
-    p.add_argument("--nprobe-scales", default="0.5,1,2",
-                   help="sizes section: nprobe values measured, as multiples of each kind's default")
-    p.add_argument("--also", default="", help="sizes section: also measure these kinds at their defaults "
-                                               "(e.g. ivf_hnsw,ivfpq), beside the chosen one")
-    p.add_argument("--memory-budget-gib", type=float, default=None,
-                   help="memory budget handed to choose_index in the sizes section (default: half the machine's)")
+    p.add_argument(
+        "--nprobe-scales",
+        default="0.5,1,2",
+        help="sizes section: nprobe values measured, as multiples of each kind's default",
+    )
+    p.add_argument(
+        "--also",
+        default="",
+        help="sizes section: also measure these kinds at their defaults (e.g. ivf_hnsw,ivfpq), beside the chosen one",
+    )
+    p.add_argument(
+        "--memory-budget-gib",
+        type=float,
+        default=None,
+        help="memory budget handed to choose_index in the sizes section (default: half the machine's)",
+    )
     p.add_argument("--rank", type=int, default=32, help="latent dimension for --data lowrank")
     p.add_argument("--noise", type=float, default=0.5, help="per-dimension noise for --data lowrank (signal is 1)")
     p.add_argument("--seed", type=int, default=0)
@@ -94,8 +111,17 @@ def limit_threads(n: int) -> None:
         os.environ.setdefault(var, str(n))
 
 
-def synthetic(n: int, d: int, seed: int, data: str, basis=None, noise: float = 0.5, centres=None,
-              spread: float = 1.0, block: int = 65_536):
+def synthetic(
+    n: int,
+    d: int,
+    seed: int,
+    data: str,
+    basis=None,
+    noise: float = 0.5,
+    centres=None,
+    spread: float = 1.0,
+    block: int = 65_536,
+):
     """Unit rows: plain Gaussians, or latent Gaussians through `basis` (rank x d) plus noise; with
     `centres` (clusters x rank) the latent points lie around a random centre each (`spread` times
     the centres' standard deviation). Generated in blocks, so a 1M x 768 corpus needs its 3 GB only."""
@@ -113,7 +139,7 @@ def synthetic(n: int, d: int, seed: int, data: str, basis=None, noise: float = 0
                 z = centres[rng.integers(0, len(centres), m)] + spread * z
             part = z @ basis + noise * rng.standard_normal((m, d), dtype=np.float32)
         part /= np.linalg.norm(part, axis=1, keepdims=True)
-        x[start:start + m] = part
+        x[start : start + m] = part
     return x
 
 
@@ -152,7 +178,7 @@ def single_query_latency(index, xq, k: int, count: int) -> float:
     times = []
     for i in range(min(count, len(xq))):
         t = time.perf_counter()
-        search(index, xq[i:i + 1], k)
+        search(index, xq[i : i + 1], k)
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 
@@ -164,10 +190,10 @@ def numpy_f32_top_k(xq, xb, k: int):
     out = np.empty((len(xq), k), dtype=np.int64)
     rows = max(1, (1 << 25) // len(xb))
     for s in range(0, len(xq), rows):
-        S = xq[s:s + rows] @ xb.T
+        S = xq[s : s + rows] @ xb.T
         part = np.argpartition(-S, k - 1, axis=1)[:, :k]
         order = np.argsort(-np.take_along_axis(S, part, axis=1), axis=1, kind="stable")
-        out[s:s + rows] = np.take_along_axis(part, order, axis=1)
+        out[s : s + rows] = np.take_along_axis(part, order, axis=1)
     return out
 
 
@@ -192,12 +218,18 @@ def bench_bruteforce(res, xb, xq, index, I_flat, args):
 
     from cir_demo.index.faiss_index import brute_force_search, recall_at_k, search
 
-    q = xq[:args.bf_queries]
+    q = xq[: args.bf_queries]
     flat_t, ref_t, f32_t = [], [], []
     for _ in range(args.repeats):  # interleaved, so load changes hit all three alike
-        t = time.perf_counter(); search(index, q, args.k); flat_t.append(time.perf_counter() - t)
-        t = time.perf_counter(); _, I_ref = brute_force_search(q, xb, args.k); ref_t.append(time.perf_counter() - t)
-        t = time.perf_counter(); I_f32 = numpy_f32_top_k(q, xb, args.k); f32_t.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        search(index, q, args.k)
+        flat_t.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        _, I_ref = brute_force_search(q, xb, args.k)
+        ref_t.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        I_f32 = numpy_f32_top_k(q, xb, args.k)
+        f32_t.append(time.perf_counter() - t)
     flat_m, ref_m, f32_m = (statistics.median(t) for t in (flat_t, ref_t, f32_t))
     res["bruteforce"] = {
         "queries": len(q),
@@ -206,8 +238,8 @@ def bench_bruteforce(res, xb, xq, index, I_flat, args):
         "numpy_f32_s_median": f32_m,
         "ratio_reference_over_flat": ref_m / flat_m,
         "ratio_f32_over_flat": f32_m / flat_m,
-        "flat_equals_reference_recall": recall_at_k(I_flat[:len(q)], I_ref, args.k),
-        "flat_ids_identical_to_reference": bool(np.array_equal(I_flat[:len(q)], I_ref)),
+        "flat_equals_reference_recall": recall_at_k(I_flat[: len(q)], I_ref, args.k),
+        "flat_ids_identical_to_reference": bool(np.array_equal(I_flat[: len(q)], I_ref)),
         "f32_recall_vs_reference": recall_at_k(I_f32, I_ref, args.k),
     }
 
@@ -223,13 +255,15 @@ def bench_ann(res, kind, xb, xq, I_flat, args, sweep_name, values):
     for v in values:
         set_search_params(index, **{sweep_name: v})
         t_search, (_, I) = timed(lambda: search(index, xq, args.k), args.repeats)
-        rows.append({
-            sweep_name: v,
-            "recall_at_k_vs_flat": recall_at_k(I, I_flat, args.k),
-            "search_all_s_median": t_search,
-            "speedup_vs_flat": res["flat"]["search_all_s_median"] / t_search if "flat" in res else None,
-            "single_query_latency_ms_median": 1000 * single_query_latency(index, xq, args.k, args.latency_queries),
-        })
+        rows.append(
+            {
+                sweep_name: v,
+                "recall_at_k_vs_flat": recall_at_k(I, I_flat, args.k),
+                "search_all_s_median": t_search,
+                "speedup_vs_flat": res["flat"]["search_all_s_median"] / t_search if "flat" in res else None,
+                "single_query_latency_ms_median": 1000 * single_query_latency(index, xq, args.k, args.latency_queries),
+            }
+        )
     res[kind] = {"params": params, "build_s": t_build, "sweep": rows}
 
 
@@ -288,13 +322,20 @@ def bench_encode(res, args):
     else:
         retriever = _resnet18_retriever()
     rng = np.random.default_rng(args.seed)
-    images = [Image.fromarray(rng.integers(0, 256, (256, 256, 3), dtype=np.uint8), "RGB")
-              for _ in range(args.encode_images)]
+    images = [
+        Image.fromarray(rng.integers(0, 256, (256, 256, 3), dtype=np.uint8), "RGB") for _ in range(args.encode_images)
+    ]
     store, ids = _ListImages(images), [str(i) for i in range(len(images))]
     encode_corpus(store, ids[:8], retriever, batch_size=8, progress=False)  # warm-up
     t, _ = timed(lambda: encode_corpus(store, ids, retriever, batch_size=32, progress=False), args.repeats)
-    res["encode"] = {"retriever": retriever.name, "images": len(images), "batch_size": 32,
-                     "threads": args.threads, "s_median": t, "images_per_s": len(images) / t}
+    res["encode"] = {
+        "retriever": retriever.name,
+        "images": len(images),
+        "batch_size": 32,
+        "threads": args.threads,
+        "s_median": t,
+        "images_per_s": len(images) / t,
+    }
 
 
 def _flat_view(flat, n: int, d: int):
@@ -307,7 +348,7 @@ def _flat_view(flat, n: int, d: int):
 def _rss_gib() -> float:
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def _timed_search(index, xq, k: int, repeats: int):
@@ -324,10 +365,16 @@ def bench_kind(index_of, kind: str, params: dict, xq, I_flat, t_flat: float, arg
 
     t = time.perf_counter()
     index = index_of(kind, params)
-    out = {"kind": kind, "params": params, "build_s": time.perf_counter() - t,
-           "index_bytes": int(faiss.serialize_index(index).size), "peak_rss_gib": _rss_gib(), "sweep": []}
+    out = {
+        "kind": kind,
+        "params": params,
+        "build_s": time.perf_counter() - t,
+        "index_bytes": int(faiss.serialize_index(index).size),
+        "peak_rss_gib": _rss_gib(),
+        "sweep": [],
+    }
     nprobe = params.get("nprobe")
-    for scale in (args.nprobe_scales if nprobe else (1,)):
+    for scale in args.nprobe_scales if nprobe else (1,):
         setting = {}
         if nprobe:  # the quantiser's efSearch follows nprobe as the kind's default does
             setting = {"nprobe": max(1, int(nprobe * scale))}
@@ -337,10 +384,21 @@ def bench_kind(index_of, kind: str, params: dict, xq, I_flat, t_flat: float, arg
         t_s, (_, I) = _timed_search(index, xq, args.k, args.repeats)
         from cir_demo.index.faiss_index import recall_at_k
 
-        out["sweep"].append({**setting, "default": scale == 1, "recall_at_k": recall_at_k(I, I_flat, args.k),
-                             "qps": len(xq) / t_s, "speedup_vs_flat": t_flat / t_s})
-        print(f"  {kind} {setting or 'default'}: recall@{args.k} {out['sweep'][-1]['recall_at_k']:.3f}, "
-              f"x{t_flat / t_s:.1f} vs flat", file=sys.stderr, flush=True)
+        out["sweep"].append(
+            {
+                **setting,
+                "default": scale == 1,
+                "recall_at_k": recall_at_k(I, I_flat, args.k),
+                "qps": len(xq) / t_s,
+                "speedup_vs_flat": t_flat / t_s,
+            }
+        )
+        print(
+            f"  {kind} {setting or 'default'}: recall@{args.k} {out['sweep'][-1]['recall_at_k']:.3f}, "
+            f"x{t_flat / t_s:.1f} vs flat",
+            file=sys.stderr,
+            flush=True,
+        )
     return out
 
 
@@ -352,7 +410,7 @@ def bench_size(args, n: int) -> dict:
     from cir_demo.index.faiss_index import build_index
     from cir_demo.index.kinds import factory_string, resolve_params
 
-    budget = int(args.memory_budget_gib * 2 ** 30) if args.memory_budget_gib else default_memory_budget()
+    budget = int(args.memory_budget_gib * 2**30) if args.memory_budget_gib else default_memory_budget()
     choice = choose_index(n, args.d, budget)
     xb, xq = corpus_and_queries(args, n)
     flat = faiss.IndexFlatIP(args.d)
@@ -360,8 +418,17 @@ def bench_size(args, n: int) -> dict:
     del xb
     xb = _flat_view(flat, n, args.d)
     t_flat, (_, I_flat) = _timed_search(flat, xq, args.k, args.repeats)
-    out = {"n": n, "d": args.d, "chosen": choice.kind, "reason": choice.reason, "memory_budget": budget,
-           "flat_s_median": t_flat, "flat_qps": len(xq) / t_flat, "load": list(os.getloadavg()), "kinds": []}
+    out = {
+        "n": n,
+        "d": args.d,
+        "chosen": choice.kind,
+        "reason": choice.reason,
+        "memory_budget": budget,
+        "flat_s_median": t_flat,
+        "flat_qps": len(xq) / t_flat,
+        "load": list(os.getloadavg()),
+        "kinds": [],
+    }
     print(f"n={n}: flat {len(xq) / t_flat:.0f} q/s; chosen {choice.factory}", file=sys.stderr, flush=True)
     todo = [(choice.kind, choice.params)] + [(k, resolve_params(k, n, args.d)) for k in args.also if k != choice.kind]
     for kind, params in todo:
@@ -378,32 +445,44 @@ def print_sizes(res) -> None:
     k = res["config"]["k"]
     for r in res.get("sizes", []):
         print(f"{r['n']:,} x {r['d']}: chosen {r['chosen']}: {r['reason']}")
-        print(f"  flat {r['flat_qps']:.0f} q/s (all {res['config']['nq']} queries in {r['flat_s_median']:.2f} s, "
-              f"load {', '.join(f'{x:.1f}' for x in r['load'])})")
+        print(
+            f"  flat {r['flat_qps']:.0f} q/s (all {res['config']['nq']} queries in {r['flat_s_median']:.2f} s, "
+            f"load {', '.join(f'{x:.1f}' for x in r['load'])})"
+        )
         for a in r["kinds"]:
-            print(f"  {a['factory']}{' (chosen)' if a['chosen'] else ''}: build {a['build_s']:.1f} s, index "
-                  f"{a['index_bytes'] / 2 ** 30:.2f} GiB, peak RSS so far {a['peak_rss_gib']:.1f} GiB, params {a['params']}")
+            print(
+                f"  {a['factory']}{' (chosen)' if a['chosen'] else ''}: build {a['build_s']:.1f} s, index "
+                f"{a['index_bytes'] / 2**30:.2f} GiB, peak RSS so far {a['peak_rss_gib']:.1f} GiB, params {a['params']}"
+            )
             for row in a["sweep"]:
                 setting = ", ".join(f"{x}={y}" for x, y in row.items() if x in ("nprobe", "quantizer_efSearch")) or "-"
-                print(f"    {setting}{' (default)' if row['default'] else ''}: recall@{k} {row['recall_at_k']:.3f}, "
-                      f"{row['qps']:.0f} q/s, x{row['speedup_vs_flat']:.1f} vs flat")
+                print(
+                    f"    {setting}{' (default)' if row['default'] else ''}: recall@{k} {row['recall_at_k']:.3f}, "
+                    f"{row['qps']:.0f} q/s, x{row['speedup_vs_flat']:.1f} vs flat"
+                )
 
 
 def print_report(res) -> None:
     cfg = res["config"]
-    print(f"\n== index benchmark: n={cfg['n']} d={cfg['d']} nq={cfg['nq']} k={cfg['k']} data={cfg['data']} "
-          f"threads={cfg['threads']} faiss={cfg['faiss']} (load avg {cfg['load_before']} -> {res['load_after']})")
+    print(
+        f"\n== index benchmark: n={cfg['n']} d={cfg['d']} nq={cfg['nq']} k={cfg['k']} data={cfg['data']} "
+        f"threads={cfg['threads']} faiss={cfg['faiss']} (load avg {cfg['load_before']} -> {res['load_after']})"
+    )
     if "flat" in res:
         f = res["flat"]
-        print(f"flat: search of all {f['queries']} queries {f['search_all_s_median']:.2f} s (median of "
-              f"{cfg['repeats']}; {f['queries_per_s']:.0f} q/s, {f['ms_per_query_in_batch']:.2f} ms/query), "
-              f"single-query latency {f['single_query_latency_ms_median']:.2f} ms, build {f['build_s']:.2f} s")
+        print(
+            f"flat: search of all {f['queries']} queries {f['search_all_s_median']:.2f} s (median of "
+            f"{cfg['repeats']}; {f['queries_per_s']:.0f} q/s, {f['ms_per_query_in_batch']:.2f} ms/query), "
+            f"single-query latency {f['single_query_latency_ms_median']:.2f} ms, build {f['build_s']:.2f} s"
+        )
     if "bruteforce" in res:
         b = res["bruteforce"]
-        print(f"brute force on {b['queries']} queries: flat {b['flat_s_median']:.2f} s | NumPy exact reference "
-              f"{b['numpy_exact_reference_s_median']:.2f} s (x{b['ratio_reference_over_flat']:.1f}) | NumPy float32 "
-              f"{b['numpy_f32_s_median']:.2f} s (x{b['ratio_f32_over_flat']:.1f}); flat vs reference recall@k "
-              f"{b['flat_equals_reference_recall']:.4f}, identical ids: {b['flat_ids_identical_to_reference']}")
+        print(
+            f"brute force on {b['queries']} queries: flat {b['flat_s_median']:.2f} s | NumPy exact reference "
+            f"{b['numpy_exact_reference_s_median']:.2f} s (x{b['ratio_reference_over_flat']:.1f}) | NumPy float32 "
+            f"{b['numpy_f32_s_median']:.2f} s (x{b['ratio_f32_over_flat']:.1f}); flat vs reference recall@k "
+            f"{b['flat_equals_reference_recall']:.4f}, identical ids: {b['flat_ids_identical_to_reference']}"
+        )
     for kind in ("ivf", "hnsw"):
         if kind in res:
             a = res[kind]
@@ -411,13 +490,17 @@ def print_report(res) -> None:
             for row in a["sweep"]:
                 name = next(iter(row))
                 speed = f", x{row['speedup_vs_flat']:.1f} vs flat" if row["speedup_vs_flat"] else ""
-                print(f"  {name}={row[name]}: recall@k {row['recall_at_k_vs_flat']:.3f}, all queries "
-                      f"{row['search_all_s_median']:.2f} s{speed}, single query {row['single_query_latency_ms_median']:.2f} ms")
+                print(
+                    f"  {name}={row[name]}: recall@k {row['recall_at_k_vs_flat']:.3f}, all queries "
+                    f"{row['search_all_s_median']:.2f} s{speed}, single query {row['single_query_latency_ms_median']:.2f} ms"
+                )
     print_sizes(res)
     if "encode" in res:
         e = res["encode"]
-        print(f"encode: {e['retriever']} on CPU ({e['threads']} threads), {e['images']} images in "
-              f"{e['s_median']:.2f} s = {e['images_per_s']:.1f} images/s (batch {e['batch_size']})")
+        print(
+            f"encode: {e['retriever']} on CPU ({e['threads']} threads), {e['images']} images in "
+            f"{e['s_median']:.2f} s = {e['images_per_s']:.1f} images/s (batch {e['batch_size']})"
+        )
 
 
 def main(argv=None) -> int:
@@ -427,8 +510,14 @@ def main(argv=None) -> int:
     import numpy as np
 
     faiss.omp_set_num_threads(args.threads)
-    res = {"config": {**{k: v for k, v in vars(args).items() if k != "out"}, "faiss": faiss.__version__,
-                      "numpy": np.__version__, "load_before": [round(x, 2) for x in os.getloadavg()]}}
+    res = {
+        "config": {
+            **{k: v for k, v in vars(args).items() if k != "out"},
+            "faiss": faiss.__version__,
+            "numpy": np.__version__,
+            "load_before": [round(x, 2) for x in os.getloadavg()],
+        }
+    }
     index = I_flat = xb = xq = None
     if set(args.sections) & {"flat", "bruteforce", "ivf", "hnsw"}:
         xb, xq = corpus_and_queries(args, args.n)

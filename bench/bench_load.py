@@ -16,6 +16,7 @@ errors, the machine's load average, the CPU the bench and the server used, and t
 with --rss-every). Then `--burst` visitors (default 60) fire one request each at once: beyond the queue
 they must get a clean "queue is full" refusal, never an error of another kind.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -109,8 +110,13 @@ class RawVisitor:
         return r.content
 
     def _join(self, fn_index: int, data: list, what: str):
-        body = {"data": data, "event_data": None, "fn_index": fn_index, "trigger_id": None,
-                "session_hash": self.session_hash}
+        body = {
+            "data": data,
+            "event_data": None,
+            "fn_index": fn_index,
+            "trigger_id": None,
+            "session_hash": self.session_hash,
+        }
         r = self.http.post(self.base + "/queue/join", json=body)
         if r.status_code == 503:
             raise Refused(f"queue is full: {r.text[:100]}")
@@ -242,13 +248,17 @@ class Visitor:
         first = group[0]
         other = self.rng.choice(group[1:]) if len(group) > 1 else first
         call = self.client.call
-        out = [("query", lambda: call("query", query_id=first)),
-               ("query (other phrasing)", lambda: call("query", query_id=other))]
+        out = [
+            ("query", lambda: call("query", query_id=first)),
+            ("query (other phrasing)", lambda: call("query", query_id=other)),
+        ]
         if self.app.rerank:
             out.append(("query reranked", lambda: call("query", query_id=other, rerank=True)))
-        out += [("search", lambda: call("search", image=self.image, instruction=self.rng.choice(WORDS))),
-                ("failures", lambda: call("failures", sort="worst", top=20)),
-                ("image", lambda: call("image", image_id=self.app.image_id))]
+        out += [
+            ("search", lambda: call("search", image=self.image, instruction=self.rng.choice(WORDS))),
+            ("failures", lambda: call("failures", sort="worst", top=20)),
+            ("image", lambda: call("image", image_id=self.app.image_id)),
+        ]
         return out
 
 
@@ -258,8 +268,12 @@ def is_refusal(exc: BaseException) -> bool:
 
 def percentiles(vals: list[float]) -> dict:
     vals = sorted(vals)
-    return {"n": len(vals), "p50_s": round(statistics.median(vals), 3),
-            "p95_s": round(vals[min(len(vals) - 1, int(0.95 * len(vals)))], 3), "max_s": round(vals[-1], 3)}
+    return {
+        "n": len(vals),
+        "p50_s": round(statistics.median(vals), 3),
+        "p95_s": round(vals[min(len(vals) - 1, int(0.95 * len(vals)))], 3),
+        "max_s": round(vals[-1], 3),
+    }
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -271,9 +285,18 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def load_phase(url, app: AppInfo, visitors: int, duration: float, think: float = 0.0,
-               server_pid: int | None = None, rss_every: float = 0.0, client: str = "raw",
-               page_visitors: int = 0, min_rounds: int = 0) -> dict:
+def load_phase(
+    url,
+    app: AppInfo,
+    visitors: int,
+    duration: float,
+    think: float = 0.0,
+    server_pid: int | None = None,
+    rss_every: float = 0.0,
+    client: str = "raw",
+    page_visitors: int = 0,
+    min_rounds: int = 0,
+) -> dict:
     """`think`: seconds a visitor pauses after each action (0: back to back); `rss_every`: seconds
     between samples of the server's RSS (0: none); the first `page_visitors` of the visitors load the page; each visitor does all its actions at least
     `min_rounds` times, past `duration` if need be."""
@@ -339,8 +362,9 @@ def load_phase(url, app: AppInfo, visitors: int, duration: float, think: float =
         loads.append(os.getloadavg()[0])
         elapsed = time.monotonic() - started
         if server_pid is not None and rss_every and elapsed >= next_rss:
-            rss_timeline.append({"t_s": round(elapsed), "rss_mb": rss_mb(server_pid),
-                                 "load_avg_1m": round(os.getloadavg()[0], 2)})
+            rss_timeline.append(
+                {"t_s": round(elapsed), "rss_mb": rss_mb(server_pid), "load_avg_1m": round(os.getloadavg()[0], 2)}
+            )
             sys.stderr.write(f"[rss] {rss_timeline[-1]}\n")
             next_rss += rss_every
         time.sleep(2)
@@ -356,18 +380,27 @@ def load_phase(url, app: AppInfo, visitors: int, duration: float, think: float =
         times["first page load (before the clock)"] = page_loads
     for name, vals in times.items():
         per_action[name] = percentiles(vals)
-    return {"visitors": visitors, "page_visitors": min(page_visitors, visitors), "duration_s": duration,
-            "requests": len(measured), "errors": len(errors), "error_examples": errors[:5], "refusals": refusals,
-            "all_actions": percentiles(measured) if measured else None, "per_action": per_action,
-            "load_avg_1m_before": round(load_before, 2),
-            "load_avg_1m_mean": round(statistics.mean(loads), 2) if loads else None,
-            "load_avg_1m_max": round(max(loads), 2) if loads else None,
-            "client": client, "wall_s": round(wall, 1),
-            # CPU used over the load phase, in cores (CPU seconds / wall seconds): what the load
-            # generator takes from the machine it measures, beside what the server takes
-            "bench_cpu_cores": round(bench_cpu / wall, 2),
-            "server_cpu_cores": round(server_cpu / wall, 2) if server_cpu is not None else None,
-            **({"server_rss_timeline": rss_timeline} if rss_timeline else {})}
+    return {
+        "visitors": visitors,
+        "page_visitors": min(page_visitors, visitors),
+        "duration_s": duration,
+        "requests": len(measured),
+        "errors": len(errors),
+        "error_examples": errors[:5],
+        "refusals": refusals,
+        "all_actions": percentiles(measured) if measured else None,
+        "per_action": per_action,
+        "load_avg_1m_before": round(load_before, 2),
+        "load_avg_1m_mean": round(statistics.mean(loads), 2) if loads else None,
+        "load_avg_1m_max": round(max(loads), 2) if loads else None,
+        "client": client,
+        "wall_s": round(wall, 1),
+        # CPU used over the load phase, in cores (CPU seconds / wall seconds): what the load
+        # generator takes from the machine it measures, beside what the server takes
+        "bench_cpu_cores": round(bench_cpu / wall, 2),
+        "server_cpu_cores": round(server_cpu / wall, 2) if server_cpu is not None else None,
+        **({"server_rss_timeline": rss_timeline} if rss_timeline else {}),
+    }
 
 
 def burst_phase(url, app: AppInfo, visitors: int, client: str = "raw") -> dict:
@@ -399,30 +432,51 @@ def burst_phase(url, app: AppInfo, visitors: int, client: str = "raw") -> dict:
         t.start()
     for t in threads:
         t.join()
-    return {"visitors": visitors, "ok": outcome["ok"], "refused": outcome["refused"],
-            "errors": len(outcome["errors"]), "error_examples": outcome["errors"][:5]}
+    return {
+        "visitors": visitors,
+        "ok": outcome["ok"],
+        "refused": outcome["refused"],
+        "errors": len(outcome["errors"]),
+        "error_examples": outcome["errors"][:5],
+    }
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    app_args = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[:argv.index("--")] if "--" in argv else argv
+    app_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--url", help="a running explorer (default: start one with the arguments after --)")
     p.add_argument("--server-pid", type=int, help="with --url: the server's process id (its CPU and RSS are reported)")
     p.add_argument("--visitors", type=int, default=20)
     p.add_argument("--duration", type=float, default=60.0)
     p.add_argument("--burst", type=int, default=60, help="visitors firing at once in the refusal phase (0: skip)")
-    p.add_argument("--page-visitors", type=int, default=None,
-                   help="of the visitors, how many load the page over and over (default: a quarter)")
-    p.add_argument("--min-rounds", type=int, default=0,
-                   help="each visitor does all its actions at least this many times, past --duration if need be")
+    p.add_argument(
+        "--page-visitors",
+        type=int,
+        default=None,
+        help="of the visitors, how many load the page over and over (default: a quarter)",
+    )
+    p.add_argument(
+        "--min-rounds",
+        type=int,
+        default=0,
+        help="each visitor does all its actions at least this many times, past --duration if need be",
+    )
     p.add_argument("--think", type=float, default=0.0, help="seconds each visitor pauses after an action (default 0)")
-    p.add_argument("--rss-every", type=float, default=0.0,
-                   help="sample the started server's RSS every this many seconds during the load (default: never)")
-    p.add_argument("--client", choices=["raw", "gradio_client"], default="raw",
-                   help="raw: gradio's queue protocol over plain HTTP as the page does (default, cheap); "
-                        "gradio_client: the official client (polls in threads: costs the measured machine CPU)")
+    p.add_argument(
+        "--rss-every",
+        type=float,
+        default=0.0,
+        help="sample the started server's RSS every this many seconds during the load (default: never)",
+    )
+    p.add_argument(
+        "--client",
+        choices=["raw", "gradio_client"],
+        default="raw",
+        help="raw: gradio's queue protocol over plain HTTP as the page does (default, cheap); "
+        "gradio_client: the official client (polls in threads: costs the measured machine CPU)",
+    )
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args(argv)
     proc = None
@@ -435,10 +489,24 @@ def main(argv=None) -> int:
         app = AppInfo(url)
         app.discover(RawVisitor(url, app, seed=99999))
         pages = args.visitors // 4 if args.page_visitors is None else args.page_visitors
-        result = {"url": url, "app_args": app_args, "cpu_count": os.cpu_count(), "rerank": app.rerank,
-                  "load": load_phase(url, app, args.visitors, args.duration, args.think,
-                                     proc.pid if proc is not None else args.server_pid, args.rss_every, args.client,
-                                     pages, args.min_rounds)}
+        result = {
+            "url": url,
+            "app_args": app_args,
+            "cpu_count": os.cpu_count(),
+            "rerank": app.rerank,
+            "load": load_phase(
+                url,
+                app,
+                args.visitors,
+                args.duration,
+                args.think,
+                proc.pid if proc is not None else args.server_pid,
+                args.rss_every,
+                args.client,
+                pages,
+                args.min_rounds,
+            ),
+        }
         if proc is not None:
             result["server_rss_mb_after_load"] = rss_mb(proc.pid)
         if args.burst:

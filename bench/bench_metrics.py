@@ -22,6 +22,7 @@ this repository: pass its path (a checkout of github.com/pinterest/pinpoint-data
 
 Without `--official-script`, times our in-process scoring only (per-query table + aggregates).
 """
+
 from __future__ import annotations
 
 import sys as _sys
@@ -61,8 +62,16 @@ def synthetic_ground_truth(n_queries: int, seed: int) -> pd.DataFrame:
         pos = [ids[int(i)] for i in rng.integers(len(ids), size=int(rng.integers(1, 25)))]
         neg = [ids[int(i)] for i in rng.integers(len(ids), size=int(rng.integers(4, 70)))]
         for _ in range(min(n_para, n_queries - len(rows))):
-            rows.append(dict(query_id=f"query_{qid:05d}", query_image_signature=img1, query_image_signature2=img2,
-                             instruction="synthetic", positive_candidates=pos, negative_candidates=neg))
+            rows.append(
+                dict(
+                    query_id=f"query_{qid:05d}",
+                    query_image_signature=img1,
+                    query_image_signature2=img2,
+                    instruction="synthetic",
+                    positive_candidates=pos,
+                    negative_candidates=neg,
+                )
+            )
             qid += 1
     return pd.DataFrame(rows)
 
@@ -75,8 +84,15 @@ def queries_from_ground_truth(gt: pd.DataFrame) -> list[Query]:
             refs.append(row.query_image_signature2)
         # the real file ends many negative lists with a null: never put it into a ranking
         negatives = [] if row.negative_candidates is None else [n for n in row.negative_candidates if n is not None]
-        queries.append(Query(row.query_id, refs, row.instruction, group_id="|".join(refs),
-                             judgments=Judgments(list(row.positive_candidates), negatives)))
+        queries.append(
+            Query(
+                row.query_id,
+                refs,
+                row.instruction,
+                group_id="|".join(refs),
+                judgments=Judgments(list(row.positive_candidates), negatives),
+            )
+        )
     return queries
 
 
@@ -111,8 +127,12 @@ def time_ours(run, queries, repeats: int) -> dict:
             t2 = time.perf_counter()
             totals.append(t2 - t0)
             per_query_times.append(t1 - t0)
-    return {"median_s": statistics.median(totals), "per_query_median_s": statistics.median(per_query_times),
-            "all_s": totals, "aggregate": agg}
+    return {
+        "median_s": statistics.median(totals),
+        "per_query_median_s": statistics.median(per_query_times),
+        "all_s": totals,
+        "aggregate": agg,
+    }
 
 
 CPU_SECONDS: dict[str, list[float]] = {"official": [], "ours": [], "first_official": [], "first_ours": []}
@@ -139,8 +159,14 @@ def _timed(cmd: list[str], cwd: Path, env: dict, who: str | None = None) -> floa
     return elapsed
 
 
-def paired_whole_process(official: list[str], ours: list[str], official_cwd: Path, pairs: int,
-                         benchmark_cache: Path, bytecode_cache: Path | None) -> dict:
+def paired_whole_process(
+    official: list[str],
+    ours: list[str],
+    official_cwd: Path,
+    pairs: int,
+    benchmark_cache: Path,
+    bytecode_cache: Path | None,
+) -> dict:
     """Alternating paired runs; pair i runs official first when i is even, ours first when odd.
 
     Ours stores its validated benchmark in `benchmark_cache` (empty at first): the first run
@@ -168,20 +194,29 @@ def paired_whole_process(official: list[str], ours: list[str], official_cwd: Pat
             a = _timed(official, official_cwd, env, "official")
         t_off.append(a)
         t_ours.append(b)
-        print(f"pair {i + 1}: official {a:.2f} s, ours {b:.2f} s, ratio {b / a:.2f}; CPU "
-              f"{CPU_SECONDS['official'][-1]:.2f} s vs {CPU_SECONDS['ours'][-1]:.2f} s (load {loads[-1]:.1f})",
-              file=sys.stderr)
+        print(
+            f"pair {i + 1}: official {a:.2f} s, ours {b:.2f} s, ratio {b / a:.2f}; CPU "
+            f"{CPU_SECONDS['official'][-1]:.2f} s vs {CPU_SECONDS['ours'][-1]:.2f} s (load {loads[-1]:.1f})",
+            file=sys.stderr,
+        )
     ratios = [b / a for a, b in zip(t_off, t_ours)]
     cpu_ratios = [b / a for a, b in zip(CPU_SECONDS["official"], CPU_SECONDS["ours"])]
     return {
         # CPU seconds (user + system) are what a busy shared machine distorts least; wall is what the issue asks
-        "official_cpu_s": CPU_SECONDS["official"], "ours_cpu_s": CPU_SECONDS["ours"],
+        "official_cpu_s": CPU_SECONDS["official"],
+        "ours_cpu_s": CPU_SECONDS["ours"],
         "cpu_ratio_median": statistics.median(cpu_ratios),
-        "first_run_official_s": first_official, "first_run_ours_s": first_ours,
-        "first_run_official_cpu_s": CPU_SECONDS["first_official"][0], "first_run_ours_cpu_s": CPU_SECONDS["first_ours"][0],
-        "official_s": t_off, "ours_s": t_ours, "ratios": ratios,
-        "official_median_s": statistics.median(t_off), "ours_median_s": statistics.median(t_ours),
-        "ratio_median": statistics.median(ratios), "load_average_1min": loads,
+        "first_run_official_s": first_official,
+        "first_run_ours_s": first_ours,
+        "first_run_official_cpu_s": CPU_SECONDS["first_official"][0],
+        "first_run_ours_cpu_s": CPU_SECONDS["first_ours"][0],
+        "official_s": t_off,
+        "ours_s": t_ours,
+        "ratios": ratios,
+        "official_median_s": statistics.median(t_off),
+        "ours_median_s": statistics.median(t_ours),
+        "ratio_median": statistics.median(ratios),
+        "load_average_1min": loads,
         "load_average_median": statistics.median(loads),
     }
 
@@ -199,17 +234,25 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="timed pairs (median reported)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="also write the summary JSON here")
-    parser.add_argument("--no-bytecode-cache", action="store_true",
-                        help="keep the inherited bytecode settings (with PYTHONDONTWRITEBYTECODE=1 and no "
-                             "__pycache__, every run compiles both programs' own modules again)")
+    parser.add_argument(
+        "--no-bytecode-cache",
+        action="store_true",
+        help="keep the inherited bytecode settings (with PYTHONDONTWRITEBYTECODE=1 and no "
+        "__pycache__, every run compiles both programs' own modules again)",
+    )
     args = parser.parse_args(argv)
 
     gt = pd.read_parquet(args.parquet) if args.parquet else synthetic_ground_truth(args.n_queries, args.seed)
     queries = queries_from_ground_truth(gt)
     run = synthetic_run(queries, args.length, args.seed + 1)
     print(f"{len(queries)} queries, {args.length}-item rankings, {args.repeats} pairs", file=sys.stderr)
-    summary: dict = {"n_queries": len(queries), "ranking_length": args.length, "repeats": args.repeats,
-                     "data": str(args.parquet) if args.parquet else "synthetic", "cpu_count": os.cpu_count()}
+    summary: dict = {
+        "n_queries": len(queries),
+        "ranking_length": args.length,
+        "repeats": args.repeats,
+        "data": str(args.parquet) if args.parquet else "synthetic",
+        "cpu_count": os.cpu_count(),
+    }
     if not args.official_script:
         ours = time_ours(run, queries, args.repeats)
         summary.update({"ours_in_process_median_s": ours["median_s"], "ours_all_s": ours["all_s"]})
@@ -225,24 +268,58 @@ def main(argv=None) -> int:
                 ids = {i for q in queries for i in (*q.positives, *q.negatives)} | {i for r in run.values() for i in r}
                 corpus.write_text("\n".join(sorted(ids)))
             results = tmp / "run.json"
-            results.write_text(json.dumps({normalize_pinpoint_query_id(k): {"retrieved_items": v}
-                                           for k, v in run.items()}))
+            results.write_text(
+                json.dumps({normalize_pinpoint_query_id(k): {"retrieved_items": v} for k, v in run.items()})
+            )
             script = args.official_script.resolve()
-            official = [sys.executable, str(script), "--results", str(results), "--ground_truth", str(gt_path),
-                        "--output", str(tmp / "official_metrics.csv")]
-            ours = [sys.executable, str(REPO / "app.py"), "--eval", "--benchmark", "pinpoint", "--annotations",
-                    str(gt_path), "--corpus-ids", str(corpus), "--results-json", str(results), "--out",
-                    str(tmp / "ours" / "{run}")]
+            official = [
+                sys.executable,
+                str(script),
+                "--results",
+                str(results),
+                "--ground_truth",
+                str(gt_path),
+                "--output",
+                str(tmp / "official_metrics.csv"),
+            ]
+            ours = [
+                sys.executable,
+                str(REPO / "app.py"),
+                "--eval",
+                "--benchmark",
+                "pinpoint",
+                "--annotations",
+                str(gt_path),
+                "--corpus-ids",
+                str(corpus),
+                "--results-json",
+                str(results),
+                "--out",
+                str(tmp / "ours" / "{run}"),
+            ]
             summary["bytecode_cache"] = not args.no_bytecode_cache
-            summary.update(paired_whole_process(official, ours, script.parent, args.repeats, tmp / "benchmark_cache",
-                                                None if args.no_bytecode_cache else tmp / "bytecode"))
+            summary.update(
+                paired_whole_process(
+                    official,
+                    ours,
+                    script.parent,
+                    args.repeats,
+                    tmp / "benchmark_cache",
+                    None if args.no_bytecode_cache else tmp / "bytecode",
+                )
+            )
             theirs = pd.read_csv(tmp / "official_metrics.csv").iloc[0]
             last_ours = max((tmp / "ours").iterdir(), key=lambda d: int(d.name))
             mine = pd.read_csv(last_ours / "metrics.csv").iloc[0]
             columns = [c for c in pinpoint.OFFICIAL_COLUMNS if c != "model" and c in theirs]
             diffs = {c: abs(float(theirs[c]) - float(mine[c])) for c in columns}
-            summary.update({"parity_max_abs_diff_4dp": max(diffs.values()), "parity_columns": len(diffs),
-                            "ours_command": " ".join(ours[1:]).replace(str(tmp), "$TMP")})
+            summary.update(
+                {
+                    "parity_max_abs_diff_4dp": max(diffs.values()),
+                    "parity_columns": len(diffs),
+                    "ours_command": " ".join(ours[1:]).replace(str(tmp), "$TMP"),
+                }
+            )
     print(json.dumps(summary, indent=2))
     if args.out:
         write_json_atomic(args.out, summary)

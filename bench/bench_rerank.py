@@ -13,6 +13,7 @@ the ratio of the fastest repeats, and the largest difference between the two
 paths' logits (per-repeat wall and CPU times go to --json).
 `--model PATH --device cuda` times a real checkpoint instead.
 """
+
 from __future__ import annotations
 
 import sys as _sys
@@ -64,7 +65,7 @@ def bench_case(reranker, n_refs: int, n_candidates: int, repeats: int, side: int
     for r in range(repeats):
         # Interleaved, alternating which goes first, so changing machine load affects both alike.
         logits = {}
-        for cached in ((True, False) if r % 2 == 0 else (False, True)):
+        for cached in (True, False) if r % 2 == 0 else (False, True):
             w, c, logits[cached] = time_once(reranker, request, images, cached, sync)
             wall[cached].append(w)
             cpu[cached].append(c)
@@ -104,8 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--candidates", type=int, default=20, help="top n to rerank (default 20)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=8, help="candidates per forward (default 8, as the library)")
-    p.add_argument("--refs", type=int, nargs="+", default=[1, 2], choices=[1, 2],
-                   help="reference images per query, one case each (default: 1 2)")
+    p.add_argument(
+        "--refs",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        choices=[1, 2],
+        help="reference images per query, one case each (default: 1 2)",
+    )
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--min-ratio", type=float, help="exit 1 if a speedup is below this")
     args = p.parse_args(argv)
@@ -134,15 +141,21 @@ def main(argv: list[str] | None = None) -> int:
         "cases": cases,
     }
     print(f"model: {result['model']}  device: {args.device}  threads: {args.threads}  batch size: {args.batch_size}")
-    print(f"{'refs':>4} {'prefix tok':>10} {'cand tok':>8} {'naive s':>8} {'cached s':>8} {'ms/cand naive':>13} "
-          f"{'ms/cand cached':>14} {'speedup':>8} {'(of mins)':>9} {'max|dlogit|':>11}")
+    print(
+        f"{'refs':>4} {'prefix tok':>10} {'cand tok':>8} {'naive s':>8} {'cached s':>8} {'ms/cand naive':>13} "
+        f"{'ms/cand cached':>14} {'speedup':>8} {'(of mins)':>9} {'max|dlogit|':>11}"
+    )
     for c in cases:
-        print(f"{c['reference_images']:>4} {c['prefix_tokens']:>10} {c['candidate_tokens']:>8} "
-              f"{c['median_naive_s']:>8.3f} {c['median_cached_batched_s']:>8.3f} {c['ms_per_candidate_naive']:>13.1f} "
-              f"{c['ms_per_candidate_cached']:>14.1f} {c['speedup']:>7.2f}x {c['speedup_of_minimums']:>8.2f}x "
-              f"{c['max_abs_logit_diff']:>11.2e}")
-    print(f"(times and speedup: medians of {args.repeats} interleaved repeats, top {args.candidates}; "
-          "'of mins': ratio of the fastest repeats, the least disturbed by other load on the machine)")
+        print(
+            f"{c['reference_images']:>4} {c['prefix_tokens']:>10} {c['candidate_tokens']:>8} "
+            f"{c['median_naive_s']:>8.3f} {c['median_cached_batched_s']:>8.3f} {c['ms_per_candidate_naive']:>13.1f} "
+            f"{c['ms_per_candidate_cached']:>14.1f} {c['speedup']:>7.2f}x {c['speedup_of_minimums']:>8.2f}x "
+            f"{c['max_abs_logit_diff']:>11.2e}"
+        )
+    print(
+        f"(times and speedup: medians of {args.repeats} interleaved repeats, top {args.candidates}; "
+        "'of mins': ratio of the fastest repeats, the least disturbed by other load on the machine)"
+    )
     if args.json:
         write_json_atomic(args.json, result)
     if args.min_ratio is not None and any(c["speedup"] < args.min_ratio for c in cases):

@@ -7,6 +7,7 @@ manifest) into a fresh temporary folder, `--runs` times; the median is reported.
 Rendering is timed on a seeded sample of test-corpus images, cold caches first, then
 warm (`render_batch`, grouped by background as training would use it).
 """
+
 from __future__ import annotations
 
 import sys as _sys
@@ -60,7 +61,9 @@ def main(argv=None) -> int:
         batch = (time.perf_counter() - t0) / n * 1000
         batch_cpu = (time.process_time() - c0) / n * 1000
     result = {
-        "size": args.size, "seed": args.seed, "cpu_count": os.cpu_count(),
+        "size": args.size,
+        "seed": args.seed,
+        "cpu_count": os.cpu_count(),
         "generation_s_runs": [round(t, 2) for t in gen_times],
         "generation_s_median": round(statistics.median(gen_times), 2),
         "render_ms_per_image_first_pass": round(cold, 2),

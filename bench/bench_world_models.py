@@ -11,6 +11,7 @@
 
 Reports median and p90 over queries (first query excluded as warm-up).
 """
+
 from __future__ import annotations
 
 import sys as _sys
@@ -66,8 +67,9 @@ def main(argv=None) -> int:
     idx, _ = ev.top_k(qv, corpus, args.top_n)
 
     served = load_reranker("world-verifier")  # the app's path: corpus features precomputed
-    served.use_image_embeddings(test.bench.corpus_ids, served.encode_images(
-        [render_image(i, world=test.world) for i in test.bench.corpus_ids]))
+    served.use_image_embeddings(
+        test.bench.corpus_ids, served.encode_images([render_image(i, world=test.world) for i in test.bench.corpus_ids])
+    )
     ver_ms, served_ms, cir_ms, fus_ms = [], [], [], []
     for n, (qi, row) in enumerate(zip(pick, idx)):
         q = queries[qi]
@@ -90,10 +92,12 @@ def main(argv=None) -> int:
             fus_ms.append(1000 * (t3 - t2))
     print(f"threads={torch.get_num_threads()} queries={len(ver_ms)} top_n={args.top_n}")
     served_ms = served_ms[1:]
-    for name, v in (("world verifier score(top-%d) from pixels" % args.top_n, ver_ms),
-                    ("world verifier score(top-%d), corpus features precomputed" % args.top_n, served_ms),
-                    ("world-cir encode_queries(1)", cir_ms),
-                    ("world-clip-fusion encode_queries(1)", fus_ms)):
+    for name, v in (
+        ("world verifier score(top-%d) from pixels" % args.top_n, ver_ms),
+        ("world verifier score(top-%d), corpus features precomputed" % args.top_n, served_ms),
+        ("world-cir encode_queries(1)", cir_ms),
+        ("world-clip-fusion encode_queries(1)", fus_ms),
+    ):
         print(f"{name:58s} median {statistics.median(v):7.1f} ms   p90 {_pct(v, 0.9):7.1f} ms")
     return 0
 

@@ -15,6 +15,7 @@ Reads the run's results files for each RETRIEVER and RETRIEVER+rerank (default w
 4. (--probe) the old question of the pooled world-CLIP text embedding: is "coat not red" closer to the
    caption "red coat" than to every other colour's, and does "blue instead of red" point to blue?
 """
+
 from __future__ import annotations
 
 import sys as _sys
@@ -101,7 +102,9 @@ def negatives_by_constraint(bench, runs: dict) -> None:
     from cir_demo.world.scene import violations
 
     info = bench.info
-    intents = {it["intent_id"]: it for it in loader.load_intents(size=info["size"], seed=info["seed"], split=info["split"])}
+    intents = {
+        it["intent_id"]: it for it in loader.load_intents(size=info["size"], seed=info["seed"], split=info["split"])
+    }
     print("explicit negatives in the top 10, by the constraint they break:")
     for label, results in runs.items():
         focus, other, neg_kinds = 0, collections.Counter(), collections.Counter()
@@ -119,8 +122,10 @@ def negatives_by_constraint(bench, runs: dict) -> None:
                         neg_kinds[it["kind"]] += 1
                 else:
                     other[attr] += 1
-        print(f"  {label:32s} total {focus + sum(other.values()):5d}  focus {focus:5d}  "
-              f"negation kinds {dict(sorted(neg_kinds.items()))}  other {sum(other.values())} {dict(other.most_common(5))}")
+        print(
+            f"  {label:32s} total {focus + sum(other.values()):5d}  focus {focus:5d}  "
+            f"negation kinds {dict(sorted(neg_kinds.items()))}  other {sum(other.values())} {dict(other.most_common(5))}"
+        )
 
 
 def text_probe() -> None:

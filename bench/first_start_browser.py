@@ -14,6 +14,7 @@ clock as the app's start), `browser_tiles_s` is when this script hears of it fro
 Playwright's polling and the hop between the browser and this process (longer on a busy machine:
 docs/benchmarks.md).
 """
+
 from __future__ import annotations
 
 import sys
@@ -92,8 +93,11 @@ def main(url: str, t0: float, out: Path, timeout_s: float = 900) -> int:
         page.locator("#cir-sort input").click()
         page.get_by_role("option", name=rerank_helped).click()
         # the list's info line names the sort once the list is sorted by it (not while it is being computed)
-        page.wait_for_function("(t) => { const x = document.querySelector('#cir-list-info')?.innerText || '';"
-                               " return x.includes(t) && !x.includes('being computed'); }", arg=helped_label)
+        page.wait_for_function(
+            "(t) => { const x = document.querySelector('#cir-list-info')?.innerText || '';"
+            " return x.includes(t) && !x.includes('being computed'); }",
+            arg=helped_label,
+        )
         note(out, t0, "rerank_helped_sorted")
         page.screenshot(path=str(out / "first-start-sort.png"), full_page=True)
         page.get_by_role("tab", name="Report").click()

@@ -14,6 +14,7 @@ ranking (CIRR: top 60 plus its set's members and reference; FashionIQ: the union
 gallery's top 60): the relative order of everything kept is the full ranking's, so every metric is
 the full ranking's. Prints each metric both ways and the largest difference; exit status 1 above 1e-9.
 """
+
 from __future__ import annotations
 
 import sys as _sys
@@ -41,10 +42,15 @@ def cirr_run_and_reference(bench, rng) -> tuple[dict, dict]:
     column = {name: j for j, name in enumerate(bench.corpus_ids)}
     run, hits = {}, {}
     for start in range(0, len(bench.queries), CHUNK):
-        qs = bench.queries[start:start + CHUNK]
+        qs = bench.queries[start : start + CHUNK]
         scores = rng.integers(0, 1000, size=(len(qs), len(bench.corpus_ids))).astype(float) / 1000
-        part, sorted_names, _ = clip4cir_cirr(bench.corpus_ids, scores, [q.reference_ids[0] for q in qs],
-                                              [q.target_id for q in qs], [list(q.judgments.subset) for q in qs])
+        part, sorted_names, _ = clip4cir_cirr(
+            bench.corpus_ids,
+            scores,
+            [q.reference_ids[0] for q in qs],
+            [q.target_id for q in qs],
+            [list(q.judgments.subset) for q in qs],
+        )
         for name, mean in part.items():
             hits[name] = hits.get(name, 0) + round(mean * len(qs))
         for i, q in enumerate(qs):
@@ -57,7 +63,7 @@ def fashioniq_run_and_reference(bench, rng) -> tuple[dict, dict]:
     run, hits = {}, {}
     name_rank = np.argsort(np.argsort([n.encode() for n in bench.corpus_ids]))
     for start in range(0, len(bench.queries), CHUNK):
-        sub = bench.subset(q.query_id for q in bench.queries[start:start + CHUNK])
+        sub = bench.subset(q.query_id for q in bench.queries[start : start + CHUNK])
         scores = rng.integers(0, 1000, size=(len(sub.queries), len(bench.corpus_ids))).astype(float) / 1000
         for c, (n, h10, h50) in clip4cir_fiq_hits(sub, scores).items():
             old = hits.get(c, (0, 0, 0))
@@ -80,8 +86,22 @@ def main(argv=None) -> int:
     run, ref = make(bench, np.random.default_rng(args.seed))
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "unseen.json").write_text(json.dumps(run))
-        code = cli_main(["eval", "--benchmark", args.benchmark, "--root", str(args.root), "--results-json",
-                         str(Path(tmp) / "unseen.json"), "--out", str(Path(tmp) / "out"), "--n-boot", "0", "--no-plots"])
+        code = cli_main(
+            [
+                "eval",
+                "--benchmark",
+                args.benchmark,
+                "--root",
+                str(args.root),
+                "--results-json",
+                str(Path(tmp) / "unseen.json"),
+                "--out",
+                str(Path(tmp) / "out"),
+                "--n-boot",
+                "0",
+                "--no-plots",
+            ]
+        )
         if code:
             return code
         got = json.loads((Path(tmp) / "out" / "metrics.json").read_text())["runs"][0]["metrics"]

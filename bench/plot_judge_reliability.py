@@ -7,6 +7,7 @@ The table (`held_out.calibration_top20`) is computed by the trainer on the world
 every candidate in the world-CLIP fusion and world-CIR top 20 of every test query, binned by tenths,
 against how many of them are relevant.
 """
+
 from __future__ import annotations
 
 import argparse

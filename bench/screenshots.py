@@ -12,6 +12,7 @@ Debian's (`/usr/bin/chromium`, driven by Playwright; never `playwright install`)
 page signal (the selectors tests/test_ui_browser*.py use); each PNG is quantised to stay under 300 KB.
 Writes explore.png, report.png and compare.png into --out.
 """
+
 from __future__ import annotations
 
 import sys as _sys
@@ -35,8 +36,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SHIPPED_PER_QUERY = ROOT / "indexes" / "prebuilt" / "world-default-s0" / "eval" / "per_query.csv.xz"
 VIEWPORT = {"width": 1400, "height": 1000}
 MAX_BYTES = 300_000
@@ -133,8 +141,7 @@ def world_pictures(browser, env: dict, out: Path, work: Path, timeout: float) ->
         page = browser.new_page(viewport=VIEWPORT)
         page.set_default_timeout(timeout * 1000)
         page.goto(f"{url}?query={query}")
-        page.wait_for_function("(q) => document.querySelector('#cir-query-header')?.innerText.includes(q)",
-                               arg=query)
+        page.wait_for_function("(q) => document.querySelector('#cir-query-header')?.innerText.includes(q)", arg=query)
         page.wait_for_selector("#cir-results li.cir-neg")
         page.wait_for_selector("#cir-results li.cir-pos")
         settle(page)
@@ -154,10 +161,43 @@ def cirr_with_two_runs(env: dict, work: Path) -> tuple[Path, list[str]]:
     runs = [f"{name}-run={ev / 'results' / (name + '.json')}" for name in COMPARE_RUNS]
     if (ev / "run_manifest.json").is_file():  # a --work folder from an earlier call: reused as it is
         return cirr, runs
-    run([sys.executable, "-m", "cir_demo", "world", "export", "--format", "cirr", "--size", "tiny",
-         "--images", "render", "--out", str(cirr)], env)
-    run([sys.executable, str(ROOT / "app.py"), "--eval", "--benchmark", "cirr", "--root", str(cirr),
-         "--retrievers", ",".join(COMPARE_RUNS), "--rerank", "none", "--no-plots", "--out", str(ev)], env)
+    run(
+        [
+            sys.executable,
+            "-m",
+            "cir_demo",
+            "world",
+            "export",
+            "--format",
+            "cirr",
+            "--size",
+            "tiny",
+            "--images",
+            "render",
+            "--out",
+            str(cirr),
+        ],
+        env,
+    )
+    run(
+        [
+            sys.executable,
+            str(ROOT / "app.py"),
+            "--eval",
+            "--benchmark",
+            "cirr",
+            "--root",
+            str(cirr),
+            "--retrievers",
+            ",".join(COMPARE_RUNS),
+            "--rerank",
+            "none",
+            "--no-plots",
+            "--out",
+            str(ev),
+        ],
+        env,
+    )
     return cirr, runs
 
 
@@ -199,8 +239,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img", help="folder for the PNGs (default docs/img)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds any one wait may take (default 600)")
     ap.add_argument("--only", choices=("world", "compare"), help="take only the world's or only the A-vs-B picture")
-    ap.add_argument("--work", type=Path, help="keep the data folder, the CIRR export and its runs here (reused when "
-                    "present) instead of a temporary folder")
+    ap.add_argument(
+        "--work",
+        type=Path,
+        help="keep the data folder, the CIRR export and its runs here (reused when "
+        "present) instead of a temporary folder",
+    )
     args = ap.parse_args(argv)
     if not Path(CHROMIUM).exists():
         print(f"{CHROMIUM} is missing: apt-get install -y chromium", file=sys.stderr)

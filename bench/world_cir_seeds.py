@@ -7,6 +7,7 @@ Each folder holds world-CIR weights trained with another `--data-seed` on the sa
 dot products (as the trainer's held-out evaluation does) for the in-distribution and the compositional
 split and prints mAP@10 / NegRecall@10 per folder with their mean and range.
 """
+
 from __future__ import annotations
 
 import sys as _sys

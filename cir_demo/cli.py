@@ -5,6 +5,7 @@ Each subcommand's flags live in its stage's package, in a `cli.py` with `add_arg
 layer may import (`index build` makes the pre-run checks of preflight/ first: harness/index_run.py).
 A command's modules are imported only when used, so `python -m cir_demo world ...` never pays for torch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,9 +20,15 @@ COMMANDS = {
     "index": ("cir_demo.index.cli", "build, check and list FAISS indexes"),
     "train": ("cir_demo.training.cli", "train the world models (world-CLIP, world-CIR, world verifier)"),
     "rerank": ("cir_demo.rerank.cli", "rerank a results file or one query with a reranker backend"),
-    "doctor": ("cir_demo.preflight.doctor", "what this machine can run now, what is missing, and the command that fixes each"),
+    "doctor": (
+        "cir_demo.preflight.doctor",
+        "what this machine can run now, what is missing, and the command that fixes each",
+    ),
     "images": ("cir_demo.images.cli", "fetch a benchmark's images (parallel, resumable) or count those present"),
-    "submission": ("cir_demo.results.cli", "write a benchmark's test-server files from results files (CIRR test1, CIRCO test)"),
+    "submission": (
+        "cir_demo.results.cli",
+        "write a benchmark's test-server files from results files (CIRR test1, CIRCO test)",
+    ),
     "eval": ("cir_demo.harness.cli", "evaluate results files or run the full benchmark (same as app.py --eval)"),
     "record": ("cir_demo.harness.record_cli", "results of record: --eval on several fresh world seeds, mean and range"),
     "failures": ("cir_demo.explorer.cli", "the app's failure sorts over results files, as a CSV (one row per query)"),

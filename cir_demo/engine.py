@@ -4,6 +4,7 @@ queries into rankings (and optionally reranked rankings).
 The `--eval` harness and the UI's service layer both go through `RetrievalEngine`,
 so a ranking in the app is the same ranking the report scored.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -104,7 +105,8 @@ class RetrievalEngine:
                 # progress=False: the engine encodes queries in small chunks, where per-chunk
                 # bars would only be noise (index builds show their own bar)
                 self._retrievers[name] = load_retriever(
-                    name, device=self.device, trust_remote_code=self.trust_remote_code, progress=False)
+                    name, device=self.device, trust_remote_code=self.trust_remote_code, progress=False
+                )
             return self._retrievers[name]
 
     def adopt_retrievers(self, loaded: dict[str, Any]) -> None:
@@ -143,7 +145,8 @@ class RetrievalEngine:
                     from cir_demo.index import ensure_index
 
                     self._indexes[name] = ensure_index(
-                        self.benchmark, retriever, allow_stale=self.allow_stale, progress=self.progress)
+                        self.benchmark, retriever, allow_stale=self.allow_stale, progress=self.progress
+                    )
             return self._indexes[name]
 
     def stale_reasons(self, name: str) -> list[str]:
@@ -154,7 +157,9 @@ class RetrievalEngine:
         img = self._images.get(image_id)
         if img is None:
             if self.benchmark.images is None:
-                raise FileNotFoundError(f"benchmark {self.benchmark.name!r} has no image store; cannot open {image_id!r}")
+                raise FileNotFoundError(
+                    f"benchmark {self.benchmark.name!r} has no image store; cannot open {image_id!r}"
+                )
             img = self.benchmark.images.open(image_id)
             self._images.put(image_id, img)
         return img
@@ -176,8 +181,9 @@ class RetrievalEngine:
         from cir_demo.retrievers.base import is_ranking_only
 
         if is_ranking_only(self.retriever(name)):
-            return QueryIds(query.query_id, query.instruction if instruction is None else instruction,
-                            tuple(query.reference_ids))
+            return QueryIds(
+                query.query_id, query.instruction if instruction is None else instruction, tuple(query.reference_ids)
+            )
         return self.composed(query, instruction)
 
     def _query_key(self, name: str, cq) -> tuple | None:
@@ -199,7 +205,9 @@ class RetrievalEngine:
                     self._query_vectors.put(keys[i], v)
         return np.stack(out) if out else np.zeros((0, 1, getattr(retriever, "dim", 0)), np.float32)
 
-    def search(self, name: str, queries: Sequence[Any], k: int = DEFAULT_K, batch_size: int | None = None) -> list[Ranking]:
+    def search(
+        self, name: str, queries: Sequence[Any], k: int = DEFAULT_K, batch_size: int | None = None
+    ) -> list[Ranking]:
         """Rank the corpus for composed queries (`ComposedQuery`), best first."""
         from cir_demo.retrievers.base import is_ranking_only
         from cir_demo.retrievers.recipes import postmerge_max
@@ -219,7 +227,7 @@ class RetrievalEngine:
         hits = index.search(vecs.reshape(n * variants, dim), k)
         out = []
         for i in range(n):
-            per_variant = [(ids, [float(s) for s in sc]) for ids, sc in hits[i * variants:(i + 1) * variants]]
+            per_variant = [(ids, [float(s) for s in sc]) for ids, sc in hits[i * variants : (i + 1) * variants]]
             ids, scores = per_variant[0] if variants == 1 else postmerge_max(per_variant, k)
             out.append(Ranking(list(ids), list(scores)))
         return out
@@ -232,7 +240,11 @@ class RetrievalEngine:
         return max(DEFAULT_K, max(map(len, rankings.values()), default=0)) if rankings is not None else DEFAULT_K
 
     def run_benchmark(
-        self, name: str, queries: Sequence[Query] | None = None, k: int = DEFAULT_K, batch_size: int = 64,
+        self,
+        name: str,
+        queries: Sequence[Query] | None = None,
+        k: int = DEFAULT_K,
+        batch_size: int = 64,
         progress: Callable[[int, int], None] | None = None,
     ) -> tuple[dict[str, list[str]], dict[str, list[float]]]:
         """Rankings for every benchmark query: (run, scores)."""
@@ -243,7 +255,7 @@ class RetrievalEngine:
         if hasattr(retriever, "has"):  # a results file: its queries only (the others are not scored), no image
             queries = [q for q in queries if retriever.has(q.query_id)]
         for start in range(0, len(queries), batch_size):
-            chunk = queries[start:start + batch_size]
+            chunk = queries[start : start + batch_size]
             composed = [self.benchmark_query(name, q) for q in chunk]
             for q, r in zip(chunk, self.search(name, composed, k=k, batch_size=batch_size)):
                 run[q.query_id], scores[q.query_id] = r.ids, r.scores
@@ -367,17 +379,32 @@ class RetrievalEngine:
         cache = self.score_cache if query.reference_ids else None  # uploads: nothing stable to key on
         return rerank(request, ranking.ids, ranking.scores, self.open_image, reranker, top_n=top_n, cache=cache)
 
-    def rerank_run(self, backend: str, run: dict[str, list[str]], scores: dict[str, list[float]] | None = None,
-                   queries: Sequence[Query] | None = None, top_n: int = 20, reranker_kw: dict | None = None,
-                   progress: bool = False):
+    def rerank_run(
+        self,
+        backend: str,
+        run: dict[str, list[str]],
+        scores: dict[str, list[float]] | None = None,
+        queries: Sequence[Query] | None = None,
+        top_n: int = 20,
+        reranker_kw: dict | None = None,
+        progress: bool = False,
+    ):
         """Rerank the top `top_n` of every query's ranking in `run` (the benchmark's queries by default),
         the queries' candidates scored in batches through the score cache. Returns a `RunRerank`."""
         from cir_demo.rerank import rerank_run
 
         reranker = self.reranker(backend, **(reranker_kw or {}))
         queries = list(self.benchmark.queries if queries is None else queries)
-        return rerank_run(queries, run, self.open_image, reranker, top_n=top_n, cache=self.score_cache,
-                          run_scores=scores, progress=progress)
+        return rerank_run(
+            queries,
+            run,
+            self.open_image,
+            reranker,
+            top_n=top_n,
+            cache=self.score_cache,
+            run_scores=scores,
+            progress=progress,
+        )
 
     def prescore(self, backend: str, query, candidate_ids: Sequence[str], reranker_kw: dict | None = None) -> None:
         """Score `candidate_ids` for one composed query in one batched reranker call, into the score

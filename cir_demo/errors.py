@@ -11,6 +11,7 @@ type and message in one line and the hint to rerun with `--debug`. `OneLineForma
 app's log the same way. The app's guard (cir_demo/ui/guard.py) uses `user_message` too, so a
 failure reads the same on the page, in the log and in a terminal.
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,11 +22,18 @@ from typing import Callable
 
 USAGE_EXIT = 2  # a problem the user fixes (the same status as a bad flag, cir_demo.preflight.commands)
 # (module, name) of the errors about what the user gave (a file's content, a name): exit USAGE_EXIT
-USAGE_ERRORS = {("cir_demo.benchmarks.schema", "BenchmarkError"), ("cir_demo.utils.names", "UnknownNameError"),
-                ("cir_demo.benchmarks.registry", "BenchmarkArgumentError")}
+USAGE_ERRORS = {
+    ("cir_demo.benchmarks.schema", "BenchmarkError"),
+    ("cir_demo.utils.names", "UnknownNameError"),
+    ("cir_demo.benchmarks.registry", "BenchmarkArgumentError"),
+}
 # the other errors raised on purpose whose message is written for users
-KNOWN_ERRORS = {("cir_demo.retrievers.registry", "ConfigError"), ("cir_demo.benchmarks.images", "ImageUnavailableError"),
-                ("cir_demo.integrity", "DamagedFileError"), ("cir_demo.paths", "DataFolderError")}
+KNOWN_ERRORS = {
+    ("cir_demo.retrievers.registry", "ConfigError"),
+    ("cir_demo.benchmarks.images", "ImageUnavailableError"),
+    ("cir_demo.integrity", "DamagedFileError"),
+    ("cir_demo.paths", "DataFolderError"),
+}
 
 
 class UserError(Exception):
@@ -39,14 +47,20 @@ def _hub_error_message(exc: BaseException) -> str | None:
         return None
     what = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if isinstance(exc, hub_errors.GatedRepoError):
-        return (f"a gated model repository refused the download ({what}); accept its terms on its hub page, "
-                "then log in with `hf auth login` (or set HF_TOKEN)")
+        return (
+            f"a gated model repository refused the download ({what}); accept its terms on its hub page, "
+            "then log in with `hf auth login` (or set HF_TOKEN)"
+        )
     if isinstance(exc, hub_errors.RepositoryNotFoundError):
-        return (f"a model repository was not found or is private ({what}); check the name, or log in "
-                "with `hf auth login` (or set HF_TOKEN) if it is private")
+        return (
+            f"a model repository was not found or is private ({what}); check the name, or log in "
+            "with `hf auth login` (or set HF_TOKEN) if it is private"
+        )
     if isinstance(exc, (hub_errors.LocalEntryNotFoundError, hub_errors.OfflineModeIsEnabled)):
-        return (f"model files are not in the local cache and the hub cannot be reached ({what}); "
-                "run `python -m cir_demo doctor` with the same flags for the download command")
+        return (
+            f"model files are not in the local cache and the hub cannot be reached ({what}); "
+            "run `python -m cir_demo doctor` with the same flags for the download command"
+        )
     return None
 
 
@@ -112,8 +126,9 @@ def one_line(text: str, limit: int = 2000) -> str:
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
-def report_errors(fn: Callable[[], int | None], debug: bool = False, stream=None,
-                  expected: tuple[type[BaseException], ...] = ()) -> int:
+def report_errors(
+    fn: Callable[[], int | None], debug: bool = False, stream=None, expected: tuple[type[BaseException], ...] = ()
+) -> int:
     """Run a command body; turn its failure into one line on stderr (and exit status 1).
     `expected`: more exception types whose message is already written for users."""
     stream = stream or sys.stderr

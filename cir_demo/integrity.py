@@ -5,6 +5,7 @@ A record is `{"size": bytes, "sha256": hex}`. Checking a record is cheap without
 `verify` (a size comparison: catches truncation and removal) and exact with it.
 Every problem is one line that starts with "damaged: <file>: ".
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,9 @@ def file_record(path: str | os.PathLike) -> dict:
     return {"size": path.stat().st_size, "sha256": sha256_file(path)}
 
 
-def check_record(path: str | os.PathLike, record: Mapping[str, Any] | str, verify: bool = False,
-                 label: str | None = None) -> str | None:
+def check_record(
+    path: str | os.PathLike, record: Mapping[str, Any] | str, verify: bool = False, label: str | None = None
+) -> str | None:
     """Why `path` does not match `record` (a record, or a bare sha256 string), else None.
 
     Without `verify` only presence and size are checked (records without a size are
@@ -53,14 +55,14 @@ def check_record(path: str | os.PathLike, record: Mapping[str, Any] | str, verif
     return None
 
 
-def check_records(root: str | os.PathLike, records: Mapping[str, Any], verify: bool = False,
-                  label_root: str | None = None) -> list[str]:
+def check_records(
+    root: str | os.PathLike, records: Mapping[str, Any], verify: bool = False, label_root: str | None = None
+) -> list[str]:
     """`check_record` for every `{relative name: record}` under `root`."""
     root = Path(root)
     out = []
     for name, record in records.items():
-        problem = check_record(root / name, record, verify,
-                               label=f"{label_root or root}/{name}")
+        problem = check_record(root / name, record, verify, label=f"{label_root or root}/{name}")
         if problem:
             out.append(problem)
     return out
@@ -74,8 +76,12 @@ def read_packed_manifest(path: Path, fmt: int, what: str) -> dict:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path}: unreadable ({exc})") from None
-    if not isinstance(data, dict) or data.get("format") != fmt or not isinstance(data.get("files"), dict) \
-            or not isinstance(data.get("key"), dict):
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != fmt
+        or not isinstance(data.get("files"), dict)
+        or not isinstance(data.get("key"), dict)
+    ):
         raise ValueError(f"{path}: not a format-{fmt} manifest of {what} (key, files)")
     return data
 
@@ -101,8 +107,10 @@ def refuse_unrecorded_files(directory: Path, manifest_name: str) -> None:
     foreign = sorted(rel for rel in present if rel not in recorded and rel != manifest_name)
     if foreign:
         more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
-        raise ValueError(f"{directory}: holds {', '.join(foreign[:5])}{more}, which its {manifest_name} does not "
-                         "record; nothing replaced (move them elsewhere first)")
+        raise ValueError(
+            f"{directory}: holds {', '.join(foreign[:5])}{more}, which its {manifest_name} does not "
+            "record; nothing replaced (move them elsewhere first)"
+        )
 
 
 def _assets_root() -> Path:
@@ -133,8 +141,7 @@ def asset_names_in(obj: Any) -> list[str]:
 
 def restore_hint(name: str, manifest: Mapping[str, Any] | None = None) -> str:
     model = (manifest or {}).get("model") or name
-    return (f"restore it with `git checkout assets/{name}/` or retrain with "
-            f"`python -m cir_demo train {model}`")
+    return f"restore it with `git checkout assets/{name}/` or retrain with `python -m cir_demo train {model}`"
 
 
 def check_asset(name: str, verify: bool = True, _seen: set[str] | None = None) -> list[str]:
@@ -154,10 +161,11 @@ def check_asset(name: str, verify: bool = True, _seen: set[str] | None = None) -
         if not isinstance(files, dict):
             raise TypeError("'files' is not an object")
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        return [f"damaged: assets/{name}/manifest.json: unreadable ({type(exc).__name__}: {exc}); "
-                f"{restore_hint(name)}"]
-    problems = [f"{p}; {restore_hint(name, manifest)}"
-                for p in check_records(folder, files, verify=verify, label_root=f"assets/{name}")]
+        return [f"damaged: assets/{name}/manifest.json: unreadable ({type(exc).__name__}: {exc}); {restore_hint(name)}"]
+    problems = [
+        f"{p}; {restore_hint(name, manifest)}"
+        for p in check_records(folder, files, verify=verify, label_root=f"assets/{name}")
+    ]
     for dep in asset_names_in({k: v for k, v in manifest.items() if k != "files"}):
         if (_assets_root() / dep).is_dir():
             problems += check_asset(dep, verify, seen)

@@ -9,6 +9,7 @@ import from every layer below them, never from each other; `__main__` sits above
 runs `cli`. Imports inside functions count as much as those at the top of a file.
 `tests/test_layers.py` runs the checker over cir_demo/.
 """
+
 from __future__ import annotations
 
 import ast
@@ -86,8 +87,10 @@ def violations_in(source: str, module: str, exceptions: Iterable[tuple[str, str]
             continue
         target_level = layer_of(target)
         if target_level >= level:
-            found.append(f"{module}:{line} imports {target} (layer {target_level} {LAYERS[target_level]}; "
-                         f"{module} is in layer {level} {LAYERS[level]})")
+            found.append(
+                f"{module}:{line} imports {target} (layer {target_level} {LAYERS[target_level]}; "
+                f"{module} is in layer {level} {LAYERS[level]})"
+            )
     return found
 
 

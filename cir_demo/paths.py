@@ -6,6 +6,7 @@ writable), because a Space's working tree is lost on every restart; else the wor
 `CIR_DEMO_CACHE`, `CIR_DEMO_INDEXES` and `CIR_DEMO_RUNS` override each folder on its own; a
 variable that points at a file is a `DataFolderError` naming it.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,10 @@ def _folder(env: str, default: Path) -> Path:
     path = Path(value) if value else default
     if path.exists() and not path.is_dir():
         where = f"{env}={value}" if value else str(path)
-        raise DataFolderError(f"{where} is a file, not a folder; "
-                              + (f"point {env} at a folder or unset it" if value else "move the file away"))
+        raise DataFolderError(
+            f"{where} is a file, not a folder; "
+            + (f"point {env} at a folder or unset it" if value else "move the file away")
+        )
     return path
 
 

@@ -2,6 +2,7 @@
 the module-level skip when either is missing, a free port, the browser fixture and screenshots into
 test-artifacts/. A test module calls `require_chromium()` before its other imports and imports
 `browser` (a pytest fixture) from here."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,16 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 # How long a page may take to show what a test waits for. The waits follow the page's own signals
 # (a selector, a text), so this bound only ends a wait that would never end; on a loaded machine
@@ -25,9 +34,12 @@ def require_chromium():
     """Skip the calling module unless Chromium, playwright, torch and open_clip are there; returns
     playwright's sync API."""
     if not CHROMIUM.exists():
-        pytest.skip("browser test needs Debian's Chromium at /usr/bin/chromium (apt-get install -y chromium)",
-                    allow_module_level=True)
+        pytest.skip(
+            "browser test needs Debian's Chromium at /usr/bin/chromium (apt-get install -y chromium)",
+            allow_module_level=True,
+        )
     from playwright import sync_api
+
     return sync_api
 
 
@@ -177,7 +189,24 @@ def run_tiny_eval(names, groups: int) -> None:
         return
     parser = argparse.ArgumentParser()
     eval_cli.add_arguments(parser)
-    args = parser.parse_args(["--world-size", "tiny", "--limit", str(groups), "--retrievers", ",".join(names),
-                              "--rerank", VERIFIER, "--rerank-top-n", "10", "--n-boot", "50", "--split", "test",
-                              "--out", str(out)])
+    args = parser.parse_args(
+        [
+            "--world-size",
+            "tiny",
+            "--limit",
+            str(groups),
+            "--retrievers",
+            ",".join(names),
+            "--rerank",
+            VERIFIER,
+            "--rerank-top-n",
+            "10",
+            "--n-boot",
+            "50",
+            "--split",
+            "test",
+            "--out",
+            str(out),
+        ]
+    )
     assert eval_cli.run(args) == 0

@@ -37,8 +37,12 @@ import pytest  # noqa: E402
 # `browser_support.run_tiny_eval`'s run; the training modules the tiny world's train pixels (rendered
 # into the data root's cache by the first `world_pixels`). The tiny corpus encoded by
 # world-CLIP and the world verifier needs no group: `tiny_world_seed` is built once across the workers.
-MODULE_GROUPS = {"test_ui_browser": "tiny_eval", "test_ui_browser_visit": "tiny_eval",
-                 "test_training_world": "train_pixels", "test_training_split": "train_pixels"}
+MODULE_GROUPS = {
+    "test_ui_browser": "tiny_eval",
+    "test_ui_browser_visit": "tiny_eval",
+    "test_training_world": "train_pixels",
+    "test_training_split": "train_pixels",
+}
 
 
 def shared_group(item) -> str:
@@ -57,10 +61,23 @@ def shared_group(item) -> str:
 # suite ends evenly when the last groups handed out are short ones. xdist's own order (by test count;
 # pytest.ini's `--no-loadscope-reorder` turns it off) would hand the 2-test groups of the two
 # first-start apps out last. Every other group follows in file order.
-LONGEST_GROUPS = ("train_pixels", "tiny_eval", "space_app", "test_ui_browser_first_start", "test_faults",
-                  "test_gradio_import", "test_world_shipped", "test_corpus_workers", "test_index_prebuilt",
-                  "test_bench_latency", "default_world", "test_explorer_consistency", "test_harness_pipeline",
-                  "test_world_judge", "test_explorer_precompute")
+LONGEST_GROUPS = (
+    "train_pixels",
+    "tiny_eval",
+    "space_app",
+    "test_ui_browser_first_start",
+    "test_faults",
+    "test_gradio_import",
+    "test_world_shipped",
+    "test_corpus_workers",
+    "test_index_prebuilt",
+    "test_bench_latency",
+    "default_world",
+    "test_explorer_consistency",
+    "test_harness_pipeline",
+    "test_world_judge",
+    "test_explorer_precompute",
+)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
@@ -77,6 +94,7 @@ def pytest_collection_modifyitems(items):
 def one_torch_thread():
     """Tiny models run fastest, and deterministically, on one torch thread (2 shared cores)."""
     import torch
+
     old = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -158,7 +176,9 @@ def default_world_cache(default_world, tmp_path, monkeypatch):
 def linked_default_world(default_world, cache):
     """`cache`, a new cache folder in which the shared default world is linked (read-only)."""
     (cache / "world").mkdir(parents=True)
-    (cache / "world" / "default-seed0").symlink_to(default_world[1] / "world" / "default-seed0", target_is_directory=True)
+    (cache / "world" / "default-seed0").symlink_to(
+        default_world[1] / "world" / "default-seed0", target_is_directory=True
+    )
     return cache
 
 
@@ -248,11 +268,24 @@ def space_app(tmp_path_factory, tiny_world_seed):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("CIR_DEMO_DATA", "CIR_DEMO_CACHE", "CIR_DEMO_INDEXES", "CIR_DEMO_RUNS")}
-    env.update({"SPACE_ID": "someone/cir-demo", "SYSTEM": "spaces", "CIR_DEMO_SPACE_STORAGE": str(storage),
-                "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port), "HF_HUB_OFFLINE": "1",
-                "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1", "CIR_DEMO_ARGS": SPACE_APP_ARGS})
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("CIR_DEMO_DATA", "CIR_DEMO_CACHE", "CIR_DEMO_INDEXES", "CIR_DEMO_RUNS")
+    }
+    env.update(
+        {
+            "SPACE_ID": "someone/cir-demo",
+            "SYSTEM": "spaces",
+            "CIR_DEMO_SPACE_STORAGE": str(storage),
+            "GRADIO_SERVER_NAME": "127.0.0.1",
+            "GRADIO_SERVER_PORT": str(port),
+            "HF_HUB_OFFLINE": "1",
+            "GRADIO_ANALYTICS_ENABLED": "False",
+            "PYTHONUNBUFFERED": "1",
+            "CIR_DEMO_ARGS": SPACE_APP_ARGS,
+        }
+    )
     repo_before = {name: tree(root / name) for name in ("cache", "indexes", "runs")}
     log = folder / "app.log"
     with open(log, "w") as out:
@@ -260,12 +293,16 @@ def space_app(tmp_path_factory, tiny_world_seed):
     try:
         # as long as the start takes while the app works (beside other jobs at nice 0 it can outlast any
         # fixed bound); it fails after 300 s in which the app used no CPU
-        wait_while_working(until(lambda: "explorer ready" in log.read_text() or proc.poll() is not None),
-                           lambda: cpu_seconds(proc.pid), 300)
+        wait_while_working(
+            until(lambda: "explorer ready" in log.read_text() or proc.poll() is not None),
+            lambda: cpu_seconds(proc.pid),
+            300,
+        )
         assert proc.poll() is None, log.read_text()
         assert "explorer ready" in log.read_text(), log.read_text()
-        yield SimpleNamespace(url=f"http://127.0.0.1:{port}/", storage=storage, log=log, proc=proc,
-                              repo_before=repo_before)
+        yield SimpleNamespace(
+            url=f"http://127.0.0.1:{port}/", storage=storage, log=log, proc=proc, repo_before=repo_before
+        )
     finally:
         proc.terminate()
         proc.wait(30)
@@ -279,7 +316,7 @@ def pytest_runtest_teardown(item, nextitem):
     if app is None:
         return
     items = item.session.items
-    later = [nextitem] if os.environ.get("PYTEST_XDIST_WORKER") else items[items.index(item) + 1:]
+    later = [nextitem] if os.environ.get("PYTEST_XDIST_WORKER") else items[items.index(item) + 1 :]
     if not any("space_app" in getattr(test, "fixturenames", ()) for test in later if test is not None):
         app.proc.terminate()
         app.proc.wait(30)

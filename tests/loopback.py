@@ -1,5 +1,6 @@
 """A threaded HTTP server on 127.0.0.1 (a free port) for the tests of the HTTP clients: it serves
 while a `with` block runs and is shut down when the block ends."""
+
 from __future__ import annotations
 
 import threading

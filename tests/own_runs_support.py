@@ -1,4 +1,5 @@
 """Test data for the `--runs` tests: two runs another tool might have written for a benchmark."""
+
 from __future__ import annotations
 
 import hashlib

@@ -1,6 +1,7 @@
 """Test helpers: a small PinPoint benchmark in the official schema and a real local HTTP
 image server (Python's http.server on 127.0.0.1 in a thread) whose images can be good,
 missing (404), slow, corrupt (truncated JPEG) or flaky (503 once)."""
+
 from __future__ import annotations
 
 import io
@@ -14,13 +15,24 @@ import pyarrow.parquet as pq
 from loopback import LoopbackServer
 
 STRING, STRINGS = pa.large_string(), pa.list_(pa.string())
-SCHEMA = pa.schema([
-    ("query_id", STRING), ("query_image_signature", STRING), ("query_image_signature2", STRING),
-    ("instruction", STRING), ("positive_candidates", STRINGS), ("negative_candidates", STRINGS),
-    ("token_count", pa.int64()), ("length_category", STRING), ("is_question", pa.bool_()),
-    ("is_imperative", pa.bool_()), ("is_single", pa.bool_()), ("query_category", STRING),
-    ("skin_tone_bucket", STRING), ("l1_interest", STRING),
-])
+SCHEMA = pa.schema(
+    [
+        ("query_id", STRING),
+        ("query_image_signature", STRING),
+        ("query_image_signature2", STRING),
+        ("instruction", STRING),
+        ("positive_candidates", STRINGS),
+        ("negative_candidates", STRINGS),
+        ("token_count", pa.int64()),
+        ("length_category", STRING),
+        ("is_question", pa.bool_()),
+        ("is_imperative", pa.bool_()),
+        ("is_single", pa.bool_()),
+        ("query_category", STRING),
+        ("skin_tone_bucket", STRING),
+        ("l1_interest", STRING),
+    ]
+)
 
 
 def sig(n: int) -> str:
@@ -31,16 +43,33 @@ def write_pinpoint(folder: Path, n_corpus: int = 12) -> tuple[Path, Path, list[s
     """(parquet, corpus list, every image id): 4 queries (2 intents), references inside the corpus."""
     corpus = [sig(i) for i in range(1, n_corpus + 1)]
     rows = []
-    for q, (ref, text, pos, neg) in enumerate([
+    for q, (ref, text, pos, neg) in enumerate(
+        [
             (corpus[0], "make it blue", corpus[2:4], corpus[4:6]),
             (corpus[0], "a blue one", corpus[2:4], corpus[4:6]),
             (corpus[1], "make it red", corpus[6:8], corpus[8:10]),
-            (corpus[1], "red version", corpus[6:8], corpus[8:10])], start=1):
-        rows.append({"query_id": f"query_{q:05d}", "query_image_signature": ref, "query_image_signature2": "None",
-                     "instruction": text, "positive_candidates": list(pos), "negative_candidates": list(neg),
-                     "token_count": len(text.split()), "length_category": "short", "is_question": False,
-                     "is_imperative": True, "is_single": True, "query_category": "Swap",
-                     "skin_tone_bucket": "UNKNOWN", "l1_interest": "Art"})
+            (corpus[1], "red version", corpus[6:8], corpus[8:10]),
+        ],
+        start=1,
+    ):
+        rows.append(
+            {
+                "query_id": f"query_{q:05d}",
+                "query_image_signature": ref,
+                "query_image_signature2": "None",
+                "instruction": text,
+                "positive_candidates": list(pos),
+                "negative_candidates": list(neg),
+                "token_count": len(text.split()),
+                "length_category": "short",
+                "is_question": False,
+                "is_imperative": True,
+                "is_single": True,
+                "query_category": "Swap",
+                "skin_tone_bucket": "UNKNOWN",
+                "l1_interest": "Art",
+            }
+        )
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "pinpoint_licensed.parquet"
     pq.write_table(pa.table({f.name: [r[f.name] for r in rows] for f in SCHEMA}, schema=SCHEMA), path)

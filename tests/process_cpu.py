@@ -1,6 +1,7 @@
 """How long to wait for work done at low priority: a background run at nice 19 beside other jobs at
 nice 0 gets about 1% of a core, so no fixed bound fits it. A wait goes on while the processes doing
 the work still use CPU, and ends (fails) only after a whole slice in which they used none (Linux /proc)."""
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,9 @@ def cpu_seconds(pid: int, itself: bool = True) -> float:
 WORKING_LIMIT_S = 600.0  # a run that works without end (spinning) fails here, below pytest.ini's timeout
 
 
-def wait_while_working(done: Callable[[float], bool], cpu: Callable[[], float], slice_s: float,
-                       limit_s: float = WORKING_LIMIT_S) -> None:
+def wait_while_working(
+    done: Callable[[float], bool], cpu: Callable[[], float], slice_s: float, limit_s: float = WORKING_LIMIT_S
+) -> None:
     """Until `done(seconds)` (a check that may itself wait up to `seconds`) is true; after each slice of
     `slice_s` without it, go on only if `cpu()` grew meanwhile, and for `limit_s` seconds in all."""
     started, used = time.monotonic(), cpu()
@@ -52,6 +54,7 @@ def wait_while_working(done: Callable[[float], bool], cpu: Callable[[], float], 
 
 def until(check: Callable[[], bool], poll_s: float = 0.2) -> Callable[[float], bool]:
     """`check` as a `done` for `wait_while_working`: polled for up to the given seconds."""
+
     def done(seconds: float) -> bool:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
@@ -59,4 +62,5 @@ def until(check: Callable[[], bool], poll_s: float = 0.2) -> Callable[[float], b
                 return True
             time.sleep(poll_s)
         return check()
+
     return done

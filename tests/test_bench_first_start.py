@@ -1,4 +1,5 @@
 """bench/bench_first_start.sh empties the folder it is given: it refuses one that holds a user's files."""
+
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,8 +14,13 @@ pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash
 
 def run(out: Path) -> subprocess.CompletedProcess:
     # PORT 1: should the guard ever let it through, the app's start fails at once instead of serving
-    return subprocess.run(["bash", str(SCRIPT), str(out)], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "PORT": "1"})
+    return subprocess.run(
+        ["bash", str(SCRIPT), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PORT": "1"},
+    )
 
 
 @pytest.mark.parametrize("make", ["folder with a file", "a file"])

@@ -1,6 +1,7 @@
 """FashionIQ: the adapter on the official val layout, CLIP4Cir's caption joining, and parity of `--eval`
 with `compute_fiq_val_metrics` (re-implemented below: per category, a full ranking of that category's
 gallery; Recall@10/50 per category, then their plain mean) on the world exported to FashionIQ."""
+
 from __future__ import annotations
 
 import json
@@ -25,17 +26,24 @@ def fiq_folder(root: Path, captions: dict, galleries: dict) -> Path:
     return root
 
 
-DRESS = [{"target": "B008BHCT58", "candidate": "B003FGW7MK",
-          "captions": ["is solid black with no sleeves", "is black with straps"]},
-         {"target": "B003FGW7MK", "candidate": "B008BHCT58", "captions": ["Is Longer.", "has a belt?"]}]
+DRESS = [
+    {
+        "target": "B008BHCT58",
+        "candidate": "B003FGW7MK",
+        "captions": ["is solid black with no sleeves", "is black with straps"],
+    },
+    {"target": "B003FGW7MK", "candidate": "B008BHCT58", "captions": ["Is Longer.", "has a belt?"]},
+]
 SHIRT = [{"target": "S2", "candidate": "S1", "captions": ["is blue", "has a collar"]}]
 TOPTEE = [{"target": "T1", "candidate": "T2", "captions": ["is red", "shorter sleeves"]}]
 GALLERIES = {"dress": ["B003FGW7MK", "B008BHCT58", "D3"], "shirt": ["S1", "S2", "D3"], "toptee": ["T1", "T2"]}
 
 
 def test_joins_the_two_captions_as_clip4cir_validation_does():
-    assert join_captions("is solid black with no sleeves", "is black with straps") == \
-        "Is solid black with no sleeves and is black with straps"
+    assert (
+        join_captions("is solid black with no sleeves", "is black with straps")
+        == "Is solid black with no sleeves and is black with straps"
+    )
     # strip('.?, ') at both ends; capitalize() lowercases the rest of the first caption
     assert join_captions(" Is Longer.", "has a belt?") == "Is longer and has a belt"
     assert join_captions("", "is grey") == " and is grey"  # an empty first caption, as in the real shirt file
@@ -54,8 +62,12 @@ def test_reads_the_official_layout_with_one_gallery_per_category(tmp_path):
 
 
 def test_errors_name_file_entry_and_field(tmp_path):
-    bad = [dict(DRESS[0], target="S1"), dict(DRESS[1], captions=["only one"]), {"candidate": "D3"},
-           dict(DRESS[0], captions=["", "is red"])]  # the real shirt and toptee files have empty captions
+    bad = [
+        dict(DRESS[0], target="S1"),
+        dict(DRESS[1], captions=["only one"]),
+        {"candidate": "D3"},
+        dict(DRESS[0], captions=["", "is red"]),
+    ]  # the real shirt and toptee files have empty captions
     with pytest.raises(BenchmarkError) as exc:
         load_fashioniq(fiq_folder(tmp_path, {"dress": bad, "shirt": SHIRT, "toptee": TOPTEE}, GALLERIES))
     text = str(exc.value)
@@ -136,8 +148,25 @@ def test_eval_matches_clip4cir_per_category_and_average(world_fiq, tmp_path):
             scores[i, bench.corpus_ids.index(q.target_id)] = 1.1
     run = {q.query_id: dict(zip(bench.corpus_ids, map(float, row))) for q, row in zip(bench.queries, scores)}
     (tmp_path / "run.json").write_text(json.dumps(run))
-    assert main(["eval", "--benchmark", "fashioniq", "--root", str(world_fiq), "--results-json",
-                 str(tmp_path / "run.json"), "--out", str(tmp_path / "out"), "--n-boot", "0", "--no-plots"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--benchmark",
+                "fashioniq",
+                "--root",
+                str(world_fiq),
+                "--results-json",
+                str(tmp_path / "run.json"),
+                "--out",
+                str(tmp_path / "out"),
+                "--n-boot",
+                "0",
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     got = json.loads((tmp_path / "out" / "metrics.json").read_text())["runs"][0]["metrics"]
     ref = fiq_metrics(clip4cir_fiq_hits(bench, scores))
     for name, value in ref.items():
@@ -156,14 +185,33 @@ def test_eval_writes_the_official_table_with_intervals_and_paired_rows(world_fiq
     bench = load_fashioniq(world_fiq)
     runs = {}
     for name, every in (("good", 1), ("poor", 4)):  # good puts the target first everywhere, poor on every 4th
-        runs[name] = {q.query_id: ([q.target_id] if i % every == 0 else []) + [c for c in bench.corpus_ids
-                                                                               if c != q.target_id][:60]
-                      for i, q in enumerate(bench.queries)}
+        runs[name] = {
+            q.query_id: ([q.target_id] if i % every == 0 else [])
+            + [c for c in bench.corpus_ids if c != q.target_id][:60]
+            for i, q in enumerate(bench.queries)
+        }
         (tmp_path / f"{name}.json").write_text(json.dumps(runs[name]))
     out = tmp_path / "out"
-    assert main(["eval", "--benchmark", "fashioniq", "--root", str(world_fiq), "--results-json",
-                 str(tmp_path / "poor.json"), str(tmp_path / "good.json"), "--out", str(out), "--n-boot", "300",
-                 "--no-plots"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--benchmark",
+                "fashioniq",
+                "--root",
+                str(world_fiq),
+                "--results-json",
+                str(tmp_path / "poor.json"),
+                str(tmp_path / "good.json"),
+                "--out",
+                str(out),
+                "--n-boot",
+                "300",
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     m = pd.read_csv(out / "metrics.csv").set_index("model")
     pq = pd.read_csv(out / "per_query.csv", dtype={"query_id": str, "group_id": str})
     cats = [c for c in CATEGORIES if c in set(pq["category"])]
@@ -176,15 +224,23 @@ def test_eval_writes_the_official_table_with_intervals_and_paired_rows(world_fiq
                 part = rows[rows["category"] == c]
                 _, lo, hi = bootstrap_ci(part[f"Recall@{k}"].to_numpy(), part["group_id"].to_numpy(), 300, seed=1 + i)
                 assert (m.loc[run, f"Recall@{k}/{c}_ci_lo"], m.loc[run, f"Recall@{k}/{c}_ci_hi"]) == pytest.approx(
-                    (lo, hi), abs=1e-4)
+                    (lo, hi), abs=1e-4
+                )
         for agg in ("Recall@10", "Recall@50", "average_recall", "Recall@10_pooled", "Recall@50_pooled"):
             assert m.loc[run, f"{agg}_ci_lo"] <= m.loc[run, agg] <= m.loc[run, f"{agg}_ci_hi"]
     assert m.loc["poor", "Recall@10_ci_hi"] < m.loc["poor", "Recall@10"] + 0.5 < m.loc["good", "Recall@10"] + 0.5
     paired = pd.read_csv(out / "paired.csv").set_index("metric")
-    assert {"Recall@10", "Recall@50", "average_recall", "Recall@10_pooled", "Recall@50_pooled",
-            *(f"Recall@10/{c}" for c in cats)} <= set(paired.index)
+    assert {
+        "Recall@10",
+        "Recall@50",
+        "average_recall",
+        "Recall@10_pooled",
+        "Recall@50_pooled",
+        *(f"Recall@10/{c}" for c in cats),
+    } <= set(paired.index)
     assert paired.loc["Recall@10", "diff"] == pytest.approx(
-        np.mean([paired.loc[f"Recall@10/{c}", "diff"] for c in cats]), abs=1e-5)
+        np.mean([paired.loc[f"Recall@10/{c}", "diff"] for c in cats]), abs=1e-5
+    )
     assert paired.loc["Recall@10", "p_value"] == "< 0.00333"  # good beats poor in every resample
     assert "Recall@10_pooled" in (out / "report.md").read_text()
     from cir_demo.explorer.runs import load_report

@@ -3,6 +3,7 @@
 Every fixture is built here in the official schema; nothing touches the
 network except a tiny http.server on 127.0.0.1 started by the image tests.
 """
+
 from __future__ import annotations
 
 import http.server
@@ -40,22 +41,36 @@ def errors_of(exc: BenchmarkError):
 
 
 def has_error(exc, file_end, location, field, text):
-    return any(i.file.endswith(file_end) and location in (i.location or "") and i.field == field and text in i.message
-               for i in errors_of(exc))
+    return any(
+        i.file.endswith(file_end) and location in (i.location or "") and i.field == field and text in i.message
+        for i in errors_of(exc)
+    )
 
 
 # =========================================================================== EDIR
 def edir_fixture(root: Path, queries=None, corpus=None, instances=None, images=True) -> Path:
     corpus = corpus if corpus is not None else [{"id": f"c{i}.png", "image": f"c{i}.png"} for i in range(6)]
-    queries = queries if queries is not None else [
-        {"id": "q1", "image": "src1.png", "text": "make the car red", "metadata": {"subcategory": "color",
-                                                                                   "category": "attribute"}},
-        {"id": "q2", "image": "src2.png", "text": "remove the hat", "metadata": {"subcategory": "remove"}},
-    ]
-    instances = instances if instances is not None else [
-        {"qid": "q1", "pos": ["c0.png"], "neg": ["c1.png", "c2.png"]},
-        {"qid": "q2", "pos": ["c3.png"], "neg": ["c4.png"]},
-    ]
+    queries = (
+        queries
+        if queries is not None
+        else [
+            {
+                "id": "q1",
+                "image": "src1.png",
+                "text": "make the car red",
+                "metadata": {"subcategory": "color", "category": "attribute"},
+            },
+            {"id": "q2", "image": "src2.png", "text": "remove the hat", "metadata": {"subcategory": "remove"}},
+        ]
+    )
+    instances = (
+        instances
+        if instances is not None
+        else [
+            {"qid": "q1", "pos": ["c0.png"], "neg": ["c1.png", "c2.png"]},
+            {"qid": "q2", "pos": ["c3.png"], "neg": ["c4.png"]},
+        ]
+    )
     write_jsonl(root / "corpus.jsonl", corpus)
     write_jsonl(root / "queries.jsonl", queries)
     write_jsonl(root / "instances.jsonl", instances)
@@ -105,9 +120,11 @@ def test_edir_accepts_what_the_official_pytrec_eval_scoring_accepts(tmp_path):
     """No positives, no instances row, a positive outside the corpus: warnings (the official code runs on them)."""
     root = edir_fixture(
         tmp_path / "e",
-        queries=[{"id": "q1", "image": "src1.png", "text": "make it red", "metadata": {"subcategory": "color"}},
-                 {"id": "q2", "image": "src2.png", "text": "add a dog"},
-                 {"id": "q3", "image": "src2.png", "text": "no judgments"}],
+        queries=[
+            {"id": "q1", "image": "src1.png", "text": "make it red", "metadata": {"subcategory": "color"}},
+            {"id": "q2", "image": "src2.png", "text": "add a dog"},
+            {"id": "q3", "image": "src2.png", "text": "no judgments"},
+        ],
         instances=[{"qid": "q1", "pos": [], "neg": []}, {"qid": "q2", "pos": ["zz.png"], "neg": ["c1.png"]}],
     )
     b = load_edir(root)
@@ -122,10 +139,13 @@ def test_edir_missing_files_and_group_with_differing_judgments(tmp_path):
     with pytest.raises(BenchmarkError) as ei:
         load_edir(tmp_path)
     assert {Path(i.file).name for i in errors_of(ei.value)} == {"queries.jsonl", "corpus.jsonl", "instances.jsonl"}
-    root = edir_fixture(tmp_path / "g", queries=[
-        {"id": "q1", "image": "src1.png", "text": "red car", "group_id": "g"},
-        {"id": "q2", "image": "src2.png", "text": "a red car", "metadata": {"group_id": "g"}},
-    ])
+    root = edir_fixture(
+        tmp_path / "g",
+        queries=[
+            {"id": "q1", "image": "src1.png", "text": "red car", "group_id": "g"},
+            {"id": "q2", "image": "src2.png", "text": "a red car", "metadata": {"group_id": "g"}},
+        ],
+    )
     with pytest.raises(BenchmarkError) as ei:
         load_edir(root)
     assert has_error(ei.value, "queries.jsonl", "line 2 (q2)", "group_id", "different judgments")
@@ -137,11 +157,24 @@ def test_edir_missing_files_and_group_with_differing_judgments(tmp_path):
 
 # =========================================================================== CIRCO
 CIRCO_VAL = [
-    {"reference_img_id": 271520, "target_img_id": 355099, "relative_caption": "shows two people",
-     "shared_concept": "a girl with an umbrella", "gt_img_ids": [355099, 528417], "id": 0,
-     "semantic_aspects": ["cardinality", "addition"]},
-    {"reference_img_id": 2097, "target_img_id": 295260, "relative_caption": "are being used by a person",
-     "shared_concept": "comb and scissors", "gt_img_ids": [295260], "id": 1, "semantic_aspects": ["direct_addressing"]},
+    {
+        "reference_img_id": 271520,
+        "target_img_id": 355099,
+        "relative_caption": "shows two people",
+        "shared_concept": "a girl with an umbrella",
+        "gt_img_ids": [355099, 528417],
+        "id": 0,
+        "semantic_aspects": ["cardinality", "addition"],
+    },
+    {
+        "reference_img_id": 2097,
+        "target_img_id": 295260,
+        "relative_caption": "are being used by a person",
+        "shared_concept": "comb and scissors",
+        "gt_img_ids": [295260],
+        "id": 1,
+        "semantic_aspects": ["direct_addressing"],
+    },
 ]
 CIRCO_IMAGES = [271520, 355099, 528417, 2097, 295260, 7]
 
@@ -182,8 +215,12 @@ def test_circo_corpus_sources(tmp_path):
 
 
 def test_circo_errors(tmp_path):
-    entries = [dict(CIRCO_VAL[0]), dict(CIRCO_VAL[1]), dict(CIRCO_VAL[1]),
-               {"reference_img_id": 5, "relative_caption": "x", "shared_concept": "y", "id": 3}]
+    entries = [
+        dict(CIRCO_VAL[0]),
+        dict(CIRCO_VAL[1]),
+        dict(CIRCO_VAL[1]),
+        {"reference_img_id": 5, "relative_caption": "x", "shared_concept": "y", "id": 3},
+    ]
     entries[0]["relative_caption"] = ""
     entries[1]["reference_img_id"] = 424242  # not in the corpus
     with pytest.raises(BenchmarkError) as ei:
@@ -205,18 +242,33 @@ def toy_benchmark(images=None) -> Benchmark:
     corpus = ["a", "b", "c", "d", "e"]
     j1, j2 = Judgments(("a", "b"), ("c",)), Judgments(("d",), ())
     queries = [
-        Query("q1", ("r1",), "make it blue", "g1", j1, {"intent_category": "Swap", "skin_tone_bucket": "DARKEST",
-                                                          "semantic_aspects": ["color", "negation"]}),
+        Query(
+            "q1",
+            ("r1",),
+            "make it blue",
+            "g1",
+            j1,
+            {"intent_category": "Swap", "skin_tone_bucket": "DARKEST", "semantic_aspects": ["color", "negation"]},
+        ),
         Query("q2", ("r1",), "a blue one?", "g1", j1, {"intent_category": "Swap", "token_count": 3}),
         Query("q3", ("a", "r2"), "<img1> in the style of <img2>", "g2", j2, {}, target_id="d"),
     ]
-    return Benchmark("toy", "pinpoint", queries, corpus, images=images, info={"seed": 3, "obj": object()},
-                     results_id_format="pinpoint")
+    return Benchmark(
+        "toy",
+        "pinpoint",
+        queries,
+        corpus,
+        images=images,
+        info={"seed": 3, "obj": object()},
+        results_id_format="pinpoint",
+    )
 
 
 def query_tuples(b: Benchmark):
-    return [(q.query_id, q.reference_ids, q.instruction, q.group_id, q.judgments, dict(q.meta), q.target_id)
-            for q in b.queries]
+    return [
+        (q.query_id, q.reference_ids, q.instruction, q.group_id, q.judgments, dict(q.meta), q.target_id)
+        for q in b.queries
+    ]
 
 
 def colour_of(image_id: str):
@@ -355,16 +407,21 @@ def test_folder_store_local_files_and_suffix_fallback(tmp_path):
 
 
 def test_folder_store_offline_never_fetches(tmp_path, http_server):
-    store = FolderImageStore(tmp_path / "none", url_pattern=http_server + "/img/good-{id}.jpg", cache_dir=tmp_path / "c")
+    store = FolderImageStore(
+        tmp_path / "none", url_pattern=http_server + "/img/good-{id}.jpg", cache_dir=tmp_path / "c"
+    )
     with pytest.raises(ImageUnavailableError) as ei:
         store.open("abc")
-    assert "'abc'" in str(ei.value) and f"{http_server}/img/good-abc.jpg" in str(ei.value) and "offline" in str(ei.value)
+    assert (
+        "'abc'" in str(ei.value) and f"{http_server}/img/good-abc.jpg" in str(ei.value) and "offline" in str(ei.value)
+    )
     assert _Handler.hits == [] and not (tmp_path / "c").exists()
 
 
 def test_folder_store_fetches_into_cache_once(tmp_path, http_server):
-    store = FolderImageStore(None, url_pattern=lambda i: f"{http_server}/img/{i}.jpg", cache_dir=tmp_path / "c",
-                             online=True)
+    store = FolderImageStore(
+        None, url_pattern=lambda i: f"{http_server}/img/{i}.jpg", cache_dir=tmp_path / "c", online=True
+    )
     img = store.open("good1")
     assert img.size == (5, 7) and (tmp_path / "c" / "good1.jpg").is_file()
     assert store.open("good1").size == (5, 7) and _Handler.hits == ["/img/good1.jpg"]  # second open: cache

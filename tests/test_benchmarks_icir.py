@@ -1,6 +1,7 @@
 """i-CIR on files shaped as billpsomas/icir's code reads them (the annotation tarball is not on GitHub):
 the adapter, and `--eval` against the reference loop re-implemented below (per instance, a full ranking
 of its database rows, correct = same instance and same text, trapezoidal AP with its 1e-5)."""
+
 from __future__ import annotations
 
 import json
@@ -87,8 +88,25 @@ def test_eval_matches_the_reference_loop(tmp_path, seed):
     scores = [{n: float(rng.integers(0, 6)) / 5 for n in names} for _ in queries]  # ties; other instances too
     run = {str(k): s for k, s in enumerate(scores, start=1)}
     (tmp_path / "run.json").write_text(json.dumps(run))
-    assert main(["eval", "--benchmark", "icir", "--root", str(tmp_path / "icir"), "--results-json",
-                 str(tmp_path / "run.json"), "--out", str(tmp_path / "out"), "--n-boot", "0", "--no-plots"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--benchmark",
+                "icir",
+                "--root",
+                str(tmp_path / "icir"),
+                "--results-json",
+                str(tmp_path / "run.json"),
+                "--out",
+                str(tmp_path / "out"),
+                "--n-boot",
+                "0",
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     got = json.loads((tmp_path / "out" / "metrics.json").read_text())["runs"][0]["metrics"]
     ref = reference_icir(db, queries, scores)
     for name, value in ref.items():

@@ -3,6 +3,7 @@
 Fixtures are written in the official schema inside tmp_path; the real files
 are never read here.
 """
+
 from __future__ import annotations
 
 import random
@@ -23,11 +24,20 @@ CORPUS = [sig(i) for i in range(1, 41)]
 
 def row(qid, ref, instruction, pos, neg, ref2="None", **meta):
     r = {
-        "query_id": qid, "query_image_signature": ref, "query_image_signature2": ref2,
-        "instruction": instruction, "positive_candidates": list(pos), "negative_candidates": list(neg),
-        "token_count": len(instruction.split()), "length_category": "short",
-        "is_question": instruction.endswith("?"), "is_imperative": False, "is_single": ref2 == "None",
-        "query_category": "Swap", "skin_tone_bucket": "UNKNOWN", "l1_interest": "Art",
+        "query_id": qid,
+        "query_image_signature": ref,
+        "query_image_signature2": ref2,
+        "instruction": instruction,
+        "positive_candidates": list(pos),
+        "negative_candidates": list(neg),
+        "token_count": len(instruction.split()),
+        "length_category": "short",
+        "is_question": instruction.endswith("?"),
+        "is_imperative": False,
+        "is_single": ref2 == "None",
+        "query_category": "Swap",
+        "skin_tone_bucket": "UNKNOWN",
+        "l1_interest": "Art",
     }
     r.update(meta)
     return r
@@ -38,8 +48,16 @@ def base_rows():
     return [
         row("query_00001", sig(1), "make it blue", p1, n1, skin_tone_bucket="DARKEST"),
         row("query_00002", sig(1), "blue version?", p1, n1, query_category="Swap"),
-        row("query_00003", sig(2), "<img1> in the style of <img2>", [sig(12)], [sig(22)], ref2=sig(3),
-            query_category="Composition", l1_interest="Home Decor"),
+        row(
+            "query_00003",
+            sig(2),
+            "<img1> in the style of <img2>",
+            [sig(12)],
+            [sig(22)],
+            ref2=sig(3),
+            query_category="Composition",
+            l1_interest="Home Decor",
+        ),
         row("query_00004", sig(1), "make it red", [sig(13)], [sig(20)]),  # same image, other intent
         row("query_00005", sig(1), "blue one", p1, n1),  # paraphrase, not adjacent
     ]
@@ -76,7 +94,8 @@ def test_load_ids_groups_meta_and_second_image(tmp_path):
     assert [q.query_id for q in b.queries] == [r["query_id"] for r in rows]
     assert b.corpus_ids == CORPUS  # read from index_signatures.txt beside the parquet
     assert sorted(map(sorted, ([q.query_id for q in g] for g in b.groups().values()))) == sorted(
-        map(sorted, identity_groups(rows)))
+        map(sorted, identity_groups(rows))
+    )
     q1, q2, q3, q4, q5 = b.queries
     assert q1.group_id == q2.group_id == q5.group_id == "query_00001" and q4.group_id != q1.group_id
     assert q1.judgments is q5.judgments  # one shared object per group
@@ -106,8 +125,17 @@ def test_annotations_folder_and_explicit_corpus_list(tmp_path):
 def test_without_corpus_list_the_corpus_is_the_named_images_with_a_warning(tmp_path):
     rows = base_rows()
     b = load_pinpoint(write_fixture(tmp_path, rows, corpus=None))
-    named = {x for r in rows for x in [r["query_image_signature"], r["query_image_signature2"],
-                                       *r["positive_candidates"], *r["negative_candidates"]] if x not in (None, "None")}
+    named = {
+        x
+        for r in rows
+        for x in [
+            r["query_image_signature"],
+            r["query_image_signature2"],
+            *r["positive_candidates"],
+            *r["negative_candidates"],
+        ]
+        if x not in (None, "None")
+    }
     assert set(b.corpus_ids) == named and len(b.corpus_ids) == len(named)
     assert any("corpus is the" in w.message for w in b.warnings)
 
@@ -128,8 +156,15 @@ def test_image_store_uses_folder_then_cdn(tmp_path):
 
 # --------------------------------------------------------------------------- errors and warnings
 def assert_issue(exc: BenchmarkError, file_end: str, location: str, field: str, text: str):
-    hits = [i for i in exc.issues if i.level == "error" and i.file.endswith(file_end)
-            and location in (i.location or "") and i.field == field and text in i.message]
+    hits = [
+        i
+        for i in exc.issues
+        if i.level == "error"
+        and i.file.endswith(file_end)
+        and location in (i.location or "")
+        and i.field == field
+        and text in i.message
+    ]
     assert hits, f"no error {file_end} / {location} / {field} / {text!r} in:\n{exc}"
     assert file_end in str(hits[0]) and location in str(hits[0]) and field in str(hits[0])
 
@@ -220,8 +255,9 @@ def test_export_then_load_round_trips_the_official_table(tmp_path):
     assert official.schema.equals(original.schema) and official.equals(original)
     assert paths["corpus_ids"].read_text().split() == CORPUS
     again = load_pinpoint(paths["annotations"])
-    key = lambda bb: [(q.query_id, q.reference_ids, q.instruction, q.group_id, q.judgments, dict(q.meta))
-                      for q in bb.queries]
+    key = lambda bb: [
+        (q.query_id, q.reference_ids, q.instruction, q.group_id, q.judgments, dict(q.meta)) for q in bb.queries
+    ]
     assert key(again) == key(b) and again.corpus_ids == b.corpus_ids
 
 
@@ -231,8 +267,14 @@ def test_export_of_a_non_pinpoint_benchmark_renumbers_ids_and_fills_metadata(tmp
     queries = [
         Query("intent3/p0", ("w_ref",), "turn it green", "intent3", j1, {"intent_category": "Swap"}),
         Query("intent3/p1", ("w_ref",), "could it be green?", "intent3", j1, {"intent_category": "Swap"}),
-        Query("intent7/p0", ("w_r1", "w_r2"), "<img1> with the colour of <img2>", "intent7", j2,
-              {"skin_tone_bucket": "LIGHTEST", "token_count": 30}),
+        Query(
+            "intent7/p0",
+            ("w_r1", "w_r2"),
+            "<img1> with the colour of <img2>",
+            "intent7",
+            j2,
+            {"skin_tone_bucket": "LIGHTEST", "token_count": 30},
+        ),
     ]
     bench = Benchmark("world", "pinpoint", queries, corpus)
     paths = export_pinpoint(bench, tmp_path / "off")
@@ -249,7 +291,8 @@ def test_export_of_a_non_pinpoint_benchmark_renumbers_ids_and_fills_metadata(tmp
     back = load_pinpoint(paths["annotations"], corpus_ids=paths["corpus_ids"])
     assert [q.query_id for q in back.queries] == list(id_map)
     assert [(q.reference_ids, q.instruction, q.judgments) for q in back.queries] == [
-        (q.reference_ids, q.instruction, q.judgments) for q in queries]
+        (q.reference_ids, q.instruction, q.judgments) for q in queries
+    ]
     assert [q.group_id for q in back.queries] == [q.group_id for q in bench.queries]  # exported group ids survive
 
 
@@ -273,8 +316,16 @@ def test_full_size_file_loads_quickly(tmp_path):
         pos, neg = rng.sample(corpus, 9), rng.sample(corpus, 34) + [None]
         for p in range(6 if g < 1_262 else 3):
             two = g % 8 == 0
-            rows.append(row(f"query_{len(rows) + 1:05d}", refs[0], "<img1> and <img2>" if two else f"make it {p}",
-                            pos, neg, ref2=refs[1] if two else "None"))
+            rows.append(
+                row(
+                    f"query_{len(rows) + 1:05d}",
+                    refs[0],
+                    "<img1> and <img2>" if two else f"make it {p}",
+                    pos,
+                    neg,
+                    ref2=refs[1] if two else "None",
+                )
+            )
     path = write_fixture(tmp_path, rows, corpus=corpus)
     t = time.process_time()  # CPU seconds: wall time measures the machine's load (CI shares its cores)
     b = load_pinpoint(path)

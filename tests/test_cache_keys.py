@@ -1,6 +1,7 @@
 """Every cache is keyed by the code and libraries that compute its values (cir_demo/utils/code_hash.py):
 the walk finds the modules a computation imports, a changed module changes the key, and a clone of the
 project whose judge scores otherwise gives on a warm data folder exactly what it gives on an empty one."""
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,9 @@ from cir_demo.utils import code_hash
 
 REPO = Path(__file__).resolve().parent.parent
 # appended to a clone's world_judge_net.py: the judge's scores negated (a judge whose code changed)
-NEGATED = "\n_plain_logits = WorldJudge.logits\nWorldJudge.logits = lambda self, *a, **k: -_plain_logits(self, *a, **k)\n"
+NEGATED = (
+    "\n_plain_logits = WorldJudge.logits\nWorldJudge.logits = lambda self, *a, **k: -_plain_logits(self, *a, **k)\n"
+)
 
 
 @pytest.fixture
@@ -34,11 +37,14 @@ def clone_package(tmp_path, monkeypatch):
 def test_the_walk_follows_imports_inside_functions_and_takes_the_packages_on_the_way():
     found = code_hash.code_modules(("cir_demo.rerank.world_verifier",))
     # world_verifier imports the judge inside a method; the judge imports its network inside a function
-    assert {"cir_demo.models.world_judge", "cir_demo.models.world_judge_net", "cir_demo.models",
-            "cir_demo"} <= set(found)
+    assert {"cir_demo.models.world_judge", "cir_demo.models.world_judge_net", "cir_demo.models", "cir_demo"} <= set(
+        found
+    )
     assert "cir_demo.ui" not in {m.rsplit(".", 1)[0] for m in found} and list(found) == sorted(found)
     assert set(code_hash.code_modules(("cir_demo.world.render",))) >= {
-        "cir_demo.world.render.paint", "cir_demo.world.render.compose"}  # a package: all of it
+        "cir_demo.world.render.paint",
+        "cir_demo.world.render.compose",
+    }  # a package: all of it
     with pytest.raises(ValueError, match="cir_demo.no_such_module"):
         code_hash.code_modules(("cir_demo.no_such_module",))
 
@@ -82,19 +88,42 @@ def test_library_versions_are_part_of_the_key(monkeypatch):
 def _eval(repo: Path, cache: Path, out: Path) -> bytes:
     """`--eval` of world-CLIP + the world judge on 4 intents of the tiny world, run by the code in `repo`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CIR_DEMO_")}
-    env.update(CIR_DEMO_CACHE=str(cache), CIR_DEMO_INDEXES=str(out.parent / f"{out.name}-indexes"),
-               CIR_DEMO_RUNS=str(out.parent / f"{out.name}-runs"), CIR_DEMO_PREBUILT=str(out.parent / "none"),
-               CIR_DEMO_BENCHMARK_CACHE=str(cache / "benchmarks"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "cir_demo", "eval", "--benchmark", "world", "--world-size", "tiny", "--split",
-           "test", "--limit", "4", "--retrievers", "world-clip-image", "--rerank", "world-verifier", "--no-plots",
-           "--out", str(out)]
+    env.update(
+        CIR_DEMO_CACHE=str(cache),
+        CIR_DEMO_INDEXES=str(out.parent / f"{out.name}-indexes"),
+        CIR_DEMO_RUNS=str(out.parent / f"{out.name}-runs"),
+        CIR_DEMO_PREBUILT=str(out.parent / "none"),
+        CIR_DEMO_BENCHMARK_CACHE=str(cache / "benchmarks"),
+        HF_HUB_OFFLINE="1",
+        OMP_NUM_THREADS="1",
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "cir_demo",
+        "eval",
+        "--benchmark",
+        "world",
+        "--world-size",
+        "tiny",
+        "--split",
+        "test",
+        "--limit",
+        "4",
+        "--retrievers",
+        "world-clip-image",
+        "--rerank",
+        "world-verifier",
+        "--no-plots",
+        "--out",
+        str(out),
+    ]
     done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
     return (out / "per_query.csv").read_bytes()
 
 
-def test_a_clone_with_a_changed_judge_gives_on_a_warm_folder_what_it_gives_on_an_empty_one(tiny_world_seed,
-                                                                                          tmp_path):
+def test_a_clone_with_a_changed_judge_gives_on_a_warm_folder_what_it_gives_on_an_empty_one(tiny_world_seed, tmp_path):
     clone = tmp_path / "clone"
     shutil.copytree(REPO / "cir_demo", clone / "cir_demo", ignore=shutil.ignore_patterns("__pycache__"))
     (clone / "assets").symlink_to(REPO / "assets")

@@ -1,6 +1,7 @@
 """Bad flags, folders and names are refused before any work: one line each, exit 2, nothing
 created; runs appear under their final name only when complete; damaged committed weights are
 named with the restoring command."""
+
 from __future__ import annotations
 
 import argparse
@@ -30,19 +31,22 @@ def _listing(root):
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-@pytest.mark.parametrize("argv, expect", [
-    (["--n-boot", "-5"], "--n-boot -5: must be"),
-    (["--rerank", "doesnotexist"], "unknown reranker backend 'doesnotexist'"),
-    (["--rerank-top-n", "-3"], "--rerank-top-n -3: must be"),
-    (["--rerank-top-n", "0"], "--rerank-top-n 0: must be"),
-    (["--retrievers", "doesnotexist"], "unknown retriever 'doesnotexist'"),
-    (["--retrievers", " , "], "names no retriever"),
-    (["--world-seed", "-1"], "--world-seed -1: must be"),
-    (["--limit", "-1"], "--limit -1: must be"),
-    (["--limit", "0"], "--limit 0: must be"),
-    (["--bootstrap-seed", "-2"], "--bootstrap-seed -2: must be"),
-    (["--results-json", "nowhere.json"], "--results-json nowhere.json: file not found"),
-])
+@pytest.mark.parametrize(
+    "argv, expect",
+    [
+        (["--n-boot", "-5"], "--n-boot -5: must be"),
+        (["--rerank", "doesnotexist"], "unknown reranker backend 'doesnotexist'"),
+        (["--rerank-top-n", "-3"], "--rerank-top-n -3: must be"),
+        (["--rerank-top-n", "0"], "--rerank-top-n 0: must be"),
+        (["--retrievers", "doesnotexist"], "unknown retriever 'doesnotexist'"),
+        (["--retrievers", " , "], "names no retriever"),
+        (["--world-seed", "-1"], "--world-seed -1: must be"),
+        (["--limit", "-1"], "--limit -1: must be"),
+        (["--limit", "0"], "--limit 0: must be"),
+        (["--bootstrap-seed", "-2"], "--bootstrap-seed -2: must be"),
+        (["--results-json", "nowhere.json"], "--results-json nowhere.json: file not found"),
+    ],
+)
 def test_bad_flag_is_one_line_exit_2_and_creates_nothing(isolated, capsys, argv, expect):
     out = isolated / "out"
     before = _listing(isolated)
@@ -91,8 +95,25 @@ def test_data_folder_variable_naming_a_file(isolated, monkeypatch, capsys, var):
 def test_index_build_flags_checked_first(isolated, capsys):
     from cir_demo.cli import main
 
-    assert main(["index", "build", "--benchmark", "world", "--world-size", "tiny", "--retriever", "nope",
-                 "--batch-size", "0", "--world-seed", "-3"]) == 2
+    assert (
+        main(
+            [
+                "index",
+                "build",
+                "--benchmark",
+                "world",
+                "--world-size",
+                "tiny",
+                "--retriever",
+                "nope",
+                "--batch-size",
+                "0",
+                "--world-seed",
+                "-3",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert any("unknown retriever 'nope'" in e for e in err)
     assert any("--batch-size 0" in e for e in err) and any("--world-seed -3" in e for e in err)
@@ -177,31 +198,110 @@ def test_duplicate_query_key_in_results_file(tmp_path):
     assert str(f) in str(exc.value) and repr(key) in str(exc.value) and "appears twice" in str(exc.value)
 
 
-@pytest.mark.parametrize("argv, expect", [
-    (["world", "generate", "--size", "tiny", "--seed", "-1"], "--seed -1: must be a non-negative integer"),
-    (["world", "generate", "--size", "bogus"], "--size: unknown world size 'bogus'"),
-    (["world", "stats", "--size", "tiny", "--seed", "-3"], "--seed -3: must be"),
-    (["world", "export", "--size", "tiny", "--seed", "-1", "--format", "jsonl", "--out", "{tmp}/export"], "--seed -1: must be"),
-    (["world", "contact-sheet", "--size", "tiny", "--out", "{tmp}/sheet.png", "--per-category", "0"], "--per-category 0: must be"),
-    (["world", "contact-sheet", "--size", "tiny", "--out", "{tmp}/sheet.png", "--sample-seed", "-1"], "--sample-seed -1: must be"),
-    (["world", "render", "w-te-000000", "--size", "tiny", "--out", "{tmp}/render", "--pixels", "0"], "--pixels 0: must be"),
-    (["train", "world-clip", "--world-size", "tiny", "--seed", "-1", "--out", "{tmp}/model"], "--seed -1: must be"),
-    (["train", "world-clip", "--world-size", "tiny", "--data-seed", "-1", "--out", "{tmp}/model"], "--data-seed -1: must be"),
-    (["train", "world-clip", "--world-size", "tiny", "--epochs", "-1", "--out", "{tmp}/model"], "--epochs -1.0: must be a positive"),
-    (["train", "world-clip", "--world-size", "tiny", "--max-steps", "0", "--out", "{tmp}/model"], "--max-steps 0: must be"),
-    (["train", "world-clip", "--world-size", "tiny", "--threads", "0", "--out", "{tmp}/model"], "--threads 0: must be"),
-    (["train", "world-clip", "--world-size", "bogus", "--out", "{tmp}/model"], "--world-size: unknown world size 'bogus'"),
-    (["index", "build", "--benchmark", "world", "--world-size", "tiny", "--world-seed", "-1",
-      "--retriever", "world-clip-image"], "--world-seed -1: must be"),
-    (["index", "build", "--benchmark", "world", "--world-size", "tiny", "--retriever", "world-clip-image",
-      "--fetch-workers", "0"], "--fetch-workers 0: must be"),
-    (["validate", "--benchmark", "world", "--world-size", "tiny", "--world-seed", "-1"], "--world-seed -1: must be"),
-    (["validate", "--benchmark", "world", "--world-size", "tiny", "--max-warnings", "-1"], "--max-warnings -1: must be"),
-    (["rerank", "--world-size", "tiny", "--results-json", "{tmp}/r.json", "--out", "{tmp}/o.json", "--top-n", "0"],
-     "--top-n 0: must be"),
-    (["images", "fetch", "--benchmark", "world", "--fetch-timeout", "-1"], "--fetch-timeout -1.0: must be a positive"),
-])
-def test_bad_numeric_flag_of_any_command_is_one_line_exit_2_and_creates_nothing(isolated, monkeypatch, capsys, argv, expect):
+@pytest.mark.parametrize(
+    "argv, expect",
+    [
+        (["world", "generate", "--size", "tiny", "--seed", "-1"], "--seed -1: must be a non-negative integer"),
+        (["world", "generate", "--size", "bogus"], "--size: unknown world size 'bogus'"),
+        (["world", "stats", "--size", "tiny", "--seed", "-3"], "--seed -3: must be"),
+        (
+            ["world", "export", "--size", "tiny", "--seed", "-1", "--format", "jsonl", "--out", "{tmp}/export"],
+            "--seed -1: must be",
+        ),
+        (
+            ["world", "contact-sheet", "--size", "tiny", "--out", "{tmp}/sheet.png", "--per-category", "0"],
+            "--per-category 0: must be",
+        ),
+        (
+            ["world", "contact-sheet", "--size", "tiny", "--out", "{tmp}/sheet.png", "--sample-seed", "-1"],
+            "--sample-seed -1: must be",
+        ),
+        (
+            ["world", "render", "w-te-000000", "--size", "tiny", "--out", "{tmp}/render", "--pixels", "0"],
+            "--pixels 0: must be",
+        ),
+        (["train", "world-clip", "--world-size", "tiny", "--seed", "-1", "--out", "{tmp}/model"], "--seed -1: must be"),
+        (
+            ["train", "world-clip", "--world-size", "tiny", "--data-seed", "-1", "--out", "{tmp}/model"],
+            "--data-seed -1: must be",
+        ),
+        (
+            ["train", "world-clip", "--world-size", "tiny", "--epochs", "-1", "--out", "{tmp}/model"],
+            "--epochs -1.0: must be a positive",
+        ),
+        (
+            ["train", "world-clip", "--world-size", "tiny", "--max-steps", "0", "--out", "{tmp}/model"],
+            "--max-steps 0: must be",
+        ),
+        (
+            ["train", "world-clip", "--world-size", "tiny", "--threads", "0", "--out", "{tmp}/model"],
+            "--threads 0: must be",
+        ),
+        (
+            ["train", "world-clip", "--world-size", "bogus", "--out", "{tmp}/model"],
+            "--world-size: unknown world size 'bogus'",
+        ),
+        (
+            [
+                "index",
+                "build",
+                "--benchmark",
+                "world",
+                "--world-size",
+                "tiny",
+                "--world-seed",
+                "-1",
+                "--retriever",
+                "world-clip-image",
+            ],
+            "--world-seed -1: must be",
+        ),
+        (
+            [
+                "index",
+                "build",
+                "--benchmark",
+                "world",
+                "--world-size",
+                "tiny",
+                "--retriever",
+                "world-clip-image",
+                "--fetch-workers",
+                "0",
+            ],
+            "--fetch-workers 0: must be",
+        ),
+        (
+            ["validate", "--benchmark", "world", "--world-size", "tiny", "--world-seed", "-1"],
+            "--world-seed -1: must be",
+        ),
+        (
+            ["validate", "--benchmark", "world", "--world-size", "tiny", "--max-warnings", "-1"],
+            "--max-warnings -1: must be",
+        ),
+        (
+            [
+                "rerank",
+                "--world-size",
+                "tiny",
+                "--results-json",
+                "{tmp}/r.json",
+                "--out",
+                "{tmp}/o.json",
+                "--top-n",
+                "0",
+            ],
+            "--top-n 0: must be",
+        ),
+        (
+            ["images", "fetch", "--benchmark", "world", "--fetch-timeout", "-1"],
+            "--fetch-timeout -1.0: must be a positive",
+        ),
+    ],
+)
+def test_bad_numeric_flag_of_any_command_is_one_line_exit_2_and_creates_nothing(
+    isolated, monkeypatch, capsys, argv, expect
+):
     from cir_demo import cli
 
     monkeypatch.setenv("CIR_DEMO_CACHE", str(isolated / "cache"))
@@ -216,8 +316,18 @@ def test_train_without_world_clip_creates_no_output_folder(isolated, capsys):
     from cir_demo import cli
 
     with pytest.raises(SystemExit, match="no world-CLIP"):
-        cli.main(["train", "world-cir", "--world-size", "tiny", "--clip", str(isolated / "no-clip"),
-                  "--out", str(isolated / "model")])
+        cli.main(
+            [
+                "train",
+                "world-cir",
+                "--world-size",
+                "tiny",
+                "--clip",
+                str(isolated / "no-clip"),
+                "--out",
+                str(isolated / "model"),
+            ]
+        )
     assert not (isolated / "model").exists()
 
 

@@ -6,6 +6,7 @@ included. Logical lines, not physical ones, so that the formatter (`ruff format`
 long call over several lines, never changes a function's length. PENDING lists long functions
 that another change is splitting or moving; it may only shrink (a listed function that is no
 longer long must leave the list)."""
+
 from __future__ import annotations
 
 import ast

@@ -1,6 +1,7 @@
 """The corpus encoder opens a store's images in worker processes when the store offers `open_many`
 (the world's renderer): the same images, in the same batches, so the same embeddings bit for bit as
 opening them one by one in threads."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -46,6 +47,7 @@ def test_worker_opened_corpus_encodes_to_the_same_bits_as_threads(tiny_world, tw
     assert build_mod._opening_workers(tiny_world.images, 5) == 2
     assert build_mod._opening_workers(ThreadsOnly(tiny_world.images), 5) == 0
     from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(1) as loader:  # an app's loader thread: never forks beside server threads
         assert loader.submit(build_mod._opening_workers, tiny_world.images, 5).result() == 0
     workers = encode_corpus(tiny_world.images, ids, TinyConvRetriever(), batch_size=16, progress=False)
@@ -55,8 +57,10 @@ def test_worker_opened_corpus_encodes_to_the_same_bits_as_threads(tiny_world, tw
 
 def test_batches_come_in_order_and_a_failing_batch_is_named(tiny_world, two_cpus):
     ids = list(tiny_world.corpus_ids[:9])
-    got = [(start, [np.asarray(im) for im in batch]) for start, batch in
-           opened_batches(tiny_world.images, ids, 2, "encode test")]
+    got = [
+        (start, [np.asarray(im) for im in batch])
+        for start, batch in opened_batches(tiny_world.images, ids, 2, "encode test")
+    ]
     assert [s for s, _ in got] == [0, 2, 4, 6, 8]
     flat = [im for _, batch in got for im in batch]
     assert all(np.array_equal(a, np.asarray(render_image(i))) for a, i in zip(flat, ids)) and len(flat) == 9
@@ -88,8 +92,11 @@ def test_cpu_encoders_get_one_torch_thread_beside_the_render_workers(tiny_world,
     ids = list(tiny_world.corpus_ids)
     threads_seen = []
     encode = judge.encode_images
-    monkeypatch.setattr(judge, "encode_images", lambda images, batch_size=None: threads_seen.append(
-        torch.get_num_threads()) or encode(images, batch_size))
+    monkeypatch.setattr(
+        judge,
+        "encode_images",
+        lambda images, batch_size=None: threads_seen.append(torch.get_num_threads()) or encode(images, batch_size),
+    )
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -97,9 +104,11 @@ def test_cpu_encoders_get_one_torch_thread_beside_the_render_workers(tiny_world,
         assert set(threads_seen) == {1} and torch.get_num_threads() == 2  # set for the pass, then given back
         plain = encode([tiny_world.images.open(i) for i in ids], 64)
         assert len(ids) > 500 and fast.shape == plain.shape and np.array_equal(fast, plain)
-        cases = [(ThreadsOnly(tiny_world.images), "cpu", None),  # no render workers
-                 (tiny_world.images, "cuda", None),  # not a CPU encoder
-                 (tiny_world.images, "cpu", "2")]  # the user's choice
+        cases = [
+            (ThreadsOnly(tiny_world.images), "cpu", None),  # no render workers
+            (tiny_world.images, "cuda", None),  # not a CPU encoder
+            (tiny_world.images, "cpu", "2"),
+        ]  # the user's choice
         for images, device, omp in cases:
             threads_seen.clear()
             monkeypatch.setattr(judge, "device", device, raising=False)

@@ -1,6 +1,7 @@
 """`RetrievalEngine`, the one path from a query to a (reranked) ranking, against oracles that do
 not go through it: a brute-force ranking of the index's own vectors, and the reranker asked about
 each candidate alone (no batching, no cache)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -104,4 +105,6 @@ def test_prescore_fills_the_cache_the_rerank_reads(engine, tmp_path):
         items = engine.rerank(VERIFIER, cq, ranking, top_n=6)
         assert all(it.from_cache for it in items[:6])  # nothing left to compute
         margins = [alone(engine, cq, c) for c in ranking.ids[:6]]
-        assert [it.candidate_id for it in items[:6]] == [ranking.ids[i] for i in sorted(range(6), key=lambda i: -margins[i])]
+        assert [it.candidate_id for it in items[:6]] == [
+            ranking.ids[i] for i in sorted(range(6), key=lambda i: -margins[i])
+        ]

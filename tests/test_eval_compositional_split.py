@@ -1,6 +1,7 @@
 """The world's compositional test split: loaded over the test split's corpus, evaluated beside it by the
 default `--eval` (OUT/compositional/, report.md's 'Both test splits' table), alone with `--split
 compositional`, a bad split refused in one line, and its runs kept apart from the test split's."""
+
 from __future__ import annotations
 
 import argparse
@@ -92,9 +93,12 @@ def test_the_apps_background_run_computes_the_served_split_only():
     from cir_demo.ui.app import served_split_kwargs
 
     assert served_split_kwargs(ServiceConfig(benchmark="world", benchmark_kwargs={"size": "tiny"})) == {
-        "size": "tiny", "split": "test"}
+        "size": "tiny",
+        "split": "test",
+    }
     assert served_split_kwargs(ServiceConfig(benchmark="world", benchmark_kwargs={"split": "compositional"})) == {
-        "split": "compositional"}
+        "split": "compositional"
+    }
     assert served_split_kwargs(ServiceConfig(benchmark="cirr", benchmark_kwargs={"root": "x"})) == {"root": "x"}
 
 
@@ -118,8 +122,25 @@ def both_splits_run(tiny_setup, tmp_path_factory, one_torch_thread):
 
     _, names = tiny_setup
     out = tmp_path_factory.mktemp("comp") / "run"
-    rc = _eval(["--world-size", "tiny", "--limit", "4", "--retrievers", ",".join(names[:2]), "--rerank", VERIFIER,
-                "--rerank-top-n", "10", "--n-boot", "20", "--no-plots", "--out", str(out)])
+    rc = _eval(
+        [
+            "--world-size",
+            "tiny",
+            "--limit",
+            "4",
+            "--retrievers",
+            ",".join(names[:2]),
+            "--rerank",
+            VERIFIER,
+            "--rerank-top-n",
+            "10",
+            "--n-boot",
+            "20",
+            "--no-plots",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     return out, names[:2]
 
@@ -176,10 +197,12 @@ def test_runs_of_the_two_splits_are_listed_apart(both_splits_run):
     out, _ = both_splits_run
     test = load_world(size="tiny", progress=False).limit(4)
     comp = load_world(size="tiny", split="compositional", progress=False).limit(4)
-    for_test = [r.path for r in list_runs("world", benchmark_fingerprint(test), root=out.parent)
-                if r.matches == "fingerprint"]
-    for_comp = [r.path for r in list_runs("world", benchmark_fingerprint(comp), root=out.parent)
-                if r.matches == "fingerprint"]
+    for_test = [
+        r.path for r in list_runs("world", benchmark_fingerprint(test), root=out.parent) if r.matches == "fingerprint"
+    ]
+    for_comp = [
+        r.path for r in list_runs("world", benchmark_fingerprint(comp), root=out.parent) if r.matches == "fingerprint"
+    ]
     assert for_test == [out] and for_comp == [out / "compositional"]
     summary = list_runs("world", benchmark_fingerprint(test), root=out.parent)[0]
     assert any("compositional test split" in line for line in load_report(summary).info)
@@ -198,13 +221,35 @@ def test_the_shipped_form_of_a_run_leaves_out_every_results_folder(both_splits_r
 def test_eval_split_compositional_alone(tiny_setup, tmp_path, one_torch_thread):
     _, names = tiny_setup
     out = tmp_path / "run"
-    assert _eval(["--world-size", "tiny", "--split", "compositional", "--limit", "3", "--retrievers", names[0],
-                  "--rerank", "none", "--n-boot", "0", "--no-plots", "--out", str(out)]) == 0
+    assert (
+        _eval(
+            [
+                "--world-size",
+                "tiny",
+                "--split",
+                "compositional",
+                "--limit",
+                "3",
+                "--retrievers",
+                names[0],
+                "--rerank",
+                "none",
+                "--n-boot",
+                "0",
+                "--no-plots",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert not (out / "compositional").exists()
     assert pd.read_csv(out / "per_query.csv")["query_id"].str.startswith("wn").all()
     assert len(pd.read_csv(out / "per_query.csv")) == 3 * 6
     info = json.loads((out / "run_info.json").read_text())
-    assert info["benchmark_info"]["split"] == "compositional" and info["benchmark_fingerprint"].endswith("-compositional")
+    assert info["benchmark_info"]["split"] == "compositional" and info["benchmark_fingerprint"].endswith(
+        "-compositional"
+    )
     assert "Both test splits" not in (out / "report.md").read_text()
     assert re.search(r"\| " + re.escape(names[0]) + r" \|", (out / "report.md").read_text())
 
@@ -219,9 +264,19 @@ def test_the_app_serves_the_compositional_split_and_reuses_its_stored_run(both_s
 
     out, names = both_splits_run
     monkeypatch.setenv("CIR_DEMO_RUNS", str(out.parent))
-    services = {split: build_service(ServiceConfig(
-        benchmark="world", benchmark_kwargs={"size": "tiny", "split": split}, retrievers=tuple(names),
-        reranker=VERIFIER, warm_thumbnails=False, limit_groups=4)) for split in ("test", "compositional")}
+    services = {
+        split: build_service(
+            ServiceConfig(
+                benchmark="world",
+                benchmark_kwargs={"size": "tiny", "split": split},
+                retrievers=tuple(names),
+                reranker=VERIFIER,
+                warm_thumbnails=False,
+                limit_groups=4,
+            )
+        )
+        for split in ("test", "compositional")
+    }
     try:
         comp = services["compositional"]
         ids = list(comp.table["query_id"])
@@ -237,12 +292,26 @@ def test_the_app_serves_the_compositional_split_and_reuses_its_stored_run(both_s
             s.engine.close()
 
 
-def test_overwrite_replaces_the_split_folders_run_files_and_keeps_the_users(tiny_setup, tmp_path, one_torch_thread,
-                                                                           capsys):
+def test_overwrite_replaces_the_split_folders_run_files_and_keeps_the_users(
+    tiny_setup, tmp_path, one_torch_thread, capsys
+):
     _, names = tiny_setup
     out = tmp_path / "run"
-    argv = ["--world-size", "tiny", "--limit", "2", "--retrievers", names[0], "--rerank", "none", "--n-boot", "0",
-            "--no-plots", "--out", str(out)]
+    argv = [
+        "--world-size",
+        "tiny",
+        "--limit",
+        "2",
+        "--retrievers",
+        names[0],
+        "--rerank",
+        "none",
+        "--n-boot",
+        "0",
+        "--no-plots",
+        "--out",
+        str(out),
+    ]
     assert _eval(argv) == 0
     (out / "compositional" / "notes.txt").write_text("mine")
     capsys.readouterr()
@@ -265,5 +334,6 @@ def test_a_dry_run_counts_the_queries_of_both_splits(tiny_setup, capsys):
     _, names = tiny_setup
     assert _eval(["--world-size", "tiny", "--retrievers", names[0], "--rerank", "none", "--dry-run"]) == 0
     n = len(load_world(size="tiny", progress=False).queries) + len(
-        load_world(size="tiny", split="compositional", progress=False).queries)
+        load_world(size="tiny", split="compositional", progress=False).queries
+    )
     assert f"and {n} queries" in capsys.readouterr().out

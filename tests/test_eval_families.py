@@ -3,6 +3,7 @@ metadata field the family reads: no traceback, report.md, breakdowns, plots; `mo
 
 EDIR runs are also scored by pytrec_eval (the official EDIR code's scorer) as the oracle.
 """
+
 from __future__ import annotations
 
 import json
@@ -54,46 +55,94 @@ def test_pinpoint_family_end_to_end(tmp_path, capsys):
         two = g % 3 == 0
         for p in range(3):
             text = ["make it blue", "a blue one?", "Blue, please, with more detail than before"][p]
-            rows.append({
-                "query_id": f"query_{len(rows) + 1:05d}", "query_image_signature": sig(g + 1),
-                "query_image_signature2": sig(50 + g) if two else "None", "instruction": text,
-                "positive_candidates": pos, "negative_candidates": neg, "token_count": len(text.split()),
-                "length_category": ["short", "medium", "long"][p], "is_question": text.endswith("?"),
-                "is_imperative": p == 0, "is_single": not two, "query_category": ["Swap", "Add"][g % 2],
-                "skin_tone_bucket": tones[g % 5], "l1_interest": ["Art", "Home Decor", "Food"][g % 3],
-            })
+            rows.append(
+                {
+                    "query_id": f"query_{len(rows) + 1:05d}",
+                    "query_image_signature": sig(g + 1),
+                    "query_image_signature2": sig(50 + g) if two else "None",
+                    "instruction": text,
+                    "positive_candidates": pos,
+                    "negative_candidates": neg,
+                    "token_count": len(text.split()),
+                    "length_category": ["short", "medium", "long"][p],
+                    "is_question": text.endswith("?"),
+                    "is_imperative": p == 0,
+                    "is_single": not two,
+                    "query_category": ["Swap", "Add"][g % 2],
+                    "skin_tone_bucket": tones[g % 5],
+                    "l1_interest": ["Art", "Home Decor", "Food"][g % 3],
+                }
+            )
     parquet = tmp_path / "pinpoint_licensed.parquet"
-    pq.write_table(pa.table({f.name: [r[f.name] for r in rows] for f in PINPOINT_SCHEMA}, schema=PINPOINT_SCHEMA),
-                   parquet)
+    pq.write_table(
+        pa.table({f.name: [r[f.name] for r in rows] for f in PINPOINT_SCHEMA}, schema=PINPOINT_SCHEMA), parquet
+    )
     corpus = [sig(i) for i in range(1, 260)]
     (tmp_path / "index_signatures.txt").write_text("\n".join(corpus))
-    run_a = {r["query_id"][6:]: {"retrieved_items": [r["positive_candidates"][0], sig(220), sig(200 + i % 6)]}
-             for i, r in enumerate(rows)}
+    run_a = {
+        r["query_id"][6:]: {"retrieved_items": [r["positive_candidates"][0], sig(220), sig(200 + i % 6)]}
+        for i, r in enumerate(rows)
+    }
     (tmp_path / "model_a.json").write_text(json.dumps(run_a))
     # the same kind of ranking as a TREC run file
-    lines = [f"{r['query_id'][6:]} Q0 {d} {k + 1} {10 - k} b" for i, r in enumerate(rows)
-             for k, d in enumerate([sig(230), r["positive_candidates"][1], r["positive_candidates"][0]])]
+    lines = [
+        f"{r['query_id'][6:]} Q0 {d} {k + 1} {10 - k} b"
+        for i, r in enumerate(rows)
+        for k, d in enumerate([sig(230), r["positive_candidates"][1], r["positive_candidates"][0]])
+    ]
     (tmp_path / "model_b.trec").write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
-    metrics, _ = run_eval(["--benchmark", "pinpoint", "--annotations", str(parquet), "--corpus-ids",
-                           str(tmp_path / "index_signatures.txt"), "--results-json", str(tmp_path / "model_a.json"),
-                           str(tmp_path / "model_b.trec")], out, capsys)
+    metrics, _ = run_eval(
+        [
+            "--benchmark",
+            "pinpoint",
+            "--annotations",
+            str(parquet),
+            "--corpus-ids",
+            str(tmp_path / "index_signatures.txt"),
+            "--results-json",
+            str(tmp_path / "model_a.json"),
+            str(tmp_path / "model_b.trec"),
+        ],
+        out,
+        capsys,
+    )
     assert set(metrics["model"]) == {"model_a", "model_b"}
     b = metrics.set_index("model").loc["model_b"]
     assert b["precision@1"] == 0 and b["mAP@10"] == pytest.approx((1 / 2 + 2 / 3) / 2, abs=1e-4)
-    assert {"is_single", "intent_category", "domain", "skin_tone_bucket", "is_question", "is_imperative",
-            "length_category"} <= breakdown_fields(out)
-    assert {"precision_vs_safety.png", "paraphrase_sensitivity.png", "single_vs_two_image.png",
-            "per_category.png"} <= plots(out)
+    assert {
+        "is_single",
+        "intent_category",
+        "domain",
+        "skin_tone_bucket",
+        "is_question",
+        "is_imperative",
+        "length_category",
+    } <= breakdown_fields(out)
+    assert {
+        "precision_vs_safety.png",
+        "paraphrase_sensitivity.png",
+        "single_vs_two_image.png",
+        "per_category.png",
+    } <= plots(out)
     assert (out / "paired.csv").exists()
 
 
 # --------------------------------------------------------------------------- CIRCO
 def test_circo_family_end_to_end(tmp_path, capsys):
     aspects = ["cardinality", "addition", "negation", "direct_addressing"]
-    entries = [{"reference_img_id": 1000 + i, "target_img_id": 2000 + i, "relative_caption": f"change {i}",
-                "shared_concept": f"concept {i}", "gt_img_ids": [2000 + i, 3000 + i], "id": i,
-                "semantic_aspects": [aspects[i % 4], aspects[(i + 1) % 4]]} for i in range(8)]
+    entries = [
+        {
+            "reference_img_id": 1000 + i,
+            "target_img_id": 2000 + i,
+            "relative_caption": f"change {i}",
+            "shared_concept": f"concept {i}",
+            "gt_img_ids": [2000 + i, 3000 + i],
+            "id": i,
+            "semantic_aspects": [aspects[i % 4], aspects[(i + 1) % 4]],
+        }
+        for i in range(8)
+    ]
     ann = tmp_path / "annotations" / "val.json"
     ann.parent.mkdir()
     ann.write_text(json.dumps(entries))
@@ -102,9 +151,21 @@ def test_circo_family_end_to_end(tmp_path, capsys):
     (tmp_path / "circo_a.json").write_text(json.dumps({str(i): [str(3000 + i), "9", str(2000 + i)] for i in range(8)}))
     (tmp_path / "circo_b.json").write_text(json.dumps({str(i): {"10": 0.9, str(2000 + i): 0.5} for i in range(8)}))
     out = tmp_path / "out"
-    metrics, _ = run_eval(["--benchmark", "circo", "--annotations", str(ann), "--corpus-ids", str(tmp_path / "corpus.txt"),
-                           "--results-json", str(tmp_path / "circo_a.json"), str(tmp_path / "circo_b.json")],
-                          out, capsys)
+    metrics, _ = run_eval(
+        [
+            "--benchmark",
+            "circo",
+            "--annotations",
+            str(ann),
+            "--corpus-ids",
+            str(tmp_path / "corpus.txt"),
+            "--results-json",
+            str(tmp_path / "circo_a.json"),
+            str(tmp_path / "circo_b.json"),
+        ],
+        out,
+        capsys,
+    )
     m = metrics.set_index("model")
     assert m.loc["circo_a", "mAP@5"] == pytest.approx((1 + 2 / 3) / 2, abs=1e-4)
     assert m.loc["circo_b", "Recall@5"] == 1.0
@@ -132,8 +193,14 @@ def edir_folder(root: Path) -> None:
     corpus = [{"id": f"c{i}.png", "image": f"c{i}.png"} for i in range(20)]
     queries, instances = [], []
     for i in range(10):
-        queries.append({"id": f"q{i}", "image": f"src{i}.png", "text": f"edit number {i}",
-                        "metadata": {"subcategory": SUBCATEGORIES[i % 4], "category": "attribute" if i % 2 else "object"}})
+        queries.append(
+            {
+                "id": f"q{i}",
+                "image": f"src{i}.png",
+                "text": f"edit number {i}",
+                "metadata": {"subcategory": SUBCATEGORIES[i % 4], "category": "attribute" if i % 2 else "object"},
+            }
+        )
         pos = [] if i == 9 else [f"c{i}.png"]  # one query without positives
         instances.append({"qid": f"q{i}", "pos": pos, "neg": [f"c{10 + i}.png"]})
     write_jsonl(root / "corpus.jsonl", corpus)
@@ -149,7 +216,8 @@ def pytrec_recall(root: Path, predictions: dict) -> dict[str, float]:
         qrels[item["qid"]] = {p: 1 for p in item["pos"]}
     per_query = pytrec_eval.RelevanceEvaluator(qrels, {"recall_1", "recall_3"}).evaluate(predictions)
     return {m: sum(v[m] for v in per_query.values()) / len(per_query) for m in ("recall_1", "recall_3")} | {
-        "n": len(per_query)}
+        "n": len(per_query)
+    }
 
 
 def test_edir_family_end_to_end_official_predictions_and_pinpoint_format(tmp_path, capsys):
@@ -162,8 +230,19 @@ def test_edir_family_end_to_end_official_predictions_and_pinpoint_format(tmp_pat
     bench_run = {f"q{i}": [f"c{(i + s) % 20}.png" for s in range(3)] for i in range(10)}
     (tmp_path / "as_pinpoint.json").write_text(json.dumps({k: {"retrieved_items": v} for k, v in bench_run.items()}))
     out = tmp_path / "out"
-    metrics, err = run_eval(["--benchmark", "edir", "--root", str(root), "--results-json",
-                             str(tmp_path / "predictions.json"), str(tmp_path / "as_pinpoint.json")], out, capsys)
+    metrics, err = run_eval(
+        [
+            "--benchmark",
+            "edir",
+            "--root",
+            str(root),
+            "--results-json",
+            str(tmp_path / "predictions.json"),
+            str(tmp_path / "as_pinpoint.json"),
+        ],
+        out,
+        capsys,
+    )
     m = metrics.set_index("model")
     oracle = pytrec_recall(root, predictions)
     assert m.loc["predictions", "Recall@1"] == pytest.approx(oracle["recall_1"], abs=1e-4)
@@ -180,18 +259,30 @@ def test_edir_family_end_to_end_official_predictions_and_pinpoint_format(tmp_pat
 def test_edir_repository_sample_folder(tmp_path, capsys):
     """The layout of the EDIR repository's dataset/test: three queries, two with "pos": [], no metadata."""
     root = tmp_path / "test"
-    write_jsonl(root / "queries.jsonl", [{"id": f"query_{i}", "image": f"00000000{i}.jpg", "text": f"find {i}",
-                                          "modality": "image"} for i in range(3)])
-    write_jsonl(root / "corpus.jsonl", [{"id": f"corpus_{i}", "image": f"0000001{i}.jpg", "modality": "image"}
-                                        for i in range(5)])
-    write_jsonl(root / "instances.jsonl", [{"qid": "query_0", "pos": ["corpus_0"], "neg": []},
-                                           {"qid": "query_1", "pos": [], "neg": []},
-                                           {"qid": "query_2", "pos": [], "neg": []}])
+    write_jsonl(
+        root / "queries.jsonl",
+        [{"id": f"query_{i}", "image": f"00000000{i}.jpg", "text": f"find {i}", "modality": "image"} for i in range(3)],
+    )
+    write_jsonl(
+        root / "corpus.jsonl",
+        [{"id": f"corpus_{i}", "image": f"0000001{i}.jpg", "modality": "image"} for i in range(5)],
+    )
+    write_jsonl(
+        root / "instances.jsonl",
+        [
+            {"qid": "query_0", "pos": ["corpus_0"], "neg": []},
+            {"qid": "query_1", "pos": [], "neg": []},
+            {"qid": "query_2", "pos": [], "neg": []},
+        ],
+    )
     predictions = {f"query_{q}": {f"corpus_{c}": 1.0 - 0.1 * ((c + q) % 5) for c in range(5)} for q in range(3)}
     (tmp_path / "test_predictions.json").write_text(json.dumps(predictions))
     out = tmp_path / "out"
-    metrics, err = run_eval(["--benchmark", "edir", "--root", str(root), "--results-json",
-                             str(tmp_path / "test_predictions.json")], out, capsys)
+    metrics, err = run_eval(
+        ["--benchmark", "edir", "--root", str(root), "--results-json", str(tmp_path / "test_predictions.json")],
+        out,
+        capsys,
+    )
     row = metrics.iloc[0]
     oracle = pytrec_recall(root, predictions)
     assert oracle["n"] == 1 and row["n_scored"] == 1 and row["n_queries_without_positives"] == 2
@@ -208,12 +299,20 @@ def test_jsonl_family_end_to_end(tmp_path, capsys):
     for g in range(6):
         j = Judgments((f"img{g}", f"img{g + 10}"), (f"img{g + 20}",))
         for p in range(2):
-            meta = {"intent_category": ["Swap", "Add"][g % 2], "edit_subcategory": SUBCATEGORIES[g % 4],
-                    "edit_category": ["attribute", "object"][g % 2],
-                    "domain": ["Art", "Food"][p], "skin_tone_bucket": ["DARKEST", "LIGHTEST", None][g % 3],
-                    "is_question": p == 1, "is_imperative": p == 0, "length_category": ["short", "long"][p],
-                    "semantic_aspects": ["addition", "negation"][: 1 + g % 2],
-                    "category": ["dress", "shirt"][g % 2], "img_set_size": 6, "sole_target": g % 2 == 0}
+            meta = {
+                "intent_category": ["Swap", "Add"][g % 2],
+                "edit_subcategory": SUBCATEGORIES[g % 4],
+                "edit_category": ["attribute", "object"][g % 2],
+                "domain": ["Art", "Food"][p],
+                "skin_tone_bucket": ["DARKEST", "LIGHTEST", None][g % 3],
+                "is_question": p == 1,
+                "is_imperative": p == 0,
+                "length_category": ["short", "long"][p],
+                "semantic_aspects": ["addition", "negation"][: 1 + g % 2],
+                "category": ["dress", "shirt"][g % 2],
+                "img_set_size": 6,
+                "sole_target": g % 2 == 0,
+            }
             refs = ("ref", f"ref{g}") if g % 3 == 0 else (f"ref{g}",)
             queries.append(Query(f"q{g}_{p}", refs, f"text {g} {p}", f"g{g}", j, meta))
     assert set(BREAKDOWN_FIELDS) <= set(queries[0].meta) | {"is_single"}
@@ -222,8 +321,9 @@ def test_jsonl_family_end_to_end(tmp_path, capsys):
     run = {q.query_id: [q.positives[0], q.negatives[0], "img29"] for q in queries}
     write_results(tmp_path / "mine.json", bench, run)
     out = tmp_path / "out"
-    metrics, _ = run_eval(["--benchmark", "jsonl", "--root", str(root), "--results-json", str(tmp_path / "mine.json")],
-                          out, capsys)
+    metrics, _ = run_eval(
+        ["--benchmark", "jsonl", "--root", str(root), "--results-json", str(tmp_path / "mine.json")], out, capsys
+    )
     assert metrics.loc[0, "precision@1"] == 1.0
     assert set(BREAKDOWN_FIELDS) <= breakdown_fields(out)
     assert {"precision_vs_safety.png", "per_category.png", "single_vs_two_image.png"} <= plots(out)

@@ -1,6 +1,7 @@
 """report.tex of `--eval`: a booktabs table that LaTeX accepts (pdflatex where installed, else balanced braces
 and environments), best values in bold, and significance marks against the baseline run where one run is
 clearly better, after Holm-Bonferroni."""
+
 from __future__ import annotations
 
 import re
@@ -42,8 +43,13 @@ def balanced(tex: str) -> None:
 def compiles(tex: str, folder) -> None:
     doc = folder / "doc.tex"
     doc.write_text("\\documentclass{article}\\usepackage{booktabs}\\begin{document}\n" + tex + "\\end{document}\n")
-    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=folder,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-2000:]
 
 
@@ -58,8 +64,7 @@ def cirr_runs(tmp_path_factory):
     from cir_demo.world import load_world
 
     root = tmp_path_factory.mktemp("latex")
-    export_cirr(load_world(size="tiny", progress=False).limit(60), root / "cirr", splits=("val",),
-                skip_two_image=True)
+    export_cirr(load_world(size="tiny", progress=False).limit(60), root / "cirr", splits=("val",), skip_two_image=True)
     bench = load_cirr(root / "cirr")
     return root, (*write_two_runs(bench, root),)
 
@@ -69,8 +74,21 @@ def test_report_tex_compiles_and_marks_the_significant_differences(cirr_runs, ba
     root, (pa, pb) = cirr_runs
     out = tmp_path / "out"
     # B first: the default baseline is the first run given; A puts the target first on every second query
-    args = ["--eval", "--benchmark", "cirr", "--root", str(root / "cirr"), "--results-json", str(pb), str(pa),
-            "--out", str(out), "--n-boot", "200", "--no-plots"]
+    args = [
+        "--eval",
+        "--benchmark",
+        "cirr",
+        "--root",
+        str(root / "cirr"),
+        "--results-json",
+        str(pb),
+        str(pa),
+        "--out",
+        str(out),
+        "--n-boot",
+        "200",
+        "--no-plots",
+    ]
     assert app.main(args + (["--baseline", baseline] if baseline else [])) == 0
     tex = (out / "report.tex").read_text()
     balanced(tex)
@@ -91,7 +109,26 @@ def test_report_tex_compiles_and_marks_the_significant_differences(cirr_runs, ba
 def test_an_unknown_baseline_is_one_line_before_any_file(cirr_runs, tmp_path, capsys):
     root, (pa, pb) = cirr_runs
     out = tmp_path / "out"
-    assert app.main(["--eval", "--benchmark", "cirr", "--root", str(root / "cirr"), "--results-json", str(pa),
-                     "--out", str(out), "--n-boot", "0", "--no-plots", "--baseline", "Z"]) != 0
+    assert (
+        app.main(
+            [
+                "--eval",
+                "--benchmark",
+                "cirr",
+                "--root",
+                str(root / "cirr"),
+                "--results-json",
+                str(pa),
+                "--out",
+                str(out),
+                "--n-boot",
+                "0",
+                "--no-plots",
+                "--baseline",
+                "Z",
+            ]
+        )
+        != 0
+    )
     err = capsys.readouterr().err
     assert "--baseline Z: no run of that name (runs: A)" in err and not out.exists()

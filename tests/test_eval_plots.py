@@ -1,6 +1,7 @@
 """`--eval`'s plots/ for CIRR, FashionIQ and CIRCO (the tiny world exported to each, two runs of one's own):
 every plot as PNG, SVG and PDF, each file read back by its own format's reader; the k-curves and the
 family's breakdowns among them."""
+
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
@@ -29,8 +30,10 @@ def _export(kind: str, root):
     from cir_demo.benchmarks.circo import export_circo, load_circo
 
     export_circo(world, root, skip_two_image=True)
-    args = {"annotations": str(root / "annotations" / "val.json"),
-            "corpus_ids": str(root / "image_info_unlabeled2017.json")}
+    args = {
+        "annotations": str(root / "annotations" / "val.json"),
+        "corpus_ids": str(root / "image_info_unlabeled2017.json"),
+    }
     return load_circo(**args), ["--annotations", args["annotations"], "--corpus-ids", args["corpus_ids"]]
 
 
@@ -46,8 +49,24 @@ def test_eval_plots_are_png_svg_and_pdf(kind, tmp_path):
     bench, args = _export(kind, tmp_path / kind)
     pa, pb = write_two_runs(bench, tmp_path)
     out = tmp_path / "out"
-    assert app.main(["--eval", "--benchmark", kind, *args, "--results-json", str(pa), str(pb), "--out", str(out),
-                     "--n-boot", "50"]) == 0
+    assert (
+        app.main(
+            [
+                "--eval",
+                "--benchmark",
+                kind,
+                *args,
+                "--results-json",
+                str(pa),
+                str(pb),
+                "--out",
+                str(out),
+                "--n-boot",
+                "50",
+            ]
+        )
+        == 0
+    )
     files = sorted((out / "plots").iterdir())
     stems = {f.stem for f in files}
     assert EXPECTED[kind] <= stems, stems

@@ -1,6 +1,7 @@
 """`--eval` with the world's own models runs torch on one CPU thread (faster on a shared machine) and
 writes the same bytes as with two threads; OMP_NUM_THREADS, when set, keeps the user's choice; the load
 that decides is the machine's before the run began."""
+
 from __future__ import annotations
 
 import argparse
@@ -34,9 +35,25 @@ def _eval(out: Path) -> None:
     shutil.rmtree(cache_dir() / "rerank", ignore_errors=True)
     p = argparse.ArgumentParser()
     eval_cli.add_arguments(p)
-    args = p.parse_args(["--world-size", "tiny", "--split", "test", "--retrievers", "world-clip-image,world-cir",
-                         "--rerank", "world-verifier", "--limit", "12", "--n-boot", "20", "--no-plots",
-                         "--out", str(out)])
+    args = p.parse_args(
+        [
+            "--world-size",
+            "tiny",
+            "--split",
+            "test",
+            "--retrievers",
+            "world-clip-image,world-cir",
+            "--rerank",
+            "world-verifier",
+            "--limit",
+            "12",
+            "--n-boot",
+            "20",
+            "--no-plots",
+            "--out",
+            str(out),
+        ]
+    )
     assert eval_cli.run(args) == 0
 
 
@@ -54,8 +71,12 @@ def test_one_thread_and_two_write_the_same_bytes(tmp_path, monkeypatch, torch_th
     assert seen == [] and torch_threads.get_num_threads() == 2  # the user's two threads throughout
     files = sorted(p.relative_to(tmp_path / "one") for p in (tmp_path / "one").rglob("*") if p.is_file())
     assert len(files) > 10 and any("rerank" in str(f) for f in files)
-    differ = [str(f) for f in files if f.name not in ("run_info.json", "run_manifest.json")
-              and (tmp_path / "one" / f).read_bytes() != (tmp_path / "two" / f).read_bytes()]
+    differ = [
+        str(f)
+        for f in files
+        if f.name not in ("run_info.json", "run_manifest.json")
+        and (tmp_path / "one" / f).read_bytes() != (tmp_path / "two" / f).read_bytes()
+    ]
     assert differ == []
     manifests = [json.loads((tmp_path / run / "run_manifest.json").read_text()) for run in ("one", "two")]
     for m in manifests:  # it records run_info.json, whose timings differ by design
@@ -73,11 +94,13 @@ def test_only_the_world_models_on_a_busy_cpu_get_one_thread(monkeypatch, torch_t
     with small_model_threads(["world-cir"], "world-verifier", None):
         assert torch_threads.get_num_threads() == 2
     monkeypatch.setattr(os, "getloadavg", lambda: (usable_cpus() + 1.5, 0.0, 0.0))  # busy
-    cases = {(("world-clip-image", "world-cir"), "world-verifier", None): 1,
-             (("world-clip-image",), None, "cpu"): 1,
-             (("world-clip-image",), "world-verifier", "cuda"): 2,
-             (("world-clip-image", "metaclip2-h14-fusion"), "world-verifier", None): 2,
-             (("world-cir",), "qwen2.5-vl", None): 2}
+    cases = {
+        (("world-clip-image", "world-cir"), "world-verifier", None): 1,
+        (("world-clip-image",), None, "cpu"): 1,
+        (("world-clip-image",), "world-verifier", "cuda"): 2,
+        (("world-clip-image", "metaclip2-h14-fusion"), "world-verifier", None): 2,
+        (("world-cir",), "qwen2.5-vl", None): 2,
+    }
     for (names, reranker, device), threads in cases.items():
         with small_model_threads(names, reranker, device):
             assert torch_threads.get_num_threads() == threads, (names, reranker, device)
@@ -108,4 +131,3 @@ def test_the_runs_own_load_never_makes_the_reranking_one_thread(tmp_path, monkey
     monkeypatch.setattr(pipeline, "small_model_threads", spy)
     _eval(tmp_path / "run")
     assert seen and set(seen) == {2}  # both retrievers reranked on the runner's two threads
-

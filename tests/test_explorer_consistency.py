@@ -4,6 +4,7 @@ the run's per_query.csv row that `--eval --results-json` writes for the same que
 world exported to CIRR, a whole `compare` of two precomputed runs does too, with the tiles' rank
 labels the official ranks (the reference left out) and a column whose Recall@10 is 1 showing its
 target within 10."""
+
 from __future__ import annotations
 
 import json
@@ -59,7 +60,11 @@ def assert_columns_equal_per_query_csv(bench, runs: dict[str, dict], table: pd.D
             for metric in fam.shown:
                 want = float(rows.at[q.query_id, metric]) if q.query_id in rows.index else float("nan")
                 got = values[metric]
-                assert (np.isnan(got) and np.isnan(want)) or got == pytest.approx(want, abs=5.1e-7), (name, q.query_id, metric)  # the CSV has 6 places
+                assert (np.isnan(got) and np.isnan(want)) or got == pytest.approx(want, abs=5.1e-7), (
+                    name,
+                    q.query_id,
+                    metric,
+                )  # the CSV has 6 places
                 checked += 1
     return checked
 
@@ -97,9 +102,18 @@ def test_every_family_columns_equal_per_query_csv(tmp_path, tmp_path_factory, wo
     edir_folder(tmp_path / "edir" / "data")
     circo = tmp_path / "circo"
     circo.mkdir()
-    entries = [{"reference_img_id": 1000 + i, "target_img_id": 2000 + i, "relative_caption": f"change {i}",
-                "shared_concept": "c", "gt_img_ids": [2000 + i, 3000 + i, 3100 + i], "id": i,
-                "semantic_aspects": ["addition"]} for i in range(12)]
+    entries = [
+        {
+            "reference_img_id": 1000 + i,
+            "target_img_id": 2000 + i,
+            "relative_caption": f"change {i}",
+            "shared_concept": "c",
+            "gt_img_ids": [2000 + i, 3000 + i, 3100 + i],
+            "id": i,
+            "semantic_aspects": ["addition"],
+        }
+        for i in range(12)
+    ]
     (circo / "val.json").write_text(json.dumps(entries))
     ids = sorted({x for e in entries for x in (e["reference_img_id"], *e["gt_img_ids"])} | set(range(60)))
     (circo / "corpus.txt").write_text("\n".join(map(str, ids)))
@@ -107,7 +121,14 @@ def test_every_family_columns_equal_per_query_csv(tmp_path, tmp_path_factory, wo
         "world": ["--benchmark", "world", "--world-size", "tiny", "--limit", "15"],
         "cirr": ["--benchmark", "cirr", "--root", str(world_cirr[0])],
         "fashioniq": ["--benchmark", "fashioniq", "--root", str(fiq_root)],
-        "circo": ["--benchmark", "circo", "--annotations", str(circo / "val.json"), "--corpus-ids", str(circo / "corpus.txt")],
+        "circo": [
+            "--benchmark",
+            "circo",
+            "--annotations",
+            str(circo / "val.json"),
+            "--corpus-ids",
+            str(circo / "corpus.txt"),
+        ],
         "edir": ["--benchmark", "edir", "--root", str(tmp_path / "edir" / "data")],
         "icir": ["--benchmark", "icir", "--root", str(tmp_path / "icir" / "data")],
     }
@@ -142,8 +163,14 @@ def cirr_service(world_cirr, tmp_path):
     runs = {"cons-a": rankings(bench, 0), "cons-b": rankings(bench, 1)}
     for name, run in runs.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(run))
-        registry.register_config({"name": name, "family": "precomputed",
-                                  "params": {"path": str(tmp_path / f"{name}.json"), "format": "circo"}}, replace=True)
+        registry.register_config(
+            {
+                "name": name,
+                "family": "precomputed",
+                "params": {"path": str(tmp_path / f"{name}.json"), "format": "circo"},
+            },
+            replace=True,
+        )
     engine = RetrievalEngine(bench, list(runs), progress=False)
     try:
         yield ExplorerService(bench, engine, list(runs), reranker=None, thumbnails_on_disk=False), runs
@@ -185,5 +212,8 @@ def test_cirr_compare_shows_official_ranks_and_the_eval_numbers(cirr_service, wo
     names = [c.name for c in service.sorts() if c.available]
     assert "diff:cons-a,cons-b" in names and "negatives" not in names and "reference_first" in names
     listed = service.sorted_queries("diff:cons-a,cons-b", limit=10_000)
-    gain = {q: float(rows.loc[("cons-a", q), "Recall@1"] - rows.loc[("cons-b", q), "Recall@1"]) for q in listed.rows["query"]}
+    gain = {
+        q: float(rows.loc[("cons-a", q), "Recall@1"] - rows.loc[("cons-b", q), "Recall@1"])
+        for q in listed.rows["query"]
+    }
     assert list(gain.values()) == sorted(gain.values(), reverse=True) and max(gain.values()) == 1.0

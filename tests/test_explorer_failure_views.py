@@ -3,6 +3,7 @@ cir_demo/benchmarks/failure_views.py) and `python -m cir_demo failures`, against
 CIRR's target rank after deleting the reference (CLIP4Cir's protocol) on the world exported to
 CIRR, FashionIQ's after cutting to the category's gallery, CIRCO's missed ground truths, EDIR's hard
 negatives, i-CIR's instances; the A-vs-B order with hand-built ties; tiles scoped by the protocol."""
+
 from __future__ import annotations
 
 import csv
@@ -59,8 +60,25 @@ def test_cirr_diff_sort_ranks_targets_as_clip4cir_and_a_s_wins_first(world_cirr,
     a, b = shuffled_rankings(bench, 0), shuffled_rankings(bench, 1)
     fa, fb = write_ranked(tmp_path / "A.json", a), write_ranked(tmp_path / "B.json", b)
     out = tmp_path / "f.csv"
-    assert main(["failures", "--benchmark", "cirr", "--root", str(root), "--results-json", str(fa), str(fb),
-                 "--sort", "diff:A,B", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "failures",
+                "--benchmark",
+                "cirr",
+                "--root",
+                str(root),
+                "--results-json",
+                str(fa),
+                str(fb),
+                "--sort",
+                "diff:A,B",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = read_rows(out)
 
     def naive_rank(ranking, q):  # CLIP4Cir: the reference is deleted, then the target's place is its rank
@@ -70,7 +88,9 @@ def test_cirr_diff_sort_ranks_targets_as_clip4cir_and_a_s_wins_first(world_cirr,
     order = [q.query_id for q in bench.queries]
     ranks = {n: {q.query_id: naive_rank(r[q.query_id], q) for q in bench.queries} for n, r in (("A", a), ("B", b))}
     r1 = {n: {k: float(v == 1) for k, v in ranks[n].items()} for n in ranks}
-    expected = sorted(order, key=lambda k: (-(r1["A"][k] - r1["B"][k]), -(ranks["B"][k] - ranks["A"][k]), order.index(k)))
+    expected = sorted(
+        order, key=lambda k: (-(r1["A"][k] - r1["B"][k]), -(ranks["B"][k] - ranks["A"][k]), order.index(k))
+    )
     assert [r["query_id"] for r in rows] == expected
     for r in rows:
         for n in ("A", "B"):
@@ -79,9 +99,33 @@ def test_cirr_diff_sort_ranks_targets_as_clip4cir_and_a_s_wins_first(world_cirr,
     assert list(rows[0])[:2] == ["query_id", "why"] and "A/Recall_subset@1" in rows[0]
     assert float(rows[0]["A/Recall@1"]) == 1.0 and float(rows[0]["B/Recall@1"]) == 0.0  # the data has such queries
 
-    assert main(["failures", "--benchmark", "cirr", "--root", str(root), "--results-json", str(fa), str(fb),
-                 "--sort", "reference_first", "--top", "3", "--out", str(out), "--overwrite"]) == 0
-    first = {q.query_id for q in bench.queries if a[q.query_id][0] == q.reference_ids[0] or b[q.query_id][0] == q.reference_ids[0]}
+    assert (
+        main(
+            [
+                "failures",
+                "--benchmark",
+                "cirr",
+                "--root",
+                str(root),
+                "--results-json",
+                str(fa),
+                str(fb),
+                "--sort",
+                "reference_first",
+                "--top",
+                "3",
+                "--out",
+                str(out),
+                "--overwrite",
+            ]
+        )
+        == 0
+    )
+    first = {
+        q.query_id
+        for q in bench.queries
+        if a[q.query_id][0] == q.reference_ids[0] or b[q.query_id][0] == q.reference_ids[0]
+    }
     got = [r["query_id"] for r in read_rows(out)]
     assert len(got) == min(3, len(first)) and set(got) <= first
 
@@ -90,22 +134,61 @@ def test_unknown_sort_lists_what_the_benchmark_offers(world_cirr, tmp_path, caps
     root, bench = world_cirr
     fa = write_ranked(tmp_path / "A.json", shuffled_rankings(bench, 0))
     fb = write_ranked(tmp_path / "B.json", shuffled_rankings(bench, 1))
-    assert main(["failures", "--benchmark", "cirr", "--root", str(root), "--results-json", str(fa), str(fb),
-                 "--sort", "negatives", "--out", str(tmp_path / "f.csv")]) == 2
+    assert (
+        main(
+            [
+                "failures",
+                "--benchmark",
+                "cirr",
+                "--root",
+                str(root),
+                "--results-json",
+                str(fa),
+                str(fb),
+                "--sort",
+                "negatives",
+                "--out",
+                str(tmp_path / "f.csv"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "unknown sort 'negatives'" in err
     for name in ("benchmark", "worst", "diff:A,B", "target_rank", "reference_first", "subset_rank"):
         assert name in err
     assert not (tmp_path / "f.csv").exists()
-    assert main(["failures", "--benchmark", "cirr", "--root", str(root), "--results-json", str(fa),
-                 "--sort", "diff:A,B", "--out", str(tmp_path / "f.csv")]) == 2  # one run: no pair
+    assert (
+        main(
+            [
+                "failures",
+                "--benchmark",
+                "cirr",
+                "--root",
+                str(root),
+                "--results-json",
+                str(fa),
+                "--sort",
+                "diff:A,B",
+                "--out",
+                str(tmp_path / "f.csv"),
+            ]
+        )
+        == 2
+    )  # one run: no pair
     assert "two different runs of A" in capsys.readouterr().err
-    assert main(["failures", "--benchmark", "cirr", "--root", str(root), "--results-json", str(fa),
-                 "--out", str(tmp_path)]) == 2  # a folder: refused, nothing written or removed
+    assert (
+        main(
+            ["failures", "--benchmark", "cirr", "--root", str(root), "--results-json", str(fa), "--out", str(tmp_path)]
+        )
+        == 2
+    )  # a folder: refused, nothing written or removed
     assert "is a folder" in capsys.readouterr().err and fa.is_file()
     assert main(["failures", "--benchmark", "circo", "--results-json", str(fa), "--out", str(tmp_path / "f.csv")]) == 2
-    assert capsys.readouterr().err.strip() == ("error: benchmark 'circo' needs annotations (--annotations); "
-                                               "it takes annotations (optional: image_dir, corpus_ids, split)")
+    assert capsys.readouterr().err.strip() == (
+        "error: benchmark 'circo' needs annotations (--annotations); "
+        "it takes annotations (optional: image_dir, corpus_ids, split)"
+    )
     with pytest.raises(SystemExit) as done:
         main(["failures", "--help"])
     assert done.value.code == 0
@@ -136,8 +219,24 @@ def test_fashioniq_target_rank_is_the_rank_within_the_category_gallery(world_fiq
     a = shuffled_rankings(bench, 2)
     fa = write_ranked(tmp_path / "A.json", a)
     out = tmp_path / "f.csv"
-    assert main(["failures", "--benchmark", "fashioniq", "--root", str(root), "--results-json", str(fa),
-                 "--sort", "target_rank", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "failures",
+                "--benchmark",
+                "fashioniq",
+                "--root",
+                str(root),
+                "--results-json",
+                str(fa),
+                "--sort",
+                "target_rank",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = {r["query_id"]: r for r in read_rows(out)}
     naive = {}
     for q in bench.queries:
@@ -178,8 +277,15 @@ def test_a_ranked_reference_is_marked_where_the_protocol_keeps_it(world_fiq):
 
 # --------------------------------------------------------------------------- hand-built frames, every family
 def make_query(qid, positives=(), negatives=(), refs=("r1",), group="g1", target=None, **meta):
-    return Query(qid, tuple(refs), f"instruction {qid}", group, Judgments(tuple(positives), tuple(negatives)),
-                 meta, target_id=target)
+    return Query(
+        qid,
+        tuple(refs),
+        f"instruction {qid}",
+        group,
+        Judgments(tuple(positives), tuple(negatives)),
+        meta,
+        target_id=target,
+    )
 
 
 class Bench:
@@ -188,15 +294,21 @@ class Bench:
 
 
 def context(family: str, queries, runs, modality=None, reranked=False) -> SortContext:
-    return SortContext(metric_family(family), query_table(Bench(queries)), list(runs),
-                       modality or {r: "composed" for r in runs}, reranked)
+    return SortContext(
+        metric_family(family),
+        query_table(Bench(queries)),
+        list(runs),
+        modality or {r: "composed" for r in runs},
+        reranked,
+    )
 
 
 def frame(family: str, rankings: dict[str, dict[str, list[str]]], queries) -> pd.DataFrame:
     from cir_demo.explorer.failures import per_query_frame
 
-    return pd.concat([per_query_frame(metric_family(family), n, r, queries) for n, r in rankings.items()],
-                     ignore_index=True)
+    return pd.concat(
+        [per_query_frame(metric_family(family), n, r, queries) for n, r in rankings.items()], ignore_index=True
+    )
 
 
 def order(family, queries, rankings, sort, **kw) -> list[str]:
@@ -217,8 +329,10 @@ def test_diff_ties_break_by_the_finer_measure_then_benchmark_order():
 
 
 def test_circo_missed_ground_truths_against_a_loop():
-    qs = [make_query(f"q{i}", positives=[f"g{i}{j}" for j in range(i + 1)], target=f"g{i}0", group=f"g{i}")
-          for i in range(4)]
+    qs = [
+        make_query(f"q{i}", positives=[f"g{i}{j}" for j in range(i + 1)], target=f"g{i}0", group=f"g{i}")
+        for i in range(4)
+    ]
     run = {"q0": ["g00"], "q1": ["x", "g10"], "q2": ["x"] * 0 + ["y"], "q3": ["g30", "g31", "z", "g32"]}
     missed = {q.query_id: min(len(q.positives), 10) - len(set(q.positives) & set(run[q.query_id][:10])) for q in qs}
     got = order("circo", qs, {"A": run}, "missed_gt")
@@ -226,8 +340,10 @@ def test_circo_missed_ground_truths_against_a_loop():
 
 
 def test_edir_hard_negative_sort_names_the_subcategory():
-    qs = [make_query(f"q{i}", positives=[f"p{i}"], negatives=[f"n{i}"], edit_subcategory=s)
-          for i, s in enumerate(["color", "count", "remove"])]
+    qs = [
+        make_query(f"q{i}", positives=[f"p{i}"], negatives=[f"n{i}"], edit_subcategory=s)
+        for i, s in enumerate(["color", "count", "remove"])
+    ]
     a = {"q0": ["n0", "p0"], "q1": ["p1"], "q2": ["n2"]}
     b = {"q0": ["n0"], "q1": ["p1"], "q2": ["p2"]}
     ctx = context("edir", qs, ["A", "B"])
@@ -237,8 +353,10 @@ def test_edir_hard_negative_sort_names_the_subcategory():
 
 
 def test_icir_worst_instances_first():
-    qs = [make_query(f"q{i}", positives=[f"p{i}"], group=inst, instance=inst)
-          for i, inst in enumerate(["mug", "mug", "temple", "temple"])]
+    qs = [
+        make_query(f"q{i}", positives=[f"p{i}"], group=inst, instance=inst)
+        for i, inst in enumerate(["mug", "mug", "temple", "temple"])
+    ]
     run = {"q0": ["p0"], "q1": ["x", "p1"], "q2": ["x", "x2", "p2"], "q3": ["p3"]}
     ap = {"q0": 1.0, "q1": 0.25, "q2": 1 / 6, "q3": 1.0}  # trapezoid AP ((0 + 1/(r+1)) / 2 at rank r > 0), up to 1e-5
     inst = {"mug": (ap["q0"] + ap["q1"]) / 2, "temple": (ap["q2"] + ap["q3"]) / 2}
@@ -253,7 +371,9 @@ def test_sorts_offered_only_with_data_and_why_not():
     assert not names["rerank_helped"].available and "no reranker" in names["rerank_helped"].reason
     assert not names["shortcut"].available and not names["subset_rank"].available
     assert "negatives" not in names and "target_rank" in names
-    pin = {c.name: c for c in sort_choices(context("pinpoint", single, ["A", "img"], {"A": "composed", "img": "image"}))}
+    pin = {
+        c.name: c for c in sort_choices(context("pinpoint", single, ["A", "img"], {"A": "composed", "img": "image"}))
+    }
     assert pin["shortcut"].available
     assert not pin["spread"].available and pin["spread"].reason == "every intent has one phrasing"
     assert not pin["two_image"].available and not pin["negatives"].available

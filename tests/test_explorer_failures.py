@@ -1,5 +1,6 @@
 """Per-query metrics, failure measures and failure sorts (cir_demo/explorer/failures.py,
 ranking_metrics.py) against hand computation and loops; failure statistics read from an eval run."""
+
 from __future__ import annotations
 
 import os
@@ -34,9 +35,16 @@ def long_frame(rows):
 
 
 def pinpoint_context(qids, groups, n_refs, runs, n_neg, reranked=False) -> SortContext:
-    table = pd.DataFrame({"query_id": qids, "group_id": [groups[q] for q in qids], "instruction": "",
-                          "n_refs": [n_refs[q] for q in qids], "n_negatives": [n_neg[q] for q in qids],
-                          "n_subset": 0})
+    table = pd.DataFrame(
+        {
+            "query_id": qids,
+            "group_id": [groups[q] for q in qids],
+            "instruction": "",
+            "n_refs": [n_refs[q] for q in qids],
+            "n_negatives": [n_neg[q] for q in qids],
+            "n_subset": 0,
+        }
+    )
     return SortContext(metric_family("pinpoint"), table, list(runs), dict(runs), reranked)
 
 
@@ -118,8 +126,10 @@ def test_failure_stats_reuse_a_matching_eval_run(tiny_setup, tmp_path, monkeypat
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "metrics.csv").write_text("model,mAP@10\nx,0.1\n")
         specs = {n: {**svc.engine.retriever(n).spec, **spec_tweak} for n in names[:2]}
-        write_json_atomic(folder / "run_info.json", {"benchmark": "world", "benchmark_fingerprint": svc.fingerprint,
-                                                     "retrievers": specs, "reranker": None})
+        write_json_atomic(
+            folder / "run_info.json",
+            {"benchmark": "world", "benchmark_fingerprint": svc.fingerprint, "retrievers": specs, "reranker": None},
+        )
         rows = []
         for n in names[:2]:
             for i, (q, g) in enumerate(zip(table["query_id"], table["group_id"])):

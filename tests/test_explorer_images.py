@@ -1,4 +1,5 @@
 """Thumbnail and pixel stores and the warmer process (cir_demo/explorer/images.py)."""
+
 from __future__ import annotations
 
 import base64
@@ -30,9 +31,15 @@ def test_thumbnail_store_caches_in_memory_and_on_disk(tmp_path):
     assert store.get("a") == got["a"] and len(calls) == 3  # memory hit
     fresh = ThumbnailStore(open_image, db, 64)  # a restart: read from the file
     assert fresh.get_many(["a", "b"]) == {"a": got["a"], "b": got["b"]} and len(calls) == 3
-    assert warm_thumbnails(type("B", (), {"images": type("S", (), {"open": staticmethod(open_image)})()})(),
-                                    db, 64, image_ids=["a", "c"]) == 1  # only the missing one is rendered
-
+    assert (
+        warm_thumbnails(
+            type("B", (), {"images": type("S", (), {"open": staticmethod(open_image)})()})(),
+            db,
+            64,
+            image_ids=["a", "c"],
+        )
+        == 1
+    )  # only the missing one is rendered
 
 
 def test_image_warmer_fills_reference_tile_and_pixel_files(tiny_setup, tmp_path):
@@ -46,11 +53,17 @@ def test_image_warmer_fills_reference_tile_and_pixel_files(tiny_setup, tmp_path)
 
     refs_db, tiles_db, pixels_db = (str(tmp_path / f"{n}.sqlite") for n in ("refs", "tiles", "pixels"))
     png = {"db_path": pixels_db, "kind": "png"}
-    payload = {"benchmark": "world", "kwargs": {"size": "tiny"}, "limit_groups": 3, "limit": 24, "nice": False,
-               "jobs": [{"what": "references", "targets": [
-                   {"db_path": refs_db, "kind": "jpeg", "size": 40, "quality": 80}, png]},
-                        {"what": "corpus", "targets": [
-                            {"db_path": tiles_db, "kind": "jpeg", "size": 24, "quality": 80}, png]}]}
+    payload = {
+        "benchmark": "world",
+        "kwargs": {"size": "tiny"},
+        "limit_groups": 3,
+        "limit": 24,
+        "nice": False,
+        "jobs": [
+            {"what": "references", "targets": [{"db_path": refs_db, "kind": "jpeg", "size": 40, "quality": 80}, png]},
+            {"what": "corpus", "targets": [{"db_path": tiles_db, "kind": "jpeg", "size": 24, "quality": 80}, png]},
+        ],
+    }
     _warm_main(json.dumps(payload))
     bench = load_benchmark("world", size="tiny").limit(3)
     refs = {r for q in bench.queries for r in q.reference_ids}
@@ -85,8 +98,16 @@ def test_the_warmer_process_is_reaped_when_done(tiny_setup, tmp_path):
     if not sys.platform.startswith("linux"):
         pytest.skip("reads the process state from /proc")
     config = ServiceConfig(benchmark="world", benchmark_kwargs={"size": "tiny"}, limit_groups=1)
-    proc = start_image_warmer(config, [{"what": "references", "targets": [
-        {"db_path": str(tmp_path / "refs.sqlite"), "kind": "jpeg", "size": 24, "quality": 80}]}], limit=2)
+    proc = start_image_warmer(
+        config,
+        [
+            {
+                "what": "references",
+                "targets": [{"db_path": str(tmp_path / "refs.sqlite"), "kind": "jpeg", "size": 24, "quality": 80}],
+            }
+        ],
+        limit=2,
+    )
     stat = Path(f"/proc/{proc.pid}/stat")
     deadline = time.monotonic() + 120
     while stat.exists() and time.monotonic() < deadline:  # a zombie keeps its /proc entry until reaped

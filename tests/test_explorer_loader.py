@@ -1,5 +1,6 @@
 """Defaults, the background loader and what loading leaves out (cir_demo/explorer/config.py,
 loader.py); the explorer imports no torch."""
+
 from __future__ import annotations
 
 import subprocess
@@ -7,8 +8,14 @@ import sys
 
 import pytest
 
-from cir_demo.explorer import (ServiceConfig, ServiceError, ServiceLoader, default_retrievers, resolve_reranker,
-                               retriever_modality)
+from cir_demo.explorer import (
+    ServiceConfig,
+    ServiceError,
+    ServiceLoader,
+    default_retrievers,
+    resolve_reranker,
+    retriever_modality,
+)
 from cir_demo.testing.explorer import build_tiny_service
 
 
@@ -27,15 +34,21 @@ def test_defaults_and_modality():
     assert retriever_modality({"name": "A", "family": "precomputed"}) == "file"  # a results file: tagged as such
 
 
-
 def test_loader_reports_progress_and_errors(tiny_setup):
     _, names = tiny_setup
     bad = ServiceLoader(ServiceConfig(benchmark="no-such-benchmark", warm_thumbnails=False))
     with pytest.raises(ServiceError, match="could not load"):
         bad.wait(60)
     assert "did you mean" in bad.status().text().lower() or "unknown benchmark" in bad.status().text().lower()
-    ok = ServiceLoader(ServiceConfig(benchmark="world", benchmark_kwargs={"size": "tiny"},
-                                              retrievers=tuple(names[:1]), reranker="none", warm_thumbnails=False))
+    ok = ServiceLoader(
+        ServiceConfig(
+            benchmark="world",
+            benchmark_kwargs={"size": "tiny"},
+            retrievers=tuple(names[:1]),
+            reranker="none",
+            warm_thumbnails=False,
+        )
+    )
     svc = ok.wait(120)
     assert ok.ready and ok.status().done and svc.retriever_names == names[:1]
     svc.engine.close()
@@ -70,7 +83,10 @@ def test_missing_retriever_weights_leave_the_rest_working(tiny_setup):
         assert svc.retriever_names == [names[0]]
         note = next(w for w in svc.warnings if "tiny-ui-broken could not be loaded" in w)
         # the doctor's fact for it, with where it looked
-        assert "retriever tiny-ui-broken: open_clip cir-demo-tiny-clip weights file: not found at /nonexistent/w.safetensors" in note
+        assert (
+            "retriever tiny-ui-broken: open_clip cir-demo-tiny-clip weights file: not found at /nonexistent/w.safetensors"
+            in note
+        )
         svc.engine.close()
     finally:
         registry.unregister("tiny-ui-broken")
@@ -78,8 +94,10 @@ def test_missing_retriever_weights_leave_the_rest_working(tiny_setup):
 
 def test_explorer_imports_no_torch():
     """The UI's side of the app loads without torch: models load through the engine, on first use."""
-    code = ("import sys; import cir_demo.explorer, cir_demo.explorer.loader; "
-            "heavy = sorted(m for m in ('torch', 'open_clip', 'faiss', 'gradio') if m in sys.modules); print(heavy)")
+    code = (
+        "import sys; import cir_demo.explorer, cir_demo.explorer.loader; "
+        "heavy = sorted(m for m in ('torch', 'open_clip', 'faiss', 'gradio') if m in sys.modules); print(heavy)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 

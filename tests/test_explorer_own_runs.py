@@ -1,5 +1,6 @@
 """Your own runs in the explorer (`python app.py --runs`), the Report's paired comparisons of them, and
 run folders written outside runs/: checked against what `--eval` writes for the same files."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,26 @@ def cirr_world(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     bench, pa, pb = cirr_world_with_runs(root, mp)
     out = root / "elsewhere" / "eval-cirr"
-    assert app.main(["--eval", "--benchmark", "cirr", "--root", str(root / "cirr"), "--results-json", str(pa),
-                     str(pb), "--out", str(out), "--n-boot", "200", "--no-plots"]) == 0
+    assert (
+        app.main(
+            [
+                "--eval",
+                "--benchmark",
+                "cirr",
+                "--root",
+                str(root / "cirr"),
+                "--results-json",
+                str(pa),
+                str(pb),
+                "--out",
+                str(out),
+                "--n-boot",
+                "200",
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     yield root, bench, pa, pb, out
     mp.undo()
 
@@ -33,8 +52,15 @@ def own_service(cirr_world):
     root, _, pa, pb, _ = cirr_world
     bad = root / "bad.json"
     bad.write_text(json.dumps({"0": {"retrieved_items": "x"}, "1": {"retrieved_items": 5}}))  # two problems
-    svc = build_service(ServiceConfig(benchmark="cirr", benchmark_kwargs={"root": str(root / "cirr")}, reranker="none",
-                                      runs=(("A", str(pa)), ("B", str(pb)), ("bad", str(bad))), warm_thumbnails=False))
+    svc = build_service(
+        ServiceConfig(
+            benchmark="cirr",
+            benchmark_kwargs={"root": str(root / "cirr")},
+            reranker="none",
+            runs=(("A", str(pa)), ("B", str(pb)), ("bad", str(bad))),
+            warm_thumbnails=False,
+        )
+    )
     yield svc
     svc.engine.close()
 
@@ -47,7 +73,8 @@ def test_run_arguments_name_columns_and_are_checked_before_any_work(tmp_path):
     with pytest.raises(ServiceError, match="two runs are named 'model_a'"):
         parse_run_args([str(f), str(f)])
     assert runs_problems([str(tmp_path / "nope.json")]) == [
-        f"--runs nope: results file not found: {tmp_path / 'nope.json'}"]
+        f"--runs nope: results file not found: {tmp_path / 'nope.json'}"
+    ]
     assert "folder without an eval run's metrics.csv" in runs_problems([str(tmp_path)])[0]
     assert runs_problems([str(f)]) == [] and runs_problems(None) == []
     assert app.main(["--runs", str(tmp_path / "nope.json")]) == 2  # one line, nothing served
@@ -91,22 +118,42 @@ def test_report_paired_numbers_are_evals_paired_csv(own_service, cirr_world):
     scored = own_service.scored_file_runs(n_boot=200, seed=0)
     paired = pd.read_csv(out / "paired.csv")
     avg = "mean(Recall@5,Recall_subset@1)"
-    assert list(scored.paired["metric"]) == list(paired["metric"]) == [
-        avg, "Recall@1", "Recall@5", "Recall@10", "Recall@50", "Recall_subset@1", "Recall_subset@2", "Recall_subset@3"]
+    assert (
+        list(scored.paired["metric"])
+        == list(paired["metric"])
+        == [
+            avg,
+            "Recall@1",
+            "Recall@5",
+            "Recall@10",
+            "Recall@50",
+            "Recall_subset@1",
+            "Recall_subset@2",
+            "Recall_subset@3",
+        ]
+    )
     for col in ("diff", "lo", "hi"):
         assert scored.paired[col].to_numpy() == pytest.approx(paired[col].to_numpy(), abs=1e-5), col
     from cir_demo.metrics.headline import p_text
 
     assert [p_text(p, 200) for p in scored.paired["p_value"]] == [str(p) for p in paired["p_value"]]
     by = paired.set_index("metric")  # the leaderboard average's paired row: the mean of its two parts' rows
-    assert by.loc[avg, "diff"] == pytest.approx((by.loc["Recall@5", "diff"] + by.loc["Recall_subset@1", "diff"]) / 2,
-                                                abs=1e-5)
+    assert by.loc[avg, "diff"] == pytest.approx(
+        (by.loc["Recall@5", "diff"] + by.loc["Recall_subset@1", "diff"]) / 2, abs=1e-5
+    )
     assert (paired["p_value"].astype(str) != "0").all()  # none prints as 0: below 1/200 it is "< 0.005"
     metrics = pd.read_csv(out / "metrics.csv").set_index("model")
     got = scored.metrics.set_index("run")
     for run in ("A", "B"):
-        for agg in ("Recall@1", "Recall@5", "Recall@50", "Recall_subset@1", "Recall_subset@2", "Recall_subset@3",
-                    "mean(Recall@5,Recall_subset@1)"):
+        for agg in (
+            "Recall@1",
+            "Recall@5",
+            "Recall@50",
+            "Recall_subset@1",
+            "Recall_subset@2",
+            "Recall_subset@3",
+            "mean(Recall@5,Recall_subset@1)",
+        ):
             assert got.loc[run, agg] == pytest.approx(metrics.loc[run, agg], abs=1e-4)
             lo, hi = metrics.loc[run, f"{agg}_ci_lo"], metrics.loc[run, f"{agg}_ci_hi"]  # every one has its interval
             assert lo <= metrics.loc[run, agg] <= hi
@@ -121,8 +168,10 @@ def test_report_shows_your_runs_pairs_and_the_eval_written_elsewhere(own_service
     assert shown["paired"]["visible"] is True and "paired bootstrap over paraphrase groups" in shown["paired"]["label"]
     assert list(shown["paired"]["value"]["metric"])[:2] == ["mean(Recall@5,Recall_subset@1)", "Recall@1"]
     curves = {caption: path for path, caption in shown["plots"]["value"] if caption.startswith("Your runs")}
-    assert {"Your runs: Recall@k of each run over the cutoffs k, with 95% intervals",
-            "Your runs: Recall_subset@k of each run (within the query's image set), with 95% intervals"} <= set(curves)
+    assert {
+        "Your runs: Recall@k of each run over the cutoffs k, with 95% intervals",
+        "Your runs: Recall_subset@k of each run (within the query's image set), with 95% intervals",
+    } <= set(curves)
     assert all(Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in curves.values())
     own = shown["own_metrics"]["value"].set_index("Run")  # every headline number of CIRR papers, with its interval
     assert {"Recall_subset@2", "Recall_subset@3", "Avg"} <= set(own.columns)
@@ -140,8 +189,15 @@ def test_a_query_missing_from_a_run_says_so_in_its_column(cirr_world, tmp_path):
     del data[first]
     part = tmp_path / "part.json"
     part.write_text(json.dumps(data))
-    svc = build_service(ServiceConfig(benchmark="cirr", benchmark_kwargs={"root": str(root / "cirr")}, reranker="none",
-                                      runs=(("part", str(part)),), warm_thumbnails=False))
+    svc = build_service(
+        ServiceConfig(
+            benchmark="cirr",
+            benchmark_kwargs={"root": str(root / "cirr")},
+            reranker="none",
+            runs=(("part", str(part)),),
+            warm_thumbnails=False,
+        )
+    )
     try:
         col = svc.compare(bench.queries[0].query_id, ["part"]).columns[0]
         assert "has no ranking for this query" in col.error
@@ -150,7 +206,10 @@ def test_a_query_missing_from_a_run_says_so_in_its_column(cirr_world, tmp_path):
         refs = {bench.results_key(q.query_id): q.reference_ids[0] for q in bench.queries}
         assert not any(ranking[0] == refs[key] for key, ranking in data.items())
         offered = {c.name: c for c in svc.sorts()}
-        assert not offered["reference_first"].available and offered["reference_first"].reason == "no query fits it in these runs"
+        assert (
+            not offered["reference_first"].available
+            and offered["reference_first"].reason == "no query fits it in these runs"
+        )
         assert svc.find_queries(sort="reference_first").total == 0  # picked before the menu knew: an empty list
         assert offered["worst"].available and offered["target_rank"].available
     finally:
@@ -169,11 +228,16 @@ def test_world_export_circo_round_trip(tmp_path):
     from cir_demo.benchmarks.registry import load_benchmark
     from cir_demo.cli import main as cli
 
-    assert cli(["world", "export", "--format", "circo", "--size", "tiny", "--out", str(tmp_path), "--images",
-                "render"]) == 0
+    assert (
+        cli(["world", "export", "--format", "circo", "--size", "tiny", "--out", str(tmp_path), "--images", "render"])
+        == 0
+    )
     world = load_benchmark("world", size="tiny")
-    circo = load_benchmark("circo", annotations=str(tmp_path / "annotations" / "val.json"),
-                           corpus_ids=str(tmp_path / "image_info_unlabeled2017.json"))
+    circo = load_benchmark(
+        "circo",
+        annotations=str(tmp_path / "annotations" / "val.json"),
+        corpus_ids=str(tmp_path / "image_info_unlabeled2017.json"),
+    )
     ids = json.loads((tmp_path / "query_id_map.json").read_text())
     singles = [q for q in world.queries if q.is_single]
     assert [ids[q.query_id] for q in circo.queries] == [q.query_id for q in singles]
@@ -203,7 +267,9 @@ def test_a_results_file_uploaded_in_the_page_is_validated_as_eval_does(own_servi
     assert own_service.retriever_names == ["A", "B"]  # another visitor's columns are not changed
     q = bench.queries[0]
     mine_col, file_col = own_service.compare(q.query_id, [mine[0], "A"]).columns
-    assert mine_col.metrics == file_col.metrics and [t.image_id for t in mine_col.tiles] == [t.image_id for t in file_col.tiles]
+    assert mine_col.metrics == file_col.metrics and [t.image_id for t in mine_col.tiles] == [
+        t.image_id for t in file_col.tiles
+    ]
     shown = report.show_report(own_service, None, None, mine)
     assert mine[0] in set(shown["own_metrics"]["value"]["Run"])
     assert f"diff:{mine[0]},A" in [v for _, v in shown["pair"]["choices"]]
@@ -225,8 +291,25 @@ def test_the_report_run_is_this_benchmarks_not_a_newer_one_of_other_files(cirr_w
     cap.write_text(json.dumps(json.loads(cap.read_text())[1:]))  # one query fewer: other files
     other_out, newer_out = tmp_path / "eval-other", tmp_path / "eval-same"
     for r, o in ((other, other_out), (root / "cirr", newer_out)):
-        assert app.main(["--eval", "--benchmark", "cirr", "--root", str(r), "--results-json", str(pa),
-                         "--out", str(o), "--n-boot", "0", "--no-plots"]) == 0
+        assert (
+            app.main(
+                [
+                    "--eval",
+                    "--benchmark",
+                    "cirr",
+                    "--root",
+                    str(r),
+                    "--results-json",
+                    str(pa),
+                    "--out",
+                    str(o),
+                    "--n-boot",
+                    "0",
+                    "--no-plots",
+                ]
+            )
+            == 0
+        )
     os.utime(out, (1_000_000, 1_000_000))  # the given folder is the oldest of all
     fp = benchmark_fingerprint(bench)
     assert json.loads((other_out / "metrics.json").read_text())["benchmark_fingerprint"] != fp
@@ -234,7 +317,9 @@ def test_the_report_run_is_this_benchmarks_not_a_newer_one_of_other_files(cirr_w
     assert [r.path.resolve() for r in runs] == [out.resolve(), newer_out.resolve()]  # other_out: not offered
     assert [r.matches for r in runs] == ["fingerprint", "fingerprint"]
     svc_like = list_runs("cirr", fp)  # no folder given: the newest of these files first, the other root's never
-    assert svc_like[0].path.resolve() == newer_out.resolve() and other_out.resolve() not in [r.path.resolve() for r in svc_like]
+    assert svc_like[0].path.resolve() == newer_out.resolve() and other_out.resolve() not in [
+        r.path.resolve() for r in svc_like
+    ]
     given_other = list_runs("cirr", fp, extra=[other_out])  # given although of other files: labelled
     assert given_other[0].path.resolve() == other_out.resolve() and given_other[0].matches == "other"
     from cir_demo.explorer import load_report
@@ -242,8 +327,14 @@ def test_the_report_run_is_this_benchmarks_not_a_newer_one_of_other_files(cirr_w
     assert any("other benchmark files" in line for line in load_report(given_other[0]).info)
 
 
-@pytest.mark.parametrize("kind, says", [("cirr", ("NLVR2", "img_raw")), ("fashioniq", ("fashion-iq", "images/")),
-                                        ("circo", ("unlabeled2017", "cocodataset.org"))])
+@pytest.mark.parametrize(
+    "kind, says",
+    [
+        ("cirr", ("NLVR2", "img_raw")),
+        ("fashioniq", ("fashion-iq", "images/")),
+        ("circo", ("unlabeled2017", "cocodataset.org")),
+    ],
+)
 def test_images_fetch_names_where_the_images_come_from(kind, says, tmp_path, capsys):
     """`images fetch` of a benchmark whose images have no per-image address: one line naming their source and
     the folder layout, not "names no address"."""
@@ -251,9 +342,16 @@ def test_images_fetch_names_where_the_images_come_from(kind, says, tmp_path, cap
 
     assert cli(["world", "export", "--format", kind, "--size", "tiny", "--out", str(tmp_path / kind)]) == 0
     capsys.readouterr()
-    flags = (["--annotations", str(tmp_path / kind / "annotations" / "val.json"), "--corpus-ids",
-              str(tmp_path / kind / "image_info_unlabeled2017.json")] if kind == "circo" else
-             ["--root", str(tmp_path / kind)])
+    flags = (
+        [
+            "--annotations",
+            str(tmp_path / kind / "annotations" / "val.json"),
+            "--corpus-ids",
+            str(tmp_path / kind / "image_info_unlabeled2017.json"),
+        ]
+        if kind == "circo"
+        else ["--root", str(tmp_path / kind)]
+    )
     assert cli(["images", "fetch", "--benchmark", kind, *flags]) != 0
     err = capsys.readouterr().err
     assert all(s in err for s in says) and "--image-dir" in err and "names no address" not in err, err
@@ -261,8 +359,17 @@ def test_images_fetch_names_where_the_images_come_from(kind, says, tmp_path, cap
 
 # world and PinPoint terms that say nothing on CIRR (its queries have a target, no explicit negatives,
 # no intent types, domains or skin tones, no world models)
-NOT_CIRR = ("AP@10", "NegRecall", "negative", "skin tone", "domain", "intent type", "offline world", "world-CLIP",
-            "P@10")
+NOT_CIRR = (
+    "AP@10",
+    "NegRecall",
+    "negative",
+    "skin tone",
+    "domain",
+    "intent type",
+    "offline world",
+    "world-CLIP",
+    "P@10",
+)
 
 
 def test_cirr_pages_speak_of_cirr_only(own_service):

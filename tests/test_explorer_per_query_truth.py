@@ -3,6 +3,7 @@ one's own (targets ranked first, beyond 50, or not at all), the app's list for e
 `failures --sort`'s rows in its order, and every target rank and img_set rank (the app's rows, its
 columns, `failures`' CSV and `--eval`'s per_query.csv) is the one a naive scan of the results file
 gives: the official rank over the whole file, never a ranking cut at 50."""
+
 from __future__ import annotations
 
 import csv
@@ -31,8 +32,9 @@ def two_runs(bench, folder: Path) -> dict[str, dict[str, list[str]]]:
     runs = {"A": {}, "B": {}}
     for i, q in enumerate(bench.queries):
         target = q.target_id or q.positives[0]
-        rest = sorted((c for c in bench.corpus_ids if c != target and c not in q.reference_ids),
-                      key=lambda c: _h(q.query_id, c))
+        rest = sorted(
+            (c for c in bench.corpus_ids if c != target and c not in q.reference_ids), key=lambda c: _h(q.query_id, c)
+        )
         for name, shift in (("A", 0), ("B", 1)):
             case = (i + shift) % 4
             at = [0, 2 + i % 8, 55 + (7 * i) % 46, None][case]
@@ -40,13 +42,15 @@ def two_runs(bench, folder: Path) -> dict[str, dict[str, list[str]]]:
                 at = 70
             ranking = list(rest)
             if at is not None:  # `at` images the protocol ranks before it (FashionIQ: of the gallery)
-                scoped = [j for j, x in enumerate(ranking) if bench.metric_family != "fashioniq"
-                          or x in q.judgments.gallery]
+                scoped = [
+                    j for j, x in enumerate(ranking) if bench.metric_family != "fashioniq" or x in q.judgments.gallery
+                ]
                 ranking.insert(scoped[at] if at else 0, target)
             if name == "B":
-                scoped = [j for j, x in enumerate(ranking) if bench.metric_family != "fashioniq"
-                          or x in q.judgments.gallery]
-                ranking = ([q.reference_ids[0]] if i % 3 == 0 else []) + ranking[:scoped[110]]
+                scoped = [
+                    j for j, x in enumerate(ranking) if bench.metric_family != "fashioniq" or x in q.judgments.gallery
+                ]
+                ranking = ([q.reference_ids[0]] if i % 3 == 0 else []) + ranking[: scoped[110]]
             runs[name][q.query_id] = ranking
     for name, run in runs.items():
         (folder / f"{name}.json").write_text(json.dumps({bench.results_key(k): v for k, v in run.items()}))
@@ -94,11 +98,34 @@ def family_case(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"truth_{kind}")
     runs = two_runs(bench, folder)
     files = [str(folder / "A.json"), str(folder / "B.json")]
-    assert main(["eval", "--benchmark", kind, *flags, "--results-json", *files, "--out", str(folder / "eval"),
-                 "--n-boot", "0", "--no-plots"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--benchmark",
+                kind,
+                *flags,
+                "--results-json",
+                *files,
+                "--out",
+                str(folder / "eval"),
+                "--n-boot",
+                "0",
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
     table = pd.read_csv(folder / "eval" / "per_query.csv", dtype={"query_id": str, "run": str})
-    svc = build_service(ServiceConfig(benchmark=kind, benchmark_kwargs=kwargs, reranker="none",
-                                      runs=(("A", files[0]), ("B", files[1])), warm_thumbnails=False))
+    svc = build_service(
+        ServiceConfig(
+            benchmark=kind,
+            benchmark_kwargs=kwargs,
+            reranker="none",
+            runs=(("A", files[0]), ("B", files[1])),
+            warm_thumbnails=False,
+        )
+    )
     yield bench, flags, runs, folder, table, svc
     svc.engine.close()
 
@@ -106,8 +133,26 @@ def family_case(request, tmp_path_factory):
 def failures_csv(case, sort: str, *extra: str) -> list[dict]:
     bench, flags, _, folder, _, _ = case
     out = folder / "failures.csv"
-    assert main(["failures", "--benchmark", bench.metric_family, *flags, "--results-json", f"A={folder / 'A.json'}",
-                 str(folder / "B.json"), "--sort", sort, "--out", str(out), "--overwrite", *extra]) == 0
+    assert (
+        main(
+            [
+                "failures",
+                "--benchmark",
+                bench.metric_family,
+                *flags,
+                "--results-json",
+                f"A={folder / 'A.json'}",
+                str(folder / "B.json"),
+                "--sort",
+                sort,
+                "--out",
+                str(out),
+                "--overwrite",
+                *extra,
+            ]
+        )
+        == 0
+    )
     with open(out, newline="") as f:
         return list(csv.DictReader(f))
 
@@ -154,8 +199,10 @@ def test_every_rank_is_the_official_rank_over_the_whole_file(family_case):
                 assert _int(app_rows.at[(name, qid), col]) == want[col], (name, qid, col)
             if bench.metric_family == "cirr":
                 assert _int(r[f"{name}/reference_rank"]) == (
-                    run[qid].index(bench.query(qid).reference_ids[0]) + 1 if bench.query(qid).reference_ids[0] in run[qid]
-                    else None)
+                    run[qid].index(bench.query(qid).reference_ids[0]) + 1
+                    if bench.query(qid).reference_ids[0] in run[qid]
+                    else None
+                )
     if bench.metric_family != "circo":
         assert beyond_50 >= 4  # the case the issue is about: ranks 51-100 are ranks
 
@@ -189,8 +236,15 @@ def test_columns_say_where_the_target_is_beyond_the_tiles(family_case):
             if bench.metric_family == "cirr":
                 assert _int(col.ranks["subset_rank"]) == subset
                 assert f"target at rank {subset} within its img_set" in col.where
-                assert list(col.metrics) == ["Recall@1", "Recall@5", "Recall@10", "Recall@50", "Recall_subset@1",
-                                             "Recall_subset@2", "Recall_subset@3"]
+                assert list(col.metrics) == [
+                    "Recall@1",
+                    "Recall@5",
+                    "Recall@10",
+                    "Recall@50",
+                    "Recall_subset@1",
+                    "Recall_subset@2",
+                    "Recall_subset@3",
+                ]
     assert seen == {"none", "beyond", "shown"}
 
 
@@ -223,11 +277,23 @@ def test_failures_takes_names_a_diff_metric_and_says_one_error(family_case, caps
     base = ["failures", "--benchmark", "cirr", *flags, "--out", str(folder / "x.csv")]
     bad = folder / "bad.json"
     bad.write_text(json.dumps({bench.results_key(bench.queries[0].query_id): ["x", "x"]}))  # a repeated id
-    cases = [(["--results-json", str(bad)], "bad.json"),
-             (["--results-json", str(folder / "A.json"), str(folder / "B.json"), "--sort", "diff:A,B", "--metric",
-               "AP@10"], "not a per-query metric"),
-             (["--results-json", str(folder / "A.json"), "--metric", "Recall@5"], "diff:A,B sort compares"),
-             (["--results-json", f"A={folder / 'A.json'}", f"A={folder / 'B.json'}"], "two runs are named 'A'")]
+    cases = [
+        (["--results-json", str(bad)], "bad.json"),
+        (
+            [
+                "--results-json",
+                str(folder / "A.json"),
+                str(folder / "B.json"),
+                "--sort",
+                "diff:A,B",
+                "--metric",
+                "AP@10",
+            ],
+            "not a per-query metric",
+        ),
+        (["--results-json", str(folder / "A.json"), "--metric", "Recall@5"], "diff:A,B sort compares"),
+        (["--results-json", f"A={folder / 'A.json'}", f"A={folder / 'B.json'}"], "two runs are named 'A'"),
+    ]
     for argv, words in cases:
         assert main([*base, *argv]) == 2, argv
         err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("warning: ")]

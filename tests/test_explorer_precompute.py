@@ -2,6 +2,7 @@
 waiting -> running (n/N from the staged results files) -> done, a failure with the log's last
 line, a retry after it, and no second run while one is running; and `complete_run` (stood in by
 the scripted tests) for real on the tiny world."""
+
 import sys
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from cir_demo.explorer import precompute
 from cir_demo.explorer.precompute import PrecomputeJob, PrecomputeStatus
 
-CHILD = r'''
+CHILD = r"""
 import os, sys, time
 from pathlib import Path
 out, mode = Path(sys.argv[1]), sys.argv[2]
@@ -33,7 +34,7 @@ if mode == "fail-with-bar":  # the command line's error line, then a progress ba
 (staged / "results" / "b.json").write_text("{}")
 out.mkdir(parents=True)
 (out / "metrics.csv").write_text("model\n")
-'''
+"""
 
 
 class ScriptedJob(PrecomputeJob):
@@ -51,8 +52,12 @@ class ScriptedJob(PrecomputeJob):
 
 
 def service(stored=()):
-    return SimpleNamespace(retriever_names=["a"], reranker_name="judge", benchmark=SimpleNamespace(name="world"),
-                           stored_sorts=lambda: set(stored))
+    return SimpleNamespace(
+        retriever_names=["a"],
+        reranker_name="judge",
+        benchmark=SimpleNamespace(name="world"),
+        stored_sorts=lambda: set(stored),
+    )
 
 
 def wait_for(job, state, seconds=300):
@@ -117,8 +122,12 @@ def test_sorts_with_data_on_disk_are_offered_while_the_run_computes_the_rest(tmp
     assert not st.sort_ready("rerank_helped") and not st.sort_ready("shortcut")
     from cir_demo.explorer import SortChoice
 
-    offered = SimpleNamespace(sorts=lambda: [SortChoice(n, n.title(), True) for n in ("order", "negatives", "rerank_hurt")]
-                              + [SortChoice("two_image", "Two", False, "every query has one reference image")])
+    offered = SimpleNamespace(
+        sorts=lambda: (
+            [SortChoice(n, n.title(), True) for n in ("order", "negatives", "rerank_hurt")]
+            + [SortChoice("two_image", "Two", False, "every query has one reference image")]
+        )
+    )
     labels = dict((key, label) for label, key in sort_choices(offered, st))
     assert not labels["negatives"].endswith(WAITING_MARK) and labels["rerank_hurt"].endswith(WAITING_MARK)
     assert "two_image" not in labels  # a sort without data is not offered
@@ -191,12 +200,18 @@ def assert_run_holds_what_the_app_shows(svc, run_dir: Path) -> None:
         run_name = f"{name}{RERANK_SUFFIX}" if rerank else name
         written = per_query[per_query["run"] == run_name].set_index("query_id")
         ranked = read_results(run_dir / "results" / f"{run_name}.json", svc.benchmark).run
-        recomputed = pinpoint.per_query({q.query_id: ranked[q.query_id] for q in queries}, queries).set_index("query_id")
+        recomputed = pinpoint.per_query({q.query_id: ranked[q.query_id] for q in queries}, queries).set_index(
+            "query_id"
+        )
         for q in queries:
             live = svc.compare(q.query_id, [name], rerank=rerank).columns[0].metrics
             for metric in ("AP@10", "precision@10", "NegRecall@10"):  # the world's family shows these
                 got = float(written.at[q.query_id, metric])  # per_query.csv holds 6 decimals
-                assert math.isclose(got, float(recomputed.at[q.query_id, metric]), abs_tol=6e-7), (run_name, q.query_id, metric)
+                assert math.isclose(got, float(recomputed.at[q.query_id, metric]), abs_tol=6e-7), (
+                    run_name,
+                    q.query_id,
+                    metric,
+                )
                 assert math.isclose(got, live[metric], abs_tol=6e-7), (run_name, q.query_id, metric, got, live[metric])
                 if got > 0:
                     nonzero.add(metric)

@@ -1,6 +1,7 @@
 """`ExplorerService` on the tiny world with tiny real models (cir_demo/explorer/service.py), against
 independent oracles: brute-force retrieval over the index vectors, the reranker called directly,
 per-paraphrase comparisons, loops over rankings for the failure statistics."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +9,7 @@ import pytest
 
 
 from cir_demo.benchmarks.registry import get_spec
-from cir_demo.explorer import (ServiceError, filter_queries, filter_value, query_metrics,
-                               validate_upload)
+from cir_demo.explorer import ServiceError, filter_queries, filter_value, query_metrics, validate_upload
 from cir_demo.explorer.config import NO_VALUE
 from cir_demo.testing.explorer import VERIFIER, build_tiny_service
 
@@ -34,13 +34,16 @@ def test_filter_queries_against_brute_force(service):
     assert choices["skin_tone_bucket"][-1] == NO_VALUE
     # skin tones read as PinPoint's buckets with their Monk ranges, lightest first
     buckets = [v for v in choices["skin_tone_bucket"] if v != NO_VALUE]
-    monk = {"lightest (Monk 1-3)": 0, "second lightest (Monk 4-5)": 1, "second darkest (Monk 6-7)": 2,
-            "darkest (Monk 8-10)": 3}
+    monk = {
+        "lightest (Monk 1-3)": 0,
+        "second lightest (Monk 4-5)": 1,
+        "second darkest (Monk 6-7)": 2,
+        "darkest (Monk 8-10)": 3,
+    }
     assert set(buckets) <= set(monk) and buckets == sorted(buckets, key=monk.get) and len(buckets) >= 2
     assert filter_value("skin_tone_bucket", "SECOND_DARKEST") == "second darkest (Monk 6-7)"
     with pytest.raises(ServiceError, match="unknown filter"):
         filter_queries(table, "", {"colour": "red"})
-
 
 
 def brute_force_top(service, name, cq, k):
@@ -67,8 +70,9 @@ def test_compare_matches_brute_force_and_judgments(service):
         assert [t.score for t in col.tiles] == pytest.approx(list(scores), abs=1e-5)
         assert [t.rank for t in col.tiles] == list(range(1, 11))
         for t in col.tiles:
-            expected = ("positive" if t.image_id in query.positives else
-                        "negative" if t.image_id in query.negatives else None)
+            expected = (
+                "positive" if t.image_id in query.positives else "negative" if t.image_id in query.negatives else None
+            )
             assert t.judgment == expected and t.thumb.startswith("data:image/jpeg;base64,")
         full = service.engine.search(col.retriever, [cq], k=50)[0].ids
         assert col.metrics == pytest.approx(query_metrics(full, query))
@@ -100,8 +104,14 @@ def test_compare_with_reranker_matches_rerank_and_reports_movement(service):
     cq = service.engine.composed(query)
     first = service.engine.search(name, [cq], k=50)[0]
     reranker = service.engine.reranker(VERIFIER)
-    oracle = rerank(RerankRequest(cq.reference_images, cq.reference_ids, cq.text), first.ids, first.scores,
-                    service.engine.open_image, reranker, top_n=15)  # no cache: scores recomputed
+    oracle = rerank(
+        RerankRequest(cq.reference_images, cq.reference_ids, cq.text),
+        first.ids,
+        first.scores,
+        service.engine.open_image,
+        reranker,
+        top_n=15,
+    )  # no cache: scores recomputed
     assert [t.image_id for t in col.tiles] == [it.candidate_id for it in oracle[:10]]
     for t, it in zip(col.tiles, oracle):
         assert t.first_stage_rank == it.first_stage_rank + 1
@@ -164,7 +174,9 @@ def test_uploaded_world_image_ranks_like_the_benchmark_query(service, tmp_path):
         assert [t.image_id for t in a.tiles] == [t.image_id for t in b.tiles]
         assert all(t.judgment is None for t in a.tiles) and a.metrics == {}
     assert not got.judged and get_spec("world").upload_note in got.notes
-    reranked = service.search_uploads([upload], query.instruction, service.retriever_names[:1], k=10, rerank=True, top_n=10)
+    reranked = service.search_uploads(
+        [upload], query.instruction, service.retriever_names[:1], k=10, rerank=True, top_n=10
+    )
     assert all(t.p_yes is not None for t in reranked.columns[0].tiles)
     with pytest.raises(ServiceError, match="instruction"):
         service.search_uploads([upload], "  ", None)

@@ -1,6 +1,7 @@
 """A complete stored `--eval` run is reused for every benchmark family: an app started on a benchmark
 whose run is on disk starts no background run (before it, the same app would start one), and the
 background run gets every benchmark flag, generated from the benchmark's declaration."""
+
 from __future__ import annotations
 
 import argparse
@@ -26,9 +27,18 @@ def _pinpoint(root: Path) -> dict:
 
 
 def _circo(root: Path) -> dict:
-    entries = [{"reference_img_id": 100 + i, "target_img_id": 200 + i, "relative_caption": f"change {i}",
-                "shared_concept": "thing", "gt_img_ids": [200 + i, 300 + i], "id": i,
-                "semantic_aspects": ["addition"]} for i in range(4)]
+    entries = [
+        {
+            "reference_img_id": 100 + i,
+            "target_img_id": 200 + i,
+            "relative_caption": f"change {i}",
+            "shared_concept": "thing",
+            "gt_img_ids": [200 + i, 300 + i],
+            "id": i,
+            "semantic_aspects": ["addition"],
+        }
+        for i in range(4)
+    ]
     (root / "annotations").mkdir(parents=True)
     (root / "annotations" / "val.json").write_text(json.dumps(entries))
     ids = sorted({x for e in entries for x in (e["reference_img_id"], *e["gt_img_ids"])} | {7, 8})
@@ -67,14 +77,27 @@ def _jsonl(root: Path) -> dict:
     from cir_demo.benchmarks.schema import Benchmark, Judgments, Query
 
     corpus = [f"img{i}" for i in range(8)]
-    queries = [Query(f"q{g}_{p}", (f"img{g}",), f"text {g} {p}", f"g{g}", Judgments((f"img{g + 4}",), ()), {})
-               for g in range(3) for p in range(2)]
-    return {"root": str(export_jsonl_benchmark(Benchmark("mine", "pinpoint", queries, corpus), root / "b",
-                                               image_mode="none"))}
+    queries = [
+        Query(f"q{g}_{p}", (f"img{g}",), f"text {g} {p}", f"g{g}", Judgments((f"img{g + 4}",), ()), {})
+        for g in range(3)
+        for p in range(2)
+    ]
+    return {
+        "root": str(
+            export_jsonl_benchmark(Benchmark("mine", "pinpoint", queries, corpus), root / "b", image_mode="none")
+        )
+    }
 
 
-FAMILY_BENCHMARKS = {"pinpoint": _pinpoint, "circo": _circo, "edir": _edir, "cirr": _cirr, "fashioniq": _fashioniq,
-                     "icir": _icir, "jsonl": _jsonl}
+FAMILY_BENCHMARKS = {
+    "pinpoint": _pinpoint,
+    "circo": _circo,
+    "edir": _edir,
+    "cirr": _cirr,
+    "fashioniq": _fashioniq,
+    "icir": _icir,
+    "jsonl": _jsonl,
+}
 
 
 def test_every_declared_family_is_covered_here():
@@ -96,13 +119,22 @@ def stored_run_setup(tmp_path, monkeypatch):
         bench = load_benchmark(name, **kwargs)
         corpus = list(bench.corpus_ids)
         # every query ranks the corpus, rotated per query so the runs differ
-        run = {q.query_id: {"retrieved_items": corpus[i % len(corpus):] + corpus[:i % len(corpus)]}
-               for i, q in enumerate(bench.queries)}
+        run = {
+            q.query_id: {"retrieved_items": corpus[i % len(corpus) :] + corpus[: i % len(corpus)]}
+            for i, q in enumerate(bench.queries)
+        }
         path = tmp_path / f"{name}-rankings.json"
         path.write_text(json.dumps(run))
         retriever = f"stored-{name}"
-        registry.register_config({"name": retriever, "family": "precomputed", "model": "rankings made elsewhere",
-                                  "params": {"path": str(path), "format": "pinpoint"}}, replace=True)
+        registry.register_config(
+            {
+                "name": retriever,
+                "family": "precomputed",
+                "model": "rankings made elsewhere",
+                "params": {"path": str(path), "format": "pinpoint"},
+            },
+            replace=True,
+        )
         registered.append(retriever)
         return name, kwargs, retriever, tmp_path / "runs"
 
@@ -112,13 +144,17 @@ def stored_run_setup(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("family", sorted(FAMILY_BENCHMARKS))
-def test_an_app_on_a_benchmark_with_a_complete_stored_run_starts_no_background_run(stored_run_setup, family,
-                                                                                    monkeypatch, capsys):
+def test_an_app_on_a_benchmark_with_a_complete_stored_run_starts_no_background_run(
+    stored_run_setup, family, monkeypatch, capsys
+):
     from cir_demo.explorer import ServiceConfig, build_service
 
     name, kwargs, retriever, runs = stored_run_setup(family)
-    service = build_service(ServiceConfig(benchmark=name, benchmark_kwargs=kwargs, retrievers=(retriever,),
-                                          reranker="none", warm_thumbnails=False))
+    service = build_service(
+        ServiceConfig(
+            benchmark=name, benchmark_kwargs=kwargs, retrievers=(retriever,), reranker="none", warm_thumbnails=False
+        )
+    )
     flags = benchmark_flags(name, kwargs)
     launched = []
     monkeypatch.setattr(PrecomputeJob, "_launch_or_follow", lambda self, *a, **k: launched.append(a))
@@ -128,10 +164,28 @@ def test_an_app_on_a_benchmark_with_a_complete_stored_run_starts_no_background_r
     out = runs / f"20990101-000000-{name}"
     # these fixtures have no image files; the pre-run check and the engine open the reference images
     monkeypatch.setattr("cir_demo.preflight.run.images_for_run", lambda bench, args, stream=None: bench)
-    monkeypatch.setattr("cir_demo.benchmarks.images.FolderImageStore._open",
-                        lambda self, image_id: Image.new("RGB", (8, 8), (128, 128, 128)))
-    assert app.main(["--eval", *flags, "--retrievers", retriever, "--rerank", "none", "--n-boot", "20",
-                     "--no-plots", "--out", str(out)]) == 0, capsys.readouterr().err
+    monkeypatch.setattr(
+        "cir_demo.benchmarks.images.FolderImageStore._open",
+        lambda self, image_id: Image.new("RGB", (8, 8), (128, 128, 128)),
+    )
+    assert (
+        app.main(
+            [
+                "--eval",
+                *flags,
+                "--retrievers",
+                retriever,
+                "--rerank",
+                "none",
+                "--n-boot",
+                "20",
+                "--no-plots",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     assert complete_run(service) == out
     job = PrecomputeJob(flags, runs_root=runs)
     job.start_for(service)
@@ -185,5 +239,18 @@ def test_the_app_hands_its_benchmark_flags_to_the_background_run(tmp_path, monke
 
     monkeypatch.setattr(precompute, "PrecomputeJob", record)
     with pytest.raises(Stop):
-        ui_app.main(["--benchmark", "cirr", "--root", root, "--split", "test1", "--limit", "3", "--retrievers", "world-clip-text"])
+        ui_app.main(
+            [
+                "--benchmark",
+                "cirr",
+                "--root",
+                root,
+                "--split",
+                "test1",
+                "--limit",
+                "3",
+                "--retrievers",
+                "world-clip-text",
+            ]
+        )
     assert seen["argv"] == ["--benchmark", "cirr", "--root", root, "--split", "test1", "--limit", "3"]

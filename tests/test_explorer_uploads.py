@@ -1,5 +1,6 @@
 """Upload validation (cir_demo/explorer/uploads.py) against hand-built files: what is refused names
 the file and the problem, what is fixed gives the pixels an independent conversion gives."""
+
 from __future__ import annotations
 
 import io
@@ -93,11 +94,21 @@ def test_upload_large_image_is_shrunk(tmp_path):
     assert v.image.size == (1024, 512) and any("shrunk" in n for n in v.notes)
 
 
-@pytest.mark.parametrize("kind, expected", [
-    ("empty", "empty"), ("text", "not an image"), ("truncated_png", "truncat"), ("truncated_jpeg", "truncat"),
-    ("ppm", "not supported"), ("tiny", "too small"), ("bytes", "limit is"), ("pixels", "megapixels"),
-    ("bomb_header", "claims 3,600 megapixels"), ("garbage_png", "corrupt"),
-])
+@pytest.mark.parametrize(
+    "kind, expected",
+    [
+        ("empty", "empty"),
+        ("text", "not an image"),
+        ("truncated_png", "truncat"),
+        ("truncated_jpeg", "truncat"),
+        ("ppm", "not supported"),
+        ("tiny", "too small"),
+        ("bytes", "limit is"),
+        ("pixels", "megapixels"),
+        ("bomb_header", "claims 3,600 megapixels"),
+        ("garbage_png", "corrupt"),
+    ],
+)
 def test_upload_refusals_name_the_file_and_problem(tmp_path, kind, expected):
     path = tmp_path / f"{kind}.bin"
     kw = {}
@@ -139,7 +150,9 @@ def png_with_claimed_size(width: int, height: int) -> bytes:
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00" * 10)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00" * 10)) + chunk(b"IEND", b"")
+    )
 
 
 def test_upload_content_id_depends_on_pixels_only(tmp_path):

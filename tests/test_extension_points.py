@@ -6,6 +6,7 @@ a folder) and its metric family (reciprocal rank), registers each with one table
 `doctor`, `eval --dry-run` and `eval` on them with no other edit to cir_demo. The metrics of the
 run are checked against a brute-force ranking and a reciprocal rank computed here.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -63,11 +64,19 @@ def write_toy(root: Path) -> None:
                     continue
                 group = f"{shape}-{source}-to-{target}"
                 for i, wording in enumerate((f"make it {target}", f"the same {shape} but {target}")):
-                    queries.append({"query_id": f"{group}-{i}", "reference": f"{shape}-{source}-0",
-                                    "instruction": wording, "group": group, "shape": shape,
-                                    "positives": [f"{shape}-{target}-{v}" for v in range(3)],
-                                    "negatives": [f"{other}-{target}-{v}" for other in SHAPES if other != shape
-                                                  for v in range(3)]})
+                    queries.append(
+                        {
+                            "query_id": f"{group}-{i}",
+                            "reference": f"{shape}-{source}-0",
+                            "instruction": wording,
+                            "group": group,
+                            "shape": shape,
+                            "positives": [f"{shape}-{target}-{v}" for v in range(3)],
+                            "negatives": [
+                                f"{other}-{target}-{v}" for other in SHAPES if other != shape for v in range(3)
+                            ],
+                        }
+                    )
     (root / "queries.json").write_text(json.dumps(queries), encoding="utf-8")
 
 
@@ -76,12 +85,26 @@ def load_toy(root: str) -> Benchmark:
 
     root = Path(root)
     rows = json.loads((root / "queries.json").read_text(encoding="utf-8"))
-    queries = [Query(r["query_id"], (r["reference"],), r["instruction"], r["group"],
-                     Judgments(tuple(r["positives"]), tuple(r["negatives"])), {"shape": r["shape"]}) for r in rows]
+    queries = [
+        Query(
+            r["query_id"],
+            (r["reference"],),
+            r["instruction"],
+            r["group"],
+            Judgments(tuple(r["positives"]), tuple(r["negatives"])),
+            {"shape": r["shape"]},
+        )
+        for r in rows
+    ]
     corpus = sorted(p.stem for p in (root / "images").glob("*.png"))
-    return Benchmark("toy-colors", "toy-rr", queries, corpus,
-                     images=FolderImageStore(root / "images", filename_pattern="{id}.png"),
-                     info={"index_name": "toy-colors"})
+    return Benchmark(
+        "toy-colors",
+        "toy-rr",
+        queries,
+        corpus,
+        images=FolderImageStore(root / "images", filename_pattern="{id}.png"),
+        info={"index_name": "toy-colors"},
+    )
 
 
 # --------------------------------------------------------------------------- metric family "toy-rr"
@@ -95,28 +118,45 @@ def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], **_: A
             continue
         ranking, positives = list(run[q.query_id]), set(q.positives)
         first = next((r for r, image in enumerate(ranking, start=1) if image in positives), None)
-        rows.append({"query_id": q.query_id, "group_id": q.group_id, "scored": True,
-                     "RR": 1.0 / first if first else 0.0, "hit@1": float(first == 1)})
+        rows.append(
+            {
+                "query_id": q.query_id,
+                "group_id": q.group_id,
+                "scored": True,
+                "RR": 1.0 / first if first else 0.0,
+                "hit@1": float(first == 1),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
-    return {"MRR": float(per_query_df["RR"].mean()), "Hit@1": float(per_query_df["hit@1"].mean()),
-            "total_queries": int(n_queries_total), "coverage": len(per_query_df) / n_queries_total}
+    return {
+        "MRR": float(per_query_df["RR"].mean()),
+        "Hit@1": float(per_query_df["hit@1"].mean()),
+        "total_queries": int(n_queries_total),
+        "coverage": len(per_query_df) / n_queries_total,
+    }
 
 
 def rank_plot(benchmark, evaluations, out_dir: Path) -> dict[str, Path]:
     from cir_demo.harness import charts
 
     names = [ev.name for ev in evaluations]
-    path = charts.bar_chart(out_dir / "toy_mrr.png", names, {"MRR": [ev.metrics["MRR"] for ev in evaluations]},
-                            f"MRR: {benchmark.name}", "MRR")
+    path = charts.bar_chart(
+        out_dir / "toy_mrr.png",
+        names,
+        {"MRR": [ev.metrics["MRR"] for ev in evaluations]},
+        f"MRR: {benchmark.name}",
+        "MRR",
+    )
     return {"toy_mrr.png": path}
 
 
 def first_hits_section(benchmark, evaluations, table: pd.DataFrame) -> str:
-    return "## Toy first hits\n\n" + "\n".join(f"- {ev.name}: {int(ev.per_query['hit@1'].sum())} queries"
-                                               for ev in evaluations)
+    return "## Toy first hits\n\n" + "\n".join(
+        f"- {ev.name}: {int(ev.per_query['hit@1'].sum())} queries" for ev in evaluations
+    )
 
 
 def missed_first(per_query: pd.DataFrame, ctx) -> tuple[pd.Series, pd.DataFrame, pd.Series]:
@@ -126,14 +166,32 @@ def missed_first(per_query: pd.DataFrame, ctx) -> tuple[pd.Series, pd.DataFrame,
     return mean < 1, pd.DataFrame({"k0": mean}), mean.map(lambda v: f"mean RR {v:.3f}")
 
 
-TOY_VIEWS = FailureViews(sorts=(), filters={"shape": "Shape"},
-                         extra_sorts={"missed_first": ("First positive not at rank 1", f"{HERE}:missed_first")})
-TOY_FAMILY = MetricFamily(name="toy-rr", module=HERE, official_columns="OFFICIAL_COLUMNS",
-                          headline={"RR": "MRR", "hit@1": "Hit@1"}, primary="RR", shown=("RR", "hit@1"),
-                          results_format="run-dict", plots=(f"{HERE}:rank_plot",),
-                          report_sections=(f"{HERE}:first_hits_section",), failure_views=f"{HERE}:TOY_VIEWS")
-TOY_SPEC = BenchmarkSpec("toy-colors", "coloured shapes written by a test", "toy-rr", f"{HERE}:load_toy",
-                         required=("root",), default_retrievers=("toy-projection",), default_reranker="toy-palette")
+TOY_VIEWS = FailureViews(
+    sorts=(),
+    filters={"shape": "Shape"},
+    extra_sorts={"missed_first": ("First positive not at rank 1", f"{HERE}:missed_first")},
+)
+TOY_FAMILY = MetricFamily(
+    name="toy-rr",
+    module=HERE,
+    official_columns="OFFICIAL_COLUMNS",
+    headline={"RR": "MRR", "hit@1": "Hit@1"},
+    primary="RR",
+    shown=("RR", "hit@1"),
+    results_format="run-dict",
+    plots=(f"{HERE}:rank_plot",),
+    report_sections=(f"{HERE}:first_hits_section",),
+    failure_views=f"{HERE}:TOY_VIEWS",
+)
+TOY_SPEC = BenchmarkSpec(
+    "toy-colors",
+    "coloured shapes written by a test",
+    "toy-rr",
+    f"{HERE}:load_toy",
+    required=("root",),
+    default_retrievers=("toy-projection",),
+    default_reranker="toy-palette",
+)
 
 
 # --------------------------------------------------------------------------- retriever family "toy_projection"
@@ -186,8 +244,12 @@ class ProjectionRetriever(Retriever):
         return _unit(x @ self.projection[: self.n_pixels])
 
     def encode_queries(self, queries: Sequence[ComposedQuery], batch_size=None) -> np.ndarray:
-        x = np.stack([np.concatenate([pixel_features(q.reference_images[0]), self.text_weight * word_features(q.text)])
-                      for q in queries])
+        x = np.stack(
+            [
+                np.concatenate([pixel_features(q.reference_images[0]), self.text_weight * word_features(q.text)])
+                for q in queries
+            ]
+        )
         return _unit(x @ self.projection)
 
 
@@ -253,8 +315,14 @@ def toy(tmp_path, monkeypatch):
     monkeypatch.setitem(BACKENDS, "toy-palette", f"{HERE}:PaletteReranker")
     monkeypatch.setitem(families.FAMILIES, "toy-rr", TOY_FAMILY)
     monkeypatch.setitem(benchmarks.BENCHMARKS, "toy-colors", TOY_SPEC)
-    retrievers.register_config({"name": "toy-projection", "family": "toy_projection",
-                                "params": {"projection": str(tmp_path / "projection.npy")}}, replace=True)
+    retrievers.register_config(
+        {
+            "name": "toy-projection",
+            "family": "toy_projection",
+            "params": {"projection": str(tmp_path / "projection.npy")},
+        },
+        replace=True,
+    )
     yield tmp_path
     retrievers.unregister("toy-projection")
 
@@ -307,8 +375,9 @@ def test_dry_run_and_eval_on_the_registered_modules(toy, capsys):
     reranked = {}
     for q in bench.queries:
         target = palette[q.instruction.split()[-1]]
-        reranked[q.query_id] = sorted(first[q.query_id][:24],
-                                      key=lambda i: np.linalg.norm(dominant_color(bench.images.open(i)) - target))
+        reranked[q.query_id] = sorted(
+            first[q.query_id][:24], key=lambda i: np.linalg.norm(dominant_color(bench.images.open(i)) - target)
+        )
 
     def mrr(run):
         ranks = [next((r for r, i in enumerate(run[q.query_id], 1) if i in q.positives), None) for q in bench.queries]
@@ -336,7 +405,9 @@ def test_a_family_module_must_declare_what_it_needs(monkeypatch):
     from cir_demo.retrievers import registry as retrievers
 
     monkeypatch.setitem(retrievers.FAMILIES, "no_needs", "cir_demo.retrievers.recipes")
-    with pytest.raises(retrievers.ConfigError, match=r"cir_demo.retrievers.recipes does not define PARAMS, load, weights"):
+    with pytest.raises(
+        retrievers.ConfigError, match=r"cir_demo.retrievers.recipes does not define PARAMS, load, weights"
+    ):
         retrievers.validate_config({"name": "x", "family": "no_needs"}, "test")
 
 
@@ -359,17 +430,41 @@ def test_the_app_reports_and_explores_the_toy_family(toy):
         runs[name] = toy / f"{name}.json"
         runs[name].write_text(json.dumps(run), encoding="utf-8")
     out = toy / "files-eval"
-    assert cli(["eval", "--benchmark", "toy-colors", "--root", str(toy / "toy"), "--results-json",
-                *map(str, runs.values()), "--out", str(out), "--n-boot", "50"]) == 0
-    service = build_service(ServiceConfig(benchmark="toy-colors", benchmark_kwargs={"root": str(toy / "toy")},
-                                          reranker="none", runs=tuple((n, str(p)) for n, p in runs.items()),
-                                          warm_thumbnails=False))
+    assert (
+        cli(
+            [
+                "eval",
+                "--benchmark",
+                "toy-colors",
+                "--root",
+                str(toy / "toy"),
+                "--results-json",
+                *map(str, runs.values()),
+                "--out",
+                str(out),
+                "--n-boot",
+                "50",
+            ]
+        )
+        == 0
+    )
+    service = build_service(
+        ServiceConfig(
+            benchmark="toy-colors",
+            benchmark_kwargs={"root": str(toy / "toy")},
+            reranker="none",
+            runs=tuple((n, str(p)) for n, p in runs.items()),
+            warm_thumbnails=False,
+        )
+    )
     try:
         rows = pd.read_csv(out / "per_query.csv").set_index(["run", "query_id"])
         q = bench.queries[0]
         for col in service.compare(q.query_id, list(runs)).columns:
-            assert col.metrics == {"RR": rows.loc[(col.retriever, q.query_id), "RR"],
-                                   "hit@1": rows.loc[(col.retriever, q.query_id), "hit@1"]}
+            assert col.metrics == {
+                "RR": rows.loc[(col.retriever, q.query_id), "RR"],
+                "hit@1": rows.loc[(col.retriever, q.query_id), "hit@1"],
+            }
         shown = report.show_report(service)
         assert list(shown["metrics"]["value"].columns)[:3] == ["Run", "MRR", "Hit@1"]
         own = shown["own_metrics"]["value"].set_index("Run")
@@ -393,8 +488,10 @@ def test_the_app_reports_and_explores_the_toy_family(toy):
                 rr.append(next(1.0 / r for r, img in enumerate(ranking, 1) if img in q.positives))
             mean_rr[q.query_id] = float(np.mean(rr))
         order = [q.query_id for q in bench.queries]
-        want = sorted((q for q, v in mean_rr.items() if v < 1 and q.startswith("disc-")),
-                      key=lambda q: (mean_rr[q], order.index(q)))
+        want = sorted(
+            (q for q, v in mean_rr.items() if v < 1 and q.startswith("disc-")),
+            key=lambda q: (mean_rr[q], order.index(q)),
+        )
         listed = explore.list_queries(service, "", {"shape": "disc"}, "missed_first")
         assert listed["ids"] == want and len(want) > 2 and len({mean_rr[q] for q in want}) > 1
     finally:
@@ -418,12 +515,16 @@ def test_the_explorer_offers_the_family_s_sort_filter_and_metrics(toy):
         assert offered["missed_first"].available and offered["missed_first"].label == "First positive not at rank 1"
         assert "negatives" not in offered and "spread" not in offered
         first = brute_force_rankings(toy, bench)
-        rr = {q.query_id: next((1.0 / r for r, i in enumerate(first[q.query_id], 1) if i in q.positives), 0.0)
-              for q in bench.queries}
+        rr = {
+            q.query_id: next((1.0 / r for r, i in enumerate(first[q.query_id], 1) if i in q.positives), 0.0)
+            for q in bench.queries
+        }
         order = [q.query_id for q in bench.queries]
         want = sorted((k for k, v in rr.items() if v < 1), key=lambda k: (rr[k], order.index(k)))
         listed = svc.sorted_queries("missed_first", limit=1000)
-        assert list(listed.rows["query"]) == want and len({rr[k] for k in want}) > 2  # distinct RRs: the order says something
+        assert (
+            list(listed.rows["query"]) == want and len({rr[k] for k in want}) > 2
+        )  # distinct RRs: the order says something
         col = svc.compare(want[0], k=5).columns[0]
         assert col.metrics == {"RR": pytest.approx(rr[want[0]]), "hit@1": 0.0}
     finally:

@@ -14,6 +14,7 @@ removes nothing the project did not write.
 | 8 | missing weights: a traceback in the app's log | test_app_log_and_status_line_* |
 | 9 | the status line names server paths | test_app_log_and_status_line_* |
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,13 +60,26 @@ def _results_file(path: Path, offset: int) -> Path:
 
     bench = load_world(size="tiny")
     ids = sorted(bench.corpus_set)
-    write_results(path, bench, {q.query_id: ids[offset:offset + 10] for q in bench.queries}, fmt="run-dict")
+    write_results(path, bench, {q.query_id: ids[offset : offset + 10] for q in bench.queries}, fmt="run-dict")
     return path
 
 
 def _score(results: Path, out: Path, capsys, *extra: str) -> tuple[int, list[str]]:
-    return _eval(["--world-size", "tiny", "--results-json", str(results), "--n-boot", "0", "--no-plots",
-                  "--out", str(out), *extra], capsys)
+    return _eval(
+        [
+            "--world-size",
+            "tiny",
+            "--results-json",
+            str(results),
+            "--n-boot",
+            "0",
+            "--no-plots",
+            "--out",
+            str(out),
+            *extra,
+        ],
+        capsys,
+    )
 
 
 def _add_unrelated(out: Path) -> None:
@@ -101,7 +115,11 @@ def test_out_with_a_run_and_unrelated_files_is_refused_and_overwrite_replaces_on
 
     listed = set(json.loads(after["run_manifest.json"])["files"])
     assert listed == {name for name, data in after.items() if data is not None} - {
-        "run_manifest.json", "notes.txt", "thesis.tex", "src/model.py"}  # the new run's files, exactly
+        "run_manifest.json",
+        "notes.txt",
+        "thesis.tex",
+        "src/model.py",
+    }  # the new run's files, exactly
 
 
 def test_out_with_run_named_files_but_no_manifest_is_refused_even_with_overwrite(dirs, capsys):
@@ -131,16 +149,19 @@ def test_changed_file_of_an_earlier_run_is_not_overwritten(dirs, capsys):
 
 
 # --------------------------------------------------------------------------- rows 2-4: the app's flags
-@pytest.mark.parametrize("argv, expect", [
-    (["--port", "99999"], "error: --port 99999: must be a port number (0-65535)"),
-    (["--port", "-1"], "error: --port -1: must be a port number (0-65535)"),
-    (["--concurrency", "0"], "error: --concurrency 0: must be a positive number"),
-    (["--queue-size", "-1"], "error: --queue-size -1: must be a positive number"),
-    (["--queue-size", "0"], "error: --queue-size 0: must be a positive number"),
-    (["--threads", "0"], "error: --threads 0: must be a positive number"),
-    (["--benchmark", "cir"], "error: --benchmark: unknown benchmark 'cir'. Did you mean"),
-    (["--retrievers", "world-cri"], "error: --retrievers: unknown retriever 'world-cri'. Did you mean 'world-cir'"),
-])
+@pytest.mark.parametrize(
+    "argv, expect",
+    [
+        (["--port", "99999"], "error: --port 99999: must be a port number (0-65535)"),
+        (["--port", "-1"], "error: --port -1: must be a port number (0-65535)"),
+        (["--concurrency", "0"], "error: --concurrency 0: must be a positive number"),
+        (["--queue-size", "-1"], "error: --queue-size -1: must be a positive number"),
+        (["--queue-size", "0"], "error: --queue-size 0: must be a positive number"),
+        (["--threads", "0"], "error: --threads 0: must be a positive number"),
+        (["--benchmark", "cir"], "error: --benchmark: unknown benchmark 'cir'. Did you mean"),
+        (["--retrievers", "world-cri"], "error: --retrievers: unknown retriever 'world-cri'. Did you mean 'world-cir'"),
+    ],
+)
 def test_app_flags_are_checked_before_launch(dirs, monkeypatch, capsys, argv, expect):
     from cir_demo.ui import app as ui_app
 
@@ -154,10 +175,13 @@ def test_app_flags_are_checked_before_launch(dirs, monkeypatch, capsys, argv, ex
     assert len(err) == 1 and err[0].startswith(expect), err
 
 
-@pytest.mark.parametrize("env, expect", [
-    ("99999", "error: GRADIO_SERVER_PORT=99999: must be a port number (0-65535)"),
-    ("http", "error: GRADIO_SERVER_PORT=http: must be a port number (0-65535)"),
-])
+@pytest.mark.parametrize(
+    "env, expect",
+    [
+        ("99999", "error: GRADIO_SERVER_PORT=99999: must be a port number (0-65535)"),
+        ("http", "error: GRADIO_SERVER_PORT=http: must be a port number (0-65535)"),
+    ],
+)
 def test_app_port_from_the_environment_is_checked_like_the_flag(dirs, monkeypatch, capsys, env, expect):
     """gradio binds $GRADIO_SERVER_PORT when --port is absent: 99999 was its OverflowError traceback."""
     from cir_demo.ui import app as ui_app
@@ -170,10 +194,13 @@ def test_app_port_from_the_environment_is_checked_like_the_flag(dirs, monkeypatc
     assert len(err) == 1 and err[0].startswith(expect), err
 
 
-@pytest.mark.parametrize("argv, env, expect", [
-    (["--server-name", "no.such.host.invalid"], {}, "error: --server-name no.such.host.invalid: cannot listen on"),
-    ([], {"GRADIO_SERVER_NAME": "no.such.host.invalid"}, "error: GRADIO_SERVER_NAME=no.such.host.invalid: cannot"),
-])
+@pytest.mark.parametrize(
+    "argv, env, expect",
+    [
+        (["--server-name", "no.such.host.invalid"], {}, "error: --server-name no.such.host.invalid: cannot listen on"),
+        ([], {"GRADIO_SERVER_NAME": "no.such.host.invalid"}, "error: GRADIO_SERVER_NAME=no.such.host.invalid: cannot"),
+    ],
+)
 def test_app_interface_is_checked_before_launch(dirs, monkeypatch, capsys, argv, env, expect):
     """A host this machine cannot listen on was gradio's 'Cannot find empty port' traceback after 100 tries."""
     from cir_demo.ui import app as ui_app
@@ -201,8 +228,9 @@ def test_app_port_in_use_is_refused_before_launch(dirs, monkeypatch, capsys):
 
 
 def test_app_port_out_of_range_in_a_process(dirs):
-    proc = subprocess.run([sys.executable, "app.py", "--port", "99999"], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "app.py", "--port", "99999"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == ["error: --port 99999: must be a port number (0-65535)"]
 
@@ -217,13 +245,23 @@ def test_eval_unknown_benchmark_is_named_first_with_exit_2(dirs, capsys, extra):
 
 
 # --------------------------------------------------------------------------- rows 6-7: results-file faults
-@pytest.mark.parametrize("name, text, expect", [
-    ("run.json", '{"%s": {"%s": NaN, "%s": 1.0}}', "read as run-dict results: score must be a finite number, got nan"),
-    ("run.json", '{"%s": {"%s": 1.0, "%s": -Infinity}}', "read as run-dict results: score must be a finite number"),
-    ("run.trec", "%s Q0 %s 1 inf t\n%s Q0 x 2 1.0 t\n", "read as trec results: the score of image"),
-    ("pp.json", '{"%s": {"retrieved_items": ["%s", "%s"], "scores": [1.0, NaN]}}',
-     "read as pinpoint results: the score of image"),
-])
+@pytest.mark.parametrize(
+    "name, text, expect",
+    [
+        (
+            "run.json",
+            '{"%s": {"%s": NaN, "%s": 1.0}}',
+            "read as run-dict results: score must be a finite number, got nan",
+        ),
+        ("run.json", '{"%s": {"%s": 1.0, "%s": -Infinity}}', "read as run-dict results: score must be a finite number"),
+        ("run.trec", "%s Q0 %s 1 inf t\n%s Q0 x 2 1.0 t\n", "read as trec results: the score of image"),
+        (
+            "pp.json",
+            '{"%s": {"retrieved_items": ["%s", "%s"], "scores": [1.0, NaN]}}',
+            "read as pinpoint results: the score of image",
+        ),
+    ],
+)
 def test_non_finite_scores_name_format_and_fault_once_with_exit_2(dirs, capsys, name, text, expect):
     from cir_demo.world import load_world
 
@@ -255,8 +293,15 @@ def test_app_log_and_status_line_state_missing_weights_in_one_line_without_serve
     root = logging.getLogger()
     monkeypatch.setattr(root, "handlers", [handler])
     configure_log(debug=False)
-    config = ServiceConfig(benchmark="world", benchmark_kwargs={"size": "tiny"}, retrievers=("world-cir",),
-                           reranker="none", limit_groups=2, warm_thumbnails=False, device="cpu")
+    config = ServiceConfig(
+        benchmark="world",
+        benchmark_kwargs={"size": "tiny"},
+        retrievers=("world-cir",),
+        reranker="none",
+        limit_groups=2,
+        warm_thumbnails=False,
+        device="cpu",
+    )
     loader = ServiceLoader(config)
     service = loader.wait(600)
     text = log.getvalue()
@@ -314,8 +359,19 @@ def test_other_commands_reading_results_files_say_error_once_with_exit_2(dirs, c
     path = dirs / "run.json"
     path.write_text('{"%s": {"%s": NaN}}' % (bench.results_key(bench.queries[0].query_id), sorted(bench.corpus_set)[0]))
     capsys.readouterr()
-    rc = main([*command, "--benchmark", "world", "--world-size", "tiny", "--results-json", str(path),
-               "--out", str(dirs / "out.json")])
+    rc = main(
+        [
+            *command,
+            "--benchmark",
+            "world",
+            "--world-size",
+            "tiny",
+            "--results-json",
+            str(path),
+            "--out",
+            str(dirs / "out.json"),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].count("error:") == 1, err
     assert "read as run-dict results: score must be a finite number, got nan" in err[0]
@@ -326,9 +382,12 @@ def test_hide_paths_says_what_a_server_path_is_and_leaves_the_rest(dirs):
     from cir_demo.explorer.public_text import hide_paths
 
     weights = paths.assets_dir() / "world-cir" / "world_cir.safetensors"
-    text = (f"pixel cache {dirs / 'cache' / 'app' / 'pixels.sqlite'} cannot be used; index {dirs / 'indexes' / 'w'}; "
-            f"missing {weights}; log /srv/other/x.log; retriever 1/4 at 12 it/s, https://huggingface.co/a/b; "
-            "`git checkout assets/world-cir/`")
+    text = (
+        f"pixel cache {dirs / 'cache' / 'app' / 'pixels.sqlite'} cannot be used; index {dirs / 'indexes' / 'w'}; "
+        f"missing {weights}; log /srv/other/x.log; retriever 1/4 at 12 it/s, https://huggingface.co/a/b; "
+        "`git checkout assets/world-cir/`"
+    )
     assert hide_paths(text) == (
         "pixel cache the cache folder cannot be used; index the indexes folder; missing the weights of world-cir; "
-        "log a server file; retriever 1/4 at 12 it/s, https://huggingface.co/a/b; `git checkout assets/world-cir/`")
+        "log a server file; retriever 1/4 at 12 it/s, https://huggingface.co/a/b; `git checkout assets/world-cir/`"
+    )

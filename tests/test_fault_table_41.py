@@ -12,6 +12,7 @@ defects of the table. One test (or more) per case; each targets the exact behavi
 | 8 | --out links, mount points, read-only parents failing after the work | test_out_* |
 | 6, 9-15 | the app, the Report and results files | tests/test_fault_table_41_app.py |
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,8 +54,21 @@ def _results_file(path: Path) -> Path:
 
 def _score(out: Path, capsys, *extra: str, results: Path | None = None):
     results = results or _results_file(out.parent / "model_a.json")
-    return _eval(["--world-size", "tiny", "--results-json", str(results), "--n-boot", "0", "--no-plots",
-                  "--out", str(out), *extra], capsys)
+    return _eval(
+        [
+            "--world-size",
+            "tiny",
+            "--results-json",
+            str(results),
+            "--n-boot",
+            "0",
+            "--no-plots",
+            "--out",
+            str(out),
+            *extra,
+        ],
+        capsys,
+    )
 
 
 def _tree(folder: Path) -> dict[str, bytes | None]:
@@ -82,9 +96,14 @@ def test_manifest_entries_outside_the_folder_are_ignored_and_said(dirs, capsys):
     elsewhere = dirs / "elsewhere" / "empty"
     elsewhere.mkdir(parents=True)
     (dirs / "elsewhere" / "f.txt").write_text("x")
-    _add_to_manifest(out, {"../../../victim.txt": _record(dirs / "victim.txt"),
-                           str(dirs / "elsewhere" / "f.txt"): _record(dirs / "elsewhere" / "f.txt"),
-                           str(elsewhere / "gone.png"): {"size": 1, "sha256": "0" * 64}})
+    _add_to_manifest(
+        out,
+        {
+            "../../../victim.txt": _record(dirs / "victim.txt"),
+            str(dirs / "elsewhere" / "f.txt"): _record(dirs / "elsewhere" / "f.txt"),
+            str(elsewhere / "gone.png"): {"size": 1, "sha256": "0" * 64},
+        },
+    )
     rc, err, _ = _score(out, capsys, "--overwrite")
     assert rc == 0, err
     assert (dirs / "victim.txt").read_text() == "the user's, outside"
@@ -100,8 +119,9 @@ def test_a_forged_manifest_naming_a_users_file_leaves_it_alone(dirs, capsys):
     u = dirs / "u"
     u.mkdir()
     (u / "thesis.tex").write_text("t\n")
-    (u / "run_manifest.json").write_text(json.dumps({"written_by": "cir_demo", "kind": "run",
-                                                     "files": {"thesis.tex": _record(u / "thesis.tex")}}))
+    (u / "run_manifest.json").write_text(
+        json.dumps({"written_by": "cir_demo", "kind": "run", "files": {"thesis.tex": _record(u / "thesis.tex")}})
+    )
     before = _tree(u)
     for extra in ((), ("--overwrite",)):
         rc, err, _ = _score(u, capsys, *extra)
@@ -116,12 +136,15 @@ def test_a_forged_manifest_in_a_render_folder_leaves_the_users_file_alone(dirs, 
     u.mkdir()
     (u / "thesis.tex").write_text("t\n")
     (u / "w-te-000001.png").write_text("my picture, named like a render")
-    (u / "run_manifest.json").write_text(json.dumps({"written_by": "cir_demo", "kind": "run", "files": {
-        "thesis.tex": _record(u / "thesis.tex")}}))
+    (u / "run_manifest.json").write_text(
+        json.dumps({"written_by": "cir_demo", "kind": "run", "files": {"thesis.tex": _record(u / "thesis.tex")}})
+    )
     before = _tree(u)
     capsys.readouterr()
-    assert main(["world", "render", "w-te-000001", "--size", "tiny", "--pixels", "32", "--out", str(u),
-                 "--overwrite"]) == 2
+    assert (
+        main(["world", "render", "w-te-000001", "--size", "tiny", "--pixels", "32", "--out", str(u), "--overwrite"])
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "holds files that no cir_demo run recorded" in err[0], err
     assert _tree(u) == before
@@ -207,8 +230,10 @@ def test_wrote_is_said_only_after_the_final_move(dirs, capsys, monkeypatch):
         raise owned_folder.FolderInTheWay(f"{out}: taken meanwhile")
 
     monkeypatch.setattr(owned_folder, "replace_owned", refused)
-    rc, err, out_text = _eval(["--world-size", "tiny", "--results-json", str(_results_file(dirs / "m.json")),
-                               "--n-boot", "0", "--no-plots"], capsys)
+    rc, err, out_text = _eval(
+        ["--world-size", "tiny", "--results-json", str(_results_file(dirs / "m.json")), "--n-boot", "0", "--no-plots"],
+        capsys,
+    )
     assert rc == 2 and "taken meanwhile" in err[-1], err
     assert "wrote" not in out_text
     assert not [p for p in (dirs / "runs").iterdir() if not p.name.startswith(".")]  # its reserved folder removed
@@ -223,7 +248,9 @@ def test_system_folders_are_refused_in_one_line_without_walking_them(dirs, capsy
     monkeypatch.setattr(os, "walk", no_walk)
     monkeypatch.setattr(Path, "rglob", no_walk)
     rc, err, _ = _score(Path(folder), capsys, results=_results_file(dirs / "m.json"))
-    assert rc == 2 and len(err) == 1 and "a system folder" in err[0] and err[0].startswith(f"error: --out {folder}"), err
+    assert rc == 2 and len(err) == 1 and "a system folder" in err[0] and err[0].startswith(f"error: --out {folder}"), (
+        err
+    )
 
 
 def test_a_users_folder_is_refused_without_walking_its_tree(dirs, capsys, monkeypatch):
@@ -260,8 +287,9 @@ def test_out_a_dangling_link_is_refused_before_any_work(dirs, capsys):
     link = dirs / "link"
     link.symlink_to(dirs / "nowhere")
     rc, err, _ = _score(link, capsys)
-    assert rc == 2 and err == [f"error: --out {link}: a link to {dirs / 'nowhere'}, which does not exist; "
-                               "name a folder"], err
+    assert rc == 2 and err == [
+        f"error: --out {link}: a link to {dirs / 'nowhere'}, which does not exist; name a folder"
+    ], err
 
 
 def test_out_a_mount_point_is_refused_before_any_work(dirs, capsys, monkeypatch):

@@ -12,6 +12,7 @@
 
 Case 14 (`failures`' doubled `error:` prefix) is fixed and tested with the failures command (issue 38).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,9 +67,14 @@ def test_an_upload_named_by_a_browser_becomes_a_usable_column(dirs, bench):
     assert column_stem("  ") == "run" and column_stem("été.v2") == "t_.v2"
     path = _run_dict(bench, dirs / "results (1).json")
     added = []
-    service = types.SimpleNamespace(benchmark=bench, _lock=threading.Lock(), uploaded_runs={}, modality={},
-                                    max_uploaded_runs=16,
-                                    engine=types.SimpleNamespace(add_retriever=added.append, drop_retriever=None))
+    service = types.SimpleNamespace(
+        benchmark=bench,
+        _lock=threading.Lock(),
+        uploaded_runs={},
+        modality={},
+        max_uploaded_runs=16,
+        engine=types.SimpleNamespace(add_retriever=added.append, drop_retriever=None),
+    )
     column, _ = ExplorerService.add_file_run(service, path, Path(path).stem)
     assert column.startswith("results_1-") and registry.get_config(column)["family"] == "precomputed"
     assert len(added) == 1 and service.uploaded_runs == {column: "results (1).json"}
@@ -141,8 +147,14 @@ def test_runs_all_left_out_say_so_not_train_the_models(dirs, bench):
 
     bad = dirs / "bad.json"
     bad.write_text("[1, 2]")
-    config = ServiceConfig(benchmark="world", benchmark_kwargs={"size": "tiny"}, runs=(("bad", str(bad)),),
-                           reranker="none", warm_thumbnails=False, device="cpu")
+    config = ServiceConfig(
+        benchmark="world",
+        benchmark_kwargs={"size": "tiny"},
+        runs=(("bad", str(bad)),),
+        reranker="none",
+        warm_thumbnails=False,
+        device="cpu",
+    )
     service = build_service(config)
     try:
         notes = " ".join(service.warnings)
@@ -159,14 +171,27 @@ def test_deeply_nested_results_are_one_line_naming_the_file(dirs, bench, capsys)
     deep = dirs / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
     rc, err = _eval(["--world-size", "tiny", "--results-json", str(deep), "--out", str(dirs / "out")], capsys)
-    assert rc == 2 and err == [f"error: {deep}: nested too deeply (arrays or objects inside each other thousands "
-                               "of levels down) to be a results file"], err
+    assert rc == 2 and err == [
+        f"error: {deep}: nested too deeply (arrays or objects inside each other thousands "
+        "of levels down) to be a results file"
+    ], err
     deep_object = dirs / "deep_object.json"
     deep_object.write_text('{"a":' * 50_000 + "1" + "}" * 50_000)
     for command in (["submission"], ["rerank", "--backend", "world-verifier"]):
         capsys.readouterr()
-        rc = main([*command, "--benchmark", "world", "--world-size", "tiny", "--results-json", str(deep_object),
-                   "--out", str(dirs / "out.json")])
+        rc = main(
+            [
+                *command,
+                "--benchmark",
+                "world",
+                "--world-size",
+                "tiny",
+                "--results-json",
+                str(deep_object),
+                "--out",
+                str(dirs / "out.json"),
+            ]
+        )
         err = capsys.readouterr().err.strip().splitlines()
         assert rc == 2 and len(err) == 1 and "deep_object.json: nested too deeply" in err[0], (command, err)
 
@@ -177,11 +202,24 @@ def test_a_results_file_with_a_bom_is_scored_as_without(dirs, bench, capsys):
     bom = _run_dict(bench, dirs / "bom.json", encoding="utf-8-sig")
     assert bom.read_bytes()[:3] == b"\xef\xbb\xbf"
     for path in (plain, bom):
-        rc, err = _eval(["--world-size", "tiny", "--results-json", str(path), "--n-boot", "0", "--no-plots",
-                         "--out", str(dirs / path.stem)], capsys)
+        rc, err = _eval(
+            [
+                "--world-size",
+                "tiny",
+                "--results-json",
+                str(path),
+                "--n-boot",
+                "0",
+                "--no-plots",
+                "--out",
+                str(dirs / path.stem),
+            ],
+            capsys,
+        )
         assert rc == 0, err
-    assert (dirs / "bom" / "metrics.csv").read_text().replace("bom", "plain") == \
-        (dirs / "plain" / "metrics.csv").read_text()
+    assert (dirs / "bom" / "metrics.csv").read_text().replace("bom", "plain") == (
+        dirs / "plain" / "metrics.csv"
+    ).read_text()
 
 
 # --------------------------------------------------------------------------- case 12
@@ -197,9 +235,16 @@ def test_a_failed_load_is_one_log_line_per_page_view_and_a_valid_update(dirs, ca
     from cir_demo.explorer.loader import ServiceLoader
     from cir_demo.ui import app as ui_app
 
-    loader = ServiceLoader(ServiceConfig(benchmark="world", benchmark_kwargs={"size": "tiny"},
-                                         retrievers=("no-such-retriever",), reranker="none", warm_thumbnails=False,
-                                         device="cpu"))
+    loader = ServiceLoader(
+        ServiceConfig(
+            benchmark="world",
+            benchmark_kwargs={"size": "tiny"},
+            retrievers=("no-such-retriever",),
+            reranker="none",
+            warm_thumbnails=False,
+            device="cpu",
+        )
+    )
     assert loader._event.wait(120) and loader.status().error
     demo = ui_app.create_app(loader)
     [on_ready] = [f for f in demo.fns.values() if f.name == "on_ready"]
@@ -209,5 +254,6 @@ def test_a_failed_load_is_one_log_line_per_page_view_and_a_valid_update(dirs, ca
             update = on_ready.fn(None)
             asyncio.run(demo.postprocess_data(on_ready, update, SessionState(demo)))  # raises on a bad update
     lines = [r for r in caplog.records if r.name == "cir_demo.ui"]
-    assert len(lines) == 2 and all("page view: the explorer is not loaded (UnknownNameError" in r.getMessage()
-                                   for r in lines), [r.getMessage() for r in lines]
+    assert len(lines) == 2 and all(
+        "page view: the explorer is not loaded (UnknownNameError" in r.getMessage() for r in lines
+    ), [r.getMessage() for r in lines]

@@ -5,6 +5,7 @@ results byte-identical to an undisturbed run.
 One reference run of world-CLIP fusion + the world verifier on 8 paraphrase groups of the tiny
 world (isolated cache, indexes and runs folders) is compared with every disturbed run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,21 @@ import pytest
 from cir_demo.harness import cli as eval_cli
 
 RETRIEVER = "world-clip-fusion"
-EVAL = ["--world-size", "tiny", "--limit", "8", "--retrievers", RETRIEVER, "--rerank", "world-verifier",
-        "--rerank-top-n", "10", "--n-boot", "0", "--no-plots"]
+EVAL = [
+    "--world-size",
+    "tiny",
+    "--limit",
+    "8",
+    "--retrievers",
+    RETRIEVER,
+    "--rerank",
+    "world-verifier",
+    "--rerank-top-n",
+    "10",
+    "--n-boot",
+    "0",
+    "--no-plots",
+]
 COMPARED = ("metrics.csv", "per_query.csv", f"results/{RETRIEVER}.json", f"results/{RETRIEVER}+rerank.json")
 REPO = Path(__file__).resolve().parent.parent
 
@@ -53,8 +67,11 @@ def world(tmp_path_factory, tiny_world_seed):
     from conftest import private_seed_copy
 
     root = tmp_path_factory.mktemp("faults")
-    env = {"CIR_DEMO_CACHE": str(root / "cache"), "CIR_DEMO_INDEXES": str(root / "indexes"),
-           "CIR_DEMO_RUNS": str(root / "runs")}
+    env = {
+        "CIR_DEMO_CACHE": str(root / "cache"),
+        "CIR_DEMO_INDEXES": str(root / "indexes"),
+        "CIR_DEMO_RUNS": str(root / "runs"),
+    }
     mp = pytest.MonkeyPatch()
     private_seed_copy(tiny_world_seed, root / "cache", mp)
     for k, v in env.items():
@@ -90,12 +107,18 @@ def _flip(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("damage", ["truncate index", "truncate ids", "garbage ids", "flip index bytes",
-                                    "remove manifest", "garbage manifest"])
+@pytest.mark.parametrize(
+    "damage",
+    ["truncate index", "truncate ids", "garbage ids", "flip index bytes", "remove manifest", "garbage manifest"],
+)
 def test_damaged_index_reported_then_rebuilt(world, capsys, damage):
     d = world["index"]
-    target = d / {"index": "index.faiss", "ids": "ids.json", "manifest": "manifest.json"}[
-        "index" if "index" in damage else damage.split()[-1]]
+    target = (
+        d
+        / {"index": "index.faiss", "ids": "ids.json", "manifest": "manifest.json"}[
+            "index" if "index" in damage else damage.split()[-1]
+        ]
+    )
     if damage.startswith("truncate"):
         _truncate(target)
     elif damage.startswith("garbage"):
@@ -200,8 +223,9 @@ def test_damaged_weights_stop_before_any_work(world, capsys, tmp_path, monkeypat
 def _spawn(argv: list[str], env: dict) -> subprocess.Popen:
     # one torch thread, as in this process: the same float results
     env = {**os.environ, **env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "cir_demo", *argv], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cir_demo", *argv], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
 
 
 def _kill_when(proc: subprocess.Popen, marker: str, timeout: float = 120) -> str:
@@ -259,8 +283,24 @@ def test_killed_index_build_leaves_old_index_serving(world, capsys):
     # kill, so that the rerun below encodes no corpus image again (its outputs are what it checks)
     embeddings = Path(world["env"]["CIR_DEMO_CACHE"]) / "embeddings"
     embeddings.rename(world["root"] / "embeddings-aside")
-    proc = _spawn(["index", "build", "--benchmark", "world", "--world-size", "tiny", "--retriever", RETRIEVER,
-                   "--force", "--batch-size", "2", "--device", "cpu"], world["env"])
+    proc = _spawn(
+        [
+            "index",
+            "build",
+            "--benchmark",
+            "world",
+            "--world-size",
+            "tiny",
+            "--retriever",
+            RETRIEVER,
+            "--force",
+            "--batch-size",
+            "2",
+            "--device",
+            "cpu",
+        ],
+        world["env"],
+    )
     printed = _kill_when(proc, "img")
     assert "Traceback" not in printed
     shutil.rmtree(embeddings, ignore_errors=True)

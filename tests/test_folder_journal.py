@@ -5,6 +5,7 @@ files are intact, the next command (settling the journal) finds one whole run, t
 one, byte for byte, and a rerun replaces it. And manifests with hostile entries (outside the folder,
 through a link, names the command does not write) never move or remove anything but declared outputs.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,12 +21,27 @@ from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parent.parent
 
-OLD_RUN = {"metrics.csv": "old metrics", "breakdowns.csv": "only the old run has it", "plots/a.png": "old plot",
-           "results/m.json": "old results", "compositional/metrics.csv": "old split"}
-NEW_RUN = {"metrics.csv": "new metrics", "paired.csv": "only the new run has it", "plots/a.png": "new plot",
-           "plots/b.png": "new plot b", "results/m.json": "new results", "compositional/metrics.csv": "new split"}
-USER = {"notes.txt": "my notes", "src/model.py": "print('mine')", "results/README.txt": "my note on results",
-        "thesis.tex": "\\documentclass{article}"}
+OLD_RUN = {
+    "metrics.csv": "old metrics",
+    "breakdowns.csv": "only the old run has it",
+    "plots/a.png": "old plot",
+    "results/m.json": "old results",
+    "compositional/metrics.csv": "old split",
+}
+NEW_RUN = {
+    "metrics.csv": "new metrics",
+    "paired.csv": "only the new run has it",
+    "plots/a.png": "new plot",
+    "plots/b.png": "new plot b",
+    "results/m.json": "new results",
+    "compositional/metrics.csv": "new split",
+}
+USER = {
+    "notes.txt": "my notes",
+    "src/model.py": "print('mine')",
+    "results/README.txt": "my note on results",
+    "thesis.tex": "\\documentclass{article}",
+}
 
 # the child: every rename, replace, unlink, rmdir and rmtree counted; the N-th never happens
 CHILD = r"""
@@ -81,8 +97,13 @@ def _earlier_run(out: Path) -> None:
 
 
 def _child(stop: int, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", CHILD, str(stop), str(out), *(f"{k}={v}" for k, v in NEW_RUN.items())],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", CHILD, str(stop), str(out), *(f"{k}={v}" for k, v in NEW_RUN.items())],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _run_part(out: Path) -> dict[str, str]:
@@ -129,24 +150,50 @@ def test_a_journal_that_is_not_the_projects_is_refused_in_one_line(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "thesis.tex").write_text("mine")
-    (out / JOURNAL).write_text(json.dumps({"written_by": "cir_demo", "outputs": "eval", "aside": "replaced-0000abcd-x",
-                                           "phase": "moving", "old": ["run_manifest.json"],
-                                           "new": {"thesis.tex": "0" * 64}}))
+    (out / JOURNAL).write_text(
+        json.dumps(
+            {
+                "written_by": "cir_demo",
+                "outputs": "eval",
+                "aside": "replaced-0000abcd-x",
+                "phase": "moving",
+                "old": ["run_manifest.json"],
+                "new": {"thesis.tex": "0" * 64},
+            }
+        )
+    )
     with pytest.raises(FolderInTheWay, match="no journal of a cir_demo replacement"):
         settle(out)
     assert (out / "thesis.tex").read_text() == "mine"
 
 
 # --------------------------------------------------------------------------- hostile manifests
-HOSTILE = ["../victim.txt", "notes.txt", "src/model.py", "link/metrics.csv", "plots/../../victim.txt",
-           "./metrics.csv", "plots//a.png", "/ABS/victim.txt", "metrics.csv", "results/m.json", "thesis.tex",
-           "src", "", "results/README.txt", "plots/a.png", "..", "compositional/../notes.txt"]
+HOSTILE = [
+    "../victim.txt",
+    "notes.txt",
+    "src/model.py",
+    "link/metrics.csv",
+    "plots/../../victim.txt",
+    "./metrics.csv",
+    "plots//a.png",
+    "/ABS/victim.txt",
+    "metrics.csv",
+    "results/m.json",
+    "thesis.tex",
+    "src",
+    "",
+    "results/README.txt",
+    "plots/a.png",
+    "..",
+    "compositional/../notes.txt",
+]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(entries=st.lists(st.sampled_from(HOSTILE), max_size=8, unique=True), overwrite=st.booleans())
-def test_hostile_manifest_entries_never_move_or_remove_anything_but_declared_outputs(tmp_path_factory, entries,
-                                                                                      overwrite):
+def test_hostile_manifest_entries_never_move_or_remove_anything_but_declared_outputs(
+    tmp_path_factory, entries, overwrite
+):
     from cir_demo.utils.io import sha256_file
     from cir_demo.utils.owned_folder import FolderInTheWay
     from cir_demo.utils.staged_folder import staged_run_dir

@@ -5,6 +5,7 @@ facts of one configuration come from one process: `_facts` runs its checks one a
 reporting "ok" or its traceback, and the tests read their own check's report. Two configurations:
 `bare_import` imports cir_demo.ui.app as any importer does (no app.py, no matplotlib backend named);
 `app_py` runs app.py's settings first, as `python app.py` does before importing the UI."""
+
 import json
 import os
 import subprocess
@@ -31,8 +32,9 @@ def check(name, fn):
 
 def _fresh(code: str, env_drop: tuple[str, ...] = ("MPLBACKEND",), **env_add) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in env_drop} | env_add
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def _facts(code: str) -> dict[str, str]:
@@ -159,12 +161,15 @@ def test_app_py_names_a_headless_matplotlib_backend_so_gradios_event_check_impor
 
 
 def test_a_backend_the_user_named_is_kept_and_without_one_gradio_imports_pyplot(bare_import):
-    kept = _fresh("""
+    kept = _fresh(
+        """
         import os
         from cir_demo.ui.gradio_import import headless_matplotlib
         assert headless_matplotlib() is False and os.environ["MPLBACKEND"] == "svg"
         print("ok")
-    """, MPLBACKEND="svg")
+    """,
+        MPLBACKEND="svg",
+    )
     assert kept.returncode == 0 and kept.stdout.strip() == "ok", kept.stderr[-2000:]
     # the cost avoided: with no backend named, gradio's check resolves one by importing pyplot
     assert bare_import["unnamed_backend_imports_pyplot"] == "ok", bare_import["unnamed_backend_imports_pyplot"]

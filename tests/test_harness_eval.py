@@ -1,4 +1,5 @@
 """Headless evaluation of rankings files: parsing, official CSV layout, report, no torch."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,14 @@ def small_benchmark() -> Benchmark:
     queries = [
         Query("query_00001", ("ref1",), "make it blue", "g1", j1, {"intent_category": "Swap"}),
         Query("query_00002", ("ref1",), "blue version please", "g1", j1, {"intent_category": "Swap"}),
-        Query("query_00003", ("ref2", "ref3"), "<img1> in the style of <img2>", "g2", j2, {"intent_category": "Composition"}),
+        Query(
+            "query_00003",
+            ("ref2", "ref3"),
+            "<img1> in the style of <img2>",
+            "g2",
+            j2,
+            {"intent_category": "Composition"},
+        ),
     ]
     return Benchmark("toy", "pinpoint", queries, corpus, results_id_format="pinpoint")
 
@@ -41,12 +49,16 @@ def naive_ap(ranking, positives, k):
 def test_read_results_counts_problems(tmp_path):
     bench = small_benchmark()
     path = tmp_path / "run.json"
-    path.write_text(json.dumps({
-        "_spec": {"model": "x"},
-        "00001": {"retrieved_items": ["img1", "img1", "nope", "img4"]},
-        "00002": {"retrieved_items": []},
-        "99999": {"retrieved_items": ["img1"]},
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "_spec": {"model": "x"},
+                "00001": {"retrieved_items": ["img1", "img1", "nope", "img4"]},
+                "00002": {"retrieved_items": []},
+                "99999": {"retrieved_items": ["img1"]},
+            }
+        )
+    )
     rf = read_results(path, bench)
     assert rf.format == "pinpoint"
     assert rf.spec == {"model": "x"}
@@ -61,14 +73,17 @@ def test_read_results_counts_problems(tmp_path):
         assert needle in text
 
 
-@pytest.mark.parametrize("payload, needle", [
-    ("not json", "not valid JSON"),
-    ("[1, 2]", "fits none of the results formats tried"),
-    ('{"00001": {"items": []}}', "retrieved_items"),
-    ('{"00001": {"retrieved_items": ["img1"]}, "00002": ["img1"]}', "query '00002'"),
-    ('{"00001": {"retrieved_items": "img1"}}', "list of image ids"),
-    ('{"00001": {"retrieved_items": ["img1"], "scores": [1, 2]}}', "as long as retrieved_items"),
-])
+@pytest.mark.parametrize(
+    "payload, needle",
+    [
+        ("not json", "not valid JSON"),
+        ("[1, 2]", "fits none of the results formats tried"),
+        ('{"00001": {"items": []}}', "retrieved_items"),
+        ('{"00001": {"retrieved_items": ["img1"]}, "00002": ["img1"]}', "query '00002'"),
+        ('{"00001": {"retrieved_items": "img1"}}', "list of image ids"),
+        ('{"00001": {"retrieved_items": ["img1"], "scores": [1, 2]}}', "as long as retrieved_items"),
+    ],
+)
 def test_malformed_results_name_file_and_query(tmp_path, payload, needle):
     path = tmp_path / "bad.json"
     path.write_text(payload)
@@ -116,7 +131,9 @@ def test_eval_cli_scores_jsonl_benchmark_without_torch(tmp_path):
 
     bench = small_benchmark()
     root = export_jsonl_benchmark(bench, tmp_path / "bench", image_mode="none")
-    results = write_results(tmp_path / "mymodel.json", bench, {"query_00001": ["img1", "img2"], "query_00003": ["img6"]})
+    results = write_results(
+        tmp_path / "mymodel.json", bench, {"query_00001": ["img1", "img2"], "query_00003": ["img6"]}
+    )
     out = tmp_path / "out"
     code = (
         "import sys, runpy; sys.argv = ['app.py', '--eval', '--benchmark', 'jsonl', '--root', %r, "

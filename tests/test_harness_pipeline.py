@@ -1,4 +1,5 @@
 """`--eval` end to end on the tiny world with tiny real (randomly initialised) retrievers."""
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,21 @@ def parse(argv):
 
 def test_eval_runs_retrievers_writes_results_and_matches_brute_force(tmp_path, tiny_retrievers):
     out = tmp_path / "run"
-    args = parse(["--world-size", "tiny", "--retrievers", ",".join(tiny_retrievers), "--rerank", "none",
-                  "--out", str(out), "--n-boot", "50", "--no-plots"])
+    args = parse(
+        [
+            "--world-size",
+            "tiny",
+            "--retrievers",
+            ",".join(tiny_retrievers),
+            "--rerank",
+            "none",
+            "--out",
+            str(out),
+            "--n-boot",
+            "50",
+            "--no-plots",
+        ]
+    )
     assert eval_cli.run(args) == 0
     metrics = pd.read_csv(out / "metrics.csv")
     assert set(metrics["model"]) == set(tiny_retrievers)
@@ -72,16 +86,32 @@ def test_eval_runs_retrievers_writes_results_and_matches_brute_force(tmp_path, t
         assert np.allclose(got["scores"][:10], expect_scores, atol=1e-4)
         order = np.argsort(-scores, kind="stable")[:10]
         for rank, i in enumerate(order):
-            if rank + 1 < 10 and expect_scores[rank] - expect_scores[rank + 1] > 1e-4 and (
-                    rank == 0 or expect_scores[rank - 1] - expect_scores[rank] > 1e-4):
+            if (
+                rank + 1 < 10
+                and expect_scores[rank] - expect_scores[rank + 1] > 1e-4
+                and (rank == 0 or expect_scores[rank - 1] - expect_scores[rank] > 1e-4)
+            ):
                 assert top[rank] == bench.corpus_ids[i]
                 compared += 1
     assert compared >= 10  # ids at distinct scores were compared, not only the score sequence
 
 
 def test_unknown_retriever_gets_did_you_mean(tmp_path, tiny_retrievers, capsys):
-    args = parse(["--world-size", "tiny", "--retrievers", "tiny-early_fusio", "--rerank", "none",
-                  "--out", str(tmp_path / "x"), "--n-boot", "0", "--no-plots"])
+    args = parse(
+        [
+            "--world-size",
+            "tiny",
+            "--retrievers",
+            "tiny-early_fusio",
+            "--rerank",
+            "none",
+            "--out",
+            str(tmp_path / "x"),
+            "--n-boot",
+            "0",
+            "--no-plots",
+        ]
+    )
     assert eval_cli.run(args) == 2
     assert not (tmp_path / "x").exists()
     assert "Did you mean 'tiny-early_fusion'" in capsys.readouterr().err
@@ -90,8 +120,23 @@ def test_unknown_retriever_gets_did_you_mean(tmp_path, tiny_retrievers, capsys):
 def test_eval_with_world_verifier_reranks_top_n_by_its_ranking_key(tmp_path, tiny_retrievers, seeded_cache):
     out = tmp_path / "run"
     name = tiny_retrievers[0]
-    args = parse(["--world-size", "tiny", "--retrievers", name, "--rerank", "world-verifier", "--rerank-top-n", "10",
-                  "--out", str(out), "--n-boot", "20", "--no-plots"])
+    args = parse(
+        [
+            "--world-size",
+            "tiny",
+            "--retrievers",
+            name,
+            "--rerank",
+            "world-verifier",
+            "--rerank-top-n",
+            "10",
+            "--out",
+            str(out),
+            "--n-boot",
+            "20",
+            "--no-plots",
+        ]
+    )
     assert eval_cli.run(args) == 0
     metrics = pd.read_csv(out / "metrics.csv")
     assert set(metrics["model"]) == {name, f"{name}+rerank"}
@@ -117,7 +162,9 @@ def test_eval_with_world_verifier_reranks_top_n_by_its_ranking_key(tmp_path, tin
         ids1 = reranked[key]["retrieved_items"]
         assert ids1[10:] == ids0[10:] and sorted(ids1[:10]) == sorted(ids0[:10])
         request = RerankRequest([engine.open_image(r) for r in q.reference_ids], q.reference_ids, q.instruction)
-        p = {s.candidate_id: s.p_yes - verifier.near_miss_penalty * s.p_near
-             for s in verifier.score(request, ids0[:10], [engine.open_image(c) for c in ids0[:10]])}
+        p = {
+            s.candidate_id: s.p_yes - verifier.near_miss_penalty * s.p_near
+            for s in verifier.score(request, ids0[:10], [engine.open_image(c) for c in ids0[:10]])
+        }
         got = [p[c] for c in ids1[:10]]
         assert all(a >= b - 1e-6 for a, b in zip(got, got[1:]))

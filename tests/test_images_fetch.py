@@ -1,6 +1,7 @@
 """`python -m cir_demo images fetch` against a real local HTTP server: parallel, retried,
 resumable after a kill, corrupt downloads refused, a report of what could not be fetched;
 and `--eval --fetch-images` running on the images it has with a stated coverage."""
+
 from __future__ import annotations
 
 import os
@@ -46,8 +47,22 @@ def test_fetch_gets_good_slow_and_flaky_refuses_corrupt_and_reports_missing(benc
     behaviour = {ids[3]: "missing", ids[4]: "corrupt", ids[5]: "slow", ids[6]: "flaky", ids[7]: "slow"}
     report = cache / "fetch_failed.tsv"
     with ImageServer(behaviour) as server:
-        rc = main(["images", "fetch", *flags(parquet, corpus_file), "--url-pattern", server.url_pattern,
-                   "--fetch-workers", "4", "--fetch-retries", "2", "--fetch-timeout", "5", "--no-progress"])
+        rc = main(
+            [
+                "images",
+                "fetch",
+                *flags(parquet, corpus_file),
+                "--url-pattern",
+                server.url_pattern,
+                "--fetch-workers",
+                "4",
+                "--fetch-retries",
+                "2",
+                "--fetch-timeout",
+                "5",
+                "--no-progress",
+            ]
+        )
         requests = dict(server.requests)
     out = capsys.readouterr()
     assert rc == 1  # the corrupt image failed in a way a rerun might fix
@@ -74,8 +89,19 @@ def test_status_counts_and_names_the_fetch_command(bench_files, capsys):
 def test_fetch_resumes_after_a_kill(bench_files):
     parquet, corpus_file, ids, cache = bench_files
     with ImageServer(delay_s=0.4) as server:
-        cmd = [sys.executable, "-m", "cir_demo", "images", "fetch", *flags(parquet, corpus_file),
-               "--url-pattern", server.url_pattern, "--fetch-workers", "1", "--no-progress"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "cir_demo",
+            "images",
+            "fetch",
+            *flags(parquet, corpus_file),
+            "--url-pattern",
+            server.url_pattern,
+            "--fetch-workers",
+            "1",
+            "--no-progress",
+        ]
         env = {**os.environ, "CIR_DEMO_CACHE": str(cache.parent.parent), "HF_HUB_OFFLINE": "1"}
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -91,8 +117,12 @@ def test_fetch_resumes_after_a_kill(bench_files):
         assert 3 <= len(done_before) < len(ids), "the kill should land midway"
         assert all(decodes(cache / f"{i}.jpg") for i in done_before)  # only whole images under final names
         before = dict(server.requests)
-        assert main(["images", "fetch", *flags(parquet, corpus_file), "--url-pattern", server.url_pattern,
-                     "--no-progress"]) == 0
+        assert (
+            main(
+                ["images", "fetch", *flags(parquet, corpus_file), "--url-pattern", server.url_pattern, "--no-progress"]
+            )
+            == 0
+        )
         after = dict(server.requests)
     assert all(after[i] == before[i] for i in done_before)  # resumed: nothing fetched twice
     assert all(decodes(cache / f"{i}.jpg") for i in ids)
@@ -115,8 +145,18 @@ def test_eval_with_fetch_images_runs_on_the_images_it_has(bench_files, tiny_clip
 
     parquet, corpus_file, ids, cache = bench_files
     out = tmp_path / "run"
-    argv = [*flags(parquet, corpus_file), "--retrievers", tiny_clip, "--out", str(out), "--n-boot", "10",
-            "--no-plots", "--device", "cpu"]
+    argv = [
+        *flags(parquet, corpus_file),
+        "--retrievers",
+        tiny_clip,
+        "--out",
+        str(out),
+        "--n-boot",
+        "10",
+        "--no-plots",
+        "--device",
+        "cpu",
+    ]
     # no images at all: one line naming the count, the folder and the fetch command; nothing created
     assert eval_cli.run(_parse(argv)) == 2
     err = capsys.readouterr().err
@@ -126,14 +166,19 @@ def test_eval_with_fetch_images_runs_on_the_images_it_has(bench_files, tiny_clip
     # with --fetch-images: one corpus image is gone for good, one reference image too
     gone = {ids[9]: "missing", ids[1]: "missing"}  # ids[1] is the reference of queries 3 and 4
     with ImageServer(gone) as server:
-        rc = eval_cli.run(_parse(argv + ["--fetch-images", "--url-pattern", server.url_pattern, "--fetch-retries", "0"]))
+        rc = eval_cli.run(
+            _parse(argv + ["--fetch-images", "--url-pattern", server.url_pattern, "--fetch-retries", "0"])
+        )
     err = capsys.readouterr().err
     assert rc == 0, err
     assert f"running on {len(ids) - 2} of {len(ids)} corpus images" in err and "2 of 4 queries" in err
     import json
 
-    results = {k: v for k, v in json.loads((out / "results" / f"{tiny_clip}.json").read_text()).items()
-               if not k.startswith("_")}
+    results = {
+        k: v
+        for k, v in json.loads((out / "results" / f"{tiny_clip}.json").read_text()).items()
+        if not k.startswith("_")
+    }
     assert sorted(results) == ["00001", "00002"]  # the queries whose reference image is present
     assert not any(i in gone for r in results.values() for i in r["retrieved_items"])
     info = json.loads((out / "run_info.json").read_text())

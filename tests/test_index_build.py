@@ -1,4 +1,5 @@
 """Building, checking and loading corpus indexes with a tiny real model."""
+
 from __future__ import annotations
 
 import json
@@ -154,8 +155,9 @@ def test_stale_index_is_refused_unless_allowed_and_rebuilt_by_build(out):
     rebuilt = ensure_index(bench, new_model, out_dir=out, progress=False)
     assert not rebuilt.is_stale and new_model.images_encoded == 12
     assert read_manifest(out).spec_hash == new_model.spec_hash()
-    np.testing.assert_allclose(rebuilt.index.reconstruct_n(0, 12), encode_directly(bench, TinyConvRetriever(seed=5)),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        rebuilt.index.reconstruct_n(0, 12), encode_directly(bench, TinyConvRetriever(seed=5)), atol=1e-6
+    )
 
 
 def test_interrupted_build_leaves_previous_index_intact(out):
@@ -256,9 +258,21 @@ def test_encode_corpus_batches_agree_with_one_at_a_time():
 
 
 def test_manifest_round_trip_and_validation():
-    m = IndexManifest(benchmark="b", retriever="r", retriever_spec={"a": 1}, spec_hash="h", weights_sha256=None,
-                      corpus_sha256="c", dim=4, count=2, kind="flat", params={}, library_versions={},
-                      built_at="t", build_seconds=1.5)
+    m = IndexManifest(
+        benchmark="b",
+        retriever="r",
+        retriever_spec={"a": 1},
+        spec_hash="h",
+        weights_sha256=None,
+        corpus_sha256="c",
+        dim=4,
+        count=2,
+        kind="flat",
+        params={},
+        library_versions={},
+        built_at="t",
+        build_seconds=1.5,
+    )
     assert IndexManifest.from_dict(json.loads(json.dumps(m.to_dict()))) == m
     with pytest.raises(ValueError, match="missing field\\(s\\) count"):
         IndexManifest.from_dict({k: v for k, v in m.to_dict().items() if k != "count"}, "x/manifest.json")

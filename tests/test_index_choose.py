@@ -1,5 +1,6 @@
 """The index kind chosen by corpus size, dimension and memory budget; every kind's search against
 brute-force NumPy; manifests written before kinds were chosen."""
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ from cir_demo.index.kinds import INDEX_KINDS, bytes_per_vector, factory_string, 
 from cir_demo.index.manifest import MANIFEST_FILE, StaleIndexError, check_index, load_index, read_manifest
 from cir_demo.testing.tiny_index import TinyConvRetriever, tiny_benchmark
 
-GIB = 2 ** 30
+GIB = 2**30
 
 
 @pytest.fixture(autouse=True)
@@ -47,8 +48,16 @@ def test_flat_up_to_the_limit_then_ivfpq():
 
 def test_parameters_grow_with_the_corpus():
     c = choose_index(1_000_000, 768)
-    assert c.params == {"nlist": 4096, "nprobe": 256, "train_size": 40 * 4096, "M": 32, "quantizer_efSearch": 512,
-                        "pq_m": 192, "k_factor": 16, "refine_bits": 32}
+    assert c.params == {
+        "nlist": 4096,
+        "nprobe": 256,
+        "train_size": 40 * 4096,
+        "M": 32,
+        "quantizer_efSearch": 512,
+        "pq_m": 192,
+        "k_factor": 16,
+        "refine_bits": 32,
+    }
     assert c.factory == "IVF4096_HNSW32,PQ192x4fs,RFlat" and c.memory_bytes == 1_000_000 * (4 * 768 + 96 + 8)
     for n in (400_000, 1_000_000, 3_000_000, 10_000_000):
         p = choose_index(n, 768).params
@@ -84,7 +93,11 @@ def test_choice_follows_the_documented_rule_and_resolves_like_the_kind():
     big = choose_index(2_000_000, 512)
     assert (big.kind, big.factory) == ("ivfpq", "IVF4096_HNSW32,PQ128x4fs,RFlat")
     assert {k: big.params[k] for k in ("nlist", "nprobe", "k_factor", "pq_m")} == {
-        "nlist": 4096, "nprobe": 256, "k_factor": 16, "pq_m": 128}
+        "nlist": 4096,
+        "nprobe": 256,
+        "k_factor": 16,
+        "pq_m": 128,
+    }
     assert choose_index(524_288, 512).kind == "flat" and choose_index(524_289, 512).kind == "ivfpq"
     for n, d, budget in ((10, 4, None), (400_000, 768, None), (1_000_000, 768, GIB)):
         c = choose_index(n, d, budget)
@@ -233,11 +246,18 @@ def test_manifests_from_before_load_or_are_stale_with_a_reason(tmp_path):
     assert build_mod.plan_rebuild(out, None, 40, 16, {})[:2] == ("ivf", {"nlist": 2, "nprobe": 1, "train_size": 40})
 
 
-@pytest.mark.parametrize("changes,reason,rebuilt_kind", [
-    ({"kind": "annoy"}, "index kind unknown: 'annoy' is none of flat, ivf, hnsw, ivf_hnsw, ivfpq", "flat"),
-    ({"kind": "ivf", "params": {"nlist": 0}}, "index parameters invalid: index kind 'ivf': parameter nlist", "ivf"),
-    ({"kind": "hnsw", "params": {}}, "damaged: index.faiss holds a 'flat' index, the manifest records 'hnsw'", "hnsw"),
-])
+@pytest.mark.parametrize(
+    "changes,reason,rebuilt_kind",
+    [
+        ({"kind": "annoy"}, "index kind unknown: 'annoy' is none of flat, ivf, hnsw, ivf_hnsw, ivfpq", "flat"),
+        ({"kind": "ivf", "params": {"nlist": 0}}, "index parameters invalid: index kind 'ivf': parameter nlist", "ivf"),
+        (
+            {"kind": "hnsw", "params": {}},
+            "damaged: index.faiss holds a 'flat' index, the manifest records 'hnsw'",
+            "hnsw",
+        ),
+    ],
+)
 def test_unknown_kinds_are_stale_never_a_crash(tmp_path, changes, reason, rebuilt_kind):
     out = tmp_path / "idx"
     bench, r = tiny_benchmark(20), TinyConvRetriever()

@@ -1,4 +1,5 @@
 """`index build|status|list` end to end, with the tiny real model standing in for a registry name."""
+
 from __future__ import annotations
 
 import argparse
@@ -55,8 +56,9 @@ def env(tmp_path, monkeypatch):
     from cir_demo.benchmarks import registry as benchmarks
 
     # a declared benchmark, so the pre-checks (unknown --benchmark names first) let it through
-    monkeypatch.setitem(benchmarks.BENCHMARKS, "tinybench", dataclasses.replace(benchmarks.BENCHMARKS["jsonl"],
-                                                                               name="tinybench"))
+    monkeypatch.setitem(
+        benchmarks.BENCHMARKS, "tinybench", dataclasses.replace(benchmarks.BENCHMARKS["jsonl"], name="tinybench")
+    )
     state["root"] = tmp_path / "indexes"
     return state
 
@@ -86,16 +88,33 @@ def test_build_status_list(env, capsys):
     assert "Did you mean 'edir'" in capsys.readouterr().err
 
     # The build command rebuilds what is stale.
-    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
-                    "--kind", "hnsw", "--M", "8"]) == 0
+    assert (
+        run_cli(
+            [
+                "build",
+                "--benchmark",
+                "tinybench",
+                "--retriever",
+                "tiny-conv",
+                "--no-progress",
+                "--kind",
+                "hnsw",
+                "--M",
+                "8",
+            ]
+        )
+        == 0
+    )
     m = read_manifest(directory)
     assert (m.count, m.kind, m.params["M"]) == (21, "hnsw", 8)
     assert run_cli(["status"]) == 0
     # Without --kind a fresh index is kept as it is (no conversion back to flat).
     assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress"]) == 0
     assert read_manifest(directory).built_at == m.built_at and read_manifest(directory).kind == "hnsw"
-    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
-                    "--kind", "flat"]) == 0
+    assert (
+        run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress", "--kind", "flat"])
+        == 0
+    )
     assert read_manifest(directory).kind == "flat"
 
 
@@ -109,8 +128,7 @@ def test_bad_options_are_errors(env, capsys):
 
 def test_sharded_build_in_one_process(env, capsys, monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
-                    "--sharded"]) == 0
+    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress", "--sharded"]) == 0
     assert read_manifest(env["root"] / "tinybench" / "tiny-conv").num_shards == 1
     assert "flat index of 20 images" in capsys.readouterr().out
 
@@ -123,19 +141,50 @@ def test_build_never_replaces_a_folder_holding_other_files(env, tmp_path, capsys
     (out / "notes.txt").write_text("mine")
     (out / "ids.json").write_text("[]")  # an index file name, beside something that is not one
     for extra in ([], ["--force"]):
-        code = run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
-                        "--out-dir", str(out), *extra])
+        code = run_cli(
+            [
+                "build",
+                "--benchmark",
+                "tinybench",
+                "--retriever",
+                "tiny-conv",
+                "--no-progress",
+                "--out-dir",
+                str(out),
+                *extra,
+            ]
+        )
         err = capsys.readouterr().err.strip().splitlines()
-        assert code == 2 and len(err) == 1 and "holds files that are not part of an index (ids.json, notes.txt)" in err[0], err
+        assert (
+            code == 2 and len(err) == 1 and "holds files that are not part of an index (ids.json, notes.txt)" in err[0]
+        ), err
         assert sorted(p.name for p in out.iterdir()) == ["ids.json", "notes.txt"]
         assert (out / "notes.txt").read_text() == "mine" and (out / "ids.json").read_text() == "[]"
     assert env["loaded"] == []  # refused before a model was loaded
     # an index's own folder is rebuilt with --force as before
     index = tmp_path / "index"
-    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
-                    "--out-dir", str(index)]) == 0
-    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
-                    "--out-dir", str(index), "--force"]) == 0
+    assert (
+        run_cli(
+            ["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress", "--out-dir", str(index)]
+        )
+        == 0
+    )
+    assert (
+        run_cli(
+            [
+                "build",
+                "--benchmark",
+                "tinybench",
+                "--retriever",
+                "tiny-conv",
+                "--no-progress",
+                "--out-dir",
+                str(index),
+                "--force",
+            ]
+        )
+        == 0
+    )
     assert sorted(p.name for p in index.iterdir()) == ["ids.json", "index.faiss", "manifest.json"]
 
 
@@ -170,8 +219,22 @@ def test_sharded_build_removes_only_its_shards_from_shard_dir(env, tmp_path, mon
     shards = tmp_path / "shared"
     shards.mkdir()
     (shards / "keep.txt").write_text("mine")
-    assert run_cli(["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress",
-                    "--sharded", "--shard-dir", str(shards)]) == 0
+    assert (
+        run_cli(
+            [
+                "build",
+                "--benchmark",
+                "tinybench",
+                "--retriever",
+                "tiny-conv",
+                "--no-progress",
+                "--sharded",
+                "--shard-dir",
+                str(shards),
+            ]
+        )
+        == 0
+    )
     assert [p.name for p in shards.iterdir()] == ["keep.txt"]
 
 
@@ -180,8 +243,26 @@ def test_kind_auto_new_kinds_and_memory_budget(env, capsys, monkeypatch):
 
     directory = env["root"] / "tinybench" / "tiny-conv"
     build = ["build", "--benchmark", "tinybench", "--retriever", "tiny-conv", "--no-progress"]
-    assert run_cli(build + ["--kind", "ivfpq", "--nlist", "2", "--pq-m", "8", "--k-factor", "8",
-                            "--refine-bits", "8", "--ef-search", "40"]) == 0
+    assert (
+        run_cli(
+            build
+            + [
+                "--kind",
+                "ivfpq",
+                "--nlist",
+                "2",
+                "--pq-m",
+                "8",
+                "--k-factor",
+                "8",
+                "--refine-bits",
+                "8",
+                "--ef-search",
+                "40",
+            ]
+        )
+        == 0
+    )
     m = read_manifest(directory)
     assert (m.kind, m.factory, m.choice) == ("ivfpq", "IVF2_HNSW32,PQ8x4fs,Refine(SQ8)", "requested")
     assert (m.params["k_factor"], m.params["quantizer_efSearch"]) == (8, 40)
@@ -191,7 +272,7 @@ def test_kind_auto_new_kinds_and_memory_budget(env, capsys, monkeypatch):
     assert run_cli(build + ["--kind", "auto"]) == 0 and read_manifest(directory).kind == "flat"
     monkeypatch.setattr(choose, "FLAT_MIN_VECTORS", 10)
     monkeypatch.setattr(choose, "FLAT_MAX_WORK", 1)
-    assert run_cli(build + ["--kind", "auto", "--memory-budget", str(20 * 40 / 2 ** 30)]) == 0
+    assert run_cli(build + ["--kind", "auto", "--memory-budget", str(20 * 40 / 2**30)]) == 0
     m = read_manifest(directory)
     assert (m.kind, m.params["refine_bits"]) == ("ivfpq", 8) and "over the memory budget" in m.choice
     capsys.readouterr()

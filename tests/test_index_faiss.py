@@ -1,4 +1,5 @@
 """faiss search against exact oracles: brute-force NumPy, a naive full sort, hand-built ties."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,8 +37,8 @@ def assert_valid_top_k(D, I, xq, xb, k, atol=1e-5):
         assert len(set(ids.tolist())) == len(ids), "duplicate ids in one result list"
         kth = np.sort(S[q])[::-1][len(ids) - 1]
         assert (S[q, ids] >= kth - atol).all(), f"query {q}: a returned id scores below the k-th best"
-        np.testing.assert_allclose(D[q, :len(ids)], S[q, ids], atol=atol)
-        assert (np.diff(D[q, :len(ids)]) <= atol).all(), "scores not best first"
+        np.testing.assert_allclose(D[q, : len(ids)], S[q, ids], atol=atol)
+        assert (np.diff(D[q, : len(ids)]) <= atol).all(), "scores not best first"
 
 
 def test_brute_force_equals_naive_sort_with_ties():

@@ -1,6 +1,7 @@
 """Prebuilt corpus embeddings (indexes/prebuilt/): rankings served from them equal freshly built
 ones for all five world retrievers, damaged or stale files are refused (and the corpus encoded
 instead), and the files committed for the default world match that world and the weights."""
+
 from __future__ import annotations
 
 import json
@@ -98,6 +99,7 @@ def test_rankings_from_prebuilt_equal_freshly_built(tiny_world, fresh_and_served
 
 def _damaged_copies(src, tmp_path):
     """(label, folder, expected reason prefix) for each way a prebuilt folder can be wrong."""
+
     def variant(label, edit):
         d = tmp_path / label / src.parent.name / src.name
         shutil.copytree(src, d)
@@ -114,6 +116,7 @@ def _damaged_copies(src, tmp_path):
                     target = target[p]
                 target[last] = value
             (d / "manifest.json").write_text(json.dumps(m))
+
         return edit
 
     def flip_byte(d):
@@ -123,7 +126,7 @@ def _damaged_copies(src, tmp_path):
 
     def truncate(d):
         data = (d / EMBEDDINGS_FILE).read_bytes()
-        (d / EMBEDDINGS_FILE).write_bytes(data[:len(data) // 2])
+        (d / EMBEDDINGS_FILE).write_bytes(data[: len(data) // 2])
 
     return [
         ("flipped", variant("flipped", flip_byte), "damaged:"),
@@ -133,14 +136,16 @@ def _damaged_copies(src, tmp_path):
         ("spec", variant("spec", manifest_edit(spec_hash="0" * 64)), "retriever spec changed"),
         ("world", variant("world", manifest_edit(corpus_fingerprint="f" * 64)), "corpus images changed"),
         ("corpus", variant("corpus", manifest_edit(corpus_sha256="c" * 64)), "corpus changed"),
-        ("generator", variant("generator", manifest_edit(**{"provenance.benchmark_info.generator_version": "world-0"})),
-         "world generator changed"),
+        (
+            "generator",
+            variant("generator", manifest_edit(**{"provenance.benchmark_info.generator_version": "world-0"})),
+            "world generator changed",
+        ),
         ("missing", variant("missing", lambda d: (d / EMBEDDINGS_FILE).unlink()), "damaged:"),
     ]
 
 
-def test_damaged_or_stale_prebuilt_files_are_refused_and_the_corpus_encoded(tiny_world, tmp_path, monkeypatch,
-                                                                            capsys):
+def test_damaged_or_stale_prebuilt_files_are_refused_and_the_corpus_encoded(tiny_world, tmp_path, monkeypatch, capsys):
     bench, retrievers, root, written = tiny_world
     retriever = retrievers["world-clip-image"]
     ids = list(bench.corpus_ids)
@@ -194,13 +199,14 @@ def test_committed_prebuilt_files_match_the_default_world_and_the_weights(defaul
     xb, reasons = read_prebuilt(bench, retriever, ids)
     assert reasons == []
     for start in (0, 64 * (len(ids) // 128)):  # whole batches of 64, as the build encodes them
-        block = ids[start:start + 64]
+        block = ids[start : start + 64]
         fresh = retriever.encode_images([bench.images.open(i) for i in block], batch_size=64)
-        np.testing.assert_allclose(xb[start:start + 64], fresh, atol=1e-6)
+        np.testing.assert_allclose(xb[start : start + 64], fresh, atol=1e-6)
 
 
-def test_the_app_reranks_from_pixels_until_the_corpus_features_are_stored_then_adopts_them(tiny_world_seed, tmp_path,
-                                                                                             monkeypatch):
+def test_the_app_reranks_from_pixels_until_the_corpus_features_are_stored_then_adopts_them(
+    tiny_world_seed, tmp_path, monkeypatch
+):
     """The app's engine does not encode the world verifier's corpus features while loading; a view's
     candidates are scored from their pixels, and once an --eval run stored the features the loader's
     thread hands them over. Oracle: the scores of an engine that has the features up front (those a
@@ -228,8 +234,9 @@ def test_the_app_reranks_from_pixels_until_the_corpus_features_are_stored_then_a
     (tmp_path / "stored").rename(cache / "embeddings")
     full = RetrievalEngine(bench, [], progress=False)  # as --eval: reads the stored corpus features
     full.use_score_cache(tmp_path / "b.sqlite")
-    oracle = [(it.candidate_id, it.p_yes) for it in full.rerank("world-verifier", full.composed(bench.queries[0]),
-                                                                 ranking)]
+    oracle = [
+        (it.candidate_id, it.p_yes) for it in full.rerank("world-verifier", full.composed(bench.queries[0]), ranking)
+    ]
     assert from_pixels == oracle
     for _ in range(200):  # the loader's thread adopts the stored features
         if not judge.needs_image(ids[0]):

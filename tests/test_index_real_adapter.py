@@ -1,4 +1,5 @@
 """The index with a real registry retriever (a tiny random open_clip model through the real adapter)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,7 +29,9 @@ def test_open_clip_adapter_index_matches_brute_force_and_tracks_weights(weights_
     assert m.weights_sha256 and len(m.weights_sha256) == 64 and m.dim == retriever.dim
     # Composed queries through the real adapter, searched in the index == brute force over per-image encodings.
     xb = np.concatenate([retriever.encode_images([bench.images.open(i)]) for i in bench.corpus_ids])
-    queries = [ComposedQuery((bench.images.open(q.reference_ids[0]),), q.instruction, q.query_id) for q in bench.queries]
+    queries = [
+        ComposedQuery((bench.images.open(q.reference_ids[0]),), q.instruction, q.query_id) for q in bench.queries
+    ]
     xq = retriever.encode_queries(queries)
     D_bf, I_bf = brute_force_search(xq, xb, 5)
     exact = xq.astype(np.float64) @ xb.astype(np.float64).T

@@ -4,6 +4,7 @@ The two-process tests start real processes that form a gloo process group
 through accelerate (RANK/WORLD_SIZE environment, or `accelerate launch`); each
 runs this file's `__main__` worker.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,17 @@ def assert_same_index(a, b):
     assert a.ids == b.ids
     np.testing.assert_allclose(a.index.reconstruct_n(0, len(a.ids)), b.index.reconstruct_n(0, len(b.ids)), atol=1e-6)
     ma, mb = a.manifest, b.manifest
-    for field in ("benchmark", "retriever", "spec_hash", "weights_sha256", "corpus_sha256", "dim", "count", "kind",
-                  "params"):
+    for field in (
+        "benchmark",
+        "retriever",
+        "spec_hash",
+        "weights_sha256",
+        "corpus_sha256",
+        "dim",
+        "count",
+        "kind",
+        "params",
+    ):
         assert getattr(ma, field) == getattr(mb, field), field
 
 
@@ -85,8 +95,9 @@ def test_build_sharded_in_one_process_equals_single_build(tmp_path):
 
     bench = tiny_benchmark(N_IMAGES)
     single = build_corpus_index(bench, TinyConvRetriever(), out_dir=tmp_path / "single", progress=False)
-    sharded = build_sharded(bench, TinyConvRetriever(), out_dir=tmp_path / "sharded", progress=False,
-                            context=DistContext())
+    sharded = build_sharded(
+        bench, TinyConvRetriever(), out_dir=tmp_path / "sharded", progress=False, context=DistContext()
+    )
     assert_same_index(single, sharded)
     assert not list(tmp_path.glob(".sharded.shards-*"))  # shards cleaned up after the merge
 
@@ -113,16 +124,22 @@ def _worker_env(tmp_path: Path) -> dict:
     torchelastic_* folder in the temporary directory at every launch."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    env.update(PYTHONPATH=os.pathsep.join([str(REPO), str(HERE.parent)]), OMP_NUM_THREADS="1",
-               CIR_DEMO_INDEXES=str(tmp_path / "indexes"), HF_HUB_OFFLINE="1", TMPDIR=str(tmp_path / "tmp"))
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(REPO), str(HERE.parent)]),
+        OMP_NUM_THREADS="1",
+        CIR_DEMO_INDEXES=str(tmp_path / "indexes"),
+        HF_HUB_OFFLINE="1",
+        TMPDIR=str(tmp_path / "tmp"),
+    )
     return env
 
 
 def _single_reference(tmp_path: Path):
     from cir_demo.testing.tiny_index import TinyConvRetriever, tiny_benchmark
 
-    return build_corpus_index(tiny_benchmark(N_IMAGES), TinyConvRetriever(), out_dir=tmp_path / "single",
-                              progress=False)
+    return build_corpus_index(
+        tiny_benchmark(N_IMAGES), TinyConvRetriever(), out_dir=tmp_path / "single", progress=False
+    )
 
 
 def _check_two_process_result(tmp_path: Path, procs_output: str):
@@ -134,17 +151,26 @@ def _check_two_process_result(tmp_path: Path, procs_output: str):
     assert_same_index(_single_reference(tmp_path), loaded)
     reports = sorted((json.loads(p.read_text()) for p in tmp_path.glob("worker-*.json")), key=lambda r: r["rank"])
     assert [(r["rank"], r["world_size"]) for r in reports] == [(0, 2), (1, 2)]
-    assert [r["encoded"] for r in reports] == list(map(lambda r: shard_range(N_IMAGES, r, 2)[1]
-                                                       - shard_range(N_IMAGES, r, 2)[0], (0, 1)))
+    assert [r["encoded"] for r in reports] == list(
+        map(lambda r: shard_range(N_IMAGES, r, 2)[1] - shard_range(N_IMAGES, r, 2)[0], (0, 1))
+    )
     assert all(r["ids"] == loaded.ids for r in reports)  # every rank got the merged index back
 
 
 def test_two_processes_with_rank_environment(tmp_path):
     env = _worker_env(tmp_path)
     env.update(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    procs = [subprocess.Popen([sys.executable, str(HERE), "--worker", str(tmp_path)], cwd=REPO,
-                              env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(HERE), "--worker", str(tmp_path)],
+            cwd=REPO,
+            env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
     outputs = [p.communicate(timeout=120)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(outputs)
     _check_two_process_result(tmp_path, "\n".join(outputs))
@@ -153,9 +179,25 @@ def test_two_processes_with_rank_environment(tmp_path):
 @pytest.mark.slow
 def test_two_processes_with_accelerate_launch(tmp_path):
     """The documented launcher (`accelerate launch --multi_gpu` is its multi-process switch, also on CPU)."""
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(_free_port()), str(HERE), "--worker", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+        str(HERE),
+        "--worker",
+        str(tmp_path),
+    ]
     done = subprocess.run(cmd, cwd=REPO, env=_worker_env(tmp_path), capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     _check_two_process_result(tmp_path, done.stdout + done.stderr)
@@ -169,13 +211,15 @@ def _worker(tmp: Path) -> None:
 
     torch.set_num_threads(1)
     retriever = TinyConvRetriever()
-    loaded = build_sharded(tiny_benchmark(N_IMAGES), retriever, out_dir=tmp / "sharded", batch_size=4,
-                           progress=False)
+    loaded = build_sharded(tiny_benchmark(N_IMAGES), retriever, out_dir=tmp / "sharded", batch_size=4, progress=False)
     from cir_demo.index.shard import distributed_context
 
     ctx = distributed_context()
-    (tmp / f"worker-{ctx.rank}.json").write_text(json.dumps(
-        {"rank": ctx.rank, "world_size": ctx.world_size, "encoded": retriever.images_encoded, "ids": loaded.ids}))
+    (tmp / f"worker-{ctx.rank}.json").write_text(
+        json.dumps(
+            {"rank": ctx.rank, "world_size": ctx.world_size, "encoded": retriever.images_encoded, "ids": loaded.ids}
+        )
+    )
     ctx.close()
 
 

@@ -1,6 +1,7 @@
 """Recipes of one image tower encode a corpus once; the shared embeddings equal a fresh encode. On the
 tiny world's first 100 corpus images (two batches of 64): every pass renders each image it encodes,
 and sharing does not depend on the corpus size."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -83,12 +84,14 @@ def test_prefetch_encodes_several_image_towers_in_one_pass_equal_to_separate_enc
                 return getattr(bench, item)
 
         assert index_build.prefetch_corpus_embeddings(Bench(), ids, encoders, progress=False) == [
-            e.name for e in encoders]
+            e.name for e in encoders
+        ]
         assert sorted(opened) == sorted(ids)  # one pass
         for e in encoders:
             cached = index_build.cached_encode_corpus(bench, ids, e, progress=False)
-            np.testing.assert_allclose(cached, index_build.encode_corpus(bench.images, ids, e, progress=False),
-                                       atol=1e-6)
+            np.testing.assert_allclose(
+                cached, index_build.encode_corpus(bench.images, ids, e, progress=False), atol=1e-6
+            )
         assert index_build.prefetch_corpus_embeddings(Bench(), ids, encoders, progress=False) == []  # all cached
     finally:
         for name in registered:

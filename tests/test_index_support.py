@@ -1,4 +1,5 @@
 """The tiny retriever and benchmark the index tests use (cir_demo/testing/tiny_index.py)."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,6 @@
 """Imports run one way (the layer order in cir_demo/layers.py), and the checker catches the
 opposite: an inverted import in a synthetic module is reported."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -52,7 +53,8 @@ def test_serving_never_imports_training():
         module = layers.module_name(path, ROOT)
         targets = {t for _, t in layers.imported_modules(path.read_text(encoding="utf-8"), module)}
         bad = {t for t in targets if layers.package_of(t) == "training"} - {
-            t for (m, pkg) in layers.EXCEPTIONS if m == module and pkg == "training" for t in targets}
+            t for (m, pkg) in layers.EXCEPTIONS if m == module and pkg == "training" for t in targets
+        }
         assert not bad, f"{module} imports {bad}"
 
 
@@ -60,8 +62,11 @@ def test_harness_modules_import_no_circle():
     graph = {}
     for path in (ROOT / "harness").glob("*.py"):
         module = layers.module_name(path, ROOT)
-        graph[module] = {t for _, t in layers.imported_modules(path.read_text(encoding="utf-8"), module)
-                         if t.startswith("cir_demo.harness.")}
+        graph[module] = {
+            t
+            for _, t in layers.imported_modules(path.read_text(encoding="utf-8"), module)
+            if t.startswith("cir_demo.harness.")
+        }
 
     def reaches(a, b, seen=()):
         return any(n == b or (n not in seen and reaches(n, b, (*seen, n))) for n in graph.get(a, ()))

@@ -1,4 +1,5 @@
 """Group bootstrap, paired bootstrap and breakdowns against loops and hand-built cases."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -119,9 +120,20 @@ def per_query_frame():
 
 def meta_frame():
     queries = [
-        Query("q1", ("a",), "i", "g1", Judgments(["p"]), meta={"skin_tone_bucket": "DARKEST", "semantic_aspects": ["x", "y"]}),
-        Query("q2", ("a",), "i", "g1", Judgments(["p"]), meta={"skin_tone_bucket": "DARKEST", "semantic_aspects": ["y"]}),
-        Query("q3", ("a", "b"), "i", "g2", Judgments(["p"]), meta={"skin_tone_bucket": "LIGHTEST", "semantic_aspects": []}),
+        Query(
+            "q1",
+            ("a",),
+            "i",
+            "g1",
+            Judgments(["p"]),
+            meta={"skin_tone_bucket": "DARKEST", "semantic_aspects": ["x", "y"]},
+        ),
+        Query(
+            "q2", ("a",), "i", "g1", Judgments(["p"]), meta={"skin_tone_bucket": "DARKEST", "semantic_aspects": ["y"]}
+        ),
+        Query(
+            "q3", ("a", "b"), "i", "g2", Judgments(["p"]), meta={"skin_tone_bucket": "LIGHTEST", "semantic_aspects": []}
+        ),
         Query("q4", ("c",), "i", "g3", Judgments(["p"]), meta={"skin_tone_bucket": "UNKNOWN"}),
         Query("q5", ("c",), "i", "g3", Judgments(["p"]), meta={"skin_tone_bucket": None}),
         Query("q6", ("d",), "i", "g4", Judgments(["p"]), meta={"skin_tone_bucket": "DARKEST"}),
@@ -160,13 +172,15 @@ def test_breakdown_explodes_list_fields():
 def test_breakdown_matches_groupby_oracle_on_random_data():
     rng = np.random.default_rng(0)
     n = 300
-    df = pd.DataFrame({
-        "query_id": [f"q{i}" for i in range(n)],
-        "group_id": [f"g{i // 5}" for i in range(n)],
-        "scored": True,
-        "AP@10": rng.random(n),
-        "domain": rng.choice(["art", "food", "travel"], n),
-    })
+    df = pd.DataFrame(
+        {
+            "query_id": [f"q{i}" for i in range(n)],
+            "group_id": [f"g{i // 5}" for i in range(n)],
+            "scored": True,
+            "AP@10": rng.random(n),
+            "domain": rng.choice(["art", "food", "travel"], n),
+        }
+    )
     table = breakdown(df, None, "domain", ["AP@10"], n_boot=100).set_index("value")
     oracle = df.groupby("domain")["AP@10"].agg(["mean", "size"])
     for value, row in oracle.iterrows():
@@ -181,8 +195,15 @@ def test_breakdown_of_scalar_cells_equals_the_per_cell_path():
     n = 400
     choices = np.array(["a", "b", True, False, 3, 2.5, None, float("nan"), pd.NA, np.str_("a")], dtype=object)
     cells = rng.choice(choices, n)
-    df = pd.DataFrame({"query_id": [f"q{i}" for i in range(n)], "group_id": [f"g{i // 4}" for i in range(n)],
-                       "scored": True, "AP@10": rng.random(n), "field": pd.Series(cells, dtype=object)})
+    df = pd.DataFrame(
+        {
+            "query_id": [f"q{i}" for i in range(n)],
+            "group_id": [f"g{i // 4}" for i in range(n)],
+            "scored": True,
+            "AP@10": rng.random(n),
+            "field": pd.Series(cells, dtype=object),
+        }
+    )
     with_list = df.copy()
     with_list.loc[n, ["query_id", "group_id", "scored", "AP@10"]] = ["q_list", "g_list", True, 0.5]
     with_list.at[n, "field"] = ["zz"]

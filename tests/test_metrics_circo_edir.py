@@ -1,4 +1,5 @@
 """CIRCO and EDIR metrics against naive loops and hand-computed cases."""
+
 from __future__ import annotations
 
 import random
@@ -11,8 +12,9 @@ from cir_demo.metrics import CoverageWarning, circo, edir
 
 
 def cq(qid, gt, target, aspects=(), group=None):
-    return Query(qid, ("ref",), "instr", group or qid, Judgments(gt), meta={"semantic_aspects": list(aspects)},
-                 target_id=target)
+    return Query(
+        qid, ("ref",), "instr", group or qid, Judgments(gt), meta={"semantic_aspects": list(aspects)}, target_id=target
+    )
 
 
 # --------------------------------------------------------------------------- CIRCO
@@ -108,8 +110,15 @@ def test_circo_semantic_aspects_by_hand():
 
 # --------------------------------------------------------------------------- EDIR
 def eq(qid, target, negatives=(), sub="color", use_target_id=True):
-    return Query(qid, ("src",), "instr", qid, Judgments([target], negatives), meta={"edit_subcategory": sub},
-                 target_id=target if use_target_id else None)
+    return Query(
+        qid,
+        ("src",),
+        "instr",
+        qid,
+        Judgments([target], negatives),
+        meta={"edit_subcategory": sub},
+        target_id=target if use_target_id else None,
+    )
 
 
 def test_edir_recall_by_hand():

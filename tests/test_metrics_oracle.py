@@ -7,6 +7,7 @@ benchmark definitions differ from trec_eval's (PinPoint's and CIRCO's AP@k
 divide by min(positives, k), map_cut by the number of positives), the test
 converts between the two and says so.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,9 @@ def random_case(seed: int, with_unjudged: bool = False):
         n_pos = 0 if with_unjudged and rng.random() < 0.2 else rng.randint(1, 8)
         pos = rng.sample(POOL, n_pos)
         neg = rng.sample([p for p in POOL if p not in pos], rng.randint(0, 5))
-        queries.append(Query(qid, ("ref",), "text", qid, Judgments(tuple(pos), tuple(neg)), target_id=pos[0] if pos else None))
+        queries.append(
+            Query(qid, ("ref",), "text", qid, Judgments(tuple(pos), tuple(neg)), target_id=pos[0] if pos else None)
+        )
         qrels[qid] = {p: 1 for p in pos} | {n: 0 for n in neg}
         if rng.random() < 0.9:
             levels = rng.choice([2, 3, 10, 1000])  # few levels: many ties
@@ -81,8 +84,9 @@ def test_circo_ap_and_target_recall_equal_trec_eval(tmp_path, seed):
         df = circo.per_query(ours(tmp_path, queries, run, "circo"), queries, ks=ks).set_index("query_id")
     ref = official(qrels, run, {"map_cut.5,10,25,50"})
     # CIRCO's Recall@k looks at the single target only: trec_eval's success@k with the target as the only relevant
-    target_ref = pytrec_eval.RelevanceEvaluator({q.query_id: {q.target_id: 1} for q in queries},
-                                                {"success.5,10,25,50"}).evaluate(run)
+    target_ref = pytrec_eval.RelevanceEvaluator(
+        {q.query_id: {q.target_id: 1} for q in queries}, {"success.5,10,25,50"}
+    ).evaluate(run)
     for qid, m in ref.items():
         n_pos = sum(v > 0 for v in qrels[qid].values())
         for k in ks:

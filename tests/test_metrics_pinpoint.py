@@ -1,4 +1,5 @@
 """PinPoint metrics against a naive loop reference and hand-computed cases."""
+
 from __future__ import annotations
 
 import random
@@ -63,7 +64,11 @@ def naive_evaluate(run, queries, ks):
         ranking = list(run[q.query_id])
         if not ranking:
             continue
-        row = {"query_id": q.query_id, "group_id": q.group_id, "key": (q.reference_ids[0], q.reference_ids[1] if len(q.reference_ids) > 1 else None)}
+        row = {
+            "query_id": q.query_id,
+            "group_id": q.group_id,
+            "key": (q.reference_ids[0], q.reference_ids[1] if len(q.reference_ids) > 1 else None),
+        }
         for k in ks:
             row.update(naive_query(ranking, list(q.positives), list(q.negatives), k))
         row["P10"] = naive_query(ranking, list(q.positives), list(q.negatives), 10)["precision@10"]

@@ -2,6 +2,7 @@
 new, empty, or an earlier write of this project (its run_manifest.json), replaced only with
 --overwrite and then only that write's files; an existing output file is replaced only with
 --overwrite. And a replacement killed midway loses neither the earlier run nor the user's files."""
+
 from __future__ import annotations
 
 import os
@@ -29,10 +30,13 @@ def _cli(argv: list[str], capsys) -> tuple[int, list[str]]:
     return rc, capsys.readouterr().err.strip().splitlines()
 
 
-@pytest.mark.parametrize("argv", [
-    ["world", "render", "w-te-000001", "w-te-000002", "--size", "tiny", "--pixels", "32"],
-    ["world", "export", "--format", "cirr", "--size", "tiny"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["world", "render", "w-te-000001", "w-te-000002", "--size", "tiny", "--pixels", "32"],
+        ["world", "export", "--format", "cirr", "--size", "tiny"],
+    ],
+)
 def test_world_export_and_render_refuse_other_files_and_overwrite_only_their_own(dirs, capsys, argv):
     out = dirs / "out"
     assert _cli([*argv, "--out", str(out)], capsys)[0] == 0
@@ -45,8 +49,10 @@ def test_world_export_and_render_refuse_other_files_and_overwrite_only_their_own
 
     rc, err = _cli([*argv, "--out", str(out)], capsys)
     assert rc == 2 and len(err) == 1, err
-    assert err[0].startswith(f"error: --out {out}: holds an earlier cir_demo run and notes.txt, src/, which it did "
-                             "not write; add --overwrite")
+    assert err[0].startswith(
+        f"error: --out {out}: holds an earlier cir_demo run and notes.txt, src/, which it did "
+        "not write; add --overwrite"
+    )
     assert _tree(out) == before
 
     assert _cli([*argv, "--out", str(out), "--overwrite"], capsys)[0] == 0
@@ -79,19 +85,25 @@ def test_an_existing_output_file_is_replaced_only_with_overwrite(dirs, capsys):
     assert sheet.read_bytes().startswith(b"\x89PNG")
 
 
-@pytest.mark.parametrize("command, outputs", [
-    (["failures", "--sort", "worst"], ["out.csv"]),
-    (["rerank", "--backend", "world-verifier"], ["out.json", "out.rerank.json"]),
-])
+@pytest.mark.parametrize(
+    "command, outputs",
+    [
+        (["failures", "--sort", "worst"], ["out.csv"]),
+        (["rerank", "--backend", "world-verifier"], ["out.json", "out.rerank.json"]),
+    ],
+)
 def test_results_outputs_are_not_replaced_without_overwrite(dirs, capsys, command, outputs):
     """A reranked file or a failures CSV named like an existing file (the first-stage results, say)."""
     (dirs / "r.json").write_text("{}")
     for name in outputs:
         (dirs / name).write_text("my results")
-    rc, err = _cli([*command, "--world-size", "tiny", "--results-json", str(dirs / "r.json"),
-                    "--out", str(dirs / outputs[0])], capsys)
-    assert rc == 2 and err == [f"error: --out {dirs / name}: exists; add --overwrite to replace it, or name a new file"
-                               for name in outputs]
+    rc, err = _cli(
+        [*command, "--world-size", "tiny", "--results-json", str(dirs / "r.json"), "--out", str(dirs / outputs[0])],
+        capsys,
+    )
+    assert rc == 2 and err == [
+        f"error: --out {dirs / name}: exists; add --overwrite to replace it, or name a new file" for name in outputs
+    ]
     assert all((dirs / name).read_text() == "my results" for name in outputs)
 
 
@@ -123,8 +135,9 @@ def test_images_fetch_report_replaces_only_an_earlier_report(dirs, capsys):
     mine = dirs / "failed.tsv"
     mine.write_text("my table\n")
     rc, err = _cli(["images", "fetch", "--world-size", "tiny", "--benchmark", "world", "--report", str(mine)], capsys)
-    assert rc == 2 and err == [f"error: --report {mine}: exists and is not a report of an earlier fetch; "
-                               "name a new file"], err
+    assert rc == 2 and err == [
+        f"error: --report {mine}: exists and is not a report of an earlier fetch; name a new file"
+    ], err
     assert mine.read_text() == "my table\n"
     earlier = dirs / "earlier.tsv"
     earlier.write_text(REPORT_HEADER + "w1\tHTTP 404\n")

@@ -2,6 +2,7 @@
 models: `index prebuilt` writes them from a real run and they are byte-identical to what `--eval`
 writes (`--check --rerun` finds a changed file); an app with fresh ones installs them and starts no
 background run; stale or damaged ones are never served and the background run computes them."""
+
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +13,6 @@ import shutil
 import pytest
 
 from cir_demo.cli import main as cli_main
-from cir_demo.explorer import precompute
 from cir_demo.explorer.precompute import PrecomputeJob, complete_run
 from cir_demo.index import prebuilt_run
 from cir_demo.testing.explorer import VERIFIER, build_tiny_service
@@ -29,8 +29,23 @@ def shipped(tiny_setup, one_torch_thread):
     mp = pytest.MonkeyPatch()
     mp.setenv("CIR_DEMO_PREBUILT", str(built))
     try:
-        assert cli_main(["index", "prebuilt", *TINY, "--only", "eval", "--retrievers", ",".join(names),
-                         "--rerank", VERIFIER, "--no-progress"]) == 0
+        assert (
+            cli_main(
+                [
+                    "index",
+                    "prebuilt",
+                    *TINY,
+                    "--only",
+                    "eval",
+                    "--retrievers",
+                    ",".join(names),
+                    "--rerank",
+                    VERIFIER,
+                    "--no-progress",
+                ]
+            )
+            == 0
+        )
     finally:
         mp.undo()
     assert (built / "world-tiny-s0" / "eval" / "manifest.json").is_file()
@@ -61,21 +76,35 @@ def _rewrite(directory, name: str, data: bytes) -> None:
     (stored,) = manifest["files"][name]["stored"]
     (directory / stored).write_bytes(lzma.compress(data) if stored != name else data)
     blob = (directory / stored).read_bytes()
-    manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                               "stored": {stored: {"size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}}}
+    manifest["files"][name] = {
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "stored": {stored: {"size": len(blob), "sha256": hashlib.sha256(blob).hexdigest()}},
+    }
     (directory / "manifest.json").write_text(json.dumps(manifest))
 
 
 def test_shipped_outputs_are_byte_identical_to_what_eval_writes(prebuilt, capsys):
     names, directory = prebuilt
-    check = ["index", "prebuilt", *TINY, "--only", "eval", "--retrievers", ",".join(names), "--rerank", VERIFIER,
-             "--check"]
+    check = [
+        "index",
+        "prebuilt",
+        *TINY,
+        "--only",
+        "eval",
+        "--retrievers",
+        ",".join(names),
+        "--rerank",
+        VERIFIER,
+        "--check",
+    ]
     assert cli_main([*check, "--rerun"]) == 0, capsys.readouterr()
     assert "byte-identical to --eval" in capsys.readouterr().out
     manifest = json.loads((directory / "manifest.json").read_text())
     assert {"per_query.csv", "metrics.csv", "metrics.json", "report.md", "run_info.json"} <= set(manifest["files"])
-    assert any(n.startswith("plots/") for n in manifest["files"]) and not any(n.startswith("results/")
-                                                                             for n in manifest["files"])
+    assert any(n.startswith("plots/") for n in manifest["files"]) and not any(
+        n.startswith("results/") for n in manifest["files"]
+    )
     # the world's compositional test split, evaluated beside the test split, ships too (its rankings do not)
     assert {"compositional/per_query.csv", "compositional/run_info.json"} <= set(manifest["files"])
     assert not any(n.startswith("compositional/results/") for n in manifest["files"])
@@ -91,8 +120,18 @@ def test_the_check_recomputes_a_slice_and_finds_edited_rows_and_a_changed_judge(
     from cir_demo.testing.explorer import TinyVerifier
 
     names, directory = prebuilt
-    check = ["index", "prebuilt", *TINY, "--only", "eval", "--retrievers", ",".join(names), "--rerank", VERIFIER,
-             "--check"]
+    check = [
+        "index",
+        "prebuilt",
+        *TINY,
+        "--only",
+        "eval",
+        "--retrievers",
+        ",".join(names),
+        "--rerank",
+        VERIFIER,
+        "--check",
+    ]
     plain = TinyVerifier.score_logits
     monkeypatch.setattr(TinyVerifier, "score_logits", lambda self, *a: -plain(self, *a))  # same code hash
     assert cli_main(check) == 1
@@ -132,9 +171,12 @@ def test_the_comparison_with_eval_names_every_changed_file_and_ignores_the_run_r
     (written / "breakdowns.csv").unlink()
     (written / "run_info.json").write_text(json.dumps({**info, "reranker": None}))
     assert differences(installed, written) == [
-        "breakdowns.csv: shipped, not written by --eval", "plots/extra.png: written by --eval, not shipped",
+        "breakdowns.csv: shipped, not written by --eval",
+        "plots/extra.png: written by --eval, not shipped",
         "compositional/metrics.csv: differs from what --eval writes now",
-        "report.md: differs from what --eval writes now", "run_info.json: differs from what --eval writes now"]
+        "report.md: differs from what --eval writes now",
+        "run_info.json: differs from what --eval writes now",
+    ]
 
 
 def test_an_app_with_fresh_shipped_outputs_starts_no_background_run(prebuilt, launched, tmp_path):
@@ -157,8 +199,9 @@ def test_an_app_with_fresh_shipped_outputs_starts_no_background_run(prebuilt, la
     service.engine.close()
 
 
-def test_outputs_of_other_code_are_computed_in_the_background_never_served(prebuilt, launched, tmp_path,
-                                                                              monkeypatch, caplog):
+def test_outputs_of_other_code_are_computed_in_the_background_never_served(
+    prebuilt, launched, tmp_path, monkeypatch, caplog
+):
     names, _ = prebuilt
     service = build_tiny_service(names)
     PrecomputeJob(TINY, runs_root=tmp_path / "runs").start_for(service)  # installed while they are current
@@ -181,12 +224,17 @@ def test_damaged_or_mismatched_shipped_outputs_are_refused(prebuilt, launched, t
     other = dict(served, retrievers={n: "f" * 64 for n in served["retrievers"]}, rerank_top_n=10)
     problems = prebuilt_run.shipped_problems(directory, other)
     assert any("spec or weights changed" in p for p in problems) and any("depth changed" in p for p in problems)
-    assert any("benchmark changed" in p for p in prebuilt_run.key_problems(
-        json.loads((directory / "manifest.json").read_text())["key"], dict(served, benchmark_fingerprint="world-x")))
+    assert any(
+        "benchmark changed" in p
+        for p in prebuilt_run.key_problems(
+            json.loads((directory / "manifest.json").read_text())["key"], dict(served, benchmark_fingerprint="world-x")
+        )
+    )
     stored = directory / "per_query.csv.xz"
     stored.write_bytes(stored.read_bytes()[:-1] + b"\0")
-    assert any(p.startswith("damaged:") and "per_query.csv.xz" in p
-               for p in prebuilt_run.shipped_problems(directory, served))
+    assert any(
+        p.startswith("damaged:") and "per_query.csv.xz" in p for p in prebuilt_run.shipped_problems(directory, served)
+    )
     job = PrecomputeJob(TINY, runs_root=tmp_path / "runs")
     job.start_for(service)
     assert len(launched) == 1 and not list((tmp_path / "runs").glob("prebuilt-*"))
@@ -200,7 +248,9 @@ def test_the_committed_default_world_outputs_match_their_records():
     from cir_demo.paths import REPO_ROOT
 
     directory = REPO_ROOT / "indexes" / "prebuilt" / "world-default-s0" / prebuilt_run.RUN_FOLDER
-    assert (directory / "manifest.json").is_file(), "the shipped outputs are missing: python -m cir_demo index prebuilt --only eval"
+    assert (directory / "manifest.json").is_file(), (
+        "the shipped outputs are missing: python -m cir_demo index prebuilt --only eval"
+    )
     manifest = prebuilt_run.read_shipped_manifest(directory)
     stored = {k: v for f in manifest["files"].values() for k, v in f["stored"].items()}
     assert check_records(directory, stored, verify=True) == []

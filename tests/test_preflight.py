@@ -1,5 +1,6 @@
 """Before a run: the doctor's table, one line per failure with its fix (no traceback, nothing
 created), the dry run's plan (creates nothing), out-of-memory back-off."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,11 +29,16 @@ def dirs(tmp_path, monkeypatch):
 def test_doctor_on_the_default_world_says_every_world_model_is_ready(dirs, capsys):
     from cir_demo.benchmarks.registry import declared_defaults
 
-    WORLD_RETRIEVERS, WORLD_RERANKER = declared_defaults("world").default_retrievers, declared_defaults("world").default_reranker
+    WORLD_RETRIEVERS, WORLD_RERANKER = (
+        declared_defaults("world").default_retrievers,
+        declared_defaults("world").default_reranker,
+    )
 
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    rows = {line.split()[1]: line.split()[2] for line in out.splitlines() if line.startswith(("retriever ", "reranker "))}
+    rows = {
+        line.split()[1]: line.split()[2] for line in out.splitlines() if line.startswith(("retriever ", "reranker "))
+    }
     assert rows == {**{n: "ready" for n in WORLD_RETRIEVERS}, WORLD_RERANKER: "ready"}
     assert "device" in out and "the requested run can start" in out
 
@@ -44,9 +50,21 @@ def test_doctor_lists_exactly_what_is_missing_for_real_models(dirs, tmp_path, mo
     monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "empty-hf"))
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     parquet, corpus_file, ids = write_pinpoint(tmp_path / "pp")
-    rc = main(["doctor", "--benchmark", "pinpoint", "--annotations", str(parquet), "--corpus-ids", str(corpus_file),
-               "--retrievers", "metaclip2-h14-fusion,gme-qwen2-vl-2b,world-clip-fusion,text-proxy-premerge",
-               "--reranker", "qwen2.5-vl"])
+    rc = main(
+        [
+            "doctor",
+            "--benchmark",
+            "pinpoint",
+            "--annotations",
+            str(parquet),
+            "--corpus-ids",
+            str(corpus_file),
+            "--retrievers",
+            "metaclip2-h14-fusion,gme-qwen2-vl-2b,world-clip-fusion,text-proxy-premerge",
+            "--reranker",
+            "qwen2.5-vl",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 1
     rows = [line for line in out.splitlines() if not line.startswith(" ")]
@@ -55,33 +73,62 @@ def test_doctor_lists_exactly_what_is_missing_for_real_models(dirs, tmp_path, mo
         parts = line.split()
         if len(parts) > 2:
             status.setdefault(" ".join(parts[:2]) if parts[0] in ("retriever", "reranker") else parts[0], []).append(
-                parts[2] if parts[0] in ("retriever", "reranker") else parts[1])
+                parts[2] if parts[0] in ("retriever", "reranker") else parts[1]
+            )
     assert status["images"] == ["missing"]
     assert status["retriever metaclip2-h14-fusion"] == ["missing"]
     assert status["retriever world-clip-fusion"] == ["ready"]
     assert sorted(status["retriever gme-qwen2-vl-2b"]) == ["blocked", "blocked", "missing"]  # opt-in, pin, weights
     assert sorted(status["retriever text-proxy-premerge"]) == ["blocked", "missing"]  # API key, text encoder
     assert status["reranker qwen2.5-vl"] == ["missing"]
-    for fix in ("hf download timm/vit_huge_patch14_clip_224.metaclip2_worldwide", "--trust-remote-code",
-                "transformers==4.51.3", "OPENAI_API_KEY", "hf download Qwen/Qwen2.5-VL-7B-Instruct",
-                f"{len(ids)} benchmark images are missing", "images fetch --benchmark pinpoint"):
+    for fix in (
+        "hf download timm/vit_huge_patch14_clip_224.metaclip2_worldwide",
+        "--trust-remote-code",
+        "transformers==4.51.3",
+        "OPENAI_API_KEY",
+        "hf download Qwen/Qwen2.5-VL-7B-Instruct",
+        f"{len(ids)} benchmark images are missing",
+        "images fetch --benchmark pinpoint",
+    ):
         assert fix in out, fix
 
 
 def test_eval_with_uncached_weights_fails_in_one_line_and_creates_nothing(tmp_path, monkeypatch, capsys):
     parquet, corpus_file, _ = write_pinpoint(tmp_path / "pp")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "CIR_DEMO_RUNS": str(tmp_path / "runs"),
-           "CIR_DEMO_CACHE": str(tmp_path / "cache"), "CIR_DEMO_INDEXES": str(tmp_path / "indexes")}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf"),
+        "CIR_DEMO_RUNS": str(tmp_path / "runs"),
+        "CIR_DEMO_CACHE": str(tmp_path / "cache"),
+        "CIR_DEMO_INDEXES": str(tmp_path / "indexes"),
+    }
     env.pop("HF_HUB_CACHE", None)
-    cmd = [sys.executable, "app.py", "--eval", "--benchmark", "pinpoint", "--annotations", str(parquet),
-           "--corpus-ids", str(corpus_file), "--retrievers", "metaclip2-h14-fusion"]
+    cmd = [
+        sys.executable,
+        "app.py",
+        "--eval",
+        "--benchmark",
+        "pinpoint",
+        "--annotations",
+        str(parquet),
+        "--corpus-ids",
+        str(corpus_file),
+        "--retrievers",
+        "metaclip2-h14-fusion",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     line = lines[0]
-    for part in ("metaclip2-h14-fusion", "timm/vit_huge_patch14_clip_224.metaclip2_worldwide",
-                 "hf download timm/vit_huge_patch14_clip_224.metaclip2_worldwide", "HF_HOME", str(tmp_path / "hf")):
+    for part in (
+        "metaclip2-h14-fusion",
+        "timm/vit_huge_patch14_clip_224.metaclip2_worldwide",
+        "hf download timm/vit_huge_patch14_clip_224.metaclip2_worldwide",
+        "HF_HOME",
+        str(tmp_path / "hf"),
+    ):
         assert part in line, part
     assert not (tmp_path / "runs").exists() and not (tmp_path / "indexes").exists()
     # --debug shows the traceback for those who want it; in this process (the boundary was checked
@@ -122,8 +169,21 @@ def test_dry_run_prints_counts_and_a_measured_estimate_and_creates_nothing(dirs,
         before = _tree(dirs, ROOT / "runs", ROOT / "indexes", ROOT / "cache")
         p = argparse.ArgumentParser()
         eval_cli.add_arguments(p)
-        args = p.parse_args(["--world-size", "tiny", "--retrievers", "tiny-dry-fusion", "--rerank", "world-verifier",
-                             "--rerank-top-n", "5", "--dry-run", "--device", "cpu"])
+        args = p.parse_args(
+            [
+                "--world-size",
+                "tiny",
+                "--retrievers",
+                "tiny-dry-fusion",
+                "--rerank",
+                "world-verifier",
+                "--rerank-top-n",
+                "5",
+                "--dry-run",
+                "--device",
+                "cpu",
+            ]
+        )
         assert eval_cli.run(args) == 0
         out = capsys.readouterr().out
         assert _tree(dirs, ROOT / "runs", ROOT / "indexes", ROOT / "cache") == before
@@ -177,10 +237,13 @@ def test_one_mechanism_from_exception_to_line_for_cli_and_page(capsys):
     def fail(exc):
         def body():
             raise exc
+
         return body
 
     err = io.StringIO()
-    assert report_errors(fail(UserError("weights missing; run `hf download X`\nimages missing; fetch")), stream=err) == 2
+    assert (
+        report_errors(fail(UserError("weights missing; run `hf download X`\nimages missing; fetch")), stream=err) == 2
+    )
     assert err.getvalue() == "error: weights missing; run `hf download X`\nerror: images missing; fetch\n"
     err = io.StringIO()
     assert report_errors(fail(UnknownNameError("retriever", "wrold-clip", ["world-clip"])), stream=err) == 2
@@ -192,6 +255,8 @@ def test_one_mechanism_from_exception_to_line_for_cli_and_page(capsys):
     assert report_errors(fail(KeyError("boom")), stream=err, debug=True) == 1
     assert "Traceback" in err.getvalue()
     # the page shows the same words as the command line
-    assert error_message("Load", UserError("weights missing; run `hf download X`")) == \
-        "Load: weights missing; run `hf download X`"
+    assert (
+        error_message("Load", UserError("weights missing; run `hf download X`"))
+        == "Load: weights missing; run `hf download X`"
+    )
     assert "failed (KeyError" in error_message("Load", KeyError("boom"))

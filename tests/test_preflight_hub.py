@@ -1,5 +1,6 @@
 """The doctor's hub answers (download size, gated, missing) against a real local HTTP server
 standing in for the Hugging Face hub (HF_ENDPOINT on 127.0.0.1); nothing leaves the machine."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,9 @@ class FakeHub(BaseHTTPRequestHandler):
         path = self.path.split("?")[0]
         repo = path.removeprefix("/api/models/").split("/revision/")[0]
         if repo in REPOS:
-            body = json.dumps({"id": repo, "gated": False,
-                               "siblings": [{"rfilename": f, "size": n} for f, n in REPOS[repo]]}).encode()
+            body = json.dumps(
+                {"id": repo, "gated": False, "siblings": [{"rfilename": f, "size": n} for f, n in REPOS[repo]]}
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -61,8 +63,17 @@ def hub(tmp_path, monkeypatch):
 def _register(name, model):
     from cir_demo.retrievers import registry
 
-    registry.register_config({"name": name, "family": "hf_clip", "model": model, "recipe": "early_fusion",
-                              "params": {"text_weight": 0.8}, "requires": ["torch"]}, replace=True)
+    registry.register_config(
+        {
+            "name": name,
+            "family": "hf_clip",
+            "model": model,
+            "recipe": "early_fusion",
+            "params": {"text_weight": 0.8},
+            "requires": ["torch"],
+        },
+        replace=True,
+    )
 
 
 def test_hub_answers_size_gated_and_missing(hub):

@@ -1,5 +1,6 @@
 """What an install promises: requirements.txt declares every third-party package cir_demo imports,
 and pyproject's requires-python is a Python every pinned requirement and the code itself run on."""
+
 from __future__ import annotations
 
 import ast
@@ -19,11 +20,20 @@ PYTHONS = [(3, minor) for minor in range(8, 16)]
 
 # stdlib names newer than some Python: (module, attribute or None) -> first version with it
 NEWER_STDLIB = {
-    ("hashlib", "file_digest"): (3, 11), ("tomllib", None): (3, 11), ("enum", "StrEnum"): (3, 11),
-    ("typing", "Self"): (3, 11), ("typing", "LiteralString"): (3, 11), ("typing", "assert_never"): (3, 11),
-    ("datetime", "UTC"): (3, 11), ("asyncio", "TaskGroup"): (3, 11), ("asyncio", "timeout"): (3, 11),
-    ("contextlib", "chdir"): (3, 11), ("itertools", "batched"): (3, 12), ("typing", "override"): (3, 12),
-    ("warnings", "deprecated"): (3, 13), ("copy", "replace"): (3, 13),
+    ("hashlib", "file_digest"): (3, 11),
+    ("tomllib", None): (3, 11),
+    ("enum", "StrEnum"): (3, 11),
+    ("typing", "Self"): (3, 11),
+    ("typing", "LiteralString"): (3, 11),
+    ("typing", "assert_never"): (3, 11),
+    ("datetime", "UTC"): (3, 11),
+    ("asyncio", "TaskGroup"): (3, 11),
+    ("asyncio", "timeout"): (3, 11),
+    ("contextlib", "chdir"): (3, 11),
+    ("itertools", "batched"): (3, 12),
+    ("typing", "override"): (3, 12),
+    ("warnings", "deprecated"): (3, 13),
+    ("copy", "replace"): (3, 13),
 }
 NEWER_BUILTINS = {"ExceptionGroup": (3, 11), "BaseExceptionGroup": (3, 11)}
 
@@ -90,8 +100,11 @@ def test_every_third_party_import_is_declared_in_requirements():
 
 def test_the_import_check_sees_direct_imports_and_skips_optional_ones(tmp_path):
     src = tmp_path / "m.py"
-    src.write_text("import os\nfrom packaging.version import Version\ntry:\n    import spaces\nexcept ImportError:\n"
-                   "    spaces = None\n\ndef f():\n    import huggingface_hub.errors\n", encoding="utf-8")
+    src.write_text(
+        "import os\nfrom packaging.version import Version\ntry:\n    import spaces\nexcept ImportError:\n"
+        "    spaces = None\n\ndef f():\n    import huggingface_hub.errors\n",
+        encoding="utf-8",
+    )
     assert third_party_imports(src) == {"packaging": 2, "huggingface_hub": 9}
 
 
@@ -132,20 +145,26 @@ def newer_stdlib_uses(source: str, oldest: tuple[int, int]) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("source,oldest,expected", [
-    ("import hashlib\nhashlib.file_digest(fh, 'sha256')", (3, 10), ["2: hashlib.file_digest (3.11)"]),
-    ("import hashlib\nhashlib.file_digest(fh, 'sha256')", (3, 11), []),
-    ("import tomllib", (3, 10), ["1: tomllib (3.11)"]),
-    ("from itertools import batched", (3, 11), ["1: itertools.batched (3.12)"]),
-    ("try:\n    pass\nexcept* ValueError:\n    pass", (3, 10), ["1: except* (3.11)"]),
-    ("raise ExceptionGroup('x', [])", (3, 10), ["1: ExceptionGroup (3.11)"]),
-])
+@pytest.mark.parametrize(
+    "source,oldest,expected",
+    [
+        ("import hashlib\nhashlib.file_digest(fh, 'sha256')", (3, 10), ["2: hashlib.file_digest (3.11)"]),
+        ("import hashlib\nhashlib.file_digest(fh, 'sha256')", (3, 11), []),
+        ("import tomllib", (3, 10), ["1: tomllib (3.11)"]),
+        ("from itertools import batched", (3, 11), ["1: itertools.batched (3.12)"]),
+        ("try:\n    pass\nexcept* ValueError:\n    pass", (3, 10), ["1: except* (3.11)"]),
+        ("raise ExceptionGroup('x', [])", (3, 10), ["1: ExceptionGroup (3.11)"]),
+    ],
+)
 def test_the_stdlib_check_finds_what_an_older_python_lacks(source, oldest, expected):
     assert newer_stdlib_uses(source, oldest) == expected
 
 
 def test_the_code_runs_on_the_oldest_python_pyproject_allows():
     oldest = declared_floor()
-    found = [f"{p.relative_to(ROOT)}:{hit}" for p in SOURCES
-             for hit in newer_stdlib_uses(p.read_text(encoding="utf-8"), oldest)]
+    found = [
+        f"{p.relative_to(ROOT)}:{hit}"
+        for p in SOURCES
+        for hit in newer_stdlib_uses(p.read_text(encoding="utf-8"), oldest)
+    ]
     assert not found, f"pyproject.toml allows Python {oldest[0]}.{oldest[1]}, which lacks: {found}"

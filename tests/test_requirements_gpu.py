@@ -1,4 +1,5 @@
 """requirements-gpu.txt is requirements.txt with the CUDA build of faiss, nothing else."""
+
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -13,4 +14,3 @@ def test_gpu_requirements_differ_only_in_the_faiss_line():
     assert len(cpu) == len(gpu), "requirements-gpu.txt must have the same lines as requirements.txt"
     different = [(a, b) for a, b in zip(cpu, gpu) if a != b]
     assert different == [("faiss-cpu==1.15.1", "faiss-gpu==1.15.1")], different
-

@@ -1,4 +1,5 @@
 """`python -m cir_demo rerank` end to end: tiny world benchmark, tiny random Qwen2.5-VL, score cache."""
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +29,28 @@ def test_rerank_cli_writes_results_details_and_uses_cache(tmp_path, monkeypatch,
     first = write_results(tmp_path / "first.json", bench, run, scores=scores, spec={"retriever": "test"})
     model = build_tiny_qwen2_5_vl(tmp_path / "tiny", size="test", seed=0)
     out = tmp_path / "reranked.json"
-    argv = ["--benchmark", "world", "--world-size", "tiny", "--limit", "2", "--results-json", str(first),
-            "--out", str(out), "--top-n", "5", "--backend", "qwen2.5-vl", "--model", str(model),
-            "--device", "cpu", "--cache", str(tmp_path / "scores.sqlite")]
+    argv = [
+        "--benchmark",
+        "world",
+        "--world-size",
+        "tiny",
+        "--limit",
+        "2",
+        "--results-json",
+        str(first),
+        "--out",
+        str(out),
+        "--top-n",
+        "5",
+        "--backend",
+        "qwen2.5-vl",
+        "--model",
+        str(model),
+        "--device",
+        "cpu",
+        "--cache",
+        str(tmp_path / "scores.sqlite"),
+    ]
     assert cli.run(parse(argv)) == 0
     assert "0 from cache" in capsys.readouterr().out
 
@@ -62,20 +82,38 @@ def test_rerank_cli_reports_bad_backend(tmp_path, monkeypatch, capsys):
 
     bench = load_benchmark("world", size="tiny").limit(1)
     first = write_results(tmp_path / "first.json", bench, {bench.queries[0].query_id: bench.corpus_ids[:3]})
-    argv = ["--benchmark", "world", "--world-size", "tiny", "--limit", "1", "--results-json", str(first),
-            "--out", str(tmp_path / "o.json"), "--backend", "qwen-vl"]
+    argv = [
+        "--benchmark",
+        "world",
+        "--world-size",
+        "tiny",
+        "--limit",
+        "1",
+        "--results-json",
+        str(first),
+        "--out",
+        str(tmp_path / "o.json"),
+        "--backend",
+        "qwen-vl",
+    ]
     assert cli.run(parse(argv)) == 2
     assert "did you mean" in capsys.readouterr().err.lower()
 
 
 def test_backend_args_parse():
     assert cli.parse_backend_args(["batch_size=4", "device=cpu", "x=[1, 2]"]) == {
-        "batch_size": 4, "device": "cpu", "x": [1, 2]}
+        "batch_size": 4,
+        "device": "cpu",
+        "x": [1, 2],
+    }
     with pytest.raises(ValueError, match="KEY=VALUE"):
         cli.parse_backend_args(["novalue"])
-    args = parse(["--results-json", "r.json", "--out", "o.json", "--backend", "world-verifier",
-                  "--backend-arg", "batch_size=8"])
+    args = parse(
+        ["--results-json", "r.json", "--out", "o.json", "--backend", "world-verifier", "--backend-arg", "batch_size=8"]
+    )
     assert cli.backend_kwargs(args) == {"batch_size": 8}  # no yes/no tokens for a prompt-free backend
-    args = parse(["--results-json", "r.json", "--out", "o.json", "--backend", "openai", "--backend-arg", "top_logprobs=5"])
+    args = parse(
+        ["--results-json", "r.json", "--out", "o.json", "--backend", "openai", "--backend-arg", "top_logprobs=5"]
+    )
     kw = cli.backend_kwargs(args)
     assert kw["top_logprobs"] == 5 and kw["yes_token"] == "yes" and kw["base_url"].startswith("http://")

@@ -5,6 +5,7 @@ colour and answers from a behaviour table: logprobs, a missing token, a
 delay past the client timeout, HTTP errors. It records every request and the
 largest number of requests in flight at once.
 """
+
 from __future__ import annotations
 
 import base64

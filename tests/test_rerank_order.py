@@ -3,6 +3,7 @@
 `ScriptedReranker` returns scores written in the test (it stands in for no
 model outside this file); the oracle is a brute-force restatement of the policy.
 """
+
 from __future__ import annotations
 
 import math
@@ -106,7 +107,9 @@ def test_policy_matches_brute_force_oracle(seed):
     ids = [f"c{i}" for i in range(n)]
     # Few distinct values -> many ties; some unscored.
     table = {
-        c: (None, rnd.choice([FLAG_TOKENS_MISSING, "error: x"])) if rnd.random() < 0.25 else (rnd.choice([0.1, 0.5, 0.9]), None)
+        c: (None, rnd.choice([FLAG_TOKENS_MISSING, "error: x"]))
+        if rnd.random() < 0.25
+        else (rnd.choice([0.1, 0.5, 0.9]), None)
         for c in ids
     }
     top_n = rnd.choice([0, 1, 3, 5, n, n + 4])
@@ -185,9 +188,7 @@ def test_cache_hit_avoids_rescoring_and_persists(tmp_path):
         # a, b, c (tokens_missing is a model answer) come from the cache; the error is retried.
         assert rr.calls[-1] == ["d"] and rr.n_scored == 5
         assert [it.candidate_id for it in second] == [it.candidate_id for it in first]
-        assert [it.from_cache for it in second[:4]] == [
-            it.candidate_id != "d" for it in second[:4]
-        ]
+        assert [it.from_cache for it in second[:4]] == [it.candidate_id != "d" for it in second[:4]]
         # Larger top_n: only the new candidates are scored.
         rerank(REQ, list("abcdef"), None, load_image, rr, top_n=6, cache=cache)
         assert rr.calls[-1] == ["d", "e", "f"]
@@ -276,15 +277,24 @@ class NearMissReranker(ScriptedReranker):
         self.spec = {**self.spec, "near_miss_penalty": penalty}
 
     def score(self, request, candidate_ids, candidate_images):
-        return [CandidateScore(s.candidate_id, s.p_yes, s.logit_yes, s.logit_no, s.flag, self.near[s.candidate_id])
-                for s in super().score(request, candidate_ids, candidate_images)]
+        return [
+            CandidateScore(s.candidate_id, s.p_yes, s.logit_yes, s.logit_no, s.flag, self.near[s.candidate_id])
+            for s in super().score(request, candidate_ids, candidate_images)
+        ]
 
 
 def test_near_miss_penalty_hand_built_case_with_ties():
     # keys with penalty 0.5 (binary fractions: exact): a 0.625, b 0.0625 - 0.4375 = -0.375, c 0.25,
     # d 0.375 - 0.125 = 0.25, e 0.03125 - 0.4375 = -0.40625, f 0.75 - 0.5 = 0.25; g unscored keeps its slot
-    table = {"a": (0.625, 0.0), "b": (0.0625, 0.875), "c": (0.25, 0.0), "d": (0.375, 0.25), "e": (0.03125, 0.875),
-             "f": (0.75, 1.0), "g": (None, None)}
+    table = {
+        "a": (0.625, 0.0),
+        "b": (0.0625, 0.875),
+        "c": (0.25, 0.0),
+        "d": (0.375, 0.25),
+        "e": (0.03125, 0.875),
+        "f": (0.75, 1.0),
+        "g": (None, None),
+    }
     ids = ["b", "c", "g", "d", "e", "f", "a"]
     rr = NearMissReranker(table, 0.5)
     rr.table["g"] = (None, "error: timeout")

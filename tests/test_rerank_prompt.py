@@ -1,4 +1,5 @@
 """The reranker prompt template: image order, <imgN> markers, exact text."""
+
 from __future__ import annotations
 
 import pytest

@@ -4,6 +4,7 @@ Oracle: a plain full-sequence forward of `Qwen2_5_VLForConditionalGeneration`
 (prefix + candidate + answer position in one pass, the model computing its own
 mrope positions); the prefix-cached batched path must agree within 1e-4.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """Results readers: every run format, detection, the override, and errors that name file, entry and line."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,9 @@ def bench() -> Benchmark:
 
 def test_run_dict_is_ranked_by_score_then_id_descending(tmp_path):
     path = tmp_path / "predictions.json"
-    path.write_text(json.dumps({"q0": {"img1": 0.5, "img9": 0.9, "img2": 0.5, "img10": 0.5},
-                                "q1": {}, "extra": {"img1": 1}}))
+    path.write_text(
+        json.dumps({"q0": {"img1": 0.5, "img9": 0.9, "img2": 0.5, "img10": 0.5}, "q1": {}, "extra": {"img1": 1}})
+    )
     rf = read_results(path, bench())
     assert rf.format == "run-dict"
     # ties at 0.5 by id descending in byte order ("img2" > "img10" > "img1"), as trec_eval orders them
@@ -60,12 +62,15 @@ def test_override_reads_the_named_format_and_refuses_a_mismatch(tmp_path):
         read_results(path, bench(), fmt="csv")
 
 
-@pytest.mark.parametrize("payload, where, first", [
-    ('{"q0": {"items": ["img1"]}}', "query 'q0'", "{'items': ['img1']}"),
-    ('{"q0": {"img1": "high"}}', "query 'q0'", "{'img1': 'high'}"),
-    ('"just a string"', None, "'just a string'"),
-    ("q0 img1 0.5\nq0 img2 0.4\n", "line 1", "'q0 img1 0.5'"),
-])
+@pytest.mark.parametrize(
+    "payload, where, first",
+    [
+        ('{"q0": {"items": ["img1"]}}', "query 'q0'", "{'items': ['img1']}"),
+        ('{"q0": {"img1": "high"}}', "query 'q0'", "{'img1': 'high'}"),
+        ('"just a string"', None, "'just a string'"),
+        ("q0 img1 0.5\nq0 img2 0.4\n", "line 1", "'q0 img1 0.5'"),
+    ],
+)
 def test_unreadable_file_gets_one_error_naming_formats_and_first_entry(tmp_path, payload, where, first):
     path = tmp_path / "weird.json"
     path.write_text(payload)
@@ -78,11 +83,14 @@ def test_unreadable_file_gets_one_error_naming_formats_and_first_entry(tmp_path,
         assert where in msg
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("q0 Q0 img1 1 0.5 t\nq0 Q0 img1 2 0.4 t\n", "line 2, field 'docid'"),
-    ("q0 Q0 img1 1 0.5 t\nq0 Q0 img2 x 0.4 t\n", "line 2, field 'rank'"),
-    ("q0 Q0 img1 1 0.5 t\nq0 Q0 img2 2 nan t\n", "line 2, field 'score'"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("q0 Q0 img1 1 0.5 t\nq0 Q0 img1 2 0.4 t\n", "line 2, field 'docid'"),
+        ("q0 Q0 img1 1 0.5 t\nq0 Q0 img2 x 0.4 t\n", "line 2, field 'rank'"),
+        ("q0 Q0 img1 1 0.5 t\nq0 Q0 img2 2 nan t\n", "line 2, field 'score'"),
+    ],
+)
 def test_trec_errors_name_the_line(tmp_path, text, needle):
     path = tmp_path / "r.trec"
     path.write_text(text)

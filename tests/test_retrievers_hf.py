@@ -1,4 +1,5 @@
 """transformers adapter on tiny random CLIPModel / SiglipModel saved here: adapter == direct forward."""
+
 import json
 
 import numpy as np
@@ -28,10 +29,17 @@ def tiny(request, tmp_path_factory):
     kind = request.param
     folder = build_tiny_hf(tmp_path_factory.mktemp(f"tiny_{kind}"), kind, seed=0)
     name = f"tiny-hf-{kind}-test"
-    registry.register_config({
-        "name": name, "family": "hf_clip", "model": str(folder), "recipe": "early_fusion",
-        "params": {"text_weight": 0.7, "batch_size": 2}, "requires": ["transformers", "torch"],
-    }, replace=True)
+    registry.register_config(
+        {
+            "name": name,
+            "family": "hf_clip",
+            "model": str(folder),
+            "recipe": "early_fusion",
+            "params": {"text_weight": 0.7, "batch_size": 2},
+            "requires": ["transformers", "torch"],
+        },
+        replace=True,
+    )
     yield kind, folder, name
     registry.unregister(name)
 
@@ -57,7 +65,9 @@ def _direct(folder, kind):
             enc = tok(texts, padding=True, truncation=True, max_length=16, return_tensors="pt")
             kwargs = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
         with torch.no_grad():
-            return torch.nn.functional.normalize(features_tensor(model.get_text_features(**kwargs), "txt"), dim=-1).numpy()
+            return torch.nn.functional.normalize(
+                features_tensor(model.get_text_features(**kwargs), "txt"), dim=-1
+            ).numpy()
 
     return img, txt
 
@@ -70,8 +80,10 @@ def test_images_and_queries_match_direct_forward(tiny, images):
     np.testing.assert_allclose(emb, img_fn(images), atol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
 
-    qs = [ComposedQuery((images[0],), "make it a red car"),
-          ComposedQuery((images[1], images[2]), "the dog of <img1> with <img2>")]
+    qs = [
+        ComposedQuery((images[0],), "make it a red car"),
+        ComposedQuery((images[1], images[2]), "the dog of <img1> with <img2>"),
+    ]
     got = r.encode_queries(qs)
     i = img_fn(images)
     refs = np.stack([i[0], (i[1] + i[2]) / np.linalg.norm(i[1] + i[2])])
@@ -88,8 +100,9 @@ def test_text_padding_choice_and_spec(tiny):
     assert r.spec["architecture"] == ("SiglipModel" if kind == "siglip" else "CLIPModel")
     assert set(r.spec["weights"]["sha256"]) == {"model.safetensors"}
     json.dumps(r.spec)
-    assert r.spec["preprocess"]["image_mean"] == ([0.5] * 3 if kind == "siglip" else
-                                                  [0.48145466, 0.4578275, 0.40821073])
+    assert r.spec["preprocess"]["image_mean"] == (
+        [0.5] * 3 if kind == "siglip" else [0.48145466, 0.4578275, 0.40821073]
+    )
 
 
 def test_batch_size_invariance(tiny, images):

@@ -1,4 +1,5 @@
 """open_clip adapter on a tiny random model built here: adapter output == direct open_clip forward."""
+
 import json
 
 import numpy as np
@@ -13,7 +14,10 @@ from cir_demo.retrievers import recipes, registry
 from cir_demo.retrievers.base import ComposedQuery
 from cir_demo.retrievers.openclip import preprocess_sidecar_path, read_preprocess_sidecar
 from cir_demo.testing.tiny_retrievers import (
-    TINY_PREPROCESS, build_tiny_open_clip, tiny_open_clip_config, tiny_open_clip_retriever,
+    TINY_PREPROCESS,
+    build_tiny_open_clip,
+    tiny_open_clip_config,
+    tiny_open_clip_retriever,
 )
 
 MODEL = "cir-demo-tiny-clip"
@@ -52,8 +56,13 @@ def direct(weights_dir):
     weights = weights_dir / f"{MODEL}-seed0.safetensors"
     model = open_clip.create_model(MODEL, pretrained=str(weights)).eval()
     transform = open_clip.image_transform(
-        32, is_train=False, mean=TINY_PREPROCESS["mean"], std=TINY_PREPROCESS["std"],
-        interpolation="bicubic", resize_mode="shortest")
+        32,
+        is_train=False,
+        mean=TINY_PREPROCESS["mean"],
+        std=TINY_PREPROCESS["std"],
+        interpolation="bicubic",
+        resize_mode="shortest",
+    )
     tokenizer = open_clip.get_tokenizer(MODEL)
 
     def img(ims):
@@ -224,8 +233,9 @@ def test_empty_inputs_give_empty_arrays(weights_dir):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_fp16_close_to_cpu_fp32(weights_dir, images):
     cpu = tiny_open_clip_retriever(weights_dir, "early_fusion")
-    registry.register_config({**registry.get_config(cpu.name), "name": "tiny-cuda-fp16", "precision": "fp16"},
-                             replace=True)
+    registry.register_config(
+        {**registry.get_config(cpu.name), "name": "tiny-cuda-fp16", "precision": "fp16"}, replace=True
+    )
     gpu = registry.load_retriever("tiny-cuda-fp16", device="cuda")
     assert gpu.spec["precision"] == "fp16" and cpu.spec["precision"] == "fp32"
     np.testing.assert_allclose(gpu.encode_images(images), cpu.encode_images(images), atol=2e-2)
@@ -242,7 +252,9 @@ def test_recipes_of_one_encoder_share_text_embeddings_and_others_do_not(weights_
     calls = []
     for r in (fusion, slerp, other):
         forward = r.encoder.encode_text_batch
-        r.encoder.encode_text_batch = lambda batch, forward=forward, r=r: calls.append((r.name, list(batch))) or forward(batch)
+        r.encoder.encode_text_batch = lambda batch, forward=forward, r=r: (
+            calls.append((r.name, list(batch))) or forward(batch)
+        )
     a = fusion.encode_texts(texts)
     b = slerp.encode_texts(texts[:2] + ["memo: a new one"])
     c = other.encode_texts(texts[:1])
@@ -268,7 +280,9 @@ def test_a_batch_key_hashes_each_image_object_once_and_equals_the_key_of_every_i
     assert dual_encoder.reference_batch_key("tower", 64, [images[0], "not an image"]) is None
 
 
-def test_recipes_of_one_tower_share_reference_batches_bit_for_bit_and_only_whole_batches(weights_dir, images, monkeypatch):
+def test_recipes_of_one_tower_share_reference_batches_bit_for_bit_and_only_whole_batches(
+    weights_dir, images, monkeypatch
+):
     """Memo against no memo: a second recipe of the same weights encoding the very same reference batch reads
     it (no image forward) and gets exactly the rows a fresh forward gives; a different batch (a subset, or the
     same pixels in another batch size) is encoded afresh; other weights never read it."""
@@ -282,11 +296,16 @@ def test_recipes_of_one_tower_share_reference_batches_bit_for_bit_and_only_whole
     calls = []
     for r in (image_only, fusion, other):
         forward = r.encoder.encode_image_batch
-        monkeypatch.setattr(r.encoder, "encode_image_batch",
-                            lambda batch, forward=forward, r=r: calls.append((r.name, len(batch))) or forward(batch))
-    queries = [ComposedQuery((images[0],), "a", reference_ids=("r0",)),
-               ComposedQuery((images[1], images[2]), "b", reference_ids=("r1", "r2")),
-               ComposedQuery((images[0],), "c", reference_ids=("r0",))]  # a paraphrase: the same image object
+        monkeypatch.setattr(
+            r.encoder,
+            "encode_image_batch",
+            lambda batch, forward=forward, r=r: calls.append((r.name, len(batch))) or forward(batch),
+        )
+    queries = [
+        ComposedQuery((images[0],), "a", reference_ids=("r0",)),
+        ComposedQuery((images[1], images[2]), "b", reference_ids=("r1", "r2")),
+        ComposedQuery((images[0],), "c", reference_ids=("r0",)),
+    ]  # a paraphrase: the same image object
     first = image_only.reference_embeddings(queries)
     assert calls == [(image_only.name, 3)]  # the repeated image once
     shared = fusion.reference_embeddings(queries)
@@ -297,14 +316,23 @@ def test_recipes_of_one_tower_share_reference_batches_bit_for_bit_and_only_whole
     fusion.reference_embeddings(queries[:2])
     fusion.reference_embeddings(queries, batch_size=1)
     other.reference_embeddings(queries)
-    assert calls[-6:] == [(fusion.name, 3), (fusion.name, 3), (fusion.name, 1), (fusion.name, 1), (fusion.name, 1),
-                          (other.name, 3)]
+    assert calls[-6:] == [
+        (fusion.name, 3),
+        (fusion.name, 3),
+        (fusion.name, 1),
+        (fusion.name, 1),
+        (fusion.name, 1),
+        (other.name, 3),
+    ]
     # texts the same way: the batch of each text once, shared by the encoder's retrievers (world-CIR's too)
     text_calls = []
     for r in (image_only, fusion):
         forward = r.encoder.encode_text_batch
-        monkeypatch.setattr(r.encoder, "encode_text_batch",
-                            lambda batch, forward=forward: text_calls.append(list(batch)) or forward(batch))
+        monkeypatch.setattr(
+            r.encoder,
+            "encode_text_batch",
+            lambda batch, forward=forward: text_calls.append(list(batch)) or forward(batch),
+        )
     a = image_only.encode_text_batches(["memo2: x", "memo2: y", "memo2: x"])
     b = fusion.encode_text_batches(["memo2: x", "memo2: y"])
     assert text_calls == [["memo2: x", "memo2: y"]]

@@ -1,4 +1,5 @@
 """Precomputed rankings as a retriever: both official formats, clear errors on malformed files."""
+
 import json
 
 import pytest
@@ -17,8 +18,11 @@ def _write(tmp_path, name, obj):
 
 
 def test_pinpoint_format_with_id_normalisation(tmp_path):
-    p = _write(tmp_path, "pp.json", {"00001": {"retrieved_items": ["a", "b", "c"], "extra": 1},
-                                     "00002": {"retrieved_items": []}})
+    p = _write(
+        tmp_path,
+        "pp.json",
+        {"00001": {"retrieved_items": ["a", "b", "c"], "extra": 1}, "00002": {"retrieved_items": []}},
+    )
     r = PrecomputedRetriever.from_file(p)
     assert isinstance(r, RankingOnlyRetriever) and is_ranking_only(r)
     assert r.format == "pinpoint" and r.query_ids() == ["00001", "00002"]
@@ -43,15 +47,21 @@ def test_circo_format_int_ids_become_strings(tmp_path):
         r.rank("00", 3)  # no PinPoint-style normalisation for CIRCO ids
 
 
-@pytest.mark.parametrize("obj,match", [
-    ("{not json", "fits none of the results formats"),
-    ([1, 2], "a JSON list at the top level"),
-    ({"00001": {"items": ["a"]}}, "fits none of the results formats"),
-    ({"00001": {"retrieved_items": "a"}}, "query '00001', field 'retrieved_items': read as pinpoint results: must be a list of image ids"),
-    ({"00001": {"retrieved_items": ["a", None]}}, "must be a list of image ids"),
-    ({"00001": {"retrieved_items": ["a"], "scores": [1, 2]}}, "field 'scores'"),
-    ({"0": ["a"], "1": {"retrieved_items": ["b"]}}, "query '1'"),  # mixed formats
-])
+@pytest.mark.parametrize(
+    "obj,match",
+    [
+        ("{not json", "fits none of the results formats"),
+        ([1, 2], "a JSON list at the top level"),
+        ({"00001": {"items": ["a"]}}, "fits none of the results formats"),
+        (
+            {"00001": {"retrieved_items": "a"}},
+            "query '00001', field 'retrieved_items': read as pinpoint results: must be a list of image ids",
+        ),
+        ({"00001": {"retrieved_items": ["a", None]}}, "must be a list of image ids"),
+        ({"00001": {"retrieved_items": ["a"], "scores": [1, 2]}}, "field 'scores'"),
+        ({"0": ["a"], "1": {"retrieved_items": ["b"]}}, "query '1'"),  # mixed formats
+    ],
+)
 def test_malformed_files_name_file_query_and_field(tmp_path, obj, match):
     p = _write(tmp_path, "bad.json", obj)
     with pytest.raises(BenchmarkError, match=match) as info:
@@ -107,8 +117,10 @@ def test_missing_file_and_bad_k(tmp_path):
 
 def test_registered_precomputed_config_loads_without_torch(tmp_path):
     p = _write(tmp_path, "mine.json", {"0": ["x", "y"]})
-    registry.register_config({"name": "my-run", "family": "precomputed", "model": "MagicLens-L (run elsewhere)",
-                              "params": {"path": str(p)}}, replace=True)
+    registry.register_config(
+        {"name": "my-run", "family": "precomputed", "model": "MagicLens-L (run elsewhere)", "params": {"path": str(p)}},
+        replace=True,
+    )
     r = registry.load_retriever("my-run")
     assert r.rank("0", 1) == (["x"], [1.0]) and r.spec["model"].startswith("MagicLens")
     registry.unregister("my-run")
@@ -124,10 +136,17 @@ def test_a_config_s_unreadable_file_is_one_line_in_loading_and_in_the_listing(tm
 
     bad = _write(tmp_path, "bad.json", {str(i): {"retrieved_items": 5} for i in range(30)})
     registry.register_config({"name": "bad-run", "family": "precomputed", "params": {"path": str(bad)}}, replace=True)
-    registry.register_config({"name": "gone-run", "family": "precomputed",
-                              "params": {"path": str(tmp_path / "gone.json")}}, replace=True)
-    registry.register_config({"name": "good-run", "family": "precomputed",
-                              "params": {"path": str(_write(tmp_path, "good.json", {"0": ["a"]}))}}, replace=True)
+    registry.register_config(
+        {"name": "gone-run", "family": "precomputed", "params": {"path": str(tmp_path / "gone.json")}}, replace=True
+    )
+    registry.register_config(
+        {
+            "name": "good-run",
+            "family": "precomputed",
+            "params": {"path": str(_write(tmp_path, "good.json", {"0": ["a"]}))},
+        },
+        replace=True,
+    )
     try:
         with pytest.raises(ValueError) as err:
             registry.load_retriever("bad-run")
@@ -139,7 +158,9 @@ def test_a_config_s_unreadable_file_is_one_line_in_loading_and_in_the_listing(tm
 
         page = load_failure_lines("bad-run", err.value)
         assert len(page) == 1 and page[0].endswith(line)
-        assert retrievers_cli.run(retrievers_cli.argparse.Namespace(retrievers_command="list", family="precomputed")) == 0
+        assert (
+            retrievers_cli.run(retrievers_cli.argparse.Namespace(retrievers_command="list", family="precomputed")) == 0
+        )
         rows = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()[1:]}
         assert rows["bad-run"].endswith(line) and str(tmp_path) not in rows["bad-run"]
         assert rows["gone-run"].endswith("results file gone.json not found")

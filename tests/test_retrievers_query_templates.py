@@ -1,5 +1,6 @@
 """Query templates as data: rendering, the per-family defaults, a config's own template, `retrievers show`,
 and the text the engine hands a retriever."""
+
 from __future__ import annotations
 
 import json
@@ -12,10 +13,24 @@ from cir_demo.cli import main
 from cir_demo.retrievers import registry
 from cir_demo.retrievers.query_templates import TemplateError, family_defaults, render, resolve
 
-FIQ = Query("dress-0", ("r",), join_captions(" Is Longer.", "has a belt?"), "dress-0", Judgments(("t",)),
-            {"category": "dress", "captions": (" Is Longer.", "has a belt?")}, target_id="t")
-CIRCO = Query("0", ("r",), "has a higher quality", "0", Judgments(("t",)),
-              {"shared_concept": "a man sitting on a bench"}, target_id="t")
+FIQ = Query(
+    "dress-0",
+    ("r",),
+    join_captions(" Is Longer.", "has a belt?"),
+    "dress-0",
+    Judgments(("t",)),
+    {"category": "dress", "captions": (" Is Longer.", "has a belt?")},
+    target_id="t",
+)
+CIRCO = Query(
+    "0",
+    ("r",),
+    "has a higher quality",
+    "0",
+    Judgments(("t",)),
+    {"shared_concept": "a man sitting on a bench"},
+    target_id="t",
+)
 
 
 def test_default_fashioniq_template_is_clip4cir_join_and_bge_vl_has_its_own():
@@ -24,7 +39,10 @@ def test_default_fashioniq_template_is_clip4cir_join_and_bge_vl_has_its_own():
     bge = resolve({"name": "x", "family": "bge_vl"}, "fashioniq")
     assert render(bge["template"], FIQ) == " Is Longer., and has a belt?"  # MegaPairs' files join as written
     circo = resolve({"name": "x", "family": "bge_vl"}, "circo")
-    assert render(circo["template"], CIRCO) == "Find a picture that also a man sitting on a bench, but has a higher quality."
+    assert (
+        render(circo["template"], CIRCO)
+        == "Find a picture that also a man sitting on a bench, but has a higher quality."
+    )
     assert "MegaPairs" in circo["source"]
     # benchmarks without an entry keep their instruction byte for byte (the world's --eval is unchanged)
     assert resolve({"name": "x", "family": "open_clip"}, "world") is None
@@ -61,8 +79,9 @@ def test_engine_encodes_the_templated_text(monkeypatch):
     monkeypatch.setattr(engine, "open_image", lambda image_id: image_id)
     # an encoder stands in for the model (its weights and remote code are not here); search is recorded
     monkeypatch.setattr(engine, "retriever", lambda name: object())
-    monkeypatch.setattr(engine, "search", lambda name, cqs, k, batch_size: seen.extend(cqs) or
-                        [Ranking(["t"], [1.0]) for _ in cqs])
+    monkeypatch.setattr(
+        engine, "search", lambda name, cqs, k, batch_size: seen.extend(cqs) or [Ranking(["t"], [1.0]) for _ in cqs]
+    )
     engine.run_benchmark("bge-vl-base")
     assert [cq.text for cq in seen] == [" Is Longer., and has a belt?"]
     assert engine.query_template("bge-vl-base")["template"] == "{captions.0}, and {captions.1}"

@@ -1,4 +1,5 @@
 """Recipes vs hand computations; marker rendering; spec hashing; post-merge vs brute force."""
+
 import math
 
 import numpy as np
@@ -19,7 +20,7 @@ def test_image_and_text_only_normalise():
 def test_early_fusion_orthogonal_by_hand():
     # 0.2 * e1 + 0.8 * e2, renormalised by sqrt(0.04 + 0.64)
     out = recipes.early_fusion(5 * E1, 2 * E2, text_weight=0.8)
-    n = math.sqrt(0.2 ** 2 + 0.8 ** 2)
+    n = math.sqrt(0.2**2 + 0.8**2)
     np.testing.assert_allclose(out, [0.2 / n, 0.8 / n, 0.0], atol=1e-7)
     # inputs are normalised first: scaling either input changes nothing
     np.testing.assert_allclose(recipes.early_fusion(E1, E2, 0.8), out, atol=1e-7)
@@ -130,13 +131,19 @@ def test_recipe_params_strict():
         recipes.recipe_params("slurp", None)
 
 
-@pytest.mark.parametrize("text,style,expected", [
-    ("Put the hat from <img1> on the dog in <img2>.", "words",
-     "Put the hat from the first image on the dog in the second image."),
-    ("Put <IMG1> next to < img2 >", "strip", "Put next to"),
-    ("keep <img1>", "keep", "keep <img1>"),
-    ("no markers here", "words", "no markers here"),
-])
+@pytest.mark.parametrize(
+    "text,style,expected",
+    [
+        (
+            "Put the hat from <img1> on the dog in <img2>.",
+            "words",
+            "Put the hat from the first image on the dog in the second image.",
+        ),
+        ("Put <IMG1> next to < img2 >", "strip", "Put next to"),
+        ("keep <img1>", "keep", "keep <img1>"),
+        ("no markers here", "words", "no markers here"),
+    ],
+)
 def test_render_markers(text, style, expected):
     assert render_markers(text, style) == expected
 
@@ -177,4 +184,4 @@ def test_encode_in_batches_encodes_repeats_once_and_equals_naive():
     out = encode_in_batches(items, encode, 2, 3, "test")
     naive = np.concatenate([encode([x]) for x in items])
     np.testing.assert_array_equal(out, naive)
-    assert sum(len(c) for c in calls[:-len(items)]) == 5  # a, "xy", b, "xyz", the second [1.0]
+    assert sum(len(c) for c in calls[: -len(items)]) == 5  # a, "xy", b, "xyz", the second [1.0]

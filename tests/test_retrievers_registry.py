@@ -1,4 +1,5 @@
 """Registry: configs as data, strict schema, did-you-mean, install hints, remote-code opt-in, CLI."""
+
 import argparse
 import inspect
 import json
@@ -12,16 +13,33 @@ from cir_demo.retrievers.registry import ConfigError
 from cir_demo.utils.names import UnknownNameError
 
 BRIEF_NAMES = {
-    "metaclip2-h14-fusion", "metaclip2-h14-slerp", "metaclip2-h14-image", "metaclip2-h14-text", "dfn-h14-fusion",
-    "hf-clip-l14-fusion", "hf-siglip-so400m-fusion", "bge-vl-base", "bge-vl-large", "bge-vl-mllm-s1",
-    "bge-vl-mllm-s2", "gme-qwen2-vl-2b", "text-proxy-premerge", "text-proxy-postmerge",
+    "metaclip2-h14-fusion",
+    "metaclip2-h14-slerp",
+    "metaclip2-h14-image",
+    "metaclip2-h14-text",
+    "dfn-h14-fusion",
+    "hf-clip-l14-fusion",
+    "hf-siglip-so400m-fusion",
+    "bge-vl-base",
+    "bge-vl-large",
+    "bge-vl-mllm-s1",
+    "bge-vl-mllm-s2",
+    "gme-qwen2-vl-2b",
+    "text-proxy-premerge",
+    "text-proxy-postmerge",
 }
 REMOTE = ["bge-vl-base", "bge-vl-large", "bge-vl-mllm-s1", "bge-vl-mllm-s2", "gme-qwen2-vl-2b"]
 
 
 def _cfg(**kw):
-    base = {"name": "t-open-clip", "family": "open_clip", "model": "ViT-B-32", "pretrained": "openai",
-            "recipe": "early_fusion", "params": {"text_weight": 0.8}}
+    base = {
+        "name": "t-open-clip",
+        "family": "open_clip",
+        "model": "ViT-B-32",
+        "pretrained": "openai",
+        "recipe": "early_fusion",
+        "params": {"text_weight": 0.8},
+    }
     base.update(kw)
     return base
 
@@ -43,13 +61,18 @@ def test_recipe_configs_take_their_encoder_from_the_encoder_table(tmp_path):
     import json
 
     encoders = json.loads((registry.CONFIG_DIR / "encoders.json").read_text())
-    for cfg, _ in registry.encoder_recipe_configs(registry.CONFIG_DIR / "encoders.json",
-                                                  registry.CONFIG_DIR / "recipes.json"):
+    for cfg, _ in registry.encoder_recipe_configs(
+        registry.CONFIG_DIR / "encoders.json", registry.CONFIG_DIR / "recipes.json"
+    ):
         enc = encoders[cfg["encoder"]]
         assert {k: cfg[k] for k in enc if k != "description"} == {k: v for k, v in enc.items() if k != "description"}
         assert registry.get_config(cfg["name"])["model"] == enc["model"]
-    (tmp_path / "encoders.json").write_text(json.dumps({"enc-a": {"family": "open_clip", "model": "M", "pretrained": "p"}}))
-    (tmp_path / "recipes.json").write_text(json.dumps([{"name": "a-image", "encoder": "enc-b", "recipe": "image_only"}]))
+    (tmp_path / "encoders.json").write_text(
+        json.dumps({"enc-a": {"family": "open_clip", "model": "M", "pretrained": "p"}})
+    )
+    (tmp_path / "recipes.json").write_text(
+        json.dumps([{"name": "a-image", "encoder": "enc-b", "recipe": "image_only"}])
+    )
     with pytest.raises(registry.ConfigError, match="recipes.json entry 0.*enc-a"):
         registry.encoder_recipe_configs(tmp_path / "encoders.json", tmp_path / "recipes.json")
 
@@ -62,23 +85,26 @@ def test_unknown_name_did_you_mean():
         registry.load_retriever("bge-vl-bsae")
 
 
-@pytest.mark.parametrize("change,match", [
-    ({"colour": "red"}, "unknown key 'colour'"),
-    ({"params": {"text_weight": 0.8, "alpha": 1}}, "unknown key 'params.alpha'"),
-    ({"recipe": "slerp", "params": {"text_weight": 0.8}}, "unknown key 'params.text_weight'"),
-    ({"recipe": "late_fusion"}, "key 'recipe' must be one of"),
-    ({"recipe": None}, "key 'recipe' is required"),
-    ({"params": {"text_weight": "high"}}, "must be a number"),
-    ({"params": {"batch_size": 0}}, "params.batch_size"),
-    ({"params": {"marker_style": "emoji"}}, "params.marker_style"),
-    ({"precision": "int8"}, "key 'precision'"),
-    ({"requires": ["open_clip_torch", 3]}, "'requires' item 1"),
-    ({"requires": ["numpy >>= 3"]}, "'requires' item 0 must be a pip requirement string, got 'numpy >>= 3': "),
-    ({"needs_remote_code": "yes"}, "key 'needs_remote_code' must be bool"),
-    ({"name": "has space"}, "key 'name'"),
-    ({"pretrained": None}, "key 'pretrained'"),
-    ({"transformers_pin": {"spec": "<5", "strict": True}}, "transformers_pin.strict"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"colour": "red"}, "unknown key 'colour'"),
+        ({"params": {"text_weight": 0.8, "alpha": 1}}, "unknown key 'params.alpha'"),
+        ({"recipe": "slerp", "params": {"text_weight": 0.8}}, "unknown key 'params.text_weight'"),
+        ({"recipe": "late_fusion"}, "key 'recipe' must be one of"),
+        ({"recipe": None}, "key 'recipe' is required"),
+        ({"params": {"text_weight": "high"}}, "must be a number"),
+        ({"params": {"batch_size": 0}}, "params.batch_size"),
+        ({"params": {"marker_style": "emoji"}}, "params.marker_style"),
+        ({"precision": "int8"}, "key 'precision'"),
+        ({"requires": ["open_clip_torch", 3]}, "'requires' item 1"),
+        ({"requires": ["numpy >>= 3"]}, "'requires' item 0 must be a pip requirement string, got 'numpy >>= 3': "),
+        ({"needs_remote_code": "yes"}, "key 'needs_remote_code' must be bool"),
+        ({"name": "has space"}, "key 'name'"),
+        ({"pretrained": None}, "key 'pretrained'"),
+        ({"transformers_pin": {"spec": "<5", "strict": True}}, "transformers_pin.strict"),
+    ],
+)
 def test_strict_schema_names_source_and_key(change, match):
     with pytest.raises(ConfigError, match=match) as info:
         registry.validate_config(_cfg(**change), "my/config.json")
@@ -93,8 +119,9 @@ def test_missing_required_and_unknown_family():
     with pytest.raises(UnknownNameError, match="Did you mean 'open_clip'"):
         registry.validate_config(_cfg(family="openclip"), "x.json")
     with pytest.raises(ConfigError, match="'recipe' must be null"):
-        registry.validate_config({"name": "g", "family": "gme", "model": "m", "needs_remote_code": True,
-                                  "recipe": "early_fusion"}, "x.json")
+        registry.validate_config(
+            {"name": "g", "family": "gme", "model": "m", "needs_remote_code": True, "recipe": "early_fusion"}, "x.json"
+        )
 
 
 def test_config_files_loaded_strictly(tmp_path, monkeypatch):
@@ -146,15 +173,18 @@ def test_installed_version_outside_requirement_is_missing():
     registry.unregister("t-old-numpy")
 
 
-@pytest.mark.parametrize("req,missing", [
-    ("numpy[extra]>=99", True),  # extras do not hide the version test
-    ('numpy>=99; python_version > "3"', True),  # nor does a marker that holds here
-    ('numpy >= 99 ; sys_platform != "no-such-os"', True),
-    ('numpy>=99; python_version < "3"', False),  # a requirement for another Python does not apply
-    ("numpy[extra]>=1", False),
-    ('numpy>=1; python_version > "3"', False),
-    ("no_such_package_xyz[extra]; python_version > '3'", True),
-])
+@pytest.mark.parametrize(
+    "req,missing",
+    [
+        ("numpy[extra]>=99", True),  # extras do not hide the version test
+        ('numpy>=99; python_version > "3"', True),  # nor does a marker that holds here
+        ('numpy >= 99 ; sys_platform != "no-such-os"', True),
+        ('numpy>=99; python_version < "3"', False),  # a requirement for another Python does not apply
+        ("numpy[extra]>=1", False),
+        ('numpy>=1; python_version > "3"', False),
+        ("no_such_package_xyz[extra]; python_version > '3'", True),
+    ],
+)
 def test_extras_and_markers_keep_the_version_test(req, missing):
     registry.register_config(_cfg(name="t-req", requires=[req]), replace=True)
     try:
@@ -202,7 +232,9 @@ def test_remote_code_failure_message_names_pin_and_versions():
     err = remote_code_failure(registry.get_config("bge-vl-mllm-s1"), "encoding queries", AttributeError("no x"))
     msg = str(err)
     assert "failed while encoding queries (AttributeError: no x)" in msg
-    assert "transformers 4.45.2" in msg and transformers.__version__ in msg and "pip install 'transformers==4.45.2'" in msg
+    assert (
+        "transformers 4.45.2" in msg and transformers.__version__ in msg and "pip install 'transformers==4.45.2'" in msg
+    )
 
 
 def test_overrides_are_validated():
@@ -232,9 +264,11 @@ def test_cli_list_json_and_show(capsys):
 
 
 def test_listing_imports_no_heavy_library():
-    code = ("import sys, cir_demo.retrievers.registry as r, cir_demo.retrievers.cli; r.list_retrievers(); "
-            "heavy = [m for m in ('torch', 'transformers', 'open_clip', 'faiss') if m in sys.modules]; "
-            "print(heavy); sys.exit(1 if heavy else 0)")
+    code = (
+        "import sys, cir_demo.retrievers.registry as r, cir_demo.retrievers.cli; r.list_retrievers(); "
+        "heavy = [m for m in ('torch', 'transformers', 'open_clip', 'faiss') if m in sys.modules]; "
+        "print(heavy); sys.exit(1 if heavy else 0)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -245,7 +279,10 @@ def test_expand_recipes_makes_one_valid_config_per_recipe():
     made = registry.expand_recipes(base)
     assert [c["name"] for c in made] == ["world-clip-image", "world-clip-text", "world-clip-fusion", "world-clip-slerp"]
     assert [c["recipe"] for c in made] == ["image_only", "text_only", "early_fusion", "slerp"]
-    assert made[2]["params"] == {"batch_size": 8, "text_weight": 0.8} and made[3]["params"] == {"batch_size": 8, "t": 0.8}
+    assert made[2]["params"] == {"batch_size": 8, "text_weight": 0.8} and made[3]["params"] == {
+        "batch_size": 8,
+        "t": 0.8,
+    }
     for cfg in made:
         registry.validate_config(cfg, "expand")
     with pytest.raises(UnknownNameError, match="Did you mean 'slerp'"):

@@ -1,5 +1,6 @@
 """Text proxy against a local OpenAI-compatible server on 127.0.0.1: caching, per-query failure
 handling, pre/post-merge numerics (text encoder = tiny random open_clip model)."""
+
 import json
 import threading
 import time
@@ -26,8 +27,8 @@ def describe(instruction: str, length: str) -> str:
 
 
 class Handler(BaseHTTPRequestHandler):
-    log = []          # (instruction, length, headers, body)
-    seen = {}         # (instruction, length) -> count, for FLAKY
+    log = []  # (instruction, length, headers, body)
+    seen = {}  # (instruction, length) -> count, for FLAKY
     lock = threading.Lock()
 
     def log_message(self, *args):  # keep test output quiet
@@ -52,8 +53,11 @@ class Handler(BaseHTTPRequestHandler):
         with self.lock:
             self.log.append((instruction, length, dict(self.headers), body))
             n = self.seen[(instruction, length)] = self.seen.get((instruction, length), 0) + 1
-        ok = {"choices": [{"message": {"role": "assistant", "content": describe(instruction, length)},
-                           "finish_reason": "stop"}]}
+        ok = {
+            "choices": [
+                {"message": {"role": "assistant", "content": describe(instruction, length)}, "finish_reason": "stop"}
+            ]
+        }
         if "SLOW" in instruction:
             time.sleep(SLOW_S)
         if "FAIL500" in instruction or ("LONGFAIL" in instruction and length == "long"):
@@ -100,12 +104,26 @@ def make(server, encoder_name, tmp_path, monkeypatch):
 
     def _make(merge="pre", **params):
         name = f"tp-{merge}-{len(created)}"
-        registry.register_config({
-            "name": name, "family": "text_proxy", "model": "test-llm",
-            "params": {"text_encoder": encoder_name, "merge": merge, "base_url": server,
-                       "api_key_env": "CIR_TEST_KEY", "cache_dir": str(tmp_path / "cache"), "timeout_s": 0.3,
-                       "max_retries": 1, "retry_backoff_s": 0.01, "concurrency": 3, **params},
-        }, replace=True)
+        registry.register_config(
+            {
+                "name": name,
+                "family": "text_proxy",
+                "model": "test-llm",
+                "params": {
+                    "text_encoder": encoder_name,
+                    "merge": merge,
+                    "base_url": server,
+                    "api_key_env": "CIR_TEST_KEY",
+                    "cache_dir": str(tmp_path / "cache"),
+                    "timeout_s": 0.3,
+                    "max_retries": 1,
+                    "retry_backoff_s": 0.01,
+                    "concurrency": 3,
+                    **params,
+                },
+            },
+            replace=True,
+        )
         created.append(name)
         return registry.load_retriever(name, device="cpu")
 
@@ -130,7 +148,7 @@ def test_premerge_numerics_and_cache(make, imgs):
     got = r.encode_queries(qs)
     assert len(Handler.log) == 6  # 2 queries x 3 lengths
     t = r.text_encoder.encode_texts([describe(q.text, L) for q in qs for L in ("short", "medium", "long")])
-    expected = np.stack([recipes.l2_normalize(t[i * 3:(i + 1) * 3].mean(axis=0)) for i in range(2)])
+    expected = np.stack([recipes.l2_normalize(t[i * 3 : (i + 1) * 3].mean(axis=0)) for i in range(2)])
     np.testing.assert_allclose(got, expected, atol=1e-5)
     assert all(v["status"] == "ok" and not v["fallback"] for v in r.generation_report().values())
     # cache hit: no second request, identical output -- also from a freshly loaded retriever
@@ -166,9 +184,18 @@ def test_two_image_query_sends_both_images_with_markers(make, imgs):
 
 def test_failures_are_flagged_per_query_and_run_continues(make, imgs):
     r = make("pre", lengths=["short", "long"])
-    texts = {"ok": "a red car", "slow": "SLOW car", "e500": "FAIL500 car", "refuse": "REFUSE car",
-             "sorry": "SORRY car", "garbage": "GARBAGE car", "nochoices": "NOCHOICES car",
-             "partial": "LONGFAIL car", "flaky": "FLAKY car", "markers": "FAIL500 put <img1> here"}
+    texts = {
+        "ok": "a red car",
+        "slow": "SLOW car",
+        "e500": "FAIL500 car",
+        "refuse": "REFUSE car",
+        "sorry": "SORRY car",
+        "garbage": "GARBAGE car",
+        "nochoices": "NOCHOICES car",
+        "partial": "LONGFAIL car",
+        "flaky": "FLAKY car",
+        "markers": "FAIL500 put <img1> here",
+    }
     qs = [_q(imgs, t, qid) for qid, t in texts.items()]
     start = time.time()
     with pytest.warns(RuntimeWarning, match="7 of 10 queries got no description"):
@@ -177,18 +204,27 @@ def test_failures_are_flagged_per_query_and_run_continues(make, imgs):
     rep = r.generation_report()
     assert rep["ok"]["status"] == "ok" and rep["flaky"]["status"] == "ok"  # 503 retried
     assert rep["partial"]["status"] == "partial" and rep["partial"]["errors"]["long"].startswith("http_500")
-    kinds = {"slow": "timeout", "e500": "http_500", "refuse": "refusal", "sorry": "refusal",
-             "garbage": "malformed", "nochoices": "malformed"}
+    kinds = {
+        "slow": "timeout",
+        "e500": "http_500",
+        "refuse": "refusal",
+        "sorry": "refusal",
+        "garbage": "malformed",
+        "nochoices": "malformed",
+    }
     for qid, kind in kinds.items():
         assert rep[qid]["status"] == "failed" and rep[qid]["fallback"]
         assert all(e.startswith(kind) for e in rep[qid]["errors"].values()), rep[qid]
     enc = r.text_encoder.encode_texts
     # a failed query falls back to its own instruction (markers as words) ...
     np.testing.assert_allclose(got[list(texts).index("e500")], enc(["FAIL500 car"])[0], atol=1e-5)
-    np.testing.assert_allclose(got[list(texts).index("markers")], enc(["FAIL500 put the first image here"])[0],
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        got[list(texts).index("markers")], enc(["FAIL500 put the first image here"])[0], atol=1e-5
+    )
     # ... a partial one averages what came back
-    np.testing.assert_allclose(got[list(texts).index("partial")], enc([describe("LONGFAIL car", "short")])[0], atol=1e-5)
+    np.testing.assert_allclose(
+        got[list(texts).index("partial")], enc([describe("LONGFAIL car", "short")])[0], atol=1e-5
+    )
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
     # failures are not cached: a second run asks again for exactly those
     before = len(Handler.log)
@@ -229,12 +265,15 @@ def test_premerge_spec_and_shared_corpus_space(make, imgs):
     np.testing.assert_allclose(r.encode_images(imgs), r.text_encoder.encode_images(imgs), atol=1e-6)
 
 
-@pytest.mark.parametrize("raw,kind", [
-    (b"{", "malformed"),
-    (b'{"choices": []}', "malformed"),
-    (b'{"choices": [{"message": {"content": "  "}}]}', "empty"),
-    (b'{"choices": [{"message": {"content": "x"}, "finish_reason": "content_filter"}]}', "refusal"),
-])
+@pytest.mark.parametrize(
+    "raw,kind",
+    [
+        (b"{", "malformed"),
+        (b'{"choices": []}', "malformed"),
+        (b'{"choices": [{"message": {"content": "  "}}]}', "empty"),
+        (b'{"choices": [{"message": {"content": "x"}, "finish_reason": "content_filter"}]}', "refusal"),
+    ],
+)
 def test_parse_completion_errors(raw, kind):
     with pytest.raises(ChatError) as info:
         parse_completion(raw)

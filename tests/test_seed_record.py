@@ -1,4 +1,5 @@
 """Results of record across world seeds: aggregation against hand-computed values, resume, refusals."""
+
 import json
 
 import pytest
@@ -8,7 +9,9 @@ from cir_demo.harness.seed_record import METRICS, aggregate, read_seed_metrics, 
 
 
 def _metrics(values: dict[str, dict[str, float]]) -> dict:
-    return {"runs": [{"metrics": {"model": run, **{m: vals.get(m, 0.0) for m in METRICS}}} for run, vals in values.items()]}
+    return {
+        "runs": [{"metrics": {"model": run, **{m: vals.get(m, 0.0) for m in METRICS}}} for run, vals in values.items()]
+    }
 
 
 def _seed_folder(root, seed, test, comp=None):
@@ -23,10 +26,14 @@ def _seed_folder(root, seed, test, comp=None):
 
 
 SEEDS = {
-    7: ({"cir": {"mAP@10": 0.10, "NegRecall@10": 0.30}, "cir+rerank": {"mAP@10": 0.20, "NegRecall@10": 0.20}},
-        {"cir": {"mAP@10": 0.10, "NegRecall@10": 0.30}, "cir+rerank": {"mAP@10": 0.12, "NegRecall@10": 0.31}}),
-    11: ({"cir": {"mAP@10": 0.20, "NegRecall@10": 0.30}, "cir+rerank": {"mAP@10": 0.26, "NegRecall@10": 0.25}},
-         {"cir": {"mAP@10": 0.10, "NegRecall@10": 0.30}, "cir+rerank": {"mAP@10": 0.09, "NegRecall@10": 0.28}}),
+    7: (
+        {"cir": {"mAP@10": 0.10, "NegRecall@10": 0.30}, "cir+rerank": {"mAP@10": 0.20, "NegRecall@10": 0.20}},
+        {"cir": {"mAP@10": 0.10, "NegRecall@10": 0.30}, "cir+rerank": {"mAP@10": 0.12, "NegRecall@10": 0.31}},
+    ),
+    11: (
+        {"cir": {"mAP@10": 0.20, "NegRecall@10": 0.30}, "cir+rerank": {"mAP@10": 0.26, "NegRecall@10": 0.25}},
+        {"cir": {"mAP@10": 0.10, "NegRecall@10": 0.30}, "cir+rerank": {"mAP@10": 0.09, "NegRecall@10": 0.28}},
+    ),
 }
 
 
@@ -49,8 +56,25 @@ def _made_by(out, seeds, *eval_args) -> dict:
     """record.json's made_by for `seeds` as this code would write it, computed from the command line."""
     from cir_demo.harness.record_cli import seed_key
 
-    return {str(s): seed_key(["-m", "cir_demo", "eval", "--benchmark", "world", "--world-size", "default",
-                              "--world-seed", str(s), "--out", str(out / f"seed-{s}"), *eval_args]) for s in seeds}
+    return {
+        str(s): seed_key(
+            [
+                "-m",
+                "cir_demo",
+                "eval",
+                "--benchmark",
+                "world",
+                "--world-size",
+                "default",
+                "--world-seed",
+                str(s),
+                "--out",
+                str(out / f"seed-{s}"),
+                *eval_args,
+            ]
+        )
+        for s in seeds
+    }
 
 
 def test_record_command_reuses_complete_seeds_and_writes_the_record(tmp_path, capsys):
@@ -78,12 +102,15 @@ def test_record_refuses_a_folder_that_is_not_a_record_and_bad_metrics(tmp_path, 
         read_seed_metrics(bad)
 
 
-@pytest.mark.parametrize("change, named", [
-    (lambda key: {**key, "code_sha256": "0" * 64}, "code_sha256"),  # made by other code
-    (lambda key: {**key, "weights_manifests": {"world-verifier/manifest.json": "0" * 64}}, "weights_manifests"),
-    (lambda key: {**key, "eval_args": key["eval_args"] + ["--no-plots"]}, "eval_args"),  # other arguments
-    (lambda key: None, "no record of what made it"),
-])
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        (lambda key: {**key, "code_sha256": "0" * 64}, "code_sha256"),  # made by other code
+        (lambda key: {**key, "weights_manifests": {"world-verifier/manifest.json": "0" * 64}}, "weights_manifests"),
+        (lambda key: {**key, "eval_args": key["eval_args"] + ["--no-plots"]}, "eval_args"),  # other arguments
+        (lambda key: None, "no record of what made it"),
+    ],
+)
 def test_record_refuses_a_complete_seed_folder_made_otherwise(tmp_path, capsys, change, named):
     out = tmp_path / "rec"
     for s, v in SEEDS.items():
@@ -95,4 +122,3 @@ def test_record_refuses_a_complete_seed_folder_made_otherwise(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert "seed-11" in err and named in err and "seed-7 " not in err
     assert json.loads((out / "record.json").read_text())["made_by"] == made_by  # nothing rewritten
-

@@ -1,9 +1,9 @@
 """The repository is a Hugging Face Space as is: README front matter as Spaces reads it,
 consistent with requirements.txt; the app honours the environment a Space sets (host and
 port, persistent storage at /data) and writes nothing into the working tree there."""
+
 from __future__ import annotations
 
-import os
 import re
 import sys
 import urllib.request
@@ -16,14 +16,36 @@ from conftest import tree
 
 ROOT = Path(__file__).resolve().parent.parent
 # Keys and values Spaces accepts (https://huggingface.co/docs/hub/spaces-config-reference).
-REQUIRED = {"title", "emoji", "sdk", "sdk_version", "app_file", "python_version", "license", "short_description",
-            "suggested_hardware"}
-HARDWARE = {"cpu-basic", "cpu-upgrade", "t4-small", "t4-medium", "l4x1", "l4x4", "a10g-small", "a10g-large",
-            "a10g-largex2", "a10g-largex4", "a100-large", "zero-a10g"}
+REQUIRED = {
+    "title",
+    "emoji",
+    "sdk",
+    "sdk_version",
+    "app_file",
+    "python_version",
+    "license",
+    "short_description",
+    "suggested_hardware",
+}
+HARDWARE = {
+    "cpu-basic",
+    "cpu-upgrade",
+    "t4-small",
+    "t4-medium",
+    "l4x1",
+    "l4x4",
+    "a10g-small",
+    "a10g-large",
+    "a10g-largex2",
+    "a10g-largex4",
+    "a100-large",
+    "zero-a10g",
+}
 
 
 def front_matter(text: str) -> dict:
     import yaml
+
     m = re.match(r"---\n(.*?)\n---\n", text, re.S)
     assert m, "README.md must start with a '---' YAML block (Spaces configuration)"
     return yaml.safe_load(m.group(1))
@@ -65,8 +87,11 @@ def test_data_root_follows_the_space_storage(tmp_path, monkeypatch):
     monkeypatch.setenv("SPACE_ID", "someone/cir-demo")
     assert paths.data_root() == paths.REPO_ROOT  # a Space without persistent storage
     storage.mkdir()
-    assert (paths.cache_dir(), paths.indexes_dir(), paths.runs_dir()) == \
-        (storage / "cache", storage / "indexes", storage / "runs")
+    assert (paths.cache_dir(), paths.indexes_dir(), paths.runs_dir()) == (
+        storage / "cache",
+        storage / "indexes",
+        storage / "runs",
+    )
     monkeypatch.setenv("CIR_DEMO_RUNS", str(tmp_path / "elsewhere"))  # one folder overridden on its own
     assert paths.runs_dir() == tmp_path / "elsewhere" and paths.cache_dir() == storage / "cache"
     monkeypatch.setenv("CIR_DEMO_DATA", str(tmp_path / "mine"))  # an explicit root wins over /data
@@ -85,7 +110,8 @@ def test_app_on_a_space_serves_on_the_given_port_and_writes_only_to_storage(spac
     written = tree(space_app.storage)
     assert any(p.startswith("cache/world/tiny-seed0/") for p in written), sorted(written)
     assert any(p.startswith("indexes/world-tiny-s0/world-clip-image/") for p in written), sorted(written)
-    assert not any(p.startswith(".") or p.split("/")[0] not in ("cache", "indexes", "runs") for p in written), \
-        sorted(written)
+    assert not any(p.startswith(".") or p.split("/")[0] not in ("cache", "indexes", "runs") for p in written), sorted(
+        written
+    )
     for name, before in space_app.repo_before.items():  # nothing new in the working tree
         assert tree(ROOT / name) == before, name

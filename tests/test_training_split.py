@@ -4,6 +4,7 @@ listings, SQLite, copies and renames, plus os.stat, faiss and safetensors reads)
 the world's test data or what is computed from it lies (decided by place, not by name), and calls no
 test-split accessor. Loading the test benchmark, and each kind of access on its own, do show up in the
 same audit, so a leak would not go unnoticed."""
+
 from __future__ import annotations
 
 import shutil
@@ -48,8 +49,11 @@ def test_the_audit_sees_every_kind_of_access_wherever_the_name(world, tmp_path):
 
     _, test_side = recorded(lambda: load_test_data("tiny", 0, progress=False))
     cache = cache_dir().resolve()
-    pixels = next(Path(p) for kind, p in test_side  # the test corpus's pixel cache, written or read
-                  if kind in ("rename", "open") and cache in Path(p).parents and world.root.resolve() not in Path(p).parents)
+    pixels = next(
+        Path(p)
+        for kind, p in test_side  # the test corpus's pixel cache, written or read
+        if kind in ("rename", "open") and cache in Path(p).parents and world.root.resolve() not in Path(p).parents
+    )
     assert locations_of(world.root, test_side).holds(str(pixels))
     hidden = world.root / ".t-0001.tmp"
     shutil.copyfile(world.root / "test_intents.jsonl", hidden)
@@ -89,8 +93,9 @@ def test_training_touches_no_test_data_and_calls_no_test_accessor(audited_traini
     test side's pixel caches among them, written before the training), no test accessor called (each
     refuses), the world's test scene tables never loaded."""
     locations = audited_training["locations"]
-    assert any("test-" in Path(p).name for p in locations.test_files if "world_models" in p.parts), \
-        "the test side's pixel caches were found"  # else the audit would not watch them
+    assert any("test-" in Path(p).name for p in locations.test_files if "world_models" in p.parts), (
+        "the test side's pixel caches were found"
+    )  # else the audit would not watch them
     for name, events in audited_training["events"].items():
         folder = audited_training["folders"][name]
         assert locations.violations(events) == [], name

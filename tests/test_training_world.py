@@ -1,5 +1,6 @@
 """World-model training on the tiny world: end to end for a couple of steps, and the pieces
 checked against oracles (brute-force ranking, hand-built losses, direct forward passes)."""
+
 import json
 import math
 
@@ -62,10 +63,17 @@ def test_saved_clip_through_open_clip_adapter_matches_in_memory_model(clip_dir, 
     from cir_demo.world.loader import render_image
 
     model, tokenizer = clip_model
-    cfg = registry.validate_config({
-        "name": "tmp-world-clip-fusion", "family": "open_clip", "model": CLIP_NAME,
-        "pretrained": str(clip_dir / "world_clip.safetensors"), "model_config": str(clip_dir / "model_config.json"),
-        "recipe": "early_fusion"}, "test")
+    cfg = registry.validate_config(
+        {
+            "name": "tmp-world-clip-fusion",
+            "family": "open_clip",
+            "model": CLIP_NAME,
+            "pretrained": str(clip_dir / "world_clip.safetensors"),
+            "model_config": str(clip_dir / "model_config.json"),
+            "recipe": "early_fusion",
+        },
+        "test",
+    )
     retriever = openclip.load(cfg, device="cpu")
     ids = train.image_ids[:5]
     via_adapter = retriever.encode_images([render_image(i, world=train.world) for i in ids])
@@ -91,7 +99,7 @@ def test_text_pooling_reads_the_eos_position(clip_model):
     tokens = tokenizer(["a red dress", "zzzunknown dress"])
     row = tokens[0].tolist()
     n = row.index(2)  # [EOS]
-    assert n == 3 and all(t == 0 for t in row[n + 1:]) and 1 not in row  # 3 words, EOS, pads; no [UNK]
+    assert n == 3 and all(t == 0 for t in row[n + 1 :]) and 1 not in row  # 3 words, EOS, pads; no [UNK]
     assert tokens[1].tolist()[0] == 1  # unknown word -> [UNK]
     with torch.inference_mode():  # oracle: the transformer output at the EOS position, projected
         x = model.token_embedding(tokens) + model.positional_embedding
@@ -107,8 +115,10 @@ def test_multi_positive_loss_equals_clip_loss_without_duplicates_and_brute_force
     txt = torch.nn.functional.normalize(torch.randn(5, 8, generator=g), dim=-1)
     scale = torch.tensor(10.0)
     logits = scale * img @ txt.t()
-    clip = (torch.nn.functional.cross_entropy(logits, torch.arange(5))
-            + torch.nn.functional.cross_entropy(logits.t(), torch.arange(5))) / 2
+    clip = (
+        torch.nn.functional.cross_entropy(logits, torch.arange(5))
+        + torch.nn.functional.cross_entropy(logits.t(), torch.arange(5))
+    ) / 2
     got = multi_positive_clip_loss(img, txt, scale, torch.arange(5))
     torch.testing.assert_close(got, clip)
     ids = torch.tensor([0, 1, 0, 2, 1])
@@ -123,8 +133,13 @@ def test_multi_positive_loss_equals_clip_loss_without_duplicates_and_brute_force
 
 
 def test_attribute_targets_match_scene_graphs_and_aux_loss_brute_force(train):
-    from cir_demo.training.world_clip import (AUX_FIELDS, attribute_targets, attribute_weights, aux_attribute_loss,
-                                              build_aux_heads)
+    from cir_demo.training.world_clip import (
+        AUX_FIELDS,
+        attribute_targets,
+        attribute_weights,
+        aux_attribute_loss,
+        build_aux_heads,
+    )
     from cir_demo.world import attributes as A
     from cir_demo.world.scene import table_to_scenes
 
@@ -140,8 +155,9 @@ def test_attribute_targets_match_scene_graphs_and_aux_loss_brute_force(train):
     heads = build_aux_heads(8, sizes)
     emb = torch.nn.functional.normalize(torch.randn(6, 8), dim=-1)
     tgt = torch.from_numpy(codes[:6])
-    expected = sum(float(w[j]) * torch.nn.functional.cross_entropy(heads[j](3.0 * emb), tgt[:, j])
-                   for j in range(len(AUX_FIELDS)))
+    expected = sum(
+        float(w[j]) * torch.nn.functional.cross_entropy(heads[j](3.0 * emb), tgt[:, j]) for j in range(len(AUX_FIELDS))
+    )
     torch.testing.assert_close(aux_attribute_loss(heads, emb, tgt, w, 3.0), expected)
 
 
@@ -164,7 +180,9 @@ def test_intent_examples_match_brute_force_scene_checks(train):
     for ex in examples[:4]:
         cons = intent_constraints(by_id[ex.intent_id])
         scenes = [train.scene(i) for i in train.image_ids]
-        assert ex.positive_rows.tolist() == [r for r, s in enumerate(scenes) if satisfies(s, cons) and r not in ex.ref_rows]
+        assert ex.positive_rows.tolist() == [
+            r for r, s in enumerate(scenes) if satisfies(s, cons) and r not in ex.ref_rows
+        ]
         near = [r for r, s in enumerate(scenes) if len(violations(s, cons)) == 1 and r not in ex.ref_rows]
         assert ex.near_miss_rows.tolist() == near
         focus = by_id[ex.intent_id]["focus"]
@@ -177,14 +195,17 @@ def test_judge_candidate_sampling_labels_and_focus_near_misses(train):
 
     cfg = JudgeTrainConfig()
     n = cfg.n_positive + cfg.n_near + cfg.n_first_stage + cfg.n_random
-    ex = next(e for e in intent_examples(train, max_near_misses=3, seed=0)
-              if len(e.focus_near_miss_rows) and len(e.near_miss_rows))
+    ex = next(
+        e
+        for e in intent_examples(train, max_near_misses=3, seed=0)
+        if len(e.focus_near_miss_rows) and len(e.near_miss_rows)
+    )
     fs = np.arange(30)
     cand, labels, near = sample_candidates(ex, fs, 500, cfg, np.random.default_rng(0))
     assert len(cand) == n and labels.tolist() == np.isin(cand, ex.positive_rows).astype(float).tolist()
     pool = np.union1d(ex.near_miss_rows, ex.focus_near_miss_rows)
     assert near.tolist() == (np.isin(cand, pool) & (labels == 0)).tolist()
-    block = cand[cfg.n_positive:cfg.n_positive + cfg.n_near]  # the near misses follow the positives
+    block = cand[cfg.n_positive : cfg.n_positive + cfg.n_near]  # the near misses follow the positives
     assert np.isin(block, pool).all()
     assert np.isin(block, ex.focus_near_miss_rows).sum() >= min(cfg.n_near // 2, 1)
 
@@ -234,20 +255,33 @@ def test_world_cir_retriever_unit_deterministic_and_equal_to_combiner(cir_dir, c
 
     manifest = json.loads((cir_dir / "manifest.json").read_text())
     assert sha256_file(cir_dir / "world_cir.safetensors") == manifest["files"]["world_cir.safetensors"]
-    cfg = registry.validate_config({
-        "name": "tmp-world-cir", "family": "world_cir", "pretrained": str(cir_dir / "world_cir.safetensors"),
-        "params": {"clip_model": CLIP_NAME, "clip_weights": str(clip_dir / "world_clip.safetensors"),
-                   "clip_model_config": str(clip_dir / "model_config.json")}}, "test")
+    cfg = registry.validate_config(
+        {
+            "name": "tmp-world-cir",
+            "family": "world_cir",
+            "pretrained": str(cir_dir / "world_cir.safetensors"),
+            "params": {
+                "clip_model": CLIP_NAME,
+                "clip_weights": str(clip_dir / "world_clip.safetensors"),
+                "clip_model_config": str(clip_dir / "model_config.json"),
+            },
+        },
+        "test",
+    )
     retriever = world_cir.load(cfg, device="cpu")
     ims = [render_image(i, world=train.world) for i in train.image_ids[:3]]
-    queries = [ComposedQuery((ims[0],), "Same dress but blue"),
-               ComposedQuery((ims[1], ims[2]), "The dress of <img1> in the colour of <img2>")]
+    queries = [
+        ComposedQuery((ims[0],), "Same dress but blue"),
+        ComposedQuery((ims[1], ims[2]), "The dress of <img1> in the colour of <img2>"),
+    ]
     a, b = retriever.encode_queries(queries), retriever.encode_queries(queries)
     assert a.shape == (2, retriever.dim) and np.array_equal(a, b)
     np.testing.assert_allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
     model, tokenizer = clip_model  # oracle: in-memory world-CLIP + combiner
     pix = encode_pixels(model, to_model_pixels(ims))
-    txt = encode_texts(model, tokenizer, ["Same dress but blue", "The dress of the first image in the colour of the second image"])
+    txt = encode_texts(
+        model, tokenizer, ["Same dress but blue", "The dress of the first image in the colour of the second image"]
+    )
     comb = combiner_from_state(load_file(str(cir_dir / "world_cir.safetensors")))
     expected = combine_numpy(comb, pix[[0, 1]], pix[[0, 2]], txt)
     np.testing.assert_allclose(a, expected, atol=1e-5)
@@ -290,15 +324,27 @@ def test_judge_training_writes_a_loadable_calibrated_backend(tmp_path_factory, a
     assert penalty in JudgeTrainConfig().near_penalties and reranker.near_miss_penalty == penalty
     assert reranker.score(req, [], []) == []
     # resumed: stage 1 comes from the cache, stage 2 runs again and gives the same weights
-    again = train_verifier_command("tiny", 0, 0, 1, 2, out, clip_dir=clip_dir, clip_ref=str(clip_dir),
-                                   evaluate=False, progress=False)
+    again = train_verifier_command(
+        "tiny", 0, 0, 1, 2, out, clip_dir=clip_dir, clip_ref=str(clip_dir), evaluate=False, progress=False
+    )
     assert "resumed_from" in again["training"]["stage1_cnn"]
     # stage 3 alone on that judge: every other weight is kept as it was
     from safetensors.torch import load_file
 
     only3 = tmp_path_factory.mktemp("world_judge_stage3")
-    third = train_verifier_command("tiny", 0, 1, 1, 2, only3, clip_dir=clip_dir, clip_ref=str(clip_dir),
-                                   evaluate=False, progress=False, from_judge=out)
+    third = train_verifier_command(
+        "tiny",
+        0,
+        1,
+        1,
+        2,
+        only3,
+        clip_dir=clip_dir,
+        clip_ref=str(clip_dir),
+        evaluate=False,
+        progress=False,
+        from_judge=out,
+    )
     assert third["training"]["stage2_judge"] == json.loads(json.dumps(again["training"]["stage2_judge"]))
     assert third["training"]["stages_1_2_from"]["weights_sha256"] == again["files"]["world_judge.safetensors"]["sha256"]
     before, after = load_file(str(out / "world_judge.safetensors")), load_file(str(only3 / "world_judge.safetensors"))
@@ -314,8 +360,9 @@ def test_training_config_overrides_convert_types_and_name_unknown_fields():
     from cir_demo.training.pipeline import _override
     from cir_demo.training.world_judge import JudgeTrainConfig
 
-    cfg = _override(JudgeTrainConfig(), parse_overrides(["near_miss_last_weight=1.5", "max_steps=7", "epochs=3"]),
-                    epochs=None)
+    cfg = _override(
+        JudgeTrainConfig(), parse_overrides(["near_miss_last_weight=1.5", "max_steps=7", "epochs=3"]), epochs=None
+    )
     assert (cfg.near_miss_last_weight, cfg.max_steps, cfg.epochs) == (1.5, 7, 3)
     assert _override(JudgeTrainConfig(), None, epochs=4.0).epochs == 4
     with pytest.raises(SystemExit, match="Did you mean 'near_miss_last_weight'"):

@@ -2,6 +2,7 @@
 tiny models and verifier, and the tiny world exported to CIRR served with two results files as `--runs`.
 Oracles: the explorer service called directly, the benchmark's own judgments, `--eval`'s per_query.csv and
 metrics.csv, and `python -m cir_demo failures` on the same files."""
+
 from __future__ import annotations
 
 import ast
@@ -62,10 +63,40 @@ def cirr_api(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     bench, pa, pb = cirr_world_with_runs(root, mp)
     out = root / "eval"
-    assert app.main(["--eval", "--benchmark", "cirr", "--root", str(root / "cirr"), "--results-json", str(pa), str(pb),
-                     "--out", str(out), "--n-boot", "200", "--no-plots"]) == 0
-    args = build_parser().parse_args(["--benchmark", "cirr", "--root", str(root / "cirr"), "--runs", f"A={pa}",
-                                      f"B={pb}", "--reranker", "none", "--no-thumbnail-warmer"])
+    assert (
+        app.main(
+            [
+                "--eval",
+                "--benchmark",
+                "cirr",
+                "--root",
+                str(root / "cirr"),
+                "--results-json",
+                str(pa),
+                str(pb),
+                "--out",
+                str(out),
+                "--n-boot",
+                "200",
+                "--no-plots",
+            ]
+        )
+        == 0
+    )
+    args = build_parser().parse_args(
+        [
+            "--benchmark",
+            "cirr",
+            "--root",
+            str(root / "cirr"),
+            "--runs",
+            f"A={pa}",
+            f"B={pb}",
+            "--reranker",
+            "none",
+            "--no-thumbnail-warmer",
+        ]
+    )
     svc = build_service(ui_app.config_from_args(args))
     demo, url = launched(svc)
     try:
@@ -123,14 +154,23 @@ def test_search_ranks_as_the_service_does_for_the_same_upload(world_api, service
         assert col["seconds"] >= 0 and "first_stage_rank" not in col["results"][0]
     assert str(tmp_path) not in json.dumps(got)
     # reranked: the first-stage rank and P(yes) of each item, as the service gives them
-    got = client.predict(handle_file(path), "the same item in red", retrievers=names[:1], k=5, rerank=True,
-                         rerank_top_n=10, api_name="/search")
-    own = service.search_uploads([validate_upload(path, name="ref.png")], "the same item in red", names[:1], k=5,
-                                 rerank=True, top_n=10).columns[0]
+    got = client.predict(
+        handle_file(path),
+        "the same item in red",
+        retrievers=names[:1],
+        k=5,
+        rerank=True,
+        rerank_top_n=10,
+        api_name="/search",
+    )
+    own = service.search_uploads(
+        [validate_upload(path, name="ref.png")], "the same item in red", names[:1], k=5, rerank=True, top_n=10
+    ).columns[0]
     col = got["columns"][0]
     assert got["reranker"] == service.reranker_name and got["rerank_top_n"] == 10
-    assert [(r["image_id"], r["first_stage_rank"]) for r in col["results"]] == [(t.image_id, t.first_stage_rank)
-                                                                               for t in own.tiles]
+    assert [(r["image_id"], r["first_stage_rank"]) for r in col["results"]] == [
+        (t.image_id, t.first_stage_rank) for t in own.tiles
+    ]
     assert [r["p_yes"] for r in col["results"]] == pytest.approx([t.p_yes for t in own.tiles], abs=1e-6)
 
 
@@ -164,7 +204,9 @@ def test_query_gives_each_items_judgment_the_column_metrics_and_the_paraphrases(
     q = next(q for q in service.benchmark.queries if q.negatives)
     got = client.predict(q.query_id, k=50, api_name="/query")
     assert got["query"]["query_id"] == q.query_id and got["query"]["instruction"] == q.instruction
-    assert [p["query_id"] for p in got["paraphrases"]] == [p.query_id for p in service.benchmark.paraphrases(q.query_id)]
+    assert [p["query_id"] for p in got["paraphrases"]] == [
+        p.query_id for p in service.benchmark.paraphrases(q.query_id)
+    ]
     assert [c["retriever"] for c in got["columns"]] == service.retriever_names[:4]
     own = {c.retriever: c for c in service.compare(q.query_id, None, k=50).columns}
     for col in got["columns"]:
@@ -188,8 +230,9 @@ def test_reranker_failures_agree_with_the_reranked_query_view(world_api, service
         delta = row[f"{run}+rerank/{primary}"] - row[f"{run}/{primary}"]
         assert delta > 0 if sort == "rerank_helped" else delta < 0, row
     row = got["rows"][0]
-    view = client.predict(row["query_id"], [run], rerank=True, rerank_top_n=service.config.default_top_n,
-                          api_name="/query")["columns"][0]
+    view = client.predict(
+        row["query_id"], [run], rerank=True, rerank_top_n=service.config.default_top_n, api_name="/query"
+    )["columns"][0]
     assert view["metrics"][primary] == pytest.approx(row[f"{run}+rerank/{primary}"])
     assert view["first_stage_metrics"][primary] == pytest.approx(row[f"{run}/{primary}"])
 
@@ -200,8 +243,9 @@ def test_image_is_the_benchmark_image(world_api, service):
     client, _ = world_api
     image_id = service.benchmark.corpus_ids[5]
     got = client.predict(image_id, api_name="/image")
-    assert np.array_equal(np.asarray(Image.open(got).convert("RGB")),
-                          np.asarray(service.engine.open_image(image_id).convert("RGB")))
+    assert np.array_equal(
+        np.asarray(Image.open(got).convert("RGB")), np.asarray(service.engine.open_image(image_id).convert("RGB"))
+    )
     with pytest.raises(AppError, match="'nope' is not an image of"):
         client.predict("nope", api_name="/image")
 
@@ -228,8 +272,27 @@ def test_failures_are_the_failures_commands_rows(cirr_api, sort, tmp_path):
 
     client, _, _, pa, pb, _, root = cirr_api
     csv = tmp_path / "failures.csv"
-    assert cli(["failures", "--benchmark", "cirr", "--root", str(root / "cirr"), "--results-json", str(pa), str(pb),
-                "--sort", sort, "--top", "40", "--out", str(csv)]) == 0
+    assert (
+        cli(
+            [
+                "failures",
+                "--benchmark",
+                "cirr",
+                "--root",
+                str(root / "cirr"),
+                "--results-json",
+                str(pa),
+                str(pb),
+                "--sort",
+                sort,
+                "--top",
+                "40",
+                "--out",
+                str(csv),
+            ]
+        )
+        == 0
+    )
     want = pd.read_csv(csv, dtype={"query_id": str}, keep_default_na=False)
     got = client.predict(sort, ["A", "B"], 40, api_name="/failures")
     assert got["columns"] == list(want.columns)
@@ -285,8 +348,10 @@ def test_mcp_asked_without_its_dependency_is_one_line_before_any_work(monkeypatc
     monkeypatch.setattr(metadata, "version", version)
     assert startup.prepare(["--mcp", "--world-size", "tiny"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: --mcp (or GRADIO_MCP_SERVER=True): gradio's MCP server needs the optional package mcp, "
-                   'which is not installed: pip install "gradio[mcp]"']
+    assert err == [
+        "error: --mcp (or GRADIO_MCP_SERVER=True): gradio's MCP server needs the optional package mcp, "
+        'which is not installed: pip install "gradio[mcp]"'
+    ]
 
 
 def test_mcp_lists_the_tools_and_a_search_returns_a_ranking(service):
@@ -310,8 +375,10 @@ def test_mcp_lists_the_tools_and_a_search_returns_a_ranking(service):
             async with ClientSession(streams[0], streams[1]) as s:
                 await s.initialize()
                 tools = {t.name: t for t in (await s.list_tools()).tools}
-                result = await s.call_tool("search", {"image": image, "instruction": "in red", "k": 5,
-                                                      "retrievers": service.retriever_names[:1]})
+                result = await s.call_tool(
+                    "search",
+                    {"image": image, "instruction": "in red", "k": 5, "retrievers": service.retriever_names[:1]},
+                )
                 return tools, result
 
     try:
@@ -338,9 +405,30 @@ def test_load_bench_drives_the_endpoints_and_the_page_without_an_error(world_api
     _, url = world_api
     out = tmp_path / "load.json"
     repo = Path(__file__).resolve().parent.parent
-    proc = subprocess.run([sys.executable, "bench/bench_load.py", "--url", url, "--visitors", "3", "--page-visitors", "1",
-                           "--duration", "3", "--min-rounds", "1", "--burst", "0", "--out", str(out)],
-                          cwd=repo, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "bench/bench_load.py",
+            "--url",
+            url,
+            "--visitors",
+            "3",
+            "--page-visitors",
+            "1",
+            "--duration",
+            "3",
+            "--min-rounds",
+            "1",
+            "--burst",
+            "0",
+            "--out",
+            str(out),
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     load = json.loads(out.read_text())["load"]
     assert load["errors"] == 0, load["error_examples"]

@@ -1,6 +1,7 @@
 """The Gradio app in-process: the factory, every wired callback (called through the Blocks'
 own function table), URL state, the HTML tiles, and error handling. No server, no browser
 (tests/test_ui_browser.py drives a real one)."""
+
 from __future__ import annotations
 
 import atexit
@@ -18,7 +19,7 @@ from PIL import Image
 
 from cir_demo.explorer import Column, Comparison, ServiceError, Tile
 from cir_demo.ui import app as ui_app
-from cir_demo.ui import components, explore, report, served_files, upload
+from cir_demo.ui import components, explore, report, served_files
 from cir_demo.ui.guard import guarded
 from cir_demo.ui.state import ViewState, decode_state, encode_state, resolve_state
 
@@ -33,7 +34,9 @@ def wired(demo, name):
     for block_fn in demo.fns.values():
         if getattr(block_fn.fn, "__name__", None) == name:
             return block_fn
-    raise AssertionError(f"no event handler {name!r}; have {sorted({getattr(f.fn, '__name__', '?') for f in demo.fns.values()})}")
+    raise AssertionError(
+        f"no event handler {name!r}; have {sorted({getattr(f.fn, '__name__', '?') for f in demo.fns.values()})}"
+    )
 
 
 def load_page(demo, params):
@@ -60,12 +63,38 @@ def count(html: str, cls: str) -> int:
 def test_factory_builds_blocks_without_launching(demo):
     assert isinstance(demo, gr.Blocks) and not demo.is_running
     ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
-    for needed in ("cir-search", "cir-sort", "cir-query-list", "cir-paraphrases", "cir-retrievers", "cir-rerank",
-                   "cir-top-n", "cir-results", "cir-paraphrase-table", "cir-prompt", "cir-upload-1", "cir-upload-2",
-                   "cir-upload-submit", "cir-report-metrics", "cir-report-plots", "cir-share-query", "cir-status"):
+    for needed in (
+        "cir-search",
+        "cir-sort",
+        "cir-query-list",
+        "cir-paraphrases",
+        "cir-retrievers",
+        "cir-rerank",
+        "cir-top-n",
+        "cir-results",
+        "cir-paraphrase-table",
+        "cir-prompt",
+        "cir-upload-1",
+        "cir-upload-2",
+        "cir-upload-submit",
+        "cir-report-metrics",
+        "cir-report-plots",
+        "cir-share-query",
+        "cir-status",
+    ):
         assert needed in ids, needed
     names = {getattr(f.fn, "__name__", None) for f in demo.fns.values()}
-    assert {"on_load", "on_ready", "on_list", "on_select", "on_view", "on_files", "on_submit", "on_example", "on_show"} <= names
+    assert {
+        "on_load",
+        "on_ready",
+        "on_list",
+        "on_select",
+        "on_view",
+        "on_files",
+        "on_submit",
+        "on_example",
+        "on_show",
+    } <= names
     for f in demo.fns.values():  # every python callback is guarded (exceptions become messages)
         if f.fn is not None:
             assert hasattr(f.fn, "__wrapped__"), f.fn
@@ -76,8 +105,16 @@ def test_help_lists_launch_options(capsys):
         ui_app.main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for opt in ("--benchmark", "--retrievers", "--reranker", "--server-name", "--port", "--share", "--queue-size",
-                "--concurrency"):
+    for opt in (
+        "--benchmark",
+        "--retrievers",
+        "--reranker",
+        "--server-name",
+        "--port",
+        "--share",
+        "--queue-size",
+        "--concurrency",
+    ):
         assert opt in out
 
 
@@ -90,8 +127,15 @@ def test_unknown_benchmark_is_refused_before_launch(capsys):
 def test_page_load_opens_the_linked_view(demo, service):
     group = service.benchmark.paraphrases(service.benchmark.queries[6].query_id)
     names = service.retriever_names[1:3]
-    params = {"benchmark": "world", "query": group[0].query_id, "paraphrase": "3", "retrievers": ",".join(names),
-              "rerank": "1", "top_n": "10", "k": "5"}
+    params = {
+        "benchmark": "world",
+        "query": group[0].query_id,
+        "paraphrase": "3",
+        "retrievers": ",".join(names),
+        "rerank": "1",
+        "top_n": "10",
+        "k": "5",
+    }
     final = load_page(demo, params)[-1]
     by_id = {getattr(c, "elem_id", None): v for c, v in final.items()}
     assert by_id["cir-paraphrases"]["value"] == group[2].query_id
@@ -99,7 +143,8 @@ def test_page_load_opens_the_linked_view(demo, service):
     assert by_id["cir-rerank"]["value"] is True and by_id["cir-rerank"]["interactive"] is True
     share = by_id["cir-share-query"]
     assert decode_state(dict(pair.split("=") for pair in share.split("&"))).state == ViewState(
-        "world", group[2].query_id, 2, tuple(names), True, 10, 5)
+        "world", group[2].query_id, 2, tuple(names), True, 10, 5
+    )
     results = by_id["cir-results"]
     assert all(f">{n}<" in results for n in names) and service.retriever_names[0] + "<" not in results
     assert results.count('<li class="cir-tile') == 5 * len(names)
@@ -150,7 +195,9 @@ def test_page_load_while_loading_shows_progress_then_the_view(service):
     finally:
         ui_app.LOAD_POLL_S = saved
     first = {getattr(c, "elem_id", None): v for c, v in steps[0].items()}
-    assert "building index for tiny-ui-fusion" in plain(first["cir-status"]) and "encode 10/396" in plain(first["cir-status"])
+    assert "building index for tiny-ui-fusion" in plain(first["cir-status"]) and "encode 10/396" in plain(
+        first["cir-status"]
+    )
     panel = first["cir-loading"]  # where the results will be: what, n/N with a bar, seconds
     assert "building index for tiny-ui-fusion" in panel and "<b>10 / 396</b>" in panel
     assert '<progress max="396" value="10"' in panel and "3 s" in panel
@@ -160,9 +207,15 @@ def test_page_load_while_loading_shows_progress_then_the_view(service):
 def test_state_round_trip_and_resolution():
     rng = np.random.default_rng(1)
     for _ in range(50):
-        s = ViewState("world", f"w{rng.integers(1, 999):05d}", int(rng.integers(0, 6)),
-                      tuple(rng.choice(["a", "b", "c-d"], size=int(rng.integers(1, 4)), replace=False)),
-                      bool(rng.integers(0, 2)), int(rng.integers(1, 51)), int(rng.choice([5, 10, 20])))
+        s = ViewState(
+            "world",
+            f"w{rng.integers(1, 999):05d}",
+            int(rng.integers(0, 6)),
+            tuple(rng.choice(["a", "b", "c-d"], size=int(rng.integers(1, 4)), replace=False)),
+            bool(rng.integers(0, 2)),
+            int(rng.integers(1, 51)),
+            int(rng.choice([5, 10, 20])),
+        )
         query = encode_state(s)
         params = dict(p.split("=", 1) for p in query.split("&"))
         parsed = decode_state(params)
@@ -174,8 +227,9 @@ def test_state_round_trip_and_resolution():
     assert out.state == ViewState("world", "q1", None, ("a",), False, 20, 10)
     text = " ".join(out.notes)
     assert "paraphrase 9" in text and "zz" in text and "reranker" in text
-    other = resolve_state(decode_state({"benchmark": "pinpoint", "query": "q1"}), "world", {"q1"}, {"q1": 6}, ["a"],
-                          True, "q0")
+    other = resolve_state(
+        decode_state({"benchmark": "pinpoint", "query": "q1"}), "world", {"q1"}, {"q1": 6}, ["a"], True, "q0"
+    )
     assert other.state.query_id == "q0" and "pinpoint" in other.notes[0]
 
 
@@ -236,6 +290,7 @@ def test_background_run_poll_never_undoes_a_sort_picked_meanwhile(service):
     final = [v for v in load_page(d, {})[-1].values() if isinstance(v, (str, bool))]  # opened after the run
     assert True in final and "done:9/9:run r" in final
 
+
 def test_every_input_handler_applies_the_last_change(demo):
     """gradio's default trigger mode drops an event that fires while the previous one runs: a second
     box unticked, a filter or sort changed before the first change's reply came back was lost and the
@@ -244,6 +299,7 @@ def test_every_input_handler_applies_the_last_change(demo):
     assert len(handlers) >= 8  # retrievers, paraphrase, rerank, sort, filters, report run, upload boxes
     dropping = sorted({getattr(f.fn, "__name__", "?") for f in handlers if f.trigger_mode != "always_last"})
     assert not dropping, dropping
+
 
 def test_select_and_view_callbacks(demo, service):
     names = service.retriever_names
@@ -290,7 +346,9 @@ def test_upload_callbacks(demo, service, tmp_path):
     service.engine.open_image(q.reference_ids[1]).convert("RGBA").save(p2)
     preview_html, message, problem = wired(demo, "on_files").fn(str(p1), str(p2))
     assert preview_html.count("<img") == 2 and message == "" and problem == ""
-    results, message, *problems = wired(demo, "on_submit").fn(str(p1), str(p2), q.instruction, service.retriever_names, 10, True, 10)
+    results, message, *problems = wired(demo, "on_submit").fn(
+        str(p1), str(p2), q.instruction, service.retriever_names, 10, True, 10
+    )
     assert results.count('<li class="cir-tile') == 10 * len(service.retriever_names)
     message = plain(message)
     assert "cir-pos" not in results and "offline world" in message and "no badges" in message
@@ -307,23 +365,34 @@ def test_upload_callbacks(demo, service, tmp_path):
     names = service.retriever_names
     # problems show next to the field to fix (files, instruction, retrievers) and clear stale results
     results, message, files, text, retr = submit(str(bad), None, "make it red", names, 10, False, 20)
-    assert "⚠" in files and "bad.jpg" in plain(files) and "cir-tile" not in results and (message, text, retr) == ("", "", "")
+    assert (
+        "⚠" in files
+        and "bad.jpg" in plain(files)
+        and "cir-tile" not in results
+        and (message, text, retr) == ("", "", "")
+    )
     results, message, files, text, retr = submit(None, None, "make it red", names, 10, False, 20)
     assert "upload at least one" in plain(files) and "cir-tile" not in results
     results, message, files, text, retr = submit(str(p1), None, "  ", names, 10, False, 20)
     assert "type an instruction" in plain(text) and not files and "cir-tile" not in results
     assert "Fix the problem marked ⚠ above" in results  # each search's own outcome, what a waiting page reads
     results, message, files, text, retr = submit(str(p1), None, "like <img1> but <img2>", [], 10, False, 20)
-    assert "only one image" in plain(text) and "select at least one retriever" in plain(retr) and "cir-tile" not in results
+    assert (
+        "only one image" in plain(text) and "select at least one retriever" in plain(retr) and "cir-tile" not in results
+    )
     assert "Fix the 2 problems marked ⚠ above" in results
     results, message, files, text, retr = submit(str(p1), str(p2), "make it red", names[:1], 10, False, 20)
-    assert "<img1> and <img2>" in plain(message) and results.count('<li class="cir-tile') == 10  # a hint, still searched
+    assert (
+        "<img1> and <img2>" in plain(message) and results.count('<li class="cir-tile') == 10
+    )  # a hint, still searched
     # a Search pressed (click or Enter) while the last one is on its way runs after it, never dropped
     search = wired(demo, "on_submit")
     assert search.trigger_mode == "always_last"
     elem_ids = {block_id: getattr(b, "elem_id", None) for block_id, b in demo.blocks.items()}
     assert {(elem_ids[block_id], event) for block_id, event in search.targets} == {
-        ("cir-upload-submit", "click"), ("cir-upload-instruction", "submit")}
+        ("cir-upload-submit", "click"),
+        ("cir-upload-instruction", "submit"),
+    }
     button, problem = wired(demo, "on_retrievers").fn([])
     assert button["interactive"] is False and "select at least one" in plain(problem)
     assert wired(demo, "on_retrievers").fn(names[:1])[0]["interactive"] is True
@@ -346,7 +415,9 @@ def test_example_callback_writes_world_references(demo, service, tmp_path, monke
     assert all(served_files._FOLDER[0] in Path(f).parents for f in (f1, f2))
     left = sorted(tmp_path.rglob("*"))
     assert wired(demo, "on_example").fn() == (f1, f2, text)
-    assert sorted(tmp_path.rglob("*")) == left and [p.name for p in tmp_path.iterdir()] == [served_files._FOLDER[0].name]
+    assert sorted(tmp_path.rglob("*")) == left and [p.name for p in tmp_path.iterdir()] == [
+        served_files._FOLDER[0].name
+    ]
 
 
 # =========================================================================== report callback
@@ -363,7 +434,8 @@ def test_report_callback(demo, service, tmp_path, monkeypatch):
     run = root / "runs" / "20990101-000000-world"
     (run / "plots").mkdir(parents=True)
     pd.DataFrame({"model": ["tiny-ui-fusion"], "mAP@10": [0.5], "mAP@10_ci_lo": [0.4], "mAP@10_ci_hi": [0.6]}).to_csv(
-        run / "metrics.csv", index=False)
+        run / "metrics.csv", index=False
+    )
     Image.new("RGB", (8, 8)).save(run / "plots" / "precision_vs_safety.png")
     (run / "run_info.json").write_text('{"benchmark_fingerprint": "%s"}' % service.fingerprint)
     (run / "report.md").write_text("# report\n")
@@ -390,8 +462,15 @@ def test_report_callback(demo, service, tmp_path, monkeypatch):
         assert root not in Path(copy).parents and "safety" in caption
         assert Path(copy).read_bytes() == (run / "plots" / "precision_vs_safety.png").read_bytes()
     finally:
-        for f in [run / "plots" / "precision_vs_safety.png", run / "metrics.csv", run / "run_info.json",
-                  run / "report.md", run / "report.html", run / "paired.csv", secret]:
+        for f in [
+            run / "plots" / "precision_vs_safety.png",
+            run / "metrics.csv",
+            run / "run_info.json",
+            run / "report.md",
+            run / "report.html",
+            run / "paired.csv",
+            secret,
+        ]:
             f.unlink()
         (run / "plots").rmdir()
         run.rmdir()
@@ -399,12 +478,19 @@ def test_report_callback(demo, service, tmp_path, monkeypatch):
 
 # =========================================================================== html and guards
 def test_tiles_mark_judgments_with_text_and_escape_content():
-    tiles = [Tile("img<1>", 1, 0.9, "positive", "data:x", first_stage_rank=4, p_yes=0.91, reranked=True),
-             Tile("i2", 2, 0.8, "negative", None, first_stage_rank=2, p_yes=0.4, reranked=True),
-             Tile("i3", 3, 0.7, None, "data:y", first_stage_rank=1, p_yes=0.2, reranked=True),
-             Tile("i4", 4, 0.6, None, "data:z", first_stage_rank=17, p_yes=0.3, reranked=True)]
-    col = Column("ret<x>", "image", tiles, {"AP@10": 0.5, "precision@10": 0.2, "NegRecall@10": 0.1},
-                 {"AP@10": 0.25, "precision@10": 0.1, "NegRecall@10": 0.2})
+    tiles = [
+        Tile("img<1>", 1, 0.9, "positive", "data:x", first_stage_rank=4, p_yes=0.91, reranked=True),
+        Tile("i2", 2, 0.8, "negative", None, first_stage_rank=2, p_yes=0.4, reranked=True),
+        Tile("i3", 3, 0.7, None, "data:y", first_stage_rank=1, p_yes=0.2, reranked=True),
+        Tile("i4", 4, 0.6, None, "data:z", first_stage_rank=17, p_yes=0.3, reranked=True),
+    ]
+    col = Column(
+        "ret<x>",
+        "image",
+        tiles,
+        {"AP@10": 0.5, "precision@10": 0.2, "NegRecall@10": 0.1},
+        {"AP@10": 0.25, "precision@10": 0.1, "NegRecall@10": 0.2},
+    )
     page = components.results_html(Comparison("<img1> red", [None], ["ref"], [col], 10, True, "q", "v", 20))
     assert "ret&lt;x&gt;" in page and "img&lt;1&gt;" in page and "<x>" not in page
     assert count(page, "cir-pos") == 1 and count(page, "cir-neg") == 1
@@ -420,11 +506,16 @@ def test_tiles_mark_judgments_with_text_and_escape_content():
 
 
 def test_near_miss_answer_is_said_on_the_tile_and_the_ranking_rule_above():
-    tiles = [Tile("a", 1, 0.9, None, "data:x", first_stage_rank=2, p_yes=0.4, reranked=True, p_near=0.1),
-             Tile("b", 2, 0.8, "negative", "data:y", first_stage_rank=1, p_yes=0.2, reranked=True, p_near=0.8)]
+    tiles = [
+        Tile("a", 1, 0.9, None, "data:x", first_stage_rank=2, p_yes=0.4, reranked=True, p_near=0.1),
+        Tile("b", 2, 0.8, "negative", "data:y", first_stage_rank=1, p_yes=0.2, reranked=True, p_near=0.8),
+    ]
     col = Column("r", "composed", tiles)
-    page = components.results_html(Comparison("t", [None], ["ref"], [col], 10, True, "q", "world-verifier", 20,
-                                              ranking="P(yes) - 2 * P(near miss)"))
+    page = components.results_html(
+        Comparison(
+            "t", [None], ["ref"], [col], 10, True, "q", "world-verifier", 20, ranking="P(yes) - 2 * P(near miss)"
+        )
+    )
     assert "reordered by P(yes) - 2 * P(near miss)" in page and "near miss?: the judge" in page  # legend
     assert page.count('class="cir-near"') == 1  # only the tile the judge calls a near miss
     assert "the judge calls it a near miss (P 0.80)" in page  # in the tile's alt text too
@@ -438,10 +529,23 @@ def test_probabilities_keep_the_order_they_rank_by():
     assert shown == ["0.99960", "0.99", "0.50", "0.03", "0.0021", "0.00031", "0.000045"]
     assert all(float(a) > float(b) for a, b in zip(shown, shown[1:]))
     assert components.prob(0.0) == "0" and components.prob(1.0) == "1" and components.prob(None) == "n/a"
-    tiles = [Tile("a", 1, 0.5, None, None, first_stage_rank=10, p_yes=0.0004, reranked=True, p_near=0.0312),
-             Tile("b", 2, 0.6, None, None, first_stage_rank=1, p_yes=0.0001, reranked=True, p_near=0.2)]
-    page = components.results_html(Comparison("t", [None], ["ref"], [Column("r", "composed", tiles)], 10, True,
-                                              reranker="v", top_n=20, ranking="P(yes) - 2 * P(near miss)"))
+    tiles = [
+        Tile("a", 1, 0.5, None, None, first_stage_rank=10, p_yes=0.0004, reranked=True, p_near=0.0312),
+        Tile("b", 2, 0.6, None, None, first_stage_rank=1, p_yes=0.0001, reranked=True, p_near=0.2),
+    ]
+    page = components.results_html(
+        Comparison(
+            "t",
+            [None],
+            ["ref"],
+            [Column("r", "composed", tiles)],
+            10,
+            True,
+            reranker="v",
+            top_n=20,
+            ranking="P(yes) - 2 * P(near miss)",
+        )
+    )
     assert "P(yes) 0.00040 · P(near miss) 0.03" in page and "P(yes) 0.00010 · P(near miss) 0.20" in page
 
 
@@ -480,13 +584,43 @@ def test_a_bad_upload_or_run_is_one_line_and_the_tables_keep_their_content(demo,
 def test_report_columns_have_labels_and_definitions():
     from cir_demo.ui.report import column_label, labelled
 
-    raw = ["run", "mAP@10", "precision@10", "NegRecall@10", "recall@10", "ling_sens_paraphrase_range",
-           "total_queries", "coverage", "mAP@25", "Recall@3", "hard_negative@1", "Recall_subset@2",
-           "mean(Recall@5,Recall_subset@1)", "Recall@10/dress", "Recall@50_pooled", "average_recall"]
+    raw = [
+        "run",
+        "mAP@10",
+        "precision@10",
+        "NegRecall@10",
+        "recall@10",
+        "ling_sens_paraphrase_range",
+        "total_queries",
+        "coverage",
+        "mAP@25",
+        "Recall@3",
+        "hard_negative@1",
+        "Recall_subset@2",
+        "mean(Recall@5,Recall_subset@1)",
+        "Recall@10/dress",
+        "Recall@50_pooled",
+        "average_recall",
+    ]
     table, defs = labelled(pd.DataFrame(columns=raw))
-    assert list(table.columns) == ["Run", "mAP@10", "P@10", "NegRecall@10", "Recall@10", "Paraphrase range",
-                                   "Queries", "Coverage", "mAP@25", "Recall@3", "Hard negative@1", "Recall_subset@2",
-                                   "Avg", "Recall@10 dress", "Recall@50 pooled", "Average"]
+    assert list(table.columns) == [
+        "Run",
+        "mAP@10",
+        "P@10",
+        "NegRecall@10",
+        "Recall@10",
+        "Paraphrase range",
+        "Queries",
+        "Coverage",
+        "mAP@25",
+        "Recall@3",
+        "Hard negative@1",
+        "Recall_subset@2",
+        "Avg",
+        "Recall@10 dress",
+        "Recall@50 pooled",
+        "Average",
+    ]
     for label in table.columns:
         assert f"**{components.md_escape(label)}**: " in defs, label
     assert column_label("mAP@25")[1].startswith("AP@25 (average precision of the top 25)")
@@ -539,15 +673,27 @@ def test_a_link_naming_a_retriever_twice_opens_one_column(service):
     name, qid = service.retriever_names[0], service.benchmark.queries[0].query_id
     out = ui_app.initial_outputs(service, {"query": qid, "retrievers": f"{name},{name}"})
     assert out["retrievers"]["value"] == [name]
-    assert out["view:results"].count("<section class=\"cir-col\"") == 1
-    assert list(out["view:table"]["value"].columns)[1:2] == [name] and name not in list(out["view:table"]["value"].columns)[2:]
+    assert out["view:results"].count('<section class="cir-col"') == 1
+    assert (
+        list(out["view:table"]["value"].columns)[1:2] == [name]
+        and name not in list(out["view:table"]["value"].columns)[2:]
+    )
     assert service.check_retrievers([name, name]) == [name]  # the one place every caller goes through
 
 
 def test_explore_explains_itself(service):
     texts = explore.about_update(service)  # the world's help: its own terms
-    for term in ("offline world", "AP@10", "P@10", "NegRecall@10", "composed", "image only", "text only", "lower is",
-                 "explicit negatives"):
+    for term in (
+        "offline world",
+        "AP@10",
+        "P@10",
+        "NegRecall@10",
+        "composed",
+        "image only",
+        "text only",
+        "lower is",
+        "explicit negatives",
+    ):
         assert term in texts, term
     from cir_demo.benchmarks.failure_views import CIRR, PINPOINT
 
@@ -696,8 +842,9 @@ def test_legend_defines_the_marks_the_tiles_carry(service):
 
     def page(marks):
         tiles = [Tile("ref", 1, 0.9, None, None, marks=marks), Tile("b", 2, 0.5, "positive", None)]
-        return components.results_html(Comparison("t", [None], ["ref"], [Column("r", "composed", tiles)], 10, True,
-                                                  words=("target", "")))
+        return components.results_html(
+            Comparison("t", [None], ["ref"], [Column("r", "composed", tiles)], 10, True, words=("target", ""))
+        )
 
     marked, plain_page = page((REFERENCE_MARK,)), page(())
     assert "query's reference = the query's own reference image" in html_lib.unescape(marked)
@@ -718,8 +865,11 @@ def test_first_query_from_the_shipped_outputs_before_any_run(service, tmp_path, 
     from cir_demo.index.prebuilt_run import pack_run, shipped_dir
 
     order, names = list(service.table["query_id"]), service.retriever_names
-    rows = [{"run": n, "query_id": q, "AP@10": 0.5 if (q == order[4] and i == 1) else 0.0}
-            for i, n in enumerate(names) for q in order]
+    rows = [
+        {"run": n, "query_id": q, "AP@10": 0.5 if (q == order[4] and i == 1) else 0.0}
+        for i, n in enumerate(names)
+        for q in order
+    ]
     rows += [{"run": f"{names[0]}+rerank", "query_id": order[0], "AP@10": 1.0}]
     run = tmp_path / "run"
     run.mkdir()
@@ -727,7 +877,12 @@ def test_first_query_from_the_shipped_outputs_before_any_run(service, tmp_path, 
     monkeypatch.setenv("CIR_DEMO_PREBUILT", str(tmp_path / "prebuilt"))
     monkeypatch.setattr(service, "stored_sorts", lambda: set())  # no run on disk yet (other tests here sort)
     for n, (fingerprint, expected) in enumerate(((service.fingerprint, order[4]), ("other", order[0]))):
-        pack_run(run, shipped_dir(service.benchmark), {"benchmark_fingerprint": fingerprint, "code_sha256": "old"},
-                 ["eval"], {})
+        pack_run(
+            run,
+            shipped_dir(service.benchmark),
+            {"benchmark_fingerprint": fingerprint, "code_sha256": "old"},
+            ["eval"],
+            {},
+        )
         # a background run's state of its own: the choice is made again, not read from an earlier page
         assert first_query(service, SimpleNamespace(state=f"running-{n}", ready_sorts=frozenset())) == expected

@@ -4,12 +4,23 @@ on 127.0.0.1: the tiny world, tiny real retrievers and a tiny real verifier, plu
 
 Skips when /usr/bin/chromium is missing (`apt-get install -y chromium`; never `playwright install`).
 """
+
 from __future__ import annotations
 
 import re
 
 import pytest
-from browser_support import TIMEOUT_MS, answered, browser, require_chromium, run_tiny_eval, screenshot, served, wait_controls, wait_page_while_working  # noqa: F401  (browser: a fixture)
+from browser_support import (
+    TIMEOUT_MS,
+    answered,
+    browser,
+    require_chromium,
+    run_tiny_eval,
+    screenshot,
+    served,
+    wait_controls,
+    wait_page_while_working,
+)  # noqa: F401  (browser: a fixture)
 
 require_chromium()
 
@@ -40,8 +51,15 @@ def column_counts(page, root: str) -> list[tuple[str, int, int, int, int]]:
         counts = col.locator(".cir-counts")
         pos_line = int(counts.get_attribute("data-positives")) if counts.count() else -1
         neg_line = int(counts.get_attribute("data-negatives")) if counts.count() else -1
-        out.append((name, col.locator("li.cir-pos .cir-badge").count(), col.locator("li.cir-neg .cir-badge").count(),
-                    pos_line, neg_line))
+        out.append(
+            (
+                name,
+                col.locator("li.cir-pos .cir-badge").count(),
+                col.locator("li.cir-neg .cir-badge").count(),
+                pos_line,
+                neg_line,
+            )
+        )
     return out
 
 
@@ -55,12 +73,19 @@ def test_explore_paraphrase_rerank_share_upload_report(app_url, browser, tmp_pat
     assert "world (tiny)" in page.locator("#cir-status").inner_text()
     columns = [c.get_attribute("aria-label") for c in page.locator("#cir-results section.cir-col").all()]
     assert columns == [f"Results of {n}" for n in names]
-    assert page.locator("#cir-results .cir-tag").all_inner_texts() == ["composed", "image only", "text only", "composed"]
+    assert page.locator("#cir-results .cir-tag").all_inner_texts() == [
+        "composed",
+        "image only",
+        "text only",
+        "composed",
+    ]
 
     # ---- pick a query through the failure sort (explicit negatives in the top 10, from the eval run)
     page.locator("#cir-sort input").click()
     page.get_by_role("option", name="Explicit negatives in the top 10 (most first)").click()
-    page.wait_for_function("document.querySelector('#cir-list-info').innerText.includes('Explicit negatives in the top 10')")
+    page.wait_for_function(
+        "document.querySelector('#cir-list-info').innerText.includes('Explicit negatives in the top 10')"
+    )
     query_id = page.locator("#cir-query-list [data-testid='cell-0-0']").inner_text().strip()
     assert re.fullmatch(r"w\d{5}", query_id), query_id
     # the first row's instruction cell; its query may be the one the page opened with (it is on the tiny
@@ -70,8 +95,9 @@ def test_explore_paraphrase_rerank_share_upload_report(app_url, browser, tmp_pat
         page.locator("#cir-query-list [data-testid='cell-0-1']").click()
     page.wait_for_function(f"location.search.includes('query={query_id}')")
     query = service.benchmark.query(query_id)
-    page.wait_for_function("(t) => document.querySelector('#cir-query-header').innerText.includes(t)",
-                           arg=query.instruction)
+    page.wait_for_function(
+        "(t) => document.querySelector('#cir-query-header').innerText.includes(t)", arg=query.instruction
+    )
     expected = service.compare(query_id, names, k=10)
     shown = column_counts(page, "#cir-results")
     for (name, pos_badges, neg_badges, pos_line, neg_line), col in zip(shown, expected.columns):
@@ -87,8 +113,9 @@ def test_explore_paraphrase_rerank_share_upload_report(app_url, browser, tmp_pat
     group = service.benchmark.paraphrases(query_id)
     target = group[2]
     page.locator("#cir-paraphrases label").nth(2).click()
-    page.wait_for_function("(t) => document.querySelector('#cir-query-header').innerText.includes(t)",
-                           arg=target.instruction)
+    page.wait_for_function(
+        "(t) => document.querySelector('#cir-query-header').innerText.includes(t)", arg=target.instruction
+    )
     page.wait_for_function("location.search.includes('paraphrase=3')")
     table_text = page.locator("#cir-paraphrase-table").inner_text()
     assert "range (max − min)" in table_text and all(n in table_text for n in names)
@@ -114,8 +141,9 @@ def test_explore_paraphrase_rerank_share_upload_report(app_url, browser, tmp_pat
     other.wait_for_selector("#cir-results .cir-before")
     assert other.locator("#cir-paraphrases input[type=radio]:checked").get_attribute("value") == target.query_id
     assert other.locator("#cir-rerank input[type=checkbox]").is_checked()
-    assert [t.split("\n")[0] for t in other.locator("#cir-results li.cir-tile .cir-id").all_inner_texts()] == \
-        [t.split("\n")[0] for t in page.locator("#cir-results li.cir-tile .cir-id").all_inner_texts()]
+    assert [t.split("\n")[0] for t in other.locator("#cir-results li.cir-tile .cir-id").all_inner_texts()] == [
+        t.split("\n")[0] for t in page.locator("#cir-results li.cir-tile .cir-id").all_inner_texts()
+    ]
     other.close()
 
     # ---- try your own: two uploads + instruction
@@ -171,16 +199,24 @@ def test_phone_width_stacks_columns_without_overflow(app_url, browser):
     page.goto(url)
     page.wait_for_selector("#cir-results li.cir-tile")
     assert no_overflow(page), page.evaluate("document.documentElement.scrollWidth")
-    widths = page.eval_on_selector_all("#cir-results li.cir-tile", "els => els.map(e => e.getBoundingClientRect().width)")
+    widths = page.eval_on_selector_all(
+        "#cir-results li.cir-tile", "els => els.map(e => e.getBoundingClientRect().width)"
+    )
     assert widths and min(widths) >= 120, widths
-    cols = page.eval_on_selector_all("#cir-results section.cir-col",
-                                     "els => els.map(e => [e.getBoundingClientRect().left, e.getBoundingClientRect().width])")
+    cols = page.eval_on_selector_all(
+        "#cir-results section.cir-col",
+        "els => els.map(e => [e.getBoundingClientRect().left, e.getBoundingClientRect().width])",
+    )
     assert len({round(left) for left, _ in cols}) == 1  # the retrievers' rows one under the other
     assert all(left >= 0 and left + w <= 401 for left, w in cols), cols  # nothing cut off at the right
-    tiles = page.eval_on_selector_all("#cir-results li.cir-tile", "els => els.map(e => e.getBoundingClientRect().right)")
+    tiles = page.eval_on_selector_all(
+        "#cir-results li.cir-tile", "els => els.map(e => e.getBoundingClientRect().right)"
+    )
     assert max(tiles) <= 401, max(tiles)
     # headings keep retriever names whole: no heading wider than its column, none broken inside a word
-    assert page.eval_on_selector_all("#cir-results section.cir-col h3", "els => els.every(e => e.scrollWidth <= e.clientWidth)")
+    assert page.eval_on_selector_all(
+        "#cir-results section.cir-col h3", "els => els.every(e => e.scrollWidth <= e.clientWidth)"
+    )
     # on a phone: the query, then the rows, then the list
     order = [page.locator(sel).bounding_box()["y"] for sel in ("#cir-query-header", "#cir-results", "#cir-query-list")]
     assert order == sorted(order), order
@@ -211,10 +247,14 @@ def test_first_screen_shows_every_retrievers_first_tiles(app_url, browser):
     page.goto(url)
     page.wait_for_selector("#cir-results li.cir-tile")
     first_screen_rows(page, len(service.retriever_names))
-    bottoms = page.eval_on_selector_all("#cir-results li.cir-tile", "els => els.map(e => e.getBoundingClientRect().bottom)")
+    bottoms = page.eval_on_selector_all(
+        "#cir-results li.cir-tile", "els => els.map(e => e.getBoundingClientRect().bottom)"
+    )
     assert len(bottoms) == 10 * len(service.retriever_names) and max(bottoms) <= 2 * 900
-    lines = page.eval_on_selector_all("#cir-results ol.cir-tiles", "els => els.map(ol => new Set([...ol.children].map("
-                                      "t => Math.round(t.getBoundingClientRect().top))).size)")
+    lines = page.eval_on_selector_all(
+        "#cir-results ol.cir-tiles",
+        "els => els.map(ol => new Set([...ol.children].map(t => Math.round(t.getBoundingClientRect().top))).size)",
+    )
     assert lines == [1] * len(service.retriever_names)  # each row's top 10 on one line
     header = page.locator("#cir-query-header").bounding_box()
     assert header["y"] + 120 < 900 and header["x"] + header["width"] <= page.locator("#cir-results").bounding_box()["x"]
@@ -270,8 +310,9 @@ def test_link_with_a_duplicate_retriever(app_url, browser):
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(f"{url}?query={qid}&retrievers={name},{name}")
     page.wait_for_selector("#cir-results li.cir-tile")
-    assert [c.get_attribute("aria-label") for c in page.locator("#cir-results section.cir-col").all()] == \
-        [f"Results of {name}"]
+    assert [c.get_attribute("aria-label") for c in page.locator("#cir-results section.cir-col").all()] == [
+        f"Results of {name}"
+    ]
     assert page.locator("#cir-retrievers input[type=checkbox]:checked").count() == 1
     assert "world (tiny)" in page.locator("#cir-status").inner_text()  # loaded, not "starting…"
     assert page.locator(".toast-body").count() == 0
@@ -304,7 +345,9 @@ def test_upload_problems_show_next_to_their_field(app_url, browser, tmp_path):
     assert "only one image" in page.locator("#cir-upload-instruction-problem").inner_text()
     assert page.locator("#cir-upload-files-problem").inner_text().strip() == ""  # fixed fields are cleared
     page.locator("#cir-upload-instruction textarea").fill("make it red")
-    page.wait_for_function("document.querySelector('#cir-upload-instruction-problem').innerText.trim() === ''")  # re-checked as one types
+    page.wait_for_function(
+        "document.querySelector('#cir-upload-instruction-problem').innerText.trim() === ''"
+    )  # re-checked as one types
     page.locator("#cir-upload-submit").click()
     page.wait_for_selector("#cir-upload-results li.cir-tile")
     page.wait_for_function("document.querySelector('#cir-upload-instruction-problem').innerText.trim() === ''")
@@ -335,8 +378,11 @@ def test_fresh_start_computes_every_sort_and_the_report_in_the_background(browse
         page.goto(space_app.url)
         page.wait_for_selector("#cir-results li.cir-tile")
         # the app's background run (its child processes) at nice 19: as long as it takes while it works
-        wait_page_while_working(page, "document.querySelector('#cir-status').innerText.includes('failure sorts and "
-                                "report: ready')", lambda: cpu_seconds(space_app.proc.pid, itself=False))
+        wait_page_while_working(
+            page,
+            "document.querySelector('#cir-status').innerText.includes('failure sorts and report: ready')",
+            lambda: cpu_seconds(space_app.proc.pid, itself=False),
+        )
         assert (data / "runs").is_dir() and any((d / "metrics.csv").is_file() for d in (data / "runs").iterdir())
         from cir_demo.benchmarks.failure_views import SORT_LABELS
 
@@ -355,8 +401,11 @@ def test_fresh_start_computes_every_sort_and_the_report_in_the_background(browse
             page.get_by_role("option", name=label, exact=True).click()
             # the list this sort itself wrote: it names the sort ("matching queries" alone was already on
             # the page from the sort before, so the checks below read that one's list)
-            page.wait_for_function("([t, s]) => { const x = document.querySelector('#cir-list-info').innerText;"
-                                   " return x.includes(t) && x.includes(s); }", arg=["matching queries", label])
+            page.wait_for_function(
+                "([t, s]) => { const x = document.querySelector('#cir-list-info').innerText;"
+                " return x.includes(t) && x.includes(s); }",
+                arg=["matching queries", label],
+            )
             info = page.locator("#cir-list-info").inner_text()
             assert "being computed" not in info and "terminal" not in info and "--eval" not in info, (label, info)
             assert page.locator(".toast-body").count() == 0, label

@@ -5,6 +5,7 @@ itself when the run is done, then uses every sort and the Report tab with its do
 The tiny world served with the world's own small models (two world-CLIP columns, the world judge reranking),
 as the Space app serves it; screenshots go to test-artifacts/.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -18,12 +19,20 @@ from conftest import private_seed_copy  # noqa: E402
 from process_cpu import cpu_seconds  # noqa: E402
 
 GROUPS = 6
-APP_ARGS = ["--world-size", "tiny", "--limit", str(GROUPS), "--retrievers", "world-clip-fusion,world-clip-image",
-            "--no-thumbnail-warmer"]
+APP_ARGS = [
+    "--world-size",
+    "tiny",
+    "--limit",
+    str(GROUPS),
+    "--retrievers",
+    "world-clip-fusion,world-clip-image",
+    "--no-thumbnail-warmer",
+]
 SORTS = {k: v.format(primary="AP@10") for k, v in SORT_LABELS.items()}  # the world's family: PinPoint's
 # what the list says under each sort: its label (cir_demo/benchmarks/failure_views.py)
-SORT_NOTES = {k: SORTS[k] for k in ("worst", "negatives", "spread", "two_image", "rerank_helped", "rerank_hurt",
-                                    "shortcut")}
+SORT_NOTES = {
+    k: SORTS[k] for k in ("worst", "negatives", "spread", "two_image", "rerank_helped", "rerank_hurt", "shortcut")
+}
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +56,9 @@ def fresh_app(tiny_world_seed, tmp_path_factory):
     mp.setenv("CIR_DEMO_RUNS", str(runs))  # no eval run on disk: a first start
     config = ui_app.config_from_args(ui_app.build_parser().parse_args(APP_ARGS))
     service = build_service(config)
-    job = PrecomputeJob(benchmark_flags(config.benchmark, ui_app.served_split_kwargs(config), config.limit_groups),
-                        runs_root=runs)
+    job = PrecomputeJob(
+        benchmark_flags(config.benchmark, ui_app.served_split_kwargs(config), config.limit_groups), runs_root=runs
+    )
     job.on_done(service.forget_failures)
     demo = ui_app.create_app(service, job)
     port = free_port()
@@ -85,6 +95,7 @@ def wait_text(page, selector: str, text: str) -> None:
 def wait_run(page, job, expression: str, arg=None) -> None:
     """A page state the background run brings: as long as the run takes while it works (a child process
     at nice 19 importing torch and evaluating: beside other jobs at nice 0, far longer than any fixed bound)."""
+
     def run_cpu() -> float:
         proc = job._proc  # set once the job's thread has started the child
         return cpu_seconds(proc.pid) if proc is not None else 0.0
@@ -117,18 +128,24 @@ def test_first_visit_background_run_every_sort_and_report(fresh_app, browser):
     wait_run(page, job, HAS_TEXT, ["#cir-status", "being computed in the background ("])  # n/N
     # the picked sort's line counts on with the status line (it stayed at "(0/9)" before); a tiny run
     # can finish between two polls of the page, so its end also ends the wait (the count is then moot)
-    wait_run(page, job, """() => {
+    wait_run(
+        page,
+        job,
+        """() => {
         const m = (document.querySelector('#cir-list-info')?.innerText || '').match(/background \\((\\d+)\\/(\\d+)\\)/);
         const ready = (document.querySelector('#cir-status')?.innerText || '').includes('failure sorts and report: ready');
         return (m && Number(m[1]) >= 1) || ready;
-    }""")
+    }""",
+    )
     wait_run(page, job, HAS_TEXT, ["#cir-status", "failure sorts and report: ready"])
     assert job.status().state == "done", job.status()
     assert [d.name for d in runs.iterdir() if not d.name.startswith(".")] == [job._out.name]  # a normal run folder
     # the note also names the sort while it waits: wait for the list the done run sorted
-    page.wait_for_function("([s, t]) => { const x = document.querySelector(s)?.innerText || '';"
-                           " return x.includes(t) && !x.includes('being computed'); }",
-                           arg=["#cir-list-info", SORT_NOTES["rerank_helped"]])
+    page.wait_for_function(
+        "([s, t]) => { const x = document.querySelector(s)?.innerText || '';"
+        " return x.includes(t) && !x.includes('being computed'); }",
+        arg=["#cir-list-info", SORT_NOTES["rerank_helped"]],
+    )
     assert page.locator("#cir-sort input").input_value() == SORTS["rerank_helped"]  # the label is redrawn
     shot(page, "02-sort-applied")
 

@@ -5,6 +5,7 @@ column that ranked it, and every tile's label its official rank. Waits follow pa
 
 Skips when /usr/bin/chromium is missing (`apt-get install -y chromium`; never `playwright install`).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -25,8 +26,20 @@ def own_runs_app(tmp_path_factory):
     root = tmp_path_factory.mktemp("browser_own_runs")
     mp = pytest.MonkeyPatch()
     _, pa, pb = cirr_world_with_runs(root, mp)
-    args = ui_app.build_parser().parse_args(["--benchmark", "cirr", "--root", str(root / "cirr"), "--runs", str(pa),
-                                             str(pb), "--reranker", "none", "--no-thumbnail-warmer"])
+    args = ui_app.build_parser().parse_args(
+        [
+            "--benchmark",
+            "cirr",
+            "--root",
+            str(root / "cirr"),
+            "--runs",
+            str(pa),
+            str(pb),
+            "--reranker",
+            "none",
+            "--no-thumbnail-warmer",
+        ]
+    )
     service = build_service(ui_app.config_from_args(args))  # the command line's config: columns A and B
     with served(service) as url:
         yield url, service
@@ -54,8 +67,9 @@ def test_report_pair_opens_explore_sorted_a_vs_b_with_both_columns(own_runs_app,
 
     top = service.find_queries(sort=PAIR).rows["query"].iloc[0]
     query = service.benchmark.query(top)
-    page.wait_for_function("(t) => document.querySelector('#cir-query-header').innerText.includes(t)",
-                           arg=query.instruction)
+    page.wait_for_function(
+        "(t) => document.querySelector('#cir-query-header').innerText.includes(t)", arg=query.instruction
+    )
     page.wait_for_function("location.search.includes('retrievers=A,B')")
     page.wait_for_function("location.search.includes('sort=diff:A,B')")  # a link to this view keeps the sort
     assert page.locator("#cir-tab-explore").is_visible()
@@ -74,9 +88,11 @@ def test_report_pair_opens_explore_sorted_a_vs_b_with_both_columns(own_runs_app,
     assert "reference image (ranked 1 by the run) is left out" in note
     assert page.locator(f"#cir-results li.cir-tile[data-image-id='{reference}']").count() == 0
     for name, col in zip(("A", "B"), service.compare(top, ["A", "B"], k=10).columns):
-        labels = page.locator(f"#cir-results section.cir-col[aria-label='Results of {name}'] .cir-rank").all_inner_texts()
+        labels = page.locator(
+            f"#cir-results section.cir-col[aria-label='Results of {name}'] .cir-rank"
+        ).all_inner_texts()
         assert labels == [f"#{t.rank}" for t in col.tiles] == [f"#{r}" for r in range(1, len(labels) + 1)]
-        assert [t.image_id for t in col.tiles] == [x for x in col.ranking if x != reference][:len(labels)]
+        assert [t.image_id for t in col.tiles] == [x for x in col.ranking if x != reference][: len(labels)]
     screenshot(page, "browser-own-runs-a-vs-b")
 
 
@@ -89,8 +105,11 @@ def test_first_screen_shows_both_runs_first_tiles(own_runs_app, browser):
     page.goto(url)
     page.wait_for_selector("#cir-results li.cir-tile")
     assert page.evaluate("window.scrollY") == 0
-    first = page.eval_on_selector_all("#cir-results section.cir-col", """els => els.map(c => {
-        const r = c.querySelector('li.cir-tile').getBoundingClientRect(); return [r.top, r.bottom, r.right]; })""")
+    first = page.eval_on_selector_all(
+        "#cir-results section.cir-col",
+        """els => els.map(c => {
+        const r = c.querySelector('li.cir-tile').getBoundingClientRect(); return [r.top, r.bottom, r.right]; })""",
+    )
     assert len(first) == 2 and all(0 <= top and bottom <= 900 and right <= 1400 for top, bottom, right in first), first
     page.wait_for_function("location.search.includes('query=')")
     metrics = page.locator("#cir-results .cir-metrics").all_inner_texts()

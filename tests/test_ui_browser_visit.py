@@ -4,6 +4,7 @@ Chromium against the app in-process on the tiny world): the app inside a Space-l
 number input, the layout at 1400 and 400 px, the Report's labels and plots, and the upload form's
 warnings. Screenshots go to test-artifacts/.
 """
+
 from __future__ import annotations
 
 import http.server
@@ -96,8 +97,9 @@ def test_share_link_reaches_the_space_page_and_opens_the_same_view(visit_app, br
     frame = page.frame_locator("#space")
     frame.locator("#cir-results li.cir-tile").first.wait_for()
     # the frame's first view is reported to the parent, whose address bar now holds the whole view
-    page.wait_for_function("(q) => location.search.includes('query=' + q) && location.search.includes('benchmark=world')",
-                           arg=qid)
+    page.wait_for_function(
+        "(q) => location.search.includes('query=' + q) && location.search.includes('benchmark=world')", arg=qid
+    )
     assert frame.locator("#cir-paraphrases input[type=radio]:checked").get_attribute("value") == qid
 
     frame.locator("#cir-paraphrases label").nth(2).click()
@@ -105,7 +107,9 @@ def test_share_link_reaches_the_space_page_and_opens_the_same_view(visit_app, br
     frame.locator("#cir-rerank input[type=checkbox]").check()
     page.wait_for_function("location.search.includes('rerank=1')")
     frame.locator("#cir-results .cir-before").first.wait_for()
-    messages = [m for m in page.evaluate("window.messages") if isinstance(m["data"], dict) and "queryString" in m["data"]]
+    messages = [
+        m for m in page.evaluate("window.messages") if isinstance(m["data"], dict) and "queryString" in m["data"]
+    ]
     assert len(messages) >= 3 and all(m["origin"] == app_url.rstrip("/") for m in messages)  # one per view
     assert all(m["data"]["queryString"].startswith("?benchmark=world&query=") for m in messages), messages
     copied = page.url  # what a visitor copies from the address bar
@@ -155,8 +159,13 @@ def test_loading_shows_a_panel_with_progress_then_the_explorer(visit_app, browse
 
         def status(self):
             elapsed = time.perf_counter() - self.t0
-            return LoadStatus("retriever 2/4 tiny-ui-image: loading the model and building its index (first start)",
-                              self.ready, None, elapsed, f"encode world with tiny-ui-image {int(elapsed * 40)}/396")
+            return LoadStatus(
+                "retriever 2/4 tiny-ui-image: loading the model and building its index (first start)",
+                self.ready,
+                None,
+                elapsed,
+                f"encode world with tiny-ui-image {int(elapsed * 40)}/396",
+            )
 
         def wait(self, timeout=None):
             return service
@@ -229,18 +238,26 @@ def test_laptop_width_list_fits_and_link_notes_are_on_top(visit_app, browser):
     assert "nope" in note.inner_text() and "k=999" in note.inner_text()
     assert note.bounding_box()["y"] + note.bounding_box()["height"] < 1000  # seen without scrolling
     # the query list's table fits its column: no column (the instruction, the reason) is cut off
-    fits = page.eval_on_selector("#cir-query-list", """el => {
+    fits = page.eval_on_selector(
+        "#cir-query-list",
+        """el => {
         const cells = [...el.querySelectorAll('[role=columnheader]')];
         const box = el.getBoundingClientRect();
         return cells.length >= 4 && cells.every(c => c.getBoundingClientRect().right <= box.right + 1);
-    }""")
+    }""",
+    )
     assert fits
     page.locator("#cir-sort input").click()
     page.get_by_role("option", name="Explicit negatives in the top 10 (most first)").click()
-    page.wait_for_function("document.querySelector('#cir-list-info').innerText.toLowerCase().includes('explicit negative')")
+    page.wait_for_function(
+        "document.querySelector('#cir-list-info').innerText.toLowerCase().includes('explicit negative')"
+    )
     assert page.locator("#cir-query-list [role=columnheader]").all_inner_texts()[-1].strip() == "why"
-    assert page.eval_on_selector("#cir-query-list", """el => [...el.querySelectorAll('[role=columnheader]')].every(
-        c => c.getBoundingClientRect().right <= el.getBoundingClientRect().right + 1)""")
+    assert page.eval_on_selector(
+        "#cir-query-list",
+        """el => [...el.querySelectorAll('[role=columnheader]')].every(
+        c => c.getBoundingClientRect().right <= el.getBoundingClientRect().right + 1)""",
+    )
     shot(page, "03-laptop-list")
     page.close()
 
@@ -254,8 +271,9 @@ def test_phone_width_no_gap_rows_scroll_and_report_run_readable(visit_app, brows
     assert results["y"] - (controls["y"] + controls["height"]) < 200  # no blank gap under the rerank controls
     target = service.benchmark.queries[3]
     page.locator("#cir-query-list [data-testid='cell-3-1']").click()
-    page.wait_for_function("(t) => document.querySelector('#cir-query-header').innerText.includes(t)",
-                           arg=target.instruction)
+    page.wait_for_function(
+        "(t) => document.querySelector('#cir-query-header').innerText.includes(t)", arg=target.instruction
+    )
     page.wait_for_function("""() => { const r = document.querySelector('#cir-query-header').getBoundingClientRect();
                                      return r.top >= -1 && r.top < window.innerHeight / 2; }""")  # brought into view
     shot(page, "04-phone-opened")
@@ -282,16 +300,23 @@ def test_report_columns_are_labelled_and_defined_and_plots_whole(visit_app, brow
         assert "_" not in head and head in definitions, head
     assert column_label("total_queries")[0] == "Queries"
     # headers break between words only: "Coverage" is one line, not a letter per line
-    tall = page.eval_on_selector_all("#cir-report-metrics [role=columnheader] .header-content",
-                                     "els => els.map(e => e.getBoundingClientRect().height)")
+    tall = page.eval_on_selector_all(
+        "#cir-report-metrics [role=columnheader] .header-content",
+        "els => els.map(e => e.getBoundingClientRect().height)",
+    )
     assert max(tall) < 60, tall
     page.wait_for_selector("#cir-report-plots img")
-    page.wait_for_function("[...document.querySelectorAll('#cir-report-plots img')].every(i => i.complete && i.naturalWidth)")
-    shapes = page.eval_on_selector_all("#cir-report-plots .thumbnail-item", """els => els.map(b => {
+    page.wait_for_function(
+        "[...document.querySelectorAll('#cir-report-plots img')].every(i => i.complete && i.naturalWidth)"
+    )
+    shapes = page.eval_on_selector_all(
+        "#cir-report-plots .thumbnail-item",
+        """els => els.map(b => {
         const i = b.querySelector('img').getBoundingClientRect(), c = b.querySelector('.caption-label');
         const im = b.querySelector('img');
         return [i.width / i.height, im.naturalWidth / im.naturalHeight, c ? c.getBoundingClientRect().top - i.bottom : 0];
-    })""")
+    })""",
+    )
     for shown_ratio, natural_ratio, caption_gap in shapes:
         assert abs(shown_ratio - natural_ratio) < 0.03 * natural_ratio  # the whole plot, not a crop
         assert caption_gap >= -1  # the caption sits below the plot, not over its axis label
@@ -312,7 +337,9 @@ def test_upload_warnings_follow_the_files(visit_app, browser, tmp_path, monkeypa
     page.wait_for_selector("#cir-results li.cir-tile")
     page.get_by_role("tab", name="Try your own").click()
     page.locator("#cir-upload-submit").click()
-    page.wait_for_function("document.querySelector('#cir-upload-files-problem').innerText.includes('upload at least one')")
+    page.wait_for_function(
+        "document.querySelector('#cir-upload-files-problem').innerText.includes('upload at least one')"
+    )
     page.wait_for_function(f"{problem}.includes('type an instruction')")  # the same Search's answer
     image = tmp_path / "one.png"
     service.engine.open_image(service.benchmark.queries[0].reference_ids[0]).save(image)
@@ -322,7 +349,9 @@ def test_upload_warnings_follow_the_files(visit_app, browser, tmp_path, monkeypa
     text = tmp_path / "notes.txt"
     text.write_text("not an image")
     page.locator("#cir-upload-2 input[type=file]").set_input_files(str(text))
-    page.wait_for_function("document.querySelector('#cir-upload-files-problem').innerText.includes('notes.txt')")  # no Search
+    page.wait_for_function(
+        "document.querySelector('#cir-upload-files-problem').innerText.includes('notes.txt')"
+    )  # no Search
     page.locator(box).fill("make it red")  # the shown warning is checked again as the visitor types
     page.wait_for_function(f"{problem}.trim() === ''")
     page.locator(box).fill("")  # nothing shown: the re-check raises nothing before a Search ...

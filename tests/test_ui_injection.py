@@ -2,6 +2,7 @@
 outside image and a hostile run folder name go through every place the page echoes text
 (URL parameters, run folders, results/run_info values, upload file names, error messages), and
 no link, image or tag survives in what the Markdown and HTML components receive."""
+
 from __future__ import annotations
 
 import json
@@ -10,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-import gradio as gr
 from markdown_it import MarkdownIt
 
 from cir_demo.ui import app as ui_app
@@ -40,13 +40,21 @@ def assert_inert_markdown(md: str, where: str) -> None:
 
 
 def assert_inert_html(html: str, payload: str, where: str) -> None:
-    for bad in ("<a ", "<script", "<img src=x", "attacker.invalid/\">"):
+    for bad in ("<a ", "<script", "<img src=x", 'attacker.invalid/">'):
         if bad in payload:
             assert bad not in html, (where, bad)
     assert "javascript:alert" not in html or "href" not in html.split("javascript:alert")[0][-20:], where
 
 
-MARKDOWN_OUTPUTS = ("list_info", "rerank_note", "view:message", "upload:note", "report:info", "link_note", "report:columns")
+MARKDOWN_OUTPUTS = (
+    "list_info",
+    "rerank_note",
+    "view:message",
+    "upload:note",
+    "report:info",
+    "link_note",
+    "report:columns",
+)
 HTML_OUTPUTS = ("view:header", "view:results")
 
 
@@ -60,7 +68,7 @@ def demo(service):
 def test_link_parameters_are_never_rendered(service, params, payload):
     from cir_demo.ui.state import KEYS
 
-    params = ({**{k: payload for k in KEYS}, payload: "1"} if params == "every parameter" else {"query": payload})
+    params = {**{k: payload for k in KEYS}, payload: "1"} if params == "every parameter" else {"query": payload}
     out = ui_app.initial_outputs(service, params)
     for key in MARKDOWN_OUTPUTS:
         if isinstance(out.get(key), str):
@@ -89,11 +97,17 @@ def test_hostile_run_folder_and_results_values(service, tiny_setup):
     name = "<img src=x>[login](http:attacker.invalid)-world"
     run = runs / name
     run.mkdir(parents=True, exist_ok=True)
-    (run / "metrics.csv").write_text("model,mAP@10\n\"<a href=\"\"http://attacker.invalid/\"\">x</a>\",0.5\n")
+    (run / "metrics.csv").write_text('model,mAP@10\n"<a href=""http://attacker.invalid/"">x</a>",0.5\n')
     (run / "metrics.json").write_text(json.dumps({"benchmark": "world", "n_boot": "<img src=x>"}))
-    (run / "run_info.json").write_text(json.dumps({
-        "benchmark_fingerprint": service.engine.fingerprint,
-        "reranker": {"backend": "![t](http://example.invalid/t.png)"}, "rerank_top_n": "<script>x</script>"}))
+    (run / "run_info.json").write_text(
+        json.dumps(
+            {
+                "benchmark_fingerprint": service.engine.fingerprint,
+                "reranker": {"backend": "![t](http://example.invalid/t.png)"},
+                "rerank_top_n": "<script>x</script>",
+            }
+        )
+    )
     (run / "plots").mkdir(exist_ok=True)
     (run / "plots" / "evil.html").write_text("<script>alert(1)</script>")
     try:

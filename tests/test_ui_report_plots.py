@@ -1,6 +1,7 @@
 """What the Report's plots show a visitor: tick labels that differ where the ticks differ, and point
 labels of the precision-versus-safety scatter that never overlap each other or a dot (checked box by
 box against every other, for points crowded as the world's reranked runs are)."""
+
 from __future__ import annotations
 
 import itertools
@@ -62,20 +63,31 @@ def test_each_breakdown_plot_caption_names_the_metric_on_its_axis(tmp_path, monk
     from cir_demo.harness import vector_charts
 
     drawn = {}
-    monkeypatch.setattr(charts, "bar_chart", lambda path, cats, series, title, xlabel, intervals=None:
-                        drawn.setdefault(path.name, xlabel) and path)
+    monkeypatch.setattr(
+        charts,
+        "bar_chart",
+        lambda path, cats, series, title, xlabel, intervals=None: drawn.setdefault(path.name, xlabel) and path,
+    )
     monkeypatch.setattr(vector_charts, "bar_chart", lambda path, *a, **k: [])
     for fam in FAMILIES.values():
         monkeypatch.setattr(plots, "family_of", lambda _b, fam=fam: dataclasses.replace(fam, plots=()))
         drawn.clear()
         metrics = fam.plotted_metrics()
-        tab = pd.DataFrame({"run": ["A", "A"], "value": ["x", "y"], "n_queries": [3, 4],
-                            **{m: [0.25, 0.5] for m in metrics}})
+        tab = pd.DataFrame(
+            {"run": ["A", "A"], "value": ["x", "y"], "n_queries": [3, 4], **{m: [0.25, 0.5] for m in metrics}}
+        )
         ev = SimpleNamespace(name="A", metrics={}, per_query=pd.DataFrame())
-        written = plots.write_plots(SimpleNamespace(name="b", metric_family=fam.name), [ev],
-                                    {field: tab for field, *_ in plots.BREAKDOWN_PLOTS}, tmp_path)
-        expected = {breakdown_plot_file(fname, m, i == 0): fam.headline.get(m, m)
-                    for i, m in enumerate(metrics) for _, fname, _ in plots.BREAKDOWN_PLOTS}
+        written = plots.write_plots(
+            SimpleNamespace(name="b", metric_family=fam.name),
+            [ev],
+            {field: tab for field, *_ in plots.BREAKDOWN_PLOTS},
+            tmp_path,
+        )
+        expected = {
+            breakdown_plot_file(fname, m, i == 0): fam.headline.get(m, m)
+            for i, m in enumerate(metrics)
+            for _, fname, _ in plots.BREAKDOWN_PLOTS
+        }
         assert set(written) == set(expected) == set(drawn), fam.name
         captions = plot_captions(fam)
         for fname, axis in drawn.items():

@@ -1,6 +1,7 @@
 """A session's copy of the page stays the size of the page however many events re-configure a
 component that is also an input (cir_demo/ui/session_copies.py), and the events still see the
 session's latest configuration."""
+
 import asyncio
 
 import gradio as gr

@@ -1,4 +1,5 @@
 """frame_csv against its oracle, pandas' own `to_csv(index=False)`, on every kind of column per_query.csv has."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,23 +24,28 @@ def awkward_floats(rng, n):
 def test_frame_csv_equals_pandas_to_csv(seed):
     rng = np.random.default_rng(seed)
     n = 400
-    text = ['plain', 'with, comma', 'with "quotes"', "new\nline", "", " spaced ", "ünïcode", "a|b"]
-    df = pd.DataFrame({
-        "run": pd.Series(rng.choice(text, n)).astype("str"),
-        "query_id": [f"query_{i:05d}" for i in range(n)],
-        "ref2": pd.Series([None if rng.random() < 0.5 else "x" for _ in range(n)], dtype=object),
-        "scored": rng.random(n) < 0.8,
-        "n_pos": rng.integers(-3, 10**12, n),
-        "small": rng.integers(0, 200, n).astype(np.int32),
-        "metric@1": awkward_floats(rng, n),
-        "metric@10": rng.random(n).round(6),
-        "meta_bool": pd.Series([None if rng.random() < 0.3 else bool(rng.random() < 0.5) for _ in range(n)],
-                               dtype=object),
-        "meta_int": pd.Series([None if rng.random() < 0.3 else int(rng.integers(0, 40)) for _ in range(n)],
-                              dtype=object),
-        "meta_mixed": pd.Series([[None, np.nan, 1.25, "t,x", ("a", "b"), True][int(rng.integers(6))]
-                                 for _ in range(n)], dtype=object),
-    })
+    text = ["plain", "with, comma", 'with "quotes"', "new\nline", "", " spaced ", "ünïcode", "a|b"]
+    df = pd.DataFrame(
+        {
+            "run": pd.Series(rng.choice(text, n)).astype("str"),
+            "query_id": [f"query_{i:05d}" for i in range(n)],
+            "ref2": pd.Series([None if rng.random() < 0.5 else "x" for _ in range(n)], dtype=object),
+            "scored": rng.random(n) < 0.8,
+            "n_pos": rng.integers(-3, 10**12, n),
+            "small": rng.integers(0, 200, n).astype(np.int32),
+            "metric@1": awkward_floats(rng, n),
+            "metric@10": rng.random(n).round(6),
+            "meta_bool": pd.Series(
+                [None if rng.random() < 0.3 else bool(rng.random() < 0.5) for _ in range(n)], dtype=object
+            ),
+            "meta_int": pd.Series(
+                [None if rng.random() < 0.3 else int(rng.integers(0, 40)) for _ in range(n)], dtype=object
+            ),
+            "meta_mixed": pd.Series(
+                [[None, np.nan, 1.25, "t,x", ("a", "b"), True][int(rng.integers(6))] for _ in range(n)], dtype=object
+            ),
+        }
+    )
     df.loc[rng.random(n) < 0.1, ["metric@10"]] = np.nan
     assert frame_csv(df) == df.to_csv(index=False)
     assert frame_csv(df.iloc[:0]) == df.iloc[:0].to_csv(index=False)

@@ -1,6 +1,7 @@
 """The shared HTTP client and its retry policy, against a keep-alive server on 127.0.0.1 that answers
 from a script: 429 with Retry-After, 503, then 200 over one connection; what is not retried; waits
 with jitter and a cap; and that the clients of the project send through it."""
+
 from __future__ import annotations
 
 import ast
@@ -80,8 +81,9 @@ def test_429_with_retry_after_then_503_then_200_over_one_connection():
     script = {"/x": [(429, {"Retry-After": "3"}), (503, {}), (200, {})]}
     sleeps = Sleeps()
     with ScriptedServer(script) as server:
-        response = request("GET", server.url + "/x", timeout=TIMEOUT, policy=RetryPolicy(retries=3, backoff_s=0.5),
-                           sleep=sleeps)
+        response = request(
+            "GET", server.url + "/x", timeout=TIMEOUT, policy=RetryPolicy(retries=3, backoff_s=0.5), sleep=sleeps
+        )
         ports = list(server.ports)
     assert response.status_code == 200 and response.content == b"answer 2"
     assert server.count == {"/x": 3}
@@ -92,8 +94,7 @@ def test_429_with_retry_after_then_503_then_200_over_one_connection():
 
 def test_retry_after_as_an_http_date_and_the_cap():
     when = email.utils.formatdate(time.time() + 30, usegmt=True)
-    script = {"/date": [(429, {"Retry-After": when}), (200, {})],
-              "/long": [(503, {"Retry-After": "86400"}), (200, {})]}
+    script = {"/date": [(429, {"Retry-After": when}), (200, {})], "/long": [(503, {"Retry-After": "86400"}), (200, {})]}
     sleeps = Sleeps()
     with ScriptedServer(script) as server:
         request("GET", server.url + "/date", timeout=TIMEOUT, policy=RetryPolicy(1, 0.01, max_wait_s=60), sleep=sleeps)
@@ -118,8 +119,9 @@ def test_retries_run_out_with_the_last_answer():
     sleeps = Sleeps()
     with ScriptedServer({"/busy": [(503, {})]}) as server:
         with pytest.raises(HttpError) as info:
-            request("POST", server.url + "/busy", timeout=TIMEOUT, policy=RetryPolicy(2, 0.1), content=b"{}",
-                    sleep=sleeps)
+            request(
+                "POST", server.url + "/busy", timeout=TIMEOUT, policy=RetryPolicy(2, 0.1), content=b"{}", sleep=sleeps
+            )
         assert server.count == {"/busy": 3}
     assert (info.value.kind, info.value.status, info.value.attempts, info.value.retryable) == ("status", 503, 3, True)
     assert len(sleeps) == 2 and 0.05 <= sleeps[0] < 0.15 and 0.1 <= sleeps[1] < 0.3
@@ -153,8 +155,12 @@ def test_a_body_the_check_refuses_is_tried_again():
             raise RetryableBody(f"bad body {body!r}")
 
     with ScriptedServer({"/b": [(200, {})]}) as server:
-        assert request("GET", server.url + "/b", timeout=TIMEOUT, policy=RetryPolicy(2, 0.0), check=check,
-                       sleep=Sleeps()).content == b"answer 1"
+        assert (
+            request(
+                "GET", server.url + "/b", timeout=TIMEOUT, policy=RetryPolicy(2, 0.0), check=check, sleep=Sleeps()
+            ).content
+            == b"answer 1"
+        )
         with pytest.raises(HttpError, match="bad body b'answer 3'") as info:
             request("GET", server.url + "/b", timeout=TIMEOUT, policy=RetryPolicy(1, 0.0), check=check, sleep=Sleeps())
     assert seen == [b"answer 0", b"answer 1", b"answer 2", b"answer 3"] and info.value.kind == "body"
@@ -206,11 +212,20 @@ def test_every_other_http_client_sends_through_the_shared_one():
     for path in sorted((ROOT / "cir_demo").rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and node.module
+                else []
+            )
             found += [f"{rel}:{node.lineno} imports {n}" for n in names if n in LOW_LEVEL and rel not in OWN_HTTP]
     assert not found, found
-    users = {"cir_demo/images/fetch.py", "cir_demo/rerank/openai_api.py", "cir_demo/retrievers/text_proxy.py",
-             "cir_demo/benchmarks/images.py"}
+    users = {
+        "cir_demo/images/fetch.py",
+        "cir_demo/rerank/openai_api.py",
+        "cir_demo/retrievers/text_proxy.py",
+        "cir_demo/benchmarks/images.py",
+    }
     for rel in users:
         assert "cir_demo.utils.http import" in (ROOT / rel).read_text(encoding="utf-8"), rel

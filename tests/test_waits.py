@@ -1,4 +1,5 @@
 """A hang fails, naming the test: pytest.ini's per-test timeout, and the bound of a wait on a working run."""
+
 from __future__ import annotations
 
 import itertools
@@ -25,9 +26,27 @@ def test_a_wait_on_a_run_that_works_without_end_fails_within_its_limit():
 def test_the_suites_timeout_turns_a_hang_into_a_failure_naming_the_test(tmp_path):
     (tmp_path / "test_hang.py").write_text("import time\n\ndef test_that_hangs():\n    time.sleep(60)\n")
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO / "pytest.ini"), "--rootdir", str(tmp_path),
-                           "-n", "0", "-p", "no:cacheprovider", "-o", "timeout=2", str(tmp_path / "test_hang.py")],
-                          capture_output=True, text=True, timeout=50)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            str(REPO / "pytest.ini"),
+            "--rootdir",
+            str(tmp_path),
+            "-n",
+            "0",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "timeout=2",
+            str(tmp_path / "test_hang.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
     assert done.returncode == 1 and time.monotonic() - started < 45
     assert "Timeout" in done.stdout and "test_that_hangs" in done.stdout
 

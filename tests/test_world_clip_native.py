@@ -1,6 +1,7 @@
 """world-CLIP built with torch alone (cir_demo/models/world_clip.py) against open_clip on the same
 committed weights: the same spec, pixels, token ids and embeddings, bit for bit; loading it imports
 neither open_clip nor torchvision nor transformers; other configs still go through open_clip."""
+
 import subprocess
 import sys
 import textwrap
@@ -19,8 +20,15 @@ ARGS = ("world-clip", "assets/world-clip/world_clip.safetensors", "assets/world-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-TEXTS = ["a red dress", "the  same bag,\tbut in BLUE", "", "café &amp; naïve — “quoted” words",
-         "an unknownword zzz qqq", " ".join(["long"] * 80), "<img1> and <img2> swapped"]
+TEXTS = [
+    "a red dress",
+    "the  same bag,\tbut in BLUE",
+    "",
+    "café &amp; naïve — “quoted” words",
+    "an unknownword zzz qqq",
+    " ".join(["long"] * 80),
+    "<img1> and <img2> swapped",
+]
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +40,10 @@ def both():
 
 def images():
     rng = np.random.default_rng(0)
-    out = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for h, w in
-           ((64, 64), (80, 64), (64, 97), (33, 50), (200, 130))]
+    out = [
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        for h, w in ((64, 64), (80, 64), (64, 97), (33, 50), (200, 130))
+    ]
     out.append(Image.fromarray(rng.integers(0, 256, (70, 70), dtype=np.uint8), mode="L").convert("RGB"))
     return out
 
@@ -64,8 +74,10 @@ def test_model_input_pixels_are_open_clips_resize_bit_for_bit(interpolation):
     import random
 
     rng = np.random.default_rng(1)
-    odd = [Image.fromarray(rng.integers(0, 256, (h, w, 4), dtype=np.uint8), mode="RGBA") for h, w in
-           ((160, 160), (63, 64), (64, 63), (1000, 17), (17, 1000), (129, 257))]
+    odd = [
+        Image.fromarray(rng.integers(0, 256, (h, w, 4), dtype=np.uint8), mode="RGBA")
+        for h, w in ((160, 160), (63, 64), (64, 63), (1000, 17), (17, 1000), (129, 257))
+    ]
     odd.append(Image.fromarray(rng.integers(0, 256, (90, 120), dtype=np.uint8), mode="L").convert("P"))
     renders = [render_scene(sample_scene(random.Random(i))) for i in range(4)]
     preprocess = {**PREPROCESS, "interpolation": interpolation}

@@ -1,4 +1,5 @@
 """The compositional split: what train never contains, counted by naive loops over the written files."""
+
 import json
 
 import numpy as np
@@ -6,7 +7,7 @@ import pytest
 
 from cir_demo.world import attributes as A
 from cir_demo.world.disk import generate_world
-from cir_demo.world.holdout import (HOLDABLE, edit_of, held_out_edits, pool_alternatives, repair, template_pool)
+from cir_demo.world.holdout import HOLDABLE, edit_of, held_out_edits, pool_alternatives, repair, template_pool
 from cir_demo.world.intents import intent_templates
 from cir_demo.world.scene import sample_scene, scene_from_row, validate_scene
 
@@ -17,8 +18,10 @@ def world(tmp_path_factory):
     read = lambda name: [json.loads(line) for line in (root / name).read_text().splitlines()]  # noqa: E731
     return {
         "manifest": json.loads((root / "manifest.json").read_text()),
-        "test": read("test_intents.jsonl"), "compositional": read("compositional_intents.jsonl"),
-        "train": read("train_intents.jsonl"), "captions": read("train_captions.jsonl"),
+        "test": read("test_intents.jsonl"),
+        "compositional": read("compositional_intents.jsonl"),
+        "train": read("train_intents.jsonl"),
+        "captions": read("train_captions.jsonl"),
         "queries": read("compositional_queries.jsonl"),
         "train_scenes": [scene_from_row(r) for r in np.load(root / "train_scenes.npy")],
         "refs": np.load(root / "test_refs.npy"),
@@ -58,7 +61,9 @@ def test_train_images_and_captions_never_show_an_asked_for_compositional_combina
     assert not held_out_edits() & shown
     # Captions describe train images only (one record per train scene, in order); read as text, no
     # caption names a held-out colour on its type.
-    assert [rec["image_id"] for rec in world["captions"]] == [f"w-tr-{i:06d}" for i in range(len(world["train_scenes"]))]
+    assert [rec["image_id"] for rec in world["captions"]] == [
+        f"w-tr-{i:06d}" for i in range(len(world["train_scenes"]))
+    ]
     assert held_color_mentions(world["captions"]) == []
 
 
@@ -68,8 +73,9 @@ def held_color_mentions(records) -> list[str]:
     import re
 
     held = [(t, v) for t, attr, v in held_out_edits() if attr == "color"]
-    patterns = [re.compile(rf"\b{re.escape(v)}\b(?:\W+\w+){{0,4}}?\W+{re.escape(t)}(?:s|es)?\b", re.IGNORECASE)
-                for t, v in held]
+    patterns = [
+        re.compile(rf"\b{re.escape(v)}\b(?:\W+\w+){{0,4}}?\W+{re.escape(t)}(?:s|es)?\b", re.IGNORECASE) for t, v in held
+    ]
     return [text for rec in records for text in rec["captions"] if any(p.search(text) for p in patterns)]
 
 

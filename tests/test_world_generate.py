@@ -1,4 +1,5 @@
 """World generation: determinism, the manifest, train/test disjointness, category coverage."""
+
 import hashlib
 import json
 import shutil
@@ -78,7 +79,9 @@ def test_train_and_test_are_disjoint(worlds):
     train_scenes = table_to_scenes(np.load(a / "train_scenes.npy"))
     test_sigs = {s.signature() for s in test_scenes}
     assert not test_sigs & {s.signature() for s in train_scenes}
-    test_targets = {frozenset(Constraint.from_json(c) for c in it["constraints"]) for it in _read(a, "test_intents.jsonl")}
+    test_targets = {
+        frozenset(Constraint.from_json(c) for c in it["constraints"]) for it in _read(a, "test_intents.jsonl")
+    }
     train_intents = _read(a, "train_intents.jsonl")
     assert train_intents
     for it in train_intents:
@@ -121,7 +124,10 @@ def test_skin_tones_are_sampled_independently(worlds):
     # chi-square on (bucket x garment type): no dependence well beyond chance
     buckets = sorted(set(A.MONK_BUCKET.values()))
     types = A.TYPES_BY_DOMAIN["fashion"]
-    table = np.array([[sum(1 for s in people if A.MONK_BUCKET[s.skin_tone] == b and s.type == t) for t in types] for b in buckets], float)
+    table = np.array(
+        [[sum(1 for s in people if A.MONK_BUCKET[s.skin_tone] == b and s.type == t) for t in types] for b in buckets],
+        float,
+    )
     expected = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / table.sum()
     chi2 = ((table - expected) ** 2 / expected).sum()
     assert chi2 < 30  # dof = 9; p(chi2 > 30) < 0.001
@@ -182,6 +188,10 @@ def test_every_intent_template_is_used_and_filled(monkeypatch):
             if ref.domain in kind.domains and kind.applies(ref):
                 draft = intents.build_intent(name, ref, random.Random(i))
                 assert draft is None or not any("{" in t or "}" in t for t in draft.texts), draft.texts
-    expected = {(key, j, k) for key, forms in table.items() for j, form in enumerate(forms)
-                for k in range(len(form) if isinstance(form, list) else 1)}
+    expected = {
+        (key, j, k)
+        for key, forms in table.items()
+        for j, form in enumerate(forms)
+        for k in range(len(form) if isinstance(form, list) else 1)
+    }
     assert drawn == expected

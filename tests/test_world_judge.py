@@ -1,6 +1,7 @@
 """The world judge (the world-verifier backend) against oracles: scoring a batch equals scoring each
 candidate alone from its pixels, precomputed features equal features from pixels, the pooling and the
 calibration against hand computations, and inference that reads pixels and words only."""
+
 import ast
 import json
 import math
@@ -15,13 +16,27 @@ import pytest
 import torch
 
 from cir_demo.models.world_judge import (
-    GRID, N_TOKENS, JudgeArch, build_judge, feature_dim, pool_tokens,
+    GRID,
+    N_TOKENS,
+    JudgeArch,
+    build_judge,
+    feature_dim,
+    pool_tokens,
 )
 from cir_demo.paths import REPO_ROOT
 from cir_demo.rerank import RerankRequest, load_reranker
 
-TINY = JudgeArch(channels=(4, 4, 8, 8, 8, 8, 8), feat_dim=8, width=16, heads=2, query_layers=1, cand_layers=2,
-                 probes=3, vocab_size=305, context_length=48)
+TINY = JudgeArch(
+    channels=(4, 4, 8, 8, 8, 8, 8),
+    feat_dim=8,
+    width=16,
+    heads=2,
+    query_layers=1,
+    cand_layers=2,
+    probes=3,
+    vocab_size=305,
+    context_length=48,
+)
 # with the attribute reader and the near-miss answer (three properties of 3, 4 and 2 values)
 TINY_NEAR = JudgeArch(**{**TINY.to_json(), "channels": TINY.channels, "attr_classes": (3, 4, 2), "near_head": 8})
 NEAR_PENALTY = 0.5
@@ -45,9 +60,14 @@ def _save_judge(out, arch, ranking=None):
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out / "world_judge.safetensors"))
     (out / "tokenizer").mkdir()
     shutil.copyfile(REPO_ROOT / "assets/world-clip/tokenizer/tokenizer.json", out / "tokenizer/tokenizer.json")
-    manifest = {"model": "world-verifier", "architecture": arch.to_json(),
-                "files": {"world_judge.safetensors": sha256_file(out / "world_judge.safetensors"),
-                          "tokenizer/tokenizer.json": sha256_file(out / "tokenizer/tokenizer.json")}}
+    manifest = {
+        "model": "world-verifier",
+        "architecture": arch.to_json(),
+        "files": {
+            "world_judge.safetensors": sha256_file(out / "world_judge.safetensors"),
+            "tokenizer/tokenizer.json": sha256_file(out / "tokenizer/tokenizer.json"),
+        },
+    }
     if ranking is not None:
         manifest["ranking"] = ranking
     (out / "manifest.json").write_text(json.dumps(manifest))
@@ -84,7 +104,7 @@ def test_pool_tokens_is_mean_and_max_of_each_cell():
     for i in range(2):
         for t in range(N_TOKENS):
             r, c = divmod(t, int(math.sqrt(N_TOKENS)))
-            cell = grid[i, r * k:(r + 1) * k, c * k:(c + 1) * k].reshape(-1, 3)
+            cell = grid[i, r * k : (r + 1) * k, c * k : (c + 1) * k].reshape(-1, 3)
             np.testing.assert_allclose(got[i, t], np.concatenate([cell.mean(0), cell.max(0)]), atol=1e-6)
 
 
@@ -97,8 +117,12 @@ def test_features_are_unit_rows_and_precomputed_equal_pixels(judge):
     from_pixels = [s.logit_yes for s in judge.score(request, ["c1", "c2", "c3"], ims[1:])]
     judge.use_image_embeddings(["c1", "c2", "c3", "ref-a"], judge.encode_images(ims[1:] + ims[:1]))
     assert not judge.needs_image("c2") and judge.needs_image("other")
-    known = [s.logit_yes for s in judge.score(RerankRequest((None,), ("ref-a",), "Same item but in red"),
-                                              ["c1", "c2", "c3"], [None, None, None])]
+    known = [
+        s.logit_yes
+        for s in judge.score(
+            RerankRequest((None,), ("ref-a",), "Same item but in red"), ["c1", "c2", "c3"], [None, None, None]
+        )
+    ]
     np.testing.assert_allclose(known, from_pixels, atol=1e-5)
 
 
@@ -112,8 +136,11 @@ def test_batched_scoring_equals_each_candidate_alone(which, request, one_torch_t
     fresh.use_image_embeddings(["k0", "k1", "k2"], fresh.encode_images(ims[:3]), remember_ids=["r0"])
     items = [
         (RerankRequest((ims[3],), ("r0",), "Same mug but not red"), ["k0", "k1", "x"], [None, None, ims[4]]),
-        (RerankRequest((ims[3], ims[5]), ("r0", "r1"), "The <img1> item in the colour of <img2>"),
-         ["k2", "k0"], [None, None]),
+        (
+            RerankRequest((ims[3], ims[5]), ("r0", "r1"), "The <img1> item in the colour of <img2>"),
+            ["k2", "k0"],
+            [None, None],
+        ),
         (RerankRequest((ims[6],), ("r2",), "Same mug but not red"), ["k1"], [None]),
     ]
     batched = fresh.score_batch(items)
@@ -134,21 +161,24 @@ def test_batched_scoring_equals_each_candidate_alone(which, request, one_torch_t
     assert abs(swapped[0].logit_yes - batched[1][0].logit_yes) > 1e-6
 
 
-def test_a_batch_of_queries_met_again_reads_its_probes_and_scores_bit_for_bit(near_judge_dir, one_torch_thread,
-                                                                          monkeypatch):
+def test_a_batch_of_queries_met_again_reads_its_probes_and_scores_bit_for_bit(
+    near_judge_dir, one_torch_thread, monkeypatch
+):
     """Memo against no memo: the same batch of queries scored again (the next retriever's reranking, its
     per-query probes evicted meanwhile) reads the batch's probes and gives exactly the logits a fresh judge
     computes; a different batch of the same queries is encoded afresh."""
+
     def judge_with_counter():
         judge = load_reranker("world-verifier", weights=str(near_judge_dir / "world_judge.safetensors"))
         ims = _images(6, seed=4)
         judge.use_image_embeddings(["k0", "k1", "k2"], judge.encode_images(ims[:3]), remember_ids=["r0", "r1"])
         encode, calls = judge._encode_probes, []
         monkeypatch.setattr(judge, "_encode_probes", lambda reqs: calls.append(len(reqs)) or encode(reqs))
-        items = [(RerankRequest((ims[3],), ("r0",), "Same mug but not red"), ["k0", "k1"], [None, None]),
-                 (RerankRequest((ims[3], ims[4]), ("r0", "r1"), "The <img1> item in the colour of <img2>"),
-                  ["k2"], [None]),
-                 (RerankRequest((ims[4],), ("r1",), "Same mug but in blue"), ["k1", "k2"], [None, None])]
+        items = [
+            (RerankRequest((ims[3],), ("r0",), "Same mug but not red"), ["k0", "k1"], [None, None]),
+            (RerankRequest((ims[3], ims[4]), ("r0", "r1"), "The <img1> item in the colour of <img2>"), ["k2"], [None]),
+            (RerankRequest((ims[4],), ("r1",), "Same mug but in blue"), ["k1", "k2"], [None, None]),
+        ]
         return judge, items, calls
 
     judge, items, calls = judge_with_counter()
@@ -177,8 +207,13 @@ def test_near_miss_answer_matches_the_training_path_and_orders_the_rerank(near_j
     feats = torch.from_numpy(judge.encode_images(ims))
     words = judge._words([request.instruction])
     with torch.inference_mode():
-        logits = judge.model(feats[:1].expand(6, -1), feats[:1].expand(6, -1), torch.zeros(6, dtype=torch.bool),
-                             words.expand(6, -1), feats[1:]).numpy()
+        logits = judge.model(
+            feats[:1].expand(6, -1),
+            feats[:1].expand(6, -1),
+            torch.zeros(6, dtype=torch.bool),
+            words.expand(6, -1),
+            feats[1:],
+        ).numpy()
     assert logits.shape == (6, 3)
     for s, (ly, ln, lnear) in zip(scores, logits):
         assert s.logit_yes - s.logit_no == pytest.approx(float(ly - ln), abs=1e-4)
@@ -188,8 +223,9 @@ def test_near_miss_answer_matches_the_training_path_and_orders_the_rerank(near_j
     by_p_yes = sorted(ids, key=lambda c: -next(s.p_yes for s in scores if s.candidate_id == c))
     assert by_p_yes != sorted(ids, key=lambda c: -key[c])  # the case tells the two orders apart
     assert [it.candidate_id for it in items] == sorted(ids, key=lambda c: -key[c])
-    assert all(it.p_near == pytest.approx(next(s.p_near for s in scores if s.candidate_id == it.candidate_id))
-               for it in items)
+    assert all(
+        it.p_near == pytest.approx(next(s.p_near for s in scores if s.candidate_id == it.candidate_id)) for it in items
+    )
 
 
 def test_damaged_weights_name_the_file_and_the_fix(judge_dir, tmp_path):
@@ -231,8 +267,11 @@ def test_reliability_table_by_hand():
 
 
 # --------------------------------------------------------------------------- pixels and words only
-INFERENCE_MODULES = ("cir_demo/models/world_judge.py", "cir_demo/models/preprocess.py",
-                     "cir_demo/rerank/world_verifier.py")
+INFERENCE_MODULES = (
+    "cir_demo/models/world_judge.py",
+    "cir_demo/models/preprocess.py",
+    "cir_demo/rerank/world_verifier.py",
+)
 FORBIDDEN = ("cir_demo.world", "cir_demo.training", "cir_demo.benchmarks", "cir_demo.metrics")
 
 
@@ -264,8 +303,9 @@ print("LOADED", bad)
 print("HEAVY", sorted(m for m in ("open_clip", "torchvision", "torch._dynamo") if m in sys.modules))
 """
     env = {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO_ROOT,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "LOADED []" in out.stdout, out.stdout
     assert "HEAVY []" in out.stdout, out.stdout

@@ -3,6 +3,7 @@
 The oracle below is deliberately independent of the generator: it reads the scene
 table column by column into plain dicts and evaluates constraints with its own code.
 """
+
 import json
 import random
 
@@ -87,7 +88,7 @@ def test_references_do_not_satisfy_their_target(tiny):
     """Every edit changes something: the (first) reference breaks the focus constraint."""
     refs = _scene_dicts(tiny / "test_refs.npy")
     for it in _read(tiny, "test_intents.jsonl"):
-        ref = refs[int(it["reference_ids"][0][len("w-te-r"):])]
+        ref = refs[int(it["reference_ids"][0][len("w-te-r") :])]
         focus = [c for c in it["constraints"] if c[0] == it["focus"]][-1]
         assert not _holds(ref, focus), it["intent_id"]
         others = [c for c in it["constraints"] if c is not focus]
@@ -166,7 +167,7 @@ def test_paraphrases_have_no_article_seams():
             if ref.domain not in kind.domains or not kind.applies(ref):
                 continue
             draft = build_intent(name, ref, rng)
-            for text in (draft.texts if draft is not None else ()):
+            for text in draft.texts if draft is not None else ():
                 assert not seam.search(text), (name, text)
                 checked += 1
     assert checked > 5000

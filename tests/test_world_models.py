@@ -1,10 +1,10 @@
 """The committed world models (assets/world-*): checksums, registration, loading, consistency."""
+
 import json
 
 import numpy as np
 import pytest
 
-import torch
 
 from cir_demo.benchmarks.registry import declared_defaults
 from cir_demo.paths import assets_dir
@@ -74,7 +74,10 @@ def test_committed_world_cir_shares_the_world_clip_image_space(images):
     clip = load_retriever("world-clip-fusion", device="cpu")
     cir = load_retriever("world-cir", device="cpu")
     np.testing.assert_allclose(cir.encode_images(images), clip.encode_images(images), atol=1e-6)
-    q = [ComposedQuery((images[0],), "Same item but blue"), ComposedQuery((images[1], images[2]), "<img1> in the style of <img2>")]
+    q = [
+        ComposedQuery((images[0],), "Same item but blue"),
+        ComposedQuery((images[1], images[2]), "<img1> in the style of <img2>"),
+    ]
     for r in (clip, cir):
         out = r.encode_queries(q)
         np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
@@ -121,15 +124,18 @@ def test_verifier_batched_with_precomputed_features_equals_one_query_at_a_time(s
     run, scores = engine.run_benchmark("world-clip-fusion", queries, k=15)
     fast = engine.reranker("world-verifier")
     assert not fast.needs_image(bench.corpus_ids[0])  # served from the shared corpus embeddings
-    batched = rerank_run(queries, run, engine.open_image, fast, top_n=10, run_scores=scores, progress=False,
-                         chunk_size=5)
+    batched = rerank_run(
+        queries, run, engine.open_image, fast, top_n=10, run_scores=scores, progress=False, chunk_size=5
+    )
 
     plain = load_reranker("world-verifier")
     assert plain.needs_image(bench.corpus_ids[0])
     for q in queries:
         request = RerankRequest([engine.open_image(r) for r in q.reference_ids], q.reference_ids, q.instruction)
-        alone = {s.candidate_id: s.p_yes for s in
-                 plain.score(request, run[q.query_id][:10], [engine.open_image(c) for c in run[q.query_id][:10]])}
+        alone = {
+            s.candidate_id: s.p_yes
+            for s in plain.score(request, run[q.query_id][:10], [engine.open_image(c) for c in run[q.query_id][:10]])
+        }
         got = {it.candidate_id: it.p_yes for it in batched.items[q.query_id] if it.reranked}
         assert got.keys() == alone.keys()
         np.testing.assert_allclose([got[c] for c in alone], list(alone.values()), atol=1e-5)

@@ -1,17 +1,24 @@
 """The world on disk in two parts: the test part (what the benchmark reads) written alone, byte-identical
 to a whole generation's; the train split generated when a train reader asks; damage found; one writer
 at a time; the app's start generating the test part in a child process."""
+
 from __future__ import annotations
 
-import json
 import shutil
 import threading
 
 import pytest
 
 from cir_demo.world import disk as G
-from cir_demo.world.disk import (MANIFEST, TEST_FILES, TEST_MANIFEST, TRAIN_FILES, generate_world, read_manifest,
-                                     world_problems)
+from cir_demo.world.disk import (
+    MANIFEST,
+    TEST_FILES,
+    TEST_MANIFEST,
+    TRAIN_FILES,
+    generate_world,
+    read_manifest,
+    world_problems,
+)
 
 
 @pytest.fixture(scope="module")
@@ -130,10 +137,16 @@ def test_concurrent_processes_write_once(tmp_path):
 
     from cir_demo.paths import REPO_ROOT
 
-    code = ("import sys; from cir_demo.world.disk import generate_world; "
-            "generate_world('tiny', 0, sys.argv[1], progress=True, part='test')")
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "w")], cwd=str(REPO_ROOT),
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    code = (
+        "import sys; from cir_demo.world.disk import generate_world; "
+        "generate_world('tiny', 0, sys.argv[1], progress=True, part='test')"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path / "w")], cwd=str(REPO_ROOT), stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     logs = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], logs
     assert sum("wrote " in log for log in logs) == 1, logs

@@ -2,6 +2,7 @@
 as the app serves it, answers on a fixed slice of the default world what `assets/<model>/reference.json`
 recorded (`python -m cir_demo train MODEL --record-reference`), within float noise; and a weight
 changed by a little is caught."""
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,9 @@ def world_slice(default_world, tmp_path_factory):
     from conftest import linked_default_world
 
     mp = pytest.MonkeyPatch()
-    mp.setenv("CIR_DEMO_CACHE", str(linked_default_world(default_world, tmp_path_factory.mktemp("reference") / "cache")))
+    mp.setenv(
+        "CIR_DEMO_CACHE", str(linked_default_world(default_world, tmp_path_factory.mktemp("reference") / "cache"))
+    )
     yield ref.world_slice()
     mp.undo()
 
@@ -53,7 +56,8 @@ def test_committed_weights_reproduce_their_reference_numbers(model, world_slice,
     manifest = json.loads((ref.reference_path(model).parent / "manifest.json").read_text(encoding="utf-8"))
     assert record["files"] == manifest["files"], f"{model}: reference.json was recorded for other weights"
     assert record["slice"] == ref.SLICE and [q.query_id for q in world_slice.queries] == list(
-        next(iter(record["numbers"].values()))["queries"])
+        next(iter(record["numbers"].values()))["queries"]
+    )
     got = ref.reference_numbers(model, world_slice, loaded=loaded, candidates=_candidates(model))
     diffs = ref.differences(record["numbers"], got, record["tolerance"], model)
     assert not diffs, f"{len(diffs)} numbers differ; first ones: {diffs[:5]}"
@@ -85,8 +89,9 @@ def test_a_slightly_changed_weight_is_caught(world_slice, loaded):
 
     judge = copy.copy(loaded.get("world-verifier") or load_reranker("world-verifier"))
     judge.model = _nudged(judge.model)
-    got = ref.reference_numbers("world-verifier", world_slice, loaded={"world-verifier": judge},
-                                candidates=_candidates("world-verifier"))
+    got = ref.reference_numbers(
+        "world-verifier", world_slice, loaded={"world-verifier": judge}, candidates=_candidates("world-verifier")
+    )
     diffs = ref.differences(stored("world-verifier")["numbers"], got, ref.TOLERANCE)
     assert any(".margin[" in d for d in diffs), diffs[:3]
 
@@ -100,12 +105,16 @@ def test_differences_hand_built():
     # another top 2 with the same scores: the ids are compared, not only the scores
     top = {"ids": ["x", "y", "z"], "scores": [0.9, 0.8, 0.7]}
     assert ref.differences(top, {"ids": ["w", "y", "z"], "scores": [0.9, 0.8, 0.7]}, 1e-4, "t") == [
-        "t.ids[0:1]: expected ['x'], got ['w']"]
+        "t.ids[0:1]: expected ['x'], got ['w']"
+    ]
     assert ref.differences(top, {"ids": ["y", "x", "z"], "scores": [0.9, 0.8, 0.7]}, 1e-4, "t") == [
-        "t.ids[0:1]: expected ['x'], got ['y']", "t.ids[1:2]: expected ['y'], got ['x']"]
+        "t.ids[0:1]: expected ['x'], got ['y']",
+        "t.ids[1:2]: expected ['y'], got ['x']",
+    ]
     tied = {"ids": ["x", "y", "z"], "scores": [0.9, 0.9, 0.7]}  # x and y tie: either order; z at the cut
     assert ref.differences(tied, {"ids": ["y", "x", "q"], "scores": [0.9, 0.9, 0.7]}, 1e-4, "t") == []
     assert ref.differences({"ids": ["x"], "margin": [1.0]}, {"ids": ["z"], "margin": [1.0]}, 1e-4, "v") == [
-        "v.ids[0]: expected 'x', got 'z'"]
+        "v.ids[0]: expected 'x', got 'z'"
+    ]
     assert ref.differences({"a": 1}, {"b": 1}, 1e-4, "k") == ["k: keys ['a'] != ['b']"]
     assert ref.differences([1.0], [1.0, 2.0], 1e-4, "n") == ["n: 1 values, got 2"]

@@ -1,4 +1,5 @@
 """The renderer: deterministic bytes, sizes, and that attributes actually change the picture."""
+
 import random
 
 import numpy as np
@@ -47,12 +48,24 @@ def test_every_value_of_every_attribute_renders():
                 render_scene(base.replace(count=n, secondary=sec, relation=rel))
 
 
-@pytest.mark.parametrize("attr,values", [
-    ("color", ("red", "blue")), ("pattern", ("plain", "striped")), ("material", ("matte", "metallic")),
-    ("style", ("photo", "sketch")), ("time", ("day", "night")), ("weather", ("clear", "snowy")),
-    ("place", ("beach", "city")), ("view", ("wide", "close-up")), ("count", (1, 3)), ("pose", ("standing", "waving")),
-    ("hat", (False, True)), ("secondary", ("none", "cat")), ("skin_tone", (1, 10)),
-])
+@pytest.mark.parametrize(
+    "attr,values",
+    [
+        ("color", ("red", "blue")),
+        ("pattern", ("plain", "striped")),
+        ("material", ("matte", "metallic")),
+        ("style", ("photo", "sketch")),
+        ("time", ("day", "night")),
+        ("weather", ("clear", "snowy")),
+        ("place", ("beach", "city")),
+        ("view", ("wide", "close-up")),
+        ("count", (1, 3)),
+        ("pose", ("standing", "waving")),
+        ("hat", (False, True)),
+        ("secondary", ("none", "cat")),
+        ("skin_tone", (1, 10)),
+    ],
+)
 def test_changing_an_attribute_changes_the_image(attr, values):
     s = _scenes(1, seed=7, domain="fashion")[0].replace(secondary="none", relation="none")
     a = s.replace(**{attr: values[0]})
@@ -67,10 +80,12 @@ def test_relation_mirrors_the_secondary_object():
     s = _scenes(1, seed=3, domain="home")[0].replace(count=1, secondary="plant", view="wide", place="room")
     left = np.asarray(render_scene(s.replace(relation="left")), float)
     right = np.asarray(render_scene(s.replace(relation="right")), float)
+
     # the plant's green shows up on its own side
     def green(img, half):
-        part = img[:, : RENDER_SIZE // 2] if half == "left" else img[:, RENDER_SIZE // 2:]
+        part = img[:, : RENDER_SIZE // 2] if half == "left" else img[:, RENDER_SIZE // 2 :]
         return ((part[..., 1] > part[..., 0] + 40) & (part[..., 1] > part[..., 2] + 40)).sum()
+
     assert green(left, "left") > green(left, "right")
     assert green(right, "right") > green(right, "left")
 

@@ -2,6 +2,7 @@
 generating the default world's test part; a first load installs a matching copy (no generation, no
 child process); a damaged or stale copy is refused with one line why and the part is generated; an
 existing world is never installed over; `index prebuilt --check` says stale when the generator changed."""
+
 from __future__ import annotations
 
 import ast
@@ -49,8 +50,9 @@ def test_the_committed_world_is_byte_identical_to_generating_the_default_test_pa
     assert manifest["checksum"] == json.loads((generated / TEST_MANIFEST).read_text())["checksum"]
 
 
-def test_a_first_load_installs_the_shipped_copy_and_generates_nothing(shipped_world_copy, tiny_generated, monkeypatch,
-                                                                      capsys):
+def test_a_first_load_installs_the_shipped_copy_and_generates_nothing(
+    shipped_world_copy, tiny_generated, monkeypatch, capsys
+):
     from cir_demo.world import generate as generate_module
     from cir_demo.world.loader import load_world
 
@@ -100,15 +102,19 @@ def _content_differs(d: Path) -> None:
     (d / "manifest.json").write_text(json.dumps(manifest))
 
 
-@pytest.mark.parametrize("damage, why", [
-    (_key_changed, "generator_sha256 changed"),
-    (_stored_byte_flipped, "test_queries.jsonl.xz"),
-    (_content_differs, "its content does not match the manifest's sha256"),
-    (lambda d: (d / "manifest.json").write_text("{"), "unreadable"),
-    (lambda d: (d / "test_refs.npy.xz").unlink(), "test_refs.npy.xz"),
-])
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        (_key_changed, "generator_sha256 changed"),
+        (_stored_byte_flipped, "test_queries.jsonl.xz"),
+        (_content_differs, "its content does not match the manifest's sha256"),
+        (lambda d: (d / "manifest.json").write_text("{"), "unreadable"),
+        (lambda d: (d / "test_refs.npy.xz").unlink(), "test_refs.npy.xz"),
+    ],
+)
 def test_a_damaged_or_stale_copy_is_refused_with_one_line_and_the_world_generated(
-        shipped_world_copy, tiny_generated, capsys, damage, why):
+    shipped_world_copy, tiny_generated, capsys, damage, why
+):
     from cir_demo.world.loader import load_world
 
     oracle = tiny_generated
@@ -130,8 +136,7 @@ def test_the_install_never_writes_over_an_existing_world(shipped_world_copy, nam
     assert (root / name).read_text() == "a user's file\n"
 
 
-def test_a_whole_world_from_before_the_two_parts_is_adopted_not_installed_over(shipped_world_copy, tmp_path,
-                                                                               capsys):
+def test_a_whole_world_from_before_the_two_parts_is_adopted_not_installed_over(shipped_world_copy, tmp_path, capsys):
     """A folder holding a whole world without test_manifest.json: its own test part is adopted (no
     generation), the shipped copy is neither installed nor said to be refused."""
     from cir_demo.world.disk import MANIFEST
@@ -142,8 +147,11 @@ def test_a_whole_world_from_before_the_two_parts_is_adopted_not_installed_over(s
     before = {p.name: p.read_bytes() for p in root.iterdir() if p.is_file() and p.name != ".generate.lock"}
     generate_world("tiny", 0, root, progress=False, part="test")
     assert "shipped test part" not in capsys.readouterr().err
-    after = {p.name: p.read_bytes() for p in root.iterdir() if p.is_file() and p.name not in (
-        ".generate.lock", TEST_MANIFEST)}
+    after = {
+        p.name: p.read_bytes()
+        for p in root.iterdir()
+        if p.is_file() and p.name not in (".generate.lock", TEST_MANIFEST)
+    }
     assert after == before and (root / MANIFEST).is_file() and world_problems(root, "tiny", 0, part="test") == []
 
 
@@ -201,9 +209,13 @@ def test_packing_never_replaces_a_folder_holding_files_its_manifest_does_not_rec
     (shipped_world_copy / "notes.txt").write_text("mine")
     (shipped_world_copy / "drafts").mkdir()
     (shipped_world_copy / "drafts" / "a.json").write_text("{}")
-    for pack in (lambda: pack_world("tiny", 0, shipped_world_copy, {"what": "tests"}),
-                 lambda: pack_run(shipped_world_copy, shipped_world_copy, {}, [], {})):
+    for pack in (
+        lambda: pack_world("tiny", 0, shipped_world_copy, {"what": "tests"}),
+        lambda: pack_run(shipped_world_copy, shipped_world_copy, {}, [], {}),
+    ):
         with pytest.raises(ValueError, match="drafts/a.json, notes.txt, which its manifest.json does not record"):
             pack()
-    assert (shipped_world_copy / "notes.txt").read_text() == "mine" and (shipped_world_copy / "drafts" / "a.json").is_file()
+    assert (shipped_world_copy / "notes.txt").read_text() == "mine" and (
+        shipped_world_copy / "drafts" / "a.json"
+    ).is_file()
     assert _stored(shipped_world_copy) == before

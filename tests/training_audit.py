@@ -16,6 +16,7 @@ folders that hold what is computed from the benchmarks (embedding caches, score 
 caches, stored benchmarks, indexes, runs, the prebuilt files), and the files the test-side accessor
 (`training.evaluate.load_test_data`, both test splits) writes, found by running it under the same
 recording (its pixel caches)."""
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,15 @@ import pytest
 _EVENTS: list[tuple[str, str]] = []  # (event, path) while recording
 _RECORDING: list[bool] = [False]
 # audit event -> the position of its path argument
-_PATH_EVENTS = {"open": 0, "os.listdir": 0, "os.scandir": 0, "sqlite3.connect": 0, "shutil.copyfile": 0,
-                "os.remove": 0, "os.truncate": 0}
+_PATH_EVENTS = {
+    "open": 0,
+    "os.listdir": 0,
+    "os.scandir": 0,
+    "sqlite3.connect": 0,
+    "shutil.copyfile": 0,
+    "os.remove": 0,
+    "os.truncate": 0,
+}
 
 
 def _path(value) -> str | None:
@@ -61,6 +69,7 @@ def _recording(kind: str, fn):
         if _RECORDING[0] and p is not None:
             _EVENTS.append((kind, p))
         return fn(path, *a, **k)
+
     return wrapped
 
 
@@ -103,15 +112,21 @@ class TestLocations:
         p = Path(path)
         if p in self.test_files or any(p == f or f in p.parents for f in self.derived_folders):
             return True
-        return (p == self.world_root or self.world_root in p.parents) and p not in self.train_files \
+        return (
+            (p == self.world_root or self.world_root in p.parents)
+            and p not in self.train_files
             and p != self.world_root
+        )
 
     def violations(self, events) -> list[tuple[str, str]]:
         """The recorded accesses to test data. A stat of a file of the world's test part is its size: the
         world's integrity check sizes every file of the folder it opens, whose content it never reads;
         any other access there, and a stat anywhere else test data lies, counts."""
-        return [(kind, path) for kind, path in events
-                if self.holds(path) and not (kind == "os.stat" and Path(path) in self.world_part_files)]
+        return [
+            (kind, path)
+            for kind, path in events
+            if self.holds(path) and not (kind == "os.stat" and Path(path) in self.world_part_files)
+        ]
 
 
 def locations_of(world_root: Path, test_side_events=()) -> TestLocations:
@@ -125,8 +140,11 @@ def locations_of(world_root: Path, test_side_events=()) -> TestLocations:
     test_manifest, test = PARTS["test"]
     cache = Path(os.path.abspath(cache_dir()))
     written = {Path(p) for kind, p in test_side_events if kind in ("rename", "rename-from")}
-    opened_in_cache = {Path(p) for kind, p in test_side_events
-                       if kind == "open" and cache in Path(p).parents and root not in Path(p).parents}
+    opened_in_cache = {
+        Path(p)
+        for kind, p in test_side_events
+        if kind == "open" and cache in Path(p).parents and root not in Path(p).parents
+    }
     derived = [cache / name for name in ("embeddings", "rerank", "app", "benchmarks", "text_proxy")]
     derived += [Path(os.path.abspath(p)) for p in (indexes_dir(), runs_dir(), prebuilt_root())]
     if os.environ.get("CIR_DEMO_BENCHMARK_CACHE"):
@@ -136,7 +154,8 @@ def locations_of(world_root: Path, test_side_events=()) -> TestLocations:
         test_files={root / n for n in (test_manifest, *test)} | written | opened_in_cache,
         world_part_files={root / n for n in test},
         train_files={root / manifest} | {root / n for n in full if n not in test},
-        derived_folders=derived)
+        derived_folders=derived,
+    )
 
 
 def audited_training(root: Path) -> dict:
@@ -154,18 +173,21 @@ def audited_training(root: Path) -> dict:
         raise AssertionError("training called a test-split accessor")
 
     world = loader.open_world(size="tiny", seed=0, progress=False, part="full")  # generated before anything is recorded
-    _, test_side = recorded(lambda: [ev.load_test_data("tiny", 0, progress=False, split=s)
-                                     for s in ("test", "compositional")])
+    _, test_side = recorded(
+        lambda: [ev.load_test_data("tiny", 0, progress=False, split=s) for s in ("test", "compositional")]
+    )
     locations = locations_of(world.root, test_side)
     clip, cir, judge = (root / "clip", root / "cir", root / "judge")
     for folder in (clip, cir, judge):
         folder.mkdir(parents=True)
     steps = {
-        "clip": lambda: train_clip_command("tiny", 0, 0, None, 2, clip, evaluate=False, progress=False,
-                                           model_name="world-clip-split-test"),
+        "clip": lambda: train_clip_command(
+            "tiny", 0, 0, None, 2, clip, evaluate=False, progress=False, model_name="world-clip-split-test"
+        ),
         "cir": lambda: train_cir_command("tiny", 0, 0, 1, 2, cir, clip, str(clip), evaluate=False, progress=False),
-        "judge": lambda: train_verifier_command("tiny", 0, 0, 1, 2, judge, clip, str(clip), evaluate=False,
-                                                progress=False),
+        "judge": lambda: train_verifier_command(
+            "tiny", 0, 0, 1, 2, judge, clip, str(clip), evaluate=False, progress=False
+        ),
     }
     events, manifests = {}, {}
     with pytest.MonkeyPatch.context() as mp, torch_threads(1):
@@ -177,5 +199,10 @@ def audited_training(root: Path) -> dict:
             manifests[name], events[name] = recorded(step)
         fresh = loader.open_world(size="tiny", seed=0, progress=False)
         unread = fresh._test_corpus is None and fresh._test_refs is None
-    return {"events": events, "manifests": manifests, "folders": {"clip": clip, "cir": cir, "judge": judge},
-            "locations": locations, "test_tables_unread": unread}
+    return {
+        "events": events,
+        "manifests": manifests,
+        "folders": {"clip": clip, "cir": cir, "judge": judge},
+        "locations": locations,
+        "test_tables_unread": unread,
+    }

@@ -1,4 +1,5 @@
 """Validation helpers shared by the benchmark adapters (not a public API)."""
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,14 @@ def list_locations(locations: Sequence[str], max_listed: int = MAX_LISTED) -> st
     return f"{shown} and {more} more" if more > 0 else shown
 
 
-def warn_rows(collector: IssueCollector, locations: Sequence[str], field: str | None, message: str,
-              file: str | Path | None = None, unit: str = "rows") -> None:
+def warn_rows(
+    collector: IssueCollector,
+    locations: Sequence[str],
+    field: str | None,
+    message: str,
+    file: str | Path | None = None,
+    unit: str = "rows",
+) -> None:
     """One warning for a problem that repeats over many rows (the first few named, then counted)."""
     if not locations:
         return
@@ -95,8 +102,9 @@ def read_id_list(path: Path, collector: IssueCollector, what: str = "id list", a
             continue
         s = parts[0]
         if len(parts) > 1:
-            collector.error(f"line {lineno}", None, f"{raw.strip()!r} contains whitespace; expected one id per line",
-                            file=path)
+            collector.error(
+                f"line {lineno}", None, f"{raw.strip()!r} contains whitespace; expected one id per line", file=path
+            )
             continue
         if s in first_line:
             collector.error(f"line {lineno}", None, f"duplicate id {s!r} (first on line {first_line[s]})", file=path)
@@ -124,10 +132,14 @@ def read_jsonl(path: Path, collector: IssueCollector) -> list[tuple[int, dict]]:
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    collector.error(f"line {lineno}", None, f"malformed JSON ({exc.msg} at column {exc.colno})", file=path)
+                    collector.error(
+                        f"line {lineno}", None, f"malformed JSON ({exc.msg} at column {exc.colno})", file=path
+                    )
                     continue
                 if not isinstance(obj, dict):
-                    collector.error(f"line {lineno}", None, f"expected a JSON object, got {type(obj).__name__}", file=path)
+                    collector.error(
+                        f"line {lineno}", None, f"expected a JSON object, got {type(obj).__name__}", file=path
+                    )
                     continue
                 rows.append((lineno, obj))
         except UnicodeDecodeError as exc:
@@ -135,8 +147,15 @@ def read_jsonl(path: Path, collector: IssueCollector) -> list[tuple[int, dict]]:
     return rows
 
 
-def id_rows(path: Path, collector: IssueCollector, field: str, what: str, first: dict[str, int] | None = None,
-            duplicate: str | None = None, loc_with_id: bool = True) -> Iterator[tuple[int, dict, str, str]]:
+def id_rows(
+    path: Path,
+    collector: IssueCollector,
+    field: str,
+    what: str,
+    first: dict[str, int] | None = None,
+    duplicate: str | None = None,
+    loc_with_id: bool = True,
+) -> Iterator[tuple[int, dict, str, str]]:
     """(line number, row, id, location) of each JSONL row whose `field` holds an id; a row without one is an
     error ("missing or empty <what>") and is skipped. With `first` (id -> first line, filled here) a
     repeated id is an error too (`duplicate`, formatted with the id and the first line, or "duplicate
@@ -159,8 +178,9 @@ def id_rows(path: Path, collector: IssueCollector, field: str, what: str, first:
         yield lineno, row, rid, loc
 
 
-def keyed_entries(entries: list, collector: IssueCollector, field: str, what: str,
-                  seen: dict[str, int]) -> Iterator[tuple[int, str, str, dict]]:
+def keyed_entries(
+    entries: list, collector: IssueCollector, field: str, what: str, seen: dict[str, int]
+) -> Iterator[tuple[int, str, str, dict]]:
     """(index, location, id, entry) of each entry of a JSON list of objects keyed by `field`; an entry
     that is not an object, has no id or repeats one is an error and skipped. `seen` gets id -> index."""
     for k, e in enumerate(entries):
@@ -180,9 +200,17 @@ def keyed_entries(entries: list, collector: IssueCollector, field: str, what: st
         yield k, loc, qid, e
 
 
-def judgment_rows(path: Path, collector: IssueCollector, field: str, what: str, recorded: dict[str, tuple],
-                  duplicate: str, pos_field: str, neg_field: str,
-                  loc_with_id: bool = True) -> Iterator[tuple[int, str, str, list[str], list[str]]]:
+def judgment_rows(
+    path: Path,
+    collector: IssueCollector,
+    field: str,
+    what: str,
+    recorded: dict[str, tuple],
+    duplicate: str,
+    pos_field: str,
+    neg_field: str,
+    loc_with_id: bool = True,
+) -> Iterator[tuple[int, str, str, list[str], list[str]]]:
     """(line number, id, location, positives, negatives) of each JSONL judgment row (negatives default to
     none). Errors, and the row skipped: no id (see `id_rows`), an id already in `recorded` (the caller's
     id -> (first line, ...) of the rows it kept; `duplicate` is formatted with the id and that line), a
@@ -220,11 +248,22 @@ def id_list(value: Any) -> list[str] | None:
     return None if any(v is None for v in out) else out  # type: ignore[return-value]
 
 
-def check_judgments(collector: IssueCollector, where: str, positives: Sequence[str], negatives: Sequence[str],
-                    corpus: frozenset[str] | set[str] | None, *, pos_field: str, neg_field: str,
-                    missing_neg: list[str], dup_rows: list[str], pos_and_neg: list[str],
-                    file: str | Path | None = None, no_pos: list[str] | None = None,
-                    missing_pos: list[str] | None = None) -> None:
+def check_judgments(
+    collector: IssueCollector,
+    where: str,
+    positives: Sequence[str],
+    negatives: Sequence[str],
+    corpus: frozenset[str] | set[str] | None,
+    *,
+    pos_field: str,
+    neg_field: str,
+    missing_neg: list[str],
+    dup_rows: list[str],
+    pos_and_neg: list[str],
+    file: str | Path | None = None,
+    no_pos: list[str] | None = None,
+    missing_pos: list[str] | None = None,
+) -> None:
     """Errors: no positives, a positive absent from the corpus.
 
     A benchmark whose official scorer accepts those (EDIR: pytrec_eval skips a
@@ -246,7 +285,9 @@ def check_judgments(collector: IssueCollector, where: str, positives: Sequence[s
         if absent and missing_pos is not None:
             missing_pos.append(where)
         elif absent:
-            collector.error(where, pos_field, f"{len(absent)} positive(s) not in the corpus: {_short(absent)}", file=file)
+            collector.error(
+                where, pos_field, f"{len(absent)} positive(s) not in the corpus: {_short(absent)}", file=file
+            )
         if any(n not in corpus for n in negatives):
             missing_neg.append(where)
     if not set(positives).isdisjoint(negatives):

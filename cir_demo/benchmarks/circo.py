@@ -9,6 +9,7 @@ Corpus: the `corpus_ids` file (COCO `image_info_unlabeled2017.json`, or one id
 per line), else the image folder listing, else the union of the ids the
 annotations name (warning: a tiny, much easier corpus).
 """
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,16 @@ import os
 import re
 from pathlib import Path
 
-from cir_demo.benchmarks._common import as_id, check_judgments, files_checksum, finish, keyed_entries, id_list, read_id_list, warn_rows
+from cir_demo.benchmarks._common import (
+    as_id,
+    check_judgments,
+    files_checksum,
+    finish,
+    keyed_entries,
+    id_list,
+    read_id_list,
+    warn_rows,
+)
 from cir_demo.benchmarks.images import FolderImageStore
 from cir_demo.benchmarks.schema import Benchmark, BenchmarkError, IssueCollector, Judgments, Query
 
@@ -27,8 +37,12 @@ _COCO_NAME = re.compile(r"^(\d+)\.(jpe?g|png)$", re.IGNORECASE)
 SPLITS = ("val", "test")
 
 
-def load_circo(annotations: str | Path, image_dir: str | Path | None = None,
-               corpus_ids: str | Path | None = None, split: str | None = None) -> Benchmark:
+def load_circo(
+    annotations: str | Path,
+    image_dir: str | Path | None = None,
+    corpus_ids: str | Path | None = None,
+    split: str | None = None,
+) -> Benchmark:
     """Read and validate CIRCO annotations; raise one BenchmarkError listing every error found.
 
     annotations: `val.json` or `test.json`, or the CIRCO folder (uses annotations/<split>.json).
@@ -55,17 +69,27 @@ def load_circo(annotations: str | Path, image_dir: str | Path | None = None,
         corpus_source = f"listing of {img_dir}"
         if not corpus:
             col.error(None, None, "image folder has no COCO image files (000000xxxxxx.jpg)", file=img_dir)
-    queries, referenced = _build_queries(entries, path, frozenset(corpus) if corpus is not None else None, col,
-                                         test=split == "test")
+    queries, referenced = _build_queries(
+        entries, path, frozenset(corpus) if corpus is not None else None, col, test=split == "test"
+    )
     if corpus is None:
         corpus = referenced
         corpus_source = "ids named in the annotations"
-        col.warn(None, None, f"no corpus id list and no image folder: the corpus is the {len(corpus)} images "
-                 "the annotations name (far easier than the 123,403-image COCO unlabeled2017 corpus)")
+        col.warn(
+            None,
+            None,
+            f"no corpus id list and no image folder: the corpus is the {len(corpus)} images "
+            "the annotations name (far easier than the 123,403-image COCO unlabeled2017 corpus)",
+        )
     warnings = finish(col)
     store = FolderImageStore(root=img_dir, filename_pattern=COCO_PATTERN, filenames=filenames)
-    info = {"source": str(path), "split": split, "corpus_source": corpus_source,
-            "image_dir": str(img_dir) if img_dir else None, "checksum": files_checksum([path], split, corpus)}
+    info = {
+        "source": str(path),
+        "split": split,
+        "corpus_source": corpus_source,
+        "image_dir": str(img_dir) if img_dir else None,
+        "checksum": files_checksum([path], split, corpus),
+    }
     return Benchmark("circo", "circo", queries, corpus, images=store, info=info, warnings=warnings)
 
 
@@ -147,8 +171,9 @@ def _folder_ids(img_dir: Path) -> list[str]:
     return [str(int(m.group(1))) for m in map(_COCO_NAME.match, names) if m]
 
 
-def _build_queries(entries: list, path: Path, corpus: frozenset[str] | None,
-                   col: IssueCollector, test: bool = False) -> tuple[list[Query], list[str]]:
+def _build_queries(
+    entries: list, path: Path, corpus: frozenset[str] | None, col: IssueCollector, test: bool = False
+) -> tuple[list[Query], list[str]]:
     """The queries; on the test split (`test`) without ground truths or targets, which it does not publish."""
     queries: list[Query] = []
     seen: dict[str, int] = {}
@@ -169,20 +194,46 @@ def _build_queries(entries: list, path: Path, corpus: frozenset[str] | None,
         if test:
             if ok:
                 referenced[ref] = None
-                queries.append(Query(qid, (ref,), caption, qid, Judgments((), ()),
-                                     {"shared_concept": e.get("shared_concept") if isinstance(
-                                         e.get("shared_concept"), str) else None}, target_id=None))
+                queries.append(
+                    Query(
+                        qid,
+                        (ref,),
+                        caption,
+                        qid,
+                        Judgments((), ()),
+                        {
+                            "shared_concept": e.get("shared_concept")
+                            if isinstance(e.get("shared_concept"), str)
+                            else None
+                        },
+                        target_id=None,
+                    )
+                )
             continue
         if "gt_img_ids" not in e:
-            col.error(loc, "gt_img_ids", "no ground truth (the CIRCO test split has none: use val.json, or "
-                      "--split test to write its server file with `python -m cir_demo submission`)")
+            col.error(
+                loc,
+                "gt_img_ids",
+                "no ground truth (the CIRCO test split has none: use val.json, or "
+                "--split test to write its server file with `python -m cir_demo submission`)",
+            )
             continue
         gts = id_list(e.get("gt_img_ids"))
         if gts is None:
             col.error(loc, "gt_img_ids", "must be a list of image ids")
             continue
-        check_judgments(col, loc, gts, [], corpus, pos_field="gt_img_ids", neg_field="gt_img_ids",
-                        missing_neg=missing_neg, dup_rows=dups, pos_and_neg=pos_and_neg)
+        check_judgments(
+            col,
+            loc,
+            gts,
+            [],
+            corpus,
+            pos_field="gt_img_ids",
+            neg_field="gt_img_ids",
+            missing_neg=missing_neg,
+            dup_rows=dups,
+            pos_and_neg=pos_and_neg,
+        )
         target = as_id(e.get("target_img_id"))
         if target is None:
             col.error(loc, "target_img_id", "missing target image id")
@@ -207,8 +258,12 @@ def _build_queries(entries: list, path: Path, corpus: frozenset[str] | None,
         meta = {"shared_concept": shared if isinstance(shared, str) else None, "semantic_aspects": list(aspects)}
         queries.append(Query(qid, (ref,), caption, qid, Judgments(tuple(gts), ()), meta, target_id=target))
     warn_rows(col, dups, "gt_img_ids", "an id is repeated in gt_img_ids")
-    warn_rows(col, target_not_first, "target_img_id", "target_img_id is not the first of gt_img_ids "
-              "(the official README says it always is)")
+    warn_rows(
+        col,
+        target_not_first,
+        "target_img_id",
+        "target_img_id is not the first of gt_img_ids (the official README says it always is)",
+    )
     warn_rows(col, no_aspects, "semantic_aspects", "no semantic_aspects (left out of the per-aspect breakdown)")
     ids = list(seen)
     if ids and all(i.isdigit() for i in ids) and sorted(int(i) for i in ids) != list(range(len(ids))):
@@ -220,8 +275,9 @@ IMAGE_INFO = "image_info_unlabeled2017.json"
 IMAGE_FOLDER = Path("COCO2017_unlabeled") / "unlabeled2017"
 
 
-def export_circo(benchmark: Benchmark, out_dir: str | Path, image_mode: str = "none",
-                 skip_two_image: bool = False) -> dict[str, Path]:
+def export_circo(
+    benchmark: Benchmark, out_dir: str | Path, image_mode: str = "none", skip_two_image: bool = False
+) -> dict[str, Path]:
     """Write `benchmark` in CIRCO's layout: annotations/val.json (query ids 0..N-1, as the official script
     asserts), the corpus as a COCO image info file naming each image's file, and with image_mode "render"
     the images once under COCO2017_unlabeled/unlabeled2017/ (found there by `load_circo`).
@@ -242,15 +298,27 @@ def export_circo(benchmark: Benchmark, out_dir: str | Path, image_mode: str = "n
         if target is None:
             raise BenchmarkError(f"query {q.query_id!r}: no target or positive to write as target_img_id")
         category = q.meta.get("intent_category")
-        rows.append({"id": k, "reference_img_id": q.reference_ids[0], "target_img_id": target,
-                     "relative_caption": q.instruction, "shared_concept": str(q.meta.get("edit_subcategory") or ""),
-                     "gt_img_ids": list(dict.fromkeys([target, *q.positives])),
-                     "semantic_aspects": [str(category)] if category else []})
+        rows.append(
+            {
+                "id": k,
+                "reference_img_id": q.reference_ids[0],
+                "target_img_id": target,
+                "relative_caption": q.instruction,
+                "shared_concept": str(q.meta.get("edit_subcategory") or ""),
+                "gt_img_ids": list(dict.fromkeys([target, *q.positives])),
+                "semantic_aspects": [str(category)] if category else [],
+            }
+        )
     images = list(dict.fromkeys([*benchmark.corpus_ids, *(q.reference_ids[0] for q in queries)]))
-    paths = {"annotations": out / "annotations" / "val.json", "corpus_ids": out / IMAGE_INFO,
-             "query_id_map": out / "query_id_map.json"}
+    paths = {
+        "annotations": out / "annotations" / "val.json",
+        "corpus_ids": out / IMAGE_INFO,
+        "query_id_map": out / "query_id_map.json",
+    }
     write_json_atomic(paths["annotations"], rows, indent=None)
-    write_json_atomic(paths["corpus_ids"], {"images": [{"id": i, "file_name": f"{i}.png"} for i in images]}, indent=None)
+    write_json_atomic(
+        paths["corpus_ids"], {"images": [{"id": i, "file_name": f"{i}.png"} for i in images]}, indent=None
+    )
     write_json_atomic(paths["query_id_map"], {str(k): q.query_id for k, q in enumerate(queries)})
     if image_mode != "none":
         export_images(benchmark, images, out / IMAGE_FOLDER, image_mode)

@@ -15,6 +15,7 @@ evaluation would crash or assert: a reference, target or set member that is not 
 target outside its set. Metadata for breakdowns: `img_set_size`, `sole_target` (target_soft marks no
 image other than the hard target as a match), `length_category` of the caption.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,10 @@ def load_cirr(root: str | Path, split: str = "val", image_dir: str | Path | None
     """
     root = _cirr_root(Path(root))
     if split not in SPLITS:
-        raise BenchmarkError(f"parameter split: CIRR split must be one of {', '.join(SPLITS)}, got {split!r} "
-                             "(train has no evaluation protocol)")
+        raise BenchmarkError(
+            f"parameter split: CIRR split must be one of {', '.join(SPLITS)}, got {split!r} "
+            "(train has no evaluation protocol)"
+        )
     cap_path, img_path = captions_path(root, split), split_path(root, split)
     col = IssueCollector(cap_path)
     entries = _read_json(cap_path, list, "captions file", col)
@@ -67,10 +70,16 @@ def load_cirr(root: str | Path, split: str = "val", image_dir: str | Path | None
     if image_dir is not None and not img_dir.is_dir():
         col.error(None, None, "image folder does not exist", file=img_dir)
     warnings = finish(col)
-    store = FolderImageStore(root=img_dir, filename_pattern="{id}.png",
-                             filenames={k: v for k, v in relpaths.items() if isinstance(v, str)})
-    info = {"source": str(root), "split": split, "version": VERSION, "image_dir": str(img_dir),
-            "checksum": files_checksum([cap_path, img_path], split)}
+    store = FolderImageStore(
+        root=img_dir, filename_pattern="{id}.png", filenames={k: v for k, v in relpaths.items() if isinstance(v, str)}
+    )
+    info = {
+        "source": str(root),
+        "split": split,
+        "version": VERSION,
+        "image_dir": str(img_dir),
+        "checksum": files_checksum([cap_path, img_path], split),
+    }
     return Benchmark("cirr", "cirr", queries, corpus, images=store, info=info, warnings=warnings)
 
 
@@ -87,8 +96,9 @@ def _read_json(path: Path, kind: type, what: str, col: IssueCollector) -> Any:
         col.error(None, None, f"malformed JSON: {exc}", file=path)
         return kind()
     if not isinstance(data, kind):
-        col.error(None, None, f"expected a JSON {'list' if kind is list else 'object'}, got {type(data).__name__}",
-                  file=path)
+        col.error(
+            None, None, f"expected a JSON {'list' if kind is list else 'object'}, got {type(data).__name__}", file=path
+        )
         return kind()
     if not data:
         col.error(None, None, f"{what} is empty", file=path)
@@ -121,8 +131,12 @@ def _build_queries(entries: list, corpus: frozenset[str], split: str, col: Issue
         if split == "val":
             target = _image(e, "target_hard", loc, corpus, col)
             if target is not None and target == ref:
-                col.error(loc, "target_hard", "the target is the reference image (CIRR deletes the reference from "
-                          "every ranking, so the target could never be found)")
+                col.error(
+                    loc,
+                    "target_hard",
+                    "the target is the reference image (CIRR deletes the reference from "
+                    "every ranking, so the target could never be found)",
+                )
             elif target is not None and members and target not in members:
                 col.error(loc, "target_hard", "the target is not a member of img_set (CLIP4Cir asserts it is)")
         if len(col.errors) > n_errors or ref is None:
@@ -130,21 +144,37 @@ def _build_queries(entries: list, corpus: frozenset[str], split: str, col: Issue
         if ref not in members:
             ref_outside_set.append(loc)
         sizes[len(members)] = sizes.get(len(members), 0) + 1
-        meta = {"img_set_size": len(members), "img_set_id": as_id(img_set.get("id")),
-                "length_category": length_category(len(caption.split()))}
+        meta = {
+            "img_set_size": len(members),
+            "img_set_id": as_id(img_set.get("id")),
+            "length_category": length_category(len(caption.split())),
+        }
         if target is not None:
             meta["sole_target"] = _sole_target(e.get("target_soft"), target)
         group = as_id(e.get(GROUP_FIELD)) or qid
         judgments = ScopedJudgments((target,) if target else (), subset=tuple(dict.fromkeys(members)))
         queries.append(Query(qid, (ref,), caption, group, judgments, meta, target_id=target))
-    warn_rows(col, empty_captions, "caption", "empty caption (kept: the query text is empty, as CLIP4Cir would "
-              "encode it, and the test server still expects a prediction)")
-    warn_rows(col, ref_outside_set, "img_set.members", "the reference is not a member of its img_set (the subset "
-              "then ranks one image more than CIRR's five)")
+    warn_rows(
+        col,
+        empty_captions,
+        "caption",
+        "empty caption (kept: the query text is empty, as CLIP4Cir would "
+        "encode it, and the test server still expects a prediction)",
+    )
+    warn_rows(
+        col,
+        ref_outside_set,
+        "img_set.members",
+        "the reference is not a member of its img_set (the subset then ranks one image more than CIRR's five)",
+    )
     if len(sizes) > 1:
-        col.warn(None, "img_set.members", "img_set sizes differ ("
-                 + ", ".join(f"{n} members: {c} queries" for n, c in sorted(sizes.items()))
-                 + "); CLIP4Cir's code assumes one size, ours does not")
+        col.warn(
+            None,
+            "img_set.members",
+            "img_set sizes differ ("
+            + ", ".join(f"{n} members: {c} queries" for n, c in sorted(sizes.items()))
+            + "); CLIP4Cir's code assumes one size, ours does not",
+        )
     return queries
 
 
@@ -167,8 +197,13 @@ def _sole_target(soft: Any, target: str) -> bool | None:
 
 
 # --------------------------------------------------------------------------- export
-def export_cirr(benchmark: Benchmark, out_dir: str | Path, splits: tuple[str, ...] = SPLITS,
-                image_mode: str = "none", skip_two_image: bool = False) -> dict[str, Path]:
+def export_cirr(
+    benchmark: Benchmark,
+    out_dir: str | Path,
+    splits: tuple[str, ...] = SPLITS,
+    image_mode: str = "none",
+    skip_two_image: bool = False,
+) -> dict[str, Path]:
     """Write `benchmark` in CIRR's layout: captions and image split per split, images under img_raw/.
 
     One CIRR pair per single-image query with a target (two-image queries cannot be written: refused).
@@ -188,8 +223,11 @@ def export_cirr(benchmark: Benchmark, out_dir: str | Path, splits: tuple[str, ..
     paths: dict[str, Path] = {}
     for split in splits:
         folder = "dev" if split == "val" else split
-        rows = pairs if split == "val" else [{k: v for k, v in p.items() if k not in ("target_hard", "target_soft")}
-                                             for p in pairs]
+        rows = (
+            pairs
+            if split == "val"
+            else [{k: v for k, v in p.items() if k not in ("target_hard", "target_soft")} for p in pairs]
+        )
         paths[f"captions/{split}"] = captions_path(out, split)
         write_json_atomic(paths[f"captions/{split}"], rows, indent=None)
         paths[f"image_splits/{split}"] = split_path(out, split)
@@ -206,8 +244,10 @@ def single_image_queries(benchmark: Benchmark, skip_two_image: bool, what: str) 
     """The queries a one-reference format can hold; two-image ones refused unless `skip_two_image`."""
     two = [q.query_id for q in benchmark.queries if not q.is_single]
     if two and not skip_two_image:
-        raise BenchmarkError(f"benchmark {benchmark.name!r}: {len(two)} two-image queries (e.g. {two[0]!r}) cannot "
-                             f"be written as {what} (one reference image each)")
+        raise BenchmarkError(
+            f"benchmark {benchmark.name!r}: {len(two)} two-image queries (e.g. {two[0]!r}) cannot "
+            f"be written as {what} (one reference image each)"
+        )
     return [q for q in benchmark.queries if q.is_single]
 
 
@@ -217,9 +257,15 @@ def _pair(k: int, q: Query) -> dict:
         raise BenchmarkError(f"query {q.query_id!r}: no target or positive to write as target_hard")
     others = [p for p in q.positives if p != target]
     members = list(dict.fromkeys([q.reference_ids[0], target, *q.negatives, *others, *subset_of(q.judgments)]))[:6]
-    return {"pairid": k, "reference": q.reference_ids[0], "target_hard": target,
-            "target_soft": {target: 1.0, **{p: 1.0 for p in others if p in members}},
-            "caption": q.instruction, "img_set": {"id": k, "members": members}, GROUP_FIELD: q.group_id}
+    return {
+        "pairid": k,
+        "reference": q.reference_ids[0],
+        "target_hard": target,
+        "target_soft": {target: 1.0, **{p: 1.0 for p in others if p in members}},
+        "caption": q.instruction,
+        "img_set": {"id": k, "members": members},
+        GROUP_FIELD: q.group_id,
+    }
 
 
 __all__ = ["load_cirr", "export_cirr", "single_image_queries", "SPLITS"]

@@ -2,6 +2,7 @@
 
 Exit status: 0 valid (warnings allowed), 1 errors found, 2 bad command line.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,6 @@
 """The benchmark-selection flags every command shares (`eval`, `validate`, `index`, `rerank`,
 the app), and the loader they feed. One definition, so a flag means the same everywhere."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,24 +17,38 @@ LOADER_ARGS = {
 }
 
 
-def add_benchmark_arguments(p: argparse.ArgumentParser, default: str | None = "world", required: bool = False,
-                            limit: bool = True, benchmark_help: str | None = None) -> argparse._ArgumentGroup:
+def add_benchmark_arguments(
+    p: argparse.ArgumentParser,
+    default: str | None = "world",
+    required: bool = False,
+    limit: bool = True,
+    benchmark_help: str | None = None,
+) -> argparse._ArgumentGroup:
     """Add the "benchmark" argument group to `p` and return it."""
     from cir_demo.benchmarks.registry import BENCHMARKS
 
     *first, last = BENCHMARKS
     g = p.add_argument_group("benchmark")
-    g.add_argument("--benchmark", default=None if required else default, required=required,
-                   help=benchmark_help or (", ".join(first) + f" or {last}"
-                                           + (f" (default: {default})" if default and not required else "")))
+    g.add_argument(
+        "--benchmark",
+        default=None if required else default,
+        required=required,
+        help=benchmark_help
+        or (", ".join(first) + f" or {last}" + (f" (default: {default})" if default and not required else "")),
+    )
     g.add_argument("--annotations", help="PinPoint parquet, or CIRCO annotations/<split>.json or its folder")
     g.add_argument("--corpus-ids", help="corpus id list (PinPoint index_signatures.txt; optional for CIRCO)")
     g.add_argument("--root", help="benchmark folder (EDIR, jsonl, or a generated world)")
     g.add_argument("--image-dir", help="folder of benchmark images")
-    g.add_argument("--split", help="CIRR: val (default) | test1; CIRCO: val (default) | test; world: test | "
-                                   "compositional (held-out edits on the same corpus); --eval on the world "
-                                   "without --split reports both")
-    g.add_argument("--world-size", default=None, choices=["tiny", "default"], help="offline world size (default: default)")
+    g.add_argument(
+        "--split",
+        help="CIRR: val (default) | test1; CIRCO: val (default) | test; world: test | "
+        "compositional (held-out edits on the same corpus); --eval on the world "
+        "without --split reports both",
+    )
+    g.add_argument(
+        "--world-size", default=None, choices=["tiny", "default"], help="offline world size (default: default)"
+    )
     g.add_argument("--world-seed", type=int, default=None, help="offline world seed (default 0)")
     if limit:
         g.add_argument("--limit", type=int, default=None, help="only the first N paraphrase groups")
@@ -42,9 +57,11 @@ def add_benchmark_arguments(p: argparse.ArgumentParser, default: str | None = "w
 
 def add_dry_run_and_debug(g, would: str) -> None:
     """`--dry-run` (what the command `would` do, timed on a small batch; creates nothing) and `--debug`."""
-    g.add_argument("--dry-run", action="store_true",
-                   help=f"print what the {would}, with a time estimate measured on a small batch on this device; "
-                        "creates nothing")
+    g.add_argument(
+        "--dry-run",
+        action="store_true",
+        help=f"print what the {would}, with a time estimate measured on a small batch on this device; creates nothing",
+    )
     g.add_argument("--debug", action="store_true", help="show the traceback of a failure")
 
 
@@ -67,8 +84,10 @@ def benchmark_flags(benchmark: str, kwargs: dict, limit: int | None = None) -> l
         if kwargs.get(key) is None:
             continue
         if key not in LOADER_ARGS:
-            raise ValueError(f"benchmark {benchmark!r}: argument {key!r} has no command-line flag, so a child "
-                             "command cannot be given it")
+            raise ValueError(
+                f"benchmark {benchmark!r}: argument {key!r} has no command-line flag, so a child "
+                "command cannot be given it"
+            )
         argv += [f"--{LOADER_ARGS[key].replace('_', '-')}", str(kwargs[key])]
     unknown = sorted(set(k for k, v in kwargs.items() if v is not None) - set(declared))
     if unknown:

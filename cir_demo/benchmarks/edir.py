@@ -19,6 +19,7 @@ two), a query without an instances.jsonl row and a positive that is not in
 the corpus are warnings, not errors. Such queries load; the metrics leave a
 query without positives out of every mean and count it.
 """
+
 from __future__ import annotations
 
 import os
@@ -64,8 +65,7 @@ def load_edir(root: str | Path, image_dir: str | Path | None = None) -> Benchmar
     queries = _read_queries(paths[QUERIES], judgments, filenames, listing, col)
     if listing is not None:
         missing = [f"corpus image {i!r}" for i in corpus_ids if filenames.get(i, i) not in listing]
-        warn_rows(col, missing, "image", f"corpus image file not found in {img_dir}", file=paths[CORPUS],
-                  unit="images")
+        warn_rows(col, missing, "image", f"corpus image file not found in {img_dir}", file=paths[CORPUS], unit="images")
     else:
         col.warn(None, None, f"image folder {img_dir} not found: images cannot be shown or embedded", file=root)
     warnings = finish(col)
@@ -78,8 +78,9 @@ def _read_corpus(path: Path, col: IssueCollector) -> tuple[list[str], dict[str, 
     ids: list[str] = []
     first: dict[str, int] = {}
     filenames: dict[str, str] = {}
-    for _, row, cid, loc in id_rows(path, col, "id", "id", first, "duplicate corpus id {id!r} (first on line {line})",
-                                    loc_with_id=False):
+    for _, row, cid, loc in id_rows(
+        path, col, "id", "id", first, "duplicate corpus id {id!r} (first on line {line})", loc_with_id=False
+    ):
         ids.append(cid)
         image = row.get("image", cid)
         if not isinstance(image, str) or not image.strip():
@@ -94,23 +95,63 @@ def _read_corpus(path: Path, col: IssueCollector) -> tuple[list[str], dict[str, 
 def _read_instances(path: Path, corpus: frozenset[str], col: IssueCollector) -> dict[str, tuple[int, Judgments]]:
     out: dict[str, tuple[int, Judgments]] = {}
     missing_neg, dups, pos_and_neg, several_pos, no_pos, missing_pos = [], [], [], [], [], []
-    rows = judgment_rows(path, col, "qid", "query id", out, "duplicate judgments for query {id!r} (first on line {line})",
-                         "pos", "neg", loc_with_id=False)
+    rows = judgment_rows(
+        path,
+        col,
+        "qid",
+        "query id",
+        out,
+        "duplicate judgments for query {id!r} (first on line {line})",
+        "pos",
+        "neg",
+        loc_with_id=False,
+    )
     for lineno, qid, loc, pos, neg in rows:
-        check_judgments(col, loc, pos, neg, corpus, pos_field="pos", neg_field="neg", missing_neg=missing_neg,
-                        dup_rows=dups, pos_and_neg=pos_and_neg, file=path, no_pos=no_pos, missing_pos=missing_pos)
+        check_judgments(
+            col,
+            loc,
+            pos,
+            neg,
+            corpus,
+            pos_field="pos",
+            neg_field="neg",
+            missing_neg=missing_neg,
+            dup_rows=dups,
+            pos_and_neg=pos_and_neg,
+            file=path,
+            no_pos=no_pos,
+            missing_pos=missing_pos,
+        )
         if len(pos) > 1:
             several_pos.append(loc)
         out[qid] = (lineno, Judgments(tuple(pos), tuple(neg)))
-    warn_rows(col, no_pos, "pos", "no positives: left out of every mean and counted (pytrec_eval, which EDIR's "
-              "official code uses, leaves such queries out)", file=path, unit="queries")
-    warn_rows(col, missing_pos, "pos", "positive(s) not in the corpus (no run can retrieve them; they still count "
-              "in Recall's denominator, as in pytrec_eval)", file=path)
+    warn_rows(
+        col,
+        no_pos,
+        "pos",
+        "no positives: left out of every mean and counted (pytrec_eval, which EDIR's "
+        "official code uses, leaves such queries out)",
+        file=path,
+        unit="queries",
+    )
+    warn_rows(
+        col,
+        missing_pos,
+        "pos",
+        "positive(s) not in the corpus (no run can retrieve them; they still count "
+        "in Recall's denominator, as in pytrec_eval)",
+        file=path,
+    )
     warn_rows(col, missing_neg, "neg", "negative(s) not in the corpus", file=path)
     warn_rows(col, dups, None, "an id is repeated within a judgment list", file=path, unit="judgment lists")
     warn_rows(col, pos_and_neg, "neg", "an id is both a positive and a negative", file=path)
-    warn_rows(col, several_pos, "pos", "more than one positive (EDIR has one target; Recall@k then has no "
-              "single target)", file=path)
+    warn_rows(
+        col,
+        several_pos,
+        "pos",
+        "more than one positive (EDIR has one target; Recall@k then has no single target)",
+        file=path,
+    )
     return out
 
 
@@ -137,8 +178,13 @@ def _listing(img_dir: Path) -> set[str] | None:
         return {e.name for e in it if e.is_file()}
 
 
-def _read_queries(path: Path, judgments: dict[str, tuple[int, Judgments]], filenames: dict[str, str],
-                  listing: set[str] | None, col: IssueCollector) -> list[Query]:
+def _read_queries(
+    path: Path,
+    judgments: dict[str, tuple[int, Judgments]],
+    filenames: dict[str, str],
+    listing: set[str] | None,
+    col: IssueCollector,
+) -> list[Query]:
     queries: list[Query] = []
     first: dict[str, int] = {}
     group_of: dict[str, tuple[int, Judgments]] = {}
@@ -168,8 +214,12 @@ def _read_queries(path: Path, judgments: dict[str, tuple[int, Judgments]], filen
         if group_id in group_of:
             g_line, g_j = group_of[group_id]
             if g_j != j:
-                col.error(loc, "group_id", f"paraphrases of group {group_id!r} have different judgments "
-                          f"(line {g_line} differs)", file=path)
+                col.error(
+                    loc,
+                    "group_id",
+                    f"paraphrases of group {group_id!r} have different judgments (line {g_line} differs)",
+                    file=path,
+                )
                 continue
             j = g_j
         else:
@@ -186,10 +236,22 @@ def _read_queries(path: Path, judgments: dict[str, tuple[int, Judgments]], filen
         queries.append(Query(qid, (image,), text, group_id, j, meta, target_id=target))
     extra = [f"line {line} ({q})" for q, (line, _) in judgments.items() if q not in first]
     warn_rows(col, extra, "qid", f"judgments for a query absent from {QUERIES}", file=path.parent / INSTANCES)
-    warn_rows(col, no_judgments, "id", f"no judgments in {INSTANCES}: no positives, so left out of every mean "
-              "(the official code's qrels lack them too)", file=path, unit="queries")
-    warn_rows(col, no_subcategory, "metadata.subcategory", "no edit subcategory (left out of the per-subcategory "
-              "breakdown)", file=path)
+    warn_rows(
+        col,
+        no_judgments,
+        "id",
+        f"no judgments in {INSTANCES}: no positives, so left out of every mean "
+        "(the official code's qrels lack them too)",
+        file=path,
+        unit="queries",
+    )
+    warn_rows(
+        col,
+        no_subcategory,
+        "metadata.subcategory",
+        "no edit subcategory (left out of the per-subcategory breakdown)",
+        file=path,
+    )
     if not queries and not col.errors:
         col.error(None, None, "no queries", file=path)
     return queries

@@ -8,6 +8,7 @@ of the primary, how the protocol scopes a ranking on the tiles, and the wording 
 judgments and of the per-column metrics. Which sorts have data for a loaded benchmark and its runs
 is decided in cir_demo/explorer/failures.py, which implements every sort named here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -90,26 +91,34 @@ class FailureViews:
 
 GENERIC = FailureViews(sorts=())  # a family that declares none: the common sorts only
 PINPOINT = FailureViews(
-    about=("Each query is judged exactly: **positives** satisfy the instruction; **explicit negatives** are near "
-           "misses (the right item with the wrong change)."),
+    about=(
+        "Each query is judged exactly: **positives** satisfy the instruction; **explicit negatives** are near "
+        "misses (the right item with the wrong change)."
+    ),
     sorts=("negatives", "spread", "two_image"),
     measures=("NegRecall@10", "n_neg"),
     finer="precision@10",
-    legend={"AP@10": "average precision of the top 10: 1 = every positive ranked first",
-            "precision@10": "positives among the top 10, divided by 10",
-            "NegRecall@10": "explicit negatives in the top 10 over min(negatives, 10): lower is better"},
+    legend={
+        "AP@10": "average precision of the top 10: 1 = every positive ranked first",
+        "precision@10": "positives among the top 10, divided by 10",
+        "NegRecall@10": "explicit negatives in the top 10 over min(negatives, 10): lower is better",
+    },
 )
 CIRCO = FailureViews(
-    about=("Each query has several **ground truths**: every corpus image that satisfies it (CIRCO's annotators "
-           "searched the whole corpus); the rest are unjudged."),
+    about=(
+        "Each query has several **ground truths**: every corpus image that satisfies it (CIRCO's annotators "
+        "searched the whole corpus); the rest are unjudged."
+    ),
     sorts=("missed_gt",),
     measures=("n_gt", "gt_found@10"),
     finer="AP@50",
     positive_word="ground truth",
     negative_word="",
-    legend={"AP@10": "average precision of the top 10 over min(ground truths, 10)",
-            "AP@25": "average precision of the top 25 over min(ground truths, 25)",
-            "Recall@10": "1 when the target image is in the top 10"},
+    legend={
+        "AP@10": "average precision of the top 10 over min(ground truths, 10)",
+        "AP@25": "average precision of the top 25 over min(ground truths, 25)",
+        "Recall@10": "1 when the target image is in the top 10",
+    },
 )
 EDIR = FailureViews(
     about="Each query has **positives** and **hard negatives** (images that miss the edit by one detail).",
@@ -117,12 +126,17 @@ EDIR = FailureViews(
     measures=("hard_negative@1", "subcategory"),
     finer="Recall@3",
     negative_word="hard negative",
-    legend={"Recall@1": "share of the positives at rank 1", "Recall@3": "share of the positives in the top 3",
-            "hard_negative@1": "1 when a hard negative is ranked first: lower is better"},
+    legend={
+        "Recall@1": "share of the positives at rank 1",
+        "Recall@3": "share of the positives in the top 3",
+        "hard_negative@1": "1 when a hard negative is ranked first: lower is better",
+    },
 )
 CIRR = FailureViews(
-    about=("Each query has one **target** image. The protocol deletes the reference image from the ranking; "
-           "Recall_subset ranks the target among the query's **img_set** (a handful of similar images)."),
+    about=(
+        "Each query has one **target** image. The protocol deletes the reference image from the ranking; "
+        "Recall_subset ranks the target among the query's **img_set** (a handful of similar images)."
+    ),
     sorts=("target_rank", "reference_first", "subset_rank"),
     measures=("target_rank", "subset_rank", "reference_rank"),
     finer="target_rank",
@@ -132,13 +146,17 @@ CIRR = FailureViews(
     positive_word="target",
     negative_word="",  # no explicit negatives: no ✗ badge word, count or legend line
     filters={"length_category": "Caption length"},
-    legend={"Recall@1": "1 when the target is first once the reference is deleted",
-            "Recall@10": "1 when the target is in the top 10 once the reference is deleted",
-            "Recall_subset@1": "1 when the target is first among the img_set members"},
+    legend={
+        "Recall@1": "1 when the target is first once the reference is deleted",
+        "Recall@10": "1 when the target is in the top 10 once the reference is deleted",
+        "Recall_subset@1": "1 when the target is first among the img_set members",
+    },
 )
 FASHIONIQ = FailureViews(
-    about=("Each query has one **target** image in its category's gallery (dress, shirt or top); only that "
-           "gallery is ranked."),
+    about=(
+        "Each query has one **target** image in its category's gallery (dress, shirt or top); only that "
+        "gallery is ranked."
+    ),
     sorts=("target_rank",),
     measures=("target_rank",),
     finer="target_rank",
@@ -148,8 +166,10 @@ FASHIONIQ = FailureViews(
     positive_word="target",
     negative_word="",  # no explicit negatives: no ✗ badge word, count or legend line
     filters={"category": "Category"},
-    legend={"Recall@10": "1 when the target is in the top 10 of the category's gallery",
-            "Recall@50": "1 when the target is in the top 50 of the category's gallery"},
+    legend={
+        "Recall@10": "1 when the target is in the top 10 of the category's gallery",
+        "Recall@50": "1 when the target is in the top 50 of the category's gallery",
+    },
 )
 ICIR = FailureViews(
     about="Each query names an instance; its **positives** are that instance's images in the database it ranks.",

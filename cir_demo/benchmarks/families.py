@@ -19,6 +19,7 @@ and the app ask the row, never the family's name. Plots and report sections are
 where `evaluations` are the runs' `harness.evaluate.RunEvaluation`s and `table` is metrics.csv's
 frame. Sections go after the official and extra columns; plots before the breakdown plots.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -94,90 +95,126 @@ class MetricFamily:
         return [resolve_ref(ref, f"metric family {self.name!r} report section") for ref in self.report_sections]
 
 
-FAMILIES: dict[str, MetricFamily] = {f.name: f for f in (
-    MetricFamily(
-        name="pinpoint",
-        module="cir_demo.metrics.pinpoint",
-        official_columns="OFFICIAL_COLUMNS",
-        headline={
-            "AP@10": "mAP@10",
-            "precision@10": "precision@10",
-            "recall@10": "recall@10",
-            "NegRecall@10": "NegRecall@10",
-            "AP@10_noNeg": "mAP@10_noNeg",
-        },
-        primary="AP@10",
-        shown=("AP@10", "precision@10", "NegRecall@10"),
-        shown_kwargs={"ks": (10,)},
-        summary=("mAP@10", "precision@10", "NegRecall@10", "ling_sens_paraphrase_range"),
-        plots=("cir_demo.harness.plots:precision_vs_safety", "cir_demo.harness.plots:paraphrase_sensitivity"),
-        report_sections=("cir_demo.harness.report:linguistic_sensitivity",),
-        rerank_section="cir_demo.harness.pipeline:pinpoint_rerank_section",
-        failure_views="cir_demo.benchmarks.failure_views:PINPOINT",
-    ),
-    MetricFamily(
-        name="circo",
-        module="cir_demo.metrics.circo",
-        official_columns="OFFICIAL_COLUMNS",
-        headline={"AP@5": "mAP@5", "AP@10": "mAP@10", "AP@25": "mAP@25", "AP@50": "mAP@50", "Recall@10": "Recall@10"},
-        primary="AP@10",
-        shown=("AP@5", "AP@10", "AP@25", "AP@50", "Recall@10"),
-        results_format="circo",
-        failure_views="cir_demo.benchmarks.failure_views:CIRCO",
-    ),
-    MetricFamily(
-        name="edir",
-        module="cir_demo.metrics.edir",
-        official_columns="OFFICIAL_COLUMNS",
-        headline={"Recall@1": "Recall@1", "Recall@3": "Recall@3", "hard_negative@1": "hard_negative@1"},
-        primary="Recall@1",
-        shown=("Recall@1", "Recall@3", "hard_negative@1"),
-        failure_views="cir_demo.benchmarks.failure_views:EDIR",
-    ),
-    MetricFamily(
-        name="cirr",
-        module="cir_demo.metrics.cirr",
-        official_columns="OFFICIAL_COLUMNS",
-        headline={"Recall@1": "Recall@1", "Recall@5": "Recall@5", "Recall@10": "Recall@10", "Recall@50": "Recall@50",
-                  "Recall_subset@1": "Recall_subset@1", "Recall_subset@2": "Recall_subset@2",
-                  "Recall_subset@3": "Recall_subset@3"},
-        primary="Recall@1",
-        shown=("Recall@1", "Recall@5", "Recall@10", "Recall@50", "Recall_subset@1", "Recall_subset@2",
-               "Recall_subset@3"),
-        report_columns=("Recall@1", "Recall@5", "Recall@10", "Recall@50", "Recall_subset@1", "Recall_subset@2",
-                        "Recall_subset@3", "mean(Recall@5,Recall_subset@1)"),
-        averages=(("mean(Recall@5,Recall_subset@1)", ("Recall@5", "Recall_subset@1")),),
-        plot_metrics=("Recall@1", "Recall@5", "Recall_subset@1"),
-        failure_views="cir_demo.benchmarks.failure_views:CIRR",
-    ),
-    MetricFamily(
-        name="fashioniq",
-        module="cir_demo.metrics.fashioniq",
-        official_columns="OFFICIAL_COLUMNS",
-        headline={"Recall@10": "Recall@10_pooled", "Recall@50": "Recall@50_pooled"},
-        primary="Recall@10",
-        shown=("Recall@10", "Recall@50"),
-        # the official numbers average the three categories; the pooled ones (all queries) carry the intervals
-        report_columns=(*(f"Recall@{k}/{c}" for c in ("dress", "shirt", "toptee") for k in (10, 50)),
-                        "Recall@10", "Recall@50", "average_recall", "Recall@10_pooled", "Recall@50_pooled"),
-        summary=("Recall@10", "Recall@50", "average_recall", "Recall@10_pooled"),
-        plot_metrics=("Recall@10", "Recall@50"),
-        strata="category",
-        strata_order=("dress", "shirt", "toptee"),
-        averages=(("average_recall", ("Recall@10", "Recall@50")),),
-        failure_views="cir_demo.benchmarks.failure_views:FASHIONIQ",
-    ),
-    MetricFamily(
-        name="icir",
-        module="cir_demo.metrics.icir",
-        official_columns="OFFICIAL_COLUMNS",
-        headline={"AP": "mAP"},
-        primary="AP",
-        shown=("AP",),
-        report_columns=("mAP", "mmAP", "minmAP"),
-        failure_views="cir_demo.benchmarks.failure_views:ICIR",
-    ),
-)}
+FAMILIES: dict[str, MetricFamily] = {
+    f.name: f
+    for f in (
+        MetricFamily(
+            name="pinpoint",
+            module="cir_demo.metrics.pinpoint",
+            official_columns="OFFICIAL_COLUMNS",
+            headline={
+                "AP@10": "mAP@10",
+                "precision@10": "precision@10",
+                "recall@10": "recall@10",
+                "NegRecall@10": "NegRecall@10",
+                "AP@10_noNeg": "mAP@10_noNeg",
+            },
+            primary="AP@10",
+            shown=("AP@10", "precision@10", "NegRecall@10"),
+            shown_kwargs={"ks": (10,)},
+            summary=("mAP@10", "precision@10", "NegRecall@10", "ling_sens_paraphrase_range"),
+            plots=("cir_demo.harness.plots:precision_vs_safety", "cir_demo.harness.plots:paraphrase_sensitivity"),
+            report_sections=("cir_demo.harness.report:linguistic_sensitivity",),
+            rerank_section="cir_demo.harness.pipeline:pinpoint_rerank_section",
+            failure_views="cir_demo.benchmarks.failure_views:PINPOINT",
+        ),
+        MetricFamily(
+            name="circo",
+            module="cir_demo.metrics.circo",
+            official_columns="OFFICIAL_COLUMNS",
+            headline={
+                "AP@5": "mAP@5",
+                "AP@10": "mAP@10",
+                "AP@25": "mAP@25",
+                "AP@50": "mAP@50",
+                "Recall@10": "Recall@10",
+            },
+            primary="AP@10",
+            shown=("AP@5", "AP@10", "AP@25", "AP@50", "Recall@10"),
+            results_format="circo",
+            failure_views="cir_demo.benchmarks.failure_views:CIRCO",
+        ),
+        MetricFamily(
+            name="edir",
+            module="cir_demo.metrics.edir",
+            official_columns="OFFICIAL_COLUMNS",
+            headline={"Recall@1": "Recall@1", "Recall@3": "Recall@3", "hard_negative@1": "hard_negative@1"},
+            primary="Recall@1",
+            shown=("Recall@1", "Recall@3", "hard_negative@1"),
+            failure_views="cir_demo.benchmarks.failure_views:EDIR",
+        ),
+        MetricFamily(
+            name="cirr",
+            module="cir_demo.metrics.cirr",
+            official_columns="OFFICIAL_COLUMNS",
+            headline={
+                "Recall@1": "Recall@1",
+                "Recall@5": "Recall@5",
+                "Recall@10": "Recall@10",
+                "Recall@50": "Recall@50",
+                "Recall_subset@1": "Recall_subset@1",
+                "Recall_subset@2": "Recall_subset@2",
+                "Recall_subset@3": "Recall_subset@3",
+            },
+            primary="Recall@1",
+            shown=(
+                "Recall@1",
+                "Recall@5",
+                "Recall@10",
+                "Recall@50",
+                "Recall_subset@1",
+                "Recall_subset@2",
+                "Recall_subset@3",
+            ),
+            report_columns=(
+                "Recall@1",
+                "Recall@5",
+                "Recall@10",
+                "Recall@50",
+                "Recall_subset@1",
+                "Recall_subset@2",
+                "Recall_subset@3",
+                "mean(Recall@5,Recall_subset@1)",
+            ),
+            averages=(("mean(Recall@5,Recall_subset@1)", ("Recall@5", "Recall_subset@1")),),
+            plot_metrics=("Recall@1", "Recall@5", "Recall_subset@1"),
+            failure_views="cir_demo.benchmarks.failure_views:CIRR",
+        ),
+        MetricFamily(
+            name="fashioniq",
+            module="cir_demo.metrics.fashioniq",
+            official_columns="OFFICIAL_COLUMNS",
+            headline={"Recall@10": "Recall@10_pooled", "Recall@50": "Recall@50_pooled"},
+            primary="Recall@10",
+            shown=("Recall@10", "Recall@50"),
+            # the official numbers average the three categories; the pooled ones (all queries) carry the intervals
+            report_columns=(
+                *(f"Recall@{k}/{c}" for c in ("dress", "shirt", "toptee") for k in (10, 50)),
+                "Recall@10",
+                "Recall@50",
+                "average_recall",
+                "Recall@10_pooled",
+                "Recall@50_pooled",
+            ),
+            summary=("Recall@10", "Recall@50", "average_recall", "Recall@10_pooled"),
+            plot_metrics=("Recall@10", "Recall@50"),
+            strata="category",
+            strata_order=("dress", "shirt", "toptee"),
+            averages=(("average_recall", ("Recall@10", "Recall@50")),),
+            failure_views="cir_demo.benchmarks.failure_views:FASHIONIQ",
+        ),
+        MetricFamily(
+            name="icir",
+            module="cir_demo.metrics.icir",
+            official_columns="OFFICIAL_COLUMNS",
+            headline={"AP": "mAP"},
+            primary="AP",
+            shown=("AP",),
+            report_columns=("mAP", "mmAP", "minmAP"),
+            failure_views="cir_demo.benchmarks.failure_views:ICIR",
+        ),
+    )
+}
 
 
 def breakdown_plot_file(fname: str, metric: str, first: bool) -> str:

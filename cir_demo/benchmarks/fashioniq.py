@@ -14,6 +14,7 @@ union of the three galleries scores as the per-category ranking would. The instr
 captions joined as CLIP4Cir's validation joins them (`join_captions`); both captions are kept in
 `meta["captions"]` for other templates.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,9 @@ def split_path(root: Path, category: str) -> Path:
     return root / "image_splits" / f"split.{category}.{SPLIT}.json"
 
 
-def load_fashioniq(root: str | Path, image_dir: str | Path | None = None,
-                   categories: Sequence[str] | str = CATEGORIES) -> Benchmark:
+def load_fashioniq(
+    root: str | Path, image_dir: str | Path | None = None, categories: Sequence[str] | str = CATEGORIES
+) -> Benchmark:
     """Read and validate the FashionIQ val files of `categories`; raise one BenchmarkError listing every error.
 
     image_dir: default root/images. The corpus is the union of the categories' galleries (file order).
@@ -71,11 +73,24 @@ def load_fashioniq(root: str | Path, image_dir: str | Path | None = None,
     if image_dir is not None and not img_dir.is_dir():
         col.error(None, None, "image folder does not exist", file=img_dir)
     warnings = finish(col)
-    info = {"source": str(root), "split": SPLIT, "categories": ",".join(categories), "image_dir": str(img_dir),
-            "checksum": files_checksum([p for c in categories for p in (split_path(root, c), captions_path(root, c))],
-                                       SPLIT, categories)}
-    return Benchmark("fashioniq", "fashioniq", queries, list(corpus),
-                     images=FolderImageStore(root=img_dir, filename_pattern="{id}.jpg"), info=info, warnings=warnings)
+    info = {
+        "source": str(root),
+        "split": SPLIT,
+        "categories": ",".join(categories),
+        "image_dir": str(img_dir),
+        "checksum": files_checksum(
+            [p for c in categories for p in (split_path(root, c), captions_path(root, c))], SPLIT, categories
+        ),
+    }
+    return Benchmark(
+        "fashioniq",
+        "fashioniq",
+        queries,
+        list(corpus),
+        images=FolderImageStore(root=img_dir, filename_pattern="{id}.jpg"),
+        info=info,
+        warnings=warnings,
+    )
 
 
 def _read_json(path: Path, col: IssueCollector, what: str) -> Any:
@@ -87,8 +102,12 @@ def _read_json(path: Path, col: IssueCollector, what: str) -> Any:
         col.error(None, None, f"malformed JSON: {exc}", file=path)
         return []
     if not isinstance(data, list) or not data:
-        col.error(None, None, f"expected a non-empty JSON list, got {type(data).__name__}"
-                  + (" (empty)" if data == [] else ""), file=path)
+        col.error(
+            None,
+            None,
+            f"expected a non-empty JSON list, got {type(data).__name__}" + (" (empty)" if data == [] else ""),
+            file=path,
+        )
         return []
     return data
 
@@ -122,29 +141,42 @@ def _read_category(path: Path, category: str, gallery: frozenset[str], col: Issu
         if not isinstance(target, str) or not target.strip():
             col.error(loc, "target", "missing target image name", file=path)
         elif target not in gallery:
-            col.error(loc, "target", f"target {target!r} is not in split.{category}.{SPLIT}.json (CLIP4Cir ranks "
-                      "only that gallery and asserts the target is in it)", file=path)
+            col.error(
+                loc,
+                "target",
+                f"target {target!r} is not in split.{category}.{SPLIT}.json (CLIP4Cir ranks "
+                "only that gallery and asserts the target is in it)",
+                file=path,
+            )
         if not isinstance(captions, list) or len(captions) != 2 or not all(isinstance(c, str) for c in captions):
             col.error(loc, "captions", "expected a list of two relative captions", file=path)
         if len(col.errors) > n_errors:
             continue
-        if not all(c.strip('.?, ') for c in captions):
+        if not all(c.strip(".?, ") for c in captions):
             empty.append(loc)
         qid = f"{category}-{k}"
         meta = {"category": category, "captions": tuple(captions)}
         judgments = ScopedJudgments((target,), gallery=gallery)
         group = e.get(GROUP_FIELD) if isinstance(e.get(GROUP_FIELD), str) else qid
         queries.append(Query(qid, (ref,), join_captions(*captions), group, judgments, meta, target_id=target))
-    warn_rows(col, empty, "captions", "an empty caption (kept, joined as CLIP4Cir joins it: ' and <second>')",
-              file=path)
-    warn_rows(col, ref_outside, "candidate", f"the reference is not in split.{category}.{SPLIT}.json (CLIP4Cir "
-              "reads reference features from that gallery and would fail)", file=path)
+    warn_rows(
+        col, empty, "captions", "an empty caption (kept, joined as CLIP4Cir joins it: ' and <second>')", file=path
+    )
+    warn_rows(
+        col,
+        ref_outside,
+        "candidate",
+        f"the reference is not in split.{category}.{SPLIT}.json (CLIP4Cir "
+        "reads reference features from that gallery and would fail)",
+        file=path,
+    )
     return queries
 
 
 # --------------------------------------------------------------------------- export
-def export_fashioniq(benchmark: Benchmark, out_dir: str | Path, image_mode: str = "none",
-                     skip_two_image: bool = False) -> dict[str, Path]:
+def export_fashioniq(
+    benchmark: Benchmark, out_dir: str | Path, image_mode: str = "none", skip_two_image: bool = False
+) -> dict[str, Path]:
     """Write `benchmark` in FashionIQ's val layout, one gallery per category.
 
     Paraphrases of one intent become FashionIQ's caption pairs: a group's paraphrases are taken two
@@ -175,19 +207,25 @@ def export_fashioniq(benchmark: Benchmark, out_dir: str | Path, image_mode: str 
             texts.append(texts[0])
         for i in range(0, len(texts), 2):
             entries[CATEGORIES[n % len(CATEGORIES)]].append(
-                {"candidate": first.reference_ids[0], "target": target, "captions": texts[i:i + 2],
-                 GROUP_FIELD: first.group_id})
+                {
+                    "candidate": first.reference_ids[0],
+                    "target": target,
+                    "captions": texts[i : i + 2],
+                    GROUP_FIELD: first.group_id,
+                }
+            )
     images = list(dict.fromkeys([*benchmark.corpus_ids, *(q.reference_ids[0] for q in queries)]))
     named = {c: {i for e in entries[c] for i in (e["candidate"], e["target"])} for c in CATEGORIES}
     rest = [i for i in images if not any(i in n for n in named.values())]
     paths: dict[str, Path] = {}
     for n, category in enumerate(CATEGORIES):
-        dealt = set(rest[n::len(CATEGORIES)])
+        dealt = set(rest[n :: len(CATEGORIES)])
         paths[f"captions/{category}"] = captions_path(out, category)
         write_json_atomic(paths[f"captions/{category}"], entries[category], indent=None)
         paths[f"image_splits/{category}"] = split_path(out, category)
-        write_json_atomic(paths[f"image_splits/{category}"],
-                          [i for i in images if i in named[category] or i in dealt], indent=None)
+        write_json_atomic(
+            paths[f"image_splits/{category}"], [i for i in images if i in named[category] or i in dealt], indent=None
+        )
     if image_mode != "none":
         export_images(benchmark, images, out / "images", image_mode)
     return paths

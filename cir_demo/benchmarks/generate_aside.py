@@ -1,5 +1,6 @@
 """A first start's generated data (the offline world) made in a child process, so that it runs on
 another core while the parent imports gradio and torch and builds the page."""
+
 from __future__ import annotations
 
 import json
@@ -21,10 +22,18 @@ def generate_aside(name: str, kwargs: dict[str, Any]) -> subprocess.Popen | None
     try:
         if pending_generation(name, kwargs) is None or install_shipped(name, kwargs):
             return None
-        return subprocess.Popen([sys.executable, "-c", "import json, sys; from cir_demo.benchmarks.registry import "
-                                 "load_benchmark; load_benchmark(sys.argv[1], **json.loads(sys.argv[2]))",
-                                 name, json.dumps(kwargs, default=str)],
-                                cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import json, sys; from cir_demo.benchmarks.registry import "
+                "load_benchmark; load_benchmark(sys.argv[1], **json.loads(sys.argv[2]))",
+                name,
+                json.dumps(kwargs, default=str),
+            ],
+            cwd=str(REPO_ROOT),
+            stdin=subprocess.DEVNULL,
+        )
     except Exception:  # e.g. a bad size: the loader reports it when it opens the benchmark
         return None
 

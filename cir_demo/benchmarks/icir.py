@@ -14,6 +14,7 @@ are the 1-based line numbers of query_files.csv. The instance's database travels
 `ScopedJudgments.gallery`; `meta["instance"]`; the paraphrase group is the instance (confidence
 intervals resample instances).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -43,8 +44,14 @@ def load_icir(root: str | Path, image_dir: str | Path | None = None) -> Benchmar
             twice.append(f"line {line}")
         gallery[image] = None
         positives.setdefault((instance, text), {})[image] = None
-    warn_rows(col, twice, "image_path", "an image is listed twice in one instance's database (ranked once, and a "
-              "positive counted once, where the reference code counts each row)", file=root / DATABASE_FILE)
+    warn_rows(
+        col,
+        twice,
+        "image_path",
+        "an image is listed twice in one instance's database (ranked once, and a "
+        "positive counted once, where the reference code counts each row)",
+        file=root / DATABASE_FILE,
+    )
     frozen = {i: frozenset(g) for i, g in galleries.items()}
     queries, no_positives = [], []
     for line, path, text, instance in q_rows:
@@ -57,12 +64,21 @@ def load_icir(root: str | Path, image_dir: str | Path | None = None) -> Benchmar
             no_positives.append(loc)
         judgments = ScopedJudgments(pos, gallery=frozen[instance])
         queries.append(Query(str(line), (image_id(path),), text, instance, judgments, {"instance": instance}))
-    warn_rows(col, no_positives, "text", "no database row of the instance has this text: no positives (AP 0, as "
-              "in the reference code)", file=root / QUERY_FILE, unit="queries")
+    warn_rows(
+        col,
+        no_positives,
+        "text",
+        "no database row of the instance has this text: no positives (AP 0, as in the reference code)",
+        file=root / QUERY_FILE,
+        unit="queries",
+    )
     warnings = finish(col)
     first = next(iter(paths.values()), "")
-    base = Path(image_dir) if image_dir is not None else (
-        root.parent if (root.parent / first).exists() or not (root / first).exists() else root)
+    base = (
+        Path(image_dir)
+        if image_dir is not None
+        else (root.parent if (root.parent / first).exists() or not (root / first).exists() else root)
+    )
     store = FolderImageStore(root=base, filename_pattern="{id}", filenames=paths)
     corpus = list(dict.fromkeys(image_id(p) for _, p, _, _ in db_rows))
     info = {"source": str(root), "image_dir": str(base), "instances": len(frozen)}
@@ -83,8 +99,13 @@ def _read_rows(path: Path, col: IssueCollector) -> list[tuple[int, str, str, str
             continue
         parts = raw.strip().split(",")
         if len(parts) != 3 or not all(p.strip() for p in parts):
-            col.error(f"line {n}", None, f"expected 'image_path,text,instance' (3 non-empty fields; the reference "
-                      f"code splits on every comma), got {len(parts)} field(s): {raw[:80]!r}", file=path)
+            col.error(
+                f"line {n}",
+                None,
+                f"expected 'image_path,text,instance' (3 non-empty fields; the reference "
+                f"code splits on every comma), got {len(parts)} field(s): {raw[:80]!r}",
+                file=path,
+            )
             continue
         rows.append((n, *parts))
     if not rows and not col.errors:
@@ -96,7 +117,7 @@ def image_id(path: str) -> str:
     """`icir/database/temple/hn7.jpg` -> `database:temple:hn7.jpg` (unique per path, usable as a file name)."""
     p = path.strip()
     for prefix in ("./", "icir/"):
-        p = p[len(prefix):] if p.startswith(prefix) else p
+        p = p[len(prefix) :] if p.startswith(prefix) else p
     return p.replace("/", ":")
 
 

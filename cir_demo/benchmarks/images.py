@@ -6,6 +6,7 @@ cache, and only then fetches it from a URL pattern into the cache. With
 `online=False` (the default) it never touches the network: a missing image is
 a clear `ImageUnavailableError` naming the id, the paths tried and the URL.
 """
+
 from __future__ import annotations
 
 import os
@@ -141,7 +142,9 @@ class FolderImageStore(ImageStore):
         tried = ", ".join(str(p) for p in self.candidate_paths(image_id)) or "(no image folder configured)"
         url = self.url(image_id)
         if url is None:
-            raise ImageUnavailableError(f"image {image_id!r} not found locally (tried {tried}) and no URL pattern is set")
+            raise ImageUnavailableError(
+                f"image {image_id!r} not found locally (tried {tried}) and no URL pattern is set"
+            )
         if not self.online:
             raise ImageUnavailableError(
                 f"image {image_id!r} not found locally (tried {tried}); it is at {url}: fetch the benchmark's "
@@ -163,8 +166,9 @@ def _download(url: str, timeout: float, image_id: str) -> bytes:
     from cir_demo.utils.http import HttpError, RetryPolicy, request
 
     try:
-        return request("GET", url, timeout=timeout, policy=RetryPolicy(retries=0),
-                       headers={"User-Agent": _USER_AGENT}).content
+        return request(
+            "GET", url, timeout=timeout, policy=RetryPolicy(retries=0), headers={"User-Agent": _USER_AGENT}
+        ).content
     except HttpError as exc:
         if exc.kind == "status":
             raise ImageUnavailableError(f"image {image_id!r}: HTTP {exc.status} from {url}") from exc

@@ -13,6 +13,7 @@ Judgments are stored once per group, so paraphrases share them by
 construction. See docs/formats.md for the full specification and the table of
 errors and warnings.
 """
+
 from __future__ import annotations
 
 import json
@@ -72,8 +73,10 @@ def export_jsonl_benchmark(benchmark: Benchmark, out_dir: str | Path, image_mode
     extra = list(dict.fromkeys(r for q in benchmark.queries for r in q.reference_ids if r not in corpus_set))
 
     query_lines = [_dumps(_query_record(q)) for q in benchmark.queries]
-    judgment_lines = [_dumps({"group_id": g, "positives": list(j.positives), "negatives": list(j.negatives)})
-                      for g, j in groups.items()]
+    judgment_lines = [
+        _dumps({"group_id": g, "positives": list(j.positives), "negatives": list(j.negatives)})
+        for g, j in groups.items()
+    ]
     write_text_atomic(out / QUERIES, "".join(line + "\n" for line in query_lines))
     write_text_atomic(out / JUDGMENTS, "".join(line + "\n" for line in judgment_lines))
     write_text_atomic(out / CORPUS, "".join(f"{i}\n" for i in benchmark.corpus_ids))
@@ -92,8 +95,13 @@ def export_jsonl_benchmark(benchmark: Benchmark, out_dir: str | Path, image_mode
         "name": benchmark.name,
         "metric_family": benchmark.metric_family,
         "results_id_format": benchmark.results_id_format,
-        "counts": {"queries": len(benchmark.queries), "groups": len(groups), "corpus": len(benchmark.corpus_ids),
-                   "extra_images": len(extra), "images": n_images},
+        "counts": {
+            "queries": len(benchmark.queries),
+            "groups": len(groups),
+            "corpus": len(benchmark.corpus_ids),
+            "extra_images": len(extra),
+            "images": n_images,
+        },
         "images": {"folder": IMAGES, "mode": image_mode},
         "info": _jsonable_info(benchmark.info),
     }
@@ -107,17 +115,28 @@ def _group_judgments(benchmark: Benchmark) -> dict[str, Judgments]:
     for q in benchmark.queries:
         j = groups.setdefault(q.group_id, q.judgments)
         if j != q.judgments:
-            issues.append(ValidationIssue("error", f"<benchmark {benchmark.name}>", f"query {q.query_id}", "group_id",
-                                          f"paraphrase group {q.group_id!r} has different judgments across its "
-                                          "queries; the JSONL format stores one judgment set per group"))
+            issues.append(
+                ValidationIssue(
+                    "error",
+                    f"<benchmark {benchmark.name}>",
+                    f"query {q.query_id}",
+                    "group_id",
+                    f"paraphrase group {q.group_id!r} has different judgments across its "
+                    "queries; the JSONL format stores one judgment set per group",
+                )
+            )
     if issues:
         raise BenchmarkError(issues)
     return groups
 
 
 def _query_record(q: Query) -> dict:
-    rec: dict[str, Any] = {"query_id": q.query_id, "group_id": q.group_id, "reference_ids": list(q.reference_ids),
-                           "instruction": q.instruction}
+    rec: dict[str, Any] = {
+        "query_id": q.query_id,
+        "group_id": q.group_id,
+        "reference_ids": list(q.reference_ids),
+        "instruction": q.instruction,
+    }
     meta = {k: _jsonable(v, f"query {q.query_id} meta {k!r}") for k, v in q.meta.items()}
     if meta:
         rec["meta"] = meta
@@ -224,8 +243,16 @@ def load_jsonl_benchmark(root: str | Path) -> Benchmark:
     info = dict(manifest.get("info") or {})
     info.update({"source": str(root), "image_mode": mode})
     store = FolderImageStore(root=images_dir, filename_pattern="{id}.png")
-    return Benchmark(manifest["name"], manifest["metric_family"], queries, corpus, images=store, info=info,
-                     warnings=warnings, results_id_format=manifest.get("results_id_format", "same"))
+    return Benchmark(
+        manifest["name"],
+        manifest["metric_family"],
+        queries,
+        corpus,
+        images=store,
+        info=info,
+        warnings=warnings,
+        results_id_format=manifest.get("results_id_format", "same"),
+    )
 
 
 def _read_manifest(path: Path, col: IssueCollector) -> dict | None:
@@ -251,7 +278,9 @@ def _read_manifest(path: Path, col: IssueCollector) -> dict | None:
     if m.get("metric_family") not in FAMILIES:  # read now: families registered after import count
         col.error(None, "metric_family", f"expected one of {tuple(FAMILIES)}, got {m.get('metric_family')!r}")
     if m.get("results_id_format", "same") not in RESULTS_ID_FORMATS:
-        col.error(None, "results_id_format", f"expected one of {RESULTS_ID_FORMATS}, got {m.get('results_id_format')!r}")
+        col.error(
+            None, "results_id_format", f"expected one of {RESULTS_ID_FORMATS}, got {m.get('results_id_format')!r}"
+        )
     if "info" in m and not isinstance(m["info"], dict):
         col.error(None, "info", "must be a JSON object")
     if "images" in m and not isinstance(m["images"], dict):
@@ -271,11 +300,23 @@ def _image_ids(folder: Path) -> frozenset[str] | None:
 def _read_judgments(path: Path, corpus: frozenset[str], col: IssueCollector) -> dict[str, tuple[int, Judgments]]:
     out: dict[str, tuple[int, Judgments]] = {}
     missing_neg, dups, pos_and_neg = [], [], []
-    rows = judgment_rows(path, col, "group_id", "group id", out, "duplicate group id (first on line {line})",
-                         "positives", "negatives")
+    rows = judgment_rows(
+        path, col, "group_id", "group id", out, "duplicate group id (first on line {line})", "positives", "negatives"
+    )
     for lineno, gid, loc, pos, neg in rows:
-        check_judgments(col, loc, pos, neg, corpus, pos_field="positives", neg_field="negatives",
-                        missing_neg=missing_neg, dup_rows=dups, pos_and_neg=pos_and_neg, file=path)
+        check_judgments(
+            col,
+            loc,
+            pos,
+            neg,
+            corpus,
+            pos_field="positives",
+            neg_field="negatives",
+            missing_neg=missing_neg,
+            dup_rows=dups,
+            pos_and_neg=pos_and_neg,
+            file=path,
+        )
         out[gid] = (lineno, Judgments(tuple(pos), tuple(neg)))
     warn_rows(col, missing_neg, "negatives", "negative(s) not in the corpus", file=path)
     warn_rows(col, dups, None, "an id is repeated within a judgment list", file=path, unit="judgment lists")
@@ -283,8 +324,13 @@ def _read_judgments(path: Path, corpus: frozenset[str], col: IssueCollector) -> 
     return out
 
 
-def _read_queries(path: Path, judgments: dict[str, tuple[int, Judgments]], corpus: frozenset[str],
-                  known_images: frozenset[str], col: IssueCollector) -> tuple[list[Query], set[str]]:
+def _read_queries(
+    path: Path,
+    judgments: dict[str, tuple[int, Judgments]],
+    corpus: frozenset[str],
+    known_images: frozenset[str],
+    col: IssueCollector,
+) -> tuple[list[Query], set[str]]:
     queries: list[Query] = []
     first: dict[str, int] = {}
     used: set[str] = set()
@@ -298,8 +344,12 @@ def _read_queries(path: Path, judgments: dict[str, tuple[int, Judgments]], corpu
         else:
             for k, r in enumerate(refs):
                 if r not in known_images:
-                    col.error(loc, f"reference_ids[{k}]", f"reference image {r!r} does not exist (not in {CORPUS}, "
-                              f"{EXTRA_IMAGES} or {IMAGES}/)", file=path)
+                    col.error(
+                        loc,
+                        f"reference_ids[{k}]",
+                        f"reference image {r!r} does not exist (not in {CORPUS}, {EXTRA_IMAGES} or {IMAGES}/)",
+                        file=path,
+                    )
         instruction = row.get("instruction")
         if not isinstance(instruction, str) or not instruction.strip():
             col.error(loc, "instruction", "empty instruction", file=path)
@@ -336,8 +386,9 @@ def _read_queries(path: Path, judgments: dict[str, tuple[int, Judgments]], corpu
             target_not_pos.append(loc)
         queries.append(Query(qid, tuple(refs), instruction, gid, j, meta, target_id=target))
     warn_rows(col, odd_tone, "meta.skin_tone_bucket", f"value not in {SKIN_TONE_BUCKETS}", file=path)
-    warn_rows(col, single_mismatch, "meta.is_single", "is_single disagrees with the number of reference images",
-              file=path)
+    warn_rows(
+        col, single_mismatch, "meta.is_single", "is_single disagrees with the number of reference images", file=path
+    )
     warn_rows(col, target_not_pos, "target_id", "target image is not among the group's positives", file=path)
     if not first and not col.errors:
         col.error(None, None, "no queries", file=path)

@@ -13,6 +13,7 @@ The file is marshal data (the fastest reader in the standard library) after
 the sha256 of that data: a damaged or unreadable file is validated again and
 rewritten, with one warning.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -63,8 +64,9 @@ def cache_path(kind: str, key: str) -> Path:
     return (Path(folder) if folder else cache_dir() / "benchmarks") / f"{kind}-{key[:40]}.marshal"
 
 
-def _encode(queries: Sequence[Query], corpus_ids: Sequence[str], info: dict,
-            issues: Sequence[ValidationIssue]) -> bytes | None:
+def _encode(
+    queries: Sequence[Query], corpus_ids: Sequence[str], info: dict, issues: Sequence[ValidationIssue]
+) -> bytes | None:
     """Plain tuples (judgments stored once and shared again on reading, as the loader shares them)."""
     index: dict[int, int] = {}
     judgments = []
@@ -86,8 +88,10 @@ def _encode(queries: Sequence[Query], corpus_ids: Sequence[str], info: dict,
 def _decode(payload: bytes):
     judgments, rows, corpus_ids, info, issues = marshal.loads(payload)
     shared = [Judgments(p, n, k) for p, n, k in judgments]
-    queries = [Query(qid, refs, instruction, group, shared[k], meta, target)
-               for qid, refs, instruction, group, k, meta, target in rows]
+    queries = [
+        Query(qid, refs, instruction, group, shared[k], meta, target)
+        for qid, refs, instruction, group, k, meta, target in rows
+    ]
     return queries, corpus_ids, info, [ValidationIssue(*w) for w in issues]
 
 
@@ -98,8 +102,11 @@ def read(path: Path):
     except FileNotFoundError:
         return None
     except OSError as exc:
-        warnings.warn(f"stored benchmark {path} cannot be read ({exc}): validating the files again",
-                      BenchmarkCacheWarning, stacklevel=3)
+        warnings.warn(
+            f"stored benchmark {path} cannot be read ({exc}): validating the files again",
+            BenchmarkCacheWarning,
+            stacklevel=3,
+        )
         return None
     digest, payload = raw[:32], raw[32:]
     try:
@@ -107,8 +114,11 @@ def read(path: Path):
             raise ValueError("checksum mismatch")
         return _decode(payload)
     except Exception as exc:  # noqa: BLE001 - any damage means: validate again
-        warnings.warn(f"stored benchmark {path} is damaged ({exc}): validating the files again and rewriting it",
-                      BenchmarkCacheWarning, stacklevel=3)
+        warnings.warn(
+            f"stored benchmark {path} is damaged ({exc}): validating the files again and rewriting it",
+            BenchmarkCacheWarning,
+            stacklevel=3,
+        )
         return None
 
 
@@ -123,5 +133,8 @@ def write(path: Path, queries, corpus_ids, info, issues) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(path, hashlib.sha256(payload).digest() + payload)
     except OSError as exc:
-        warnings.warn(f"cannot store the validated benchmark at {path} ({exc}); the next run validates again",
-                      BenchmarkCacheWarning, stacklevel=3)
+        warnings.warn(
+            f"cannot store the validated benchmark at {path} ({exc}); the next run validates again",
+            BenchmarkCacheWarning,
+            stacklevel=3,
+        )

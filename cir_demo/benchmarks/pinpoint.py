@@ -21,6 +21,7 @@ Reading
 Every problem is collected; errors raise one BenchmarkError naming the file,
 row (0-based parquet row and query id) and column.
 """
+
 from __future__ import annotations
 
 import re
@@ -46,8 +47,12 @@ QUERY_ID_MAP_NAME = "query_id_map.json"
 EXTRA_REFS_NAME = "reference_signatures.txt"
 
 REQUIRED_COLUMNS = (
-    "query_id", "query_image_signature", "query_image_signature2",
-    "instruction", "positive_candidates", "negative_candidates",
+    "query_id",
+    "query_image_signature",
+    "query_image_signature2",
+    "instruction",
+    "positive_candidates",
+    "negative_candidates",
 )
 # official column -> schema meta key
 META_COLUMNS = {
@@ -61,14 +66,28 @@ META_COLUMNS = {
     "token_count": "token_count",
 }
 OFFICIAL_COLUMNS = REQUIRED_COLUMNS[:6] + (
-    "token_count", "length_category", "is_question", "is_imperative", "is_single",
-    "query_category", "skin_tone_bucket", "l1_interest",
+    "token_count",
+    "length_category",
+    "is_question",
+    "is_imperative",
+    "is_single",
+    "query_category",
+    "skin_tone_bucket",
+    "l1_interest",
 )
 # our addition: the paraphrase group of each query (the official evaluator ignores extra columns)
 GROUP_COLUMN = "paraphrase_group_id"
 _QUERY_ID = re.compile(r"^query_\d+$")
-_STRING_COLUMNS = ("query_id", "query_image_signature", "query_image_signature2", "instruction",
-                   "query_category", "l1_interest", "skin_tone_bucket", "length_category")
+_STRING_COLUMNS = (
+    "query_id",
+    "query_image_signature",
+    "query_image_signature2",
+    "instruction",
+    "query_category",
+    "l1_interest",
+    "skin_tone_bucket",
+    "length_category",
+)
 _BOOL_COLUMNS = ("is_question", "is_imperative", "is_single")
 # token_count -> length_category, as measured on the real file (short 1-6, medium 7-15, long 16+)
 _LENGTH_BOUNDS = ((6, "short"), (15, "medium"))
@@ -102,14 +121,21 @@ def load_pinpoint(
         from cir_demo.benchmarks import load_cache
 
         corpus_file = Path(corpus_ids) if corpus_ids is not None else path.parent / CORPUS_NAME
-        key = load_cache.cache_key("pinpoint", [path, corpus_file, path.parent / EXTRA_REFS_NAME],
-                                   [corpus_ids is None])
+        key = load_cache.cache_key("pinpoint", [path, corpus_file, path.parent / EXTRA_REFS_NAME], [corpus_ids is None])
         stored = load_cache.cache_path("pinpoint", key)
         replay = load_cache.read(stored)
         if replay is not None:
             queries, corpus, info, warnings = replay
-            return Benchmark("pinpoint", "pinpoint", queries, corpus, images=_image_store(None, cache_dir, online),
-                             info=info, warnings=warnings, results_id_format="pinpoint")
+            return Benchmark(
+                "pinpoint",
+                "pinpoint",
+                queries,
+                corpus,
+                images=_image_store(None, cache_dir, online),
+                info=info,
+                warnings=warnings,
+                results_id_format="pinpoint",
+            )
     col = IssueCollector(path)
     table = _read_table(path, col)
     finish(col)  # nothing more can be checked without the table
@@ -125,25 +151,44 @@ def load_pinpoint(
     queries, stats = _build_queries(table, path, corpus, corpus_plus_refs, image_dir, col)
     if corpus is None:
         corpus = stats.pop("referenced_ids")
-        col.warn(None, None, f"no {CORPUS_NAME} given or found beside the annotations: the corpus is the "
-                 f"{len(corpus)} images the annotations name (far easier than the official index)", file=path)
+        col.warn(
+            None,
+            None,
+            f"no {CORPUS_NAME} given or found beside the annotations: the corpus is the "
+            f"{len(corpus)} images the annotations name (far easier than the official index)",
+            file=path,
+        )
     else:
         stats.pop("referenced_ids")
     warnings = finish(col)
 
-    info = {"source": str(path), "corpus_source": corpus_source,
-            "grouping": "paraphrase_group_id column" if GROUP_COLUMN in table.column_names else "same set of positives", **stats}
+    info = {
+        "source": str(path),
+        "corpus_source": corpus_source,
+        "grouping": "paraphrase_group_id column" if GROUP_COLUMN in table.column_names else "same set of positives",
+        **stats,
+    }
     if stored is not None:
         load_cache.write(stored, queries, corpus, info, warnings)
-    return Benchmark("pinpoint", "pinpoint", queries, list(corpus), images=_image_store(image_dir, cache_dir, online),
-                     info=info, warnings=warnings, results_id_format="pinpoint")
+    return Benchmark(
+        "pinpoint",
+        "pinpoint",
+        queries,
+        list(corpus),
+        images=_image_store(image_dir, cache_dir, online),
+        info=info,
+        warnings=warnings,
+        results_id_format="pinpoint",
+    )
 
 
 def _image_store(image_dir, cache_dir, online: bool) -> FolderImageStore:
     from cir_demo.paths import cache_dir as default_cache
 
     return FolderImageStore(
-        root=image_dir, filename_pattern="{id}.jpg", url_pattern=pinpoint_cdn_url,
+        root=image_dir,
+        filename_pattern="{id}.jpg",
+        url_pattern=pinpoint_cdn_url,
         cache_dir=Path(cache_dir) if cache_dir is not None else default_cache() / "images" / "pinpoint",
         online=online,
     )
@@ -169,13 +214,16 @@ def _read_table(path: Path, col: IssueCollector):
         if c not in names:
             col.warn(None, c, f"metadata column is missing; breakdowns by {META_COLUMNS[c]} will be empty")
     for c in _STRING_COLUMNS:
-        if c in names and not (pa.types.is_string(schema.field(c).type) or pa.types.is_large_string(schema.field(c).type)):
+        if c in names and not (
+            pa.types.is_string(schema.field(c).type) or pa.types.is_large_string(schema.field(c).type)
+        ):
             col.error(None, c, f"expected a string column, got {schema.field(c).type}")
     for c in ("positive_candidates", "negative_candidates"):
         if c in names:
             t = schema.field(c).type
             if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not (
-                    pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)):
+                pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)
+            ):
                 col.error(None, c, f"expected a list of strings, got {t}")
     for c in _BOOL_COLUMNS:
         if c in names and not pa.types.is_boolean(schema.field(c).type):
@@ -289,8 +337,12 @@ class _QueryRows:
             if self.image_root is not None and (self.image_root / f"{r}.jpg").is_file():
                 continue
             if self.corpus_set is not None:
-                col.error(loc, field, f"reference image {r!r} does not exist (not in the corpus id list or "
-                          f"{EXTRA_REFS_NAME}" + (", not in the image folder)" if self.image_root is not None else ")"))
+                col.error(
+                    loc,
+                    field,
+                    f"reference image {r!r} does not exist (not in the corpus id list or "
+                    f"{EXTRA_REFS_NAME}" + (", not in the image folder)" if self.image_root is not None else ")"),
+                )
         if len(refs) == 2 and r1 == r2:
             self.same_refs.append(loc)
         return refs, ok
@@ -344,9 +396,18 @@ class _QueryRows:
         judgments = self.judgments_cache.get(judgments_key)
         if judgments is None:
             judgments = self.judgments_cache[judgments_key] = Judgments(tuple(pos), tuple(neg), n_null)
-            check_judgments(col, loc, judgments.positives, judgments.negatives, self.corpus_set,
-                            pos_field="positive_candidates", neg_field="negative_candidates",
-                            missing_neg=self.missing_neg, dup_rows=self.dup_rows, pos_and_neg=self.pos_and_neg)
+            check_judgments(
+                col,
+                loc,
+                judgments.positives,
+                judgments.negatives,
+                self.corpus_set,
+                pos_field="positive_candidates",
+                neg_field="negative_candidates",
+                missing_neg=self.missing_neg,
+                dup_rows=self.dup_rows,
+                pos_and_neg=self.pos_and_neg,
+            )
             for x in refs + judgments.positives + judgments.negatives:
                 self.referenced[x] = None
         return judgments
@@ -364,31 +425,65 @@ class _QueryRows:
         return meta
 
     def warn(self, col: IssueCollector) -> None:
-        warn_rows(col, self.odd_ids, "query_id", "query id is not 'query_<digits>'; results files key it as "
-                  "normalize_pinpoint_query_id(id)")
-        warn_rows(col, self.null_negs, "negative_candidates", "null entry in the negative list, dropped (counted in "
-                  "Judgments.n_null_negatives: the official evaluator counts it in NegRecall's min(len(negatives), k))")
+        warn_rows(
+            col,
+            self.odd_ids,
+            "query_id",
+            "query id is not 'query_<digits>'; results files key it as normalize_pinpoint_query_id(id)",
+        )
+        warn_rows(
+            col,
+            self.null_negs,
+            "negative_candidates",
+            "null entry in the negative list, dropped (counted in "
+            "Judgments.n_null_negatives: the official evaluator counts it in NegRecall's min(len(negatives), k))",
+        )
         if self.mixed_groups:
-            col.warn(None, "positive_candidates", f"{len(self.mixed_groups)} paraphrase groups (same positives) differ in "
-                     "their reference images or negatives between paraphrases; each query keeps its own lists, "
-                     "as the official evaluator does")
-        warn_rows(col, self.missing_neg, "negative_candidates", "negative(s) not in the corpus (they can never be "
-                  "retrieved)", unit="paraphrase groups")
-        warn_rows(col, self.dup_rows, None, "an id is repeated within a judgment list (kept: the official evaluator "
-                  "counts list lengths with repeats)", unit="judgment lists")
-        warn_rows(col, self.pos_and_neg, "negative_candidates", "an id is both a positive and a negative (the "
-                  "official evaluator counts it as both)", unit="paraphrase groups")
+            col.warn(
+                None,
+                "positive_candidates",
+                f"{len(self.mixed_groups)} paraphrase groups (same positives) differ in "
+                "their reference images or negatives between paraphrases; each query keeps its own lists, "
+                "as the official evaluator does",
+            )
+        warn_rows(
+            col,
+            self.missing_neg,
+            "negative_candidates",
+            "negative(s) not in the corpus (they can never be retrieved)",
+            unit="paraphrase groups",
+        )
+        warn_rows(
+            col,
+            self.dup_rows,
+            None,
+            "an id is repeated within a judgment list (kept: the official evaluator counts list lengths with repeats)",
+            unit="judgment lists",
+        )
+        warn_rows(
+            col,
+            self.pos_and_neg,
+            "negative_candidates",
+            "an id is both a positive and a negative (the official evaluator counts it as both)",
+            unit="paraphrase groups",
+        )
         warn_rows(col, self.no_markers, "instruction", "two-image query without both <img1> and <img2> markers")
         warn_rows(col, self.stray_markers, "instruction", "single-image query mentions <img1>/<img2>")
-        warn_rows(col, self.single_mismatch, "is_single", "is_single disagrees with the reference images "
-                  "(query_image_signature2 set but is_single=True, or the reverse); meta keeps the file's label")
+        warn_rows(
+            col,
+            self.single_mismatch,
+            "is_single",
+            "is_single disagrees with the reference images "
+            "(query_image_signature2 set but is_single=True, or the reverse); meta keeps the file's label",
+        )
         warn_rows(col, self.same_refs, "query_image_signature2", "second reference image equals the first")
         warn_rows(col, self.ref_is_pos, "positive_candidates", "a reference image is also a positive")
         warn_rows(col, self.odd_tone, "skin_tone_bucket", f"value not in {SKIN_TONE_BUCKETS} or UNKNOWN")
 
 
-def _build_queries(table, path: Path, corpus: list[str] | None, known_refs: frozenset[str] | None, image_dir,
-                   col: IssueCollector):
+def _build_queries(
+    table, path: Path, corpus: list[str] | None, known_refs: frozenset[str] | None, image_dir, col: IssueCollector
+):
     if table.num_rows == 0:
         col.error(None, None, "the annotations have no rows")
     rows = _QueryRows(table, corpus, known_refs, image_dir)
@@ -438,7 +533,9 @@ def export_pinpoint(benchmark: Benchmark, out_dir: str | Path) -> dict[str, Path
         rows["negative_candidates"].append(list(q.negatives) + [None] * q.judgments.n_null_negatives)
         rows["token_count"].append(token_count)
         rows["length_category"].append(str(length))
-        rows["is_question"].append(bool(is_question) if is_question is not None else q.instruction.rstrip().endswith("?"))
+        rows["is_question"].append(
+            bool(is_question) if is_question is not None else q.instruction.rstrip().endswith("?")
+        )
         rows["is_imperative"].append(bool(is_imperative) if is_imperative is not None else False)
         rows["is_single"].append(bool(m.get("is_single", q.is_single)))
         rows["query_category"].append(_str_or_none(m.get("intent_category")))
@@ -446,8 +543,14 @@ def export_pinpoint(benchmark: Benchmark, out_dir: str | Path) -> dict[str, Path
         rows["l1_interest"].append(_str_or_none(m.get("domain")))
         rows[GROUP_COLUMN].append(q.group_id)
     string, strings = pa.large_string(), pa.list_(pa.string())
-    types = {"positive_candidates": strings, "negative_candidates": strings, "token_count": pa.int64(),
-             "is_question": pa.bool_(), "is_imperative": pa.bool_(), "is_single": pa.bool_()}
+    types = {
+        "positive_candidates": strings,
+        "negative_candidates": strings,
+        "token_count": pa.int64(),
+        "is_question": pa.bool_(),
+        "is_imperative": pa.bool_(),
+        "is_single": pa.bool_(),
+    }
     schema = pa.schema([(c, types.get(c, string)) for c in OFFICIAL_COLUMNS + (GROUP_COLUMN,)])
     table = pa.table(rows, schema=schema)
 

@@ -7,6 +7,7 @@ loaded, so listing benchmarks never imports pyarrow or the world generator.
 Arguments are checked against the declaration before the loader runs:
 unknown names get a "did you mean", missing required arguments a clear error.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -77,59 +78,116 @@ RERANK_SUFFIX = "+rerank"  # a reranked run is named "<retriever>+rerank" (resul
 BENCHMARKS: dict[str, BenchmarkSpec] = {
     s.name: s
     for s in (
-        BenchmarkSpec("world", "the offline procedurally rendered world (no downloads)", "pinpoint",
-                      "cir_demo.world:load_world", optional=("size", "seed", "root", "split"),
-                      default_retrievers=("world-clip-image", "world-clip-text", "world-clip-fusion", "world-clip-slerp",
-                                          "world-cir"),
-                      app_columns=("world-cir", "world-clip-fusion", "world-clip-image", "world-clip-text"),
-                      default_reranker="world-verifier",
-                      generated=GeneratedData("the offline world", "cir_demo.world.loader:world_on_disk",
-                                              "python -m cir_demo world generate", "about 5 s",
-                                              "cir_demo.world.shipped:install_for_loader"),
-                      no_models_hint=("none of the world models ({columns}) is registered yet; train them "
-                                      "(`python -m cir_demo train ...`, see docs/world_models.md) or start with "
-                                      "--retrievers NAME,..."),
-                      upload_heading="Your own images on the offline world.",
-                      upload_note=(
-                          "The offline world's models were trained only on the world's rendered scenes (flat, "
-                          "sketch and photo-style drawings of clothes, home objects and accessories). They do not "
-                          "understand real photos: with your own images expect results that look arbitrary. Upload "
-                          "world images (for example reference images saved from the Explore tab) to see them "
-                          "work."),
-                      splits=("test", "compositional", "train"), eval_splits=("test", "compositional")),
-        BenchmarkSpec("pinpoint", "PinPoint: pinpoint_licensed.parquet + index_signatures.txt", "pinpoint",
-                      "cir_demo.benchmarks.pinpoint:load_pinpoint", required=("annotations",),
-                      optional=("corpus_ids", "image_dir", "cache_dir", "online")),
-        BenchmarkSpec("edir", "EDIR: queries.jsonl, corpus.jsonl, instances.jsonl + images", "edir",
-                      "cir_demo.benchmarks.edir:load_edir", required=("root",), optional=("image_dir",)),
-        BenchmarkSpec("circo", "CIRCO: annotations/<split>.json (val; test for the server) + COCO unlabeled2017",
-                      "circo", "cir_demo.benchmarks.circo:load_circo", required=("annotations",),
-                      optional=("image_dir", "corpus_ids", "split"), splits=("val", "test"),
-                      image_source="CIRCO's images are COCO 2017's unlabeled images: download unlabeled2017.zip "
-                                   "(and image_info_unlabeled2017.zip) from cocodataset.org/#download and unpack "
-                                   "them as CIRCO/COCO2017_unlabeled/unlabeled2017/000000xxxxxx.jpg (found there by "
-                                   "default) and CIRCO/COCO2017_unlabeled/annotations/image_info_unlabeled2017.json "
-                                   "(give it as --corpus-ids)."),
-        BenchmarkSpec("cirr", "CIRR: captions/cap.rc2.<split>.json + image_splits/split.rc2.<split>.json (+ images)",
-                      "cirr", "cir_demo.benchmarks.cirr:load_cirr", required=("root",), optional=("split", "image_dir"),
-                      splits=("val", "test1"),
-                      image_source="CIRR's images are NLVR2's raw images: request them from the NLVR2 authors "
-                                   "(github.com/lil-lab/nlvr, nlvr2/README.md, 'direct image download') and unpack "
-                                   "them so that the paths in image_splits/split.rc2.<split>.json (./dev/..., "
-                                   "./test1/..., ./train/...) resolve under <root>/img_raw/ (found there by "
-                                   "default), or give that folder as --image-dir."),
-        BenchmarkSpec("fashioniq", "FashionIQ val: captions/cap.<category>.val.json + image_splits/split.<category>.val.json",
-                      "fashioniq", "cir_demo.benchmarks.fashioniq:load_fashioniq", required=("root",),
-                      optional=("image_dir", "categories"),
-                      image_source="FashionIQ's images come with its release (github.com/XiaoxiaoGuo/fashion-iq: "
-                                   "the image_url lists; many of those addresses are gone, so use the image "
-                                   "archive its authors or a paper's repository share): put them as "
-                                   "<root>/images/<image id>.jpg (found there by default), or give their folder "
-                                   "as --image-dir."),
-        BenchmarkSpec("icir", "i-CIR: query_files.csv + database_files.csv (image_path,text,instance)", "icir",
-                      "cir_demo.benchmarks.icir:load_icir", required=("root",), optional=("image_dir",)),
-        BenchmarkSpec("jsonl", "a benchmark folder in the project's JSONL format (docs/formats.md)", "from manifest",
-                      "cir_demo.benchmarks.jsonl:load_jsonl_benchmark", required=("root",)),
+        BenchmarkSpec(
+            "world",
+            "the offline procedurally rendered world (no downloads)",
+            "pinpoint",
+            "cir_demo.world:load_world",
+            optional=("size", "seed", "root", "split"),
+            default_retrievers=(
+                "world-clip-image",
+                "world-clip-text",
+                "world-clip-fusion",
+                "world-clip-slerp",
+                "world-cir",
+            ),
+            app_columns=("world-cir", "world-clip-fusion", "world-clip-image", "world-clip-text"),
+            default_reranker="world-verifier",
+            generated=GeneratedData(
+                "the offline world",
+                "cir_demo.world.loader:world_on_disk",
+                "python -m cir_demo world generate",
+                "about 5 s",
+                "cir_demo.world.shipped:install_for_loader",
+            ),
+            no_models_hint=(
+                "none of the world models ({columns}) is registered yet; train them "
+                "(`python -m cir_demo train ...`, see docs/world_models.md) or start with "
+                "--retrievers NAME,..."
+            ),
+            upload_heading="Your own images on the offline world.",
+            upload_note=(
+                "The offline world's models were trained only on the world's rendered scenes (flat, "
+                "sketch and photo-style drawings of clothes, home objects and accessories). They do not "
+                "understand real photos: with your own images expect results that look arbitrary. Upload "
+                "world images (for example reference images saved from the Explore tab) to see them "
+                "work."
+            ),
+            splits=("test", "compositional", "train"),
+            eval_splits=("test", "compositional"),
+        ),
+        BenchmarkSpec(
+            "pinpoint",
+            "PinPoint: pinpoint_licensed.parquet + index_signatures.txt",
+            "pinpoint",
+            "cir_demo.benchmarks.pinpoint:load_pinpoint",
+            required=("annotations",),
+            optional=("corpus_ids", "image_dir", "cache_dir", "online"),
+        ),
+        BenchmarkSpec(
+            "edir",
+            "EDIR: queries.jsonl, corpus.jsonl, instances.jsonl + images",
+            "edir",
+            "cir_demo.benchmarks.edir:load_edir",
+            required=("root",),
+            optional=("image_dir",),
+        ),
+        BenchmarkSpec(
+            "circo",
+            "CIRCO: annotations/<split>.json (val; test for the server) + COCO unlabeled2017",
+            "circo",
+            "cir_demo.benchmarks.circo:load_circo",
+            required=("annotations",),
+            optional=("image_dir", "corpus_ids", "split"),
+            splits=("val", "test"),
+            image_source="CIRCO's images are COCO 2017's unlabeled images: download unlabeled2017.zip "
+            "(and image_info_unlabeled2017.zip) from cocodataset.org/#download and unpack "
+            "them as CIRCO/COCO2017_unlabeled/unlabeled2017/000000xxxxxx.jpg (found there by "
+            "default) and CIRCO/COCO2017_unlabeled/annotations/image_info_unlabeled2017.json "
+            "(give it as --corpus-ids).",
+        ),
+        BenchmarkSpec(
+            "cirr",
+            "CIRR: captions/cap.rc2.<split>.json + image_splits/split.rc2.<split>.json (+ images)",
+            "cirr",
+            "cir_demo.benchmarks.cirr:load_cirr",
+            required=("root",),
+            optional=("split", "image_dir"),
+            splits=("val", "test1"),
+            image_source="CIRR's images are NLVR2's raw images: request them from the NLVR2 authors "
+            "(github.com/lil-lab/nlvr, nlvr2/README.md, 'direct image download') and unpack "
+            "them so that the paths in image_splits/split.rc2.<split>.json (./dev/..., "
+            "./test1/..., ./train/...) resolve under <root>/img_raw/ (found there by "
+            "default), or give that folder as --image-dir.",
+        ),
+        BenchmarkSpec(
+            "fashioniq",
+            "FashionIQ val: captions/cap.<category>.val.json + image_splits/split.<category>.val.json",
+            "fashioniq",
+            "cir_demo.benchmarks.fashioniq:load_fashioniq",
+            required=("root",),
+            optional=("image_dir", "categories"),
+            image_source="FashionIQ's images come with its release (github.com/XiaoxiaoGuo/fashion-iq: "
+            "the image_url lists; many of those addresses are gone, so use the image "
+            "archive its authors or a paper's repository share): put them as "
+            "<root>/images/<image id>.jpg (found there by default), or give their folder "
+            "as --image-dir.",
+        ),
+        BenchmarkSpec(
+            "icir",
+            "i-CIR: query_files.csv + database_files.csv (image_path,text,instance)",
+            "icir",
+            "cir_demo.benchmarks.icir:load_icir",
+            required=("root",),
+            optional=("image_dir",),
+        ),
+        BenchmarkSpec(
+            "jsonl",
+            "a benchmark folder in the project's JSONL format (docs/formats.md)",
+            "from manifest",
+            "cir_demo.benchmarks.jsonl:load_jsonl_benchmark",
+            required=("root",),
+        ),
     )
 }
 
@@ -155,7 +213,8 @@ def check_arguments(spec: BenchmarkSpec, kwargs: dict[str, Any]) -> None:
     if missing:
         flags = ", ".join(f"--{a.replace('_', '-')}" for a in missing)
         raise BenchmarkArgumentError(
-            f"benchmark {spec.name!r} needs {', '.join(missing)} ({flags}); it takes {_describe(spec)}")
+            f"benchmark {spec.name!r} needs {', '.join(missing)} ({flags}); it takes {_describe(spec)}"
+        )
     for key in kwargs:
         if key not in spec.arguments:
             try:

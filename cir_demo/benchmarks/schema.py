@@ -23,6 +23,7 @@ Metadata keys (all optional; breakdowns use whichever are present):
 `shared_concept`, `semantic_aspects` (CIRCO), `category` (FashionIQ), `instance` (i-CIR),
 `img_set_size`, `sole_target` (CIRR).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -51,7 +52,6 @@ BREAKDOWN_FIELDS = (
     "img_set_size",  # CIRR: members of the query's img_set
     "sole_target",  # CIRR: target_soft marks no image but the hard target as a match
 )
-
 
 
 # --------------------------------------------------------------------------- errors
@@ -157,8 +157,12 @@ class CallableImageStore(ImageStore):
     as `open` would: bulk readers (the corpus encoder) run it in worker processes, as rendering
     holds the GIL for most of its work."""
 
-    def __init__(self, render: Callable[[str], Any], prefix: str = "generated",
-                 open_many: Callable[[list[str]], list] | None = None):
+    def __init__(
+        self,
+        render: Callable[[str], Any],
+        prefix: str = "generated",
+        open_many: Callable[[list[str]], list] | None = None,
+    ):
         self._render = render
         self._prefix = prefix
         self.open_many = open_many
@@ -232,7 +236,7 @@ def normalize_pinpoint_query_id(query_id: Any) -> str:
     """`query_00001` -> `00001`, `1` -> `00001` (the official evaluator's rule)."""
     s = str(query_id)
     if s.startswith("query_"):
-        s = s[len("query_"):]
+        s = s[len("query_") :]
     return s.zfill(5)
 
 

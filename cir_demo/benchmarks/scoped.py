@@ -6,6 +6,7 @@ keeps one corpus, so these restrictions travel with the query's judgments and th
 them to any run (a run over the whole corpus then scores exactly as the reference code's
 per-category or per-instance ranking would).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

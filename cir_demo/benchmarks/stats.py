@@ -1,5 +1,6 @@
 """A benchmark's statistics as `validate` prints them: sizes, paraphrase groups, reference images,
 judgment distributions, metadata values."""
+
 from __future__ import annotations
 
 import statistics
@@ -11,8 +12,10 @@ _TOP_VALUES = 8
 def _distribution(values: list[int]) -> str:
     if not values:
         return "none"
-    return (f"min {min(values)}, median {statistics.median(values):g}, mean {statistics.fmean(values):.2f}, "
-            f"max {max(values)} (total {sum(values)})")
+    return (
+        f"min {min(values)}, median {statistics.median(values):g}, mean {statistics.fmean(values):.2f}, "
+        f"max {max(values)} (total {sum(values)})"
+    )
 
 
 def format_stats(bench) -> str:
@@ -38,7 +41,7 @@ def format_stats(bench) -> str:
         counts: Counter = Counter()
         for q in bench.queries:
             v = q.meta.get(field)
-            for item in (v if isinstance(v, (list, tuple)) else [v]):
+            for item in v if isinstance(v, (list, tuple)) else [v]:
                 counts["(none)" if item is None else str(item)] += 1
         top = ", ".join(f"{k} {n}" for k, n in counts.most_common(_TOP_VALUES))
         more = f", ... ({len(counts)} values)" if len(counts) > _TOP_VALUES else ""

@@ -2,6 +2,7 @@
 and the same as MCP tools), built from the service as plain JSON-able data: lists, dicts, strings,
 numbers and None (never NaN, never a server path). The UI's `cir_demo/ui/api.py` only exposes them.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,8 +54,12 @@ def column_answer(col: Column, judged: bool) -> dict[str, Any]:
             if t.marks:
                 item["marks"] = list(t.marks)
         results.append(item)
-    out: dict[str, Any] = {"retriever": col.retriever, "modality": col.modality, "results": results,
-                           "seconds": round(col.seconds, 4)}
+    out: dict[str, Any] = {
+        "retriever": col.retriever,
+        "modality": col.modality,
+        "results": results,
+        "seconds": round(col.seconds, 4),
+    }
     if judged and col.error is None:
         out["metrics"] = plain(col.metrics)
         if col.first_stage_metrics is not None:
@@ -65,35 +70,60 @@ def column_answer(col: Column, judged: bool) -> dict[str, Any]:
 
 
 def comparison_answer(cmp: Comparison, started: float) -> dict[str, Any]:
-    return {"instruction": cmp.instruction, "k": cmp.k, "reranker": cmp.reranker, "rerank_top_n": cmp.top_n,
-            "ranking_rule": cmp.ranking,
-            "columns": [column_answer(c, cmp.judged) for c in cmp.columns],
-            "notes": [hide_paths(n) for n in cmp.notes], "seconds": round(time.perf_counter() - started, 4)}
+    return {
+        "instruction": cmp.instruction,
+        "k": cmp.k,
+        "reranker": cmp.reranker,
+        "rerank_top_n": cmp.top_n,
+        "ranking_rule": cmp.ranking,
+        "columns": [column_answer(c, cmp.judged) for c in cmp.columns],
+        "notes": [hide_paths(n) for n in cmp.notes],
+        "seconds": round(time.perf_counter() - started, 4),
+    }
 
 
-def search_answer(service, images: Sequence[ValidatedImage], instruction: str, retrievers: Sequence[str] | None,
-                  k: int, rerank: bool, top_n: int) -> dict[str, Any]:
+def search_answer(
+    service,
+    images: Sequence[ValidatedImage],
+    instruction: str,
+    retrievers: Sequence[str] | None,
+    k: int,
+    rerank: bool,
+    top_n: int,
+) -> dict[str, Any]:
     """Each retriever's top `k` of the loaded corpus for uploaded reference image(s) and an instruction."""
     started = time.perf_counter()
     cmp = service.search_uploads(images, instruction, retrievers, k=k, rerank=rerank, top_n=top_n)
     return {"benchmark": service.benchmark.name, **comparison_answer(cmp, started)}
 
 
-def query_answer(service, query_id: str, retrievers: Sequence[str] | None, k: int, rerank: bool,
-                 top_n: int) -> dict[str, Any]:
+def query_answer(
+    service, query_id: str, retrievers: Sequence[str] | None, k: int, rerank: bool, top_n: int
+) -> dict[str, Any]:
     """A benchmark query's columns with each item's judgment and each column's per-query metrics (the
     family's, over the whole ranking, as per_query.csv has them), and the query's paraphrases."""
     started = time.perf_counter()
     cmp = service.compare(query_id, retrievers, k=k, rerank=rerank, top_n=top_n)
     view = service.query_view(query_id)
     q = view.query
-    query = {"query_id": q.query_id, "intent": q.group_id, "instruction": q.instruction,
-             "reference_ids": list(q.reference_ids), "n_positives": len(q.positives),
-             "n_negatives": len(q.negatives), "facts": {label: value for label, value in view.facts}}
+    query = {
+        "query_id": q.query_id,
+        "intent": q.group_id,
+        "instruction": q.instruction,
+        "reference_ids": list(q.reference_ids),
+        "n_positives": len(q.positives),
+        "n_negatives": len(q.negatives),
+        "facts": {label: value for label, value in view.facts},
+    }
     paraphrases = [{"query_id": p.query_id, "label": p.label, "instruction": p.instruction} for p in view.paraphrases]
-    return {"benchmark": service.benchmark.name, "query": query, "paraphrases": paraphrases,
-            "metric_family": service.family.name, "judgment_words": list(cmp.words),
-            **comparison_answer(cmp, started)}
+    return {
+        "benchmark": service.benchmark.name,
+        "query": query,
+        "paraphrases": paraphrases,
+        "metric_family": service.family.name,
+        "judgment_words": list(cmp.words),
+        **comparison_answer(cmp, started),
+    }
 
 
 # ------------------------------------------------------------------ failures
@@ -123,10 +153,15 @@ class RunRankings:
     def _compute(self, name: str) -> dict:
         svc = self.service
         if name.endswith(RERANK_SUFFIX):
-            base = name[:-len(RERANK_SUFFIX)]
+            base = name[: -len(RERANK_SUFFIX)]
             self._fill(base)
-            rr = svc.engine.rerank_run(svc.reranker_name, self._runs[base], self._scores.get(base),
-                                       top_n=svc.config.default_top_n, reranker_kw=dict(svc.config.reranker_kwargs))
+            rr = svc.engine.rerank_run(
+                svc.reranker_name,
+                self._runs[base],
+                self._scores.get(base),
+                top_n=svc.config.default_top_n,
+                reranker_kw=dict(svc.config.reranker_kwargs),
+            )
             return dict(rr.run)
         rankings = getattr(svc.engine.retriever(name), "rankings", None)
         if rankings is not None:
@@ -146,8 +181,9 @@ def check_runs(service, runs: Sequence[str] | None) -> list[str]:
     return names
 
 
-def failures_answer(service, cache: RunRankings, sort: str, runs: Sequence[str] | None,
-                    top: int | None) -> dict[str, Any]:
+def failures_answer(
+    service, cache: RunRankings, sort: str, runs: Sequence[str] | None, top: int | None
+) -> dict[str, Any]:
     """The rows `python -m cir_demo failures --sort SORT` writes for these runs (query_id, why, then
     `<run>/<metric>`), in sort order, at most `top` of them."""
     from cir_demo.explorer.cli import failure_rows_of
@@ -160,8 +196,10 @@ def failures_answer(service, cache: RunRankings, sort: str, runs: Sequence[str] 
             raise ServiceError(f"sort {sort!r} needs a reranker; {service.reranker_note or 'none is configured'}")
         cost = len(service.benchmark.queries) * len(names) * service.config.default_top_n
         if cost > service.max_rerank_scores:
-            raise ServiceError(f"sort {sort!r} needs reranked results for all {len(service.benchmark.queries):,} "
-                               f"queries ({cost:,} candidate scores); ask for fewer runs, or use the app's Report")
+            raise ServiceError(
+                f"sort {sort!r} needs reranked results for all {len(service.benchmark.queries):,} "
+                f"queries ({cost:,} candidate scores); ask for fewer runs, or use the app's Report"
+            )
         names += [f"{n}{RERANK_SUFFIX}" for n in names]
     key = (sort, tuple(names))
     rows = cache.rows.get(key)
@@ -170,8 +208,14 @@ def failures_answer(service, cache: RunRankings, sort: str, runs: Sequence[str] 
         cache.rows.put(key, rows)
     total = len(rows)
     rows = rows.head(min(top or MAX_FAILURE_ROWS, MAX_FAILURE_ROWS))
-    return {"benchmark": service.benchmark.name, "sort": sort, "runs": names, "total": total,
-            "columns": [str(c) for c in rows.columns], "rows": records(rows)}
+    return {
+        "benchmark": service.benchmark.name,
+        "sort": sort,
+        "runs": names,
+        "total": total,
+        "columns": [str(c) for c in rows.columns],
+        "rows": records(rows),
+    }
 
 
 # ------------------------------------------------------------------ evaluate
@@ -186,9 +230,15 @@ def evaluate_answer(service, path: str | Path, name: str | None = None) -> dict[
     paired = scored.paired
     if len(paired):
         paired = paired[(paired["a"] == column) | (paired["b"] == column)]
-    return {"benchmark": service.benchmark.name, "run": column, "notes": [hide_paths(n) for n in notes],
-            "metrics": records(metrics[metrics["run"] == column]), "other_runs": records(metrics[metrics["run"] != column]),
-            "paired": records(paired), "n_boot": scored.n_boot}
+    return {
+        "benchmark": service.benchmark.name,
+        "run": column,
+        "notes": [hide_paths(n) for n in notes],
+        "metrics": records(metrics[metrics["run"] == column]),
+        "other_runs": records(metrics[metrics["run"] != column]),
+        "paired": records(paired),
+        "n_boot": scored.n_boot,
+    }
 
 
 # ------------------------------------------------------------------ images

@@ -11,6 +11,7 @@ the run does not rank the target; CIRR's `subset_rank`, `reference_rank`; CIRCO'
 list the same queries in the same order. The run name is the file's stem, or NAME in `NAME=FILE`; a
 run named `<run>+rerank` is that run reranked (the reranker sorts).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,21 +24,35 @@ from cir_demo.results.files import FORMAT_CHOICES
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_benchmark_arguments(p)
-    p.add_argument("--results-json", nargs="+", metavar="[NAME=]FILE", required=True,
-                   help="results files (any format --eval reads, detected per file); the run name is NAME, "
-                        "else the file stem")
+    p.add_argument(
+        "--results-json",
+        nargs="+",
+        metavar="[NAME=]FILE",
+        required=True,
+        help="results files (any format --eval reads, detected per file); the run name is NAME, else the file stem",
+    )
     p.add_argument("--results-format", default="auto", choices=FORMAT_CHOICES)
-    p.add_argument("--sort", default="worst",
-                   help="benchmark, worst, diff:A,B (A's largest gain over B first; diff:A,B:METRIC on another "
-                        "per-query metric), all_fail, rerank_helped, "
-                        "rerank_hurt (with <run>+rerank files), or a sort of the benchmark's family: "
-                        + family_sorts() + ". An unknown name lists those this benchmark offers. Default: worst")
-    p.add_argument("--metric", default=None,
-                   help="the per-query metric a diff:A,B sort compares (default: the family's primary, e.g. "
-                        "CIRR's Recall@1); a headline or shown per-query metric of the family, e.g. Recall@5")
+    p.add_argument(
+        "--sort",
+        default="worst",
+        help="benchmark, worst, diff:A,B (A's largest gain over B first; diff:A,B:METRIC on another "
+        "per-query metric), all_fail, rerank_helped, "
+        "rerank_hurt (with <run>+rerank files), or a sort of the benchmark's family: "
+        + family_sorts()
+        + ". An unknown name lists those this benchmark offers. Default: worst",
+    )
+    p.add_argument(
+        "--metric",
+        default=None,
+        help="the per-query metric a diff:A,B sort compares (default: the family's primary, e.g. "
+        "CIRR's Recall@1); a headline or shown per-query metric of the family, e.g. Recall@5",
+    )
     p.add_argument("--top", type=int, default=None, help="only the first N queries of the sort")
-    p.add_argument("--out", required=True, help="the CSV file to write (written atomically; an existing file is "
-                                                "replaced only with --overwrite)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="the CSV file to write (written atomically; an existing file is replaced only with --overwrite)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
 
 
@@ -45,8 +60,9 @@ def family_sorts() -> str:
     """'pinpoint: negatives, spread, two_image; cirr: ...' (the --help list)."""
     from cir_demo.benchmarks.families import FAMILIES
 
-    return "; ".join(f"{name}: {', '.join([*f.views().sorts, *f.views().extra_sorts]) or '(none)'}"
-                     for name, f in FAMILIES.items())
+    return "; ".join(
+        f"{name}: {', '.join([*f.views().sorts, *f.views().extra_sorts]) or '(none)'}" for name, f in FAMILIES.items()
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 def error_text(exc: BaseException) -> str:
     """The message of `exc` without the "error: " each validation issue starts with (the caller prints one)."""
     prefix = "error: "
-    return "\n".join(line[len(prefix):] if line.startswith(prefix) else line for line in str(exc).splitlines())
+    return "\n".join(line[len(prefix) :] if line.startswith(prefix) else line for line in str(exc).splitlines())
 
 
 # per-query columns written as integers (empty when NaN: e.g. a target the run does not rank)
@@ -121,7 +137,7 @@ def failure_rows_of(bench, runs, sort: str, sources: dict | None = None):
         except BenchmarkError as exc:  # e.g. a ranking repeating an image: named by the file it is in
             raise BenchmarkError(f"{(sources or {}).get(name, name)}: {error_text(exc)}") from None
     per_query = pd.concat(frames, ignore_index=True)
-    first = [n for n in names if not (n.endswith(RERANK_SUFFIX) and n[:-len(RERANK_SUFFIX)] in names)]
+    first = [n for n in names if not (n.endswith(RERANK_SUFFIX) and n[: -len(RERANK_SUFFIX)] in names)]
     metrics = [c for c in per_query.columns if "@" in c or c in fam.headline]
     metrics += [c for c in (*views.measures, views.finer) if c and c in per_query.columns and c not in metrics]
     ctx = SortContext(fam, query_table(bench), first, {n: "composed" for n in first}, reranked=len(first) < len(names))

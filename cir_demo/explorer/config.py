@@ -1,5 +1,6 @@
 """What the app serves and its defaults: columns, reranker, filters, sorts, sizes, and the
 service's error types."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -36,10 +37,16 @@ def filter_fields(views=None) -> dict[str, str]:
     for fam in FAMILIES.values():
         out.update({k: v for k, v in fam.views().filters.items() if k not in out})
     return out
+
+
 SINGLE_LABELS = {True: "single image", False: "two images"}
 # PinPoint's skin-tone buckets of the reference image, on the Monk skin tone scale (1 lightest .. 10 darkest)
-SKIN_TONE_LABELS = {"LIGHTEST": "lightest (Monk 1-3)", "SECOND_LIGHTEST": "second lightest (Monk 4-5)",
-                    "SECOND_DARKEST": "second darkest (Monk 6-7)", "DARKEST": "darkest (Monk 8-10)"}
+SKIN_TONE_LABELS = {
+    "LIGHTEST": "lightest (Monk 1-3)",
+    "SECOND_LIGHTEST": "second lightest (Monk 4-5)",
+    "SECOND_DARKEST": "second darkest (Monk 6-7)",
+    "DARKEST": "darkest (Monk 8-10)",
+}
 NO_VALUE = "(none)"
 
 
@@ -100,8 +107,10 @@ def resolve_reranker(benchmark_name: str, requested: str | None, backends: Itera
     if default and default in backends:
         return default, f"Reranker: {default}."
     if default:
-        return None, (f"The reranker toggle is off: the {default!r} model is not available yet "
-                      "(train it, or start the app with --reranker NAME).")
+        return None, (
+            f"The reranker toggle is off: the {default!r} model is not available yet "
+            "(train it, or start the app with --reranker NAME)."
+        )
     return None, "No reranker configured (start the app with --reranker NAME to enable the toggle)."
 
 

@@ -7,6 +7,7 @@ offers, their wording and the per-query columns they read are declared with the 
 `per_query` is a long frame: run, query_id, group_id, the family's primary metric and its
 `FailureViews.measures`; reranked runs are named `<run>+rerank`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,8 +16,14 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from cir_demo.benchmarks.failure_views import (BENCHMARK_ORDER_ALIASES, COMMON_SORTS, DIFF_PREFIX, SORT_LABELS,
-                                               diff_label, diff_sort)
+from cir_demo.benchmarks.failure_views import (
+    BENCHMARK_ORDER_ALIASES,
+    COMMON_SORTS,
+    DIFF_PREFIX,
+    SORT_LABELS,
+    diff_label,
+    diff_sort,
+)
 from cir_demo.benchmarks.families import MetricFamily
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
 from cir_demo.explorer.config import ServiceError
@@ -60,7 +67,9 @@ def _reasons(ctx: SortContext) -> dict[str, str]:
     uni = [r for r in ctx.runs if ctx.modality.get(r) in ("image", "text")]
     reasons = {
         "rerank_helped": "" if ctx.reranked else "no reranker ran on these runs",
-        "shortcut": "" if uni and len(uni) < len(ctx.runs) else "needs an image-only or text-only run beside a composed one",
+        "shortcut": ""
+        if uni and len(uni) < len(ctx.runs)
+        else "needs an image-only or text-only run beside a composed one",
         "negatives": "" if (t["n_negatives"] > 0).any() else "no query of this benchmark has explicit negatives",
         "hard_negative": "" if (t["n_negatives"] > 0).any() else "no query of this benchmark has hard negatives",
         "spread": "" if t["group_id"].duplicated().any() else "every intent has one phrasing",
@@ -73,8 +82,13 @@ def _reasons(ctx: SortContext) -> dict[str, str]:
 
 def sort_choices(ctx: SortContext) -> list[SortChoice]:
     """Every sort of the family, A vs B for each ordered pair of runs, with whether it has data."""
-    names = [*COMMON_SORTS[:2], *(diff_sort(a, b) for a in ctx.runs for b in ctx.runs if a != b),
-             *COMMON_SORTS[2:], *ctx.family.views().sorts, *ctx.family.views().extra_sorts]
+    names = [
+        *COMMON_SORTS[:2],
+        *(diff_sort(a, b) for a in ctx.runs for b in ctx.runs if a != b),
+        *COMMON_SORTS[2:],
+        *ctx.family.views().sorts,
+        *ctx.family.views().extra_sorts,
+    ]
     reasons = _reasons(ctx)
     out = []
     for name in names:
@@ -83,8 +97,9 @@ def sort_choices(ctx: SortContext) -> list[SortChoice]:
     return out
 
 
-def with_empty_marked(choices: Sequence[SortChoice], per_query: pd.DataFrame, ctx: SortContext,
-                      memo: dict | None = None) -> list[SortChoice]:
+def with_empty_marked(
+    choices: Sequence[SortChoice], per_query: pd.DataFrame, ctx: SortContext, memo: dict | None = None
+) -> list[SortChoice]:
     """`choices` with each offered failure sort that keeps no query of `per_query` marked not offered (e.g.
     "returned the reference first" where no run did), so the app offers only sorts that return something.
     The reranker sorts are left as they are: their rows may not be loaded yet. `memo`: as in `sort_rows`."""
@@ -106,7 +121,7 @@ def with_empty_marked(choices: Sequence[SortChoice], per_query: pd.DataFrame, ct
 
 def split_diff(name: str) -> tuple[str, str, str | None]:
     """(A, B, the metric compared or None for the primary) of `diff:A,B` or `diff:A,B:METRIC`."""
-    a, sep, rest = name[len(DIFF_PREFIX):].partition(",")
+    a, sep, rest = name[len(DIFF_PREFIX) :].partition(",")
     b, _, metric = rest.partition(":")
     if not sep or not a or not b:
         raise ServiceError(f"sort {name!r}: write the A-vs-B sort as diff:A,B (two run names)")
@@ -129,10 +144,14 @@ def check_sort(name: str, ctx: SortContext, choices: Sequence[SortChoice] | None
         a, b, metric = split_diff(name)
         unknown = [r for r in (a, b) if r not in ctx.runs]
         if unknown or a == b:
-            raise ServiceError(f"sort {name!r}: A and B must be two different runs of {', '.join(ctx.runs) or '(none)'}")
+            raise ServiceError(
+                f"sort {name!r}: A and B must be two different runs of {', '.join(ctx.runs) or '(none)'}"
+            )
         if metric is not None and metric not in diff_metrics(ctx.family):
-            raise ServiceError(f"sort {name!r}: {metric!r} is not a per-query metric an A-vs-B sort compares here; "
-                               f"use one of {', '.join(diff_metrics(ctx.family))}")
+            raise ServiceError(
+                f"sort {name!r}: {metric!r} is not a per-query metric an A-vs-B sort compares here; "
+                f"use one of {', '.join(diff_metrics(ctx.family))}"
+            )
         base = diff_sort(a, b)
     if base not in by_name:
         own = [c.name for c in choices if c.available and c.name != "order" and not c.name.startswith(DIFF_PREFIX)]
@@ -184,15 +203,21 @@ def _finer(pq, ctx, runs, index) -> pd.DataFrame:
 def _worst(pq, ctx):
     p = wide(pq, ctx.primary, ctx.runs)
     mean = p.mean(axis=1)
-    return mean.notna(), _keys(mean, _finer(pq, ctx, ctx.runs, p.index).mean(axis=1)), \
-        mean.map(lambda v: f"mean {ctx.primary} {_fmt(v)}")
+    return (
+        mean.notna(),
+        _keys(mean, _finer(pq, ctx, ctx.runs, p.index).mean(axis=1)),
+        mean.map(lambda v: f"mean {ctx.primary} {_fmt(v)}"),
+    )
 
 
 def _all_fail(pq, ctx):
     p = wide(pq, ctx.primary, ctx.runs)
     keep = (p.max(axis=1) == 0) & p.notna().all(axis=1)
-    return keep, _keys(_finer(pq, ctx, ctx.runs, p.index).mean(axis=1)), \
-        pd.Series(f"{ctx.primary} = 0 for every run", index=p.index)
+    return (
+        keep,
+        _keys(_finer(pq, ctx, ctx.runs, p.index).mean(axis=1)),
+        pd.Series(f"{ctx.primary} = 0 for every run", index=p.index),
+    )
 
 
 def _diff(a: str, b: str, metric: str | None = None) -> SortFn:
@@ -208,6 +233,7 @@ def _diff(a: str, b: str, metric: str | None = None) -> SortFn:
         f = _finer(pq, ctx, [a, b], p.index)
         why = [f"{a} {_fmt(x)} vs {b} {_fmt(y)} ({x - y:+.3f} {compared})" for x, y in zip(p[a], p[b])]
         return gain.notna(), _keys(-gain, -(f[a] - f[b])), pd.Series(why, index=p.index)
+
     return sort
 
 
@@ -215,17 +241,23 @@ def _rerank(helped: bool) -> SortFn:
     def sort(pq, ctx):
         runs = [r for r in ctx.runs if f"{r}{RERANK_SUFFIX}" in set(pq["run"])]
         if not runs:
-            raise ServiceError("no reranked results to sort by: this app serves no reranker, or its reranked "
-                               "results are still being computed")
+            raise ServiceError(
+                "no reranked results to sort by: this app serves no reranker, or its reranked "
+                "results are still being computed"
+            )
         before = wide(pq, ctx.primary, runs)
         after = wide(pq, ctx.primary, [f"{r}{RERANK_SUFFIX}" for r in runs]).reindex(before.index)
         delta = pd.DataFrame({r: after[f"{r}{RERANK_SUFFIX}"] - before[r] for r in runs})
         best = delta.max(axis=1) if helped else delta.min(axis=1)
-        who = delta.fillna(-np.inf if helped else np.inf).idxmax(axis=1) if helped else \
-            delta.fillna(np.inf).idxmin(axis=1)
+        who = (
+            delta.fillna(-np.inf if helped else np.inf).idxmax(axis=1)
+            if helped
+            else delta.fillna(np.inf).idxmin(axis=1)
+        )
         keep = best > 0 if helped else best < 0
         why = [f"{ctx.primary} {v:+.3f} after reranking ({w})" for v, w in zip(best, who)]
         return keep, _keys(-best if helped else best), pd.Series(why, index=delta.index)
+
     return sort
 
 
@@ -274,8 +306,10 @@ def _target_rank(pq, ctx):
     ranks = wide(pq, "target_rank", ctx.runs)
     worst = ranks.fillna(NOT_RANKED).max(axis=1)
     who = ranks.fillna(NOT_RANKED).idxmax(axis=1)
-    why = [f"target {'not in the ranking scored' if v >= NOT_RANKED else f'at rank {int(v)}'} ({w})"
-           for v, w in zip(worst, who)]
+    why = [
+        f"target {'not in the ranking scored' if v >= NOT_RANKED else f'at rank {int(v)}'} ({w})"
+        for v, w in zip(worst, who)
+    ]
     return worst > 1, _keys(-worst, -ranks.fillna(NOT_RANKED).mean(axis=1)), pd.Series(why, index=ranks.index)
 
 
@@ -302,8 +336,10 @@ def _missed_gt(pq, ctx):
     n_gt = wide(pq, "n_gt", ctx.runs).reindex(found.index)
     missed = np.minimum(n_gt, 10) - found
     most, who = missed.max(axis=1), missed.fillna(-1).idxmax(axis=1)
-    why = [f"{_int(m)} of min({_int(n)}, 10) ground truths missed in the top 10 ({w})"
-           for m, n, w in zip(most, n_gt.max(axis=1), who)]
+    why = [
+        f"{_int(m)} of min({_int(n)}, 10) ground truths missed in the top 10 ({w})"
+        for m, n, w in zip(most, n_gt.max(axis=1), who)
+    ]
     return most > 0, _keys(-most, -missed.mean(axis=1)), pd.Series(why, index=found.index)
 
 
@@ -311,9 +347,11 @@ def _hard_negative(pq, ctx):
     hn = wide(pq, "hard_negative@1", ctx.runs)
     count = hn.sum(axis=1)
     sub = pq.groupby("query_id")["subcategory"].first().reindex(hn.index) if "subcategory" in pq else None
-    why = [f"hard negative at rank 1 for {', '.join(r for r in hn.columns if row[r] == 1)}"
-           + (f" ({s})" if isinstance(s, str) else "")
-           for (_, row), s in zip(hn.iterrows(), sub if sub is not None else [None] * len(hn))]
+    why = [
+        f"hard negative at rank 1 for {', '.join(r for r in hn.columns if row[r] == 1)}"
+        + (f" ({s})" if isinstance(s, str) else "")
+        for (_, row), s in zip(hn.iterrows(), sub if sub is not None else [None] * len(hn))
+    ]
     return count > 0, _keys(-count), pd.Series(why, index=hn.index)
 
 
@@ -322,16 +360,28 @@ def _worst_instances(pq, ctx):
     mean = p.mean(axis=1)
     instance = pq.groupby("query_id")["instance"].first().reindex(p.index).astype(str)
     inst_mean = mean.groupby(instance).transform("mean")
-    why = [f"instance {i}: mean {ctx.primary} {_fmt(m)} (this query {_fmt(v)})"
-           for i, m, v in zip(instance, inst_mean, mean)]
+    why = [
+        f"instance {i}: mean {ctx.primary} {_fmt(m)} (this query {_fmt(v)})"
+        for i, m, v in zip(instance, inst_mean, mean)
+    ]
     return mean.notna(), _keys(inst_mean, instance.rank(method="dense"), mean), pd.Series(why, index=p.index)
 
 
 SORT_FUNCTIONS: dict[str, SortFn] = {
-    "worst": _worst, "all_fail": _all_fail, "rerank_helped": _rerank(True), "rerank_hurt": _rerank(False),
-    "shortcut": _shortcut, "negatives": _negatives, "spread": _spread, "two_image": _two_image,
-    "target_rank": _target_rank, "reference_first": _reference_first, "subset_rank": _subset_rank,
-    "missed_gt": _missed_gt, "hard_negative": _hard_negative, "worst_instances": _worst_instances,
+    "worst": _worst,
+    "all_fail": _all_fail,
+    "rerank_helped": _rerank(True),
+    "rerank_hurt": _rerank(False),
+    "shortcut": _shortcut,
+    "negatives": _negatives,
+    "spread": _spread,
+    "two_image": _two_image,
+    "target_rank": _target_rank,
+    "reference_first": _reference_first,
+    "subset_rank": _subset_rank,
+    "missed_gt": _missed_gt,
+    "hard_negative": _hard_negative,
+    "worst_instances": _worst_instances,
 }
 
 
@@ -344,8 +394,14 @@ def _sort_function(name: str, ctx: SortContext) -> SortFn:
     return SORT_FUNCTIONS[name]
 
 
-def sort_rows(rows: pd.DataFrame, per_query: pd.DataFrame | None, name: str, ctx: SortContext,
-              choices: Sequence[SortChoice] | None = None, memo: dict | None = None) -> tuple[pd.DataFrame, str]:
+def sort_rows(
+    rows: pd.DataFrame,
+    per_query: pd.DataFrame | None,
+    name: str,
+    ctx: SortContext,
+    choices: Sequence[SortChoice] | None = None,
+    memo: dict | None = None,
+) -> tuple[pd.DataFrame, str]:
     """Order (and for failure sorts, keep only the failing) `rows` of the query table by sort `name`.
 
     Returns (rows with a `why` column, a sentence about the sort). Ties keep benchmark order.

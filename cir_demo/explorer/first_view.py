@@ -6,6 +6,7 @@ background run is computing), the eval outputs the repository ships for this ben
 (`index.prebuilt_run`) are read for the choice only, even when written by other code: the page's
 numbers are always computed live. Without either, the benchmark's first query.
 """
+
 from __future__ import annotations
 
 import io

@@ -1,5 +1,6 @@
 """Images for the page: data-URI thumbnails (memory LRU over an SQLite file), a lossless pixel
 cache in front of a benchmark's image store, and the low-priority process that fills both."""
+
 from __future__ import annotations
 
 import base64
@@ -39,8 +40,14 @@ class ThumbnailStore:
     (`warm_thumbnails`). Safe for concurrent use.
     """
 
-    def __init__(self, open_image: Callable[[str], Any], db_path: str | Path | None, size: int,
-                 quality: int = 85, max_memory: int = 8192):
+    def __init__(
+        self,
+        open_image: Callable[[str], Any],
+        db_path: str | Path | None,
+        size: int,
+        quality: int = 85,
+        max_memory: int = 8192,
+    ):
         self.open_image = open_image
         self.size = size
         self.quality = quality
@@ -79,7 +86,7 @@ class ThumbnailStore:
         db = self._db()
         if todo and db is not None:
             for start in range(0, len(todo), 500):
-                chunk = todo[start:start + 500]
+                chunk = todo[start : start + 500]
                 marks = ",".join("?" * len(chunk))
                 try:
                     rows = db.execute(f"SELECT image_id, data FROM blobs WHERE image_id IN ({marks})", chunk).fetchall()
@@ -207,8 +214,13 @@ class PixelCachedStore:
         return self.inner.open(image_id)
 
 
-def warm_images(benchmark: Benchmark, image_ids: Sequence[str], targets: Sequence[dict], batch: int = 64,
-                keep_going: Callable[[], bool] = lambda: True) -> int:
+def warm_images(
+    benchmark: Benchmark,
+    image_ids: Sequence[str],
+    targets: Sequence[dict],
+    batch: int = 64,
+    keep_going: Callable[[], bool] = lambda: True,
+) -> int:
     """Open each image once and store what every target file lacks: `{"db_path", "kind": "jpeg" |
     "png", "size", "quality"}`. Returns how many images were opened. Stops when `keep_going()` is false."""
     dbs = [open_blob_db(Path(t["db_path"])) for t in targets]
@@ -219,7 +231,7 @@ def warm_images(benchmark: Benchmark, image_ids: Sequence[str], targets: Sequenc
         if not keep_going():
             break
         rows: list[list[tuple[str, bytes]]] = [[] for _ in targets]
-        for image_id in todo[start:start + batch]:
+        for image_id in todo[start : start + batch]:
             try:
                 img = benchmark.images.open(image_id)
             except Exception:
@@ -227,8 +239,14 @@ def warm_images(benchmark: Benchmark, image_ids: Sequence[str], targets: Sequenc
             opened += 1
             for t, h, out in zip(targets, have, rows):
                 if image_id not in h:
-                    out.append((image_id, png_bytes(img) if t["kind"] == "png"
-                                else jpeg_bytes(img, int(t["size"]), int(t["quality"]))))
+                    out.append(
+                        (
+                            image_id,
+                            png_bytes(img)
+                            if t["kind"] == "png"
+                            else jpeg_bytes(img, int(t["size"]), int(t["quality"])),
+                        )
+                    )
         for db, out in zip(dbs, rows):
             with db:
                 db.executemany("INSERT OR IGNORE INTO blobs VALUES (?, ?)", out)
@@ -237,8 +255,9 @@ def warm_images(benchmark: Benchmark, image_ids: Sequence[str], targets: Sequenc
     return opened
 
 
-def warm_thumbnails(benchmark: Benchmark, db_path: Path, size: int, quality: int = 85,
-                    image_ids: Sequence[str] | None = None) -> int:
+def warm_thumbnails(
+    benchmark: Benchmark, db_path: Path, size: int, quality: int = 85, image_ids: Sequence[str] | None = None
+) -> int:
     """Store the thumbnails `db_path` lacks (default: the corpus); returns how many images were opened."""
     ids = list(benchmark.corpus_ids) if image_ids is None else list(image_ids)
     return warm_images(benchmark, ids, [{"db_path": str(db_path), "kind": "jpeg", "size": size, "quality": quality}])
@@ -275,13 +294,28 @@ def start_image_warmer(config: ServiceConfig, jobs: Sequence[dict], limit: int =
     jobs = [j for j in jobs if j["targets"]]
     if not jobs:
         return None
-    payload = json.dumps({"benchmark": config.benchmark, "kwargs": dict(config.benchmark_kwargs),
-                          "limit_groups": config.limit_groups, "jobs": jobs, "limit": limit}, default=str)
+    payload = json.dumps(
+        {
+            "benchmark": config.benchmark,
+            "kwargs": dict(config.benchmark_kwargs),
+            "limit_groups": config.limit_groups,
+            "jobs": jobs,
+            "limit": limit,
+        },
+        default=str,
+    )
     try:
-        proc = subprocess.Popen([sys.executable, "-c", "import sys; from cir_demo.explorer.images import _warm_main; "
-                                 "_warm_main(sys.argv[1])", payload],
-                                cwd=str(REPO_ROOT),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from cir_demo.explorer.images import _warm_main; _warm_main(sys.argv[1])",
+                payload,
+            ],
+            cwd=str(REPO_ROOT),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     except OSError as exc:
         log.warning("thumbnail warmer not started: %s", exc)
         return None

@@ -1,5 +1,6 @@
 """Building an `ExplorerService`: the benchmark, retrievers and their indexes, the reranker, the
 image caches; `ServiceLoader` does it in a background thread and reports progress."""
+
 from __future__ import annotations
 
 import logging
@@ -109,8 +110,13 @@ class ServiceLoader:
     def status(self) -> LoadStatus:
         end = self._t_done if self._t_done is not None else time.perf_counter()
         err = None if self._error is None else f"{type(self._error).__name__}: {self._error}"
-        return LoadStatus(self._stage, self._event.is_set() and self._error is None, err, end - self._t0,
-                          "" if self._event.is_set() else live_progress_bars())
+        return LoadStatus(
+            self._stage,
+            self._event.is_set() and self._error is None,
+            err,
+            end - self._t0,
+            "" if self._event.is_set() else live_progress_bars(),
+        )
 
     @property
     def ready(self) -> bool:
@@ -173,13 +179,16 @@ def _index_source(engine, name: str) -> str:
         return "disk"
 
 
-_INDEX_STAGE = {"disk": "loading the model and its index",
-                "prebuilt": "loading the model and its index from the prebuilt corpus embeddings",
-                "build": "loading the model and building its index (first start)"}
+_INDEX_STAGE = {
+    "disk": "loading the model and its index",
+    "prebuilt": "loading the model and its index from the prebuilt corpus embeddings",
+    "build": "loading the model and building its index (first start)",
+}
 
 
-def _load_indexes(engine, names: Sequence[str], config: ServiceConfig, stage: Callable[[str], None],
-                  notes: list[str]) -> list[str]:
+def _load_indexes(
+    engine, names: Sequence[str], config: ServiceConfig, stage: Callable[[str], None], notes: list[str]
+) -> list[str]:
     """Load each retriever and its index (building it on first use); returns those that loaded."""
     loaded = []
     for i, name in enumerate(names, 1):
@@ -188,8 +197,10 @@ def _load_indexes(engine, names: Sequence[str], config: ServiceConfig, stage: Ca
             engine.index(name)
         except Exception as exc:  # the other columns still work
             log.exception("retriever %s failed to load", name)
-            notes.append(f"{name} could not be loaded and is left out: " + " | ".join(
-                load_failure_lines(name, exc, trust_remote_code=config.trust_remote_code)))  # the doctor's facts
+            notes.append(
+                f"{name} could not be loaded and is left out: "
+                + " | ".join(load_failure_lines(name, exc, trust_remote_code=config.trust_remote_code))
+            )  # the doctor's facts
             continue
         loaded.append(name)
         stale = engine.stale_reasons(name) if config.allow_stale else []
@@ -209,8 +220,11 @@ def adopt_reranker_features(engine, backend: str, kwargs: dict) -> None:
     import weakref
 
     reranker = engine.reranker(backend, **kwargs)
-    if not (hasattr(reranker, "use_image_embeddings") and engine.benchmark.corpus_ids
-            and reranker.needs_image(engine.benchmark.corpus_ids[0])):
+    if not (
+        hasattr(reranker, "use_image_embeddings")
+        and engine.benchmark.corpus_ids
+        and reranker.needs_image(engine.benchmark.corpus_ids[0])
+    ):
         return
     ref = weakref.ref(engine)
 
@@ -247,8 +261,9 @@ def preload_retrievers(config: ServiceConfig, names: Sequence[str]) -> dict[str,
     loaded = {}
     for name in names:
         try:
-            loaded[name] = load_retriever(name, device=config.device, trust_remote_code=config.trust_remote_code,
-                                          progress=False)
+            loaded[name] = load_retriever(
+                name, device=config.device, trust_remote_code=config.trust_remote_code, progress=False
+            )
         except Exception:
             log.info("retriever %s: not preloaded (loaded again below)", name, exc_info=True)
     return loaded
@@ -284,9 +299,11 @@ def own_run_columns(config: ServiceConfig, bench, preloaded: dict, notes: list[s
     return names
 
 
-MISSING_IMAGES = ("The images of {benchmark} are not here, so tiles show image ids. To see them, start the app with "
-                  "--image-dir FOLDER (where they are), or fetch them: python -m cir_demo images fetch --benchmark "
-                  "{benchmark} [its flags].")
+MISSING_IMAGES = (
+    "The images of {benchmark} are not here, so tiles show image ids. To see them, start the app with "
+    "--image-dir FOLDER (where they are), or fetch them: python -m cir_demo images fetch --benchmark "
+    "{benchmark} [its flags]."
+)
 
 
 def missing_images_note(bench) -> str:
@@ -297,8 +314,10 @@ def missing_images_note(bench) -> str:
     source = image_source(bench.name)
     if getattr(bench.images, "url_pattern", None) is not None or not source:
         return MISSING_IMAGES.format(benchmark=bench.name)
-    return (f"The images of {bench.name} are not here, so tiles show image ids. {source} Then start the app with "
-            "--image-dir FOLDER if they are not in that default place.")
+    return (
+        f"The images of {bench.name} are not here, so tiles show image ids. {source} Then start the app with "
+        "--image-dir FOLDER if they are not in that default place."
+    )
 
 
 def images_readable(bench) -> bool:
@@ -320,22 +339,31 @@ def _open_benchmark(config: ServiceConfig, stage: Callable[[str], None], world_c
     preloaded: dict[str, Any] = {}
     world_child = world_child or generate_world_aside(config)
     if world_child is not None:
-        stage("loading the models (the offline world was generated meanwhile)" if world_child.poll() == 0
-              else "generating the offline world (first start) while the models load")
+        stage(
+            "loading the models (the offline world was generated meanwhile)"
+            if world_child.poll() == 0
+            else "generating the offline world (first start) while the models load"
+        )
         known = [r["name"] for r in list_retrievers()]
         preloaded = preload_retrievers(config, model_columns(config, known))
         if world_child.wait():  # the benchmark's loader below generates it then (a lock keeps one writer)
-            log.warning("generating %s aside failed (exit status %s); generating it here", config.benchmark,
-                        world_child.returncode)
+            log.warning(
+                "generating %s aside failed (exit status %s); generating it here",
+                config.benchmark,
+                world_child.returncode,
+            )
     generated = getattr(declared_defaults(config.benchmark), "generated", None)
-    stage(f"loading benchmark {config.benchmark!r}" + (f" ({generated.what} is generated on first use)"
-                                                         if generated else ""))
+    stage(
+        f"loading benchmark {config.benchmark!r}"
+        + (f" ({generated.what} is generated on first use)" if generated else "")
+    )
     bench = load_benchmark(config.benchmark, **dict(config.benchmark_kwargs))
     return (bench.limit(config.limit_groups) if config.limit_groups else bench), preloaded
 
 
-def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s: None,
-                  world_child=None) -> ExplorerService:
+def build_service(
+    config: ServiceConfig, stage: Callable[[str], None] = lambda s: None, world_child=None
+) -> ExplorerService:
     """Load the benchmark, resolve retrievers and reranker, load models and indexes. `world_child`:
     a `generate_world_aside` process already started (else one is started here when needed)."""
     from cir_demo.rerank import BACKENDS
@@ -348,19 +376,33 @@ def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s
     spec = declared_defaults(bench.name)
     file_runs = [path for _, path in config.runs if not Path(path).is_dir()]
     if not names and file_runs and not model_columns(config, known):  # every --runs file left out (said above)
-        notes.append("No retrievers: none of the --runs files could be used (each one's line says why); fix them, "
-                     "or start the app with --retrievers NAME,...")
+        notes.append(
+            "No retrievers: none of the --runs files could be used (each one's line says why); fix them, "
+            "or start the app with --retrievers NAME,..."
+        )
     elif not names:
         hint = spec.no_models_hint if spec else ""
-        notes.append("No retrievers: " + (
-            hint.format(columns=", ".join(spec.app_columns)) if hint else "start the app with --retrievers NAME,... "
-            "(`python -m cir_demo retrievers list` shows them)"))
+        notes.append(
+            "No retrievers: "
+            + (
+                hint.format(columns=", ".join(spec.app_columns))
+                if hint
+                else "start the app with --retrievers NAME,... (`python -m cir_demo retrievers list` shows them)"
+            )
+        )
     reranker, rr_note = resolve_reranker(bench.name, config.reranker, BACKENDS)
     stage("loading retrieval libraries")
     from cir_demo.engine import RetrievalEngine
 
-    engine = RetrievalEngine(bench, names, device=config.device, allow_stale=config.allow_stale, progress=True,
-                             trust_remote_code=config.trust_remote_code, encode_reranker_corpus=False)
+    engine = RetrievalEngine(
+        bench,
+        names,
+        device=config.device,
+        allow_stale=config.allow_stale,
+        progress=True,
+        trust_remote_code=config.trust_remote_code,
+        encode_reranker_corpus=False,
+    )
     engine.adopt_retrievers(preloaded)
     store = bench.images
     if store is not None and len(names) > 1:
@@ -382,9 +424,11 @@ def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s
             adopt_reranker_features(engine, reranker, dict(config.reranker_kwargs))
         except Exception as exc:  # the app works without the toggle
             log.exception("reranker %s failed to load", reranker)
-            rr_note = (f"The reranker {reranker!r} could not be loaded ("
-                       + " | ".join(load_failure_lines(reranker, exc, reranker_kw=dict(config.reranker_kwargs)))
-                       + "); the toggle is off.")
+            rr_note = (
+                f"The reranker {reranker!r} could not be loaded ("
+                + " | ".join(load_failure_lines(reranker, exc, reranker_kw=dict(config.reranker_kwargs)))
+                + "); the toggle is off."
+            )
             reranker = None
     stage("preparing the explorer")
     cache_notes = []
@@ -404,10 +448,17 @@ def build_service(config: ServiceConfig, stage: Callable[[str], None] = lambda s
     cache_notes += [w for w in (service.tiles.warning, service.references.warning, score_cache.warning) if w]
     service.warnings.extend(w.removeprefix("warning: ") for w in cache_notes)
     if config.warm_thumbnails and bench.images is not None and service.tiles.db_path and service.references.db_path:
-        pixels = ([{"db_path": str(bench.images.db_path), "kind": "png"}]
-                  if isinstance(bench.images, PixelCachedStore) else [])
+        pixels = (
+            [{"db_path": str(bench.images.db_path), "kind": "png"}]
+            if isinstance(bench.images, PixelCachedStore)
+            else []
+        )
         jpeg = lambda t: {"db_path": str(t.db_path), "kind": "jpeg", "size": t.size, "quality": t.quality}  # noqa: E731
-        start_image_warmer(config, [
-            {"what": "references", "targets": [jpeg(service.references)] + pixels},
-            {"what": "corpus", "targets": [jpeg(service.tiles)] + pixels}])
+        start_image_warmer(
+            config,
+            [
+                {"what": "references", "targets": [jpeg(service.references)] + pixels},
+                {"what": "corpus", "targets": [jpeg(service.tiles)] + pixels},
+            ],
+        )
     return service

@@ -2,6 +2,7 @@
 NAME=B.trec`, or a file uploaded in the page. Each file is read with `--eval`'s readers onto the
 loaded benchmark (every results format, detected per file) and served as a ranking-only retriever;
 a file that cannot be used is one line naming it, never a page of per-query errors or a server path."""
+
 from __future__ import annotations
 
 import re
@@ -33,8 +34,10 @@ def parse_run_args(values: Sequence[str]) -> list[RunFile]:
         if not path:
             raise ServiceError(f"--runs {value!r}: no file after '='")
         if not _NAME.match(name):
-            raise ServiceError(f"--runs {value!r}: {name!r} is not a usable column name (letters, digits, '._+-'); "
-                               "name it with NAME=PATH")
+            raise ServiceError(
+                f"--runs {value!r}: {name!r} is not a usable column name (letters, digits, '._+-'); "
+                "name it with NAME=PATH"
+            )
         if any(r.name == name for r in out):
             raise ServiceError(f"--runs: two runs are named {name!r}; name one with NAME=PATH")
         out.append(RunFile(name, path))
@@ -87,8 +90,12 @@ def register_runs(runs: Sequence[RunFile]) -> list[str]:
     for run in runs:
         if Path(run.path).is_dir():
             continue
-        config = {"name": run.name, "family": "precomputed", "params": {"path": str(Path(run.path).resolve())},
-                  "model": f"rankings from {Path(run.path).name}"}
+        config = {
+            "name": run.name,
+            "family": "precomputed",
+            "params": {"path": str(Path(run.path).resolve())},
+            "model": f"rankings from {Path(run.path).name}",
+        }
         try:
             taken = registry.get_config(run.name)
         except KeyError:
@@ -112,10 +119,14 @@ def load_run(benchmark, path: str | Path, name: str):
         raise ServiceError(problem_line(exc, path)) from None
     if not results.run:
         shown = ", ".join(repr(k) for k in results.unknown_query_keys[:3])
-        raise ServiceError(f"{Path(path).name}: none of its query keys is a query of {benchmark.name!r}"
-                           + (f" (e.g. {shown})" if shown else " (it ranks no query)"))
+        raise ServiceError(
+            f"{Path(path).name}: none of its query keys is a query of {benchmark.name!r}"
+            + (f" (e.g. {shown})" if shown else " (it ranks no query)")
+        )
     notes = []
     if results.coverage < 1:
-        notes.append(f"{name}: ranks {len(results.run):,} of {len(benchmark.queries):,} queries "
-                     f"({results.coverage:.1%}); the others show no column, as --eval leaves them out")
+        notes.append(
+            f"{name}: ranks {len(results.run):,} of {len(benchmark.queries):,} queries "
+            f"({results.coverage:.1%}); the others show no column, as --eval leaves them out"
+        )
     return PrecomputedRetriever.from_results(results, name), notes

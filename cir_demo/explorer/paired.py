@@ -2,6 +2,7 @@
 scored over its whole ranking by the family's official per-query code (as `--eval` scores it), the
 family's headline aggregates, and a paired bootstrap over paraphrase groups of every headline metric
 for every pair of runs."""
+
 from __future__ import annotations
 
 import warnings
@@ -13,8 +14,9 @@ import pandas as pd
 from cir_demo.benchmarks.families import MetricFamily
 from cir_demo.benchmarks.schema import Benchmark
 
-P_VALUE_METHOD = ("two-sided p-value of a paired bootstrap over paraphrase groups (each resample draws "
-                  "groups once for both runs)")
+P_VALUE_METHOD = (
+    "two-sided p-value of a paired bootstrap over paraphrase groups (each resample draws groups once for both runs)"
+)
 
 
 @dataclass
@@ -27,8 +29,13 @@ class RunsScored:
     n_boot: int = 0
 
 
-def score_runs(benchmark: Benchmark, family: MetricFamily, rankings: Mapping[str, Mapping[str, Sequence[str]]],
-               n_boot: int = 1000, seed: int = 0) -> RunsScored:
+def score_runs(
+    benchmark: Benchmark,
+    family: MetricFamily,
+    rankings: Mapping[str, Mapping[str, Sequence[str]]],
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> RunsScored:
     """Score each run's rankings (`{query id: ids best first}`) on the benchmark and compare every pair."""
     from cir_demo.metrics.breakdown import query_meta_frame
     from cir_demo.metrics.headline import headline_cis, paired_headline
@@ -49,8 +56,9 @@ def score_runs(benchmark: Benchmark, family: MetricFamily, rankings: Mapping[str
         for a, (_, lo, hi) in headline_cis(frame, family, n_boot=n_boot, seed=seed).items():
             row[f"{a}_ci_lo"], row[f"{a}_ci_hi"] = lo, hi
         rows.append({**row, "total_queries": int(len(scored))})
-    paired = (paired_headline(frames, family, n_boot=n_boot, seed=seed)
-              if len(frames) > 1 and n_boot > 0 else pd.DataFrame())
+    paired = (
+        paired_headline(frames, family, n_boot=n_boot, seed=seed) if len(frames) > 1 and n_boot > 0 else pd.DataFrame()
+    )
     return RunsScored(pd.DataFrame(rows), paired, frames, n_boot)
 
 
@@ -63,18 +71,23 @@ def paired_display(paired: pd.DataFrame, family: MetricFamily) -> pd.DataFrame:
 
     n_boot = paired["n_boot"] if "n_boot" in paired else [0] * len(paired)
     named = {*family.report_aggregates(), *family.headline.values()}
-    return pd.DataFrame({
-        "A": paired["a"].astype(str), "B": paired["b"].astype(str),
-        # paired.csv of older code named per-query columns (AP@10 for mAP@10): shown by their aggregate's name
-        "metric": [m if m in named else family.headline.get(m, m) for m in paired["metric"].astype(str)],
-        "B − A [95% interval]": [f"{d:+.4f} [{lo:+.4f}, {hi:+.4f}]"
-                                 for d, lo, hi in zip(paired["diff"], paired["lo"], paired["hi"])],
-        "p": [p if isinstance(p, str) else p_text(float(p), int(n)) for p, n in zip(paired["p_value"], n_boot)],
-        "queries": paired["n_queries"].astype(int).to_numpy(),
-    })
+    return pd.DataFrame(
+        {
+            "A": paired["a"].astype(str),
+            "B": paired["b"].astype(str),
+            # paired.csv of older code named per-query columns (AP@10 for mAP@10): shown by their aggregate's name
+            "metric": [m if m in named else family.headline.get(m, m) for m in paired["metric"].astype(str)],
+            "B − A [95% interval]": [
+                f"{d:+.4f} [{lo:+.4f}, {hi:+.4f}]" for d, lo, hi in zip(paired["diff"], paired["lo"], paired["hi"])
+            ],
+            "p": [p if isinstance(p, str) else p_text(float(p), int(n)) for p, n in zip(paired["p_value"], n_boot)],
+            "queries": paired["n_queries"].astype(int).to_numpy(),
+        }
+    )
 
 
 def pair_choices(names: Sequence[str]) -> list[tuple[str, str]]:
     """(label, "diff:A,B") for every ordered pair: the explorer's A-vs-B sort lists A's largest gains first."""
-    return [(f"{a} vs {b} (where {a} gains most over {b} first)", f"diff:{a},{b}")
-            for a in names for b in names if a != b]
+    return [
+        (f"{a} vs {b} (where {a} gains most over {b} first)", f"diff:{a},{b}") for a in names for b in names if a != b
+    ]

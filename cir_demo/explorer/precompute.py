@@ -7,6 +7,7 @@ The run is staged by the harness under runs/.partial/ and published when complet
 is the number of results files written so far (one per retriever, one per reranked retriever)
 plus the report. No gradio here.
 """
+
 from __future__ import annotations
 
 import logging
@@ -56,8 +57,10 @@ class PrecomputeStatus:
             by = f" {FOLLOWING}" if self.detail == FOLLOWING else ""
             return f"failure sorts and report: being computed in the background{by} ({self.progress() or 'starting'})"
         if self.state == "failed":
-            return (f"failure sorts and report: the background run failed ({self.detail}); they are computed when "
-                    "asked for instead, and reloading the page tries the run again")
+            return (
+                f"failure sorts and report: the background run failed ({self.detail}); they are computed when "
+                "asked for instead, and reloading the page tries the run again"
+            )
         if self.state == "done":
             return f"failure sorts and report: ready ({self.detail})"
         return ""
@@ -94,8 +97,9 @@ def installed_shipped_run(service, root: Path) -> Path | None:
     from cir_demo.index.prebuilt_run import install_shipped_run, run_key
 
     try:
-        served = run_key(service.fingerprint, service._spec_hashes(), service._reranker_hash(),
-                         service.config.default_top_n)
+        served = run_key(
+            service.fingerprint, service._spec_hashes(), service._reranker_hash(), service.config.default_top_n
+        )
         path, problems = install_shipped_run(service.benchmark, served, root)
     except Exception:  # a failed install never stops the background run that replaces it
         log.exception("installing the shipped eval outputs")
@@ -115,10 +119,18 @@ def _low_priority_child() -> None:
 def spawn_low_priority(argv: Sequence[str], cwd: Path, log, env: dict | None = None) -> subprocess.Popen:
     """Start `argv` as the background run is started: nice 15, one BLAS/OpenMP thread, output to
     the open file `log`, no stdin, ended with the thread that starts it (Linux)."""
-    env = dict(env if env is not None else os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               MKL_NUM_THREADS="1")
-    return subprocess.Popen(list(argv), cwd=str(cwd), stdout=log, stderr=subprocess.STDOUT, env=env,
-                            stdin=subprocess.DEVNULL, preexec_fn=_low_priority_child)
+    env = dict(
+        env if env is not None else os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1"
+    )
+    return subprocess.Popen(
+        list(argv),
+        cwd=str(cwd),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=_low_priority_child,
+    )
 
 
 def log_tail(path: Path, limit: int = 200) -> str:
@@ -192,8 +204,10 @@ class PrecomputeJob:
         self._launch_or_follow(service, root)
 
     def _lock_path(self, service, root: Path) -> Path:
-        return lock_path(root, [*self.benchmark_argv, "--retrievers", *service.retriever_names,
-                                "--rerank", str(service.reranker_name)])
+        return lock_path(
+            root,
+            [*self.benchmark_argv, "--retrievers", *service.retriever_names, "--rerank", str(service.reranker_name)],
+        )
 
     def _launch_or_follow(self, service, root: Path, held: RunLock | None = None) -> None:
         out = root / f"{time.strftime('%Y%m%d-%H%M%S')}-{service.benchmark.name}-app"
@@ -204,8 +218,9 @@ class PrecomputeJob:
             return
         if held is None:
             self._set(PrecomputeStatus("running", 0, self._total, FOLLOWING, ready_sorts=self._ready_sorts))
-            threading.Thread(target=self._follow, args=(service, root), name="cir-precompute-follow",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._follow, args=(service, root), name="cir-precompute-follow", daemon=True
+            ).start()
             return
         try:  # the holder before us may have published it between our look and our lock
             existing = complete_run(service)
@@ -254,9 +269,21 @@ class PrecomputeJob:
 
     def command(self, service, out: Path) -> list[str]:
         """The background run: `python -m cir_demo eval` of the served benchmark, columns and reranker."""
-        argv = [sys.executable, "-m", "cir_demo", "eval", *self.benchmark_argv, "--retrievers",
-                ",".join(service.retriever_names), "--rerank", service.reranker_name or "none",
-                "--rerank-top-n", str(service.config.default_top_n), "--out", str(out)]
+        argv = [
+            sys.executable,
+            "-m",
+            "cir_demo",
+            "eval",
+            *self.benchmark_argv,
+            "--retrievers",
+            ",".join(service.retriever_names),
+            "--rerank",
+            service.reranker_name or "none",
+            "--rerank-top-n",
+            str(service.config.default_top_n),
+            "--out",
+            str(out),
+        ]
         if service.config.device:
             argv += ["--device", service.config.device]
         if service.config.trust_remote_code:
@@ -299,8 +326,12 @@ class PrecomputeJob:
         assert self._proc is not None
         while True:
             with self._lock:
-                self._status = PrecomputeStatus("running", self._count_staged(self._out.parent, self._out.name),
-                                                 self._total, ready_sorts=self._ready_sorts)
+                self._status = PrecomputeStatus(
+                    "running",
+                    self._count_staged(self._out.parent, self._out.name),
+                    self._total,
+                    ready_sorts=self._ready_sorts,
+                )
             try:  # returns as the child ends, not at the next count: the page's "ready" follows the exit
                 self._proc.wait(self.WATCH_POLL_S)
                 break

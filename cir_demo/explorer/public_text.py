@@ -2,6 +2,7 @@
 other absolute path in a status line, a warning or an error become what they are ("the cache
 folder", "the weights of world-cir", "a server file"). The server's log keeps the paths.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,9 +18,13 @@ def _named_folders() -> list[tuple[str, str]]:
     from cir_demo import paths
 
     named = []
-    for what, get in (("the cache folder", paths.cache_dir), ("the indexes folder", paths.indexes_dir),
-                      ("the runs folder", paths.runs_dir), ("the data folder", paths.data_root),
-                      ("the app folder", lambda: Path(paths.__file__).resolve().parent.parent)):
+    for what, get in (
+        ("the cache folder", paths.cache_dir),
+        ("the indexes folder", paths.indexes_dir),
+        ("the runs folder", paths.runs_dir),
+        ("the data folder", paths.data_root),
+        ("the app folder", lambda: Path(paths.__file__).resolve().parent.parent),
+    ):
         try:
             folder = Path(get()).absolute()
         except Exception:  # noqa: BLE001 - a data folder variable naming a file: nothing to hide

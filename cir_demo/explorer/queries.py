@@ -1,4 +1,5 @@
 """The query table of a benchmark and the Explore tab's text search and filters."""
+
 from __future__ import annotations
 
 import math
@@ -20,14 +21,22 @@ def query_table(benchmark: Benchmark, fields: Mapping[str, str] = FILTER_FIELDS)
     for q in benchmark.queries:
         idx = position.get(q.group_id, 0)
         position[q.group_id] = idx + 1
-        row = {"query_id": q.query_id, "group_id": q.group_id, "instruction": q.instruction,
-               "n_refs": len(q.reference_ids), "n_negatives": len(q.negatives),
-               "n_subset": len(subset_of(q.judgments)), "paraphrase": idx}
+        row = {
+            "query_id": q.query_id,
+            "group_id": q.group_id,
+            "instruction": q.instruction,
+            "n_refs": len(q.reference_ids),
+            "n_negatives": len(q.negatives),
+            "n_subset": len(subset_of(q.judgments)),
+            "paraphrase": idx,
+        }
         for key in fields:
             row[key] = filter_value(key, q.meta.get(key))
         rows.append(row)
-    return pd.DataFrame(rows, columns=["query_id", "group_id", "instruction", "n_refs", "n_negatives", "n_subset",
-                                       "paraphrase", *fields])
+    return pd.DataFrame(
+        rows,
+        columns=["query_id", "group_id", "instruction", "n_refs", "n_negatives", "n_subset", "paraphrase", *fields],
+    )
 
 
 NOT_FILTERS = ("query_id", "group_id", "instruction", "n_refs", "n_negatives", "n_subset", "paraphrase")
@@ -51,13 +60,18 @@ def filter_choices(table: pd.DataFrame, fields: Mapping[str, str] = FILTER_FIELD
         values = [v for v in table[key].unique()]
         if len(values) < 2 and NO_VALUE in values:
             continue
-        order = ({SKIN_TONE_LABELS.get(v, v): i for i, v in enumerate(SKIN_TONE_BUCKETS)} if key == "skin_tone_bucket"
-                 else {})
+        order = (
+            {SKIN_TONE_LABELS.get(v, v): i for i, v in enumerate(SKIN_TONE_BUCKETS)}
+            if key == "skin_tone_bucket"
+            else {}
+        )
         out[key] = sorted(values, key=lambda v: (v == NO_VALUE, order.get(v, len(order)), v))
     return out
 
 
-def filter_queries(table: pd.DataFrame, text: str = "", filters: Mapping[str, str | None] | None = None) -> pd.DataFrame:
+def filter_queries(
+    table: pd.DataFrame, text: str = "", filters: Mapping[str, str | None] | None = None
+) -> pd.DataFrame:
     """Rows whose instruction or ids contain every word of `text` (case-insensitive) and
     that match every filter (None or "" = any)."""
     mask = np.ones(len(table), dtype=bool)
@@ -70,8 +84,9 @@ def filter_queries(table: pd.DataFrame, text: str = "", filters: Mapping[str, st
         mask &= (table[key] == value).to_numpy()
     words = [w for w in (text or "").lower().split() if w]
     if words:
-        hay = (table["instruction"].str.lower() + " " + table["query_id"].str.lower() + " "
-               + table["group_id"].str.lower()).to_numpy()
+        hay = (
+            table["instruction"].str.lower() + " " + table["query_id"].str.lower() + " " + table["group_id"].str.lower()
+        ).to_numpy()
         for w in words:
             mask &= np.array([w in h for h in hay], dtype=bool)
     return table[mask]

@@ -1,5 +1,6 @@
 """Per-query metrics of the rankings the app shows: the metric family's `shown` columns, computed
 by the family's official per-query code (so they are the numbers `--eval` reports)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,9 @@ def query_metrics(ranking: Sequence[str], query: Query, family: MetricFamily | s
     return metrics_many([(ranking, query)], family)[0]
 
 
-def metrics_many(pairs: Sequence[tuple[Sequence[str], Query]],
-                 family: MetricFamily | str = "pinpoint", extra: Sequence[str] = ()) -> list[dict[str, float]]:
+def metrics_many(
+    pairs: Sequence[tuple[Sequence[str], Query]], family: MetricFamily | str = "pinpoint", extra: Sequence[str] = ()
+) -> list[dict[str, float]]:
     """`query_metrics` for many (ranking, query) pairs in one call of the official per-query code
     (a call costs ~10 ms whatever its size, so the app makes one per view, not one per column).
     `extra`: more per-query columns of that code to return (e.g. CIRR's target_rank, subset_rank)."""

@@ -7,6 +7,7 @@ however it dies. The holder writes the name of the run it computes into the file
 process can show that run's progress. Where `fcntl` does not exist (Windows) every `take`
 succeeds: each process computes its own run, as before the lock existed.
 """
+
 from __future__ import annotations
 
 import hashlib

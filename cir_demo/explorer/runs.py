@@ -1,5 +1,6 @@
 """Eval run folders of a benchmark: listing, the report tab's table and plots, and reusable
 per-query results."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,9 @@ from cir_demo.explorer.config import ServiceError
 from cir_demo.explorer.views import Report, RunSummary
 
 
-def list_runs(benchmark_name: str, fingerprint: str, root: Path | None = None,
-              extra: Sequence[str | Path] = ()) -> list[RunSummary]:
+def list_runs(
+    benchmark_name: str, fingerprint: str, root: Path | None = None, extra: Sequence[str | Path] = ()
+) -> list[RunSummary]:
     """Eval run folders (with metrics.csv) of this benchmark, newest first: those under runs/, those
     `--eval --results-json` wrote elsewhere (cir_demo/results/run_folders.py) and the `extra` folders
     given to the app (`--runs FOLDER`); and a run's other test splits (`<run>/compositional/`).
@@ -39,8 +41,13 @@ def list_runs(benchmark_name: str, fingerprint: str, root: Path | None = None,
     out, seen = [], set()
     for d in [*folders, *given, *_split_folders([*folders, *given])]:
         # a dot-folder is work in progress (staging, an install being written), never a run
-        if d.resolve() in seen or d.name.startswith(".") or not (d.is_dir() and (d / "metrics.csv").is_file()) \
-                or stale_installed_copy(d) or (d.name in _SPLIT_FOLDERS and stale_installed_copy(d.parent)):
+        if (
+            d.resolve() in seen
+            or d.name.startswith(".")
+            or not (d.is_dir() and (d / "metrics.csv").is_file())
+            or stale_installed_copy(d)
+            or (d.name in _SPLIT_FOLDERS and stale_installed_copy(d.parent))
+        ):
             continue
         seen.add(d.resolve())
         is_given = d.resolve() in given
@@ -49,8 +56,7 @@ def list_runs(benchmark_name: str, fingerprint: str, root: Path | None = None,
             continue
         match = match or ("given" if is_given else None)
         if match:
-            out.append(((is_given, match == "fingerprint", d.stat().st_mtime),
-                        RunSummary(d, _label(d, root), match)))
+            out.append(((is_given, match == "fingerprint", d.stat().st_mtime), RunSummary(d, _label(d, root), match)))
     out.sort(key=lambda t: (*t[0], t[1].label), reverse=True)
     return [r for _, r in out]
 
@@ -61,12 +67,17 @@ _SPLIT_FOLDERS = tuple(dict.fromkeys(s for spec in BENCHMARKS.values() for s in 
 
 
 def _split_folders(folders: Sequence[Path]) -> list[Path]:
-    return [d / name for d in folders if not d.name.startswith(".") for name in _SPLIT_FOLDERS
-            if (d / name / "metrics.csv").is_file()]
+    return [
+        d / name
+        for d in folders
+        if not d.name.startswith(".")
+        for name in _SPLIT_FOLDERS
+        if (d / name / "metrics.csv").is_file()
+    ]
 
 
 def _match(d: Path, benchmark_name: str, fingerprint: str) -> str | None:
-    """"fingerprint" (these files), "other" (another benchmark's or other files'), "name" (no fingerprint
+    """ "fingerprint" (these files), "other" (another benchmark's or other files'), "name" (no fingerprint
     recorded, same benchmark name) or None."""
     meta = _read_json(d / "metrics.json") or {}
     named = (_read_json(d / "run_info.json") or {}).get("benchmark_fingerprint") or meta.get("benchmark_fingerprint")
@@ -154,8 +165,13 @@ def load_report(run: RunSummary, family: MetricFamily | str | None = None) -> Re
     family = family or meta.get("metric_family") or "pinpoint"
     family = metric_family(family) if isinstance(family, str) else family
     plots = sorted((run.path / "plots").glob("*.png")) if (run.path / "plots").is_dir() else []
-    first = ["precision_vs_safety.png", "paraphrase_sensitivity.png", "recall_at_k.png", "map_at_k.png",
-             "single_vs_two_image.png"]
+    first = [
+        "precision_vs_safety.png",
+        "paraphrase_sensitivity.png",
+        "recall_at_k.png",
+        "map_at_k.png",
+        "single_vs_two_image.png",
+    ]
     plots.sort(key=lambda p: (first.index(p.name) if p.name in first else len(first), p.name))
     captions = plot_captions(family)
     info = []
@@ -163,8 +179,10 @@ def load_report(run: RunSummary, family: MetricFamily | str | None = None) -> Re
     if run.matches == "name":
         info.append("This run has no benchmark fingerprint; it may come from another version of the benchmark.")
     elif run.matches == "other":
-        info.append("This run scored other benchmark files than those loaded (another root, split or version): "
-                    "its numbers are not this benchmark's.")
+        info.append(
+            "This run scored other benchmark files than those loaded (another root, split or version): "
+            "its numbers are not this benchmark's."
+        )
     if run_info.get("reranker"):
         info.append(f"Reranker: {run_info['reranker'].get('backend', '?')} on the top {run_info.get('rerank_top_n')}.")
     if meta.get("n_boot"):
@@ -172,23 +190,34 @@ def load_report(run: RunSummary, family: MetricFamily | str | None = None) -> Re
     if (run.path / "report.md").is_file():
         info.append("Full report: report.md, with the run's tables, under Files of this run below.")
     for split in _split_folders([run.path]):
-        info.append(f"This run also evaluated the {split.name} test split (its files: {split.name}/ in the run "
-                    "folder); report.md's table 'Both test splits' puts the two side by side.")
+        info.append(
+            f"This run also evaluated the {split.name} test split (its files: {split.name}/ in the run "
+            "folder); report.md's table 'Both test splits' puts the two side by side."
+        )
     paired = None
     if (run.path / "paired.csv").is_file() and not (run.path / "paired.csv").is_symlink():
         try:
             paired = paired_display(pd.read_csv(run.path / "paired.csv", dtype={"a": str, "b": str}), family)
         except (OSError, ValueError, KeyError):  # an unreadable or foreign paired.csv: the rest still shows
             paired = None
-    return Report(run, metrics_display_table(metrics, family),
-                  [(p, captions.get(p.name, p.stem.replace("_", " "))) for p in plots], info, paired)
+    return Report(
+        run,
+        metrics_display_table(metrics, family),
+        [(p, captions.get(p.name, p.stem.replace("_", " "))) for p in plots],
+        info,
+        paired,
+    )
 
 
 PER_QUERY_COLUMNS = ("run", "query_id", "group_id", "AP@10", "precision@10", "NegRecall@10", "n_neg")
 
 
-def read_eval_per_query(run_dir: Path, retriever_specs: Mapping[str, str], reranker_hash: str | None,
-                        columns: Sequence[str] = PER_QUERY_COLUMNS) -> pd.DataFrame | None:
+def read_eval_per_query(
+    run_dir: Path,
+    retriever_specs: Mapping[str, str],
+    reranker_hash: str | None,
+    columns: Sequence[str] = PER_QUERY_COLUMNS,
+) -> pd.DataFrame | None:
     """per_query.csv rows (`columns` of them) of an eval run whose retrievers have the given spec hashes.
 
     Only runs written by the pipeline (run_info.json with specs) qualify: a ranking is
@@ -202,7 +231,9 @@ def read_eval_per_query(run_dir: Path, retriever_specs: Mapping[str, str], reran
     if not info or not (run_dir / "per_query.csv").is_file():
         return None
     specs = info.get("retrievers") or {}
-    ok = [n for n, h in retriever_specs.items() if n in specs and isinstance(specs[n], dict) and spec_hash(specs[n]) == h]
+    ok = [
+        n for n, h in retriever_specs.items() if n in specs and isinstance(specs[n], dict) and spec_hash(specs[n]) == h
+    ]
     if not ok:
         return None
     runs = set(ok)
@@ -211,8 +242,11 @@ def read_eval_per_query(run_dir: Path, retriever_specs: Mapping[str, str], reran
         runs |= {f"{n}{RERANK_SUFFIX}" for n in ok}
     wanted = set(columns)
     try:  # those of `columns` the file has: a metric it lacks is said by the sort that reads it
-        df = pd.read_csv(run_dir / "per_query.csv", usecols=lambda c: c in wanted,
-                         dtype={"query_id": str, "group_id": str, "run": str})
+        df = pd.read_csv(
+            run_dir / "per_query.csv",
+            usecols=lambda c: c in wanted,
+            dtype={"query_id": str, "group_id": str, "run": str},
+        )
     except (OSError, ValueError):
         return None
     if not {"run", "query_id", "group_id"} & wanted <= set(df.columns):

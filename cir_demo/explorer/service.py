@@ -1,5 +1,6 @@
 """`ExplorerService`: answers the app's requests over one benchmark, its retrievers and an
 optional reranker. Retrieval goes through `RetrievalEngine`."""
+
 from __future__ import annotations
 
 import logging
@@ -13,18 +14,45 @@ import pandas as pd
 from cir_demo.benchmarks.families import metric_family
 from cir_demo.benchmarks.registry import RERANK_SUFFIX, declared_defaults
 from cir_demo.benchmarks.schema import Benchmark, Query
-from cir_demo.explorer.config import (MAX_COLUMNS, MAX_QUERY_ROWS, NO_VALUE, REFERENCE_PX,
-                                     SEARCH_K, TILE_PX, ServiceConfig, ServiceError, filter_fields,
-                                     retriever_modality)
-from cir_demo.explorer.failures import (SortChoice, SortContext, diff_metrics, per_query_frame, sort_choices,
-                                       sort_rows, with_empty_marked)
+from cir_demo.explorer.config import (
+    MAX_COLUMNS,
+    MAX_QUERY_ROWS,
+    NO_VALUE,
+    REFERENCE_PX,
+    SEARCH_K,
+    TILE_PX,
+    ServiceConfig,
+    ServiceError,
+    filter_fields,
+    retriever_modality,
+)
+from cir_demo.explorer.failures import (
+    SortChoice,
+    SortContext,
+    diff_metrics,
+    per_query_frame,
+    sort_choices,
+    sort_rows,
+    with_empty_marked,
+)
 from cir_demo.explorer.images import ThumbnailStore, encode_jpeg_data_uri, thumbnail_db_path
 from cir_demo.explorer.queries import filter_choices, filter_queries, filter_value, query_table
 from cir_demo.explorer.ranking_metrics import metrics_many
 from cir_demo.explorer.runs import list_runs, load_report, read_eval_per_query
 from cir_demo.explorer.uploads import ValidatedImage
-from cir_demo.explorer.views import (Column, Comparison, Paraphrase, QueryList, QueryView, Report, RunSummary, Tile,
-                                     fill_metrics, protocol_scope, where_line)
+from cir_demo.explorer.views import (
+    Column,
+    Comparison,
+    Paraphrase,
+    QueryList,
+    QueryView,
+    Report,
+    RunSummary,
+    Tile,
+    fill_metrics,
+    protocol_scope,
+    where_line,
+)
 from cir_demo.utils.lru import LRU
 
 log = logging.getLogger(__name__)
@@ -33,8 +61,16 @@ log = logging.getLogger(__name__)
 class ExplorerService:
     """Answers the app's requests over one benchmark, its retrievers and an optional reranker."""
 
-    def __init__(self, benchmark: Benchmark, engine, retriever_names: Sequence[str], reranker: str | None = None,
-                 reranker_note: str = "", config: ServiceConfig | None = None, thumbnails_on_disk: bool = True):
+    def __init__(
+        self,
+        benchmark: Benchmark,
+        engine,
+        retriever_names: Sequence[str],
+        reranker: str | None = None,
+        reranker_note: str = "",
+        config: ServiceConfig | None = None,
+        thumbnails_on_disk: bool = True,
+    ):
         from cir_demo.retrievers.registry import get_config
 
         self.benchmark = benchmark
@@ -50,9 +86,15 @@ class ExplorerService:
         self.table = query_table(benchmark, self.filter_fields)
         self._filter_choices = filter_choices(self.table, self.filter_fields)
         fp = engine.fingerprint
-        self.tiles = ThumbnailStore(engine.open_image, thumbnail_db_path(fp, TILE_PX) if thumbnails_on_disk else None, TILE_PX)
-        self.references = ThumbnailStore(engine.open_image, thumbnail_db_path(fp, REFERENCE_PX) if thumbnails_on_disk else None,
-                                         REFERENCE_PX, quality=90)
+        self.tiles = ThumbnailStore(
+            engine.open_image, thumbnail_db_path(fp, TILE_PX) if thumbnails_on_disk else None, TILE_PX
+        )
+        self.references = ThumbnailStore(
+            engine.open_image,
+            thumbnail_db_path(fp, REFERENCE_PX) if thumbnails_on_disk else None,
+            REFERENCE_PX,
+            quality=90,
+        )
         self._failures: pd.DataFrame | None = None
         self._sorts: list[SortChoice] | None = None
         self._checked_sorts: list[SortChoice] = []  # `_sorts` with those keeping no query marked (sorts())
@@ -87,8 +129,10 @@ class ExplorerService:
         b = self.benchmark
         size = (b.info or {}).get("size")
         name = f"{b.name} ({size})" if size else b.name
-        return (f"{name}: {len(b.queries):,} queries in {len(b.groups()):,} intents, {len(b.corpus_ids):,} corpus images; "
-                f"retrievers: {', '.join(self.retriever_names) or 'none'}; reranker: {self.reranker_name or 'off'}")
+        return (
+            f"{name}: {len(b.queries):,} queries in {len(b.groups()):,} intents, {len(b.corpus_ids):,} corpus images; "
+            f"retrievers: {', '.join(self.retriever_names) or 'none'}; reranker: {self.reranker_name or 'off'}"
+        )
 
     def filter_choices(self) -> dict[str, list[str]]:
         return dict(self._filter_choices)
@@ -99,8 +143,10 @@ class ExplorerService:
         names = list(dict.fromkeys(self.retriever_names[:MAX_COLUMNS] if names is None else names))
         unknown = [n for n in names if n not in self.retriever_names and n not in self.uploaded_runs]
         if unknown:
-            raise ServiceError(f"unknown retriever(s) {', '.join(unknown)}; this app serves: "
-                               f"{', '.join(self.retriever_names) or 'none'}")
+            raise ServiceError(
+                f"unknown retriever(s) {', '.join(unknown)}; this app serves: "
+                f"{', '.join(self.retriever_names) or 'none'}"
+            )
         if len(names) > MAX_COLUMNS:
             raise ServiceError(f"at most {MAX_COLUMNS} columns side by side; {len(names)} retrievers selected")
         return names
@@ -112,8 +158,14 @@ class ExplorerService:
             raise ServiceError(f"benchmark {self.benchmark.name!r} has no query {query_id!r}") from None
 
     # ------------------------------------------------------------------ finding queries
-    def find_queries(self, text: str = "", filters: Mapping[str, str | None] | None = None, sort: str = "order",
-                     limit: int = MAX_QUERY_ROWS, progress: Callable[[str], None] | None = None) -> QueryList:
+    def find_queries(
+        self,
+        text: str = "",
+        filters: Mapping[str, str | None] | None = None,
+        sort: str = "order",
+        limit: int = MAX_QUERY_ROWS,
+        progress: Callable[[str], None] | None = None,
+    ) -> QueryList:
         # the benchmark order of a search and filters is fixed: remembered (the failure sorts
         # depend on statistics that may still be loading)
         key = (text, tuple(sorted((filters or {}).items())), limit) if sort == "order" else None
@@ -128,9 +180,15 @@ class ExplorerService:
         total = len(rows)
         shown = rows.head(limit)
         kind = shown["intent_category"].where(shown["intent_category"] != NO_VALUE, "")
-        display = pd.DataFrame({"query": shown["query_id"].to_numpy(), "instruction": shown["instruction"].to_numpy(),
-                                "type": kind.to_numpy(), "refs": shown["n_refs"].to_numpy(),
-                                "why": shown["why"].to_numpy() if "why" in shown else ""})
+        display = pd.DataFrame(
+            {
+                "query": shown["query_id"].to_numpy(),
+                "instruction": shown["instruction"].to_numpy(),
+                "type": kind.to_numpy(),
+                "refs": shown["n_refs"].to_numpy(),
+                "why": shown["why"].to_numpy() if "why" in shown else "",
+            }
+        )
         found = QueryList(display, total, note)
         if key is not None:
             self._query_lists.put(key, found)
@@ -164,12 +222,19 @@ class ExplorerService:
 
         try:
             return bool(self.retriever_names) and all(
-                not getattr(family_module(get_config(n)["family"]), "RUNS_MODEL", True) for n in self.retriever_names)
+                not getattr(family_module(get_config(n)["family"]), "RUNS_MODEL", True) for n in self.retriever_names
+            )
         except Exception:  # noqa: BLE001 - an unregistered column (an upload): the menu is checked when rows exist
             return False
 
-    def sorted_queries(self, sort: str, text: str = "", filters: Mapping[str, str | None] | None = None,
-                       limit: int = MAX_QUERY_ROWS, progress: Callable[[str], None] | None = None) -> QueryList:
+    def sorted_queries(
+        self,
+        sort: str,
+        text: str = "",
+        filters: Mapping[str, str | None] | None = None,
+        limit: int = MAX_QUERY_ROWS,
+        progress: Callable[[str], None] | None = None,
+    ) -> QueryList:
         """The query list in the order of sort `sort` (a `sorts()` name, e.g. "worst" or "diff:A,B")."""
         return self.find_queries(text, filters, sort, limit, progress)
 
@@ -190,8 +255,9 @@ class ExplorerService:
         return QueryView(q, paraphrases, [thumbs[r] for r in q.reference_ids], facts)
 
     # ------------------------------------------------------------------ retrieval
-    def _search_columns(self, cq, names: Sequence[str], k: int, rerank: bool, top_n: int,
-                        query: Query | None = None) -> dict:
+    def _search_columns(
+        self, cq, names: Sequence[str], k: int, rerank: bool, top_n: int, query: Query | None = None
+    ) -> dict:
         """Each column's first-stage ranking, searched once: {name: (Ranking or the exception, seconds)}.
         A benchmark `query` is asked as `--eval` asks it (`engine.benchmark_query`: the retriever's
         query template applied to `cq`'s text); an upload (`query` None) as `cq` is."""
@@ -201,8 +267,10 @@ class ExplorerService:
             try:
                 retriever = self.engine.retriever(name)
                 if cq.query_id is not None and hasattr(retriever, "has") and not retriever.has(cq.query_id):
-                    raise ServiceError(f"{name} has no ranking for this query (its results file leaves it out, "
-                                       "and --eval leaves it out of the means)")
+                    raise ServiceError(
+                        f"{name} has no ranking for this query (its results file leaves it out, "
+                        "and --eval leaves it out of the means)"
+                    )
                 asked = cq if query is None else self.engine.benchmark_query(name, query, cq.text)
                 depth = max(self._eval_depth(name), k, top_n if rerank else 0)  # the ranking --eval scores
                 got = self.engine.search(name, [asked], k=depth)[0]
@@ -222,8 +290,9 @@ class ExplorerService:
             first_rank = None
             p_yes: dict[str, tuple[float | None, str | None, bool, float | None]] = {}
             if rerank:
-                items = self.engine.rerank(self.reranker_name, cq, ranking, top_n=top_n,
-                                           reranker_kw=dict(self.config.reranker_kwargs))
+                items = self.engine.rerank(
+                    self.reranker_name, cq, ranking, top_n=top_n, reranker_kw=dict(self.config.reranker_kwargs)
+                )
                 first_rank = {it.candidate_id: it.first_stage_rank + 1 for it in items}
                 p_yes = {it.candidate_id: (it.p_yes, it.flag, it.reranked, it.p_near) for it in items}
                 col.first_stage_ranking = ids
@@ -242,9 +311,21 @@ class ExplorerService:
             for r, (image_id, score) in enumerate(zip(ids[:k], scores[:k]), 1):
                 judged = "positive" if image_id in pos else "negative" if image_id in neg else None
                 py, flag, was_reranked, p_near = p_yes.get(image_id, (None, None, False, None))
-                col.tiles.append(Tile(image_id, r, score, judged, thumbs.get(image_id),
-                                      first_rank.get(image_id) if first_rank else None, py, flag, was_reranked,
-                                      p_near, marks.get(image_id, ())))
+                col.tiles.append(
+                    Tile(
+                        image_id,
+                        r,
+                        score,
+                        judged,
+                        thumbs.get(image_id),
+                        first_rank.get(image_id) if first_rank else None,
+                        py,
+                        flag,
+                        was_reranked,
+                        p_near,
+                        marks.get(image_id, ()),
+                    )
+                )
         except ServiceError as exc:
             col.error = str(exc)
         except Exception as exc:  # one failing retriever must not blank the other columns
@@ -257,8 +338,9 @@ class ExplorerService:
         """Score the union of the columns' top-n blocks in one reranker call (`engine.prescore`): each
         column's rerank then reads the score cache, so there is one pass over the reference images
         and no candidate is scored twice when retrievers agree. A failure here is left to the columns."""
-        union = [i for ranking, _ in searched.values() if not isinstance(ranking, BaseException)
-                 for i in ranking.ids[:top_n]]
+        union = [
+            i for ranking, _ in searched.values() if not isinstance(ranking, BaseException) for i in ranking.ids[:top_n]
+        ]
         try:
             self.engine.prescore(self.reranker_name, cq, union, reranker_kw=dict(self.config.reranker_kwargs))
         except Exception:
@@ -276,8 +358,15 @@ class ExplorerService:
             raise ServiceError(f"results per column must be an integer from 1 to {SEARCH_K}, got {k!r}")
         return k
 
-    def compare(self, query_id: str, retrievers: Sequence[str] | None = None, k: int = 10, rerank: bool = False,
-                top_n: int = 20, instruction: str | None = None) -> Comparison:
+    def compare(
+        self,
+        query_id: str,
+        retrievers: Sequence[str] | None = None,
+        k: int = 10,
+        rerank: bool = False,
+        top_n: int = 20,
+        instruction: str | None = None,
+    ) -> Comparison:
         """Each retriever's top k for a benchmark query (optionally with another instruction),
         with per-column AP@10, precision@10 and NegRecall@10 against the intent's judgments."""
         q = self.query(query_id)
@@ -295,12 +384,26 @@ class ExplorerService:
         for col in columns:
             col.where = where_line(col, k)
         refs = self.references.get_many(list(q.reference_ids))
-        labels = [f"Reference image {i + 1} ({r})" if len(q.reference_ids) > 1 else f"Reference image ({r})"
-                  for i, r in enumerate(q.reference_ids)]
-        return Comparison(cq.text, [refs[r] for r in q.reference_ids], labels, columns, k, True, q.query_id,
-                          self.reranker_name if rerank else None, top_n if rerank else None,
-                          len(q.positives), len(q.negatives), ranking=self._ranking_rule() if rerank else None,
-                          legend=dict(self.views.legend), words=(self.views.positive_word, self.views.negative_word))
+        labels = [
+            f"Reference image {i + 1} ({r})" if len(q.reference_ids) > 1 else f"Reference image ({r})"
+            for i, r in enumerate(q.reference_ids)
+        ]
+        return Comparison(
+            cq.text,
+            [refs[r] for r in q.reference_ids],
+            labels,
+            columns,
+            k,
+            True,
+            q.query_id,
+            self.reranker_name if rerank else None,
+            top_n if rerank else None,
+            len(q.positives),
+            len(q.negatives),
+            ranking=self._ranking_rule() if rerank else None,
+            legend=dict(self.views.legend),
+            words=(self.views.positive_word, self.views.negative_word),
+        )
 
     def _depth(self, name: str, k: int) -> int:
         """How deep to rank: a results file's whole ranking (scored as --eval scores it: a metric after
@@ -318,8 +421,15 @@ class ExplorerService:
             return QueryIds(q.query_id, q.instruction if instruction is None else instruction, tuple(q.reference_ids))
         return self.engine.composed(q, instruction)
 
-    def search_uploads(self, images: Sequence[ValidatedImage], instruction: str, retrievers: Sequence[str] | None = None,
-                       k: int = 10, rerank: bool = False, top_n: int = 20) -> Comparison:
+    def search_uploads(
+        self,
+        images: Sequence[ValidatedImage],
+        instruction: str,
+        retrievers: Sequence[str] | None = None,
+        k: int = 10,
+        rerank: bool = False,
+        top_n: int = 20,
+    ) -> Comparison:
         """Each retriever's top k in the loaded corpus for uploaded reference image(s) + an instruction."""
         from cir_demo.retrievers.base import ComposedQuery
 
@@ -332,7 +442,9 @@ class ExplorerService:
         names = self.check_retrievers(retrievers)
         k = self._check_k(k)
         self._check_rerank(rerank, top_n)
-        cq = ComposedQuery(tuple(v.image for v in images), instruction.strip(), None, tuple(v.content_id for v in images))
+        cq = ComposedQuery(
+            tuple(v.image for v in images), instruction.strip(), None, tuple(v.content_id for v in images)
+        )
         searched = self._search_columns(cq, names, k, rerank, top_n)
         if rerank and len(names) > 1:
             self._prescore(cq, searched, top_n)
@@ -340,19 +452,32 @@ class ExplorerService:
         notes = [f"{v.name}: {n}" for v in images for n in v.notes]
         if self.upload_note:
             notes.insert(0, self.upload_note)
-        labels = [f"Reference image {i + 1} ({v.name})" if len(images) > 1 else f"Reference image ({v.name})"
-                  for i, v in enumerate(images)]
-        return Comparison(cq.text, [encode_jpeg_data_uri(v.image, REFERENCE_PX, 90) for v in images], labels, columns, k,
-                          False, None, self.reranker_name if rerank else None, top_n if rerank else None, notes=notes,
-                          ranking=self._ranking_rule() if rerank else None)
+        labels = [
+            f"Reference image {i + 1} ({v.name})" if len(images) > 1 else f"Reference image ({v.name})"
+            for i, v in enumerate(images)
+        ]
+        return Comparison(
+            cq.text,
+            [encode_jpeg_data_uri(v.image, REFERENCE_PX, 90) for v in images],
+            labels,
+            columns,
+            k,
+            False,
+            None,
+            self.reranker_name if rerank else None,
+            top_n if rerank else None,
+            notes=notes,
+            ranking=self._ranking_rule() if rerank else None,
+        )
 
     def _ranking_rule(self) -> str:
         """How the served reranker orders its top n (its spec's "ranking"; P(yes) when it says none)."""
         reranker = self.engine.reranker(self.reranker_name, **dict(self.config.reranker_kwargs))
         return str(reranker.spec.get("ranking") or "P(yes)")
 
-    def paraphrase_table(self, query_id: str, retrievers: Sequence[str] | None = None,
-                         shown: bool = False) -> pd.DataFrame:
+    def paraphrase_table(
+        self, query_id: str, retrievers: Sequence[str] | None = None, shown: bool = False
+    ) -> pd.DataFrame:
         """The family's primary metric (AP@10 on PinPoint and the world) of every paraphrase of the
         query's intent under each retriever (first stage),
         plus a last row with the range (max - min) per retriever.
@@ -371,14 +496,17 @@ class ExplorerService:
         if cached is not None:
             return cached.copy()
         group = self.benchmark.paraphrases(query_id)
-        forms = [str(p.meta.get("paraphrase_form") or f"phrasing {i + 1}").replace("_", " ") for i, p in enumerate(group)]
+        forms = [
+            str(p.meta.get("paraphrase_form") or f"phrasing {i + 1}").replace("_", " ") for i, p in enumerate(group)
+        ]
         table = pd.DataFrame({"paraphrase": forms, "instruction": [p.instruction for p in group]})
         pairs, owners = [], []
         for name in names:
             try:
-                rankings = self.engine.search(name, [self.engine.benchmark_query(name, p) for p in group],
-                                              k=self._depth(name, SEARCH_K))
-            except Exception as exc:  # that column shows n/a; the rest of the table stands
+                rankings = self.engine.search(
+                    name, [self.engine.benchmark_query(name, p) for p in group], k=self._depth(name, SEARCH_K)
+                )
+            except Exception:  # that column shows n/a; the rest of the table stands
                 log.exception("paraphrase table: %s failed", name)
                 table[name] = float("nan")
                 continue
@@ -427,8 +555,9 @@ class ExplorerService:
         `need_rerank` and the work is small (`max_rerank_scores`).
         """
         with self._lock:
-            if self._failures is not None and (not need_rerank or not self.reranker_name
-                                               or self._failures["run"].str.endswith(RERANK_SUFFIX).any()):
+            if self._failures is not None and (
+                not need_rerank or not self.reranker_name or self._failures["run"].str.endswith(RERANK_SUFFIX).any()
+            ):
                 return self._failures
             self._failures = self._gather_per_query(progress, need_rerank)
             return self._failures
@@ -462,8 +591,9 @@ class ExplorerService:
         for run in list_runs(self.benchmark.name, self.fingerprint):
             if run.matches != "fingerprint":
                 continue
-            df = read_eval_per_query(run.path, {n: h for n, h in hashes.items() if n not in have}, rr_hash,
-                                     self._sort_columns())
+            df = read_eval_per_query(
+                run.path, {n: h for n, h in hashes.items() if n not in have}, rr_hash, self._sort_columns()
+            )
             if df is None or not len(df):
                 continue
             df = df[df["query_id"].isin(set(self.table["query_id"]))]
@@ -513,7 +643,8 @@ class ExplorerService:
                 raise ServiceError(
                     f"sorting by the reranker's effect needs reranked results for all {len(self.benchmark.queries):,} "
                     f"queries ({cost:,} candidate scores); the app computes them in the background when it "
-                    f"starts (an eval run with {self.reranker_name}), and offers this sort once they exist")
+                    f"starts (an eval run with {self.reranker_name}), and offers this sort once they exist"
+                )
         self._failure_source = "; ".join(sources)
         return pd.concat(parts, ignore_index=True)
 
@@ -532,8 +663,14 @@ class ExplorerService:
 
     def _sort_columns(self) -> list[str]:
         """The per_query.csv columns the failure sorts read (A vs B: any metric `diff_metrics` names)."""
-        return ["run", "query_id", "group_id", *dict.fromkeys([*diff_metrics(self.family), *self.views.measures,
-                                                             *([self.views.finer] if self.views.finer else [])])]
+        return [
+            "run",
+            "query_id",
+            "group_id",
+            *dict.fromkeys(
+                [*diff_metrics(self.family), *self.views.measures, *([self.views.finer] if self.views.finer else [])]
+            ),
+        ]
 
     def _scored_frame(self, name: str, run: Mapping[str, Sequence[str]]) -> pd.DataFrame:
         df = per_query_frame(self.family, name, run, self.benchmark.queries)
@@ -568,8 +705,9 @@ class ExplorerService:
         if progress:
             progress(f"reranking the top {top_n} of {name} for every query")
         run, scores = self.engine.run_benchmark(name, k=self._eval_depth(name))
-        rr = self.engine.rerank_run(self.reranker_name, run, scores, top_n=top_n,
-                                    reranker_kw=dict(self.config.reranker_kwargs))
+        rr = self.engine.rerank_run(
+            self.reranker_name, run, scores, top_n=top_n, reranker_kw=dict(self.config.reranker_kwargs)
+        )
         df = self._scored_frame(f"{name}{RERANK_SUFFIX}", rr.run)
         _save_optional(path, df)
         return df
@@ -633,8 +771,9 @@ class ExplorerService:
         key = (names, n_boot, seed)
         with self._lock:
             if key not in self._scored_runs:
-                self._scored_runs[key] = score_runs(self.benchmark, self.family,
-                                                    {n: self.engine.retriever(n).rankings for n in names}, n_boot, seed)
+                self._scored_runs[key] = score_runs(
+                    self.benchmark, self.family, {n: self.engine.retriever(n).rankings for n in names}, n_boot, seed
+                )
             return self._scored_runs[key]
 
 

@@ -1,4 +1,5 @@
 """Validation of uploaded reference images: refuse what cannot be used, fix what can (with notes)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -13,7 +14,15 @@ import numpy as np
 
 from cir_demo.explorer.config import UploadError
 
-ALLOWED_FORMATS = {"JPEG": "JPEG", "PNG": "PNG", "WEBP": "WebP", "GIF": "GIF", "BMP": "BMP", "TIFF": "TIFF", "MPO": "JPEG"}
+ALLOWED_FORMATS = {
+    "JPEG": "JPEG",
+    "PNG": "PNG",
+    "WEBP": "WebP",
+    "GIF": "GIF",
+    "BMP": "BMP",
+    "TIFF": "TIFF",
+    "MPO": "JPEG",
+}
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
 MAX_UPLOAD_PIXELS = 40_000_000
 MIN_UPLOAD_SIDE = 8
@@ -28,8 +37,12 @@ class ValidatedImage:
     content_id: str  # "upload-<sha256 of the pixels, 16 hex>": uploads are keyed by content
 
 
-def validate_upload(path: str | os.PathLike, name: str | None = None, max_bytes: int = MAX_UPLOAD_BYTES,
-                    max_pixels: int = MAX_UPLOAD_PIXELS) -> ValidatedImage:
+def validate_upload(
+    path: str | os.PathLike,
+    name: str | None = None,
+    max_bytes: int = MAX_UPLOAD_BYTES,
+    max_pixels: int = MAX_UPLOAD_PIXELS,
+) -> ValidatedImage:
     """Open an uploaded image defensively and return it as 8-bit RGB with notes on what was changed.
 
     Refused (UploadError naming the file): missing or empty files, files over `max_bytes`,
@@ -58,12 +71,16 @@ def validate_upload(path: str | os.PathLike, name: str | None = None, max_bytes:
             with Image.open(path) as img:
                 fmt = img.format or "?"
                 if fmt not in ALLOWED_FORMATS:
-                    raise UploadError(f"{label}: {fmt} images are not supported; use "
-                                      f"{', '.join(sorted(set(ALLOWED_FORMATS.values())))}")
+                    raise UploadError(
+                        f"{label}: {fmt} images are not supported; use "
+                        f"{', '.join(sorted(set(ALLOWED_FORMATS.values())))}"
+                    )
                 w, h = img.size
                 if w * h > max_pixels:
-                    raise UploadError(f"{label}: {w} x {h} = {w * h / 1e6:.1f} megapixels; the limit is "
-                                      f"{max_pixels / 1e6:.0f} megapixels")
+                    raise UploadError(
+                        f"{label}: {w} x {h} = {w * h / 1e6:.1f} megapixels; the limit is "
+                        f"{max_pixels / 1e6:.0f} megapixels"
+                    )
                 if min(w, h) < MIN_UPLOAD_SIDE:
                     raise UploadError(f"{label}: {w} x {h} pixels is too small (at least {MIN_UPLOAD_SIDE} px a side)")
                 n_frames = int(getattr(img, "n_frames", 1) or 1)
@@ -85,14 +102,22 @@ def validate_upload(path: str | os.PathLike, name: str | None = None, max_bytes:
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         claimed = re.search(r"\((\d+) pixels\)", str(exc))  # PIL: "Image size (N pixels) exceeds limit ..."
         claim = f"{int(claimed.group(1)) / 1e6:,.0f} megapixels" if claimed else "far more pixels"
-        raise UploadError(f"{label}: refused: its header claims {claim}, over the limit of "
-                          f"{max_pixels / 1e6:.0f} megapixels (a possible decompression bomb)") from None
+        raise UploadError(
+            f"{label}: refused: its header claims {claim}, over the limit of "
+            f"{max_pixels / 1e6:.0f} megapixels (a possible decompression bomb)"
+        ) from None
     except UnidentifiedImageError:
-        raise UploadError(f"{label}: not an image file this app can read "
-                          f"(supported: {', '.join(sorted(set(ALLOWED_FORMATS.values())))})") from None
+        raise UploadError(
+            f"{label}: not an image file this app can read "
+            f"(supported: {', '.join(sorted(set(ALLOWED_FORMATS.values())))})"
+        ) from None
     except (OSError, ValueError, SyntaxError, EOFError) as exc:
         text = str(exc)
-        what = "the file is truncated (incomplete upload?)" if "truncated" in text.lower() else f"corrupt image data ({text})"
+        what = (
+            "the file is truncated (incomplete upload?)"
+            if "truncated" in text.lower()
+            else f"corrupt image data ({text})"
+        )
         raise UploadError(f"{label}: {what}") from None
     if max(out.size) > MAX_WORKING_SIDE:
         before = out.size
@@ -103,8 +128,15 @@ def validate_upload(path: str | os.PathLike, name: str | None = None, max_bytes:
     return ValidatedImage(out, label, notes, f"upload-{digest}")
 
 
-ORIENTATIONS = {2: "mirrored", 3: "rotated 180°", 4: "flipped", 5: "mirrored and rotated", 6: "rotated 90°",
-                7: "mirrored and rotated", 8: "rotated 270°"}
+ORIENTATIONS = {
+    2: "mirrored",
+    3: "rotated 180°",
+    4: "flipped",
+    5: "mirrored and rotated",
+    6: "rotated 90°",
+    7: "mirrored and rotated",
+    8: "rotated 270°",
+}
 
 
 def _orientation(img) -> int | None:
@@ -121,7 +153,11 @@ def normalize_mode(img, notes: list[str]):
     mode = img.mode
     if mode in ("I;16", "I;16B", "I;16L", "I;16N", "I", "F"):
         arr = np.asarray(img, dtype=np.float64)
-        hi = 65535.0 if mode.startswith("I;16") or (mode == "I" and arr.max(initial=0) <= 65535) else max(arr.max(initial=1), 1.0)
+        hi = (
+            65535.0
+            if mode.startswith("I;16") or (mode == "I" and arr.max(initial=0) <= 65535)
+            else max(arr.max(initial=1), 1.0)
+        )
         if mode == "F":
             lo, hi = float(arr.min(initial=0)), float(arr.max(initial=1))
             arr = (arr - lo) / max(hi - lo, 1e-12) * 255.0

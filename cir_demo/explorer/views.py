@@ -1,4 +1,5 @@
 """The plain data the service returns to the UI."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -68,16 +69,24 @@ def protocol_scope(scope: str | None, query: Query | None, ids: Sequence[str]) -
         members = set(subset_of(query.judgments)) - refs
         marks = {x: ("img_set",) for x in ids if x in members}
         where = [i + 1 for i, x in enumerate(ids) if x in refs]
-        note = (f"the reference image (ranked {where[0]} by the run) is left out, as the protocol deletes it; "
-                "ranks are official" if where else "")
+        note = (
+            f"the reference image (ranked {where[0]} by the run) is left out, as the protocol deletes it; "
+            "ranks are official"
+            if where
+            else ""
+        )
         return kept, marks, note
     gallery = gallery_of(query.judgments)
     if gallery is None:
         return list(range(len(ids))), _reference_marks(query, ids), ""
     kept = [i for i, x in enumerate(ids) if x in gallery]
     hidden = len(ids) - len(kept)
-    note = (f"{hidden} of the {len(ids)} images retrieved are outside the query's gallery and hidden, as the "
-            "protocol ranks only the gallery; ranks are official" if hidden else "")
+    note = (
+        f"{hidden} of the {len(ids)} images retrieved are outside the query's gallery and hidden, as the "
+        "protocol ranks only the gallery; ranks are official"
+        if hidden
+        else ""
+    )
     return kept, _reference_marks(query, [ids[i] for i in kept]), note
 
 
@@ -93,11 +102,11 @@ def rank_columns(views: FailureViews) -> tuple[str, ...]:
     """The per-query rank columns a column states for the family: the target's official rank on
     single-target families, and its rank within the img_set where the protocol has one (CIRR)."""
     return (("target_rank",) if views.target_rank else ()) + (
-        ("subset_rank",) if views.scope == "reference_deleted" else ())
+        ("subset_rank",) if views.scope == "reference_deleted" else ()
+    )
 
 
-def fill_metrics(columns: Sequence[Column], query: Query, family: MetricFamily | str = "pinpoint",
-                 memo=None) -> None:
+def fill_metrics(columns: Sequence[Column], query: Query, family: MetricFamily | str = "pinpoint", memo=None) -> None:
     """Per-column metrics (the family's shown ones) of the shown and first-stage rankings, in one call,
     and the target's official ranks in the shown ranking (`Column.ranks`, `rank_columns`).
     `memo` (an `LRU`, optional): metrics by (query id, ranking), so a view seen before (swapping
@@ -105,8 +114,11 @@ def fill_metrics(columns: Sequence[Column], query: Query, family: MetricFamily |
     fam = metric_family(family) if isinstance(family, str) else family
     extra = rank_columns(fam.views())
     jobs = [(c, "metrics", c.ranking) for c in columns if c.error is None]
-    jobs += [(c, "first_stage_metrics", c.first_stage_ranking) for c in columns
-             if c.error is None and c.first_stage_ranking is not None]
+    jobs += [
+        (c, "first_stage_metrics", c.first_stage_ranking)
+        for c in columns
+        if c.error is None and c.first_stage_ranking is not None
+    ]
     todo = []
     found = {}
     for col, attr, ranking in jobs:
@@ -159,7 +171,9 @@ class Comparison:
     n_positives: int | None = None
     n_negatives: int | None = None
     notes: list[str] = field(default_factory=list)
-    ranking: str | None = None  # how the reranker orders its top n, from its spec ("P(yes)", "P(yes) - 2 * P(near miss)")
+    ranking: str | None = (
+        None  # how the reranker orders its top n, from its spec ("P(yes)", "P(yes) - 2 * P(near miss)")
+    )
     legend: dict[str, str] = field(default_factory=dict)  # per-column metric -> what it means (the family's words)
     words: tuple[str, str] = ("positive", "explicit negative")  # the family's names of a positive and a negative
 

@@ -5,6 +5,7 @@ and to draw them than the whole PinPoint evaluation takes, so we draw them
 directly: Pillow's built-in scalable font, no global state, one image per
 call. Bars run horizontally so that long category names stay readable.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,8 +15,7 @@ from typing import Sequence
 from cir_demo.utils.io import atomic_path
 
 # matplotlib's "tab10" colours: familiar, and distinguishable for most colour-blind readers
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf")
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 INK, GRID, BG = "#222222", "#dddddd", "white"
 SCALE = 2  # drawn at twice the size for crisp text
 
@@ -46,7 +46,7 @@ def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 def _fmt(v: float, step: float = 0.01) -> str:
     """A tick value with the decimals its tick step needs (0.0025 steps: 0.0025, 0.005, never 0.01 twice)."""
     decimals = max(0, -math.floor(math.log10(step) + 1e-9)) if step > 0 else 2
-    if abs(step * 10 ** decimals - round(step * 10 ** decimals)) > 1e-9:
+    if abs(step * 10**decimals - round(step * 10**decimals)) > 1e-9:
         decimals += 1  # 2.5 x a power of ten
     return f"{v:.{decimals}f}".rstrip("0").rstrip(".") if decimals else f"{v:.0f}"
 
@@ -146,20 +146,24 @@ def bar_chart(
         draw.line([x, top, x, bottom], fill=GRID, width=SCALE)
         s = _fmt(t, _step(ticks))
         draw.text((x - _text_w(draw, s, small) / 2, bottom + 4 * SCALE), s, fill=INK, font=small)
-    draw.text((left + plot_w / 2 - _text_w(draw, xlabel, small) / 2, bottom + 22 * SCALE), xlabel, fill=INK,
-              font=small)
+    draw.text((left + plot_w / 2 - _text_w(draw, xlabel, small) / 2, bottom + 22 * SCALE), xlabel, fill=INK, font=small)
     for ci, cat in enumerate(categories):
         y0 = top + ci * group_h + 5 * SCALE
         label = _fit(draw, str(cat), small, label_w)
-        draw.text((left - 8 * SCALE - _text_w(draw, label, small), y0 + (bar_h * n_ser) / 2 - 8 * SCALE), label,
-                  fill=INK, font=small)
+        draw.text(
+            (left - 8 * SCALE - _text_w(draw, label, small), y0 + (bar_h * n_ser) / 2 - 8 * SCALE),
+            label,
+            fill=INK,
+            font=small,
+        )
         for si, name in enumerate(names):
             v = series[name][ci]
             if v is None or not math.isfinite(v):
                 continue
             y = y0 + si * bar_h
-            draw.rectangle([x_of(min(v, 0.0)), y + SCALE, x_of(max(v, 0.0)), y + bar_h - SCALE],
-                           fill=PALETTE[si % len(PALETTE)])
+            draw.rectangle(
+                [x_of(min(v, 0.0)), y + SCALE, x_of(max(v, 0.0)), y + bar_h - SCALE], fill=PALETTE[si % len(PALETTE)]
+            )
             iv = (intervals or {}).get(name)
             if iv is not None and all(b is not None and math.isfinite(b) for b in iv[ci]):
                 a, b = x_of(iv[ci][0]), x_of(iv[ci][1])
@@ -167,8 +171,9 @@ def bar_chart(
                 draw.line([a, mid, b, mid], fill=INK, width=SCALE)
                 draw.line([a, mid - 3 * SCALE, a, mid + 3 * SCALE], fill=INK, width=SCALE)
                 draw.line([b, mid - 3 * SCALE, b, mid + 3 * SCALE], fill=INK, width=SCALE)
-    draw.line([x_of(0.0) if lo <= 0 <= hi else left, top, x_of(0.0) if lo <= 0 <= hi else left, bottom],
-              fill=INK, width=SCALE)
+    draw.line(
+        [x_of(0.0) if lo <= 0 <= hi else left, top, x_of(0.0) if lo <= 0 <= hi else left, bottom], fill=INK, width=SCALE
+    )
     _legend(draw, names, left + plot_w + 20 * SCALE, top, small)
     return _save(img, path)
 
@@ -208,18 +213,24 @@ def scatter_chart(
         s = _fmt(t, _step(yt))
         draw.text((left - 6 * SCALE - _text_w(draw, s, small), y - 8 * SCALE), s, fill=INK, font=small)
     draw.rectangle([left, top, left + plot_w, top + plot_h], outline=INK, width=SCALE)
-    draw.text((left + plot_w / 2 - _text_w(draw, xlabel, small) / 2, top + plot_h + 24 * SCALE), xlabel, fill=INK,
-              font=small)
+    draw.text(
+        (left + plot_w / 2 - _text_w(draw, xlabel, small) / 2, top + plot_h + 24 * SCALE), xlabel, fill=INK, font=small
+    )
     draw.text((left - 40 * SCALE, top - 20 * SCALE), ylabel, fill=INK, font=small)
     r = 5 * SCALE
-    shown = [(i, name, pos(x, y)) for i, (name, (x, y)) in enumerate(points.items()) if math.isfinite(x) and math.isfinite(y)]
+    shown = [
+        (i, name, pos(x, y)) for i, (name, (x, y)) in enumerate(points.items()) if math.isfinite(x) and math.isfinite(y)
+    ]
     taken = [(px - r, py - r, px + r, py + r) for _, _, (px, py) in shown]  # labels never cover a dot
     for i, name, (px, py) in shown:
         draw.ellipse([px - r, py - r, px + r, py + r], fill=PALETTE[i % len(PALETTE)])
     for i, name, (px, py) in shown:
         lx, ly = _place_label(draw, name, small, px, py, r, taken, (left, top, img.width - 4 * SCALE, top + plot_h))
         if abs(ly + 8 * SCALE - py) > 8 * SCALE:  # moved off the dot's line: a leader line says whose it is
-            draw.line([px, py, lx if lx > px else lx + _text_w(draw, name, small), ly + 8 * SCALE],
-                      fill=PALETTE[i % len(PALETTE)], width=SCALE)
+            draw.line(
+                [px, py, lx if lx > px else lx + _text_w(draw, name, small), ly + 8 * SCALE],
+                fill=PALETTE[i % len(PALETTE)],
+                width=SCALE,
+            )
         draw.text((lx, ly), name, fill=INK, font=small)
     return _save(img, path)

@@ -4,6 +4,7 @@ With `--results-json`, scores rankings produced elsewhere (no images, no model,
 no torch import: harness/results_files.py). Without it, runs the retrievers on the benchmark
 first (harness/pipeline.py). This module parses the flags and checks them before any work.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,35 +18,59 @@ from cir_demo.results import FORMAT_CHOICES
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_benchmark_arguments(p)
     r = p.add_argument_group("what to evaluate")
-    r.add_argument("--results-json", nargs="+", metavar="FILE",
-                   help="results files to evaluate: PinPoint or CIRCO JSON, run dicts {query: {image: score}} "
-                        "(pytrec_eval, ranx, mteb, EDIR main.py) or TREC run files; format detected")
-    r.add_argument("--results-format", default="auto", choices=FORMAT_CHOICES,
-                   help="read every --results-json file in this format instead of detecting it")
-    r.add_argument("--retrievers", help="comma-separated retriever names to run (default: all world retrievers); "
-                   "see `python -m cir_demo retrievers list`")
-    r.add_argument("--rerank", metavar="BACKEND",
-                   help="rerank every run's top n with this reranker backend and report both "
-                        "(default on the world: world-verifier; 'none' disables)")
+    r.add_argument(
+        "--results-json",
+        nargs="+",
+        metavar="FILE",
+        help="results files to evaluate: PinPoint or CIRCO JSON, run dicts {query: {image: score}} "
+        "(pytrec_eval, ranx, mteb, EDIR main.py) or TREC run files; format detected",
+    )
+    r.add_argument(
+        "--results-format",
+        default="auto",
+        choices=FORMAT_CHOICES,
+        help="read every --results-json file in this format instead of detecting it",
+    )
+    r.add_argument(
+        "--retrievers",
+        help="comma-separated retriever names to run (default: all world retrievers); "
+        "see `python -m cir_demo retrievers list`",
+    )
+    r.add_argument(
+        "--rerank",
+        metavar="BACKEND",
+        help="rerank every run's top n with this reranker backend and report both "
+        "(default on the world: world-verifier; 'none' disables)",
+    )
     r.add_argument("--rerank-top-n", type=int, default=20, help="candidates reranked per query (default 20)")
     r.add_argument("--device", default=None, help="torch device for models (default: cuda when available, else cpu)")
-    r.add_argument("--trust-remote-code", action="store_true",
-                   help="allow retrievers that run their model repository's code (BGE-VL, GME); never the default")
+    r.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow retrievers that run their model repository's code (BGE-VL, GME); never the default",
+    )
     add_dry_run_and_debug(r, "run would download, encode and rerank")
     from cir_demo.images.cli import add_fetch_arguments
 
     add_fetch_arguments(p, fetch_flag=True)
     o = p.add_argument_group("output")
-    o.add_argument("--out", help="output folder (default: runs/<time>-<benchmark>): new, empty, or an earlier run "
-                                 "with --overwrite")
-    o.add_argument("--overwrite", action="store_true",
-                   help="replace the earlier run in --out: only the files its run_manifest.json lists; "
-                        "anything else in the folder is kept")
+    o.add_argument(
+        "--out", help="output folder (default: runs/<time>-<benchmark>): new, empty, or an earlier run with --overwrite"
+    )
+    o.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the earlier run in --out: only the files its run_manifest.json lists; "
+        "anything else in the folder is kept",
+    )
     o.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals (0 disables)")
     o.add_argument("--bootstrap-seed", type=int, default=0)
     o.add_argument("--no-plots", action="store_true")
-    o.add_argument("--baseline", metavar="NAME",
-                   help="the run report.tex marks significant differences against (default: the first run)")
+    o.add_argument(
+        "--baseline",
+        metavar="NAME",
+        help="the run report.tex marks significant differences against (default: the first run)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,6 +3,7 @@
 This module only consumes runs (`{query_id: [image_id, ...]}`); it never imports
 torch, so evaluating a results file stays cheap.
 """
+
 from __future__ import annotations
 
 import warnings as warnings_module
@@ -52,8 +53,10 @@ def evaluate_run(
         metrics = {"model": name, **mod.aggregate(per_query, n_queries_total=len(benchmark.queries))}
     warnings = list(warnings)
     if metrics.get("n_queries_without_positives"):
-        warnings.append(f"{metrics['n_queries_without_positives']} queries have no positives; they are left out of "
-                        "every mean (as pytrec_eval, which the official code uses, leaves them out)")
+        warnings.append(
+            f"{metrics['n_queries_without_positives']} queries have no positives; they are left out of "
+            "every mean (as pytrec_eval, which the official code uses, leaves them out)"
+        )
     warnings += getattr(mod, "run_warnings", lambda _: [])(metrics)  # a family's own caveats (CIRR: unseen set members)
     meta = query_meta_frame(benchmark.queries)
     extra_cols = [c for c in meta.columns if c not in per_query.columns or c == "query_id"]
@@ -89,5 +92,6 @@ def paired_comparisons(
     queries: one row per pair and statistic, named as metrics.csv names it (`metrics.headline.paired_headline`)."""
     from cir_demo.metrics.headline import paired_headline
 
-    return paired_headline({ev.name: ev.per_query for ev in evaluations}, family_of(benchmark), n_boot=n_boot,
-                           seed=seed)
+    return paired_headline(
+        {ev.name: ev.per_query for ev in evaluations}, family_of(benchmark), n_boot=n_boot, seed=seed
+    )

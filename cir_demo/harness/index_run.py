@@ -2,6 +2,7 @@
 above the index package because a build first makes the pre-run checks of preflight/ (flags,
 weights, opt-ins, images) or prints its dry run, and only then encodes a corpus.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,14 +47,22 @@ def _build(args: argparse.Namespace) -> int:
         return _dry_run(args, device)
     bench = check_run(args, _load_benchmark(args), [args.retriever])  # weights, opt-ins and images before any long work
     retriever = load_retriever(args.retriever, device=device, trust_remote_code=args.trust_remote_code)
-    common = dict(out_dir=args.out_dir, kind=args.kind, batch_size=args.batch_size, progress=not args.no_progress,
-                  force=args.force, memory_budget=budget, **params)
+    common = dict(
+        out_dir=args.out_dir,
+        kind=args.kind,
+        batch_size=args.batch_size,
+        progress=not args.no_progress,
+        force=args.force,
+        memory_budget=budget,
+        **params,
+    )
     if args.sharded:
         from cir_demo.index.shard import build_sharded
 
         try:
-            loaded = build_sharded(bench, retriever, context=ctx, shard_dir=args.shard_dir,
-                                   keep_shards=args.keep_shards, **common)
+            loaded = build_sharded(
+                bench, retriever, context=ctx, shard_dir=args.shard_dir, keep_shards=args.keep_shards, **common
+            )
         finally:
             ctx.close()
         if not ctx.is_main:
@@ -63,18 +72,26 @@ def _build(args: argparse.Namespace) -> int:
 
         loaded = build_corpus_index(bench, retriever, **common)
     m = loaded.manifest
-    print(f"{loaded.directory}: {m.kind} index of {m.count} images x {m.dim} dims, "
-          f"built {m.built_at} in {m.build_seconds:.1f} s on {m.device}"
-          + (f" across {m.num_shards} processes" if m.num_shards > 1 else "")
-          + (f"; faiss {m.factory}, {m.choice}" if m.choice else ""))
+    print(
+        f"{loaded.directory}: {m.kind} index of {m.count} images x {m.dim} dims, "
+        f"built {m.built_at} in {m.build_seconds:.1f} s on {m.device}"
+        + (f" across {m.num_shards} processes" if m.num_shards > 1 else "")
+        + (f"; faiss {m.factory}, {m.choice}" if m.choice else "")
+    )
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
     from cir_demo.index.status import index_status, status_lines
 
-    rows = index_status(args.benchmark, args.retriever, lambda name: _load_benchmark(args, name), args.device,
-                        args.trust_remote_code, args.verify)
+    rows = index_status(
+        args.benchmark,
+        args.retriever,
+        lambda name: _load_benchmark(args, name),
+        args.device,
+        args.trust_remote_code,
+        args.verify,
+    )
     print("\n".join(status_lines(rows, args.benchmark)))
     return 1 if any(state in ("stale", "damaged") for _, state, _ in rows) else 0
 
@@ -123,14 +140,20 @@ def _prebuilt_world(args: argparse.Namespace) -> int:
 
     kwargs = benchmark_kwargs(args)
     if args.benchmark != "world" or kwargs.get("root"):
-        raise ValueError("--only world: only the offline world generated from its size and seed (no --root) ships "
-                         f"its test part, not {args.benchmark!r}" + (" at --root" if kwargs.get("root") else ""))
+        raise ValueError(
+            "--only world: only the offline world generated from its size and seed (no --root) ships "
+            f"its test part, not {args.benchmark!r}" + (" at --root" if kwargs.get("root") else "")
+        )
     size, seed = kwargs.get("size", "default"), kwargs.get("seed", 0)
     out = shipped_world_dir(size, seed)
     if not args.check:
-        pack_world(size, seed, out, {"code": code_version(),
-                                     "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds")},
-                   progress=not args.no_progress)
+        pack_world(
+            size,
+            seed,
+            out,
+            {"code": code_version(), "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds")},
+            progress=not args.no_progress,
+        )
         print(f"wrote {out}")
     reasons = shipped_problems(out, size, seed)
     print(f"{'stale' if reasons else 'fresh':6s} world test part: {out}" + "".join(f"\n       - {x}" for x in reasons))
@@ -139,8 +162,7 @@ def _prebuilt_world(args: argparse.Namespace) -> int:
 
 def _prebuilt_embeddings(args: argparse.Namespace, bench, names: list[str]) -> int:
     from cir_demo.index.build import corpus_ids_of
-    from cir_demo.index.prebuilt import (build_prebuilt, image_encoder, prebuilt_dir, prebuilt_problems,
-                                         slice_problems)
+    from cir_demo.index.prebuilt import build_prebuilt, image_encoder, prebuilt_dir, prebuilt_problems, slice_problems
     from cir_demo.retrievers.registry import load_retriever
 
     retrievers = [load_retriever(n, device="cpu") for n in names]
@@ -159,8 +181,10 @@ def _prebuilt_embeddings(args: argparse.Namespace, bench, names: list[str]) -> i
                 sliced[tower.spec_hash()] = slice_problems(bench, r, ids, prebuilt_dir(bench, tower), args.batch_size)
             reasons = sliced[tower.spec_hash()]
         bad += bool(reasons)
-        print(f"{'stale' if reasons else 'fresh':6s} {r.name}: {prebuilt_dir(bench, tower)}"
-              + "".join(f"\n       - {x}" for x in reasons))
+        print(
+            f"{'stale' if reasons else 'fresh':6s} {r.name}: {prebuilt_dir(bench, tower)}"
+            + "".join(f"\n       - {x}" for x in reasons)
+        )
     return bad
 
 
@@ -171,9 +195,15 @@ def _prebuilt_eval(args: argparse.Namespace, bench, names: list[str], reranker: 
     if not args.check:
         print(f"wrote {build_shipped_run(args, bench, names, reranker)}")
     reasons = check_shipped_run(bench, names, reranker, rerun=args.check and args.rerun, recompute=args.check)
-    what = ("byte-identical to --eval" if args.rerun else "--eval outputs, a slice recomputed from empty folders"
-            ) if args.check and not reasons else "--eval outputs"
-    print(f"{'stale' if reasons else 'fresh':6s} {what}: {shipped_dir(bench)}" + "".join(f"\n       - {x}" for x in reasons))
+    what = (
+        ("byte-identical to --eval" if args.rerun else "--eval outputs, a slice recomputed from empty folders")
+        if args.check and not reasons
+        else "--eval outputs"
+    )
+    print(
+        f"{'stale' if reasons else 'fresh':6s} {what}: {shipped_dir(bench)}"
+        + "".join(f"\n       - {x}" for x in reasons)
+    )
     return int(bool(reasons))
 
 
@@ -191,7 +221,18 @@ def run(args: argparse.Namespace) -> int:
     problems = index_problems(args)  # before any work: a wrong flag costs nothing and creates nothing
     if problems:
         return report(problems)
-    return report_errors(lambda: {"build": _build, "status": _status, "list": _list, "prebuilt": _prebuilt}[action](args),
-                         debug=getattr(args, "debug", False),
-                         expected=(ValueError, KeyError, TypeError, ImportError, PermissionError, FileNotFoundError,
-                                   StaleIndexError, ShardedBuildError, DamagedFileError))
+    return report_errors(
+        lambda: {"build": _build, "status": _status, "list": _list, "prebuilt": _prebuilt}[action](args),
+        debug=getattr(args, "debug", False),
+        expected=(
+            ValueError,
+            KeyError,
+            TypeError,
+            ImportError,
+            PermissionError,
+            FileNotFoundError,
+            StaleIndexError,
+            ShardedBuildError,
+            DamagedFileError,
+        ),
+    )

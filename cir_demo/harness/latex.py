@@ -6,6 +6,7 @@ run's: the two-sided paired bootstrap over paraphrase groups of paired.csv, its 
 Holm-Bonferroni over every (metric, run) compared with the baseline, at 5%. A p-value below 1/n_boot
 (no resample on the far side of 0) counts as 1/n_boot, its bound.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,18 @@ from cir_demo.benchmarks.schema import BenchmarkError
 ALPHA = 0.05
 BETTER, WORSE = r"$^{\dagger}$", r"$^{\ddagger}$"
 _LOWER_IS_BETTER = ("NegRecall", "ling_sens", "hard_negative")
-_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-            "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 
 
 def escape(text: str) -> str:
@@ -49,8 +60,9 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def significance(paired: pd.DataFrame, baseline: str, runs: Sequence[str], metrics: Sequence[str],
-                 n_boot: int) -> dict[tuple[str, str], tuple[float, float]]:
+def significance(
+    paired: pd.DataFrame, baseline: str, runs: Sequence[str], metrics: Sequence[str], n_boot: int
+) -> dict[tuple[str, str], tuple[float, float]]:
     """(run, metric) -> (run - baseline difference, Holm-adjusted p) for every run other than the baseline and
     every metric with a paired row."""
     tests = []
@@ -58,8 +70,13 @@ def significance(paired: pd.DataFrame, baseline: str, runs: Sequence[str], metri
         if run == baseline:
             continue
         for metric in metrics:
-            rows = paired[(paired["metric"] == metric) & (((paired["a"] == baseline) & (paired["b"] == run))
-                                                          | ((paired["a"] == run) & (paired["b"] == baseline)))]
+            rows = paired[
+                (paired["metric"] == metric)
+                & (
+                    ((paired["a"] == baseline) & (paired["b"] == run))
+                    | ((paired["a"] == run) & (paired["b"] == baseline))
+                )
+            ]
             if not len(rows):
                 continue
             row = rows.iloc[0]
@@ -92,16 +109,25 @@ def column_group(aggregate: str, family: MetricFamily) -> str:
     return ""
 
 
-def latex_table(benchmark_name: str, family: MetricFamily, table: pd.DataFrame, paired: pd.DataFrame,
-                baseline: str | None, n_boot: int) -> str:
+def latex_table(
+    benchmark_name: str,
+    family: MetricFamily,
+    table: pd.DataFrame,
+    paired: pd.DataFrame,
+    baseline: str | None,
+    n_boot: int,
+) -> str:
     """report.tex's text: `table` is metrics.csv's frame (a `model` column), `paired` paired.csv's rows
     (numeric p-values); `baseline`: the run the marks compare with (default: the first row's)."""
     runs = [str(r) for r in table["model"]]
     metrics = [m for m in family.report_aggregates() if m in table and pd.api.types.is_numeric_dtype(table[m])]
     baseline = baseline if baseline is not None else (runs[0] if runs else None)
     check_baseline(runs, baseline)
-    marks = (significance(paired, baseline, runs, metrics, n_boot)
-             if len(paired) and n_boot > 0 and baseline is not None else {})
+    marks = (
+        significance(paired, baseline, runs, metrics, n_boot)
+        if len(paired) and n_boot > 0 and baseline is not None
+        else {}
+    )
     best = {}
     for m in metrics:
         values = pd.to_numeric(table[m], errors="coerce")
@@ -159,14 +185,19 @@ def _header(metrics: Sequence[str], family: MetricFamily) -> list[str]:
     return [" & " + " & ".join(spans) + " \\\\", " ".join(rules), heads]
 
 
-def _caption(benchmark_name: str, family: MetricFamily, baseline: str | None, n_runs: int, n_boot: int,
-             tested: bool) -> str:
-    text = (f"{escape(benchmark_name)}: headline metrics (\\%) as the official {escape(family.name)} evaluator "
-            "computes them; best of each column in bold.")
+def _caption(
+    benchmark_name: str, family: MetricFamily, baseline: str | None, n_runs: int, n_boot: int, tested: bool
+) -> str:
+    text = (
+        f"{escape(benchmark_name)}: headline metrics (\\%) as the official {escape(family.name)} evaluator "
+        "computes them; best of each column in bold."
+    )
     if tested:
-        text += (f" {BETTER}/{WORSE}: significantly better/worse than the baseline {escape(baseline)} "
-                 f"(two-sided paired bootstrap over paraphrase groups, {n_boot} resamples; p-values adjusted by "
-                 f"Holm-Bonferroni over every metric and run compared; $\\alpha = {ALPHA}$).")
+        text += (
+            f" {BETTER}/{WORSE}: significantly better/worse than the baseline {escape(baseline)} "
+            f"(two-sided paired bootstrap over paraphrase groups, {n_boot} resamples; p-values adjusted by "
+            f"Holm-Bonferroni over every metric and run compared; $\\alpha = {ALPHA}$)."
+        )
     elif n_runs > 1:
         text += " No significance test (run with --n-boot above 0 for one)."
     return text

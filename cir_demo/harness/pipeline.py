@@ -4,6 +4,7 @@ reranker) over a benchmark, write official-format results files, score them.
 This is the only module that wires benchmark, retrievers, indexes, reranker and
 metrics together for a headless run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,42 +33,70 @@ def _paired_change(base: RunEvaluation, rr: RunEvaluation, col: str, n_boot: int
     gain = "n/a"
     if len(delta) and n_boot > 0:
         groups = base.per_query.set_index("query_id")["group_id"].reindex(delta.index).to_numpy()
-        res = paired_bootstrap(a.reindex(delta.index).to_numpy(float), b.reindex(delta.index).to_numpy(float),
-                               groups, n_boot=n_boot, seed=seed)
+        res = paired_bootstrap(
+            a.reindex(delta.index).to_numpy(float),
+            b.reindex(delta.index).to_numpy(float),
+            groups,
+            n_boot=n_boot,
+            seed=seed,
+        )
         gain = f"{res['diff']:+.4f} [{res['lo']:+.4f}, {res['hi']:+.4f}]"
     return a, b, delta, gain
 
 
-def rerank_section(benchmark, pairs: Sequence[tuple[RunEvaluation, RunEvaluation]], top_n: int, spec: dict,
-                   n_boot: int = 1000, seed: int = 0) -> str:
+def rerank_section(
+    benchmark,
+    pairs: Sequence[tuple[RunEvaluation, RunEvaluation]],
+    top_n: int,
+    spec: dict,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> str:
     """Markdown, for any metric family: its primary metric before and after reranking, per retriever."""
     fam = metric_family(benchmark.metric_family)
     col, agg = fam.primary, fam.headline.get(fam.primary, fam.primary)
-    lines = [f"## Reranking (top {top_n})", "",
-             f"Reranker: `{spec.get('backend', spec.get('name', '?'))}`; its full spec is in `run_info.json`. "
-             f"Helped/hurt count queries whose {col} rose/fell. {agg} gain: reranked minus first stage with its "
-             "95% CI from a paired bootstrap over paraphrase groups.", "",
-             f"| retriever | {agg} | {agg} reranked | {agg} gain [95% CI] | helped | hurt |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"## Reranking (top {top_n})",
+        "",
+        f"Reranker: `{spec.get('backend', spec.get('name', '?'))}`; its full spec is in `run_info.json`. "
+        f"Helped/hurt count queries whose {col} rose/fell. {agg} gain: reranked minus first stage with its "
+        "95% CI from a paired bootstrap over paraphrase groups.",
+        "",
+        f"| retriever | {agg} | {agg} reranked | {agg} gain [95% CI] | helped | hurt |",
+        "|---|---|---|---|---|---|",
+    ]
     for base, rr in pairs:
         _, _, delta, gain = _paired_change(base, rr, col, n_boot, seed)
-        lines.append(f"| {base.name} | {base.metrics.get(agg, float('nan')):.4f} | {rr.metrics.get(agg, float('nan')):.4f} | "
-                     f"{gain} | {(delta > 0).sum()} | {(delta < 0).sum()} |")
+        lines.append(
+            f"| {base.name} | {base.metrics.get(agg, float('nan')):.4f} | {rr.metrics.get(agg, float('nan')):.4f} | "
+            f"{gain} | {(delta > 0).sum()} | {(delta < 0).sum()} |"
+        )
     return "\n".join(lines)
 
 
-def pinpoint_rerank_section(benchmark, pairs: Sequence[tuple[RunEvaluation, RunEvaluation]], top_n: int, spec: dict,
-                            n_boot: int = 1000, seed: int = 0) -> str:
+def pinpoint_rerank_section(
+    benchmark,
+    pairs: Sequence[tuple[RunEvaluation, RunEvaluation]],
+    top_n: int,
+    spec: dict,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> str:
     """Markdown: what the reranker changed, per retriever, in the PinPoint paper's terms (precision, safety,
     linguistic sensitivity)."""
-    lines = [f"## Reranking (top {top_n})", "",
-             f"Reranker: `{spec.get('backend', spec.get('name', '?'))}`; its full spec (with the exact prompt or "
-             "input description) is in `run_info.json`. Helped/hurt count queries whose AP@10 rose/fell. "
-             "mAP@10 gain: reranked minus first stage with its 95% CI from a paired bootstrap over paraphrase groups. "
-             "Linguistic sensitivity: the mean over intents of the range (max - min) of AP@10 across the paraphrases "
-             "(lower is steadier); its change is reranked minus first stage.", "",
-             "| retriever | mAP@10 | mAP@10 reranked | mAP@10 gain [95% CI] | NegRecall@10 (lower is better) | "
-             "NegRecall@10 reranked | ling. sens. | ling. sens. reranked | ling. sens. change | helped | hurt |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"## Reranking (top {top_n})",
+        "",
+        f"Reranker: `{spec.get('backend', spec.get('name', '?'))}`; its full spec (with the exact prompt or "
+        "input description) is in `run_info.json`. Helped/hurt count queries whose AP@10 rose/fell. "
+        "mAP@10 gain: reranked minus first stage with its 95% CI from a paired bootstrap over paraphrase groups. "
+        "Linguistic sensitivity: the mean over intents of the range (max - min) of AP@10 across the paraphrases "
+        "(lower is steadier); its change is reranked minus first stage.",
+        "",
+        "| retriever | mAP@10 | mAP@10 reranked | mAP@10 gain [95% CI] | NegRecall@10 (lower is better) | "
+        "NegRecall@10 reranked | ling. sens. | ling. sens. reranked | ling. sens. change | helped | hurt |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     worst: list[str] = []
     changes = {"mAP@10 rose": 0, "NegRecall@10 fell": 0, "linguistic sensitivity rose": 0}
     for base, rr in pairs:
@@ -78,16 +107,22 @@ def pinpoint_rerank_section(benchmark, pairs: Sequence[tuple[RunEvaluation, RunE
         lines.append(
             f"| {base.name} | {m0['mAP@10']:.4f} | {m1['mAP@10']:.4f} | {gain} | {m0['NegRecall@10']:.4f} | "
             f"{m1['NegRecall@10']:.4f} | {ls0:.4f} | {ls1:.4f} | {ls1 - ls0:+.4f} | {(delta > 0).sum()} | "
-            f"{(delta < 0).sum()} |")
+            f"{(delta < 0).sum()} |"
+        )
         changes["mAP@10 rose"] += m1["mAP@10"] > m0["mAP@10"]
         changes["NegRecall@10 fell"] += m1["NegRecall@10"] < m0["NegRecall@10"]
-        changes["linguistic sensitivity rose"] += (m1.get("ling_sens_paraphrase_range", float("nan"))
-                                                   > m0.get("ling_sens_paraphrase_range", float("nan")))
+        changes["linguistic sensitivity rose"] += m1.get("ling_sens_paraphrase_range", float("nan")) > m0.get(
+            "ling_sens_paraphrase_range", float("nan")
+        )
         if len(delta):
             hurt = delta.sort_values().head(3)
             worst += [f"- {base.name}: query `{q}` AP@10 {a[q]:.3f} → {b[q]:.3f}" for q, _ in hurt.items() if _ < 0]
-    lines += ["", "With reranking, " + ", ".join(f"{what} for {n} of {len(pairs)} retrievers" for what, n in changes.items())
-              + ". (The PinPoint paper found that reranking lowers NegRecall@10 but worsens linguistic sensitivity.)"]
+    lines += [
+        "",
+        "With reranking, "
+        + ", ".join(f"{what} for {n} of {len(pairs)} retrievers" for what, n in changes.items())
+        + ". (The PinPoint paper found that reranking lowers NegRecall@10 but worsens linguistic sensitivity.)",
+    ]
     if worst:
         lines += ["", "Queries the reranker hurt most:", ""] + worst
     return "\n".join(lines)
@@ -98,9 +133,11 @@ def query_text_section(specs: dict[str, dict]) -> list[str]:
     rows = [(n, s["query_template"]) for n, s in specs.items() if "query_template" in s]
     if not rows:
         return []
-    return ["## Query text\n\nHow each retriever's text was made from a query (configs/query_templates.json, or the "
-            "retriever config's `query_templates`):\n\n| retriever | template | source |\n|---|---|---|\n"
-            + "\n".join(f"| {n} | `{t['template']}` | {t['source']} |" for n, t in rows)]
+    return [
+        "## Query text\n\nHow each retriever's text was made from a query (configs/query_templates.json, or the "
+        "retriever config's `query_templates`):\n\n| retriever | template | source |\n|---|---|---|\n"
+        + "\n".join(f"| {n} | `{t['template']}` | {t['source']} |" for n, t in rows)
+    ]
 
 
 class Stages:
@@ -127,15 +164,18 @@ class Stages:
         return time.perf_counter() - self.t0
 
     def line(self) -> str:
-        return (f"time per stage (s; load average {self.start_load:.1f} at the start): "
-                + ", ".join(f"{k} {v:.1f}" for k, v in self.seconds.items()))
+        return f"time per stage (s; load average {self.start_load:.1f} at the start): " + ", ".join(
+            f"{k} {v:.1f}" for k, v in self.seconds.items()
+        )
 
 
 def dry_run_benchmark(args: argparse.Namespace, bench, names: list[str], reranker_name: str | None, top_n: int) -> int:
     from cir_demo.preflight.dry_run import dry_run
     from cir_demo.preflight.run import model_lines
 
-    lines = model_lines(names, reranker_name, bool(getattr(args, "trust_remote_code", False)), getattr(args, "device", None))
+    lines = model_lines(
+        names, reranker_name, bool(getattr(args, "trust_remote_code", False)), getattr(args, "device", None)
+    )
     print(dry_run(args, bench, names, reranker_name, top_n, lines))
     return 1 if any(ln.blocking for ln in lines) else 0
 
@@ -161,8 +201,9 @@ def run_benchmark(args: argparse.Namespace) -> int:
     top_n = getattr(args, "rerank_top_n", 20)
     if getattr(args, "dry_run", False):  # every split's queries are counted; the corpus is encoded once
         every = [q for b in (bench, *side.values()) for q in b.queries]
-        return dry_run_benchmark(args, dataclasses.replace(bench, queries=every) if side else bench, names,
-                                 reranker_name, top_n)
+        return dry_run_benchmark(
+            args, dataclasses.replace(bench, queries=every) if side else bench, names, reranker_name, top_n
+        )
     from cir_demo.preflight.run import check_run
 
     with stages("checks"):  # weights, opt-ins, images: before anything is created
@@ -188,8 +229,9 @@ def machine_busy(load: float) -> bool:
     return load > usable_cpus() + 1
 
 
-def one_small_model_thread(names: Sequence[str], reranker_name: str | None, device: str | None,
-                           load: float | None = None) -> bool:
+def one_small_model_thread(
+    names: Sequence[str], reranker_name: str | None, device: str | None, load: float | None = None
+) -> bool:
     """Whether reranking with the offline world's own small models runs torch on one thread: on the
     CPU of a machine already busy with other work (`machine_busy`), unless OMP_NUM_THREADS says
     otherwise. There a second thread only spins for its core (on a loaded 2-core machine the
@@ -205,8 +247,7 @@ def one_small_model_thread(names: Sequence[str], reranker_name: str | None, devi
 
 
 @contextlib.contextmanager
-def small_model_threads(names: Sequence[str], reranker_name: str | None, device: str | None,
-                        load: float | None = None):
+def small_model_threads(names: Sequence[str], reranker_name: str | None, device: str | None, load: float | None = None):
     """One torch thread meanwhile where `one_small_model_thread` says so. The judge's scores are the
     same bits either way (tests/test_eval_threads.py), so the choice changes no output. Not for
     retrieval: world-CLIP's query vectors differ in their last bits in a process whose torch started
@@ -228,17 +269,25 @@ def _run_into(args, splits, names, reranker_name, top_n, stages: Stages) -> tupl
 
     bench, out = splits[0].bench, splits[0].out
     for s in splits:
-        print(f"benchmark {s.bench.name}" + (f" ({s.label} split)" if len(splits) > 1 else "")
-              + f": {len(s.bench.queries)} queries, {len(s.bench.corpus_ids)} corpus images; "
-              f"retrievers: {', '.join(names)}; reranker: {reranker_name or 'none'}", flush=True)
-    engine = RetrievalEngine(bench, names, device=getattr(args, "device", None), progress=True,
-                             trust_remote_code=bool(getattr(args, "trust_remote_code", False)))
+        print(
+            f"benchmark {s.bench.name}"
+            + (f" ({s.label} split)" if len(splits) > 1 else "")
+            + f": {len(s.bench.queries)} queries, {len(s.bench.corpus_ids)} corpus images; "
+            f"retrievers: {', '.join(names)}; reranker: {reranker_name or 'none'}",
+            flush=True,
+        )
+    engine = RetrievalEngine(
+        bench,
+        names,
+        device=getattr(args, "device", None),
+        progress=True,
+        trust_remote_code=bool(getattr(args, "trust_remote_code", False)),
+    )
     specs: dict[str, dict] = {}
     reranker_spec = None
     if reranker_name:  # a first run renders the corpus once for the retrievers and the reranker
         if one_small_model_thread(names, reranker_name, getattr(args, "device", None), stages.start_load):
-            print(f"reranking on one torch thread: load average {stages.start_load:.1f} when the run began",
-                  flush=True)
+            print(f"reranking on one torch thread: load average {stages.start_load:.1f} when the run began", flush=True)
         with stages("corpus features"):
             engine.prefetch_corpus_embeddings(names, reranker_name)
             engine.reranker(reranker_name)  # loaded with the corpus features it reads
@@ -249,14 +298,25 @@ def _run_into(args, splits, names, reranker_name, top_n, stages: Stages) -> tupl
         if reranker_name:
             reranker_spec = dict(engine.reranker(reranker_name).spec)
         for split in splits:
-            _run_split(args, engine, split, name, specs[name], reranker_name, reranker_spec, top_n, stages,
-                       tag="" if split is splits[0] else f" ({split.label})")
+            _run_split(
+                args,
+                engine,
+                split,
+                name,
+                specs[name],
+                reranker_name,
+                reranker_spec,
+                top_n,
+                stages,
+                tag="" if split is splits[0] else f" ({split.label})",
+            )
     engine.close()
 
     with stages("report"):
         for split in reversed(splits):  # the first split's report holds the table of them all
-            paths = _write_report(args, split, splits if split is splits[0] and len(splits) > 1 else [], top_n,
-                                  reranker_spec, specs)
+            paths = _write_report(
+                args, split, splits if split is splits[0] and len(splits) > 1 else [], top_n, reranker_spec, specs
+            )
             _write_run_info(split, specs, reranker_spec, top_n, stages if split is splits[0] else None)
     table = pd.read_csv(paths["metrics.csv"])
     cols = [c for c in ("model", *metric_family(bench.metric_family).summary_columns()) if c in table]
@@ -269,32 +329,45 @@ def _run_into(args, splits, names, reranker_name, top_n, stages: Stages) -> tupl
     return n_files, paths["report.md"].relative_to(out)
 
 
-def _run_split(args, engine, split, name: str, spec: dict, reranker_name, reranker_spec, top_n: int,
-               stages: Stages, tag: str = "") -> None:
+def _run_split(
+    args, engine, split, name: str, spec: dict, reranker_name, reranker_spec, top_n: int, stages: Stages, tag: str = ""
+) -> None:
     """Retriever `name` (and the reranker) on one split's queries: results files, then evaluations."""
     from tqdm import tqdm
 
     from cir_demo.results import write_results
 
     bench, out = split.bench, split.out
-    with stages(f"{name}/retrieve{tag}"), tqdm(total=len(bench.queries), desc=f"retrieve {name}{tag}",
-                                                unit="query") as bar:
-        run, scores = engine.run_benchmark(name, queries=bench.queries, k=engine.eval_depth(name),
-                                           progress=lambda done, total: bar.update(done - bar.n))
+    with (
+        stages(f"{name}/retrieve{tag}"),
+        tqdm(total=len(bench.queries), desc=f"retrieve {name}{tag}", unit="query") as bar,
+    ):
+        run, scores = engine.run_benchmark(
+            name,
+            queries=bench.queries,
+            k=engine.eval_depth(name),
+            progress=lambda done, total: bar.update(done - bar.n),
+        )
     write_results(out / "results" / f"{name}.json", bench, run, scores, spec=spec)
     with stages("evaluate"):
         base = evaluate_run(bench, run, name, n_boot=args.n_boot, seed=args.bootstrap_seed)
     split.evaluations.append(base)
     if not reranker_name:
         return
-    with stages(f"{name}/rerank{tag}"), small_model_threads([name], reranker_name, getattr(args, "device", None),
-                                                                   load=stages.start_load):
+    with (
+        stages(f"{name}/rerank{tag}"),
+        small_model_threads([name], reranker_name, getattr(args, "device", None), load=stages.start_load),
+    ):
         rr = engine.rerank_run(reranker_name, run, scores, queries=bench.queries, top_n=top_n, progress=True)
     rr_name = f"{name}{RERANK_SUFFIX}"
     rr_scores = {q: [it.p_yes if it.p_yes is not None else float("nan") for it in its] for q, its in rr.items.items()}
-    write_results(out / "results" / f"{rr_name}.json", bench, rr.run,
-                  {q: [0.0 if s != s else s for s in v] for q, v in rr_scores.items()},
-                  spec={"retriever": spec, "reranker": reranker_spec, "top_n": top_n})
+    write_results(
+        out / "results" / f"{rr_name}.json",
+        bench,
+        rr.run,
+        {q: [0.0 if s != s else s for s in v] for q, v in rr_scores.items()},
+        spec={"retriever": spec, "reranker": reranker_spec, "top_n": top_n},
+    )
     with stages("evaluate"):
         reranked = evaluate_run(bench, rr.run, rr_name, n_boot=args.n_boot, seed=args.bootstrap_seed)
     split.evaluations.append(reranked)
@@ -328,8 +401,23 @@ def _write_report(args, split, all_splits, top_n, reranker_spec, specs) -> dict:
 
     bench, pairs = split.bench, split.pairs
     sections = [both_splits_section(all_splits)] if all_splits else []
-    sections += ([metric_family(bench.metric_family).rerank_section_maker()(
-        bench, pairs, top_n, reranker_spec or {}, n_boot=args.n_boot, seed=args.bootstrap_seed)] if pairs else [])
+    sections += (
+        [
+            metric_family(bench.metric_family).rerank_section_maker()(
+                bench, pairs, top_n, reranker_spec or {}, n_boot=args.n_boot, seed=args.bootstrap_seed
+            )
+        ]
+        if pairs
+        else []
+    )
     sections += query_text_section(specs)
-    return write_outputs(bench, split.evaluations, split.out, n_boot=args.n_boot, seed=args.bootstrap_seed,
-                         extra_sections=sections, plots=not args.no_plots, baseline=getattr(args, "baseline", None))
+    return write_outputs(
+        bench,
+        split.evaluations,
+        split.out,
+        n_boot=args.n_boot,
+        seed=args.bootstrap_seed,
+        extra_sections=sections,
+        plots=not args.no_plots,
+        baseline=getattr(args, "baseline", None),
+    )

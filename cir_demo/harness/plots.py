@@ -2,6 +2,7 @@
 shows) and as SVG and PDF for papers (`vector_charts`, matplotlib's object API; never opens a window):
 the family's own plots, the metric-at-k curves of every run with 95% intervals, and one breakdown plot
 per metadata field and plotted metric (`MetricFamily.plot_metrics`)."""
+
 from __future__ import annotations
 
 import re
@@ -30,8 +31,10 @@ _AT_K = re.compile(r"^(?P<name>[A-Za-z_]+)@(?P<k>\d+)$")
 
 def bars(path: Path, categories, series, title, xlabel, intervals=None) -> list[Path]:
     """A bar chart as PNG, SVG and PDF."""
-    return [charts.bar_chart(path, categories, series, title, xlabel, intervals),
-            *vector_charts.bar_chart(path, categories, series, title, xlabel, intervals)]
+    return [
+        charts.bar_chart(path, categories, series, title, xlabel, intervals),
+        *vector_charts.bar_chart(path, categories, series, title, xlabel, intervals),
+    ]
 
 
 def _paths(files: Sequence[Path]) -> dict[str, Path]:
@@ -41,25 +44,42 @@ def _paths(files: Sequence[Path]) -> dict[str, Path]:
 def precision_vs_safety(benchmark: Benchmark, evaluations: Sequence[RunEvaluation], out_dir: Path) -> dict[str, Path]:
     """The PinPoint paper's Figure 6: mAP@10 against NegRecall@10 per run; up-left is better."""
     nan = float("nan")
-    points = {ev.name: (float(ev.metrics.get("NegRecall@10", nan)), float(ev.metrics.get("mAP@10", nan)))
-              for ev in evaluations}
-    args = (points, f"Precision versus safety: {benchmark.name}",
-            "NegRecall@10 (explicit negatives in the top 10; lower is safer)", "mAP@10 (higher is better)")
+    points = {
+        ev.name: (float(ev.metrics.get("NegRecall@10", nan)), float(ev.metrics.get("mAP@10", nan)))
+        for ev in evaluations
+    }
+    args = (
+        points,
+        f"Precision versus safety: {benchmark.name}",
+        "NegRecall@10 (explicit negatives in the top 10; lower is safer)",
+        "mAP@10 (higher is better)",
+    )
     png = charts.scatter_chart(out_dir / "precision_vs_safety.png", *args)
     return _paths([png, *vector_charts.scatter_chart(png, *args)])
 
 
-def paraphrase_sensitivity(benchmark: Benchmark, evaluations: Sequence[RunEvaluation], out_dir: Path) -> dict[str, Path]:
+def paraphrase_sensitivity(
+    benchmark: Benchmark, evaluations: Sequence[RunEvaluation], out_dir: Path
+) -> dict[str, Path]:
     """Per run: the paper's paraphrase sensitivity (within-intent AP@10 spread) beside the official one."""
     nan = float("nan")
     names = [ev.name for ev in evaluations]
-    return _paths(bars(
-        out_dir / "paraphrase_sensitivity.png", names,
-        {"AP@10 range over paraphrases of one intent":
-             [float(ev.metrics.get("ling_sens_paraphrase_range", nan)) for ev in evaluations],
-         "official ling_sens_range (P@10, by reference image)":
-             [float(ev.metrics.get("ling_sens_range", nan)) for ev in evaluations]},
-        "Paraphrase sensitivity", "mean range (lower is more robust)"))
+    return _paths(
+        bars(
+            out_dir / "paraphrase_sensitivity.png",
+            names,
+            {
+                "AP@10 range over paraphrases of one intent": [
+                    float(ev.metrics.get("ling_sens_paraphrase_range", nan)) for ev in evaluations
+                ],
+                "official ling_sens_range (P@10, by reference image)": [
+                    float(ev.metrics.get("ling_sens_range", nan)) for ev in evaluations
+                ],
+            },
+            "Paraphrase sensitivity",
+            "mean range (lower is more robust)",
+        )
+    )
 
 
 def curve_series(per_query: pd.DataFrame) -> dict[str, tuple[list[int], pd.DataFrame]]:
@@ -83,12 +103,17 @@ def curve_series(per_query: pd.DataFrame) -> dict[str, tuple[list[int], pd.DataF
     return {n: v for n, v in out.items() if len(v[0]) > 1}
 
 
-CURVE_FILES = {"Recall": ("recall_at_k.png", "Recall@k"), "Recall_subset": ("recall_subset_at_k.png", "Recall_subset@k"),
-               "AP": ("map_at_k.png", "mAP@k"), "precision": ("precision_at_k.png", "P@k")}
+CURVE_FILES = {
+    "Recall": ("recall_at_k.png", "Recall@k"),
+    "Recall_subset": ("recall_subset_at_k.png", "Recall_subset@k"),
+    "AP": ("map_at_k.png", "mAP@k"),
+    "precision": ("precision_at_k.png", "P@k"),
+}
 
 
-def k_curves(benchmark: Benchmark, evaluations: Sequence[RunEvaluation], out_dir: Path, n_boot: int = 1000,
-             seed: int = 0) -> dict[str, Path]:
+def k_curves(
+    benchmark: Benchmark, evaluations: Sequence[RunEvaluation], out_dir: Path, n_boot: int = 1000, seed: int = 0
+) -> dict[str, Path]:
     """One plot per metric with several cutoffs (`CURVE_FILES`): each run's mean at every k over its scored
     queries, with the 95% interval of a bootstrap over paraphrase groups (one set of draws for all k)."""
     from cir_demo.metrics.bootstrap import bootstrap_cis
@@ -114,9 +139,18 @@ def k_curves(benchmark: Benchmark, evaluations: Sequence[RunEvaluation], out_dir
     for name, entry in curves.items():
         fname, label = CURVE_FILES[name]
         label += pooled if name == "Recall" else ""
-        out.update(_paths(vector_charts.line_chart(
-            out_dir / fname, entry["ks"], entry["series"], f"{label} per run: {benchmark.name}",
-            f"{label}" + (" with 95% interval" if entry["bands"] else ""), entry["bands"] or None)))
+        out.update(
+            _paths(
+                vector_charts.line_chart(
+                    out_dir / fname,
+                    entry["ks"],
+                    entry["series"],
+                    f"{label} per run: {benchmark.name}",
+                    f"{label}" + (" with 95% interval" if entry["bands"] else ""),
+                    entry["bands"] or None,
+                )
+            )
+        )
     return out
 
 
@@ -145,13 +179,25 @@ def write_plots(
         for i, metric in enumerate(metrics):
             if tab is None or metric not in tab or len(set(tab["value"])) < 2:
                 continue  # e.g. every query has one reference: a one-bar "versus" plot says nothing
-            paths.update(_paths(_breakdown_plot(benchmark, tab, field_, metric, fam.headline.get(metric, metric),
-                                                out_dir / breakdown_plot_file(fname, metric, i == 0), title)))
+            paths.update(
+                _paths(
+                    _breakdown_plot(
+                        benchmark,
+                        tab,
+                        field_,
+                        metric,
+                        fam.headline.get(metric, metric),
+                        out_dir / breakdown_plot_file(fname, metric, i == 0),
+                        title,
+                    )
+                )
+            )
     return paths
 
 
-def _breakdown_plot(benchmark: Benchmark, tab: pd.DataFrame, field_: str, metric: str, label: str, path: Path,
-                    title: str) -> list[Path]:
+def _breakdown_plot(
+    benchmark: Benchmark, tab: pd.DataFrame, field_: str, metric: str, label: str, path: Path, title: str
+) -> list[Path]:
     nan = float("nan")
     values = list(dict.fromkeys(tab["value"]))
     runs = list(dict.fromkeys(tab["run"]))
@@ -161,12 +207,15 @@ def _breakdown_plot(benchmark: Benchmark, tab: pd.DataFrame, field_: str, metric
         rows = [cell.get((r, v)) for v in values]
         series[r] = [float(row[metric]) if row else nan for row in rows]
         if f"{metric}_lo" in tab:
-            intervals[r] = [(float(row[f"{metric}_lo"]), float(row[f"{metric}_hi"])) if row else (nan, nan)
-                            for row in rows]
+            intervals[r] = [
+                (float(row[f"{metric}_lo"]), float(row[f"{metric}_hi"])) if row else (nan, nan) for row in rows
+            ]
     shown = values
     if field_ == "is_single":
-        shown = ["single image" if str(v) in ("True", "1") else "two images" if str(v) in ("False", "0")
-                 else str(v) for v in values]
+        shown = [
+            "single image" if str(v) in ("True", "1") else "two images" if str(v) in ("False", "0") else str(v)
+            for v in values
+        ]
     n_q = {v: int(n) for v, n in zip(tab["value"], tab["n_queries"])}
     cats = [f"{s} (n={n_q[v]})" for s, v in zip(shown, values)]
     return bars(path, cats, series, f"{title}: {benchmark.name}", f"{label} with 95% interval", intervals or None)

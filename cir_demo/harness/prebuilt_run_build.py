@@ -7,6 +7,7 @@ recomputes a slice (the first `SLICE_INTENTS` intents) in an empty data folder a
 per-query rows with the shipped ones, so a shipped file whose records were rewritten, or outputs of
 other code, are found; `--check --rerun` runs the whole `--eval` again and compares every shipped
 file with what it wrote, byte for byte."""
+
 from __future__ import annotations
 
 import argparse
@@ -53,9 +54,13 @@ def eval_flags(args: argparse.Namespace, names: list[str], reranker: str | None)
     flag at its default (as the app's background run)."""
     from cir_demo.benchmarks.cli_args import benchmark_flags, benchmark_kwargs
 
-    return [*benchmark_flags(args.benchmark, benchmark_kwargs(args), getattr(args, "limit", None)),
-            "--retrievers", ",".join(names),
-            "--rerank", reranker or "none"]
+    return [
+        *benchmark_flags(args.benchmark, benchmark_kwargs(args), getattr(args, "limit", None)),
+        "--retrievers",
+        ",".join(names),
+        "--rerank",
+        reranker or "none",
+    ]
 
 
 def run_eval(flags: list[str], out: Path) -> None:
@@ -76,8 +81,12 @@ def key_of_run(run_dir: Path) -> dict:
 
     info = json.loads((run_dir / "run_info.json").read_text(encoding="utf-8"))
     rr = info.get("reranker")
-    return run_key(info["benchmark_fingerprint"], {n: spec_hash(s) for n, s in info["retrievers"].items()},
-                   spec_hash_of(rr) if rr else None, info.get("rerank_top_n"))
+    return run_key(
+        info["benchmark_fingerprint"],
+        {n: spec_hash(s) for n, s in info["retrievers"].items()},
+        spec_hash_of(rr) if rr else None,
+        info.get("rerank_top_n"),
+    )
 
 
 def build_shipped_run(args: argparse.Namespace, bench, names: list[str], reranker: str | None) -> Path:
@@ -95,8 +104,11 @@ def build_shipped_run(args: argparse.Namespace, bench, names: list[str], reranke
         output_code_sha256.cache_clear()
         if output_code_sha256() != code:
             raise ValueError("the code under cir_demo/ changed while the run ran; run the command again")
-        provenance = {"code": code_version(), "eval_seconds": round(time.perf_counter() - started, 1),
-                      "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        provenance = {
+            "code": code_version(),
+            "eval_seconds": round(time.perf_counter() - started, 1),
+            "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
         return pack_run(out, shipped_dir(bench), key_of_run(out), [*EVAL_COMMAND, *flags], provenance)
 
 
@@ -122,8 +134,11 @@ def differences(shipped: Path, written: Path) -> list[str]:
     from cir_demo.index.prebuilt_run import INSTALLED_MARK, shipped_file
 
     names = set(json.loads((shipped / INSTALLED_MARK).read_text(encoding="utf-8"))["files"])
-    wrote = {rel for rel in (p.relative_to(written).as_posix() for p in written.rglob("*") if p.is_file())
-             if shipped_file(rel)}
+    wrote = {
+        rel
+        for rel in (p.relative_to(written).as_posix() for p in written.rglob("*") if p.is_file())
+        if shipped_file(rel)
+    }
     out = [f"{n}: shipped, not written by --eval" for n in sorted(names - wrote)]
     out += [f"{n}: written by --eval, not shipped" for n in sorted(wrote - names)]
     for name in sorted(names & wrote):
@@ -131,8 +146,9 @@ def differences(shipped: Path, written: Path) -> list[str]:
         if Path(name).name == "run_info.json":  # the top one's and a split folder's
             a, b = (_results_part(json.loads(x)) for x in (a, b))
         elif name == "run_manifest.json":  # it records run_info.json's checksum, which holds the run's times
-            a, b = ({k: v for k, v in json.loads(x)["files"].items() if Path(k).name != "run_info.json"}
-                    for x in (a, b))
+            a, b = (
+                {k: v for k, v in json.loads(x)["files"].items() if Path(k).name != "run_info.json"} for x in (a, b)
+            )
         if a != b:
             out.append(f"{name}: differs from what --eval writes now")
     return out
@@ -149,19 +165,17 @@ def _results_part(info: dict) -> dict:
     return out
 
 
-def check_shipped_run(bench, names: list[str], reranker: str | None, rerun: bool, recompute: bool = True
-                      ) -> list[str]:
+def check_shipped_run(bench, names: list[str], reranker: str | None, rerun: bool, recompute: bool = True) -> list[str]:
     """Why the benchmark's shipped outputs are not current ([] = they are): their key and records, then
     (`recompute`) the per-query rows of a slice recomputed in an empty data folder; `rerun`: the whole
     `--eval` instead of the slice, every file compared byte for byte."""
-    from cir_demo.index.prebuilt_run import (install_shipped_run, read_shipped_manifest, shipped_dir,
-                                             shipped_problems)
+    from cir_demo.index.prebuilt_run import install_shipped_run, read_shipped_manifest, shipped_dir, shipped_problems
 
     directory = shipped_dir(bench)
     problems = shipped_problems(directory, served_key(bench, names, reranker))
     if problems or not (recompute or rerun):
         return problems
-    flags = read_shipped_manifest(directory)["command"][len(EVAL_COMMAND):]
+    flags = read_shipped_manifest(directory)["command"][len(EVAL_COMMAND) :]
     with tempfile.TemporaryDirectory(prefix="cir-demo-shipped-check-") as tmp:
         installed, problems = install_shipped_run(bench, served_key(bench, names, reranker), Path(tmp) / "runs")
         if problems:
@@ -208,8 +222,10 @@ def _same_value(a: str | None, b: str | None) -> bool:
 
 # metrics.csv column -> per_query.csv column whose mean over the scored queries it is (metrics.csv
 # rounds to 4 decimals)
-MEAN_OF = {**{f"{m}@{k}": f"{m}@{k}" for m in ("recall", "precision", "NegRecall") for k in (1, 5, 10, 50)},
-           **{f"mAP@{k}{s}": f"AP@{k}{s}" for k in (1, 5, 10, 50) for s in ("", "_noNeg")}}
+MEAN_OF = {
+    **{f"{m}@{k}": f"{m}@{k}" for m in ("recall", "precision", "NegRecall") for k in (1, 5, 10, 50)},
+    **{f"mAP@{k}{s}": f"AP@{k}{s}" for k in (1, 5, 10, 50) for s in ("", "_noNeg")},
+}
 ROUNDING = 6e-5
 
 
@@ -229,8 +245,10 @@ def aggregate_differences(run_dir: Path) -> list[str]:
                     continue
                 mean = math.fsum(float(r[per_query]) for r in scored) / len(scored)
                 if not abs(float(line[column]) - mean) <= ROUNDING:
-                    out.append(f"{metrics.relative_to(run_dir)}: {line['model']} {column} is {line[column]}, the mean "
-                               f"of its {len(scored)} per-query rows is {mean:.4f}")
+                    out.append(
+                        f"{metrics.relative_to(run_dir)}: {line['model']} {column} is {line[column]}, the mean "
+                        f"of its {len(scored)} per-query rows is {mean:.4f}"
+                    )
     return out
 
 
@@ -251,10 +269,15 @@ def slice_differences(shipped: Path, written: Path) -> list[str]:
             old = have.get(key)
             bad = [c for c in row if old is None or not _same_value(old.get(c), row[c])]
             if bad:
-                out.append(f"{name}: run {key[0]} query {key[1]}: " + (
-                    "not shipped" if old is None else
-                    f"{bad[0]} is {old.get(bad[0])} shipped, {row[bad[0]]} recomputed from an empty data folder"
-                    + (f" (and {len(bad) - 1} more columns)" if len(bad) > 1 else "")))
+                out.append(
+                    f"{name}: run {key[0]} query {key[1]}: "
+                    + (
+                        "not shipped"
+                        if old is None
+                        else f"{bad[0]} is {old.get(bad[0])} shipped, {row[bad[0]]} recomputed from an empty data folder"
+                        + (f" (and {len(bad) - 1} more columns)" if len(bad) > 1 else "")
+                    )
+                )
     if not out and not any((written / n).is_file() for n in PER_QUERY_FILES):
         out.append(f"the recomputed slice wrote no {PER_QUERY_FILES[0]}")
     return out

@@ -9,6 +9,7 @@ is not run again, so an interrupted record resumes; a complete seed folder made 
 refused. OUT/record.json and OUT/record.md hold the mean, range and per-seed values, and whether
 each of the judge's effects holds on every seed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,13 +20,22 @@ from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seeds", type=int, nargs="+", default=[7, 11, 13],
-                   help="world seeds (default 7 11 13: worlds no design choice was made on; seed 0 is the "
-                        "development world)")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[7, 11, 13],
+        help="world seeds (default 7 11 13: worlds no design choice was made on; seed 0 is the development world)",
+    )
     p.add_argument("--world-size", default="default", choices=["tiny", "default"])
     p.add_argument("--out", required=True, help="output folder (one subfolder per seed, then record.json/.md)")
-    p.add_argument("--eval-arg", action="append", default=[], metavar="ARG",
-                   help="an extra argument for every seed's --eval (repeatable), e.g. --eval-arg=--no-plots")
+    p.add_argument(
+        "--eval-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an extra argument for every seed's --eval (repeatable), e.g. --eval-arg=--no-plots",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,14 +49,28 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     strangers = _strangers(out) if out.is_dir() else []
     if strangers:  # the folder is someone else's: nothing here may be overwritten or mixed in
-        print(f"error: --out {out} holds files that are not a record's ({', '.join(strangers[:5])}); "
-              "choose a new folder", file=sys.stderr)
+        print(
+            f"error: --out {out} holds files that are not a record's ({', '.join(strangers[:5])}); choose a new folder",
+            file=sys.stderr,
+        )
         return 2
     per_seed, made_by = {}, _made_by(out)
     for seed in args.seeds:
         folder = out / f"seed-{seed}"
-        cmd = ["-m", "cir_demo", "eval", "--benchmark", "world", "--world-size", args.world_size,
-               "--world-seed", str(seed), "--out", str(folder), *args.eval_arg]
+        cmd = [
+            "-m",
+            "cir_demo",
+            "eval",
+            "--benchmark",
+            "world",
+            "--world-size",
+            args.world_size,
+            "--world-seed",
+            str(seed),
+            "--out",
+            str(folder),
+            *args.eval_arg,
+        ]
         if read_manifest(folder) is not None:
             problem = _other_maker(made_by.get(str(seed)), seed_key(cmd), folder)
             if problem:
@@ -79,7 +103,9 @@ def _is_record(path: Path) -> bool:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return False
-    return isinstance(data, dict) and ({"seeds", "splits", "judge", "world_size"} <= set(data) or set(data) == {"made_by"})
+    return isinstance(data, dict) and (
+        {"seeds", "splits", "judge", "world_size"} <= set(data) or set(data) == {"made_by"}
+    )
 
 
 def _strangers(out: Path) -> list[str]:
@@ -110,11 +136,16 @@ def seed_key(cmd: list[str]) -> dict:
     from cir_demo.paths import assets_dir
     from cir_demo.utils.io import sha256_file
 
-    weights = {p.relative_to(assets_dir()).as_posix(): sha256_file(p)
-               for p in sorted(assets_dir().glob("*/manifest.json"))}
+    weights = {
+        p.relative_to(assets_dir()).as_posix(): sha256_file(p) for p in sorted(assets_dir().glob("*/manifest.json"))
+    }
     at = cmd.index("--out")
-    return {"eval_args": cmd[3:at] + cmd[at + 2:], "code_sha256": output_code_sha256(), "libraries": output_libraries(),
-            "weights_manifests": weights}
+    return {
+        "eval_args": cmd[3:at] + cmd[at + 2 :],
+        "code_sha256": output_code_sha256(),
+        "libraries": output_libraries(),
+        "weights_manifests": weights,
+    }
 
 
 def _made_by(out: Path) -> dict:
@@ -129,8 +160,12 @@ def _other_maker(recorded: dict | None, now: dict, folder: Path) -> str | None:
     """Why complete seed folder `folder` must not be reused (None: it was made as this run would make it)."""
     if recorded == now:
         return None
-    what = "no record of what made it" if not isinstance(recorded, dict) else "made by other " + ", ".join(
-        k for k in now if recorded.get(k) != now[k])
-    return (f"{folder} holds a run with {what} (record.json's made_by); move it away or choose a new --out, "
-            "and record runs it again")
-
+    what = (
+        "no record of what made it"
+        if not isinstance(recorded, dict)
+        else "made by other " + ", ".join(k for k in now if recorded.get(k) != now[k])
+    )
+    return (
+        f"{folder} holds a run with {what} (record.json's made_by); move it away or choose a new --out, "
+        "and record runs it again"
+    )

@@ -1,4 +1,5 @@
 """Write an evaluation to disk: metrics.csv/json, per-query CSV, report.md, plots."""
+
 from __future__ import annotations
 
 import io
@@ -47,7 +48,12 @@ def _md_table(df: pd.DataFrame) -> str:
 def linguistic_sensitivity(benchmark: Benchmark, evaluations: Sequence[RunEvaluation], table: pd.DataFrame) -> str:
     """PinPoint's report section: the official and the paper's paraphrase sensitivity, side by side."""
     cols = ["model", "ling_sens_range", "ling_sens_std", "ling_sens_paraphrase_range", "ling_sens_paraphrase_std"]
-    return "## Linguistic sensitivity\n\n" + LING_SENS_NOTE + "\n\n" + _md_table(table[[c for c in cols if c in table.columns]])
+    return (
+        "## Linguistic sensitivity\n\n"
+        + LING_SENS_NOTE
+        + "\n\n"
+        + _md_table(table[[c for c in cols if c in table.columns]])
+    )
 
 
 def breakdown_tables(
@@ -65,7 +71,8 @@ def breakdown_tables(
     for ev in evaluations:
         pq = ev.per_query
         pq = pq[[c for c in pq.columns if c in ("query_id", "group_id", *fields, *metrics)]][
-            pq["scored"].to_numpy(dtype=bool) if "scored" in pq else slice(None)]
+            pq["scored"].to_numpy(dtype=bool) if "scored" in pq else slice(None)
+        ]
         scored_rows.append(pq)
     for field_ in fields:
         parts = []
@@ -123,8 +130,11 @@ def write_outputs(
         paths["breakdowns.csv"] = out / "breakdowns.csv"
         write_text_atomic(paths["breakdowns.csv"], long.to_csv(index=False, float_format="%.6g"))
 
-    paired = (paired_comparisons(benchmark, evaluations, n_boot=n_boot, seed=seed)
-              if len(evaluations) > 1 and n_boot > 0 else pd.DataFrame())  # --n-boot 0: no intervals, no tests
+    paired = (
+        paired_comparisons(benchmark, evaluations, n_boot=n_boot, seed=seed)
+        if len(evaluations) > 1 and n_boot > 0
+        else pd.DataFrame()
+    )  # --n-boot 0: no intervals, no tests
     if len(paired):
         paths["paired.csv"] = out / "paired.csv"
         write_text_atomic(paths["paired.csv"], _p_as_text(paired).to_csv(index=False, float_format="%.6g"))
@@ -132,18 +142,25 @@ def write_outputs(
     from cir_demo.engine import benchmark_fingerprint
 
     paths["metrics.json"] = out / "metrics.json"
-    write_json_atomic(paths["metrics.json"], {
-        "benchmark": benchmark.name,
-        "benchmark_fingerprint": benchmark_fingerprint(benchmark),
-        "metric_family": benchmark.metric_family,
-        "n_queries": len(benchmark.queries),
-        "n_boot": n_boot,
-        "runs": [
-            {"metrics": _jsonable(ev.metrics), "ci95": {k: list(v) for k, v in ev.ci.items()}, "warnings": ev.warnings}
-            for ev in evaluations
-        ],
-        "paired": _jsonable(paired.to_dict(orient="records")),
-    })
+    write_json_atomic(
+        paths["metrics.json"],
+        {
+            "benchmark": benchmark.name,
+            "benchmark_fingerprint": benchmark_fingerprint(benchmark),
+            "metric_family": benchmark.metric_family,
+            "n_queries": len(benchmark.queries),
+            "n_boot": n_boot,
+            "runs": [
+                {
+                    "metrics": _jsonable(ev.metrics),
+                    "ci95": {k: list(v) for k, v in ev.ci.items()},
+                    "warnings": ev.warnings,
+                }
+                for ev in evaluations
+            ],
+            "paired": _jsonable(paired.to_dict(orient="records")),
+        },
+    )
 
     if plots:
         from cir_demo.harness.plots import write_plots
@@ -154,22 +171,47 @@ def write_outputs(
     paths["report.tex"] = _write_tex(benchmark, evaluations, table, paired, baseline, n_boot, out)
 
     paths["report.md"] = out / "report.md"
-    write_text_atomic(paths["report.md"], render_report(
-        benchmark, evaluations, table, breakdowns, paired, n_boot, extra_sections,
-        [k for k in paths if k.startswith("plots/")],
-    ))
+    write_text_atomic(
+        paths["report.md"],
+        render_report(
+            benchmark,
+            evaluations,
+            table,
+            breakdowns,
+            paired,
+            n_boot,
+            extra_sections,
+            [k for k in paths if k.startswith("plots/")],
+        ),
+    )
     return paths
 
 
-def _write_tex(benchmark: Benchmark, evaluations: Sequence[RunEvaluation], table: pd.DataFrame,
-               paired: pd.DataFrame, baseline: str | None, n_boot: int, out: Path) -> Path:
+def _write_tex(
+    benchmark: Benchmark,
+    evaluations: Sequence[RunEvaluation],
+    table: pd.DataFrame,
+    paired: pd.DataFrame,
+    baseline: str | None,
+    n_boot: int,
+    out: Path,
+) -> Path:
     """report.tex, its rows in the order the runs were given (the default baseline first)."""
     from cir_demo.harness.latex import latex_table
 
     in_order = table.set_index("model", drop=False).loc[[ev.name for ev in evaluations]].reset_index(drop=True)
     path = out / "report.tex"
-    write_text_atomic(path, latex_table(benchmark.name, family_of(benchmark), in_order, paired,
-                                        baseline or (evaluations[0].name if evaluations else None), n_boot))
+    write_text_atomic(
+        path,
+        latex_table(
+            benchmark.name,
+            family_of(benchmark),
+            in_order,
+            paired,
+            baseline or (evaluations[0].name if evaluations else None),
+            n_boot,
+        ),
+    )
     return path
 
 
@@ -199,9 +241,11 @@ def render_report(
     w = buf.write
     w(f"# Evaluation report: {benchmark.name}\n\n")
     n_groups = len(benchmark.groups())
-    w(f"{len(benchmark.queries)} queries in {n_groups} paraphrase groups; corpus of {len(benchmark.corpus_ids)} images; "
-      f"metrics computed as the official {benchmark.metric_family} evaluator does. "
-      f"95% confidence intervals: bootstrap over paraphrase groups ({n_boot} resamples).\n\n")
+    w(
+        f"{len(benchmark.queries)} queries in {n_groups} paraphrase groups; corpus of {len(benchmark.corpus_ids)} images; "
+        f"metrics computed as the official {benchmark.metric_family} evaluator does. "
+        f"95% confidence intervals: bootstrap over paraphrase groups ({n_boot} resamples).\n\n"
+    )
 
     w("## Headline metrics\n\n")
     heads = fam.report_aggregates()
@@ -228,7 +272,9 @@ def render_report(
     official = list(getattr(metrics_module(benchmark), fam.official_columns))
     w("## Official columns\n\n")
     w(_md_table(table[[c for c in official if c in table.columns]]) + "\n\n")
-    extra_cols = [c for c in table.columns if c not in official and c != "model" and not c.endswith(("_ci_lo", "_ci_hi"))]
+    extra_cols = [
+        c for c in table.columns if c not in official and c != "model" and not c.endswith(("_ci_lo", "_ci_hi"))
+    ]
     if extra_cols:
         w("## Our extra columns\n\n")
         w(_md_table(table[["model"] + extra_cols]) + "\n\n")
@@ -240,9 +286,11 @@ def render_report(
 
     if len(paired):
         w("## Paired comparisons\n\n")
-        w("Difference b − a of each headline statistic (column `metric`, named as in metrics.csv) on the queries "
-          "both runs answered; 95% CI and two-sided p-value from a paired bootstrap over paraphrase groups "
-          f"(a p-value below 1/{n_boot} shows as that bound).\n\n")
+        w(
+            "Difference b − a of each headline statistic (column `metric`, named as in metrics.csv) on the queries "
+            "both runs answered; 95% CI and two-sided p-value from a paired bootstrap over paraphrase groups "
+            f"(a p-value below 1/{n_boot} shows as that bound).\n\n"
+        )
         w(_md_table(_p_as_text(paired)) + "\n\n")
 
     if breakdowns:
@@ -252,8 +300,9 @@ def render_report(
             show = tab.copy()
             for m in fam.headline:
                 if f"{m}_lo" in show:
-                    show[m] = [f"{a:.4f} [{b:.4f}, {c:.4f}]" for a, b, c in
-                               zip(show[m], show[f"{m}_lo"], show[f"{m}_hi"])]
+                    show[m] = [
+                        f"{a:.4f} [{b:.4f}, {c:.4f}]" for a, b, c in zip(show[m], show[f"{m}_lo"], show[f"{m}_hi"])
+                    ]
             keep = ["run", "value", "n_queries", "n_groups"] + [m for m in fam.headline if m in show]
             w(_md_table(show[[c for c in keep if c in show]]) + "\n\n")
 

@@ -1,6 +1,7 @@
 """`--eval --results-json`: score rankings produced elsewhere (no images, no model, no torch
 import) and write the same run folder a full run writes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,10 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
         text = str(w)
         print(text if len(text) <= 400 else text[:400] + " ...", file=sys.stderr)
     if bench.warnings:
-        print(f"({len(bench.warnings)} warnings reading the benchmark; `python -m cir_demo validate` lists them in full)",
-              file=sys.stderr)
+        print(
+            f"({len(bench.warnings)} warnings reading the benchmark; `python -m cir_demo validate` lists them in full)",
+            file=sys.stderr,
+        )
     evaluations = []
     names_seen: set[str] = set()
     paths = args.results_json
@@ -53,7 +56,7 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
         for m in msgs:
             print(f"warning: {path}: {m}", file=sys.stderr)
         ev = evaluate_run(bench, rf.run, name, n_boot=args.n_boot, seed=args.bootstrap_seed, warnings=msgs)
-        for m in ev.warnings[len(msgs):]:  # what scoring found (e.g. queries without positives)
+        for m in ev.warnings[len(msgs) :]:  # what scoring found (e.g. queries without positives)
             print(f"warning: {path}: {m}", file=sys.stderr)
         ev.metrics["coverage"] = rf.coverage
         ev.metrics["unknown_ids"] = rf.n_unknown_ids
@@ -66,14 +69,24 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
 
     final = Path(args.out) if args.out else default_out_dir(bench.name)
     with staged_run_dir(final, getattr(args, "overwrite", False), reserved=not args.out) as out:
-        paths = write_outputs(bench, evaluations, out, n_boot=args.n_boot, seed=args.bootstrap_seed,
-                              plots=not args.no_plots, baseline=getattr(args, "baseline", None))
+        paths = write_outputs(
+            bench,
+            evaluations,
+            out,
+            n_boot=args.n_boot,
+            seed=args.bootstrap_seed,
+            plots=not args.no_plots,
+            baseline=getattr(args, "baseline", None),
+        )
     print(f"wrote {len(paths) + 1} files to {final}")  # and the run's manifest; once the run is in place
     from cir_demo.results.run_folders import record_run_folder
 
     if not record_run_folder(final):  # outside runs/: remembered so the app's Report lists it
-        print(f"note: the app's Report will not list {final} (the runs folder is not writable); "
-              f"open it with python app.py --runs {final}", file=sys.stderr)
+        print(
+            f"note: the app's Report will not list {final} (the runs folder is not writable); "
+            f"open it with python app.py --runs {final}",
+            file=sys.stderr,
+        )
     print(_summary(evaluations, bench))
     return 0
 

@@ -4,6 +4,7 @@ whether each finding (the judge's gain, its near-miss drop, its phrasing cost) h
 Pure functions over the `metrics.json` files `--eval` writes (`OUT/metrics.json` for the test split,
 `OUT/compositional/metrics.json` for the compositional one); `record_cli.py` runs the evaluations.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,11 +52,16 @@ def aggregate(per_seed: dict[int, dict]) -> dict:
             continue
         runs = sorted({r for s in seeds for r in per_seed[s][split]})
         record["splits"][split] = {
-            run: {m: spread({s: per_seed[s][split][run][m] for s in seeds if run in per_seed[s][split]}) for m in METRICS}
-            for run in runs}
+            run: {
+                m: spread({s: per_seed[s][split][run][m] for s in seeds if run in per_seed[s][split]}) for m in METRICS
+            }
+            for run in runs
+        }
         record["judge"][split] = {
             base: judge_effects({s: per_seed[s][split] for s in seeds}, base)
-            for base in runs if not base.endswith(RERANKED) and base + RERANKED in runs}
+            for base in runs
+            if not base.endswith(RERANKED) and base + RERANKED in runs
+        }
     return record
 
 
@@ -64,13 +70,20 @@ def judge_effects(seed_runs: dict[int, dict], base: str) -> dict:
     across seeds, and whether it goes the gaining way on every seed."""
     out = {}
     for metric, better in JUDGE_EFFECTS:
-        diffs = {s: runs[base + RERANKED][metric] - runs[base][metric] for s, runs in seed_runs.items()
-                 if base in runs and base + RERANKED in runs}
+        diffs = {
+            s: runs[base + RERANKED][metric] - runs[base][metric]
+            for s, runs in seed_runs.items()
+            if base in runs and base + RERANKED in runs
+        }
         if not diffs:
             continue
         gains = [d > 0 if better == "up" else d < 0 for d in diffs.values()]
-        out[metric] = {**spread(diffs), "better": better, "holds_on_every_seed": all(gains),
-                       "seeds_where_it_holds": sum(gains)}
+        out[metric] = {
+            **spread(diffs),
+            "better": better,
+            "holds_on_every_seed": all(gains),
+            "seeds_where_it_holds": sum(gains),
+        }
     return out
 
 
@@ -80,20 +93,31 @@ def _cell(s: dict) -> str:
 
 def render_markdown(record: dict) -> str:
     seeds = ", ".join(map(str, record["seeds"]))
-    lines = [f"# Results of record: world seeds {seeds}", "",
-             "Each cell: mean over the seeds [min, max]. `+rerank`: the world judge reorders the top 20.", ""]
+    lines = [
+        f"# Results of record: world seeds {seeds}",
+        "",
+        "Each cell: mean over the seeds [min, max]. `+rerank`: the world judge reorders the top 20.",
+        "",
+    ]
     for split, runs in record["splits"].items():
         lines += [f"## {split} split", "", "| run | " + " | ".join(METRICS) + " |", "|---" * (len(METRICS) + 1) + "|"]
         lines += [f"| {run} | " + " | ".join(_cell(v[m]) for m in METRICS) + " |" for run, v in runs.items()]
         lines.append("")
     for split, bases in record["judge"].items():
-        lines += [f"## What the judge changes ({split} split)", "",
-                  "Reranked minus first stage: mean [min, max]; `n/N` = seeds on which it goes the gaining way.", "",
-                  "| retriever | " + " | ".join(f"Δ {m}" for m, _ in JUDGE_EFFECTS) + " |",
-                  "|---" * (len(JUDGE_EFFECTS) + 1) + "|"]
+        lines += [
+            f"## What the judge changes ({split} split)",
+            "",
+            "Reranked minus first stage: mean [min, max]; `n/N` = seeds on which it goes the gaining way.",
+            "",
+            "| retriever | " + " | ".join(f"Δ {m}" for m, _ in JUDGE_EFFECTS) + " |",
+            "|---" * (len(JUDGE_EFFECTS) + 1) + "|",
+        ]
         n = len(record["seeds"])
         for base, eff in bases.items():
-            cells = [f"{_signed(eff[m])} ({eff[m]['seeds_where_it_holds']}/{n})" if m in eff else "" for m, _ in JUDGE_EFFECTS]
+            cells = [
+                f"{_signed(eff[m])} ({eff[m]['seeds_where_it_holds']}/{n})" if m in eff else ""
+                for m, _ in JUDGE_EFFECTS
+            ]
             lines.append(f"| {base} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)

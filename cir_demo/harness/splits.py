@@ -1,6 +1,7 @@
 """The test splits one `--eval` run evaluates side by side over one corpus (the world's in-distribution
 test split and its compositional split): which ones, loading them, and report.md's "Both test splits"
 table. One corpus, so the retrievers, indexes and reranker loaded for the first split serve the others."""
+
 from __future__ import annotations
 
 import argparse
@@ -89,15 +90,25 @@ def both_splits_rows(splits: Sequence[SplitRun]) -> tuple[list[str], list[list]]
 def both_splits_section(splits: Sequence[SplitRun]) -> str:
     """Markdown: the headline metrics of every split side by side (each split's own files: its folder)."""
     header, rows = both_splits_rows(splits)
-    where = ", ".join(f"`{s.label}`: " + ("this folder" if i == 0 else f"`{s.out.name}/`") for i, s in enumerate(splits))
-    lines = [f"## {SECTION_TITLE}", "",
-             f"The same retrievers, index and reranker on each test split of one corpus ({where}). The compositional "
-             "split asks for edits the training data never contains, worded with held-out templates; the gap "
-             "between the columns is what the models lose out of distribution. Gain: reranked minus first stage.",
-             "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    where = ", ".join(
+        f"`{s.label}`: " + ("this folder" if i == 0 else f"`{s.out.name}/`") for i, s in enumerate(splits)
+    )
+    lines = [
+        f"## {SECTION_TITLE}",
+        "",
+        f"The same retrievers, index and reranker on each test split of one corpus ({where}). The compositional "
+        "split asks for edits the training data never contains, worded with held-out templates; the gap "
+        "between the columns is what the models lose out of distribution. Gain: reranked minus first stage.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
     for row in rows:
-        lines.append("| " + " | ".join([row[0]] + [_fmt(v, signed=h.startswith("reranker's"))
-                                                   for h, v in zip(header[1:], row[1:])]) + " |")
+        lines.append(
+            "| "
+            + " | ".join([row[0]] + [_fmt(v, signed=h.startswith("reranker's")) for h, v in zip(header[1:], row[1:])])
+            + " |"
+        )
     return "\n".join(lines)
 
 

@@ -3,6 +3,7 @@
 Caches (indexes, embeddings, reranker scores) live elsewhere, so a re-run after a kill reuses
 all the work done before it.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

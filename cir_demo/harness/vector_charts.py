@@ -4,6 +4,7 @@ pyplot, no window, no global state), and the metric-at-k curves (PNG too).
 The PNGs the Report shows of bar and scatter charts are drawn by `charts` with Pillow (faster than
 importing matplotlib); these functions draw the same data again as vectors, beside each PNG.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,9 +44,15 @@ def _finite(v) -> bool:
     return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def bar_chart(png: Path, categories: Sequence[str], series: dict[str, Sequence[float]], title: str, xlabel: str,
-              intervals: dict[str, Sequence[tuple[float, float]]] | None = None,
-              formats: Sequence[str] = VECTOR_FORMATS) -> list[Path]:
+def bar_chart(
+    png: Path,
+    categories: Sequence[str],
+    series: dict[str, Sequence[float]],
+    title: str,
+    xlabel: str,
+    intervals: dict[str, Sequence[tuple[float, float]]] | None = None,
+    formats: Sequence[str] = VECTOR_FORMATS,
+) -> list[Path]:
     """`charts.bar_chart`'s grouped horizontal bars (one group per category, one bar per series, 95% whiskers)."""
     names = list(series)
     n_ser = max(len(names), 1)
@@ -57,10 +64,19 @@ def bar_chart(png: Path, categories: Sequence[str], series: dict[str, Sequence[f
         iv = (intervals or {}).get(name)
         err = None
         if iv is not None:
-            err = [[max(v - lo, 0.0) if _finite(lo) else 0.0 for v, (lo, _) in zip(vals, iv)],
-                   [max(hi - v, 0.0) if _finite(hi) else 0.0 for v, (_, hi) in zip(vals, iv)]]
-        ax.barh(ys, vals, height=h * 0.9, color=PALETTE[si % len(PALETTE)], label=name, xerr=err,
-                error_kw={"elinewidth": 0.8, "capsize": 2})
+            err = [
+                [max(v - lo, 0.0) if _finite(lo) else 0.0 for v, (lo, _) in zip(vals, iv)],
+                [max(hi - v, 0.0) if _finite(hi) else 0.0 for v, (_, hi) in zip(vals, iv)],
+            ]
+        ax.barh(
+            ys,
+            vals,
+            height=h * 0.9,
+            color=PALETTE[si % len(PALETTE)],
+            label=name,
+            xerr=err,
+            error_kw={"elinewidth": 0.8, "capsize": 2},
+        )
     ax.set_yticks(range(len(categories)), [str(c) for c in categories])
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
@@ -71,8 +87,14 @@ def bar_chart(png: Path, categories: Sequence[str], series: dict[str, Sequence[f
     return _save(fig, png, formats)
 
 
-def scatter_chart(png: Path, points: dict[str, tuple[float, float]], title: str, xlabel: str, ylabel: str,
-                  formats: Sequence[str] = VECTOR_FORMATS) -> list[Path]:
+def scatter_chart(
+    png: Path,
+    points: dict[str, tuple[float, float]],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    formats: Sequence[str] = VECTOR_FORMATS,
+) -> list[Path]:
     """`charts.scatter_chart`'s labelled dots."""
     fig, ax = _figure(6.0, 4.2)
     for i, (name, (x, y)) in enumerate(points.items()):
@@ -86,9 +108,15 @@ def scatter_chart(png: Path, points: dict[str, tuple[float, float]], title: str,
     return _save(fig, png, formats)
 
 
-def line_chart(png: Path, ks: Sequence[int], series: dict[str, Sequence[float]], title: str, ylabel: str,
-               bands: dict[str, Sequence[tuple[float, float]]] | None = None,
-               formats: Sequence[str] = ("png", *VECTOR_FORMATS)) -> list[Path]:
+def line_chart(
+    png: Path,
+    ks: Sequence[int],
+    series: dict[str, Sequence[float]],
+    title: str,
+    ylabel: str,
+    bands: dict[str, Sequence[tuple[float, float]]] | None = None,
+    formats: Sequence[str] = ("png", *VECTOR_FORMATS),
+) -> list[Path]:
     """One line per run over the cutoffs k (log-scaled when they span a decade), its 95% interval shaded."""
     fig, ax = _figure(6.0, 4.0)
     for i, (name, values) in enumerate(series.items()):

@@ -2,6 +2,7 @@
 `--fetch-images` on eval and index build, the app's fetch button): the fetch flags checked,
 the address chosen (`--url-pattern` or the benchmark's own), then `fetch.fetch_images`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,18 @@ def fetch_for(bench, args: argparse.Namespace, progress: bool = True):
         from cir_demo.benchmarks.registry import image_source
 
         source = image_source(bench.name)
-        raise UserError(f"benchmark {bench.name!r} has no per-image address to fetch from. "
-                        + (source + " " if source else "")
-                        + "Put the images in the folder given by --image-dir, or pass --url-pattern with {id} "
-                          "where a server has them one by one")
-    return fetch_images(store, needed_image_ids(bench), workers=args.fetch_workers, retries=args.fetch_retries,
-                        timeout=args.fetch_timeout, progress=progress, report_path=getattr(args, "report", None))
+        raise UserError(
+            f"benchmark {bench.name!r} has no per-image address to fetch from. "
+            + (source + " " if source else "")
+            + "Put the images in the folder given by --image-dir, or pass --url-pattern with {id} "
+            "where a server has them one by one"
+        )
+    return fetch_images(
+        store,
+        needed_image_ids(bench),
+        workers=args.fetch_workers,
+        retries=args.fetch_retries,
+        timeout=args.fetch_timeout,
+        progress=progress,
+        report_path=getattr(args, "report", None),
+    )

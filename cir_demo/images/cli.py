@@ -9,6 +9,7 @@ reason, to a report. Exit status: 0 when every image is present or the only fail
 are permanent (the server says the image is gone), 1 when some failed transiently
 (running it again may get them), 2 on bad input.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,13 +20,18 @@ def add_fetch_arguments(p: argparse.ArgumentParser, fetch_flag: bool = False) ->
     """The fetch knobs, shared with `--fetch-images` (added with `fetch_flag`) on eval, index build and the app."""
     g = p.add_argument_group("image fetching")
     if fetch_flag:
-        g.add_argument("--fetch-images", action="store_true",
-                       help="download the benchmark's missing images first (as `python -m cir_demo images fetch`)")
+        g.add_argument(
+            "--fetch-images",
+            action="store_true",
+            help="download the benchmark's missing images first (as `python -m cir_demo images fetch`)",
+        )
     g.add_argument("--fetch-workers", type=int, default=16, help="parallel downloads (default 16)")
     g.add_argument("--fetch-retries", type=int, default=3, help="retries per image for transient failures (default 3)")
     g.add_argument("--fetch-timeout", type=float, default=20.0, help="seconds per request (default 20)")
-    g.add_argument("--url-pattern", help="fetch from this address instead, with {id} for the image id "
-                   "(a mirror, e.g. http://host/{id}.jpg)")
+    g.add_argument(
+        "--url-pattern",
+        help="fetch from this address instead, with {id} for the image id (a mirror, e.g. http://host/{id}.jpg)",
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,8 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     f = sub.add_parser("fetch", help="download the benchmark's missing images into its image cache")
     add_benchmark_arguments(f, default=None, required=True)
     add_fetch_arguments(f)
-    f.add_argument("--report", help="where to write the ids that could not be fetched "
-                   "(default: fetch_failed.tsv in the image cache)")
+    f.add_argument(
+        "--report",
+        help="where to write the ids that could not be fetched (default: fetch_failed.tsv in the image cache)",
+    )
     f.add_argument("--no-progress", action="store_true")
     f.add_argument("--debug", action="store_true", help="show tracebacks")
     s = sub.add_parser("status", help="count the benchmark's images present and missing")
@@ -54,8 +62,11 @@ def _fetch(args: argparse.Namespace) -> int:
     print(report.summary())
     transient = {i: r for i, r in report.failed.items() if i not in report.permanent}
     if transient:
-        print(f"{len(transient)} images failed for reasons that may pass (e.g. {next(iter(transient.values()))}); "
-              "run the same command again to retry them", file=sys.stderr)
+        print(
+            f"{len(transient)} images failed for reasons that may pass (e.g. {next(iter(transient.values()))}); "
+            "run the same command again to retry them",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -5,13 +5,13 @@ A run needs every corpus image (to index it) and every query's reference images.
 gives the benchmark a run can do with what it has: the corpus images present and the
 queries whose references are all present (the coverage is stated, never silent).
 """
+
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from cir_demo.benchmarks.cli_args import LOADER_ARGS
 
@@ -35,8 +35,10 @@ class ImageCoverage:
         return len(self.missing)
 
     def describe(self) -> str:
-        return (f"{self.corpus_present} of {self.corpus_total} corpus images and {self.refs_present} of "
-                f"{self.refs_total} reference images present (looked in {', '.join(self.looked_in) or 'no folder'})")
+        return (
+            f"{self.corpus_present} of {self.corpus_total} corpus images and {self.refs_present} of "
+            f"{self.refs_total} reference images present (looked in {', '.join(self.looked_in) or 'no folder'})"
+        )
 
 
 def has_file_images(bench) -> bool:
@@ -73,8 +75,12 @@ def image_coverage(bench) -> ImageCoverage | None:
     refs_ok = sum(has(i) for i in refs)
     looked = [str(p) for p in (getattr(store, "root", None), getattr(store, "cache_dir", None)) if p is not None]
     return ImageCoverage(
-        corpus_total=len(bench.corpus_ids), corpus_present=corpus_ok, refs_total=len(refs), refs_present=refs_ok,
-        missing=[i for i in needed_image_ids(bench) if not present[i]], looked_in=looked,
+        corpus_total=len(bench.corpus_ids),
+        corpus_present=corpus_ok,
+        refs_total=len(refs),
+        refs_present=refs_ok,
+        missing=[i for i in needed_image_ids(bench) if not present[i]],
+        looked_in=looked,
         fetchable=getattr(store, "url_pattern", None) is not None and getattr(store, "cache_dir", None) is not None,
     )
 
@@ -86,18 +92,23 @@ def restrict_to_present(bench, cov: ImageCoverage):
     missing = set(cov.missing)
     queries = [q for q in bench.queries if not any(r in missing for r in q.reference_ids)]
     info = {k: v for k, v in (bench.info or {}).items() if k not in ("corpus_fingerprint", "checksum")}
-    info["image_coverage"] = (f"{cov.corpus_present} of {cov.corpus_total} corpus images, "
-                              f"{len(queries)} of {len(bench.queries)} queries")  # a string: run_info.json keeps it
-    return dataclasses.replace(bench, queries=queries, corpus_ids=[i for i in bench.corpus_ids if i not in missing],
-                               info=info)
+    info["image_coverage"] = (
+        f"{cov.corpus_present} of {cov.corpus_total} corpus images, "
+        f"{len(queries)} of {len(bench.queries)} queries"
+    )  # a string: run_info.json keeps it
+    return dataclasses.replace(
+        bench, queries=queries, corpus_ids=[i for i in bench.corpus_ids if i not in missing], info=info
+    )
 
 
 def coverage_line(bench, kept) -> str:
     """One line stating what a run on `kept` (from `restrict_to_present(bench, ...)`) covers."""
     c, k = len(bench.corpus_ids), len(kept.corpus_ids)
-    return (f"images: running on {k} of {c} corpus images ({100 * k / max(c, 1):.1f}%) and "
-            f"{len(kept.queries)} of {len(bench.queries)} queries (those whose reference images are present); "
-            "missing positives count as misses")
+    return (
+        f"images: running on {k} of {c} corpus images ({100 * k / max(c, 1):.1f}%) and "
+        f"{len(kept.queries)} of {len(bench.queries)} queries (those whose reference images are present); "
+        "missing positives count as misses"
+    )
 
 
 def benchmark_flags(args: argparse.Namespace) -> str:
@@ -120,8 +131,11 @@ def missing_images_parts(cov: ImageCoverage, args: argparse.Namespace) -> tuple[
     from cir_demo.benchmarks.registry import image_source
 
     source = image_source(str(getattr(args, "benchmark", None) or ""))
-    fix = (f"fetch them with `{fetch_command(args)}` (or add --fetch-images to this command)" if cov.fetchable
-           else (f"{source} " if source else "") + "put them in the folder given by --image-dir")
+    fix = (
+        f"fetch them with `{fetch_command(args)}` (or add --fetch-images to this command)"
+        if cov.fetchable
+        else (f"{source} " if source else "") + "put them in the folder given by --image-dir"
+    )
     return f"{cov.n_missing} benchmark images are missing: {cov.describe()}", fix
 
 

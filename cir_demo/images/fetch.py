@@ -9,6 +9,7 @@ and written atomically, so an interrupted fetch leaves only whole images and the
 next run resumes by skipping them. Ids that could not be fetched are returned
 and written to a tab-separated report (`id<TAB>reason`).
 """
+
 from __future__ import annotations
 
 import io
@@ -56,9 +57,11 @@ class FetchReport:
         return self.present / self.requested if self.requested else 1.0
 
     def summary(self) -> str:
-        text = (f"{self.present} of {self.requested} images present ({100 * self.coverage:.1f}%): "
-                f"{self.already_present} already there, {self.fetched} fetched, {len(self.failed)} failed "
-                f"in {self.seconds:.1f} s")
+        text = (
+            f"{self.present} of {self.requested} images present ({100 * self.coverage:.1f}%): "
+            f"{self.already_present} already there, {self.fetched} fetched, {len(self.failed)} failed "
+            f"in {self.seconds:.1f} s"
+        )
         if self.failed and self.report_path is not None:
             text += f"; the ids that could not be fetched and why: {self.report_path}"
         return text
@@ -77,13 +80,21 @@ def validate_image_bytes(data: bytes) -> None:
         raise TransientFetchError(f"not a valid image ({type(exc).__name__}: {exc})") from None
 
 
-def fetch_one(url: str, dest: Path, *, retries: int, backoff_s: float, timeout: float,
-              sleep: Callable[[float], None] = time.sleep) -> None:
+def fetch_one(
+    url: str, dest: Path, *, retries: int, backoff_s: float, timeout: float, sleep: Callable[[float], None] = time.sleep
+) -> None:
     """Download `url`, validate it, write it to `dest` atomically; a transient failure or a body
     that does not decode is tried again `retries` times (`cir_demo.utils.http.RetryPolicy`)."""
     try:
-        response = request("GET", url, timeout=timeout, policy=RetryPolicy(retries, backoff_s),
-                           headers={"User-Agent": USER_AGENT}, check=validate_image_bytes, sleep=sleep)
+        response = request(
+            "GET",
+            url,
+            timeout=timeout,
+            policy=RetryPolicy(retries, backoff_s),
+            headers={"User-Agent": USER_AGENT},
+            check=validate_image_bytes,
+            sleep=sleep,
+        )
     except HttpError as exc:
         if exc.kind == "status" and exc.status in PERMANENT_HTTP:
             raise PermanentFetchError(str(exc)) from None
@@ -106,8 +117,17 @@ def _remove_partial_files(folder: Path) -> None:
                 pass
 
 
-def fetch_images(store, ids: Iterable[str], *, workers: int = 16, retries: int = 3, backoff_s: float = 0.5,
-                 timeout: float = 20.0, progress: bool = True, report_path: str | Path | None = None) -> FetchReport:
+def fetch_images(
+    store,
+    ids: Iterable[str],
+    *,
+    workers: int = 16,
+    retries: int = 3,
+    backoff_s: float = 0.5,
+    timeout: float = 20.0,
+    progress: bool = True,
+    report_path: str | Path | None = None,
+) -> FetchReport:
     """Fetch every id in `ids` that `store` (a `FolderImageStore` with a URL pattern and a
     cache folder) does not have locally. Returns what happened; failed ids are also
     written to `report_path` (default `<cache folder>/fetch_failed.tsv`)."""
@@ -117,8 +137,10 @@ def fetch_images(store, ids: Iterable[str], *, workers: int = 16, retries: int =
     ids = list(dict.fromkeys(ids))
     report = FetchReport(requested=len(ids))
     if getattr(store, "cache_dir", None) is None or getattr(store, "url_pattern", None) is None:
-        raise ValueError("this benchmark's images cannot be fetched: its image store has no URL pattern "
-                         "or no cache folder; put the images in the folder given by --image-dir")
+        raise ValueError(
+            "this benchmark's images cannot be fetched: its image store has no URL pattern "
+            "or no cache folder; put the images in the folder given by --image-dir"
+        )
     cache = Path(store.cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
     _remove_partial_files(cache)
@@ -128,8 +150,9 @@ def fetch_images(store, ids: Iterable[str], *, workers: int = 16, retries: int =
 
     def one(image_id: str) -> tuple[str, str | None, bool]:
         try:
-            fetch_one(store.url(image_id), store._cache_path(image_id), retries=retries,
-                      backoff_s=backoff_s, timeout=timeout)
+            fetch_one(
+                store.url(image_id), store._cache_path(image_id), retries=retries, backoff_s=backoff_s, timeout=timeout
+            )
             return image_id, None, False
         except TransientFetchError as exc:
             return image_id, str(exc), False
@@ -138,8 +161,9 @@ def fetch_images(store, ids: Iterable[str], *, workers: int = 16, retries: int =
         except (PermanentFetchError, ValueError) as exc:  # gone, or an id that cannot be a name or address
             return image_id, str(exc), True
 
-    with tqdm(total=len(ids), initial=report.already_present, desc="fetch images", unit="img",
-              disable=not progress) as bar:
+    with tqdm(
+        total=len(ids), initial=report.already_present, desc="fetch images", unit="img", disable=not progress
+    ) as bar:
         if todo:
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
                 futures = [pool.submit(one, i) for i in todo]

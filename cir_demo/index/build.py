@@ -10,6 +10,7 @@ Ctrl-C, crash) leaves the previous index as it was.
 `ensure_index` is what the app and the harness call: load when fresh, build on
 first use or when stale.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -46,8 +47,10 @@ def require_encoder(retriever) -> None:
     """TypeError unless `retriever` can encode images (ranking-only retrievers have no index)."""
     missing = [a for a in ("name", "spec", "dim", "encode_images", "spec_hash") if not hasattr(retriever, a)]
     if missing:
-        raise TypeError(f"{type(retriever).__name__} cannot build an index (a ranking-only retriever?): "
-                        f"it lacks {', '.join(missing)}")
+        raise TypeError(
+            f"{type(retriever).__name__} cannot build an index (a ranking-only retriever?): "
+            f"it lacks {', '.join(missing)}"
+        )
 
 
 def corpus_ids_of(benchmark) -> list[str]:
@@ -70,8 +73,16 @@ def _open_one(images, image_id: str, what: str):
         raise RuntimeError(f"{what}: cannot open corpus image {image_id!r}: {exc}") from exc
 
 
-def encode_corpus(images, ids: Sequence[str], retriever, batch_size: int = 64, progress: bool = True,
-                  desc: str | None = None, position: int | None = None, loader_threads: int = 2) -> np.ndarray:
+def encode_corpus(
+    images,
+    ids: Sequence[str],
+    retriever,
+    batch_size: int = 64,
+    progress: bool = True,
+    desc: str | None = None,
+    position: int | None = None,
+    loader_threads: int = 2,
+) -> np.ndarray:
     """(len(ids), dim) float32 unit rows: `retriever.encode_images` over `images.open(id)` in batches.
 
     `loader_threads` threads open (decode, render) the next batch's images while
@@ -81,9 +92,16 @@ def encode_corpus(images, ids: Sequence[str], retriever, batch_size: int = 64, p
     return encode_corpus_with(images, ids, [retriever], batch_size, progress, desc, position, loader_threads)[0]
 
 
-def encode_corpus_with(images, ids: Sequence[str], encoders: Sequence, batch_size: int = 64, progress: bool = True,
-                       desc: str | None = None, position: int | None = None, loader_threads: int = 2
-                       ) -> list[np.ndarray]:
+def encode_corpus_with(
+    images,
+    ids: Sequence[str],
+    encoders: Sequence,
+    batch_size: int = 64,
+    progress: bool = True,
+    desc: str | None = None,
+    position: int | None = None,
+    loader_threads: int = 2,
+) -> list[np.ndarray]:
     """`encode_corpus` for several image encoders in one pass: each image is opened (rendered) once."""
     from tqdm.auto import tqdm
 
@@ -101,15 +119,20 @@ def encode_corpus_with(images, ids: Sequence[str], encoders: Sequence, batch_siz
     what = desc or f"encode with {', '.join(e.name for e in encoders)}"
     backoffs = [OomBackoff(batch_size, what) for _ in encoders]  # out of GPU memory: half the batch, then say
     workers = _opening_workers(images, -(-len(ids) // batch_size))
-    with tqdm(total=len(ids), unit="img", desc=what, disable=not progress, position=position) as bar, \
-            one_thread_beside_workers(workers, encoders):
+    with (
+        tqdm(total=len(ids), unit="img", desc=what, disable=not progress, position=position) as bar,
+        one_thread_beside_workers(workers, encoders),
+    ):
         for start, batch in opened_batches(images, ids, batch_size, what, loader_threads):
-            batch_ids = ids[start:start + batch_size]
+            batch_ids = ids[start : start + batch_size]
             for encoder, out, backoff in zip(encoders, outs, backoffs):
                 emb = backoff(batch, lambda chunk, bs, e=encoder: e.encode_images(chunk, batch_size=bs))
-                out[start:start + len(batch_ids)] = check_embeddings(
-                    emb, len(batch_ids), int(encoder.dim),
-                    f"retriever {encoder.name!r} on images {batch_ids[0]!r}..{batch_ids[-1]!r}")
+                out[start : start + len(batch_ids)] = check_embeddings(
+                    emb,
+                    len(batch_ids),
+                    int(encoder.dim),
+                    f"retriever {encoder.name!r} on images {batch_ids[0]!r}..{batch_ids[-1]!r}",
+                )
             bar.update(len(batch_ids))
     return outs
 
@@ -131,13 +154,17 @@ def opened_batches(images, ids: Sequence[str], batch_size: int, what: str, loade
 
         from cir_demo.utils.procs import end_with_parent
 
-        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
-                                   initializer=end_with_parent, initargs=(os.getpid(),))
-        submit = lambda s: [pool.submit(images.open_many, ids[s:s + batch_size])]  # noqa: E731
+        pool = ProcessPoolExecutor(
+            workers,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=end_with_parent,
+            initargs=(os.getpid(),),
+        )
+        submit = lambda s: [pool.submit(images.open_many, ids[s : s + batch_size])]  # noqa: E731
         ahead = workers + 1  # after taking one: every worker busy while the main process encodes it
     else:
         pool = ThreadPoolExecutor(max_workers=loader_threads)
-        submit = lambda s: [pool.submit(_open_one, images, i, what) for i in ids[s:s + batch_size]]  # noqa: E731
+        submit = lambda s: [pool.submit(_open_one, images, i, what) for i in ids[s : s + batch_size]]  # noqa: E731
         ahead = 2  # after taking one: the next one opening while this one is encoded
     pending: deque = deque()
     with pool:
@@ -146,8 +173,14 @@ def opened_batches(images, ids: Sequence[str], batch_size: int, what: str, loade
                 while len(pending) < ahead and n + len(pending) < len(starts):
                     pending.append(submit(starts[n + len(pending)]))
                 futures = pending.popleft()
-                yield start, (_batch_result(futures[0], ids[start:start + batch_size], what) if workers > 1
-                              else [f.result() for f in futures])
+                yield (
+                    start,
+                    (
+                        _batch_result(futures[0], ids[start : start + batch_size], what)
+                        if workers > 1
+                        else [f.result() for f in futures]
+                    ),
+                )
         finally:
             for f in (f for futures in pending for f in futures):  # a failure must not wait for them
                 f.cancel()
@@ -189,8 +222,11 @@ def _opening_workers(images, n_batches: int) -> int:
     # without a __main__ guard does not survive; the workers only render (no torch, no threads).
     # Only from the main thread (`--eval`, scripts): an app's loader thread runs beside server threads
     # whose locks a forked child could inherit held, so it opens in threads instead.
-    if getattr(images, "open_many", None) is None or "fork" not in multiprocessing.get_all_start_methods() \
-            or threading.current_thread() is not threading.main_thread():
+    if (
+        getattr(images, "open_many", None) is None
+        or "fork" not in multiprocessing.get_all_start_methods()
+        or threading.current_thread() is not threading.main_thread()
+    ):
         return 0
     return min(usable_cpus(), n_batches)
 
@@ -209,8 +245,16 @@ def default_index_dir(benchmark, retriever) -> Path:
     return index_dir(benchmark_index_name(benchmark), retriever.name)
 
 
-def make_manifest(benchmark, retriever, ids: Sequence[str], kind: str, params: dict, build_seconds: float,
-                  num_shards: int = 1, choice: str | None = None) -> IndexManifest:
+def make_manifest(
+    benchmark,
+    retriever,
+    ids: Sequence[str],
+    kind: str,
+    params: dict,
+    build_seconds: float,
+    num_shards: int = 1,
+    choice: str | None = None,
+) -> IndexManifest:
     from cir_demo.index.kinds import factory_string
 
     spec = dict(retriever.spec)
@@ -254,8 +298,9 @@ def benchmark_index_name(benchmark) -> str:
     return str((getattr(benchmark, "info", None) or {}).get("index_name") or benchmark.name)
 
 
-def write_built_index(xb: np.ndarray, ids: Sequence[str], out_dir: Path, manifest: IndexManifest,
-                      started: float | None = None) -> LoadedIndex:
+def write_built_index(
+    xb: np.ndarray, ids: Sequence[str], out_dir: Path, manifest: IndexManifest, started: float | None = None
+) -> LoadedIndex:
     """Build the faiss index of `xb`, write it beside `out_dir` and swap it in; returns it loaded."""
     from cir_demo.index.faiss_index import build_index
 
@@ -272,8 +317,9 @@ def write_built_index(xb: np.ndarray, ids: Sequence[str], out_dir: Path, manifes
 AUTO = "auto"  # the kind `choose_index` picks from the corpus size, the dimension and the memory budget
 
 
-def requested_params(kind: str | None, n: int, d: int, params: dict,
-                     memory_budget: int | None = None) -> tuple[str, dict, str]:
+def requested_params(
+    kind: str | None, n: int, d: int, params: dict, memory_budget: int | None = None
+) -> tuple[str, dict, str]:
     """(kind, full parameters, how the kind was chosen) of a build request. kind "auto" (or None)
     is `choose_index`'s choice, `params` overriding its parameters; "requested" otherwise."""
     from cir_demo.index.choose import choose_index
@@ -286,8 +332,15 @@ def requested_params(kind: str | None, n: int, d: int, params: dict,
     return kind, resolve_params(kind, n, d, **params), "requested"
 
 
-def rebuild_reasons(out_dir: Path, benchmark, retriever, ids: Sequence[str], kind: str | None,
-                    params: dict, memory_budget: int | None = None) -> list[str]:
+def rebuild_reasons(
+    out_dir: Path,
+    benchmark,
+    retriever,
+    ids: Sequence[str],
+    kind: str | None,
+    params: dict,
+    memory_budget: int | None = None,
+) -> list[str]:
     """Staleness reasons plus a changed kind/parameter request ([] = reuse the index on disk).
 
     kind=None accepts whatever kind is on disk (the app must not undo a CLI-built HNSW index);
@@ -315,8 +368,9 @@ def chosen_automatically(manifest: IndexManifest) -> bool:
     return manifest.choice.startswith(AUTO)
 
 
-def plan_rebuild(out_dir: Path, kind: str | None, n: int, d: int, params: dict,
-                 memory_budget: int | None = None) -> tuple[str, dict, str]:
+def plan_rebuild(
+    out_dir: Path, kind: str | None, n: int, d: int, params: dict, memory_budget: int | None = None
+) -> tuple[str, dict, str]:
     """Kind, full parameters and choice of a rebuild. kind=None keeps a kind asked for on the index
     on disk (and its parameters, where they still fit the corpus); otherwise, and for a new index,
     `choose_index` chooses again."""
@@ -376,21 +430,30 @@ def _prebuilt_rows(benchmark, encoder, ids: Sequence[str]) -> np.ndarray | None:
 
     xb, reasons = read_prebuilt(benchmark, encoder, ids)
     if reasons:
-        say_once(f"prebuilt corpus embeddings for {encoder.name} not used ({'; '.join(reasons)[:500]}); "
-                 "encoding the corpus (rebuild them: python -m cir_demo index prebuilt)")
+        say_once(
+            f"prebuilt corpus embeddings for {encoder.name} not used ({'; '.join(reasons)[:500]}); "
+            "encoding the corpus (rebuild them: python -m cir_demo index prebuilt)"
+        )
     return xb
 
 
-def cached_encode_corpus(benchmark, ids: Sequence[str], retriever, batch_size: int = 64,
-                         progress: bool = True) -> np.ndarray:
+def cached_encode_corpus(
+    benchmark, ids: Sequence[str], retriever, batch_size: int = 64, progress: bool = True
+) -> np.ndarray:
     """`encode_corpus`, reusing embeddings another retriever with the same image tower computed, or
     the prebuilt ones committed with the repository."""
     xb = stored_corpus_embeddings(benchmark, ids, retriever)
     if xb is not None:
         return xb
     path = embedding_cache_path(benchmark, retriever, ids)
-    xb = encode_corpus(benchmark.images, ids, retriever, batch_size=batch_size, progress=progress,
-                       desc=f"encode {benchmark.name} with {retriever.name}")
+    xb = encode_corpus(
+        benchmark.images,
+        ids,
+        retriever,
+        batch_size=batch_size,
+        progress=progress,
+        desc=f"encode {benchmark.name} with {retriever.name}",
+    )
     if path is not None:
         try:
             _write_embedding_cache(path, xb)
@@ -399,8 +462,9 @@ def cached_encode_corpus(benchmark, ids: Sequence[str], retriever, batch_size: i
     return xb
 
 
-def prefetch_corpus_embeddings(benchmark, ids: Sequence[str], encoders: Sequence, batch_size: int = 64,
-                               progress: bool = True) -> list[str]:
+def prefetch_corpus_embeddings(
+    benchmark, ids: Sequence[str], encoders: Sequence, batch_size: int = 64, progress: bool = True
+) -> list[str]:
     """Encode the corpus once for every encoder (one per image spec) whose embedding cache is missing or
     damaged, opening each image once, and write their caches; returns the names encoded. Only worth it
     for two or more: a retriever's image tower and a reranker's image features on a first run."""
@@ -422,8 +486,14 @@ def prefetch_corpus_embeddings(benchmark, ids: Sequence[str], encoders: Sequence
     for _, _, problem in todo:
         if problem:
             say(f"{problem}; encoding the corpus again")
-    outs = encode_corpus_with(benchmark.images, ids, [e for e, _, _ in todo], batch_size=batch_size,
-                              progress=progress, desc=f"encode {benchmark.name} for {', '.join(e.name for e, _, _ in todo)}")
+    outs = encode_corpus_with(
+        benchmark.images,
+        ids,
+        [e for e, _, _ in todo],
+        batch_size=batch_size,
+        progress=progress,
+        desc=f"encode {benchmark.name} for {', '.join(e.name for e, _, _ in todo)}",
+    )
     for (encoder, path, _), xb in zip(todo, outs):
         try:
             _write_embedding_cache(path, xb)
@@ -460,8 +530,11 @@ def _read_embedding_cache(path: Path, shape: tuple[int, int]) -> tuple[np.ndarra
     except (OSError, ValueError) as exc:
         return None, f"damaged: {_record_path(path)}: unreadable record ({type(exc).__name__})"
     if record is not None:
-        problem = (check_record(path, record, verify=True) if isinstance(record, dict)
-                   else f"damaged: {_record_path(path)}: not a JSON object")
+        problem = (
+            check_record(path, record, verify=True)
+            if isinstance(record, dict)
+            else f"damaged: {_record_path(path)}: not a JSON object"
+        )
         if problem:
             return None, problem
     try:
@@ -479,9 +552,17 @@ def _read_embedding_cache(path: Path, shape: tuple[int, int]) -> tuple[np.ndarra
     return xb, ""
 
 
-def build_corpus_index(benchmark, retriever, out_dir: str | Path | None = None, kind: str | None = AUTO,
-                       batch_size: int = 64, progress: bool = True, force: bool = False,
-                       memory_budget: int | None = None, **params) -> LoadedIndex:
+def build_corpus_index(
+    benchmark,
+    retriever,
+    out_dir: str | Path | None = None,
+    kind: str | None = AUTO,
+    batch_size: int = 64,
+    progress: bool = True,
+    force: bool = False,
+    memory_budget: int | None = None,
+    **params,
+) -> LoadedIndex:
     """The index of `benchmark`'s corpus under `retriever`, built unless a fresh one exists.
 
     `out_dir` defaults to `indexes/<benchmark>/<retriever>/`. `kind` is "auto" (`choose_index`:
@@ -544,8 +625,13 @@ def ensure_index(benchmark, retriever, allow_stale: bool = False, **kw) -> Loade
     if allow_stale:
         out_dir = Path(kw.get("out_dir") or default_index_dir(benchmark, retriever))
         try:
-            return load_index(out_dir, retriever, list(benchmark.corpus_ids), allow_stale=True,
-                              corpus_fingerprint=corpus_fingerprint(benchmark))
+            return load_index(
+                out_dir,
+                retriever,
+                list(benchmark.corpus_ids),
+                allow_stale=True,
+                corpus_fingerprint=corpus_fingerprint(benchmark),
+            )
         except MissingIndexError:
             pass
         except StaleIndexError as exc:  # damaged files: rebuild

@@ -17,6 +17,7 @@ and autofaiss's `get_optimal_index_keys_v2`):
   (refine_bits 8: d + d/8 + 8 bytes each, 3.6x smaller at 768-d).
 - When even that does not fit: ValueError naming the sizes (shard the corpus: docs/indexes.md).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from cir_demo.index.kinds import bytes_per_vector, factory_string, resolve_params
 
 FLAT_MIN_VECTORS = 250_000
-FLAT_MAX_WORK = 2 ** 28  # multiply-adds per query: 349,525 vectors at 768-d, 524,288 at 512-d
+FLAT_MAX_WORK = 2**28  # multiply-adds per query: 349,525 vectors at 768-d, 524,288 at 512-d
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def _choice(kind: str, n: int, d: int, reason: str, **params) -> IndexChoice:
 
 
 def _gib(x: float) -> str:
-    return f"{x / 2 ** 30:.1f} GiB" if x >= 2 ** 30 else f"{x / 2 ** 20:.0f} MiB"
+    return f"{x / 2**30:.1f} GiB" if x >= 2**30 else f"{x / 2**20:.0f} MiB"
 
 
 def choose_index(n: int, d: int, memory_budget: int | None = None) -> IndexChoice:
@@ -57,10 +58,13 @@ def choose_index(n: int, d: int, memory_budget: int | None = None) -> IndexChoic
     (None: no limit). Deterministic: the same arguments always give the same choice."""
     for name, value in (("corpus size", n), ("dimension", d)):
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "corpus size" else 1):
-            raise ValueError(f"choose_index: {name} must be a {'non-negative' if name == 'corpus size' else 'positive'} "
-                             f"integer, got {value!r}")
-    if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int)
-                                      or memory_budget < 1):
+            raise ValueError(
+                f"choose_index: {name} must be a {'non-negative' if name == 'corpus size' else 'positive'} "
+                f"integer, got {value!r}"
+            )
+    if memory_budget is not None and (
+        isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 1
+    ):
         raise ValueError(f"choose_index: memory budget must be a positive number of bytes, got {memory_budget!r}")
     budget = float("inf") if memory_budget is None else memory_budget
     size = f"{n:,} x {d}"
@@ -71,13 +75,21 @@ def choose_index(n: int, d: int, memory_budget: int | None = None) -> IndexChoic
     fast = _choice("ivfpq", n, d, f"{size} is above the flat limit of {flat_limit(d):,} vectors at {d}-d")
     if fast.memory_bytes <= budget:
         return fast
-    small = _choice("ivfpq", n, d, f"{size} with float32 vectors needs {_gib(fast.memory_bytes)}, over the memory "
-                                   f"budget of {_gib(budget)}: PQ codes re-ranked on 8-bit vectors", refine_bits=8)
+    small = _choice(
+        "ivfpq",
+        n,
+        d,
+        f"{size} with float32 vectors needs {_gib(fast.memory_bytes)}, over the memory "
+        f"budget of {_gib(budget)}: PQ codes re-ranked on 8-bit vectors",
+        refine_bits=8,
+    )
     if small.memory_bytes <= budget:
         return small
-    raise ValueError(f"an index of {size} vectors needs at least {_gib(small.memory_bytes)} even compressed, over "
-                     f"the memory budget of {_gib(budget)}: raise --memory-budget or shard the corpus "
-                     "(docs/indexes.md, beyond one machine)")
+    raise ValueError(
+        f"an index of {size} vectors needs at least {_gib(small.memory_bytes)} even compressed, over "
+        f"the memory budget of {_gib(budget)}: raise --memory-budget or shard the corpus "
+        "(docs/indexes.md, beyond one machine)"
+    )
 
 
 def default_memory_budget() -> int | None:

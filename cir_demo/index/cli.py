@@ -7,6 +7,7 @@ harness/index_run.py, above the pre-run checks of preflight/).
     python -m cir_demo index list
     python -m cir_demo index prebuilt [--only world|embeddings|eval] [--check [--rerun]]   # indexes/prebuilt/ of the default world
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,13 @@ from cir_demo.benchmarks.cli_args import add_dry_run_and_debug
 def _add_benchmark_args(p: argparse.ArgumentParser, required: bool, limit: bool = False) -> None:
     from cir_demo.benchmarks.cli_args import add_benchmark_arguments
 
-    add_benchmark_arguments(p, default=None, required=required, limit=limit,
-                            benchmark_help=None if required else "world, pinpoint, edir, circo or jsonl (default: every benchmark)")
+    add_benchmark_arguments(
+        p,
+        default=None,
+        required=required,
+        limit=limit,
+        benchmark_help=None if required else "world, pinpoint, edir, circo or jsonl (default: every benchmark)",
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,27 +33,54 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b = sub.add_parser("build", help="encode a benchmark's corpus and write its index (skipped when fresh)")
     _add_benchmark_args(b, required=True)
     b.add_argument("--retriever", required=True, help="retriever name (see `python -m cir_demo.retrievers` / docs)")
-    b.add_argument("--kind", choices=["auto", "flat", "ivf", "hnsw", "ivf_hnsw", "ivfpq"], default=None,
-                   help="auto = chosen from the corpus size, dimension and memory budget (flat up to 250,000 "
-                        "images and beyond while a query costs at most 2^28 multiply-adds, else ivf_hnsw); "
-                        "flat = exact inner product; the others approximate (docs/indexes.md). "
-                        "Default: the kind of the index on disk if one was asked for, else auto")
-    b.add_argument("--memory-budget", type=float, metavar="GIB",
-                   help="auto: the most memory the index may take, in GiB (default: half the machine's)")
+    b.add_argument(
+        "--kind",
+        choices=["auto", "flat", "ivf", "hnsw", "ivf_hnsw", "ivfpq"],
+        default=None,
+        help="auto = chosen from the corpus size, dimension and memory budget (flat up to 250,000 "
+        "images and beyond while a query costs at most 2^28 multiply-adds, else ivf_hnsw); "
+        "flat = exact inner product; the others approximate (docs/indexes.md). "
+        "Default: the kind of the index on disk if one was asked for, else auto",
+    )
+    b.add_argument(
+        "--memory-budget",
+        type=float,
+        metavar="GIB",
+        help="auto: the most memory the index may take, in GiB (default: half the machine's)",
+    )
     b.add_argument("--nlist", type=int, help="ivf, ivf_hnsw, ivfpq: number of lists (default ~4 sqrt(n))")
-    b.add_argument("--nprobe", type=int, help="ivf, ivf_hnsw, ivfpq: lists visited per query "
-                                              "(default nlist/8 for ivf, nlist/64 for the others)")
-    b.add_argument("--train-size", type=int, help="ivf, ivf_hnsw, ivfpq: vectors the lists are trained on "
-                                                  "(default 64 * nlist for ivf, 40 * nlist for the others)")
-    b.add_argument("--M", dest="M", type=int, help="hnsw: links per node; ivf_hnsw, ivfpq: of the graph "
-                                                   "over the list centroids (default 32)")
+    b.add_argument(
+        "--nprobe",
+        type=int,
+        help="ivf, ivf_hnsw, ivfpq: lists visited per query (default nlist/8 for ivf, nlist/64 for the others)",
+    )
+    b.add_argument(
+        "--train-size",
+        type=int,
+        help="ivf, ivf_hnsw, ivfpq: vectors the lists are trained on "
+        "(default 64 * nlist for ivf, 40 * nlist for the others)",
+    )
+    b.add_argument(
+        "--M",
+        dest="M",
+        type=int,
+        help="hnsw: links per node; ivf_hnsw, ivfpq: of the graph over the list centroids (default 32)",
+    )
     b.add_argument("--ef-construction", type=int, help="hnsw: build-time beam (default 80)")
-    b.add_argument("--ef-search", type=int, help="hnsw: search-time beam (default 128); ivf_hnsw, ivfpq: beam "
-                                                 "of the centroid graph (default 2 * nprobe, at least 32)")
+    b.add_argument(
+        "--ef-search",
+        type=int,
+        help="hnsw: search-time beam (default 128); ivf_hnsw, ivfpq: beam "
+        "of the centroid graph (default 2 * nprobe, at least 32)",
+    )
     b.add_argument("--pq-m", type=int, help="ivfpq: 4-bit sub-quantisers per vector (default d/4)")
     b.add_argument("--k-factor", type=int, help="ivfpq: candidates re-ranked exactly, per result (default 4)")
-    b.add_argument("--refine-bits", type=int, choices=[8, 32],
-                   help="ivfpq: re-rank on float32 (32, default) or 8-bit scalar-quantised (8) vectors")
+    b.add_argument(
+        "--refine-bits",
+        type=int,
+        choices=[8, 32],
+        help="ivfpq: re-rank on float32 (32, default) or 8-bit scalar-quantised (8) vectors",
+    )
     b.add_argument("--force", action="store_true", help="rebuild even when the index is fresh")
     b.add_argument("--batch-size", type=int, default=64, help="images per encoder call (default 64)")
     b.add_argument("--device", default=None, help="encoder device (default: cuda when available, else cpu)")
@@ -59,8 +92,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_fetch_arguments(b, fetch_flag=True)
     s = b.add_argument_group("sharded encoding (run under `accelerate launch`)")
-    s.add_argument("--sharded", action="store_true",
-                   help="each launched process encodes one contiguous part of the corpus; rank 0 merges")
+    s.add_argument(
+        "--sharded",
+        action="store_true",
+        help="each launched process encodes one contiguous part of the corpus; rank 0 merges",
+    )
     s.add_argument("--shard-dir", help="where shards are written (must be shared across machines)")
     s.add_argument("--keep-shards", action="store_true", help="keep the shard files after merging")
 
@@ -69,33 +105,55 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     st.add_argument("--retriever", help="only this retriever")
     st.add_argument("--device", default="cpu", help="device to load retrievers on for the check (default cpu)")
     st.add_argument("--trust-remote-code", action="store_true")
-    st.add_argument("--verify", action="store_true",
-                    help="also compare every file's sha256 with its manifest (default: sizes only, fast)")
+    st.add_argument(
+        "--verify",
+        action="store_true",
+        help="also compare every file's sha256 with its manifest (default: sizes only, fast)",
+    )
 
     sub.add_parser("list", help="list the indexes on disk")
 
-    pb = sub.add_parser("prebuilt", help="rebuild what indexes/prebuilt/ commits for the default world: its test "
-                                         "part (world/, installed on a first start instead of generated), the "
-                                         "corpus embeddings (one per distinct image encoder of the benchmark's "
-                                         "default retrievers) and the complete --eval outputs (eval/, from a real run)")
+    pb = sub.add_parser(
+        "prebuilt",
+        help="rebuild what indexes/prebuilt/ commits for the default world: its test "
+        "part (world/, installed on a first start instead of generated), the "
+        "corpus embeddings (one per distinct image encoder of the benchmark's "
+        "default retrievers) and the complete --eval outputs (eval/, from a real run)",
+    )
     _add_benchmark_args(pb, required=False, limit=True)  # --limit: a smaller shipped run, for tests
-    pb.add_argument("--retrievers", help="comma-separated retriever names (default: the benchmark's default "
-                                         "retrievers, as `--eval` runs them)")
-    pb.add_argument("--rerank", metavar="BACKEND", help="the reranker of the shipped --eval outputs (default: the "
-                                                          "benchmark's default reranker; none for none)")
-    pb.add_argument("--only", choices=["world", "embeddings", "eval"],
-                    help="only the world's test part, only the corpus embeddings, or only the --eval outputs "
-                         "(default: all three, in that order)")
-    pb.add_argument("--check", action="store_true",
-                    help="only say whether the prebuilt files match the benchmark, the weights, the code and the "
-                         "libraries, and whether a slice of the embeddings and of the --eval outputs recomputed "
-                         "from an empty data folder gives the shipped content (exit 1 if not)")
-    pb.add_argument("--rerun", action="store_true",
-                    help="with --check: also run --eval again and compare every shipped file with what it writes, "
-                         "byte for byte")
-    pb.add_argument("--in-data-folder", action="store_true",
-                    help="build in the current data folder, reusing its caches (default: a new empty temporary "
-                         "data folder, so no cached score, feature or embedding stands in for a computed one)")
+    pb.add_argument(
+        "--retrievers",
+        help="comma-separated retriever names (default: the benchmark's default retrievers, as `--eval` runs them)",
+    )
+    pb.add_argument(
+        "--rerank",
+        metavar="BACKEND",
+        help="the reranker of the shipped --eval outputs (default: the benchmark's default reranker; none for none)",
+    )
+    pb.add_argument(
+        "--only",
+        choices=["world", "embeddings", "eval"],
+        help="only the world's test part, only the corpus embeddings, or only the --eval outputs "
+        "(default: all three, in that order)",
+    )
+    pb.add_argument(
+        "--check",
+        action="store_true",
+        help="only say whether the prebuilt files match the benchmark, the weights, the code and the "
+        "libraries, and whether a slice of the embeddings and of the --eval outputs recomputed "
+        "from an empty data folder gives the shipped content (exit 1 if not)",
+    )
+    pb.add_argument(
+        "--rerun",
+        action="store_true",
+        help="with --check: also run --eval again and compare every shipped file with what it writes, byte for byte",
+    )
+    pb.add_argument(
+        "--in-data-folder",
+        action="store_true",
+        help="build in the current data folder, reusing its caches (default: a new empty temporary "
+        "data folder, so no cached score, feature or embedding stands in for a computed one)",
+    )
     pb.add_argument("--batch-size", type=int, default=64, help="images per encoder call (default 64, as index builds)")
     pb.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -116,11 +174,14 @@ def index_params(args: argparse.Namespace) -> dict:
     does not apply to the kind."""
     chosen = PARAM_FLAGS.get(args.kind, {})
     flags = {attr for table in PARAM_FLAGS.values() for attr in table}
-    wrong = [f"--{attr.replace('_', '-')}" for attr in sorted(flags - set(chosen))
-             if getattr(args, attr, None) is not None]
+    wrong = [
+        f"--{attr.replace('_', '-')}" for attr in sorted(flags - set(chosen)) if getattr(args, attr, None) is not None
+    ]
     if wrong:
-        raise ValueError(f"{', '.join(wrong)} do(es) not apply to --kind {args.kind or '(not given)'}"
-                         + ("; name the kind with --kind" if args.kind in (None, "auto") else ""))
+        raise ValueError(
+            f"{', '.join(wrong)} do(es) not apply to --kind {args.kind or '(not given)'}"
+            + ("; name the kind with --kind" if args.kind in (None, "auto") else "")
+        )
     return {param: getattr(args, attr) for attr, param in chosen.items() if getattr(args, attr, None) is not None}
 
 
@@ -131,4 +192,4 @@ def memory_budget(args: argparse.Namespace) -> int | None:
         return None
     if not value > 0:
         raise ValueError(f"--memory-budget must be a positive number of GiB, got {value}")
-    return int(value * 2 ** 30)
+    return int(value * 2**30)

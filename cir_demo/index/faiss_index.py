@@ -14,6 +14,7 @@ the padding (`LoadedIndex.search` does).
 
 faiss is imported inside functions only, so importing this module stays cheap.
 """
+
 from __future__ import annotations
 
 

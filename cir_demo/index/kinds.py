@@ -17,6 +17,7 @@ candidates by their exact inner products (`refine_bits` 32: the float32 vectors;
 scalar-quantised): with 4k, recall@10 stopped at 0.905 at 1M however many lists were visited.
 `ivf` and `hnsw` keep the defaults they always had, so indexes built with them rebuild the same.
 """
+
 from __future__ import annotations
 
 import math
@@ -78,17 +79,34 @@ def _ivfpq_factory(p: dict) -> str:
 
 _IVF_GRAPH = {"nlist": None, "nprobe": None, "train_size": None, "M": 32, "quantizer_efSearch": None}
 
-KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("flat", {}, lambda p: "Flat"),
-    Kind("ivf", {"nlist": None, "nprobe": None, "train_size": None},
-         lambda p: f"IVF{p['nlist']},Flat", ("nprobe",), _derive_ivf),
-    Kind("hnsw", {"M": 32, "efConstruction": 80, "efSearch": 128},
-         lambda p: f"HNSW{p['M']},Flat", ("efSearch",)),
-    Kind("ivf_hnsw", dict(_IVF_GRAPH), lambda p: f"IVF{p['nlist']}_HNSW{p['M']},Flat",
-         ("nprobe", "quantizer_efSearch"), _derive_ivf_graph),
-    Kind("ivfpq", {**_IVF_GRAPH, "pq_m": None, "k_factor": 16, "refine_bits": 32}, _ivfpq_factory,
-         ("nprobe", "quantizer_efSearch", "k_factor"), _derive_ivf_graph),
-)}
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("flat", {}, lambda p: "Flat"),
+        Kind(
+            "ivf",
+            {"nlist": None, "nprobe": None, "train_size": None},
+            lambda p: f"IVF{p['nlist']},Flat",
+            ("nprobe",),
+            _derive_ivf,
+        ),
+        Kind("hnsw", {"M": 32, "efConstruction": 80, "efSearch": 128}, lambda p: f"HNSW{p['M']},Flat", ("efSearch",)),
+        Kind(
+            "ivf_hnsw",
+            dict(_IVF_GRAPH),
+            lambda p: f"IVF{p['nlist']}_HNSW{p['M']},Flat",
+            ("nprobe", "quantizer_efSearch"),
+            _derive_ivf_graph,
+        ),
+        Kind(
+            "ivfpq",
+            {**_IVF_GRAPH, "pq_m": None, "k_factor": 16, "refine_bits": 32},
+            _ivfpq_factory,
+            ("nprobe", "quantizer_efSearch", "k_factor"),
+            _derive_ivf_graph,
+        ),
+    )
+}
 INDEX_KINDS = tuple(KINDS)
 
 

@@ -15,6 +15,7 @@ directory under a hidden `.NAME.old-*` name, which `recover_dir` (run before
 every read) moves back. A folder holding anything but an index's own files is never
 replaced (`refuse_foreign`, checked before a build encodes anything).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -97,16 +98,26 @@ class IndexManifest:
         if not isinstance(data, dict):
             raise ValueError(f"{source}: expected a JSON object, got {type(data).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
-        required = {f.name for f in dataclasses.fields(cls)
-                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        required = {
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        }
         missing = sorted(required - set(data))
         if missing:
             raise ValueError(f"{source}: missing field(s) {', '.join(missing)}")
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"{source}: unknown field(s) {', '.join(unknown)}")
-        for name, typ in (("dim", int), ("count", int), ("retriever_spec", dict), ("params", dict),
-                          ("library_versions", dict), ("files", dict), ("provenance", dict)):
+        for name, typ in (
+            ("dim", int),
+            ("count", int),
+            ("retriever_spec", dict),
+            ("params", dict),
+            ("library_versions", dict),
+            ("files", dict),
+            ("provenance", dict),
+        ):
             if name not in data:
                 continue
             if not isinstance(data[name], typ) or isinstance(data[name], bool):
@@ -234,8 +245,10 @@ def index_folder_problem(directory: Path) -> str | None:
     if not foreign:
         return None
     shown = ", ".join(foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
-    return (f"holds files that are not part of an index ({shown}); a build replaces the whole folder, "
-            "so name a new or empty folder")
+    return (
+        f"holds files that are not part of an index ({shown}); a build replaces the whole folder, "
+        "so name a new or empty folder"
+    )
 
 
 def refuse_foreign(directory: Path) -> None:
@@ -293,7 +306,7 @@ def _spec_difference(old: dict, new: dict) -> str:
 
 
 def kind_reasons(manifest: IndexManifest) -> list[str]:
-    """"index kind unknown" / "index parameters invalid" for a kind or parameters this version cannot
+    """ "index kind unknown" / "index parameters invalid" for a kind or parameters this version cannot
     build or set (a manifest from another version, or edited by hand); [] when they are fine."""
     from cir_demo.index.kinds import INDEX_KINDS, resolve_params
 
@@ -306,8 +319,12 @@ def kind_reasons(manifest: IndexManifest) -> list[str]:
     return []
 
 
-def stale_reasons(manifest: IndexManifest, retriever=None, corpus_ids: Sequence[str] | None = None,
-                  corpus_fingerprint: str | None = None) -> list[str]:
+def stale_reasons(
+    manifest: IndexManifest,
+    retriever=None,
+    corpus_ids: Sequence[str] | None = None,
+    corpus_fingerprint: str | None = None,
+) -> list[str]:
     """Why `manifest` does not describe an index of `retriever` over `corpus_ids` ([] = fresh)."""
     reasons: list[str] = []
     if manifest.format != MANIFEST_FORMAT:
@@ -318,8 +335,10 @@ def stale_reasons(manifest: IndexManifest, retriever=None, corpus_ids: Sequence[
             reasons.append(f"retriever changed: built for {manifest.retriever!r}, serving {retriever.name!r}")
         if manifest.spec_hash != retriever.spec_hash():
             differ = _spec_difference(manifest.retriever_spec, retriever.spec)
-            reasons.append(f"retriever spec changed ({differ or 'excluded keys only'}): "
-                           f"spec hash {manifest.spec_hash[:12]} -> {retriever.spec_hash()[:12]}")
+            reasons.append(
+                f"retriever spec changed ({differ or 'excluded keys only'}): "
+                f"spec hash {manifest.spec_hash[:12]} -> {retriever.spec_hash()[:12]}"
+            )
         weights = weights_checksum(retriever.spec)
         if manifest.weights_sha256 != weights:
             reasons.append(f"weights changed: sha256 {str(manifest.weights_sha256)[:12]} -> {str(weights)[:12]}")
@@ -328,15 +347,20 @@ def stale_reasons(manifest: IndexManifest, retriever=None, corpus_ids: Sequence[
     if corpus_ids is not None:
         checksum = corpus_checksum(corpus_ids)
         if manifest.corpus_sha256 != checksum:
-            reasons.append(f"corpus changed: built over {manifest.count} images (sha256 {manifest.corpus_sha256[:12]}), "
-                           f"corpus now has {len(corpus_ids)} (sha256 {checksum[:12]})")
+            reasons.append(
+                f"corpus changed: built over {manifest.count} images (sha256 {manifest.corpus_sha256[:12]}), "
+                f"corpus now has {len(corpus_ids)} (sha256 {checksum[:12]})"
+            )
     if corpus_fingerprint is not None and manifest.corpus_fingerprint != corpus_fingerprint:
-        reasons.append(f"corpus images changed: fingerprint {str(manifest.corpus_fingerprint)[:12]} "
-                       f"-> {corpus_fingerprint[:12]}")
+        reasons.append(
+            f"corpus images changed: fingerprint {str(manifest.corpus_fingerprint)[:12]} -> {corpus_fingerprint[:12]}"
+        )
     if INDEX_FILE in manifest.files and manifest.provenance.get("index_code") != index_code():
-        reasons.append("index code or libraries changed: built by "
-                       f"{str((manifest.provenance.get('index_code') or {}).get('sha256'))[:12]}, running "
-                       f"{index_code()['sha256'][:12]}")
+        reasons.append(
+            "index code or libraries changed: built by "
+            f"{str((manifest.provenance.get('index_code') or {}).get('sha256'))[:12]}, running "
+            f"{index_code()['sha256'][:12]}"
+        )
     now = library_versions()
     for lib in CHECKED_LIBRARIES:
         built, current = manifest.library_versions.get(lib), now.get(lib)
@@ -348,20 +372,28 @@ def stale_reasons(manifest: IndexManifest, retriever=None, corpus_ids: Sequence[
 def _missing_files(directory: Path) -> list[str]:
     if not directory.is_dir():
         return [f"missing: no index at {directory}"]
-    return [f"missing: {name} not found in {directory}" for name in (MANIFEST_FILE, INDEX_FILE, IDS_FILE)
-            if not (directory / name).is_file()]
+    return [
+        f"missing: {name} not found in {directory}"
+        for name in (MANIFEST_FILE, INDEX_FILE, IDS_FILE)
+        if not (directory / name).is_file()
+    ]
 
 
 def damage_reasons(directory: Path, manifest: IndexManifest, verify: bool = False) -> list[str]:
-    """"damaged: <file>: <what>" for index files that do not match the manifest's records
+    """ "damaged: <file>: <what>" for index files that do not match the manifest's records
     (size always; sha256 with `verify`)."""
     from cir_demo.integrity import check_records
 
     return check_records(directory, manifest.files, verify=verify)
 
 
-def check_index(directory: str | os.PathLike, retriever=None, corpus_ids: Sequence[str] | None = None,
-                corpus_fingerprint: str | None = None, verify: bool = False) -> list[str]:
+def check_index(
+    directory: str | os.PathLike,
+    retriever=None,
+    corpus_ids: Sequence[str] | None = None,
+    corpus_fingerprint: str | None = None,
+    verify: bool = False,
+) -> list[str]:
     """Human-readable reasons why the index in `directory` cannot serve `retriever` over `corpus_ids`.
 
     [] means fresh. Reasons start with a short tag: "missing", "unreadable
@@ -378,8 +410,9 @@ def check_index(directory: str | os.PathLike, retriever=None, corpus_ids: Sequen
         manifest = read_manifest(directory)
     except (OSError, ValueError, TypeError) as exc:
         return [f"unreadable manifest: {exc}"]
-    return damage_reasons(directory, manifest, verify) + stale_reasons(manifest, retriever, corpus_ids,
-                                                                       corpus_fingerprint)
+    return damage_reasons(directory, manifest, verify) + stale_reasons(
+        manifest, retriever, corpus_ids, corpus_fingerprint
+    )
 
 
 @dataclass
@@ -416,7 +449,7 @@ class LoadedIndex:
 
 
 def _kind_damage(index, manifest: IndexManifest) -> list[str]:
-    """"damaged: ..." when the faiss index is not of the kind its manifest records (a known kind only)."""
+    """ "damaged: ..." when the faiss index is not of the kind its manifest records (a known kind only)."""
     from cir_demo.index.faiss_index import index_kind
     from cir_demo.index.kinds import KINDS
 
@@ -431,8 +464,13 @@ def _kind_damage(index, manifest: IndexManifest) -> list[str]:
     return []
 
 
-def load_index(directory: str | os.PathLike, retriever=None, corpus_ids: Sequence[str] | None = None,
-               allow_stale: bool = False, corpus_fingerprint: str | None = None) -> LoadedIndex:
+def load_index(
+    directory: str | os.PathLike,
+    retriever=None,
+    corpus_ids: Sequence[str] | None = None,
+    allow_stale: bool = False,
+    corpus_fingerprint: str | None = None,
+) -> LoadedIndex:
     """Read the index in `directory`, refusing a stale one unless `allow_stale`.
 
     Missing or damaged files always raise (`MissingIndexError` / `StaleIndexError`).
@@ -458,14 +496,16 @@ def load_index(directory: str | os.PathLike, retriever=None, corpus_ids: Sequenc
         index = read_index(directory / INDEX_FILE)
     except RuntimeError as exc:  # faiss refuses a damaged file
         first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise StaleIndexError(directory, [f"damaged: {directory / INDEX_FILE}: faiss cannot read it ({first[:200]})"]) \
-            from None
+        raise StaleIndexError(
+            directory, [f"damaged: {directory / INDEX_FILE}: faiss cannot read it ({first[:200]})"]
+        ) from None
     damage = []
     if corpus_checksum(ids) != manifest.corpus_sha256:
         damage.append(f"damaged: {IDS_FILE} does not match the manifest's corpus checksum")
     if int(index.ntotal) != len(ids) or len(ids) != manifest.count:
-        damage.append(f"damaged: index holds {index.ntotal} vectors, {IDS_FILE} {len(ids)} ids, "
-                      f"manifest says {manifest.count}")
+        damage.append(
+            f"damaged: index holds {index.ntotal} vectors, {IDS_FILE} {len(ids)} ids, manifest says {manifest.count}"
+        )
     if int(index.d) != manifest.dim:
         damage.append(f"damaged: index dimension {index.d} != manifest dim {manifest.dim}")
     damage += _kind_damage(index, manifest)

@@ -16,6 +16,7 @@ included) for the encoder and corpus being served; otherwise it says why, and th
 the corpus as it would without them. Vectors are float32, exactly what an encode gives: flat
 search over them gives today's rankings and scores bit for bit (float16 would not; docs/indexes.md).
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -65,8 +66,9 @@ def image_encoder(encoder) -> ImageEncoder | None:
     spec = getattr(encoder, "image_spec", None)
     if not spec:
         return None
-    return ImageEncoder(safe_component(str(spec.get("model") or spec.get("family") or "encoder")), dict(spec),
-                        int(encoder.dim))
+    return ImageEncoder(
+        safe_component(str(spec.get("model") or spec.get("family") or "encoder")), dict(spec), int(encoder.dim)
+    )
 
 
 def prebuilt_dir(benchmark, tower: ImageEncoder, root: Path | None = None) -> Path:
@@ -98,8 +100,9 @@ def prebuilt_problems(directory: Path, benchmark, tower: ImageEncoder, ids: Sequ
     return reasons
 
 
-def read_prebuilt(benchmark, encoder, ids: Sequence[str], root: Path | None = None
-                  ) -> tuple[np.ndarray | None, list[str]]:
+def read_prebuilt(
+    benchmark, encoder, ids: Sequence[str], root: Path | None = None
+) -> tuple[np.ndarray | None, list[str]]:
     """(rows, []) when prebuilt embeddings of `encoder`'s image tower over `ids` exist and every check
     passes; (None, []) when there are none; (None, reasons) when they exist but must not be used."""
     tower = image_encoder(encoder)
@@ -126,8 +129,13 @@ def code_version() -> dict:
     (with "+changes" when the working tree differed from it)."""
     out = {"cir_demo": library_versions().get("cir_demo")}
     try:
-        run = lambda *a: subprocess.run(["git", *a], cwd=REPO_ROOT, capture_output=True, text=True,  # noqa: E731
-                                        timeout=10)
+        run = lambda *a: subprocess.run(
+            ["git", *a],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,  # noqa: E731
+            timeout=10,
+        )
         head = run("rev-parse", "HEAD")
         if head.returncode == 0:
             dirty = run("status", "--porcelain", "--untracked-files=no", "--", "cir_demo").stdout.strip()
@@ -137,8 +145,16 @@ def code_version() -> dict:
     return out
 
 
-def write_prebuilt(benchmark, tower: ImageEncoder, ids: Sequence[str], xb: np.ndarray, used_by: Sequence[str],
-                   build_seconds: float, device: str | None = None, root: Path | None = None) -> Path:
+def write_prebuilt(
+    benchmark,
+    tower: ImageEncoder,
+    ids: Sequence[str],
+    xb: np.ndarray,
+    used_by: Sequence[str],
+    build_seconds: float,
+    device: str | None = None,
+    root: Path | None = None,
+) -> Path:
     """Write `xb` (the corpus rows of `tower`) with its manifest into its prebuilt folder, atomically."""
     from cir_demo.index.build import corpus_fingerprint
     from cir_demo.integrity import file_record
@@ -148,15 +164,32 @@ def write_prebuilt(benchmark, tower: ImageEncoder, ids: Sequence[str], xb: np.nd
         raise ValueError(f"prebuilt {tower.name}: {xb.shape} rows for {len(ids)} ids of dim {tower.dim}")
     info = getattr(benchmark, "info", None) or {}
     manifest = IndexManifest(
-        benchmark=benchmark.name, retriever=tower.name, retriever_spec=tower.spec, spec_hash=tower.spec_hash(),
-        weights_sha256=weights_checksum(tower.spec), corpus_sha256=corpus_checksum(ids), dim=tower.dim,
-        count=len(ids), kind="flat", params={}, library_versions=library_versions(),
-        built_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), build_seconds=round(build_seconds, 3),
-        corpus_fingerprint=corpus_fingerprint(benchmark), device=device,
-        provenance={"benchmark_info": {k: info[k] for k in ("index_name", "size", "seed", "generator_version",
-                                                            "checksum", "split") if k in info},
-                    "code": code_version(), "used_by": sorted(used_by),
-                    "what": "corpus image embeddings of this image encoder, float32, row i = corpus image i"})
+        benchmark=benchmark.name,
+        retriever=tower.name,
+        retriever_spec=tower.spec,
+        spec_hash=tower.spec_hash(),
+        weights_sha256=weights_checksum(tower.spec),
+        corpus_sha256=corpus_checksum(ids),
+        dim=tower.dim,
+        count=len(ids),
+        kind="flat",
+        params={},
+        library_versions=library_versions(),
+        built_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        build_seconds=round(build_seconds, 3),
+        corpus_fingerprint=corpus_fingerprint(benchmark),
+        device=device,
+        provenance={
+            "benchmark_info": {
+                k: info[k]
+                for k in ("index_name", "size", "seed", "generator_version", "checksum", "split")
+                if k in info
+            },
+            "code": code_version(),
+            "used_by": sorted(used_by),
+            "what": "corpus image embeddings of this image encoder, float32, row i = corpus image i",
+        },
+    )
     out = prebuilt_dir(benchmark, tower, root)
     from cir_demo.utils.io import write_json_atomic
 
@@ -169,33 +202,46 @@ def write_prebuilt(benchmark, tower: ImageEncoder, ids: Sequence[str], xb: np.nd
     return out
 
 
-def build_prebuilt(benchmark, encoders: Sequence, batch_size: int = 64, progress: bool = True,
-                   root: Path | None = None) -> list[Path]:
+def build_prebuilt(
+    benchmark, encoders: Sequence, batch_size: int = 64, progress: bool = True, root: Path | None = None
+) -> list[Path]:
     """Encode `benchmark`'s corpus once per distinct image tower among `encoders` (retrievers, a
     reranker), opening each image once, and write each tower's prebuilt folder. Returns the folders."""
     from cir_demo.benchmarks.registry import declared_defaults
     from cir_demo.index.build import corpus_ids_of, encode_corpus_with
 
     if getattr(declared_defaults(benchmark.name), "generated", None) is None:
-        raise ValueError(f"benchmark {benchmark.name!r}: only a benchmark this project generates (the offline world) "
-                         "gets committed prebuilt embeddings; a real benchmark's index is built in the data folder")
+        raise ValueError(
+            f"benchmark {benchmark.name!r}: only a benchmark this project generates (the offline world) "
+            "gets committed prebuilt embeddings; a real benchmark's index is built in the data folder"
+        )
     towers: dict[str, tuple[ImageEncoder, object, list[str]]] = {}
     for encoder in encoders:
         tower = image_encoder(encoder)
         if tower is None:
-            raise ValueError(f"{encoder.name!r} does not say what its image tower is (no image_spec): "
-                             "its corpus embeddings cannot be shared, so none are prebuilt for it")
+            raise ValueError(
+                f"{encoder.name!r} does not say what its image tower is (no image_spec): "
+                "its corpus embeddings cannot be shared, so none are prebuilt for it"
+            )
         key = tower.spec_hash()
         if key in towers and towers[key][0].name != tower.name:
             raise ValueError(f"two image towers would share the folder {tower.name!r}")
         towers.setdefault(key, (tower, encoder, []))[2].append(encoder.name)
     ids = corpus_ids_of(benchmark)
     started = time.perf_counter()
-    outs = encode_corpus_with(benchmark.images, ids, [e for _, e, _ in towers.values()], batch_size=batch_size,
-                              progress=progress, desc=f"encode {benchmark.name} for the prebuilt embeddings")
+    outs = encode_corpus_with(
+        benchmark.images,
+        ids,
+        [e for _, e, _ in towers.values()],
+        batch_size=batch_size,
+        progress=progress,
+        desc=f"encode {benchmark.name} for the prebuilt embeddings",
+    )
     seconds = time.perf_counter() - started
-    return [write_prebuilt(benchmark, tower, ids, xb, used_by, seconds, str(getattr(encoder, "device", None)), root)
-            for (tower, encoder, used_by), xb in zip(towers.values(), outs)]
+    return [
+        write_prebuilt(benchmark, tower, ids, xb, used_by, seconds, str(getattr(encoder, "device", None)), root)
+        for (tower, encoder, used_by), xb in zip(towers.values(), outs)
+    ]
 
 
 SLICE_IMAGES = 16  # corpus images re-encoded by `index prebuilt --check`, spread over the corpus
@@ -210,12 +256,19 @@ def slice_problems(benchmark, encoder, ids: Sequence[str], directory: Path, batc
 
     step = max(1, len(ids) // SLICE_IMAGES)
     rows = list(range(0, len(ids), step))[:SLICE_IMAGES]
-    (fresh,) = encode_corpus_with(benchmark.images, [ids[r] for r in rows], [encoder], batch_size=batch_size,
-                                  progress=False, desc="re-encode a slice of the prebuilt embeddings")
+    (fresh,) = encode_corpus_with(
+        benchmark.images,
+        [ids[r] for r in rows],
+        [encoder],
+        batch_size=batch_size,
+        progress=False,
+        desc="re-encode a slice of the prebuilt embeddings",
+    )
     shipped = np.load(directory / EMBEDDINGS_FILE, mmap_mode="r", allow_pickle=False)[rows]
     worst = float(np.abs(np.asarray(shipped, np.float64) - fresh).max()) if rows else 0.0
     if not worst <= SLICE_TOLERANCE:
-        return [f"content: {directory / EMBEDDINGS_FILE}: rows of {len(rows)} corpus images differ from a fresh "
-                f"encode by up to {worst:.3g} (more than {SLICE_TOLERANCE:g}): built by other code or edited"]
+        return [
+            f"content: {directory / EMBEDDINGS_FILE}: rows of {len(rows)} corpus images differ from a fresh "
+            f"encode by up to {worst:.3g} (more than {SLICE_TOLERANCE:g}): built by other code or edited"
+        ]
     return []
-

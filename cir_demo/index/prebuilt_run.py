@@ -18,6 +18,7 @@ A copy installed by other code is never listed as a run (`stale_installed_copy`)
 is computed again in the background, never served as current. Written by `python -m cir_demo
 index prebuilt` (harness/prebuilt_run_build.py), which runs `--eval` itself.
 """
+
 from __future__ import annotations
 
 import functools
@@ -67,9 +68,15 @@ def output_libraries() -> dict:
 
 def run_key(fingerprint: str, retrievers: Mapping[str, str], reranker: str | None, top_n: int | None) -> dict:
     """What a run's outputs depend on: benchmark content, specs (weights included), rerank depth, code, libraries."""
-    return {"benchmark_fingerprint": fingerprint, "retrievers": dict(sorted(retrievers.items())),
-            "reranker": reranker, "rerank_top_n": top_n if reranker else None,
-            "code_sha256": output_code_sha256(), "libraries": output_libraries(), "python": python_version()}
+    return {
+        "benchmark_fingerprint": fingerprint,
+        "retrievers": dict(sorted(retrievers.items())),
+        "reranker": reranker,
+        "rerank_top_n": top_n if reranker else None,
+        "code_sha256": output_code_sha256(),
+        "libraries": output_libraries(),
+        "python": python_version(),
+    }
 
 
 def python_version() -> str:
@@ -88,12 +95,22 @@ def key_problems(shipped: Mapping, served: Mapping) -> list[str]:
     have = shipped.get("retrievers") or {}
     for name, h in served["retrievers"].items():
         if have.get(name) != h:
-            out.append(f"retriever {name}: " + ("not in the shipped run" if name not in have else
-                                                f"spec or weights changed ({str(have[name])[:12]} -> {h[:12]})"))
+            out.append(
+                f"retriever {name}: "
+                + (
+                    "not in the shipped run"
+                    if name not in have
+                    else f"spec or weights changed ({str(have[name])[:12]} -> {h[:12]})"
+                )
+            )
     if served.get("reranker") and (shipped.get("reranker"), shipped.get("rerank_top_n")) != (
-            served["reranker"], served["rerank_top_n"]):
-        out.append(f"reranker or its depth changed: {str(shipped.get('reranker'))[:12]} top "
-                   f"{shipped.get('rerank_top_n')} -> {served['reranker'][:12]} top {served['rerank_top_n']}")
+        served["reranker"],
+        served["rerank_top_n"],
+    ):
+        out.append(
+            f"reranker or its depth changed: {str(shipped.get('reranker'))[:12]} top "
+            f"{shipped.get('rerank_top_n')} -> {served['reranker'][:12]} top {served['rerank_top_n']}"
+        )
     out += code_problems(shipped)
     return out
 
@@ -102,8 +119,9 @@ def code_problems(key: Mapping) -> list[str]:
     """Why outputs with `key` are not what this code and these libraries write ([] = they are)."""
     out = []
     if key.get("code_sha256") != output_code_sha256():
-        out.append(f"code changed: outputs of code {str(key.get('code_sha256'))[:12]}, running "
-                   f"{output_code_sha256()[:12]}")
+        out.append(
+            f"code changed: outputs of code {str(key.get('code_sha256'))[:12]}, running {output_code_sha256()[:12]}"
+        )
     libs, now = key.get("libraries") or {}, output_libraries()
     out += [f"library changed: {lib} {libs.get(lib)} -> {now[lib]}" for lib in now if libs.get(lib) != now[lib]]
     if key.get("python") != python_version():
@@ -153,8 +171,11 @@ def pack_run(run_dir: Path, out: Path, key: dict, command: list[str], provenance
     from cir_demo.utils.io import write_json_atomic
 
     refuse_unrecorded_files(out, MANIFEST_FILE)
-    names = sorted(rel for rel in (p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_file())
-                   if shipped_file(rel))
+    names = sorted(
+        rel
+        for rel in (p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if p.is_file())
+        if shipped_file(rel)
+    )
     files = {}
     with new_dir_beside(out) as tmp:
         for name in names:
@@ -162,12 +183,23 @@ def pack_run(run_dir: Path, out: Path, key: dict, command: list[str], provenance
             stored = tmp / stored_name(name)
             stored.parent.mkdir(parents=True, exist_ok=True)
             stored.write_bytes(lzma.compress(data, preset=6) if stored.name != Path(name).name else data)
-            files[name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                           "stored": {stored_name(name): file_record(stored)}}
-        write_json_atomic(tmp / MANIFEST_FILE, {
-            "format": FORMAT, "what": "the complete --eval outputs of this benchmark (results/ left out), "
-                                      "stored compressed; installed into the runs folder by the app",
-            "key": key, "command": command, "provenance": provenance, "files": files})
+            files[name] = {
+                "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "stored": {stored_name(name): file_record(stored)},
+            }
+        write_json_atomic(
+            tmp / MANIFEST_FILE,
+            {
+                "format": FORMAT,
+                "what": "the complete --eval outputs of this benchmark (results/ left out), "
+                "stored compressed; installed into the runs folder by the app",
+                "key": key,
+                "command": command,
+                "provenance": provenance,
+                "files": files,
+            },
+        )
         replace_dir(tmp, out)
     return out
 
@@ -179,8 +211,10 @@ def shipped_problems(directory: Path, served: Mapping | None = None) -> list[str
     from cir_demo.integrity import stored_problems
 
     if not (directory / MANIFEST_FILE).is_file():
-        return [f"missing: {directory / MANIFEST_FILE} not found (write them: python -m cir_demo index prebuilt "
-                "--only eval)"]
+        return [
+            f"missing: {directory / MANIFEST_FILE} not found (write them: python -m cir_demo index prebuilt "
+            "--only eval)"
+        ]
     try:
         manifest = read_shipped_manifest(directory)
     except ValueError as exc:
@@ -189,8 +223,9 @@ def shipped_problems(directory: Path, served: Mapping | None = None) -> list[str
     return stored_problems(directory, manifest) + key
 
 
-def install_shipped_run(benchmark, served: Mapping, runs_root: Path, root: Path | None = None
-                        ) -> tuple[Path | None, list[str]]:
+def install_shipped_run(
+    benchmark, served: Mapping, runs_root: Path, root: Path | None = None
+) -> tuple[Path | None, list[str]]:
     """(run folder, []) once the shipped outputs of `benchmark` are in `runs_root` as a run folder;
     (None, []) when none are shipped; (None, reasons) when they must not be served."""
     directory = shipped_dir(benchmark, root)

@@ -20,6 +20,7 @@ or a WORLD_SIZE above 1 the build runs in one process.
 A shard already on disk for the same retriever spec, corpus and split is
 reused, so an interrupted sharded build resumes where it stopped.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -111,8 +112,9 @@ def _read_shard(shard_dir: Path, rank: int) -> tuple[dict, np.ndarray]:
     return meta, np.load(emb_path, allow_pickle=False)
 
 
-def encode_shard(benchmark, retriever, shard_dir: str | Path, rank: int, world_size: int, batch_size: int = 64,
-                 progress: bool = True) -> Path:
+def encode_shard(
+    benchmark, retriever, shard_dir: str | Path, rank: int, world_size: int, batch_size: int = 64, progress: bool = True
+) -> Path:
     """Encode shard `rank` of `world_size` into `shard_dir`; returns its ids file. Reuses a matching shard."""
     require_encoder(retriever)
     ids = corpus_ids_of(benchmark)
@@ -126,16 +128,28 @@ def encode_shard(benchmark, retriever, shard_dir: str | Path, rank: int, world_s
             return meta_path
     except (OSError, ValueError):
         pass
-    emb = encode_corpus(benchmark.images, meta["ids"], retriever, batch_size=batch_size, progress=progress,
-                        desc=f"encode shard {rank + 1}/{world_size} of {benchmark.name}", position=rank)
+    emb = encode_corpus(
+        benchmark.images,
+        meta["ids"],
+        retriever,
+        batch_size=batch_size,
+        progress=progress,
+        desc=f"encode shard {rank + 1}/{world_size} of {benchmark.name}",
+        position=rank,
+    )
     with atomic_path(emb_path) as tmp, open(tmp, "wb") as fh:
         np.save(fh, emb, allow_pickle=False)
     write_json_atomic(meta_path, meta, indent=None)  # written last: its presence marks the shard complete
     return meta_path
 
 
-def merge_shards(shard_dir: str | Path, corpus_ids: Sequence[str], world_size: int, spec_hash: str | None = None,
-                 dim: int | None = None) -> np.ndarray:
+def merge_shards(
+    shard_dir: str | Path,
+    corpus_ids: Sequence[str],
+    world_size: int,
+    spec_hash: str | None = None,
+    dim: int | None = None,
+) -> np.ndarray:
     """The (n, dim) corpus embeddings from `world_size` shards, checked against the corpus and each other."""
     shard_dir = Path(shard_dir)
     ids = list(corpus_ids)
@@ -145,8 +159,14 @@ def merge_shards(shard_dir: str | Path, corpus_ids: Sequence[str], world_size: i
         meta, emb = _read_shard(shard_dir, rank)
         start, stop = shard_range(len(ids), rank, world_size)
         where = f"shard {rank} in {shard_dir}"
-        expected = {"format": SHARD_FORMAT, "rank": rank, "world_size": world_size, "start": start, "stop": stop,
-                    "corpus_sha256": checksum}
+        expected = {
+            "format": SHARD_FORMAT,
+            "rank": rank,
+            "world_size": world_size,
+            "start": start,
+            "stop": stop,
+            "corpus_sha256": checksum,
+        }
         if spec_hash is not None:
             expected["spec_hash"] = spec_hash
         if dim is not None:
@@ -212,8 +232,14 @@ def distributed_context(timeout_hours: float = 12.0) -> DistContext:
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
 
-    return DistContext(rank=state.process_index, world_size=state.num_processes, device=str(state.device),
-                       all_gather=lambda obj: list(gather_object([obj])), broadcast=broadcast, close=close)
+    return DistContext(
+        rank=state.process_index,
+        world_size=state.num_processes,
+        device=str(state.device),
+        all_gather=lambda obj: list(gather_object([obj])),
+        broadcast=broadcast,
+        close=close,
+    )
 
 
 class ShardedBuildError(RuntimeError):
@@ -227,10 +253,20 @@ def _raise_if_failed(statuses: list, what: str) -> None:
         raise ShardedBuildError(f"sharded build failed while {what}:\n{detail}")
 
 
-def build_sharded(benchmark, retriever, out_dir: str | Path | None = None, kind: str | None = AUTO,
-                  batch_size: int = 64, progress: bool = True, force: bool = False,
-                  context: DistContext | None = None, shard_dir: str | Path | None = None,
-                  keep_shards: bool = False, memory_budget: int | None = None, **params) -> LoadedIndex:
+def build_sharded(
+    benchmark,
+    retriever,
+    out_dir: str | Path | None = None,
+    kind: str | None = AUTO,
+    batch_size: int = 64,
+    progress: bool = True,
+    force: bool = False,
+    context: DistContext | None = None,
+    shard_dir: str | Path | None = None,
+    keep_shards: bool = False,
+    memory_budget: int | None = None,
+    **params,
+) -> LoadedIndex:
     """`build_corpus_index`, with the encoding split across the processes of `context`.
 
     Every process calls it; rank 0 decides whether a build is needed, each rank
@@ -252,10 +288,16 @@ def build_sharded(benchmark, retriever, out_dir: str | Path | None = None, kind:
             if kind is not None:
                 requested_params(kind, max(len(ids), 1), int(retriever.dim), params, memory_budget)
             reasons = rebuild_reasons(out_dir, benchmark, retriever, ids, kind, params, memory_budget)
-            build_kind, build_params, choice = plan_rebuild(out_dir, kind, len(ids), int(retriever.dim), params,
-                                                            memory_budget)
-            plan = {"build": bool(force or reasons), "kind": build_kind, "params": build_params, "choice": choice,
-                    "error": None}
+            build_kind, build_params, choice = plan_rebuild(
+                out_dir, kind, len(ids), int(retriever.dim), params, memory_budget
+            )
+            plan = {
+                "build": bool(force or reasons),
+                "kind": build_kind,
+                "params": build_params,
+                "choice": choice,
+                "error": None,
+            }
         except Exception as exc:  # tell the other ranks instead of leaving them waiting
             plan = {"error": f"{type(exc).__name__}: {exc}"}
     plan = ctx.broadcast(plan)
@@ -264,8 +306,11 @@ def build_sharded(benchmark, retriever, out_dir: str | Path | None = None, kind:
     if not plan["build"]:
         return load_index(out_dir, retriever, ids, corpus_fingerprint=fingerprint)
 
-    shard_dir = Path(shard_dir) if shard_dir is not None else shard_dir_for(
-        out_dir, retriever.spec_hash(), corpus_checksum(ids), ctx.world_size)
+    shard_dir = (
+        Path(shard_dir)
+        if shard_dir is not None
+        else shard_dir_for(out_dir, retriever.spec_hash(), corpus_checksum(ids), ctx.world_size)
+    )
     started = time.perf_counter()
     status = None
     try:
@@ -279,8 +324,16 @@ def build_sharded(benchmark, retriever, out_dir: str | Path | None = None, kind:
         try:
             with build_lock(out_dir):
                 xb = merge_shards(shard_dir, ids, ctx.world_size, retriever.spec_hash(), retriever.dim)
-                manifest = make_manifest(benchmark, retriever, ids, plan["kind"], plan["params"], 0.0,
-                                         num_shards=ctx.world_size, choice=plan["choice"])
+                manifest = make_manifest(
+                    benchmark,
+                    retriever,
+                    ids,
+                    plan["kind"],
+                    plan["params"],
+                    0.0,
+                    num_shards=ctx.world_size,
+                    choice=plan["choice"],
+                )
                 loaded = write_built_index(xb, ids, out_dir, manifest, started)
             if not keep_shards:
                 remove_shards(shard_dir, ctx.world_size)

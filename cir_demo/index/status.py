@@ -1,5 +1,6 @@
 """What `index status` and `index list` report: each index on disk, fresh or why not, and a table
 of them all. The benchmark and retriever an index was built from are loaded to compare."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,8 +10,14 @@ from typing import Callable
 StatusRow = tuple[Path, str, list[str]]
 
 
-def index_status(benchmark: str | None, retriever: str | None, load_benchmark: Callable, device: str,
-                 trust_remote_code: bool = False, verify: bool = False) -> list[StatusRow]:
+def index_status(
+    benchmark: str | None,
+    retriever: str | None,
+    load_benchmark: Callable,
+    device: str,
+    trust_remote_code: bool = False,
+    verify: bool = False,
+) -> list[StatusRow]:
     """One row per index on disk (only `benchmark`'s / `retriever`'s when given); a manifest that
     cannot be read is a damaged row. `load_benchmark(name)` loads the benchmark an index names."""
     from cir_demo.index.manifest import list_indexes, read_manifest
@@ -28,8 +35,9 @@ def index_status(benchmark: str | None, retriever: str | None, load_benchmark: C
     return rows
 
 
-def _state(d: Path, m, load_benchmark: Callable, device: str, trust_remote_code: bool,
-           verify: bool) -> tuple[str, list[str]]:
+def _state(
+    d: Path, m, load_benchmark: Callable, device: str, trust_remote_code: bool, verify: bool
+) -> tuple[str, list[str]]:
     from cir_demo.index.build import corpus_fingerprint
     from cir_demo.index.manifest import StaleIndexError, check_index, load_index
     from cir_demo.integrity import DamagedFileError
@@ -49,8 +57,13 @@ def _state(d: Path, m, load_benchmark: Callable, device: str, trust_remote_code:
         damaged_weights = exc.problems
     except Exception as exc:
         notes.append(f"cannot check the retriever: {type(exc).__name__}: {exc}")
-    reasons = damaged_weights + check_index(d, retriever, None if bench is None else list(bench.corpus_ids),
-                                            None if bench is None else corpus_fingerprint(bench), verify=verify)
+    reasons = damaged_weights + check_index(
+        d,
+        retriever,
+        None if bench is None else list(bench.corpus_ids),
+        None if bench is None else corpus_fingerprint(bench),
+        verify=verify,
+    )
     if not reasons and (verify or not m.files):  # read it whole: what no record covers
         try:
             load_index(d, allow_stale=True)
@@ -90,6 +103,8 @@ def listing_lines() -> list[str]:
         except (OSError, ValueError, TypeError) as exc:
             out.append(f"{d}: unreadable manifest: {exc}")
             continue
-        out.append(f"{m.benchmark:16s} {m.retriever:28s} {m.kind:8s} {m.count:8d} {m.dim:5d} "
-                   f"{_dir_size(d) / 2**20:8.1f}  {m.built_at}")
+        out.append(
+            f"{m.benchmark:16s} {m.retriever:28s} {m.kind:8s} {m.count:8d} {m.dim:5d} "
+            f"{_dir_size(d) / 2**20:8.1f}  {m.built_at}"
+        )
     return out

@@ -16,6 +16,7 @@ metric is a fraction in [0, 1]; `per_query` returns one row per query that has
 an entry in the run (queries missing from the run are left out of every mean
 and reported through `coverage`).
 """
+
 from __future__ import annotations
 
 import math
@@ -58,8 +59,9 @@ def ranking_or_none(run: Mapping[str, Any], query_id: str, results_key: Callable
     return ranking if isinstance(ranking, list) else list(ranking)
 
 
-def matched_rankings(run: Mapping[str, Any], queries: Sequence, results_key: Callable[[str], str] | None
-                     ) -> tuple[list, list[list]]:
+def matched_rankings(
+    run: Mapping[str, Any], queries: Sequence, results_key: Callable[[str], str] | None
+) -> tuple[list, list[list]]:
     """(the queries of `queries` that have an entry in `run`, in their order; those entries as lists)."""
     matched, rankings = [], []
     for q in queries:
@@ -110,8 +112,11 @@ def repeated_id_issues(matched, rankings, source: str, why: str = "") -> list:
     """One error per ranking that lists an image twice (protocols whose reference rankings are permutations)."""
     from cir_demo.benchmarks.schema import ValidationIssue
 
-    return [ValidationIssue("error", source, f"query {q.query_id}", "ranking", "the ranking repeats an image" + why)
-            for q, r in zip(matched, rankings) if len(set(r)) != len(r)]
+    return [
+        ValidationIssue("error", source, f"query {q.query_id}", "ranking", "the ranking repeats an image" + why)
+        for q, r in zip(matched, rankings)
+        if len(set(r)) != len(r)
+    ]
 
 
 def count_warnings(metrics: Mapping, messages: Mapping[str, str]) -> list[str]:

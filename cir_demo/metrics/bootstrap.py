@@ -8,6 +8,7 @@ sum of drawn group sums / sum of drawn group sizes. Intervals are percentile
 intervals of the replicates. Everything is vectorised over replicates and
 seedable (`numpy.random.default_rng(seed)`).
 """
+
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -70,7 +71,7 @@ def group_bootstrap_means(group_sums: np.ndarray, group_sizes: np.ndarray, n_boo
         draws = rng.integers(0, n_groups, size=(m, n_groups))
         # times[b, g]: how often replicate b drew group g (exact small integers, as floats).
         draws += offsets[:m]
-        times = np.bincount(draws.ravel(), weights=ones[:m * n_groups], minlength=m * n_groups).reshape(m, n_groups)
+        times = np.bincount(draws.ravel(), weights=ones[: m * n_groups], minlength=m * n_groups).reshape(m, n_groups)
         totals = times @ both  # one product: the drawn sums of every column and of the sizes
         out[start:stop] = totals[:, :-1] / totals[:, -1:]
     return out[:, 0] if squeeze else out
@@ -146,8 +147,9 @@ def paired_bootstrap(
         raise ValueError(f"parameters a and b: expected the same queries, got {a.size} and {b.size} values")
     if a.size == 0:
         nan = float("nan")
-        return dict(diff=nan, lo=nan, hi=nan, p_value=nan, mean_a=nan, mean_b=nan, n_queries=0, n_groups=0,
-                    n_boot=int(n_boot))
+        return dict(
+            diff=nan, lo=nan, hi=nan, p_value=nan, mean_a=nan, mean_b=nan, n_queries=0, n_groups=0, n_boot=int(n_boot)
+        )
     codes = _group_codes(groups, a.size)
     sums, sizes = _group_sums(b - a, codes)
     diffs = group_bootstrap_means(sums, sizes, int(n_boot), seed)
@@ -207,15 +209,16 @@ def compare_runs(
     return pd.DataFrame(rows)
 
 
-def paired_table(per_query: Mapping[str, pd.DataFrame], metrics: Sequence[str], n_boot: int = 1000,
-                 seed: int = 0) -> pd.DataFrame:
+def paired_table(
+    per_query: Mapping[str, pd.DataFrame], metrics: Sequence[str], n_boot: int = 1000, seed: int = 0
+) -> pd.DataFrame:
     """`compare_runs` for every pair of runs (a before b in the mapping's order) that share a scored query,
     on the metrics both have. Rows: a, b, metric, then `paired_bootstrap`'s keys (diff = mean(b) - mean(a)).
     `per_query`: run name -> frame with query_id, group_id and the metric columns."""
     names = list(per_query)
     rows = []
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             fa, fb = per_query[a], per_query[b]
             shared = [m for m in metrics if m in fa.columns and m in fb.columns]
             if not shared or not set(_scored(fa)["query_id"]) & set(_scored(fb)["query_id"]):

@@ -7,6 +7,7 @@ paraphrase groups within that value. List-valued fields (CIRCO's
 `semantic_aspects`) are exploded: a query counts once under each value it
 lists. Queries without the field are shown under "(missing)".
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Sequence

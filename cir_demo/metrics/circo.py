@@ -14,6 +14,7 @@ Aggregates are plain means over every query that has a ranking (an empty
 ranking scores 0, as it would in the official script). A ranking that repeats
 an id is an error, as in the official script.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -61,21 +62,34 @@ def _check_queries(matched: Sequence[Query], rankings: Sequence[list], source: s
         if repeated:
             shown = ", ".join(repr(x) for x in repeated[:3]) + (" ..." if len(repeated) > 3 else "")
             issues.append(
-                ValidationIssue("error", source, where, "ranking",
-                                f"duplicate predictions ({len(repeated)} ids repeated: {shown}); "
-                                "the CIRCO evaluator needs unique ids per query")
+                ValidationIssue(
+                    "error",
+                    source,
+                    where,
+                    "ranking",
+                    f"duplicate predictions ({len(repeated)} ids repeated: {shown}); "
+                    "the CIRCO evaluator needs unique ids per query",
+                )
             )
         if not q.positives:
             unjudged.append(q.query_id)
         elif q.target_id is None:
-            issues.append(ValidationIssue("error", source, where, "target_img_id",
-                                          "no target image (Recall@k is undefined)"))
+            issues.append(
+                ValidationIssue("error", source, where, "target_img_id", "no target image (Recall@k is undefined)")
+            )
     if unjudged:  # the test split's are hidden: one line, not one per query
-        issues.append(ValidationIssue(
-            "error", source, f"query {unjudged[0]}" if len(unjudged) == 1 else
-            f"{len(unjudged)} queries (e.g. {', '.join(unjudged[:3])})", "gt_img_ids",
-            "no ground-truth images (AP@k is undefined; the test split's are hidden: write its evaluation "
-            "server's file with `python -m cir_demo submission --benchmark circo --split test`)"))
+        issues.append(
+            ValidationIssue(
+                "error",
+                source,
+                f"query {unjudged[0]}"
+                if len(unjudged) == 1
+                else f"{len(unjudged)} queries (e.g. {', '.join(unjudged[:3])})",
+                "gt_img_ids",
+                "no ground-truth images (AP@k is undefined; the test split's are hidden: write its evaluation "
+                "server's file with `python -m cir_demo submission --benchmark circo --split test`)",
+            )
+        )
     if issues:
         raise BenchmarkError(issues)
 
@@ -85,8 +99,13 @@ def _aspects(q: Query) -> tuple[str, ...]:
     return (aspects,) if isinstance(aspects, str) else tuple(aspects)
 
 
-def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Sequence[int] = KS,
-              results_key: Callable[[str], str] | None = None, source: str = "run") -> pd.DataFrame:
+def per_query(
+    run: Mapping[str, Sequence[str]],
+    queries: Sequence[Query],
+    ks: Sequence[int] = KS,
+    results_key: Callable[[str], str] | None = None,
+    source: str = "run",
+) -> pd.DataFrame:
     """One row per query of `queries` that has an entry in `run` (in the order of `queries`).
 
     Columns: query_id, group_id, scored (always True: an empty ranking scores

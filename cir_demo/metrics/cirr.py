@@ -16,6 +16,7 @@ percentages: ours x 100). A ranking that repeats an id is an error (CLIP4Cir's r
 permutations). A ranking shorter than 50 after the deletion cannot show a target at ranks it does
 not list: such rankings are counted (`n_short_rankings`) and warned about.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,15 @@ import pandas as pd
 
 from cir_demo.benchmarks.schema import BenchmarkError, Query, ValidationIssue
 from cir_demo.benchmarks.scoped import subset_of
-from cir_demo.metrics import count_warnings, check_ks, evaluator, matched_rankings, plain_mean, repeated_id_issues, warn_coverage
+from cir_demo.metrics import (
+    count_warnings,
+    check_ks,
+    evaluator,
+    matched_rankings,
+    plain_mean,
+    repeated_id_issues,
+    warn_coverage,
+)
 
 KS = (1, 5, 10, 50)
 SUBSET_KS = (1, 2, 3)
@@ -36,8 +45,14 @@ OFFICIAL_COLUMNS = [*(f"Recall@{k}" for k in KS), *(f"Recall_subset@{k}" for k i
 # the CIRR leaderboard's "Avg": (Recall@5 + Recall_subset@1) / 2, CLIP4Cir's `mean(R@5+R_s@1)`
 AVERAGE = "mean(Recall@5,Recall_subset@1)"
 HEADLINE_METRICS = ["Recall@1", "Recall@5", "Recall@10", "Recall@50", "Recall_subset@1"]
-EXTRA_COLUMNS = [AVERAGE, "n_queries_total", "coverage", "total_queries", "n_queries_with_unseen_set_members",
-                 "n_short_rankings"]
+EXTRA_COLUMNS = [
+    AVERAGE,
+    "n_queries_total",
+    "coverage",
+    "total_queries",
+    "n_queries_with_unseen_set_members",
+    "n_short_rankings",
+]
 
 
 class UnseenSetMemberWarning(UserWarning):
@@ -50,10 +65,18 @@ class ShortRankingWarning(UserWarning):
 
 def _check(matched: Sequence[Query], rankings: Sequence[list], source: str) -> None:
     issues = repeated_id_issues(matched, rankings, source, "; CIRR rankings list each image once")
-    issues += [ValidationIssue("error", source, f"query {q.query_id}", "target_hard",
-                               "no target (the test1 split hides them): write the test-server files with "
-                               "`python -m cir_demo submission --benchmark cirr --split test1 ...`")
-               for q in matched if q.target_id is None]
+    issues += [
+        ValidationIssue(
+            "error",
+            source,
+            f"query {q.query_id}",
+            "target_hard",
+            "no target (the test1 split hides them): write the test-server files with "
+            "`python -m cir_demo submission --benchmark cirr --split test1 ...`",
+        )
+        for q in matched
+        if q.target_id is None
+    ]
     if issues:
         raise BenchmarkError(issues)
 
@@ -89,9 +112,14 @@ def target_ranks(ranking: list, q: Query) -> tuple[float, int, int, int]:
     return rank, subset_rank, len(members), unseen
 
 
-def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Sequence[int] = KS,
-              results_key: Callable[[str], str] | None = None, source: str = "run",
-              subset_ks: Sequence[int] = SUBSET_KS) -> pd.DataFrame:
+def per_query(
+    run: Mapping[str, Sequence[str]],
+    queries: Sequence[Query],
+    ks: Sequence[int] = KS,
+    results_key: Callable[[str], str] | None = None,
+    source: str = "run",
+    subset_ks: Sequence[int] = SUBSET_KS,
+) -> pd.DataFrame:
     """One row per query of `queries` with an entry in `run` (in the order of `queries`).
 
     Columns: query_id, group_id, scored (True), n_retrieved (after the reference deletion),
@@ -144,12 +172,19 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
     largest = max((int(c.split("@")[1]) for c in df.columns if c.startswith("Recall@")), default=0)
     short = int(((df["n_retrieved"] < largest) & df["target_rank"].isna()).sum()) if len(df) else 0
     if with_unseen:
-        warnings.warn(f"CIRR: {with_unseen} rankings lack some members of their img_set; those are ranked last "
-                      "(the target after the others) for Recall_subset@k", UnseenSetMemberWarning, stacklevel=2)
+        warnings.warn(
+            f"CIRR: {with_unseen} rankings lack some members of their img_set; those are ranked last "
+            "(the target after the others) for Recall_subset@k",
+            UnseenSetMemberWarning,
+            stacklevel=2,
+        )
     if short:
-        warnings.warn(f"CIRR: {short} rankings list fewer than {largest} images once the reference is deleted and "
-                      f"do not contain the target; Recall@{largest} counts only what they list",
-                      ShortRankingWarning, stacklevel=2)
+        warnings.warn(
+            f"CIRR: {short} rankings list fewer than {largest} images once the reference is deleted and "
+            f"do not contain the target; Recall@{largest} counts only what they list",
+            ShortRankingWarning,
+            stacklevel=2,
+        )
     out["total_queries"] = len(df)
     out["n_queries_total"] = int(n_queries_total)
     out["coverage"] = warn_coverage("CIRR", len(df), n_queries_total)
@@ -160,11 +195,15 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
 
 def run_warnings(metrics: Mapping) -> list[str]:
     """What the report should say about a scored run (the counts `aggregate` returned)."""
-    return count_warnings(metrics, {
-        "n_queries_with_unseen_set_members": "rankings lack some members of their img_set: those members are ranked "
-                                             "last (the target after the others) for Recall_subset@k",
-        "n_short_rankings": "rankings are shorter than 50 once the reference is deleted and do not contain the "
-                            "target: Recall@50 counts only what they list"})
+    return count_warnings(
+        metrics,
+        {
+            "n_queries_with_unseen_set_members": "rankings lack some members of their img_set: those members are ranked "
+            "last (the target after the others) for Recall_subset@k",
+            "n_short_rankings": "rankings are shorter than 50 once the reference is deleted and do not contain the "
+            "target: Recall@50 counts only what they list",
+        },
+    )
 
 
 evaluate = evaluator(per_query, aggregate)

@@ -21,6 +21,7 @@ pytrec_eval's `recall_1` and `recall_3` on the predictions dict. Per query:
 (the query-weighted mean of its 15 subcategory columns); we report the plain
 average of the subcategories too (`Recall@k_macro`).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -42,8 +43,14 @@ OFFICIAL_COLUMNS = ["Recall@1", "Recall@3"]
 
 HEADLINE_METRICS = ["Recall@1", "Recall@3", "hard_negative@1"]
 
-EXTRA_COLUMNS = ["n_queries_total", "coverage", "total_queries", "n_scored", "n_queries_without_positives",
-                 "n_queries_with_duplicates"]
+EXTRA_COLUMNS = [
+    "n_queries_total",
+    "coverage",
+    "total_queries",
+    "n_scored",
+    "n_queries_without_positives",
+    "n_queries_with_duplicates",
+]
 
 
 def subcategory_column(metric: str, subcategory: str) -> str:
@@ -62,8 +69,13 @@ class UnjudgedQueryWarning(UserWarning):
     """Some queries have no positives; they are left out of the means, as pytrec_eval leaves them out."""
 
 
-def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Sequence[int] = KS,
-              results_key: Callable[[str], str] | None = None, source: str = "run") -> pd.DataFrame:
+def per_query(
+    run: Mapping[str, Sequence[str]],
+    queries: Sequence[Query],
+    ks: Sequence[int] = KS,
+    results_key: Callable[[str], str] | None = None,
+    source: str = "run",
+) -> pd.DataFrame:
     """One row per query of `queries` that has an entry in `run` (in the order of `queries`).
 
     Columns: query_id, group_id, subcategory (None when the query has no
@@ -104,9 +116,12 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
     unjudged = int((~per_query_df["scored"]).sum()) if len(per_query_df) else 0
     df = per_query_df[per_query_df["scored"].to_numpy(dtype=bool)] if len(per_query_df) else per_query_df
     if unjudged:
-        warnings.warn(f"EDIR: {unjudged} queries have no positives; they are left out of every mean "
-                      "(pytrec_eval, which the official code uses, leaves them out too)",
-                      UnjudgedQueryWarning, stacklevel=2)
+        warnings.warn(
+            f"EDIR: {unjudged} queries have no positives; they are left out of every mean "
+            "(pytrec_eval, which the official code uses, leaves them out too)",
+            UnjudgedQueryWarning,
+            stacklevel=2,
+        )
     metrics = [c for c in df.columns if c.startswith("Recall@")] + ["hard_negative@1"]
     out: dict = {m: plain_mean(df[m].to_numpy()) for m in metrics}
     named = df[df["subcategory"].notna()]

@@ -18,6 +18,7 @@ fractions (CLIP4Cir prints percentages):
 A ranking that repeats an id is an error; a ranking with fewer than 50 gallery images that lacks
 the target is counted (`n_short_rankings`) and warned about.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,15 +30,31 @@ import pandas as pd
 
 from cir_demo.benchmarks.schema import BenchmarkError, Query, ValidationIssue
 from cir_demo.benchmarks.scoped import gallery_of
-from cir_demo.metrics import count_warnings, check_ks, evaluator, matched_rankings, plain_mean, repeated_id_issues, warn_coverage
+from cir_demo.metrics import (
+    count_warnings,
+    check_ks,
+    evaluator,
+    matched_rankings,
+    plain_mean,
+    repeated_id_issues,
+    warn_coverage,
+)
 
 KS = (10, 50)
 CATEGORIES = ("dress", "shirt", "toptee")
-OFFICIAL_COLUMNS = [*(f"Recall@{k}/{c}" for c in CATEGORIES for k in KS), *(f"Recall@{k}" for k in KS),
-                    "average_recall"]
+OFFICIAL_COLUMNS = [
+    *(f"Recall@{k}/{c}" for c in CATEGORIES for k in KS),
+    *(f"Recall@{k}" for k in KS),
+    "average_recall",
+]
 HEADLINE_METRICS = [f"Recall@{k}" for k in KS]
-EXTRA_COLUMNS = [*(f"Recall@{k}_pooled" for k in KS), "n_queries_total", "coverage", "total_queries",
-                 "n_short_rankings"]
+EXTRA_COLUMNS = [
+    *(f"Recall@{k}_pooled" for k in KS),
+    "n_queries_total",
+    "coverage",
+    "total_queries",
+    "n_short_rankings",
+]
 
 
 class ShortRankingWarning(UserWarning):
@@ -61,19 +78,27 @@ def target_rank(ranking: list, target: str, gallery: frozenset[str] | None, limi
     seen = min(len(gallery.intersection(ranking)), limit)
     if t < 0 or target not in gallery:
         return math.inf, seen
-    return len(gallery.intersection(ranking[:t + 1])), seen
+    return len(gallery.intersection(ranking[: t + 1])), seen
 
 
-def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Sequence[int] = KS,
-              results_key: Callable[[str], str] | None = None, source: str = "run") -> pd.DataFrame:
+def per_query(
+    run: Mapping[str, Sequence[str]],
+    queries: Sequence[Query],
+    ks: Sequence[int] = KS,
+    results_key: Callable[[str], str] | None = None,
+    source: str = "run",
+) -> pd.DataFrame:
     """One row per query with an entry in `run`: query_id, group_id, category, scored, target_rank (within
     the category's gallery, at any depth; NaN when the ranking lacks the target), n_gallery_ranked (capped
     at the largest cutoff), Recall@k."""
     ks = check_ks(ks)
     matched, rankings = matched_rankings(run, queries, results_key)
     bad = repeated_id_issues(matched, rankings, source)
-    bad += [ValidationIssue("error", source, f"query {q.query_id}", "target", "no target image")
-            for q in matched if q.target_id is None]
+    bad += [
+        ValidationIssue("error", source, f"query {q.query_id}", "target", "no target image")
+        for q in matched
+        if q.target_id is None
+    ]
     if bad:
         raise BenchmarkError(bad)
     n = len(matched)
@@ -98,7 +123,8 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
     df = per_query_df
     ks = [int(c.split("@")[1]) for c in df.columns if c.startswith("Recall@")]
     present = [c for c in CATEGORIES if c in set(df["category"])] + sorted(
-        {c for c in df["category"] if c not in CATEGORIES and c is not None})
+        {c for c in df["category"] if c not in CATEGORIES and c is not None}
+    )
     out: dict = {}
     for c in present:
         rows = df[df["category"] == c]
@@ -115,8 +141,12 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
     largest = max(ks, default=0)
     short = int(((df["n_gallery_ranked"] < largest) & df["target_rank"].isna()).sum()) if len(df) else 0
     if short:
-        warnings.warn(f"FashionIQ: {short} rankings list fewer than {largest} gallery images and lack the target; "
-                      f"Recall@{largest} counts only what they list", ShortRankingWarning, stacklevel=2)
+        warnings.warn(
+            f"FashionIQ: {short} rankings list fewer than {largest} gallery images and lack the target; "
+            f"Recall@{largest} counts only what they list",
+            ShortRankingWarning,
+            stacklevel=2,
+        )
     out["total_queries"] = len(df)
     out["n_queries_total"] = int(n_queries_total)
     out["coverage"] = warn_coverage("FashionIQ", len(df), n_queries_total)
@@ -125,8 +155,13 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
 
 
 def run_warnings(metrics: Mapping) -> list[str]:
-    return count_warnings(metrics, {"n_short_rankings": "rankings list fewer than 50 images of their category's "
-                                                        "gallery and lack the target: Recall@50 counts only what they list"})
+    return count_warnings(
+        metrics,
+        {
+            "n_short_rankings": "rankings list fewer than 50 images of their category's "
+            "gallery and lack the target: Recall@50 counts only what they list"
+        },
+    )
 
 
 evaluate = evaluator(per_query, aggregate)

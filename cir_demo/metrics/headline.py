@@ -15,6 +15,7 @@ A paired row is the same statistic of the per-query differences b - a over the q
 scored; its p-value is two-sided (twice the share of replicates on the far side of 0), and one below
 1/n_boot is only known to be below that bound (`p_text`).
 """
+
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -48,8 +49,9 @@ def _strata(frame: pd.DataFrame, column: str, order: Sequence[str]) -> list[str]
     return [s for s in order if s in present] + sorted(s for s in present if s not in order)
 
 
-def _statistics(frame: pd.DataFrame, family, n_boot: int, seed: int,
-                columns: Sequence[str]) -> dict[str, tuple[float, np.ndarray]]:
+def _statistics(
+    frame: pd.DataFrame, family, n_boot: int, seed: int, columns: Sequence[str]
+) -> dict[str, tuple[float, np.ndarray]]:
     """Aggregate name -> (point, replicates) of the family's headline statistics of `frame`'s `columns`
     (per-query values or paired differences), in the order papers print them."""
     groups = frame["group_id"].to_numpy()
@@ -69,10 +71,14 @@ def _statistics(frame: pd.DataFrame, family, n_boot: int, seed: int,
                 out[f"{c}/{s}"] = (float(per[s][0][j]), per[s][1][:, j])
         if names:
             for j, c in enumerate(columns):
-                out[c] = (float(np.mean([per[s][0][j] for s in names])),
-                          np.mean([per[s][1][:, j] for s in names], axis=0))
-    pooled = {family.headline[c]: (float(values[:, j].mean()) if len(values) else float("nan"), pooled_reps[:, j])
-              for j, c in enumerate(columns)}
+                out[c] = (
+                    float(np.mean([per[s][0][j] for s in names])),
+                    np.mean([per[s][1][:, j] for s in names], axis=0),
+                )
+    pooled = {
+        family.headline[c]: (float(values[:, j].mean()) if len(values) else float("nan"), pooled_reps[:, j])
+        for j, c in enumerate(columns)
+    }
     for name, parts in getattr(family, "averages", ()):
         known = {**out, **pooled}
         if all(p in known for p in parts):
@@ -80,8 +86,9 @@ def _statistics(frame: pd.DataFrame, family, n_boot: int, seed: int,
     return {**out, **pooled}
 
 
-def headline_cis(per_query: pd.DataFrame, family, n_boot: int = 1000, seed: int = 0,
-                 alpha: float = 0.05) -> dict[str, tuple[float, float, float]]:
+def headline_cis(
+    per_query: pd.DataFrame, family, n_boot: int = 1000, seed: int = 0, alpha: float = 0.05
+) -> dict[str, tuple[float, float, float]]:
     """Aggregate name -> (value, lo, hi) for every headline statistic of the family (module docstring),
     over the scored rows of one run's per-query frame."""
     df = per_query[per_query["scored"].to_numpy(dtype=bool)] if "scored" in per_query else per_query
@@ -96,8 +103,9 @@ def headline_cis(per_query: pd.DataFrame, family, n_boot: int = 1000, seed: int 
     return out
 
 
-def _derived_paired(a: pd.DataFrame, b: pd.DataFrame, family, cols: Sequence[str], n_boot: int, seed: int,
-                    alpha: float) -> list[dict]:
+def _derived_paired(
+    a: pd.DataFrame, b: pd.DataFrame, family, cols: Sequence[str], n_boot: int, seed: int, alpha: float
+) -> list[dict]:
     """Paired rows of the per-stratum and average statistics (the pooled ones come from `compare_runs`)."""
     strata_col = getattr(family, "strata", "")
     keep = ["query_id", "group_id", *([strata_col] if strata_col and strata_col in a else [])]
@@ -112,22 +120,38 @@ def _derived_paired(a: pd.DataFrame, b: pd.DataFrame, family, cols: Sequence[str
         return []
     stats = _statistics(diffs, family, n_boot, seed, cols)
     pooled = {family.headline[c] for c in cols}
-    means = {side: _statistics(both[keep].assign(**{c: both[f"{c}_{side}"].to_numpy(dtype=float) for c in cols}),
-                               family, 1, 0, cols) for side in ("a", "b")}
+    means = {
+        side: _statistics(
+            both[keep].assign(**{c: both[f"{c}_{side}"].to_numpy(dtype=float) for c in cols}), family, 1, 0, cols
+        )
+        for side in ("a", "b")
+    }
     rows = []
     for name, (point, reps) in stats.items():
         if name in pooled:
             continue
         lo, hi = np.quantile(reps, [alpha / 2, 1 - alpha / 2])
         p = min(1.0, 2.0 * min(np.mean(reps <= 0), np.mean(reps >= 0)))
-        rows.append(dict(metric=name, diff=point, lo=float(lo), hi=float(hi), p_value=float(p), mean_a=means["a"][name][0],
-                         mean_b=means["b"][name][0], n_queries=int(len(diffs)), n_groups=int(diffs["group_id"].nunique()),
-                         n_boot=int(n_boot)))
+        rows.append(
+            dict(
+                metric=name,
+                diff=point,
+                lo=float(lo),
+                hi=float(hi),
+                p_value=float(p),
+                mean_a=means["a"][name][0],
+                mean_b=means["b"][name][0],
+                n_queries=int(len(diffs)),
+                n_groups=int(diffs["group_id"].nunique()),
+                n_boot=int(n_boot),
+            )
+        )
     return rows
 
 
-def paired_headline(per_query: Mapping[str, pd.DataFrame], family, n_boot: int = 1000, seed: int = 0,
-                    alpha: float = 0.05) -> pd.DataFrame:
+def paired_headline(
+    per_query: Mapping[str, pd.DataFrame], family, n_boot: int = 1000, seed: int = 0, alpha: float = 0.05
+) -> pd.DataFrame:
     """For every pair of runs (a before b in the mapping's order) sharing a scored query: one row per headline
     statistic (`metric`: its aggregate name, as metrics.csv names it), the strata's average and the
     official averages first, then the pooled means (the primary first), then each stratum's.
@@ -136,13 +160,15 @@ def paired_headline(per_query: Mapping[str, pd.DataFrame], family, n_boot: int =
     primary_first = [family.primary] + [c for c in family.headline if c != family.primary]
     rows = []
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             fa, fb = (_scored(per_query[n]) for n in (a, b))
             cols = [m for m in primary_first if m in fa.columns and m in fb.columns]
             if not cols or not set(fa["query_id"]) & set(fb["query_id"]):
                 continue
-            pooled = [{**r, "metric": family.headline[r["metric"]]}
-                      for r in compare_runs(fa, fb, cols, n_boot=n_boot, alpha=alpha, seed=seed).to_dict("records")]
+            pooled = [
+                {**r, "metric": family.headline[r["metric"]]}
+                for r in compare_runs(fa, fb, cols, n_boot=n_boot, alpha=alpha, seed=seed).to_dict("records")
+            ]
             derived = _derived_paired(fa, fb, family, cols, n_boot, seed, alpha)
             first = [r for r in derived if "/" not in r["metric"]]
             strata = [r for r in derived if "/" in r["metric"]]
@@ -150,7 +176,9 @@ def paired_headline(per_query: Mapping[str, pd.DataFrame], family, n_boot: int =
     table = pd.DataFrame(rows)
     if not len(table):
         return table
-    return table[["a", "b", "metric", "n_queries"] + [c for c in table.columns if c not in ("a", "b", "metric", "n_queries")]]
+    return table[
+        ["a", "b", "metric", "n_queries"] + [c for c in table.columns if c not in ("a", "b", "metric", "n_queries")]
+    ]
 
 
 def _scored(df: pd.DataFrame) -> pd.DataFrame:

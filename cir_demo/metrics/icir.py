@@ -15,6 +15,7 @@ The reference code's n is the positives its full ranking holds, so all of them; 
 number of positives, so a ranking that leaves positives out is scored as if they were never found:
 such rankings are counted (`n_partial_rankings`) and warned about. A repeated id is an error.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -46,8 +47,13 @@ def trapezoid_ap(hit_ranks: Sequence[int], n_positives: int) -> float:
     return ap
 
 
-def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Sequence[int] = (),
-              results_key: Callable[[str], str] | None = None, source: str = "run") -> pd.DataFrame:
+def per_query(
+    run: Mapping[str, Sequence[str]],
+    queries: Sequence[Query],
+    ks: Sequence[int] = (),
+    results_key: Callable[[str], str] | None = None,
+    source: str = "run",
+) -> pd.DataFrame:
     """One row per query with an entry in `run`: query_id, group_id (the instance), instance, scored,
     n_positives, n_positives_ranked, AP. `ks` is accepted for the common signature and unused."""
     matched, rankings = matched_rankings(run, queries, results_key)
@@ -60,15 +66,17 @@ def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Se
         cut = ranking if gallery is None else [x for x in ranking if x in gallery]
         hits = [r for r, x in enumerate(cut) if x in positives]
         ap[i], found[i] = trapezoid_ap(hits, len(positives)), len(hits)
-    return pd.DataFrame({
-        "query_id": [q.query_id for q in matched],
-        "group_id": [q.group_id for q in matched],
-        "instance": [q.meta.get("instance", q.group_id) for q in matched],
-        "scored": np.ones(len(matched), dtype=bool),
-        "n_positives": np.array([len(set(q.positives)) for q in matched], dtype=np.int64),
-        "n_positives_ranked": found,
-        "AP": ap,
-    })
+    return pd.DataFrame(
+        {
+            "query_id": [q.query_id for q in matched],
+            "group_id": [q.group_id for q in matched],
+            "instance": [q.meta.get("instance", q.group_id) for q in matched],
+            "scored": np.ones(len(matched), dtype=bool),
+            "n_positives": np.array([len(set(q.positives)) for q in matched], dtype=np.int64),
+            "n_positives_ranked": found,
+            "AP": ap,
+        }
+    )
 
 
 def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
@@ -76,9 +84,12 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
     by_instance = df.groupby("instance", sort=False)["AP"] if len(df) else None
     partial = int((df["n_positives_ranked"] < df["n_positives"]).sum()) if len(df) else 0
     if partial:
-        warnings.warn(f"i-CIR: {partial} rankings leave some of their positives unranked; AP scores them as never "
-                      "found (the reference code ranks the whole instance database)", PartialRankingWarning,
-                      stacklevel=2)
+        warnings.warn(
+            f"i-CIR: {partial} rankings leave some of their positives unranked; AP scores them as never "
+            "found (the reference code ranks the whole instance database)",
+            PartialRankingWarning,
+            stacklevel=2,
+        )
     out = {
         "mAP": plain_mean(df["AP"].to_numpy()),
         "mmAP": plain_mean(by_instance.mean().to_numpy()) if by_instance is not None else 0.0,
@@ -93,8 +104,13 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
 
 
 def run_warnings(metrics: Mapping) -> list[str]:
-    return count_warnings(metrics, {"n_partial_rankings": "rankings leave some positives unranked: AP scores them as "
-                                                          "never found (the reference code ranks each instance's whole database)"})
+    return count_warnings(
+        metrics,
+        {
+            "n_partial_rankings": "rankings leave some positives unranked: AP scores them as "
+            "never found (the reference code ranks each instance's whole database)"
+        },
+    )
 
 
 evaluate = evaluator(per_query, aggregate)

@@ -23,6 +23,7 @@ share a reference image (many single-image intents reuse an image).
 `ling_sens_paraphrase_range/_std` is the paper's variant: the same statistics of
 AP@10 over the paraphrases of one intent (`Query.group_id`).
 """
+
 from __future__ import annotations
 
 from itertools import chain, islice
@@ -154,8 +155,12 @@ def _ranking_metrics(hits: np.ndarray, n_pos: np.ndarray, ks: Sequence[int]) -> 
     return out
 
 
-def per_query(run: Mapping[str, Sequence[str]], queries: Sequence[Query], ks: Sequence[int] = KS,
-              results_key: Callable[[str], str] | None = None) -> pd.DataFrame:
+def per_query(
+    run: Mapping[str, Sequence[str]],
+    queries: Sequence[Query],
+    ks: Sequence[int] = KS,
+    results_key: Callable[[str], str] | None = None,
+) -> pd.DataFrame:
     """One row per query of `queries` that has an entry in `run` (in the order of `queries`).
 
     `results_key` maps a query id to its key in `run` (e.g. the benchmark's
@@ -297,8 +302,10 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
         # The official key skips rows without a first image; a single-image query has ref2 None.
         # Columns as Python lists first: iterating an Arrow-backed column yields the same values far more slowly.
         with_image = scored[np.array([bool(r) for r in scored["ref1"].to_numpy().tolist()], dtype=bool)]
-        image_keys = [(a, b if type(b) is str else None if pd.isna(b) else b)
-                      for a, b in zip(with_image["ref1"].to_numpy().tolist(), with_image["ref2"].to_numpy().tolist())]
+        image_keys = [
+            (a, b if type(b) is str else None if pd.isna(b) else b)
+            for a, b in zip(with_image["ref1"].to_numpy().tolist(), with_image["ref2"].to_numpy().tolist())
+        ]
         ls_range, ls_std, n_ls = _sensitivity(with_image["precision@10"].to_numpy(), image_keys)
         pp_range, pp_std, n_pp = _sensitivity(scored["AP@10"].to_numpy(), scored["group_id"].to_numpy().tolist())
     else:

@@ -4,6 +4,7 @@ Normalize. Train-time and serve-time pixels are identical by construction (tests
 torch, torchvision and open_clip are imported inside the functions; the model-input pixels
 (`to_model_pixels`) need neither open_clip nor torchvision (`shortest_resize_crop`).
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -7,6 +7,7 @@ queries), so composition queries can take the item from one image and the attrib
 The output lives in the world-CLIP image space, so world-CIR shares the world-CLIP image index.
 Trained by cir_demo/training/world_cir.py; served by cir_demo/retrievers/world_cir.py.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +23,14 @@ def build_combiner(dim: int, hidden: int):
         def __init__(self):
             super().__init__()
             self.dim, self.hidden = dim, hidden
-            self.mlp = nn.Sequential(nn.Linear(4 * dim, hidden), nn.GELU(), nn.Dropout(0.1),
-                                     nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, dim))
+            self.mlp = nn.Sequential(
+                nn.Linear(4 * dim, hidden),
+                nn.GELU(),
+                nn.Dropout(0.1),
+                nn.Linear(hidden, hidden),
+                nn.GELU(),
+                nn.Linear(hidden, dim),
+            )
             self.gate = nn.Sequential(nn.Linear(4 * dim, hidden // 4), nn.GELU(), nn.Linear(hidden // 4, 2))
 
         def forward(self, ref1, ref2, text):

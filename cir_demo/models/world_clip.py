@@ -10,6 +10,7 @@ embeddings (tests/test_world_clip_native.py compares both on images and texts). 
 anything this file does not build (`supported` says so) is loaded by open_clip as before.
 torch is imported inside functions only.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,8 +18,17 @@ from typing import Any, Sequence
 
 # model_config keys this file builds, with the value each must have where open_clip offers others
 VISION_KEYS = {"image_size", "patch_size", "width", "layers", "head_width", "mlp_ratio", "patch_dropout"}
-TEXT_KEYS = {"context_length", "vocab_size", "width", "heads", "layers", "hf_tokenizer_name", "pool_type",
-             "eos_id", "pad_id"}
+TEXT_KEYS = {
+    "context_length",
+    "vocab_size",
+    "width",
+    "heads",
+    "layers",
+    "hf_tokenizer_name",
+    "pool_type",
+    "eos_id",
+    "pad_id",
+}
 TOP_KEYS = {"embed_dim", "vision_cfg", "text_cfg"}
 OPENAI_MEAN = (0.48145466, 0.4578275, 0.40821073)  # open_clip's defaults when a sidecar names none
 OPENAI_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -33,14 +43,25 @@ def supported(model_config: dict | None, tokenizer_dir: Path | None, precision: 
         return False
     if set(vision) - VISION_KEYS or set(text) - TEXT_KEYS:
         return False
-    return text.get("pool_type") == "eos" and isinstance(text.get("eos_id"), int) and \
-        isinstance(vision.get("image_size"), int) and "head_width" in vision
+    return (
+        text.get("pool_type") == "eos"
+        and isinstance(text.get("eos_id"), int)
+        and isinstance(vision.get("image_size"), int)
+        and "head_width" in vision
+    )
 
 
 def preprocess_cfg(model_config: dict, sidecar: dict | None) -> dict:
     """open_clip's `model.visual.preprocess_cfg`: its defaults for the tower, then the sidecar's fields."""
-    cfg = {"size": model_config["vision_cfg"]["image_size"], "mode": "RGB", "mean": OPENAI_MEAN,
-           "std": OPENAI_STD, "interpolation": "bicubic", "resize_mode": "shortest", "fill_color": 0}
+    cfg = {
+        "size": model_config["vision_cfg"]["image_size"],
+        "mode": "RGB",
+        "mean": OPENAI_MEAN,
+        "std": OPENAI_STD,
+        "interpolation": "bicubic",
+        "resize_mode": "shortest",
+        "fill_color": 0,
+    }
     cfg.update(sidecar or {})
     return cfg
 
@@ -112,8 +133,11 @@ def _transformer(width: int, layers: int, heads: int, mlp_ratio: float):
             self.attn = nn.MultiheadAttention(width, heads, batch_first=True)
             self.ln_2 = _layer_norm(width)
             hidden = int(width * mlp_ratio)
-            self.mlp = nn.Sequential(OrderedDict([("c_fc", nn.Linear(width, hidden)), ("gelu", nn.GELU()),
-                                                  ("c_proj", nn.Linear(hidden, width))]))
+            self.mlp = nn.Sequential(
+                OrderedDict(
+                    [("c_fc", nn.Linear(width, hidden)), ("gelu", nn.GELU()), ("c_proj", nn.Linear(hidden, width))]
+                )
+            )
 
         def forward(self, x, attn_mask=None):
             mask = attn_mask.to(x.dtype) if attn_mask is not None else None
@@ -149,8 +173,7 @@ def _vision_tower(cfg: dict, embed_dim: int):
             self.class_embedding = nn.Parameter(torch.empty(width))
             self.positional_embedding = nn.Parameter(torch.empty(grid * grid + 1, width))
             self.ln_pre = _layer_norm(width)
-            self.transformer = _transformer(width, cfg["layers"], width // cfg["head_width"],
-                                            cfg.get("mlp_ratio", 4.0))
+            self.transformer = _transformer(width, cfg["layers"], width // cfg["head_width"], cfg.get("mlp_ratio", 4.0))
             self.ln_post = _layer_norm(width)
             self.proj = nn.Parameter(torch.empty(width, embed_dim))
 

@@ -21,6 +21,7 @@ Model definitions only: serving (`rerank/world_verifier.py`) and training (`trai
 both import this module. torch is imported inside the builders; the judge's torch modules live in
 `world_judge_net.py`.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
@@ -72,8 +73,15 @@ def build_image_encoder(arch: JudgeArch):
 
     c = arch.channels
     # (in, out, stride): 64 -> 32 -> 16 -> 8
-    plan = [(3, c[0], 1), (c[0], c[1], 2), (c[1], c[2], 1), (c[2], c[3], 2), (c[3], c[4], 1), (c[4], c[5], 2),
-            (c[5], c[6], 1)]
+    plan = [
+        (3, c[0], 1),
+        (c[0], c[1], 2),
+        (c[1], c[2], 1),
+        (c[2], c[3], 2),
+        (c[3], c[4], 1),
+        (c[4], c[5], 2),
+        (c[5], c[6], 1),
+    ]
 
     class PatchCNN(nn.Module):
         def __init__(self):
@@ -110,8 +118,15 @@ def pooled_stats(tokens):
     d = d2 // 2
     side = TOKEN_GRID
     means = tokens[..., :d].reshape(n, side, side, d)
-    return torch.cat([means.mean((1, 2)), tokens[..., d:].amax(1), means[:, :, :side // 2].mean((1, 2)),
-                      means[:, :, side // 2:].mean((1, 2))], dim=1)
+    return torch.cat(
+        [
+            means.mean((1, 2)),
+            tokens[..., d:].amax(1),
+            means[:, :, : side // 2].mean((1, 2)),
+            means[:, :, side // 2 :].mean((1, 2)),
+        ],
+        dim=1,
+    )
 
 
 def feature_dim(arch: JudgeArch) -> int:
@@ -156,5 +171,5 @@ def encode_words(tokenizer, texts, context_length: int):
     out = np.zeros((len(texts), context_length), np.int64)
     for i, enc in enumerate(tokenizer.encode_batch(list(texts))):
         ids = enc.ids[:context_length]
-        out[i, :len(ids)] = ids
+        out[i, : len(ids)] = ids
     return out

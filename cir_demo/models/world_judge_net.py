@@ -1,5 +1,6 @@
 """The world judge's torch modules (the architecture is described in `world_judge.py`, which builds
 them with `build_judge`; this module imports torch at the top, so only the builders import it)."""
+
 from __future__ import annotations
 
 import torch
@@ -48,8 +49,9 @@ class WorldJudge(nn.Module):
         self.word_emb = nn.Embedding(arch.vocab_size, w, padding_idx=0)
         self.word_pos = nn.Parameter(torch.randn(arch.context_length, w) * 0.02)
         self.probe = nn.Parameter(torch.randn(arch.probes, w) * 0.02)
-        layer = nn.TransformerEncoderLayer(w, arch.heads, 2 * w, dropout=0.0, batch_first=True, norm_first=True,
-                                           activation="gelu")
+        layer = nn.TransformerEncoderLayer(
+            w, arch.heads, 2 * w, dropout=0.0, batch_first=True, norm_first=True, activation="gelu"
+        )
         self.query_encoder = nn.TransformerEncoder(layer, arch.query_layers, enable_nested_tensor=False)
         self.query_norm = nn.LayerNorm(w)
         self.cand_norm = nn.LayerNorm(w)
@@ -70,12 +72,13 @@ class WorldJudge(nn.Module):
             self.attr_weight = nn.Parameter(torch.tensor(1.0))
             # each property's (start, end) column as ints: reading them from the tensor on every call
             # (two per property) cost a reranking about as much as the softmaxes themselves
-            ends = [sum(arch.attr_classes[:a + 1]) for a in range(len(arch.attr_classes))]
+            ends = [sum(arch.attr_classes[: a + 1]) for a in range(len(arch.attr_classes))]
             self.attr_columns = list(zip([0] + ends[:-1], ends))
             if arch.near_head:
                 d_in = w + 2 + 2 * len(arch.attr_classes)
-                self.near = nn.Sequential(nn.LayerNorm(d_in), nn.Linear(d_in, arch.near_head), nn.GELU(),
-                                          nn.Linear(arch.near_head, 1))
+                self.near = nn.Sequential(
+                    nn.LayerNorm(d_in), nn.Linear(d_in, arch.near_head), nn.GELU(), nn.Linear(arch.near_head, 1)
+                )
         elif arch.near_head:
             raise ValueError("world judge: a near-miss head needs the attribute reader (attr_classes)")
 
@@ -121,15 +124,25 @@ class WorldJudge(nn.Module):
         q = ref1.shape[0]
         n_words = max(1, int((words != 0).sum(1).max())) if len(words) else 1
         words = words[:, :n_words]
-        parts = [self.probe.expand(q, -1, -1), self.word_emb(words) + self.word_pos[:n_words] + self.role[3],
-                 self._tokens(ref1, 0), self._tokens(ref2, 1)]
+        parts = [
+            self.probe.expand(q, -1, -1),
+            self.word_emb(words) + self.word_pos[:n_words] + self.role[3],
+            self._tokens(ref1, 0),
+            self._tokens(ref2, 1),
+        ]
         p = self.arch.probes
         single = (~two_refs.bool())[:, None]
-        masks = [torch.zeros(q, p, dtype=torch.bool), words == 0, torch.zeros(q, N_TOKENS, dtype=torch.bool),
-                 single.expand(q, N_TOKENS)]
+        masks = [
+            torch.zeros(q, p, dtype=torch.bool),
+            words == 0,
+            torch.zeros(q, N_TOKENS, dtype=torch.bool),
+            single.expand(q, N_TOKENS),
+        ]
         if self.attr_heads is not None:  # each reference's properties as one more token
-            parts += [self.attr_proj(self.attribute_probs(ref1))[:, None] + self.role[0],
-                      self.attr_proj(self.attribute_probs(ref2))[:, None] + self.role[1]]
+            parts += [
+                self.attr_proj(self.attribute_probs(ref1))[:, None] + self.role[0],
+                self.attr_proj(self.attribute_probs(ref2))[:, None] + self.role[1],
+            ]
             masks += [torch.zeros(q, 1, dtype=torch.bool), single]
         x = torch.cat(parts, dim=1)
         pad = torch.cat(masks, dim=1)
@@ -166,8 +179,9 @@ class WorldJudge(nn.Module):
         if self.near is None or ref_props is None:
             return logits
         margin = logits[:, 0] - logits[:, 1]
-        x = torch.cat([pooled, margin[:, None], match[:, None], per_property,
-                       self._agreement(ref_props, cand_props)], dim=1)
+        x = torch.cat(
+            [pooled, margin[:, None], match[:, None], per_property, self._agreement(ref_props, cand_props)], dim=1
+        )
         return torch.cat([logits, self.near(x)], dim=1)
 
     def forward(self, ref1, ref2, two_refs, words, cand_feats, query_index=None):

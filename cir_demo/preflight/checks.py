@@ -7,12 +7,12 @@ Statuses: "ready"; "download" (not here, fetched on first use from a reachable h
 shows a retriever's lines when it cannot load. A `Line` is the one problem type of
 preflight/: the flag and folder checks (`flags`, `folders`, `commands`) return blocking lines too.
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from cir_demo.preflight.weights import WeightsSource
 
@@ -47,13 +47,25 @@ def device_line(device: str | None = None) -> Line:
     if torch.cuda.is_available():
         i = torch.cuda.current_device()
         props = torch.cuda.get_device_properties(i)
-        return Line("device", "ready", f"cuda:{i} {props.name}, {props.total_memory / 2**30:.1f} GiB "
-                    f"(torch {torch.__version__}, CUDA {torch.version.cuda})")
+        return Line(
+            "device",
+            "ready",
+            f"cuda:{i} {props.name}, {props.total_memory / 2**30:.1f} GiB "
+            f"(torch {torch.__version__}, CUDA {torch.version.cuda})",
+        )
     if device:
-        return Line("device", "blocked", f"--device {device} asked for CUDA, but torch sees no GPU",
-                    "drop --device, or install a CUDA build of torch (see README, GPU)")
-    return Line("device", "ready", f"CPU only ({cores} cores, no CUDA GPU visible to torch {torch.__version__}): "
-                "real models run, slowly; the offline world is sized for it")
+        return Line(
+            "device",
+            "blocked",
+            f"--device {device} asked for CUDA, but torch sees no GPU",
+            "drop --device, or install a CUDA build of torch (see README, GPU)",
+        )
+    return Line(
+        "device",
+        "ready",
+        f"CPU only ({cores} cores, no CUDA GPU visible to torch {torch.__version__}): "
+        "real models run, slowly; the offline world is sized for it",
+    )
 
 
 # --------------------------------------------------------------------------- models
@@ -73,13 +85,21 @@ def _weights_line(item: str, src: WeightsSource, check_hub: bool) -> Line:
     info = repo_info(src.repo, src.patterns) if check_hub else None
     if info is None or info.exists is None:
         why = info.problem if info is not None else "hub not asked"
-        return Line(item, "missing", f"{src.label} from the Hugging Face repo {src.repo} is not in the cache "
-                    f"({src.location}) and cannot be downloaded: {why}",
-                    f"on a connected machine run {src.fix}, then run again")
+        return Line(
+            item,
+            "missing",
+            f"{src.label} from the Hugging Face repo {src.repo} is not in the cache "
+            f"({src.location}) and cannot be downloaded: {why}",
+            f"on a connected machine run {src.fix}, then run again",
+        )
     if info.problem:
         return Line(item, "blocked", f"{src.label}: {info.problem}", "")
-    return Line(item, "download", f"{src.label}: not cached; {human_bytes(info.size_bytes)} from the hub "
-                f"repo {src.repo} on first use", f"or fetch it now: {src.fix}")
+    return Line(
+        item,
+        "download",
+        f"{src.label}: not cached; {human_bytes(info.size_bytes)} from the hub repo {src.repo} on first use",
+        f"or fetch it now: {src.fix}",
+    )
 
 
 def retriever_lines(name: str, trust_remote_code: bool = False, check_hub: bool = True) -> list[Line]:
@@ -95,8 +115,14 @@ def retriever_lines(name: str, trust_remote_code: bool = False, check_hub: bool 
         reqs = " ".join(f"'{r.split(' (installed')[0]}'" for r in missing)
         lines.append(Line(item, "blocked", f"needs {', '.join(missing)}", f"pip install {reqs}"))
     if cfg.get("needs_remote_code") and not trust_remote_code:
-        lines.append(Line(item, "blocked", f"runs the code of its model repository {cfg.get('model')}",
-                          "review that code, then add --trust-remote-code"))
+        lines.append(
+            Line(
+                item,
+                "blocked",
+                f"runs the code of its model repository {cfg.get('model')}",
+                "review that code, then add --trust-remote-code",
+            )
+        )
     pin = cfg.get("transformers_pin")
     if pin:
         from packaging.specifiers import SpecifierSet
@@ -107,9 +133,11 @@ def retriever_lines(name: str, trust_remote_code: bool = False, check_hub: bool 
         installed = Version(version("transformers"))
         if installed not in SpecifierSet(pin["spec"]):
             want = pin.get("tested") or pin["spec"]
-            detail = (f"its remote code is written for transformers{pin['spec']}, this environment has {installed}")
-            fix = (f"run it in a separate environment (pip install 'transformers=={want.lstrip('=<>~!')}') "
-                   "and load its rankings as a 'precomputed' retriever")
+            detail = f"its remote code is written for transformers{pin['spec']}, this environment has {installed}"
+            fix = (
+                f"run it in a separate environment (pip install 'transformers=={want.lstrip('=<>~!')}') "
+                "and load its rankings as a 'precomputed' retriever"
+            )
             lines.append(Line(item, "blocked" if pin.get("hard") else "warning", detail, fix))
     weights = [_weights_line(item, src, check_hub) for src in retriever_sources(name)]
     lines += [w for w in weights if w.status != "ready"]
@@ -160,8 +188,9 @@ def benchmark_lines(args: argparse.Namespace, load: bool = True):
     item = f"benchmark {name}"
     pending = pending_generation_of(args)
     if pending is not None:
-        return None, [Line(item, "ready", f"{pending.what} is not generated yet; the run generates it first "
-                                          f"({pending.seconds})")]
+        return None, [
+            Line(item, "ready", f"{pending.what} is not generated yet; the run generates it first ({pending.seconds})")
+        ]
     if not load:
         return None, []
     try:
@@ -170,8 +199,14 @@ def benchmark_lines(args: argparse.Namespace, load: bool = True):
         msg = user_message(exc)
         if msg is None:
             raise
-        return None, [Line(item, "blocked", msg.splitlines()[0] + (" ..." if "\n" in msg else ""),
-                           f"`python -m cir_demo validate {' '.join(_flags(args))}` lists every problem")]
+        return None, [
+            Line(
+                item,
+                "blocked",
+                msg.splitlines()[0] + (" ..." if "\n" in msg else ""),
+                f"`python -m cir_demo validate {' '.join(_flags(args))}` lists every problem",
+            )
+        ]
     lines = [Line(item, "ready", f"{len(bench.queries)} queries, {len(bench.corpus_ids)} corpus images")]
     cov = image_coverage(bench)
     if cov is None:
@@ -206,16 +241,20 @@ def render_table(lines: list[Line]) -> str:
     return "\n".join(out)
 
 
-def load_failure_lines(name: str, exc: BaseException, trust_remote_code: bool = False,
-                       reranker_kw: dict | None = None) -> list[str]:
+def load_failure_lines(
+    name: str, exc: BaseException, trust_remote_code: bool = False, reranker_kw: dict | None = None
+) -> list[str]:
     """What the app says about a retriever (or, with `reranker_kw`, a reranker backend) that
     could not load: the doctor's lines for it that are not ready (each with its fix), else
     the error's own one line."""
     from cir_demo.errors import one_line, user_message
 
     try:
-        lines = (reranker_lines(name, **reranker_kw) if reranker_kw is not None
-                 else retriever_lines(name, trust_remote_code=trust_remote_code))
+        lines = (
+            reranker_lines(name, **reranker_kw)
+            if reranker_kw is not None
+            else retriever_lines(name, trust_remote_code=trust_remote_code)
+        )
         facts = [ln.message() for ln in lines if ln.status != "ready"]
     except Exception:  # noqa: BLE001 - the facts are a help; the error itself still shows
         facts = []

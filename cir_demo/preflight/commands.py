@@ -5,6 +5,7 @@ data folders.
 Every problem is a blocking `Line`. A command collects them all, prints each as "error: ..."
 and exits 2 before it creates a file or spends a minute (`report`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,9 +15,16 @@ from typing import Iterable, Sequence
 
 from cir_demo.errors import USAGE_EXIT
 from cir_demo.preflight.checks import Line
-from cir_demo.preflight.flags import (COMMAND_INT_FLAGS, COMMAND_POSITIVE_FLOATS, benchmark_flag_problems,
-                                     benchmark_name_problems, fetch_flag_problems, int_problems, port_problems,
-                                     positive_float_problems)
+from cir_demo.preflight.flags import (
+    COMMAND_INT_FLAGS,
+    COMMAND_POSITIVE_FLOATS,
+    benchmark_flag_problems,
+    benchmark_name_problems,
+    fetch_flag_problems,
+    int_problems,
+    port_problems,
+    positive_float_problems,
+)
 from cir_demo.preflight.folders import creatable_dir_problem, data_folder_problems, run_dir_problem
 
 
@@ -64,8 +72,9 @@ def reranker_problems(backend: str, flag: str = "--rerank", **kw) -> list[Line]:
     return _asset_problems(f"reranker {backend!r}", settings)
 
 
-def _out_problems(path: str | None, flag: str, default_dir, default_what: str, run: bool = False,
-                  overwrite: bool = False) -> list[Line]:
+def _out_problems(
+    path: str | None, flag: str, default_dir, default_what: str, run: bool = False, overwrite: bool = False
+) -> list[Line]:
     """The output folder a flag names, else the default data folder (when the data folders are usable)."""
     if path:
         problem = run_dir_problem(Path(path), flag, overwrite) if run else creatable_dir_problem(Path(path), flag)
@@ -81,16 +90,24 @@ def eval_problems(args: argparse.Namespace) -> list[Line]:
     from cir_demo.paths import runs_dir
 
     problems = data_folder_problems() + benchmark_flag_problems(args)
-    problems += int_problems(args, [("n_boot", 0, "a non-negative number of resamples (0 disables)"),
-                                    ("bootstrap_seed", 0, "a non-negative integer"),
-                                    ("rerank_top_n", 1, "a positive number of candidates")])
+    problems += int_problems(
+        args,
+        [
+            ("n_boot", 0, "a non-negative number of resamples (0 disables)"),
+            ("bootstrap_seed", 0, "a non-negative integer"),
+            ("rerank_top_n", 1, "a positive number of candidates"),
+        ],
+    )
     problems += fetch_flag_problems(args)
     unknown_benchmark = benchmark_name_problems(args)
     if unknown_benchmark:  # first: the retrievers and reranker below are the benchmark's defaults
         return unknown_benchmark + problems
     if getattr(args, "results_json", None):
-        problems += [Line(f"--results-json {f}", "blocked", "not a file" if Path(f).exists() else "file not found")
-                     for f in args.results_json if not Path(f).is_file()]
+        problems += [
+            Line(f"--results-json {f}", "blocked", "not a file" if Path(f).exists() else "file not found")
+            for f in args.results_json
+            if not Path(f).is_file()
+        ]
     else:
         from cir_demo.preflight.request import default_reranker, retriever_names
 
@@ -103,17 +120,38 @@ def eval_problems(args: argparse.Namespace) -> list[Line]:
         reranker = default_reranker(args.benchmark, getattr(args, "rerank", None))
         if reranker:
             problems += reranker_problems(reranker)
-    return problems + _out_problems(getattr(args, "out", None), "--out", runs_dir, "runs folder", run=True,
-                                    overwrite=getattr(args, "overwrite", False))
+    return problems + _out_problems(
+        getattr(args, "out", None),
+        "--out",
+        runs_dir,
+        "runs folder",
+        run=True,
+        overwrite=getattr(args, "overwrite", False),
+    )
 
 
 def index_build_problems(args: argparse.Namespace) -> list[Line]:
     from cir_demo.paths import indexes_dir
 
     problems = benchmark_name_problems(args) + data_folder_problems() + benchmark_flag_problems(args)
-    problems += int_problems(args, [(a, 1, "a positive integer") for a in
-                                    ("batch_size", "nlist", "nprobe", "train_size", "M", "ef_construction",
-                                     "ef_search", "pq_m", "k_factor", "refine_bits")])
+    problems += int_problems(
+        args,
+        [
+            (a, 1, "a positive integer")
+            for a in (
+                "batch_size",
+                "nlist",
+                "nprobe",
+                "train_size",
+                "M",
+                "ef_construction",
+                "ef_search",
+                "pq_m",
+                "k_factor",
+                "refine_bits",
+            )
+        ],
+    )
     problems += fetch_flag_problems(args)
     problems += retriever_problems([args.retriever])
     from cir_demo.index.cli import index_params, memory_budget
@@ -139,8 +177,11 @@ def index_problems(args: argparse.Namespace) -> list[Line]:
     action = args.index_command
     if action == "build":
         return index_build_problems(args)
-    return benchmark_name_problems(args) + data_folder_problems() + (
-        benchmark_flag_problems(args) if action in ("status", "prebuilt") else [])
+    return (
+        benchmark_name_problems(args)
+        + data_folder_problems()
+        + (benchmark_flag_problems(args) if action in ("status", "prebuilt") else [])
+    )
 
 
 def app_problems(args: argparse.Namespace) -> list[Line]:
@@ -172,5 +213,7 @@ def _name_problems(args: argparse.Namespace) -> list[Line]:
         from cir_demo.rerank import BACKENDS
 
         if reranker not in BACKENDS:
-            problems.append(Line("--reranker", "blocked", str(UnknownNameError("reranker backend", reranker, BACKENDS))))
+            problems.append(
+                Line("--reranker", "blocked", str(UnknownNameError("reranker backend", reranker, BACKENDS)))
+            )
     return problems

@@ -5,6 +5,7 @@ Without --retrievers: the benchmark's default run (the world retrievers and the 
 verifier on the world; every declared retriever elsewhere, so you see them all). Exit 0
 when the requested run can start, 1 when a line is missing or blocked.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from cir_demo.benchmarks.cli_args import add_benchmark_arguments
 
     add_benchmark_arguments(p, limit=False)
-    p.add_argument("--retrievers", help="comma-separated retrievers to check (default: the benchmark's default run; "
-                   "every declared retriever for a benchmark without one)")
+    p.add_argument(
+        "--retrievers",
+        help="comma-separated retrievers to check (default: the benchmark's default run; "
+        "every declared retriever for a benchmark without one)",
+    )
     p.add_argument("--reranker", help="reranker backend to check (default on the world: world-verifier; 'none' skips)")
     p.add_argument("--device", default=None, help="the device the run would use")
     p.add_argument("--trust-remote-code", action="store_true", help="the run would allow repository code (BGE-VL, GME)")
@@ -80,8 +84,10 @@ def run(args: argparse.Namespace) -> int:
         lines, ok = doctor_lines(args)
         print(render_table(lines))
         n_block = sum(ln.blocking for ln in lines)
-        print(("\nthe requested run can start" if ok else "\nthe requested run cannot start yet")
-              + (f"; {n_block} line(s) missing or blocked, each with its fix above" if n_block else ""))
+        print(
+            ("\nthe requested run can start" if ok else "\nthe requested run cannot start yet")
+            + (f"; {n_block} line(s) missing or blocked, each with its fix above" if n_block else "")
+        )
         return 0 if ok else 1
 
     return report_errors(body, debug=args.debug)

@@ -3,6 +3,7 @@ on this device, from a throughput measured on a small batch. Creates nothing: mo
 loaded only when their weights are already here, images are opened read-only, and no
 index, cache or run folder is written.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,12 +64,19 @@ def plan_retriever(plan: Plan, bench, name: str, line: Line, args: argparse.Name
 
     n_corpus, n_queries = len(bench.corpus_ids), len(bench.queries)
     if line.status not in ("ready", "warning"):
-        plan.add(f"retriever {name}: encode {n_corpus} corpus images and {n_queries} queries "
-                 f"(time unknown: {line.status}, {line.detail})")
+        plan.add(
+            f"retriever {name}: encode {n_corpus} corpus images and {n_queries} queries "
+            f"(time unknown: {line.status}, {line.detail})"
+        )
         plan.unknown.append(name)
         return
-    engine = RetrievalEngine(bench, [name], device=getattr(args, "device", None), progress=False,
-                             trust_remote_code=bool(getattr(args, "trust_remote_code", False)))
+    engine = RetrievalEngine(
+        bench,
+        [name],
+        device=getattr(args, "device", None),
+        progress=False,
+        trust_remote_code=bool(getattr(args, "trust_remote_code", False)),
+    )
     retriever = engine.retriever(name)
     if is_ranking_only(retriever):
         plan.add(f"retriever {name}: precomputed rankings, nothing to encode")
@@ -77,11 +85,16 @@ def plan_retriever(plan: Plan, bench, name: str, line: Line, args: argparse.Name
     fresh = not rebuild_reasons(default_index_dir(bench, retriever), bench, retriever, ids, None, {})
     to_encode = 0 if fresh else len(ids)
     sample_ids = _present(bench, ids, SAMPLE)
-    queries = [q for q in bench.queries[:SAMPLE * 4] if all(bench.images is None or _present(bench, [r], 1)
-                                                             for r in q.reference_ids)][:SAMPLE]
+    queries = [
+        q
+        for q in bench.queries[: SAMPLE * 4]
+        if all(bench.images is None or _present(bench, [r], 1) for r in q.reference_ids)
+    ][:SAMPLE]
     if not sample_ids or not queries:
-        plan.add(f"retriever {name}: encode {to_encode} corpus images and {n_queries} queries "
-                 "(time unknown: no images here to measure on)")
+        plan.add(
+            f"retriever {name}: encode {to_encode} corpus images and {n_queries} queries "
+            "(time unknown: no images here to measure on)"
+        )
         plan.unknown.append(name)
         return
     images = [engine.open_image(i) for i in sample_ids]
@@ -90,10 +103,12 @@ def plan_retriever(plan: Plan, bench, name: str, line: Line, args: argparse.Name
     q_rate = _rate(lambda: retriever.encode_query_variants(composed, batch_size=len(composed)), len(composed))
     secs = to_encode / img_rate + n_queries / q_rate
     plan.seconds += secs
-    plan.add(f"retriever {name}: encode {to_encode} corpus images"
-             + (" (its index is fresh: reused)" if fresh else "")
-             + f" at {img_rate:.1f} img/s and {n_queries} queries at {q_rate:.1f} queries/s "
-             f"(measured on {len(images)} images / {len(composed)} queries here): about {_fmt_s(secs)}")
+    plan.add(
+        f"retriever {name}: encode {to_encode} corpus images"
+        + (" (its index is fresh: reused)" if fresh else "")
+        + f" at {img_rate:.1f} img/s and {n_queries} queries at {q_rate:.1f} queries/s "
+        f"(measured on {len(images)} images / {len(composed)} queries here): about {_fmt_s(secs)}"
+    )
 
 
 def plan_reranker(plan: Plan, bench, backend: str, line: Line, n_runs: int, top_n: int, args) -> None:
@@ -107,8 +122,11 @@ def plan_reranker(plan: Plan, bench, backend: str, line: Line, n_runs: int, top_
         plan.unknown.append(backend)
         return
     ids = _present(bench, list(bench.corpus_ids), SAMPLE)
-    queries = [q for q in bench.queries[:SAMPLE * 4] if bench.images is None or
-               len(_present(bench, list(q.reference_ids), 2)) == len(q.reference_ids)]
+    queries = [
+        q
+        for q in bench.queries[: SAMPLE * 4]
+        if bench.images is None or len(_present(bench, list(q.reference_ids), 2)) == len(q.reference_ids)
+    ]
     if not ids or not queries:
         plan.add(f"reranker {backend}: score {pairs} pairs (time unknown: no images here to measure on)")
         plan.unknown.append(backend)
@@ -120,8 +138,10 @@ def plan_reranker(plan: Plan, bench, backend: str, line: Line, n_runs: int, top_
     rate = _rate(lambda: score_candidates(req, ids, engine.open_image, reranker), len(ids))
     secs = pairs / rate
     plan.seconds += secs
-    plan.add(f"reranker {backend}: score {pairs} pairs ({n_runs} runs x {len(bench.queries)} queries x top {top_n}) "
-             f"at {rate:.1f} pairs/s (measured on {len(ids)} here): about {_fmt_s(secs)}")
+    plan.add(
+        f"reranker {backend}: score {pairs} pairs ({n_runs} runs x {len(bench.queries)} queries x top {top_n}) "
+        f"at {rate:.1f} pairs/s (measured on {len(ids)} here): about {_fmt_s(secs)}"
+    )
 
 
 def _plain_reranker(backend: str, args):
@@ -140,13 +160,22 @@ def not_generated_note(args: argparse.Namespace) -> str | None:
     pending = pending_generation_of(args)
     if pending is None:
         return None
-    return (f"dry run: {pending.what} is not generated yet; the run would generate it first ({pending.seconds}). "
-            f"Generate it with `{pending.command}` to see the counts and a measured time estimate; "
-            "nothing was created")
+    return (
+        f"dry run: {pending.what} is not generated yet; the run would generate it first ({pending.seconds}). "
+        f"Generate it with `{pending.command}` to see the counts and a measured time estimate; "
+        "nothing was created"
+    )
 
 
-def dry_run(args: argparse.Namespace, bench, names, reranker: str | None, top_n: int, model_lines: list[Line],
-            batch_size: int = 64) -> str:
+def dry_run(
+    args: argparse.Namespace,
+    bench,
+    names,
+    reranker: str | None,
+    top_n: int,
+    model_lines: list[Line],
+    batch_size: int = 64,
+) -> str:
     """The plan as text. `model_lines` are the preflight lines of the device, retrievers and reranker."""
     from cir_demo.images.coverage import image_coverage
     from cir_demo.preflight.hub import human_bytes, repo_info

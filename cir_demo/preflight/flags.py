@@ -3,6 +3,7 @@
 Each problem is a blocking `Line` whose item is the flag with its value; `commands.report`
 prints them. Unset flags pass (argparse defaults are valid).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,10 +19,16 @@ def _flag(attr: str) -> str:
     return f"--{attr.replace('_', '-')}"
 
 
-def _int_problem(args: argparse.Namespace, attr: str, minimum: int, what: str, maximum: int | None = None) -> Line | None:
+def _int_problem(
+    args: argparse.Namespace, attr: str, minimum: int, what: str, maximum: int | None = None
+) -> Line | None:
     value = getattr(args, attr, None)
-    if value is None or (not isinstance(value, bool) and isinstance(value, int) and value >= minimum
-                         and (maximum is None or value <= maximum)):
+    if value is None or (
+        not isinstance(value, bool)
+        and isinstance(value, int)
+        and value >= minimum
+        and (maximum is None or value <= maximum)
+    ):
         return None
     bounds = f"{minimum}-{maximum}" if maximum is not None else f">= {minimum}"
     return Line(f"{_flag(attr)} {value}", "blocked", f"must be {what} ({bounds})")
@@ -63,8 +70,9 @@ def _port_from_env() -> tuple[int | None, list[Line]]:
         port = -1
     if 0 <= port <= 65535:
         return port, []
-    return None, [Line(f"{PORT_ENV}={raw}", "blocked", "must be a port number (0-65535)",
-                       f"unset {PORT_ENV} or give --port")]
+    return None, [
+        Line(f"{PORT_ENV}={raw}", "blocked", "must be a port number (0-65535)", f"unset {PORT_ENV} or give --port")
+    ]
 
 
 def _bind_problem(host: str, port: int) -> str | None:
@@ -101,14 +109,30 @@ def port_problems(args: argparse.Namespace) -> list[Line]:
     reason = _bind_problem(host, 0)  # the interface first: a port is free only on a host this machine has
     if reason is not None:
         shown = f"{host_item} {host}" if host_item == "--server-name" else f"{host_item}{host}"
-        return [Line(shown, "blocked", f"cannot listen on {host} ({reason})",
-                     "name an interface of this machine (127.0.0.1, or 0.0.0.0 for all)")]
+        return [
+            Line(
+                shown,
+                "blocked",
+                f"cannot listen on {host} ({reason})",
+                "name an interface of this machine (127.0.0.1, or 0.0.0.0 for all)",
+            )
+        ]
     reason = _bind_problem(host, port) if port else None
     if reason is None:
         return []
-    return [Line(f"{item} {port}", "blocked", f"cannot listen on {host}:{port} ({reason})",
-                 "name another port" + (", or leave --port out to take the next free one from 7860"
-                                        if item == "--port" else f" (--port, or {PORT_ENV})"))]
+    return [
+        Line(
+            f"{item} {port}",
+            "blocked",
+            f"cannot listen on {host}:{port} ({reason})",
+            "name another port"
+            + (
+                ", or leave --port out to take the next free one from 7860"
+                if item == "--port"
+                else f" (--port, or {PORT_ENV})"
+            ),
+        )
+    ]
 
 
 def settle_port(args: argparse.Namespace) -> None:
@@ -146,8 +170,9 @@ def fetch_flag_problems(args: argparse.Namespace) -> list[Line]:
 
 
 def benchmark_flag_problems(args: argparse.Namespace) -> list[Line]:
-    return int_problems(args, [("world_seed", 0, "a non-negative integer"),
-                               ("limit", 1, "a positive number of paraphrase groups")]) + split_problems(args)
+    return int_problems(
+        args, [("world_seed", 0, "a non-negative integer"), ("limit", 1, "a positive number of paraphrase groups")]
+    ) + split_problems(args)
 
 
 def split_problems(args: argparse.Namespace) -> list[Line]:
@@ -168,25 +193,41 @@ def split_problems(args: argparse.Namespace) -> list[Line]:
 # `--world-size` are checked against the world sizes. Eval and index check theirs in `commands`.
 COMMAND_INT_FLAGS: dict[tuple[str, str | None], list[tuple[str, int, str]]] = {
     ("world", "generate"): [("seed", 0, SEED)],
-    ("world", "contact-sheet"): [("seed", 0, SEED), ("per_category", 1, "a positive number of intents"),
-                                 ("sample_seed", 0, SEED)],
+    ("world", "contact-sheet"): [
+        ("seed", 0, SEED),
+        ("per_category", 1, "a positive number of intents"),
+        ("sample_seed", 0, SEED),
+    ],
     ("world", "stats"): [("seed", 0, SEED)],
     ("world", "export"): [("seed", 0, SEED)],
     ("world", "render"): [("seed", 0, SEED), ("pixels", 32, "an image size in pixels")],
-    ("train", None): [("seed", 0, SEED), ("data_seed", 0, SEED), ("max_steps", 1, "a positive number of steps"),
-                      ("threads", 1, "a positive number of threads")],
+    ("train", None): [
+        ("seed", 0, SEED),
+        ("data_seed", 0, SEED),
+        ("max_steps", 1, "a positive number of steps"),
+        ("threads", 1, "a positive number of threads"),
+    ],
     ("images", "fetch"): FETCH_INT_FLAGS,
-    ("rerank", None): [("top_n", 1, "a positive integer"), ("batch_size", 1, "a positive integer"),
-                       ("max_pixels", 1, "a positive integer"), ("concurrency", 1, "a positive integer"),
-                       ("retries", 0, "a non-negative integer")],
+    ("rerank", None): [
+        ("top_n", 1, "a positive integer"),
+        ("batch_size", 1, "a positive integer"),
+        ("max_pixels", 1, "a positive integer"),
+        ("concurrency", 1, "a positive integer"),
+        ("retries", 0, "a non-negative integer"),
+    ],
     ("validate", None): [("max_warnings", 0, "a non-negative integer")],
     # the app (`python app.py`): --port is checked by port_problems (range, then free)
-    ("app", None): [("concurrency", 1, "a positive number of requests worked on at once"),
-                    ("queue_size", 1, "a positive number of waiting requests"),
-                    ("threads", 1, "a positive number of threads"), *FETCH_INT_FLAGS],
+    ("app", None): [
+        ("concurrency", 1, "a positive number of requests worked on at once"),
+        ("queue_size", 1, "a positive number of waiting requests"),
+        ("threads", 1, "a positive number of threads"),
+        *FETCH_INT_FLAGS,
+    ],
 }
 COMMAND_POSITIVE_FLOATS: dict[tuple[str, str | None], list[str]] = {
-    ("train", None): ["epochs"], ("images", "fetch"): ["fetch_timeout"], ("rerank", None): ["timeout"],
+    ("train", None): ["epochs"],
+    ("images", "fetch"): ["fetch_timeout"],
+    ("rerank", None): ["timeout"],
     ("app", None): ["fetch_timeout"],
 }
 

@@ -3,6 +3,7 @@ an earlier run recorded by its run_manifest.json, replaced with --overwrite) and
 
 Each problem is a blocking `Line`: the flag and folder as item, what is wrong, the fix.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,15 +28,37 @@ def _nearest_existing(path: Path) -> Path:
 
 # folders of the system (and everything below the first five): never an output folder
 _SYSTEM_TREES = ("/proc", "/sys", "/dev", "/etc", "/boot")
-_SYSTEM_FOLDERS = ("/", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/var", "/run", "/opt", "/srv",
-                   "/home", "/root", "/tmp", "/mnt", "/media", "/snap")
+_SYSTEM_FOLDERS = (
+    "/",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/var",
+    "/run",
+    "/opt",
+    "/srv",
+    "/home",
+    "/root",
+    "/tmp",
+    "/mnt",
+    "/media",
+    "/snap",
+)
 
 
 def system_folder(path: Path) -> bool:
     """`path` (resolved) is a folder of the system: `/`, `/usr`, anything under `/proc`, ..."""
     text = path.as_posix()
-    return text in _SYSTEM_FOLDERS or text in _SYSTEM_TREES or any(text.startswith(t + "/") for t in _SYSTEM_TREES) \
-        or text.startswith("/usr/") and text.count("/") <= 2
+    return (
+        text in _SYSTEM_FOLDERS
+        or text in _SYSTEM_TREES
+        or any(text.startswith(t + "/") for t in _SYSTEM_TREES)
+        or text.startswith("/usr/")
+        and text.count("/") <= 2
+    )
 
 
 def creatable_dir_problem(path: Path, flag: str, moved_in: bool = True) -> Line | None:
@@ -63,13 +86,21 @@ def _existing_dir_problem(item: str, resolved: Path, link: str, moved_in: bool) 
     if not resolved.is_dir():
         return Line(item, "blocked", f"{link}an existing file, not a folder", "name a new folder")
     if moved_in and os.path.ismount(resolved):
-        return Line(item, "blocked", f"{link}a mount point, and a finished write is moved in by a rename, "
-                    "which cannot cross one", "name a folder inside it")
+        return Line(
+            item,
+            "blocked",
+            f"{link}a mount point, and a finished write is moved in by a rename, which cannot cross one",
+            "name a folder inside it",
+        )
     if not os.access(resolved, os.W_OK | os.X_OK):
         return Line(item, "blocked", f"{link}folder is not writable")
     if moved_in and not os.access(resolved.parent, os.W_OK | os.X_OK):
-        return Line(item, "blocked", f"{link}its parent {resolved.parent} is not writable, and the write is "
-                    "staged there", "name a folder in a writable one")
+        return Line(
+            item,
+            "blocked",
+            f"{link}its parent {resolved.parent} is not writable, and the write is staged there",
+            "name a folder in a writable one",
+        )
     return None
 
 
@@ -110,8 +141,10 @@ def _weights_names(manifest: dict):
 
 # commands whose `--out` folder holds the files their manifest.json lists (a world, trained weights):
 # what they write, and, given a manifest of theirs, which of the names it lists are theirs
-MANIFEST_OUT = {("world", "generate"): ("a generated world", _world_names), ("train", None): ("trained weights",
-                                                                                              _weights_names)}
+MANIFEST_OUT = {
+    ("world", "generate"): ("a generated world", _world_names),
+    ("train", None): ("trained weights", _weights_names),
+}
 
 
 def _own_names(path: Path, recognise) -> set[str]:
@@ -129,8 +162,9 @@ def _own_names(path: Path, recognise) -> set[str]:
     if names is None:  # no manifest of this command's: nothing here was written by it
         return set()
     declares, beside = names
-    return {"manifest.json", *beside} | {rel.split("/", 1)[0] for rel in manifest["files"]
-                                         if not path_problem(path, rel) and declares(rel)}
+    return {"manifest.json", *beside} | {
+        rel.split("/", 1)[0] for rel in manifest["files"] if not path_problem(path, rel) and declares(rel)
+    }
 
 
 def manifest_folder_problem(path: Path, flag: str, what: str, recognise=None) -> Line | None:
@@ -144,8 +178,9 @@ def manifest_folder_problem(path: Path, flag: str, what: str, recognise=None) ->
     if not foreign:
         return None
     shown = ", ".join(foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
-    return Line(f"{flag} {path}", "blocked", f"holds files that are not part of {what} ({shown})",
-                "name a new or empty folder")
+    return Line(
+        f"{flag} {path}", "blocked", f"holds files that are not part of {what} ({shown})", "name a new or empty folder"
+    )
 
 
 # commands that write a folder of their own files by staged_run_dir (run_manifest.json, --overwrite):
@@ -158,8 +193,11 @@ def _rerank_files(out: Path) -> list[Path]:
 
 
 # commands whose --out is one file (or a few beside it), replaced only with --overwrite
-FILE_OUT = {("rerank", None): _rerank_files, ("failures", None): lambda out: [out],
-            ("world", "contact-sheet"): lambda out: [out]}
+FILE_OUT = {
+    ("rerank", None): _rerank_files,
+    ("failures", None): lambda out: [out],
+    ("world", "contact-sheet"): lambda out: [out],
+}
 
 
 def file_out_problems(paths: list[Path], overwrite: bool, flag: str = "--out") -> list[Line]:
@@ -188,8 +226,7 @@ def fetch_report_problems(args) -> list[Line]:
         return [Line(f"--report {path}", "blocked", f"cannot be read ({exc.strerror})")]
     if head == REPORT_HEADER:
         return []
-    return [Line(f"--report {path}", "blocked", "exists and is not a report of an earlier fetch",
-                 "name a new file")]
+    return [Line(f"--report {path}", "blocked", "exists and is not a report of an earlier fetch", "name a new file")]
 
 
 def command_out_problems(args) -> list[Line]:

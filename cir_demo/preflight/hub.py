@@ -3,6 +3,7 @@
 Asked only when the hub may be reached: with `HF_HUB_OFFLINE=1` nothing here opens
 a connection and every answer is "hub unreachable".
 """
+
 from __future__ import annotations
 
 import functools
@@ -64,22 +65,45 @@ def repo_info(repo: str, patterns: tuple[str, ...] = ()) -> RepoInfo:
     try:
         info = HfApi().model_info(repo, files_metadata=True, timeout=15)
     except hub_errors.GatedRepoError:
-        return RepoInfo(repo, True, gated=True, problem=(
-            f"{repo} is gated: accept its terms at https://huggingface.co/{repo}, then `hf auth login` (or set HF_TOKEN)"))
+        return RepoInfo(
+            repo,
+            True,
+            gated=True,
+            problem=(
+                f"{repo} is gated: accept its terms at https://huggingface.co/{repo}, then `hf auth login` (or set HF_TOKEN)"
+            ),
+        )
     except hub_errors.RepositoryNotFoundError:
-        return RepoInfo(repo, False, problem=(
-            f"{repo} does not exist on the hub or is private (log in with `hf auth login` or set HF_TOKEN if it is yours)"))
+        return RepoInfo(
+            repo,
+            False,
+            problem=(
+                f"{repo} does not exist on the hub or is private (log in with `hf auth login` or set HF_TOKEN if it is yours)"
+            ),
+        )
     except Exception as exc:  # network trouble mid-way: say so, do not guess
         return RepoInfo(repo, None, problem=f"hub did not answer for {repo} ({type(exc).__name__}: {exc})")
     gated = bool(getattr(info, "gated", False))
-    size = sum(int(s.size or 0) for s in (info.siblings or [])
-               if not patterns or any(fnmatch(s.rfilename, p) for p in patterns))
+    size = sum(
+        int(s.size or 0)
+        for s in (info.siblings or [])
+        if not patterns or any(fnmatch(s.rfilename, p) for p in patterns)
+    )
     if "open_clip_model.safetensors" in patterns:  # open_clip reads one of its two weight files, safetensors first
         names = {s.rfilename: int(s.size or 0) for s in info.siblings or []}
         size = names.get("open_clip_model.safetensors") or names.get("open_clip_pytorch_model.bin") or size
-    return RepoInfo(repo, True, gated=gated, size_bytes=size,
-                    problem=(f"{repo} is gated: accept its terms at https://huggingface.co/{repo}, then "
-                             "`hf auth login` (or set HF_TOKEN)") if gated and not _have_token() else "")
+    return RepoInfo(
+        repo,
+        True,
+        gated=gated,
+        size_bytes=size,
+        problem=(
+            f"{repo} is gated: accept its terms at https://huggingface.co/{repo}, then "
+            "`hf auth login` (or set HF_TOKEN)"
+        )
+        if gated and not _have_token()
+        else "",
+    )
 
 
 def _have_token() -> bool:

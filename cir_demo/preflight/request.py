@@ -2,6 +2,7 @@
 declared defaults (`default_retrievers`, `default_reranker` in cir_demo/benchmarks/registry.py).
 The pre-run checks and the run itself read the same answer.
 """
+
 from __future__ import annotations
 
 from cir_demo.benchmarks.registry import declared_defaults
@@ -20,12 +21,15 @@ def retriever_names(requested: str | None, benchmark_name: str) -> list[str]:
     known = {c["name"] for c in list_retrievers()}
     spec = declared_defaults(benchmark_name)
     if spec is None or not spec.default_retrievers:
-        raise ValueError(f"--retrievers is required for benchmark {benchmark_name!r} "
-                         f"(known: {', '.join(sorted(known))})")
+        raise ValueError(
+            f"--retrievers is required for benchmark {benchmark_name!r} (known: {', '.join(sorted(known))})"
+        )
     names = [n for n in spec.default_retrievers if n in known]
     if not names:
-        raise ValueError(f"no {benchmark_name} retriever is registered; train them with "
-                         "`python -m cir_demo train world-clip` (see docs/world_models.md)")
+        raise ValueError(
+            f"no {benchmark_name} retriever is registered; train them with "
+            "`python -m cir_demo train world-clip` (see docs/world_models.md)"
+        )
     return names
 
 

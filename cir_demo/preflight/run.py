@@ -5,6 +5,7 @@ images are present, fetched on request (`--fetch-images`), or the run is cut to 
 images present with its coverage stated. A problem is a `UserError` with one line per
 problem, each naming its fix.
 """
+
 from __future__ import annotations
 
 import argparse

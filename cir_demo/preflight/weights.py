@@ -5,6 +5,7 @@ reranker backend's `weights(**kw)`, as `cir_demo.utils.needs` items); this modul
 them. Hub models are looked up in the Hugging Face cache (`HF_HOME`, `HF_HUB_CACHE`) with
 `try_to_load_from_cache`; local files are checked on disk. Nothing here touches the network.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # weights files a transformers checkpoint has (one of them, or its shard index)
-HF_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                   "pytorch_model.bin.index.json")
+HF_WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 
 
 @dataclass
@@ -79,10 +84,16 @@ def _where_hub() -> str:
 
 def _hub_source(owner: str, repo: str, label: str) -> WeightsSource:
     ok, where = hf_model_cached(repo)
-    return WeightsSource(owner, "hub" if not Path(repo).expanduser().is_dir() else "file", label, ok, repo=repo,
-                         location=where or hub_cache_dir(),
-                         fix=f"`{hub_download_command(repo)}` (into {_where_hub()})",
-                         patterns=("*.json", "*.safetensors", "*.model", "*.txt", "*.py"))
+    return WeightsSource(
+        owner,
+        "hub" if not Path(repo).expanduser().is_dir() else "file",
+        label,
+        ok,
+        repo=repo,
+        location=where or hub_cache_dir(),
+        fix=f"`{hub_download_command(repo)}` (into {_where_hub()})",
+        patterns=("*.json", "*.safetensors", "*.model", "*.txt", "*.py"),
+    )
 
 
 def local_file_source(owner: str, path: str, label: str, fix: str) -> WeightsSource:
@@ -105,8 +116,9 @@ def api_source(owner: str, base_url: str, key_env: str | None, model: str | None
     have_key = not key_env or bool(os.environ.get(key_env))
     label = f"API model {model or '?'} at {base_url}"
     fix = "" if have_key else f"set the environment variable {key_env} to the API key of {base_url}"
-    return WeightsSource(owner, "api", label, have_key, location=base_url, fix=fix,
-                         notes=[] if have_key else [f"{key_env} is not set"])
+    return WeightsSource(
+        owner, "api", label, have_key, location=base_url, fix=fix, notes=[] if have_key else [f"{key_env} is not set"]
+    )
 
 
 def sources_of(owner: str, needs: list) -> list[WeightsSource]:
@@ -119,16 +131,34 @@ def sources_of(owner: str, needs: list) -> list[WeightsSource]:
             out.append(_hub_source(owner, need.repo, need.label))
         elif isinstance(need, n.HubFiles):
             hit = cached_hub_files(need.repo, need.files)
-            fix = (f"`{hub_download_command(need.repo)}" + (f" --include '{need.include}'" if need.include else "")
-                   + f"` (into {_where_hub()})" + (f" or {need.alternative}" if need.alternative else ""))
-            out.append(WeightsSource(owner, "hub", need.label, hit is not None, repo=need.repo,
-                                     location=hit or hub_cache_dir(), fix=fix, patterns=need.files))
+            fix = (
+                f"`{hub_download_command(need.repo)}"
+                + (f" --include '{need.include}'" if need.include else "")
+                + f"` (into {_where_hub()})"
+                + (f" or {need.alternative}" if need.alternative else "")
+            )
+            out.append(
+                WeightsSource(
+                    owner,
+                    "hub",
+                    need.label,
+                    hit is not None,
+                    repo=need.repo,
+                    location=hit or hub_cache_dir(),
+                    fix=fix,
+                    patterns=need.files,
+                )
+            )
         elif isinstance(need, n.DownloadedFile):
-            out.append(WeightsSource(owner, "url", need.label, Path(need.path).is_file(), location=need.path,
-                                     fix=need.fix))
+            out.append(
+                WeightsSource(owner, "url", need.label, Path(need.path).is_file(), location=need.path, fix=need.fix)
+            )
         elif isinstance(need, n.LocalFile):
-            out.append(local_file_source(owner, need.path, need.label,
-                                         need.fix if need.fix is not None else _asset_fix(need.path)))
+            out.append(
+                local_file_source(
+                    owner, need.path, need.label, need.fix if need.fix is not None else _asset_fix(need.path)
+                )
+            )
         elif isinstance(need, n.ApiAccess):
             out.append(api_source(owner, need.base_url, need.key_env, need.model))
         elif isinstance(need, n.Unavailable):

@@ -13,6 +13,7 @@ what it needs: `FLAGS`, the `rerank` command flags it takes, and the classmethod
 `weights(**kw)`, what must be on this machine (`cir_demo.utils.needs`), which the doctor and
 `--dry-run` ask.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -5,6 +5,7 @@ relevant?" as P(yes) = sigmoid(logit_yes - logit_no). Backends that produce a
 (logit_yes, logit_no) pair per candidate (a local MLLM, a small cross-encoder)
 subclass `LogitPairReranker` and implement only `score_logits`.
 """
+
 from __future__ import annotations
 
 import abc
@@ -106,13 +107,16 @@ def scores_from_logits(candidate_ids: Sequence[str], logits: np.ndarray) -> list
     -> CandidateScores; a non-finite row is flagged as an error."""
     logits = np.asarray(logits, dtype=np.float64)
     if logits.ndim != 2 or logits.shape[0] != len(candidate_ids) or logits.shape[1] not in (2, 3):
-        raise ValueError(f"expected logits of shape ({len(candidate_ids)}, 2) or ({len(candidate_ids)}, 3), "
-                         f"got {logits.shape}")
+        raise ValueError(
+            f"expected logits of shape ({len(candidate_ids)}, 2) or ({len(candidate_ids)}, 3), got {logits.shape}"
+        )
     out = []
     for cid, row in zip(candidate_ids, logits):
         ly, ln = row[0], row[1]
         if not np.isfinite(row).all():
-            out.append(CandidateScore(cid, None, None, None, f"{FLAG_ERROR_PREFIX}non-finite logits {tuple(row.tolist())}"))
+            out.append(
+                CandidateScore(cid, None, None, None, f"{FLAG_ERROR_PREFIX}non-finite logits {tuple(row.tolist())}")
+            )
         else:
             p_near = sigmoid(float(row[2])) if len(row) == 3 else None
             out.append(CandidateScore(cid, sigmoid(ly - ln), float(ly), float(ln), None, p_near))
@@ -147,8 +151,10 @@ class Reranker(abc.ABC):
     def weights(cls, **kw) -> list:
         """What this backend, built with keywords `kw`, needs on this machine (`cir_demo.utils.needs`
         items; [] for none). The doctor and `--dry-run` ask it; every backend must answer."""
-        raise NotImplementedError(f"reranker class {cls.__name__} does not declare the weights it needs: "
-                                  "define the classmethod weights(**kw) (see cir_demo/rerank/base.py)")
+        raise NotImplementedError(
+            f"reranker class {cls.__name__} does not declare the weights it needs: "
+            "define the classmethod weights(**kw) (see cir_demo/rerank/base.py)"
+        )
 
     @abc.abstractmethod
     def score(

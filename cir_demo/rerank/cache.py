@@ -8,6 +8,7 @@ Safe for one writer (and any number of readers, WAL mode); every `put_many`
 is one transaction, so an interrupted run leaves whole batches or nothing.
 Scores flagged as errors are never stored: a timeout may succeed next time.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,10 @@ def _add_missing_columns(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE scores ADD COLUMN p_near REAL")
 
 
-_INSERT = ("INSERT OR REPLACE INTO scores (spec_hash, instruction, reference_ids, candidate_id, p_yes, logit_yes, "
-           "logit_no, flag, created, p_near) VALUES (?,?,?,?,?,?,?,?,?,?)")
+_INSERT = (
+    "INSERT OR REPLACE INTO scores (spec_hash, instruction, reference_ids, candidate_id, p_yes, logit_yes, "
+    "logit_no, flag, created, p_near) VALUES (?,?,?,?,?,?,?,?,?,?)"
+)
 
 
 def _refs_key(reference_ids: Sequence[str]) -> str:

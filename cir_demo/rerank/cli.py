@@ -10,6 +10,7 @@ beside it, `<out>.rerank.json` with every candidate's first-stage rank and
 score, P(yes), new rank and flag. Scores are cached on disk (see --cache), so
 a second run costs nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,13 +25,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_benchmark_arguments(p)
     r = p.add_argument_group("reranking")
-    r.add_argument("--results-json", required=True,
-                   help="first-stage results file: PinPoint or CIRCO JSON, a run dict {query: {image: score}} or a "
-                        "TREC run file (format detected; the output is written in the same format)")
-    r.add_argument("--results-format", default="auto", choices=FORMAT_CHOICES,
-                   help="read --results-json in this format instead of detecting it")
-    r.add_argument("--out", required=True, help="reranked results file to write (it and its .rerank.json are "
-                                                "replaced only with --overwrite)")
+    r.add_argument(
+        "--results-json",
+        required=True,
+        help="first-stage results file: PinPoint or CIRCO JSON, a run dict {query: {image: score}} or a "
+        "TREC run file (format detected; the output is written in the same format)",
+    )
+    r.add_argument(
+        "--results-format",
+        default="auto",
+        choices=FORMAT_CHOICES,
+        help="read --results-json in this format instead of detecting it",
+    )
+    r.add_argument(
+        "--out",
+        required=True,
+        help="reranked results file to write (it and its .rerank.json are replaced only with --overwrite)",
+    )
     r.add_argument("--overwrite", action="store_true", help="replace an existing --out file and its details")
     r.add_argument("--top-n", type=int, default=20, help="candidates reranked per query (default 20)")
     r.add_argument("--cache", help="score cache file (default: <cache dir>/rerank/scores.sqlite)")
@@ -49,9 +60,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--concurrency", type=int, default=8, help="openai: requests in flight")
     b.add_argument("--timeout", type=float, default=60.0, help="openai: seconds per request")
     b.add_argument("--retries", type=int, default=2, help="openai: retries after a timeout or HTTP 429/5xx")
-    b.add_argument("--backend-arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra keyword for the backend (value parsed as JSON when it parses), repeatable; "
-                        "other backends (e.g. world-verifier) get only these")
+    b.add_argument(
+        "--backend-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra keyword for the backend (value parsed as JSON when it parses), repeatable; "
+        "other backends (e.g. world-verifier) get only these",
+    )
 
 
 def parse_backend_args(pairs: list[str]) -> dict:
@@ -102,15 +118,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out)
-    result, details = rerank_results_file(bench, first, reranker, out, args.top_n,
-                                          cache=None if args.no_cache else ScoreCache(args.cache))
+    result, details = rerank_results_file(
+        bench, first, reranker, out, args.top_n, cache=None if args.no_cache else ScoreCache(args.cache)
+    )
     s = result.stats
-    print(f"reranked {s['queries']} queries (top {args.top_n}): {s['candidates_scored']} candidates, "
-          f"{s['from_cache']} from cache, {s['tokens_missing']} tokens missing, {s['errors']} errors, "
-          f"{s['seconds']:.1f} s")
+    print(
+        f"reranked {s['queries']} queries (top {args.top_n}): {s['candidates_scored']} candidates, "
+        f"{s['from_cache']} from cache, {s['tokens_missing']} tokens missing, {s['errors']} errors, "
+        f"{s['seconds']:.1f} s"
+    )
     print(f"wrote {out} and {details}")
     if s["errors"]:
-        print(f"warning: {s['errors']} candidates could not be scored and kept their first-stage slots; "
-              "run again to retry them (errors are not cached)", file=sys.stderr)
+        print(
+            f"warning: {s['errors']} candidates could not be scored and kept their first-stage slots; "
+            "run again to retry them (errors are not cached)",
+            file=sys.stderr,
+        )
         return 1
     return 0

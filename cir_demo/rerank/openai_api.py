@@ -14,6 +14,7 @@ client retries them (`cir_demo.utils.http`: back-off with jitter, Retry-After ho
 connections reused); after the last retry (or on another HTTP error, or a response without
 logprobs) the candidate is flagged "error: ...".
 """
+
 from __future__ import annotations
 
 import base64
@@ -50,7 +51,9 @@ def image_data_url(image, image_format: str = "png") -> str:
 def build_messages(system: str, segments, image_urls: dict[str, str]) -> list[dict]:
     """Chat messages from rendered prompt segments; image slots ("ref1", "ref2", "candidate") filled from `image_urls`."""
     content = [
-        {"type": "text", "text": value} if kind == "text" else {"type": "image_url", "image_url": {"url": image_urls[value]}}
+        {"type": "text", "text": value}
+        if kind == "text"
+        else {"type": "image_url", "image_url": {"url": image_urls[value]}}
         for kind, value in segments
     ]
     return [{"role": "system", "content": system}, {"role": "user", "content": content}]
@@ -63,8 +66,12 @@ def parse_answer_logprobs(candidate_id: str, data: Any, yes: str, no: str) -> Ca
         entries = list(first.get("top_logprobs") or [])
     except (KeyError, IndexError, TypeError):
         return CandidateScore(
-            candidate_id, None, None, None, f"{FLAG_ERROR_PREFIX}response has no logprobs for the first token "
-            "(does the server support logprobs/top_logprobs?)"
+            candidate_id,
+            None,
+            None,
+            None,
+            f"{FLAG_ERROR_PREFIX}response has no logprobs for the first token "
+            "(does the server support logprobs/top_logprobs?)",
         )
     if "token" in first and "logprob" in first:
         entries.append({"token": first["token"], "logprob": first["logprob"]})
@@ -162,7 +169,11 @@ class OpenAIReranker(Reranker):
         if self._nothing_to_score(candidate_ids, candidate_images):
             return []
         system, segments = render_segments(
-            self.template, request.instruction, len(request.reference_ids), self.spec["yes_token"], self.spec["no_token"]
+            self.template,
+            request.instruction,
+            len(request.reference_ids),
+            self.spec["yes_token"],
+            self.spec["no_token"],
         )
         urls = {f"ref{i + 1}": image_data_url(img, self.image_format) for i, img in enumerate(request.reference_images)}
 
@@ -193,8 +204,14 @@ class OpenAIReranker(Reranker):
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         try:
-            response = request("POST", self.url, timeout=self.timeout, policy=RetryPolicy(self.retries, self.backoff),
-                               headers=headers, content=json.dumps(body).encode("utf-8"))
+            response = request(
+                "POST",
+                self.url,
+                timeout=self.timeout,
+                policy=RetryPolicy(self.retries, self.backoff),
+                headers=headers,
+                content=json.dumps(body).encode("utf-8"),
+            )
         except HttpError as exc:
             if exc.kind == "status":
                 last = f"HTTP {exc.status} from {self.url}: {exc.body.decode('utf-8', 'replace')}".strip()

@@ -9,6 +9,7 @@ KV cache) and an OpenAI-compatible server with prefix caching reuses it too.
 The exact template text is part of the reranker spec (and so of the score
 cache key): changing one character re-scores.
 """
+
 from __future__ import annotations
 
 import re

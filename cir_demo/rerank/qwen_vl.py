@@ -15,6 +15,7 @@ Candidates of different image sizes are supported: each batch is right-padded
 (causal attention means a real token never sees the padding after it) and the
 answer logits are read at each row's last real token.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -73,7 +74,9 @@ def weights_fingerprint(model_dir: Path | None, chunk: int = 1 << 20) -> str | N
         return None
     h = hashlib.sha256()
     files = sorted(
-        f for f in model_dir.iterdir() if f.is_file() and (f.name == "config.json" or f.suffix in (".safetensors", ".bin"))
+        f
+        for f in model_dir.iterdir()
+        if f.is_file() and (f.name == "config.json" or f.suffix in (".safetensors", ".bin"))
     )
     for f in files:
         size = f.stat().st_size
@@ -188,9 +191,9 @@ class QwenVLReranker(LogitPairReranker):
             "no_token_id": self.no_id,
             "score": "sigmoid(logit_yes - logit_no) at the first answer position",
             "prompt": self.template.to_dict(),
-            "chat_template_sha256": hashlib.sha256(
-                (self.processor.chat_template or "").encode("utf-8")
-            ).hexdigest()[:16],
+            "chat_template_sha256": hashlib.sha256((self.processor.chat_template or "").encode("utf-8")).hexdigest()[
+                :16
+            ],
             "dtype": dtype_name,
             "image_pixels": {"min": size.get("shortest_edge"), "max": size.get("longest_edge")},
             "attn_implementation": attn_implementation,
@@ -202,7 +205,11 @@ class QwenVLReranker(LogitPairReranker):
     def chat_text(self, request: RerankRequest) -> str:
         """The exact text given to the processor (one image placeholder per image)."""
         system, segments = render_segments(
-            self.template, request.instruction, len(request.reference_ids), self.spec["yes_token"], self.spec["no_token"]
+            self.template,
+            request.instruction,
+            len(request.reference_ids),
+            self.spec["yes_token"],
+            self.spec["no_token"],
         )
         user = [{"type": "text", "text": t} if kind == "text" else {"type": "image"} for kind, t in segments]
         messages = [
@@ -247,9 +254,9 @@ class QwenVLReranker(LogitPairReranker):
         text = self.chat_text(request)
         out = []
         for image in candidate_images:
-            enc = self.processor(
-                text=[text], images=[*request.reference_images, image], return_tensors="pt"
-            ).to(self.device)
+            enc = self.processor(text=[text], images=[*request.reference_images, image], return_tensors="pt").to(
+                self.device
+            )
             hidden = self.model.model(**enc, use_cache=False).last_hidden_state
             out.append(self._answer_logits(hidden[:, -1]))
         return np.concatenate(out, axis=0)
@@ -339,7 +346,7 @@ class QwenVLReranker(LogitPairReranker):
         pixels = self.processor.image_processor(images=list(images), return_tensors="pt")
         grids = pixels["image_grid_thw"]
         patches = grids.prod(dim=1)
-        merge = self.processor.image_processor.merge_size ** 2
+        merge = self.processor.image_processor.merge_size**2
         text_ids = self.processor.tokenizer(segment_text, add_special_tokens=False)["input_ids"]
         slot = text_ids.index(self.image_token_id)  # the one placeholder (split_prefix checked the count)
         out = []

@@ -14,6 +14,7 @@ Ordering policy (`order_top_block`):
   candidates are sorted around it. It is never pushed to the end (the
   official script does that, turning a server hiccup into a demotion).
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,7 +55,9 @@ def order_top_block(scores: Sequence[CandidateScore], near_miss_penalty: float =
     """New order of a block given in first-stage order, as indices into `scores` (see module doc)."""
     keys = [s.sort_key(near_miss_penalty) for s in scores]
     movable = [i for i, k in enumerate(keys) if k is not None]
-    ranked = iter(sorted(movable, key=lambda i: (-keys[i][0], -keys[i][1])))  # sorted() is stable: ties keep first-stage order
+    ranked = iter(
+        sorted(movable, key=lambda i: (-keys[i][0], -keys[i][1]))
+    )  # sorted() is stable: ties keep first-stage order
     return [i if keys[i] is None else next(ranked) for i in range(len(scores))]
 
 
@@ -108,8 +111,10 @@ def score_candidates_batch(
     if work:
         fresh_lists = reranker.score_batch([(items[i][0], ids, images) for i, ids, images in work])
         if len(fresh_lists) != len(work):
-            raise RuntimeError(f"reranker {reranker.spec.get('backend')!r} returned {len(fresh_lists)} score lists "
-                               f"for {len(work)} queries")
+            raise RuntimeError(
+                f"reranker {reranker.spec.get('backend')!r} returned {len(fresh_lists)} score lists "
+                f"for {len(work)} queries"
+            )
         for (i, todo_ids, _), fresh in zip(work, fresh_lists):
             if [s.candidate_id for s in fresh] != todo_ids:
                 raise RuntimeError(
@@ -155,11 +160,17 @@ def _check_ranking(candidate_ids: Sequence[str], first_stage_scores: Sequence[fl
     return ids
 
 
-def assemble(ids: Sequence[str], first_stage_scores: Sequence[float] | None, block: Sequence[str],
-             scores: dict[str, CandidateScore], from_cache: set[str], near_miss_penalty: float = 0.0) -> list[RerankedItem]:
+def assemble(
+    ids: Sequence[str],
+    first_stage_scores: Sequence[float] | None,
+    block: Sequence[str],
+    scores: dict[str, CandidateScore],
+    from_cache: set[str],
+    near_miss_penalty: float = 0.0,
+) -> list[RerankedItem]:
     """Every candidate in its new order: the scored block reordered, the rest as it was."""
     order = order_top_block([scores[c] for c in block], near_miss_penalty)
-    new_order = [block[i] for i in order] + list(ids[len(block):])
+    new_order = [block[i] for i in order] + list(ids[len(block) :])
     first_rank = {c: r for r, c in enumerate(ids)}
 
     items = []
@@ -231,18 +242,21 @@ def rerank_run(
     bar = tqdm(total=len(todo), desc=f"rerank top {top_n}", unit="query", disable=not progress)
     # Queries go to the reranker in chunks, so a backend that batches across queries can.
     for start in range(0, len(todo), chunk_size):
-        chunk = todo[start:start + chunk_size]
+        chunk = todo[start : start + chunk_size]
         prepared = []
         for q in chunk:
             try:
                 refs = [load_image(r) if reranker.needs_image(r) else None for r in q.reference_ids]
             except Exception as exc:
-                raise RuntimeError(f"query {q.query_id}: cannot load reference image(s) {list(q.reference_ids)}: {exc}") from exc
+                raise RuntimeError(
+                    f"query {q.query_id}: cannot load reference image(s) {list(q.reference_ids)}: {exc}"
+                ) from exc
             scores = None if run_scores is None else run_scores.get(q.query_id)
             ids = _check_ranking(run[q.query_id], scores, top_n)
             prepared.append((q, RerankRequest(refs, q.reference_ids, q.instruction), ids, scores))
-        scored = score_candidates_batch([(request, ids[:top_n]) for _, request, ids, _ in prepared], load_image,
-                                        reranker, cache, spec_hash)
+        scored = score_candidates_batch(
+            [(request, ids[:top_n]) for _, request, ids, _ in prepared], load_image, reranker, cache, spec_hash
+        )
         for (q, _, ids, scores), (cand_scores, from_cache) in zip(prepared, scored):
             its = assemble(ids, scores, ids[:top_n], cand_scores, from_cache, reranker.near_miss_penalty)
             items[q.query_id] = its

@@ -3,6 +3,7 @@ written in the file's own format (`_spec` holds the first stage's spec and the r
 its exact prompt template), and beside it `<out>.rerank.json` with every candidate's first-stage
 rank and score, P(yes), new rank and flag.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,15 +19,23 @@ def rerank_results_file(bench, first, reranker, out: Path, top_n: int, cache=Non
 
     try:
         result = rerank_run(
-            bench.queries, first.run, bench.images.open, reranker, top_n=top_n, cache=cache,
+            bench.queries,
+            first.run,
+            bench.images.open,
+            reranker,
+            top_n=top_n,
+            cache=cache,
             run_scores=first.scores or None,
         )
     finally:
         if cache is not None:
             cache.close()
         reranker.close()
-    spec = {"first_stage": first.spec, "first_stage_file": str(first.path),
-            "reranker": {"spec": result.spec, "spec_hash": result.spec_hash, "top_n": result.top_n}}
+    spec = {
+        "first_stage": first.spec,
+        "first_stage_file": str(first.path),
+        "reranker": {"spec": result.spec, "spec_hash": result.spec_hash, "top_n": result.top_n},
+    }
     write_results(out, bench, result.run, spec=spec, fmt=first.format)
     details = out.with_name(out.stem + ".rerank.json")
     write_json_atomic(details, {"first_stage_file": str(first.path), **result.to_dict()}, indent=None)

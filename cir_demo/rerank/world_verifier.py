@@ -13,6 +13,7 @@ Costs: an image's features (the CNN, pooled patch tokens) are computed once and 
 corpus comes from the shared embedding cache, `image_spec`); a query's probes (references + words)
 once per query; each candidate costs two small cross-attention blocks.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,10 +31,12 @@ from cir_demo.utils.lru import LRU
 DEFAULT_WEIGHTS = "assets/world-verifier/world_judge.safetensors"
 TOKENIZER_FILE = "tokenizer/tokenizer.json"
 MANIFEST_FORMAT = "cir_demo.world_model/1"
-DESCRIPTION = ("world judge: no text prompt; reads the pixels of the reference image(s) and the candidate "
-               "(a small CNN's 4x4 patch tokens at 64 px) and the instruction's words (<img1>/<img2> rendered "
-               "as words); learned probes read the words and the reference patches jointly, then cross-attend "
-               "to the candidate's patches, ending in (logit_yes, logit_no), calibrated")
+DESCRIPTION = (
+    "world judge: no text prompt; reads the pixels of the reference image(s) and the candidate "
+    "(a small CNN's 4x4 patch tokens at 64 px) and the instruction's words (<img1>/<img2> rendered "
+    "as words); learned probes read the words and the reference patches jointly, then cross-attend "
+    "to the candidate's patches, ending in (logit_yes, logit_no), calibrated"
+)
 JUDGE_LIBRARIES = ("torch", "numpy", "safetensors", "tokenizers", "pillow")
 _PROBE_MEMO = 4096  # queries whose probes are kept (the app revisits queries; an eval reranks each 5 times)
 _PROBE_BATCHES = 512  # batches of queries whose probes are kept: an eval's pass over the world is 174
@@ -44,8 +47,10 @@ def read_judge_manifest(weights: Path) -> tuple[dict, str]:
     from cir_demo.integrity import check_record
 
     if not weights.is_file():
-        raise FileNotFoundError(f"world verifier: weights not found: {weights} "
-                                f"(restore: git checkout {weights.parent}; or train: python -m cir_demo train world-verifier)")
+        raise FileNotFoundError(
+            f"world verifier: weights not found: {weights} "
+            f"(restore: git checkout {weights.parent}; or train: python -m cir_demo train world-verifier)"
+        )
     manifest_path = weights.parent / "manifest.json"
     if not manifest_path.is_file():
         raise FileNotFoundError(f"world verifier: {weights} needs its manifest at {manifest_path}")
@@ -56,8 +61,10 @@ def read_judge_manifest(weights: Path) -> tuple[dict, str]:
             raise ValueError(f"{manifest_path}: missing field 'files.{name}'")
         problem = check_record(weights.parent / name, files[name], verify=True)
         if problem:
-            raise ValueError(f"world verifier: {problem}; restore it: git checkout {weights.parent} "
-                             f"(or retrain: python -m cir_demo train world-verifier)")
+            raise ValueError(
+                f"world verifier: {problem}; restore it: git checkout {weights.parent} "
+                f"(or retrain: python -m cir_demo train world-verifier)"
+            )
     if "architecture" not in manifest:
         raise ValueError(f"{manifest_path}: missing field 'architecture'")
     record = files[weights.name]
@@ -73,8 +80,13 @@ class WorldVerifierReranker(LogitPairReranker):
 
         return [LocalFile(str(kw.get("weights") or DEFAULT_WEIGHTS), "world verifier weights")]
 
-    def __init__(self, weights: str | Path = DEFAULT_WEIGHTS, device: str = "cpu", batch_size: int = 256,
-                 marker_style: str = "words"):
+    def __init__(
+        self,
+        weights: str | Path = DEFAULT_WEIGHTS,
+        device: str = "cpu",
+        batch_size: int = 256,
+        marker_style: str = "words",
+    ):
         from safetensors.torch import load_file
 
         from cir_demo.models.preprocess import PREPROCESS
@@ -87,8 +99,10 @@ class WorldVerifierReranker(LogitPairReranker):
         self.model = judge_from_state(load_file(str(path)), self.arch)
         penalty = (manifest.get("ranking") or {}).get("near_miss_penalty", 0.0)
         if not isinstance(penalty, (int, float)) or not penalty >= 0:
-            raise ValueError(f"{path.parent / 'manifest.json'}: field 'ranking.near_miss_penalty' must be a "
-                             f"number >= 0, got {penalty!r}")
+            raise ValueError(
+                f"{path.parent / 'manifest.json'}: field 'ranking.near_miss_penalty' must be a "
+                f"number >= 0, got {penalty!r}"
+            )
         self.near_miss_penalty = float(penalty) if self.model.near is not None else 0.0
         self.tokenizer = load_tokenizer(path.parent / TOKENIZER_FILE)
         self.name = "world-verifier"
@@ -101,8 +115,12 @@ class WorldVerifierReranker(LogitPairReranker):
         # (the judge's network among them), so a changed judge never reuses cached features or scores
         self.code = code_key((__name__,), JUDGE_LIBRARIES)
         # The embedding cache key of the image features (shared by every caller of this judge).
-        self.image_spec = {"family": "world-judge", "weights_sha256": digest, "preprocess": self.preprocess,
-                           "code": self.code}
+        self.image_spec = {
+            "family": "world-judge",
+            "weights_sha256": digest,
+            "preprocess": self.preprocess,
+            "code": self.code,
+        }
         self._lock = threading.Lock()
         self._row: dict[str, int] = {}  # image id -> row of self._feats
         self._feats = np.zeros((0, self.dim), np.float32)
@@ -140,18 +158,22 @@ class WorldVerifierReranker(LogitPairReranker):
         step = batch_size or self.batch_size
         with torch.inference_mode():
             for s in range(0, len(images), step):
-                px = normalize_pixels(to_model_pixels(images[s:s + step], self.preprocess), self.preprocess)
-                out[s:s + step] = self.model.patch_features(px).numpy()
+                px = normalize_pixels(to_model_pixels(images[s : s + step], self.preprocess), self.preprocess)
+                out[s : s + step] = self.model.patch_features(px).numpy()
         return out
 
-    def use_image_embeddings(self, ids: Sequence[str], embeddings: np.ndarray, remember_ids: Sequence[str] = ()) -> None:
+    def use_image_embeddings(
+        self, ids: Sequence[str], embeddings: np.ndarray, remember_ids: Sequence[str] = ()
+    ) -> None:
         """Serve these images' features from `embeddings` (rows in `ids` order; e.g. a benchmark's corpus
         from the shared embedding cache) instead of computing them per query. Images in
         `remember_ids` (e.g. the benchmark's reference images) are computed on first use and kept.
         Only ids whose image is fixed by the id belong here: never uploads."""
         embeddings = np.asarray(embeddings, np.float32)
         if embeddings.shape != (len(ids), self.dim):
-            raise ValueError(f"world verifier: features of shape {embeddings.shape} for {len(ids)} ids of dim {self.dim}")
+            raise ValueError(
+                f"world verifier: features of shape {embeddings.shape} for {len(ids)} ids of dim {self.dim}"
+            )
         with self._lock:  # scoring reads without the lock: the rows must exist before their ids do
             self._feats = np.ascontiguousarray(embeddings)
             self._memory = None
@@ -198,10 +220,18 @@ class WorldVerifierReranker(LogitPairReranker):
         with self._lock:
             if self._memory is None or self._memory[0][0].shape[0] != len(self._feats):
                 with torch.inference_mode():
-                    parts = [self.model.candidate_memory(torch.from_numpy(self._feats[s:s + 2048]))
-                             for s in range(0, len(self._feats), 2048)]
-                    self._memory = [(torch.cat([p[b][0] for p in parts]), torch.cat([p[b][1] for p in parts]))
-                                    for b in range(len(parts[0]))] if parts else None
+                    parts = [
+                        self.model.candidate_memory(torch.from_numpy(self._feats[s : s + 2048]))
+                        for s in range(0, len(self._feats), 2048)
+                    ]
+                    self._memory = (
+                        [
+                            (torch.cat([p[b][0] for p in parts]), torch.cat([p[b][1] for p in parts]))
+                            for b in range(len(parts[0]))
+                        ]
+                        if parts
+                        else None
+                    )
             return self._memory
 
     def _words(self, instructions: Sequence[str]):
@@ -219,8 +249,10 @@ class WorldVerifierReranker(LogitPairReranker):
         import torch
 
         known = lambda i: i in self._row or i in self._remembered  # noqa: E731
-        keys = [(r.reference_ids, r.instruction) if all(known(i) or i in self._remember for i in r.reference_ids)
-                else None for r in requests]
+        keys = [
+            (r.reference_ids, r.instruction) if all(known(i) or i in self._remember for i in r.reference_ids) else None
+            for r in requests
+        ]
         out: list = [self._probes.get(k) if k is not None else None for k in keys]
         todo = [i for i, p in enumerate(out) if p is None]
         if todo:
@@ -252,7 +284,9 @@ class WorldVerifierReranker(LogitPairReranker):
         feats = torch.from_numpy(self._features(ids, images))
         two = torch.tensor([len(r.reference_ids) > 1 for r in requests])
         with torch.inference_mode():
-            probes = self.model.encode_query(feats[0::2], feats[1::2], two, self._words([r.instruction for r in requests]))
+            probes = self.model.encode_query(
+                feats[0::2], feats[1::2], two, self._words([r.instruction for r in requests])
+            )
             props = self.model.attribute_probs(feats[0::2]) if self.model.near is not None else None
         return probes, props
 
@@ -275,7 +309,7 @@ class WorldVerifierReranker(LogitPairReranker):
         logits = self._logits(items)
         out, pos = [], 0
         for _, ids, _ in items:
-            out.append(scores_from_logits(ids, logits[pos:pos + len(ids)]) if ids else [])
+            out.append(scores_from_logits(ids, logits[pos : pos + len(ids)]) if ids else [])
             pos += len(ids)
         return out
 
@@ -290,7 +324,7 @@ class WorldVerifierReranker(LogitPairReranker):
         step = max(1, self.batch_size // 8)  # queries per forward pass
         pos = 0
         for s in range(0, len(items), step):
-            chunk = items[s:s + step]
+            chunk = items[s : s + step]
             probes, props = self._query_probes([request for request, _, _ in chunk])
             query_of = np.concatenate([np.full(len(ids), q) for q, (_, ids, _) in enumerate(chunk)])
             known = [self._row.get(i) if i is not None else None for _, ids, _ in chunk for i in ids]
@@ -304,6 +338,6 @@ class WorldVerifierReranker(LogitPairReranker):
                     index = torch.arange(len(ids))
                 q = torch.from_numpy(query_of)
                 logits = self.model.logits(probes[q], memory, index, props[q] if props is not None else None)
-            out[pos:pos + len(query_of)] = logits.numpy()
+            out[pos : pos + len(query_of)] = logits.numpy()
             pos += len(query_of)
         return out

@@ -1,4 +1,5 @@
 """CIRCO results JSON: `{"<query id>": [image id, ...], ...}`; the list order is the ranking."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -8,6 +8,7 @@ mapping every query id of the split to the ids of its top 50 retrieved images, a
 It asserts the keys are exactly the query ids 0..N-1, so every query needs a ranking. The ranking is
 sent as ranked (CIRCO's metrics keep the reference image where the run put it).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,18 +40,30 @@ def submission_entries(benchmark: Benchmark, run: Mapping[str, Sequence[str]]) -
             continue
         short += len(top) < TOP
         out[q.query_id] = [int(i) for i in top]
-    problems = [ValidationIssue("error", "run", None, None, text) for text, found in (
-        (f"{len(missing)} queries have no ranking (e.g. {', '.join(missing[:5])}); the server requires every "
-         "query id of the split", missing),
-        (f"{len(repeated)} rankings repeat an image (e.g. {', '.join(repeated[:5])})", repeated),
-        (f"{len(not_int)} rankings name an image id that is not a COCO integer (e.g. {', '.join(not_int[:5])})",
-         not_int)) if found]
+    problems = [
+        ValidationIssue("error", "run", None, None, text)
+        for text, found in (
+            (
+                f"{len(missing)} queries have no ranking (e.g. {', '.join(missing[:5])}); the server requires every "
+                "query id of the split",
+                missing,
+            ),
+            (f"{len(repeated)} rankings repeat an image (e.g. {', '.join(repeated[:5])})", repeated),
+            (
+                f"{len(not_int)} rankings name an image id that is not a COCO integer (e.g. {', '.join(not_int[:5])})",
+                not_int,
+            ),
+        )
+        if found
+    ]
     if problems:
         raise BenchmarkError(problems)
     notes = [f"{short} rankings list fewer than {TOP} images"] if short else []
     if (benchmark.info or {}).get("split") != "test":
-        notes.append("this is not the test split: the server scores test.json's queries (--split test); a val "
-                     "file is only useful with CIRCO's src/evaluation.py")
+        notes.append(
+            "this is not the test split: the server scores test.json's queries (--split test); a val "
+            "file is only useful with CIRCO's src/evaluation.py"
+        )
     return out, notes
 
 
@@ -58,8 +71,9 @@ def submission_path(out_dir: str | Path, name: str) -> Path:
     return Path(out_dir) / f"circo_test_submission_{name}.json"
 
 
-def write_circo_submission(benchmark: Benchmark, run: Mapping[str, Sequence[str]], out_dir: str | Path,
-                           name: str) -> tuple[dict[str, Path], list[str]]:
+def write_circo_submission(
+    benchmark: Benchmark, run: Mapping[str, Sequence[str]], out_dir: str | Path, name: str
+) -> tuple[dict[str, Path], list[str]]:
     """Write the submission file of `run` (`submission_path`) into `out_dir`: ({"predictions": path}, notes)."""
     if benchmark.metric_family != "circo":
         raise BenchmarkError(f"benchmark {benchmark.name!r}: this submission file is CIRCO's")

@@ -9,6 +9,7 @@ Both lists are taken after the query's reference image is deleted from its ranki
 `cirr_test_submission.py` does; the subset list is the ranking cut to the img_set members (the
 reference excluded), members the run never ranked appended in the set's order.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,11 +52,21 @@ def submission_entries(benchmark: Benchmark, run: Mapping[str, Sequence[str]]) -
         subset[q.query_id] = (ranked_members + [m for m in members if m not in seen])[:TOP_SUBSET]
     problems = []
     if missing:
-        problems.append(ValidationIssue("error", "run", None, None, f"{len(missing)} pairs have no ranking (e.g. "
-                                        f"{', '.join(missing[:5])}); the server scores every pair"))
+        problems.append(
+            ValidationIssue(
+                "error",
+                "run",
+                None,
+                None,
+                f"{len(missing)} pairs have no ranking (e.g. {', '.join(missing[:5])}); the server scores every pair",
+            )
+        )
     if repeated:
-        problems.append(ValidationIssue("error", "run", None, None, f"{len(repeated)} rankings repeat an image "
-                                        f"(e.g. {', '.join(repeated[:5])})"))
+        problems.append(
+            ValidationIssue(
+                "error", "run", None, None, f"{len(repeated)} rankings repeat an image (e.g. {', '.join(repeated[:5])})"
+            )
+        )
     if problems:
         raise BenchmarkError(problems)
     notes = []
@@ -69,11 +80,15 @@ def submission_entries(benchmark: Benchmark, run: Mapping[str, Sequence[str]]) -
 def submission_paths(out_dir: str | Path, name: str) -> dict[str, Path]:
     """`recall_submission_<name>.json` and `recall_subset_submission_<name>.json` (CLIP4Cir's names)."""
     out = Path(out_dir)
-    return {"recall": out / f"recall_submission_{name}.json", "recall_subset": out / f"recall_subset_submission_{name}.json"}
+    return {
+        "recall": out / f"recall_submission_{name}.json",
+        "recall_subset": out / f"recall_subset_submission_{name}.json",
+    }
 
 
-def write_cirr_submission(benchmark: Benchmark, run: Mapping[str, Sequence[str]], out_dir: str | Path,
-                          name: str) -> tuple[dict[str, Path], list[str]]:
+def write_cirr_submission(
+    benchmark: Benchmark, run: Mapping[str, Sequence[str]], out_dir: str | Path, name: str
+) -> tuple[dict[str, Path], list[str]]:
     """Write the two submission files of `run` (submission_paths) into `out_dir`."""
     if benchmark.metric_family != "cirr":
         raise BenchmarkError(f"benchmark {benchmark.name!r}: submission files are written for CIRR only")

@@ -1,8 +1,9 @@
 """`python -m cir_demo submission`: a benchmark's test-server files from results files (CIRR test1, CIRCO test).
 
-    python -m cir_demo submission --benchmark cirr --root CIRR/ --split test1 --results-json run.json [--out DIR]
-    python -m cir_demo submission --benchmark circo --annotations CIRCO/ --split test --results-json run.json
+python -m cir_demo submission --benchmark cirr --root CIRR/ --split test1 --results-json run.json [--out DIR]
+python -m cir_demo submission --benchmark circo --annotations CIRCO/ --split test --results-json run.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,13 +15,27 @@ from cir_demo.results.files import FORMAT_CHOICES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_benchmark_arguments(p, default="cirr", limit=False, benchmark_help="cirr (default: two files per run, "
-                            "for the test1 server) or circo (one file per run, for the test split's server)")
-    p.add_argument("--results-json", nargs="+", metavar="FILE", required=True,
-                   help="results files (any format --eval reads); each gives its submission file(s)")
+    add_benchmark_arguments(
+        p,
+        default="cirr",
+        limit=False,
+        benchmark_help="cirr (default: two files per run, "
+        "for the test1 server) or circo (one file per run, for the test split's server)",
+    )
+    p.add_argument(
+        "--results-json",
+        nargs="+",
+        metavar="FILE",
+        required=True,
+        help="results files (any format --eval reads); each gives its submission file(s)",
+    )
     p.add_argument("--results-format", default="auto", choices=FORMAT_CHOICES)
-    p.add_argument("--out", default=".", help="folder for the submission files (default: here); a file of the same "
-                                              "name there is replaced only with --overwrite")
+    p.add_argument(
+        "--out",
+        default=".",
+        help="folder for the submission files (default: here); a file of the same "
+        "name there is replaced only with --overwrite",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace submission files of the same names in --out")
 
 
@@ -33,8 +48,12 @@ def run(args: argparse.Namespace) -> int:
         bench = load_benchmark_from_args(args)
         files = [read_results(path, bench, fmt=args.results_format) for path in args.results_json]
         submission_paths, write_submission = _writer(bench)
-        problems = [f"error: {p}: {why}" for rf in files for p in submission_paths(args.out, rf.name).values()
-                    if (why := file_write_problem(p, args.overwrite))]
+        problems = [
+            f"error: {p}: {why}"
+            for rf in files
+            for p in submission_paths(args.out, rf.name).values()
+            if (why := file_write_problem(p, args.overwrite))
+        ]
         if problems:  # before writing any
             print("\n".join(problems), file=sys.stderr)
             return 2
@@ -64,5 +83,7 @@ def _writer(bench):
         from cir_demo.results.circo_submission import submission_path, write_circo_submission
 
         return (lambda out, name: {"predictions": submission_path(out, name)}), write_circo_submission
-    raise BenchmarkError(f"benchmark {bench.name!r}: submission files are written for CIRR (test1) and "
-                         "CIRCO (test) only; other benchmarks are scored here with --eval")
+    raise BenchmarkError(
+        f"benchmark {bench.name!r}: submission files are written for CIRR (test1) and "
+        "CIRCO (test) only; other benchmarks are scored here with --eval"
+    )

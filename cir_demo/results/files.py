@@ -19,6 +19,7 @@ A format is one module (NAME, SHAPE, `fits`/`read` or `fits_line`/`read_text`, a
 `entry(ids, scores)`, one query's JSON value, or `render(rows)`, a text file) plus its row in
 JSON_READERS or TEXT_READERS below; a metric family names the one its official evaluator reads.
 """
+
 from __future__ import annotations
 
 import json
@@ -73,17 +74,26 @@ class ResultsFile:
             ex = ", ".join(repr(k) for k in self.unknown_query_keys[:5])
             warn(None, f"{len(self.unknown_query_keys)} query keys are not in the benchmark (e.g. {ex}); ignored")
         if self.n_missing_queries:
-            warn(None, f"{self.n_missing_queries} benchmark queries have no entry (coverage {self.coverage:.1%}); "
-                       "they are left out of every mean, as the official evaluator does")
+            warn(
+                None,
+                f"{self.n_missing_queries} benchmark queries have no entry (coverage {self.coverage:.1%}); "
+                "they are left out of every mean, as the official evaluator does",
+            )
         if self.n_empty:
-            warn("retrieved_items", f"{self.n_empty} queries have an empty ranking; counted in total_queries "
-                                    "but left out of the means, as the official evaluator does")
+            warn(
+                "retrieved_items",
+                f"{self.n_empty} queries have an empty ranking; counted in total_queries "
+                "but left out of the means, as the official evaluator does",
+            )
         if self.n_unknown_ids:
             warn("retrieved_items", f"{self.n_unknown_ids} retrieved ids are not in the corpus (they count as misses)")
         if self.queries_with_duplicates:
             ex = ", ".join(self.queries_with_duplicates[:5])
-            warn("retrieved_items", f"{len(self.queries_with_duplicates)} rankings repeat an id (e.g. {ex}); "
-                                    "the PinPoint evaluator counts every repeat as a hit, so we do too")
+            warn(
+                "retrieved_items",
+                f"{len(self.queries_with_duplicates)} rankings repeat an id (e.g. {ex}); "
+                "the PinPoint evaluator counts every repeat as a hit, so we do too",
+            )
         for note in self.notes:
             warn(None, note)
         return out
@@ -94,8 +104,9 @@ def _formats_tried() -> str:
 
 
 def _no_format(path: Path, location: str, first: str) -> BenchmarkError:
-    return fail(path, location, None, f"fits none of the results formats tried: {_formats_tried()}. "
-                                      f"{FIRST_ENTRY} {first}")
+    return fail(
+        path, location, None, f"fits none of the results formats tried: {_formats_tried()}. {FIRST_ENTRY} {first}"
+    )
 
 
 FIRST_ENTRY = "Its first entry is"  # the quote that `problem_line` leaves out
@@ -131,8 +142,9 @@ def parse_results(path: str | Path, fmt: str | None = None, default: str = "pinp
     if fmt in (None, "auto"):
         fmt = None
     elif fmt not in READERS:
-        raise BenchmarkError(f"parameter --results-format: unknown format {fmt!r}; choose from auto, "
-                             + ", ".join(FORMATS))
+        raise BenchmarkError(
+            f"parameter --results-format: unknown format {fmt!r}; choose from auto, " + ", ".join(FORMATS)
+        )
     try:
         text = path.read_text(encoding="utf-8-sig")  # a byte order mark (some Windows editors write one) is no content
     except FileNotFoundError:
@@ -147,11 +159,19 @@ def parse_results(path: str | Path, fmt: str | None = None, default: str = "pinp
     try:
         raw = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except _DuplicateKey as exc:
-        raise fail(path, repr(exc.key), None, f"key {exc.key!r} appears twice (JSON would silently keep the "
-                                              "last one); remove one of them") from None
+        raise fail(
+            path,
+            repr(exc.key),
+            None,
+            f"key {exc.key!r} appears twice (JSON would silently keep the last one); remove one of them",
+        ) from None
     except RecursionError:  # deeper than the parser's stack: no results format nests beyond 3 levels
-        raise fail(path, None, None, "nested too deeply (arrays or objects inside each other thousands of levels "
-                                     "down) to be a results file") from None
+        raise fail(
+            path,
+            None,
+            None,
+            "nested too deeply (arrays or objects inside each other thousands of levels down) to be a results file",
+        ) from None
     except json.JSONDecodeError as exc:
         if fmt is not None:
             raise fail(path, None, None, f"not valid JSON ({fmt} format): {exc}") from None
@@ -165,8 +185,9 @@ def parse_results(path: str | Path, fmt: str | None = None, default: str = "pinp
     if not isinstance(raw, dict):
         if fmt is None:
             raise _no_format(path, None, f"a JSON {type(raw).__name__} at the top level: {short(raw)}")
-        raise fail(path, None, None, f"top level must be an object mapping query ids to rankings, "
-                                     f"got {type(raw).__name__}")
+        raise fail(
+            path, None, None, f"top level must be an object mapping query ids to rankings, got {type(raw).__name__}"
+        )
     spec = raw.get("_spec") if isinstance(raw.get("_spec"), dict) else None
     entries = {k: v for k, v in raw.items() if not str(k).startswith("_")}
     if fmt is None:
@@ -203,8 +224,9 @@ def read_results(path: str | Path, benchmark: Benchmark, fmt: str | None = None)
         key_to_qid.setdefault(q.query_id, q.query_id)
 
     errors: list[ValidationIssue] = []
-    res = ResultsFile(path=path, name=path.stem, format=parsed.format, run={}, spec=parsed.spec,
-                      notes=list(parsed.notes))
+    res = ResultsFile(
+        path=path, name=path.stem, format=parsed.format, run={}, spec=parsed.spec, notes=list(parsed.notes)
+    )
     corpus = benchmark.corpus_set
     for entry in parsed.entries:
         qid = key_to_qid.get(entry.key)
@@ -212,8 +234,9 @@ def read_results(path: str | Path, benchmark: Benchmark, fmt: str | None = None)
             res.unknown_query_keys.append(entry.key)
             continue
         if qid in res.run:
-            errors.append(ValidationIssue("error", str(path), entry.location, None,
-                                          f"two keys map to the same query {qid!r}"))
+            errors.append(
+                ValidationIssue("error", str(path), entry.location, None, f"two keys map to the same query {qid!r}")
+            )
             continue
         ids = entry.items
         res.run[qid] = ids
@@ -252,8 +275,9 @@ def write_results(
         if q.query_id not in run:
             continue
         s = scores.get(q.query_id) if scores is not None else None
-        rows.append((benchmark.results_key(q.query_id), list(run[q.query_id]),
-                     [float(x) for x in s] if s is not None else None))
+        rows.append(
+            (benchmark.results_key(q.query_id), list(run[q.query_id]), [float(x) for x in s] if s is not None else None)
+        )
     writer = READERS[fmt]  # each format's module writes its own shape: `render(rows)` or one JSON `entry` per query
     if hasattr(writer, "render"):
         write_text_atomic(path, writer.render(rows))
@@ -267,7 +291,16 @@ def write_results(
     return Path(path)
 
 
-__all__ = ["FORMATS", "FORMAT_CHOICES", "ResultsFile", "ResultsFormat", "parse_results", "read_results", "trec_order", "write_results"]
+__all__ = [
+    "FORMATS",
+    "FORMAT_CHOICES",
+    "ResultsFile",
+    "ResultsFormat",
+    "parse_results",
+    "read_results",
+    "trec_order",
+    "write_results",
+]
 
 
 def problem_line(exc: BaseException, path: str | Path) -> str:
@@ -278,8 +311,11 @@ def problem_line(exc: BaseException, path: str | Path) -> str:
     if issues:
         first = issues[0]
         where = ", ".join(x for x in (first.location, f"field {first.field!r}" if first.field else None) if x)
-        more = f" (and {len(issues) - 1} more problems; `python app.py --eval --results-json` lists them)" \
-            if len(issues) > 1 else ""
+        more = (
+            f" (and {len(issues) - 1} more problems; `python app.py --eval --results-json` lists them)"
+            if len(issues) > 1
+            else ""
+        )
         return f"{name}: {where + ': ' if where else ''}{_without_content(first.message)}{more}"
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return f"{name}: {_without_content(text.replace(str(Path(path).resolve()), name).replace(str(Path(path)), name))}"

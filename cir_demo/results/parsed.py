@@ -1,4 +1,5 @@
 """What every reader returns: rankings keyed as in the file, before they meet a benchmark."""
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,9 @@ class Issues:
         self.errors: list[ValidationIssue] = []
 
     def error(self, location: str | None, field_: str | None, message: str) -> None:
-        self.errors.append(ValidationIssue("error", str(self.path), location, field_,
-                                           f"read as {self.format} results: {message}"))
+        self.errors.append(
+            ValidationIssue("error", str(self.path), location, field_, f"read as {self.format} results: {message}")
+        )
 
     def raise_if_any(self) -> None:
         if self.errors:

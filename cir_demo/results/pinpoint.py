@@ -4,6 +4,7 @@
 starting with `_` are metadata (`_spec`) and ignored by the official code too.
 The list order is the ranking.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

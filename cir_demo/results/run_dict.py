@@ -5,11 +5,21 @@ saves each query's top 100). A dict has no order, so the ranking is by score
 descending, equal scores by image id descending (trec_eval's rule, see
 `parsed.trec_order`), which makes our numbers equal pytrec_eval's.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
-from cir_demo.results.parsed import Issues, ParsedResults, is_number, is_score, rank_scores, read_per_query, short, trec_order
+from cir_demo.results.parsed import (
+    Issues,
+    ParsedResults,
+    is_number,
+    is_score,
+    rank_scores,
+    read_per_query,
+    short,
+    trec_order,
+)
 
 NAME = "run-dict"
 SHAPE = '{"<query>": {"<image>": <score>, ...}}'

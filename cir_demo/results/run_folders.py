@@ -2,6 +2,7 @@
 `--eval --results-json` wrote run folders outside runs/ (`--out elsewhere`): a short list in
 runs/elsewhere.json, so the app's Report lists those evaluations too. Only folder paths are kept;
 nothing is copied, and a folder that is gone is simply not listed."""
+
 from __future__ import annotations
 
 import json

@@ -7,6 +7,7 @@ warned about when it disagrees with that order). The second column is not
 checked (trec_eval ignores it too). An image listed twice for one query is an
 error (trec_eval refuses such a run as well). Blank lines are skipped.
 """
+
 from __future__ import annotations
 
 import math
@@ -63,14 +64,17 @@ def read_text(path: Path, text: str) -> ParsedResults:
         qid, _, doc, rank, score = parts[:5]
         value = _score(score)
         if value is None:
-            issues.error(loc, "score", f"the score of image {doc!r} for query {qid!r} must be a finite number, "
-                                       f"got {score!r}")
+            issues.error(
+                loc, "score", f"the score of image {doc!r} for query {qid!r} must be a finite number, got {score!r}"
+            )
             continue
         if not rank.lstrip("-").isdigit():
             issues.error(loc, "rank", f"rank must be an integer, got {rank!r}")
             continue
         if (qid, doc) in seen:
-            issues.error(loc, "docid", f"image {doc!r} is listed twice for query {qid!r} (first on line {seen[qid, doc]})")
+            issues.error(
+                loc, "docid", f"image {doc!r} is listed twice for query {qid!r} (first on line {seen[qid, doc]})"
+            )
             continue
         seen[qid, doc] = lineno
         first_line.setdefault(qid, lineno)
@@ -87,6 +91,8 @@ def read_text(path: Path, text: str) -> ParsedResults:
         out.append(Entry(qid, ids, scores, f"line {first_line[qid]}"))
     notes = []
     if rank_disagrees:
-        notes.append(f"{rank_disagrees} queries have a rank column that disagrees with their score order; "
-                     "ranked by score, as trec_eval does")
+        notes.append(
+            f"{rank_disagrees} queries have a rank column that disagrees with their score order; "
+            "ranked by score, as trec_eval does"
+        )
     return ParsedResults(NAME, out, None, notes)

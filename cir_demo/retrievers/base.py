@@ -11,6 +11,7 @@ manifest and results file; `spec_hash()` identifies it.
 
 This module imports no heavy library; `default_device` imports torch lazily.
 """
+
 from __future__ import annotations
 
 import abc
@@ -150,7 +151,7 @@ def resolve_path(path: str | Path) -> Path:
 
 
 def default_device() -> str:
-    """"cuda" when torch sees a GPU, else "cpu" (torch imported only here)."""
+    """ "cuda" when torch sees a GPU, else "cpu" (torch imported only here)."""
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -162,7 +163,7 @@ def batches(items: Sequence, batch_size: int) -> Iterator[Sequence]:
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     for start in range(0, len(items), batch_size):
-        yield items[start:start + batch_size]
+        yield items[start : start + batch_size]
 
 
 def check_embeddings(emb: np.ndarray, n: int, dim: int, what: str, atol: float = 1e-3) -> np.ndarray:

@@ -15,6 +15,7 @@ any failure inside that code is reported as such (see docs/retrievers.md).
 Images are handed over as in-memory PNG files (the repository code calls
 `PIL.Image.open` on what it is given).
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -22,7 +23,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from cir_demo.retrievers.remote_code import (
-    as_file, guarded, native_retriever, remote_code_failure, require_opt_in, to_numpy,
+    as_file,
+    guarded,
+    native_retriever,
+    remote_code_failure,
+    require_opt_in,
+    to_numpy,
 )
 
 FAMILY = "bge_vl"
@@ -55,8 +61,9 @@ def _load_model(config: dict, device: str, fp16: bool):
 
     model_id = config["model"]
     try:
-        model = AutoModel.from_pretrained(model_id, trust_remote_code=True,
-                                          dtype=torch.float16 if fp16 else torch.float32)
+        model = AutoModel.from_pretrained(
+            model_id, trust_remote_code=True, dtype=torch.float16 if fp16 else torch.float32
+        )
         model.set_processor(model_id)
     except Exception as exc:
         raise remote_code_failure(config, "loading", exc) from exc
@@ -72,6 +79,7 @@ def load(config: dict, device: str, progress: bool = False, trust_remote_code: b
     model = _load_model(config, device, precision == "fp16")
 
     if p["variant"] == "clip":
+
         def encode_images(images: Sequence) -> np.ndarray:
             return to_numpy(model.encode(images=[as_file(i) for i in images]))
 
@@ -88,10 +96,22 @@ def load(config: dict, device: str, progress: bool = False, trust_remote_code: b
             return _last_token(model.data_process(images=[as_file(i) for i in images], q_or_c="c"))
 
         def encode_pairs(images: Sequence, texts: Sequence[str]) -> np.ndarray:
-            return _last_token(model.data_process(images=[as_file(i) for i in images], text=list(texts),
-                                                  q_or_c="q", task_instruction=instruction))
+            return _last_token(
+                model.data_process(
+                    images=[as_file(i) for i in images], text=list(texts), q_or_c="q", task_instruction=instruction
+                )
+            )
 
     composition = "native" + ("" if p["variant"] == "clip" else f" (task_instruction={p['task_instruction']!r})")
-    return native_retriever(config, FAMILY, p, precision, device, guarded(config, encode_images, "encoding images"),
-                            guarded(config, encode_pairs, "encoding queries"), progress, composition,
-                            variant=p["variant"])
+    return native_retriever(
+        config,
+        FAMILY,
+        p,
+        precision,
+        device,
+        guarded(config, encode_images, "encoding images"),
+        guarded(config, encode_pairs, "encoding queries"),
+        progress,
+        composition,
+        variant=p["variant"],
+    )

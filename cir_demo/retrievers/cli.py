@@ -2,6 +2,7 @@
 
 Listing reads only the JSON configs (no model is loaded, no heavy import).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,19 +24,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_retriever_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     """The options any command that loads a retriever shares (index build, eval, app)."""
-    parser.add_argument("--retriever", required=required, metavar="NAME",
-                        help="a retriever name (see `python -m cir_demo retrievers list`)")
+    parser.add_argument(
+        "--retriever",
+        required=required,
+        metavar="NAME",
+        help="a retriever name (see `python -m cir_demo retrievers list`)",
+    )
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    parser.add_argument("--trust-remote-code", action="store_true",
-                        help="allow retrievers that run code from their model repository (BGE-VL, GME)")
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow retrievers that run code from their model repository (BGE-VL, GME)",
+    )
 
 
 def retriever_from_args(args: argparse.Namespace, progress: bool = True):
     """Load the retriever the shared options name."""
     from cir_demo.retrievers.registry import load_retriever
 
-    return load_retriever(args.retriever, device=args.device, trust_remote_code=args.trust_remote_code,
-                          progress=progress)
+    return load_retriever(
+        args.retriever, device=args.device, trust_remote_code=args.trust_remote_code, progress=progress
+    )
 
 
 def _family_says(row: dict, hook: str, default):
@@ -88,8 +97,16 @@ def run(args: argparse.Namespace) -> int:
             return 2
         from cir_demo.retrievers.query_templates import effective_templates
 
-        print(json.dumps({"source": registry.config_source(args.name), "config": cfg,
-                          "query_templates": effective_templates(cfg)}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "source": registry.config_source(args.name),
+                    "config": cfg,
+                    "query_templates": effective_templates(cfg),
+                },
+                indent=2,
+            )
+        )
         return 0
     rows = registry.list_retrievers()
     family = getattr(args, "family", None)

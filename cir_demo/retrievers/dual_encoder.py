@@ -4,6 +4,7 @@ The CLIP-family adapters (open_clip, transformers CLIP/SigLIP) only implement
 `DualEncoder` (two batch functions); `DualEncoderRetriever` adds batching,
 progress bars, two-reference merging, <img1>/<img2> handling and the recipe.
 """
+
 from __future__ import annotations
 
 import abc
@@ -16,8 +17,7 @@ import numpy as np
 from cir_demo.utils.lru import LRU
 
 from cir_demo.retrievers import recipes
-from cir_demo.retrievers.base import (ComposedQuery, Retriever, batches, check_embeddings, render_markers,
-                                      spec_hash)
+from cir_demo.retrievers.base import ComposedQuery, Retriever, batches, check_embeddings, render_markers, spec_hash
 
 
 class TextMemo:
@@ -64,8 +64,10 @@ def reference_batch_key(tower: str, batch_size: int, images: Sequence[Any]) -> t
     pixels and which entries are the very same object (`encode_in_batches` encodes those once), so that
     equal keys mean the very same batches; None when an image is not a PIL image."""
     of_object: dict[int, bytes | None] = {}  # the paraphrases of one intent share their image objects
-    digests = [of_object[id(img)] if id(img) in of_object else of_object.setdefault(id(img), _pixels_digest(img))
-               for img in images]
+    digests = [
+        of_object[id(img)] if id(img) in of_object else of_object.setdefault(id(img), _pixels_digest(img))
+        for img in images
+    ]
     if any(d is None for d in digests):
         return None
     first: dict[int, int] = {}
@@ -96,12 +98,10 @@ class DualEncoder(abc.ABC):
     device: str
 
     @abc.abstractmethod
-    def encode_image_batch(self, images: Sequence[Any]) -> np.ndarray:
-        ...
+    def encode_image_batch(self, images: Sequence[Any]) -> np.ndarray: ...
 
     @abc.abstractmethod
-    def encode_text_batch(self, texts: Sequence[str]) -> np.ndarray:
-        ...
+    def encode_text_batch(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 def encode_in_batches(
@@ -155,8 +155,12 @@ class EncoderRetriever(Retriever):
 
     def encode_images(self, images: Sequence[Any], batch_size: int | None = None) -> np.ndarray:
         return encode_in_batches(
-            list(images), self.encoder.encode_image_batch, batch_size or self.batch_size, self.dim,
-            f"{self.name}: images", self.progress,
+            list(images),
+            self.encoder.encode_image_batch,
+            batch_size or self.batch_size,
+            self.dim,
+            f"{self.name}: images",
+            self.progress,
         )
 
     @property
@@ -178,8 +182,12 @@ class EncoderRetriever(Retriever):
         unique = list(dict.fromkeys(texts))
         bs = batch_size or self.batch_size
         key = ("texts", self._tower_key, bs, tuple(unique)) if self._tower_key else None
-        rows = _through_memo(key, lambda: encode_in_batches(unique, self.encoder.encode_text_batch, bs, self.dim,
-                                                            f"{self.name}: texts", self.progress))
+        rows = _through_memo(
+            key,
+            lambda: encode_in_batches(
+                unique, self.encoder.encode_text_batch, bs, self.dim, f"{self.name}: texts", self.progress
+            ),
+        )
         row_of = {t: i for i, t in enumerate(unique)}
         return rows[[row_of[t] for t in texts]] if len(unique) < len(texts) else rows
 
@@ -236,7 +244,7 @@ class DualEncoderRetriever(EncoderRetriever):
         out, pos = [], 0
         for q in queries:
             k = len(q.reference_images)
-            out.append(recipes.mean_of_references(list(emb[pos:pos + k])))
+            out.append(recipes.mean_of_references(list(emb[pos : pos + k])))
             pos += k
         return np.stack(out) if out else np.zeros((0, self.dim), dtype=np.float32)
 
@@ -278,8 +286,14 @@ def features_tensor(output: Any, what: str):
     raise TypeError(f"{what}: cannot find an embedding tensor in a {type(output).__name__} output")
 
 
-def retriever_from_config(config: dict, family: str, param_defaults: dict, load_encoder: Callable,
-                          library_versions: Callable[[], dict], progress: bool = False) -> DualEncoderRetriever:
+def retriever_from_config(
+    config: dict,
+    family: str,
+    param_defaults: dict,
+    load_encoder: Callable,
+    library_versions: Callable[[], dict],
+    progress: bool = False,
+) -> DualEncoderRetriever:
     """The DualEncoderRetriever a validated registry config describes: the family's own options
     (`param_defaults`) come out of `params`, the rest are the recipe's (checked before any weights load);
     `load_encoder(options, where)` returns the encoder and its spec."""
@@ -300,6 +314,12 @@ def retriever_from_config(config: dict, family: str, param_defaults: dict, load_
         "versions": library_versions(),
     }
     return DualEncoderRetriever(
-        name, encoder, config["recipe"], rparams, spec,
-        batch_size=options["batch_size"], marker_style=options["marker_style"], progress=progress,
+        name,
+        encoder,
+        config["recipe"],
+        rparams,
+        spec,
+        batch_size=options["batch_size"],
+        marker_style=options["marker_style"],
+        progress=progress,
     )

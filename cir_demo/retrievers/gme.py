@@ -11,6 +11,7 @@ config carries a hard pin and loading stops *before* any download with an
 error that says so. Run GME in a separate environment and load its rankings as
 a 'precomputed' retriever (docs/retrievers.md).
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -47,8 +48,12 @@ def load(config: dict, device: str, progress: bool = False, trust_remote_code: b
     p = {**PARAMS, **config.get("params", {})}
     precision = torch_precision(config.get("precision", "fp32"), device)
     try:
-        gme = AutoModel.from_pretrained(config["model"], trust_remote_code=True, device_map=device,
-                                        dtype=torch.float16 if precision == "fp16" else torch.float32)
+        gme = AutoModel.from_pretrained(
+            config["model"],
+            trust_remote_code=True,
+            device_map=device,
+            dtype=torch.float16 if precision == "fp16" else torch.float32,
+        )
     except Exception as exc:
         raise remote_code_failure(config, "loading", exc) from exc
     gme.eval()
@@ -58,9 +63,18 @@ def load(config: dict, device: str, progress: bool = False, trust_remote_code: b
         return to_numpy(gme.get_image_embeddings(images=rgb(images), is_query=False))
 
     def encode_pairs(images: Sequence, texts: Sequence[str]) -> np.ndarray:
-        return to_numpy(gme.get_fused_embeddings(texts=list(texts), images=rgb(images),
-                                                 instruction=p["query_instruction"]))
+        return to_numpy(
+            gme.get_fused_embeddings(texts=list(texts), images=rgb(images), instruction=p["query_instruction"])
+        )
 
-    return native_retriever(config, FAMILY, p, precision, device, guarded(config, encode_images, "encoding images"),
-                            guarded(config, encode_pairs, "encoding queries"), progress,
-                            f"native (instruction={p['query_instruction']!r})")
+    return native_retriever(
+        config,
+        FAMILY,
+        p,
+        precision,
+        device,
+        guarded(config, encode_images, "encoding images"),
+        guarded(config, encode_pairs, "encoding queries"),
+        progress,
+        f"native (instruction={p['query_instruction']!r})",
+    )

@@ -8,6 +8,7 @@ the full context ("max_length" padding); CLIP pads to the longest text.
 
 transformers and torch are imported only inside functions.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,8 +16,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from cir_demo.retrievers.dual_encoder import (DualEncoder, DualEncoderRetriever, features_tensor, retriever_from_config,
-                                               torch_precision)
+from cir_demo.retrievers.dual_encoder import (
+    DualEncoder,
+    DualEncoderRetriever,
+    features_tensor,
+    retriever_from_config,
+    torch_precision,
+)
 from cir_demo.utils import versions
 from cir_demo.utils.code_hash import code_key
 
@@ -143,8 +149,20 @@ def _weights_spec(model_id: str, local: Path, revision: str | None) -> dict:
 
 def _preprocess_spec(image_processor) -> dict:
     """The image processor's settings that change pixels (JSON-safe)."""
-    keys = ("image_processor_type", "do_resize", "size", "resample", "do_center_crop", "crop_size", "do_rescale",
-            "rescale_factor", "do_normalize", "image_mean", "image_std", "do_convert_rgb")
+    keys = (
+        "image_processor_type",
+        "do_resize",
+        "size",
+        "resample",
+        "do_center_crop",
+        "crop_size",
+        "do_rescale",
+        "rescale_factor",
+        "do_normalize",
+        "image_mean",
+        "image_std",
+        "do_convert_rgb",
+    )
     out = {}
     full = image_processor.to_dict()
     for k in keys:
@@ -167,7 +185,13 @@ def load(config: dict, device: str, progress: bool = False, **_: Any) -> DualEnc
     """Build the retriever a validated registry config describes."""
 
     def encoder(options: dict, where: str):
-        return load_encoder(config["model"], device, config.get("precision", "fp32"), options["text_padding"],
-                            options["revision"], where=where)
+        return load_encoder(
+            config["model"],
+            device,
+            config.get("precision", "fp32"),
+            options["text_padding"],
+            options["revision"],
+            where=where,
+        )
 
     return retriever_from_config(config, FAMILY, PARAMS, encoder, library_versions, progress)

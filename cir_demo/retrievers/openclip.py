@@ -15,6 +15,7 @@ the model is created.
 
 open_clip and torch are imported only inside functions.
 """
+
 from __future__ import annotations
 
 import json
@@ -74,7 +75,9 @@ def weights(config: dict) -> list:
 def validate(config: dict, where: str) -> None:
     """Family check (called by the registry): weights are an open_clip tag or a file."""
     if not config.get("pretrained"):
-        raise ValueError(f"{where}: key 'pretrained' (an open_clip tag or a weights file) is required for family 'open_clip'")
+        raise ValueError(
+            f"{where}: key 'pretrained' (an open_clip tag or a weights file) is required for family 'open_clip'"
+        )
 
 
 def preprocess_sidecar_path(weights_path: str | Path) -> Path:
@@ -98,7 +101,9 @@ def validate_preprocess(pp: Any, where: str) -> dict:
         if not (isinstance(v, list) and len(v) == 3 and all(isinstance(x, (int, float)) for x in v)):
             raise ValueError(f"{where}: preprocess {key!r} must be a list of 3 numbers, got {v!r}")
     size = pp["size"]
-    if not (isinstance(size, int) or (isinstance(size, list) and len(size) == 2 and all(isinstance(s, int) for s in size))):
+    if not (
+        isinstance(size, int) or (isinstance(size, list) and len(size) == 2 and all(isinstance(s, int) for s in size))
+    ):
         raise ValueError(f"{where}: preprocess 'size' must be an int or [h, w], got {size!r}")
     return dict(pp)
 
@@ -127,13 +132,16 @@ def save_weights_with_preprocess(
         else:
             torch.save(state, tmp)
     sidecar = preprocess_sidecar_path(weights_path)
-    write_json_atomic(sidecar, {
-        "format": SIDECAR_FORMAT,
-        "model": model_name,
-        "weights": weights_path.name,
-        "weights_sha256": sha256_file(weights_path),
-        "preprocess": pp,
-    })
+    write_json_atomic(
+        sidecar,
+        {
+            "format": SIDECAR_FORMAT,
+            "model": model_name,
+            "weights": weights_path.name,
+            "weights_sha256": sha256_file(weights_path),
+            "preprocess": pp,
+        },
+    )
     return sidecar
 
 
@@ -228,8 +236,12 @@ def make_tokenizer(model_name: str, model_config: dict | None = None):
     from open_clip.tokenizer import HFTokenizer
 
     text_cfg = model_config["text_cfg"]
-    return HFTokenizer(str(local), context_length=text_cfg.get("context_length", 77),
-                       tokenizer_mode=text_cfg.get("tokenizer_mode"), **(text_cfg.get("tokenizer_kwargs") or {}))
+    return HFTokenizer(
+        str(local),
+        context_length=text_cfg.get("context_length", 77),
+        tokenizer_mode=text_cfg.get("tokenizer_mode"),
+        **(text_cfg.get("tokenizer_kwargs") or {}),
+    )
 
 
 def _canonical(cfg: dict) -> str:
@@ -338,8 +350,12 @@ def load_encoder(
         checkpoint = pretrained
 
     model = open_clip.create_model(
-        model_name, pretrained=checkpoint, device=device, precision=precision,
-        force_preprocess_cfg=force_pp, require_pretrained=True,
+        model_name,
+        pretrained=checkpoint,
+        device=device,
+        precision=precision,
+        force_preprocess_cfg=force_pp,
+        require_pretrained=True,
     )
     pp_cfg = {k: _jsonable(v) for k, v in model.visual.preprocess_cfg.items()}
     if force_pp is not None and _jsonable(force_pp["size"]) != pp_cfg["size"]:
@@ -355,15 +371,17 @@ def load_encoder(
     return encoder, spec
 
 
-def _native_encoder(cfg: dict, weights: Path, sidecar: dict, device: str, spec: dict,
-                    where: str) -> tuple[OpenClipEncoder, dict]:
+def _native_encoder(
+    cfg: dict, weights: Path, sidecar: dict, device: str, spec: dict, where: str
+) -> tuple[OpenClipEncoder, dict]:
     """`load_encoder` for an architecture cir_demo/models/world_clip.py builds: the same model, transform,
     tokenizer and spec as open_clip's, without importing it."""
     pp_cfg = {k: _jsonable(v) for k, v in world_clip.preprocess_cfg(cfg, sidecar).items()}
     if _jsonable(sidecar["size"]) != _jsonable(cfg["vision_cfg"]["image_size"]):
         raise ValueError(
             f"{where}: sidecar preprocess size {sidecar['size']} differs from the model's image size "
-            f"{cfg['vision_cfg']['image_size']}")
+            f"{cfg['vision_cfg']['image_size']}"
+        )
     model = world_clip.build_model(cfg, weights, device)
     tokenizer = world_clip.Tokenizer(local_tokenizer_dir(cfg), cfg["text_cfg"].get("context_length", 77))
     encoder = OpenClipEncoder(model, world_clip.Preprocess(pp_cfg), tokenizer, device, "fp32")
@@ -381,7 +399,13 @@ def load(config: dict, device: str, progress: bool = False, **_: Any) -> DualEnc
     """Build the retriever a validated registry config describes."""
 
     def encoder(options: dict, where: str):
-        return load_encoder(config["model"], config.get("pretrained"), config.get("model_config"), device,
-                            config.get("precision", "fp32"), where=where)
+        return load_encoder(
+            config["model"],
+            config.get("pretrained"),
+            config.get("model_config"),
+            device,
+            config.get("precision", "fp32"),
+            where=where,
+        )
 
     return retriever_from_config(config, FAMILY, PARAMS, encoder, library_versions, progress)

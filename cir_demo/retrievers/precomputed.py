@@ -10,6 +10,7 @@ Query ids are looked up as given, then in their normalised 5-digit PinPoint form
 read onto a benchmark (`cir_demo.results.read_results`), keyed by the benchmark's query ids: the
 app's `--runs` columns.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -44,8 +45,9 @@ def weights(config: dict) -> list:
 class PrecomputedRetriever(RankingOnlyRetriever):
     """A results file as a retriever: `rank(query_id, k)` answers from the file."""
 
-    def __init__(self, name: str, rankings: dict[str, list[str]], scores: dict[str, list[float]] | None,
-                 fmt: str, spec: dict):
+    def __init__(
+        self, name: str, rankings: dict[str, list[str]], scores: dict[str, list[float]] | None, fmt: str, spec: dict
+    ):
         self.name = name
         self.rankings = rankings
         self.scores = scores
@@ -56,8 +58,15 @@ class PrecomputedRetriever(RankingOnlyRetriever):
     def _spec(name: str, path: Path, fmt: str, scored: bool, n_queries: int) -> dict:
         from cir_demo.utils.io import sha256_file
 
-        return {"name": name, "family": FAMILY, "path": str(path), "sha256": sha256_file(path), "format": fmt,
-                "scores": "file" if scored else "reciprocal_rank", "n_queries": n_queries}
+        return {
+            "name": name,
+            "family": FAMILY,
+            "path": str(path),
+            "sha256": sha256_file(path),
+            "format": fmt,
+            "scores": "file" if scored else "reciprocal_rank",
+            "n_queries": n_queries,
+        }
 
     @classmethod
     def from_file(cls, path: str | Path, name: str | None = None, fmt: str = "auto") -> "PrecomputedRetriever":
@@ -74,7 +83,9 @@ class PrecomputedRetriever(RankingOnlyRetriever):
         scores = {e.key: list(e.scores) for e in parsed.entries if e.scores is not None}
         scores = scores if scores and len(scores) == len(rankings) else None
         name = name or path.stem
-        return cls(name, rankings, scores, parsed.format, cls._spec(name, path, parsed.format, bool(scores), len(rankings)))
+        return cls(
+            name, rankings, scores, parsed.format, cls._spec(name, path, parsed.format, bool(scores), len(rankings))
+        )
 
     @classmethod
     def from_results(cls, results, name: str | None = None) -> "PrecomputedRetriever":
@@ -93,8 +104,9 @@ class PrecomputedRetriever(RankingOnlyRetriever):
         norm = normalize_pinpoint_query_id(query_id) if self.format == "pinpoint" else None
         if norm is not None and norm in self.rankings:
             return norm
-        raise UnknownNameError(f"query id in {Path(self.spec.get('path', self.name)).name}", query_id,
-                               self.rankings.keys())
+        raise UnknownNameError(
+            f"query id in {Path(self.spec.get('path', self.name)).name}", query_id, self.rankings.keys()
+        )
 
     def has(self, query_id: str) -> bool:
         """Whether the file ranks this query (a query left out of a run is not an error: it is not scored)."""
@@ -138,7 +150,9 @@ def load(config: dict, device: str | None = None, progress: bool = False, **_: A
     path = resolve_path(params["path"])
     try:
         retriever = PrecomputedRetriever.from_file(path, config["name"], params.get("format", "auto"))
-    except ValueError as exc:  # BenchmarkError, UnicodeError (a missing file stays FileNotFoundError: the doctor's fact)
+    except (
+        ValueError
+    ) as exc:  # BenchmarkError, UnicodeError (a missing file stays FileNotFoundError: the doctor's fact)
         raise ValueError(problem_line(exc, path)) from None
     if config.get("model"):
         retriever.spec["model"] = config["model"]

@@ -9,6 +9,7 @@ Which template a run uses: the retriever config's own `query_templates[<benchmar
 entry in configs/query_templates.json, else the `*` entry there, else none (the instruction as loaded,
 byte for byte: the world, PinPoint, EDIR and JSONL benchmarks have no entry).
 """
+
 from __future__ import annotations
 
 import json
@@ -70,6 +71,7 @@ def effective_templates(config: Mapping[str, Any]) -> dict[str, dict[str, str]]:
 
 def render(template: str, query) -> str:
     """The text of `query` under `template` (TemplateError naming the query when a field is missing)."""
+
     def field(m: re.Match) -> str:
         name, filters = m.group(1), m.group(2).split("|")[1:]
         if name == "instruction":

@@ -6,6 +6,7 @@ rows. The recipes are the PinPoint paper's CLIP baselines: image only, text
 only, early fusion (normalised weighted sum) and SLERP, plus mean pooling of
 two reference images for methods without native multi-image composition.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -152,7 +153,9 @@ def recipe_params(recipe: str, params: dict | None, where: str = "recipe") -> di
     params = dict(params or {})
     unknown = sorted(set(params) - set(defaults))
     if unknown:
-        raise ValueError(f"{where}: recipe {recipe!r} takes parameters {sorted(defaults) or 'none'}, got unknown {unknown}")
+        raise ValueError(
+            f"{where}: recipe {recipe!r} takes parameters {sorted(defaults) or 'none'}, got unknown {unknown}"
+        )
     out = dict(defaults)
     for key, value in params.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):

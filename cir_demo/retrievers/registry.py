@@ -35,6 +35,7 @@ A family is one module and one row of `FAMILIES`. Everything else asks the modul
     problems(config) -> list     one line per problem `retrievers list` can see without loading
                                  (precomputed: the results file is missing or does not read)
 """
+
 from __future__ import annotations
 
 import copy
@@ -134,8 +135,11 @@ def _check_schema(config: Any, source: str) -> None:
         raise ConfigError(f"{where}: a retriever config must be a JSON object, got {type(config).__name__}")
     unknown = sorted(set(config) - set(SCHEMA))
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r}" + (f" (and {unknown[1:]})" if unknown[1:] else "")
-                          + f"; allowed keys: {sorted(SCHEMA)}")
+        raise ConfigError(
+            f"{where}: unknown key {unknown[0]!r}"
+            + (f" (and {unknown[1:]})" if unknown[1:] else "")
+            + f"; allowed keys: {sorted(SCHEMA)}"
+        )
     for key, (types, required) in SCHEMA.items():
         if key not in config:
             if required:
@@ -159,8 +163,9 @@ def _fill_common_keys(cfg: dict, where: str) -> None:
     for i, req in enumerate(cfg["requires"]):
         problem = _requirement_problem(req)
         if problem is not None:
-            raise ConfigError(f"{where}: key 'requires' item {i} must be a pip requirement string, got {req!r}"
-                              f"{problem}")
+            raise ConfigError(
+                f"{where}: key 'requires' item {i} must be a pip requirement string, got {req!r}{problem}"
+            )
     pin = cfg.get("transformers_pin")
     if pin is not None:
         for k, v in pin.items():
@@ -180,7 +185,9 @@ def _check_family_keys(cfg: dict, module, where: str) -> None:
         if not cfg.get("model"):
             raise ConfigError(f"{where}: key 'model' is required for family {family!r}")
         if cfg["recipe"] is None:
-            raise ConfigError(f"{where}: key 'recipe' is required for family {family!r}; one of {sorted(recipes.RECIPES)}")
+            raise ConfigError(
+                f"{where}: key 'recipe' is required for family {family!r}; one of {sorted(recipes.RECIPES)}"
+            )
         if cfg["recipe"] not in recipes.RECIPES:
             raise ConfigError(f"{where}: key 'recipe' must be one of {sorted(recipes.RECIPES)}, got {cfg['recipe']!r}")
     elif cfg["recipe"] is not None:
@@ -190,7 +197,7 @@ def _check_family_keys(cfg: dict, module, where: str) -> None:
             takers = [f for f in FAMILIES if key in getattr(family_module(f), "CONFIG_KEYS", ())]
             raise ConfigError(f"{where}: key {key!r} is only for family " + ", ".join(map(repr, takers)))
     if getattr(module, "REMOTE_CODE", False) and not cfg["needs_remote_code"]:
-        raise ConfigError(f"{where}: family {family!r} runs repository code: set \"needs_remote_code\": true")
+        raise ConfigError(f'{where}: family {family!r} runs repository code: set "needs_remote_code": true')
 
 
 def _check_params(cfg: dict, module, where: str) -> None:
@@ -201,9 +208,11 @@ def _check_params(cfg: dict, module, where: str) -> None:
         allowed.update(recipes.RECIPES[cfg["recipe"]][2])
     bad = sorted(set(cfg["params"]) - set(allowed))
     if bad:
-        raise ConfigError(f"{where}: unknown key 'params.{bad[0]}' for family {family!r}"
-                          + (f" and recipe {cfg['recipe']!r}" if cfg["recipe"] else "")
-                          + f"; allowed params: {sorted(allowed)}")
+        raise ConfigError(
+            f"{where}: unknown key 'params.{bad[0]}' for family {family!r}"
+            + (f" and recipe {cfg['recipe']!r}" if cfg["recipe"] else "")
+            + f"; allowed params: {sorted(allowed)}"
+        )
     if "marker_style" in cfg["params"] and cfg["params"]["marker_style"] not in MARKER_STYLES:
         raise ConfigError(f"{where}: key 'params.marker_style' must be one of {MARKER_STYLES}")
     for bench, template in (cfg.get("query_templates") or {}).items():
@@ -219,7 +228,9 @@ def _check_params(cfg: dict, module, where: str) -> None:
             raise ConfigError(f"{where}: key 'params.batch_size' must be a positive integer, got {bs!r}")
     if cfg["recipe"] is not None:
         try:
-            recipes.recipe_params(cfg["recipe"], {k: v for k, v in cfg["params"].items() if k in recipes.RECIPES[cfg["recipe"]][2]}, where)
+            recipes.recipe_params(
+                cfg["recipe"], {k: v for k, v in cfg["params"].items() if k in recipes.RECIPES[cfg["recipe"]][2]}, where
+            )
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
@@ -229,8 +240,10 @@ def family_module(family: str):
     module = importlib.import_module(lookup("retriever family", family, FAMILIES))
     missing = [a for a in REQUIRED_IN_FAMILY if not hasattr(module, a)]
     if missing:
-        raise ConfigError(f"retriever family {family!r}: its module {module.__name__} does not define "
-                          f"{', '.join(missing)} (see the family protocol in cir_demo/retrievers/registry.py)")
+        raise ConfigError(
+            f"retriever family {family!r}: its module {module.__name__} does not define "
+            f"{', '.join(missing)} (see the family protocol in cir_demo/retrievers/registry.py)"
+        )
     return module
 
 
@@ -255,8 +268,16 @@ _SOURCES: dict[str, str] = {}
 ENCODERS_FILE, RECIPES_FILE = "encoders.json", "recipes.json"
 QUERY_TEMPLATES_FILE = "query_templates.json"  # per-family query templates (retrievers/query_templates.py)
 # what an encoder entry of encoders.json declares (a recipe entry adds name, recipe, params, description)
-ENCODER_KEYS = ("family", "model", "pretrained", "model_config", "precision", "requires", "needs_remote_code",
-                "transformers_pin")
+ENCODER_KEYS = (
+    "family",
+    "model",
+    "pretrained",
+    "model_config",
+    "precision",
+    "requires",
+    "needs_remote_code",
+    "transformers_pin",
+)
 
 
 def _read_json(path: Path):
@@ -276,10 +297,14 @@ def encoder_recipe_configs(encoders_path: Path, recipes_path: Path) -> list[tupl
     if not isinstance(entries, list):
         raise ConfigError(f"{recipes_path}: must be a JSON list of recipe configs")
     for enc_name, enc in encoders.items():
-        unknown = sorted(set(enc) - set(ENCODER_KEYS) - {"description"}) if isinstance(enc, dict) else ["(not an object)"]
+        unknown = (
+            sorted(set(enc) - set(ENCODER_KEYS) - {"description"}) if isinstance(enc, dict) else ["(not an object)"]
+        )
         if unknown:
-            raise ConfigError(f"{encoders_path}: encoder {enc_name!r}: unknown key {unknown[0]!r}; "
-                              f"allowed keys: {sorted((*ENCODER_KEYS, 'description'))}")
+            raise ConfigError(
+                f"{encoders_path}: encoder {enc_name!r}: unknown key {unknown[0]!r}; "
+                f"allowed keys: {sorted((*ENCODER_KEYS, 'description'))}"
+            )
     out = []
     for i, entry in enumerate(entries):
         where = f"{recipes_path} entry {i}"
@@ -288,9 +313,12 @@ def encoder_recipe_configs(encoders_path: Path, recipes_path: Path) -> list[tupl
         if entry["encoder"] not in encoders:
             raise ConfigError(f"{where}: {UnknownNameError('encoder', entry['encoder'], encoders)}")
         enc = encoders[entry["encoder"]]
-        cfg = {"name": entry.get("name"), "encoder": entry["encoder"],
-               **{k: copy.deepcopy(enc[k]) for k in ENCODER_KEYS if k in enc},
-               **{k: v for k, v in entry.items() if k not in ("name", "encoder", "description")}}
+        cfg = {
+            "name": entry.get("name"),
+            "encoder": entry["encoder"],
+            **{k: copy.deepcopy(enc[k]) for k in ENCODER_KEYS if k in enc},
+            **{k: v for k, v in entry.items() if k not in ("name", "encoder", "description")},
+        }
         cfg["description"] = "; ".join(d for d in (enc.get("description"), entry.get("description")) if d)
         out.append((cfg, f"{recipes_path} ({entry.get('name')})"))
     return out
@@ -303,7 +331,9 @@ def _table() -> dict[str, dict]:
 
         def add(cfg: dict, source: str) -> None:
             if cfg["name"] in table:
-                raise ConfigError(f"{source}: retriever name {cfg['name']!r} already defined in {_SOURCES[cfg['name']]}")
+                raise ConfigError(
+                    f"{source}: retriever name {cfg['name']!r} already defined in {_SOURCES[cfg['name']]}"
+                )
             table[cfg["name"]] = cfg
             _SOURCES[cfg["name"]] = source
 
@@ -327,7 +357,9 @@ def register_config(config: dict, source: str = "<register_config>", replace: bo
     table = _table()
     name = cfg["name"]
     if name in table and table[name] != cfg and not replace:
-        raise ConfigError(f"{source}: retriever {name!r} is already registered from {_SOURCES[name]}; pass replace=True")
+        raise ConfigError(
+            f"{source}: retriever {name!r} is already registered from {_SOURCES[name]}; pass replace=True"
+        )
     table[name] = cfg
     _SOURCES[name] = source
     return copy.deepcopy(cfg)
@@ -425,20 +457,22 @@ def list_retrievers() -> list[dict]:
     missing (requirements not installed), needs_remote_code, source."""
     rows = []
     for name, cfg in sorted(_table().items()):
-        rows.append({
-            "name": name,
-            "family": cfg["family"],
-            "model": cfg.get("model"),
-            "pretrained": cfg.get("pretrained"),
-            "recipe": cfg.get("recipe"),
-            "params": copy.deepcopy(cfg.get("params", {})),
-            "description": cfg.get("description", ""),
-            "requires": list(cfg.get("requires", [])),
-            "missing": missing_requirements(cfg),
-            "needs_remote_code": cfg.get("needs_remote_code", False),
-            "transformers_pin": copy.deepcopy(cfg.get("transformers_pin")),
-            "source": _SOURCES.get(name, ""),
-        })
+        rows.append(
+            {
+                "name": name,
+                "family": cfg["family"],
+                "model": cfg.get("model"),
+                "pretrained": cfg.get("pretrained"),
+                "recipe": cfg.get("recipe"),
+                "params": copy.deepcopy(cfg.get("params", {})),
+                "description": cfg.get("description", ""),
+                "requires": list(cfg.get("requires", [])),
+                "missing": missing_requirements(cfg),
+                "needs_remote_code": cfg.get("needs_remote_code", False),
+                "transformers_pin": copy.deepcopy(cfg.get("transformers_pin")),
+                "source": _SOURCES.get(name, ""),
+            }
+        )
     return rows
 
 
@@ -480,7 +514,8 @@ def check_transformers_pin(config: dict) -> None:
     tested = pin.get("tested")
     message = (
         f"retriever {config['name']!r}: the remote code of {config.get('model')} is documented to work with "
-        f"transformers{pin['spec']}" + (f" (tested: {tested})" if tested else "")
+        f"transformers{pin['spec']}"
+        + (f" (tested: {tested})" if tested else "")
         + f", but this project pins transformers {installed}. Run this retriever in a separate environment "
         f"(pip install 'transformers=={tested or pin['spec']}') and load its rankings here with a 'precomputed' "
         f"retriever, or see docs/retrievers.md."
@@ -490,8 +525,9 @@ def check_transformers_pin(config: dict) -> None:
     warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def load_retriever(name: str, device: str | None = None, trust_remote_code: bool = False,
-                   progress: bool = False, **overrides: Any):
+def load_retriever(
+    name: str, device: str | None = None, trust_remote_code: bool = False, progress: bool = False, **overrides: Any
+):
     """Load a named retriever.
 
     `overrides` replace top-level config keys (e.g. `pretrained=...`,

@@ -1,6 +1,7 @@
 """Shared pieces of the adapters that run a model repository's own code
 (BGE-VL / MMRet, GME): the explicit opt-in, clear errors when that code does not
 run under this project's transformers, and the per-reference composition."""
+
 from __future__ import annotations
 
 import io
@@ -64,14 +65,25 @@ class NativeComposedRetriever(Retriever):
     normalised mean of the composed embeddings of (reference i, text) -- the paper's
     mean pooling for methods without native multi-image composition."""
 
-    def __init__(self, name: str, spec: dict, device: str, dim: int, batch_size: int, marker_style: str,
-                 encode_image_batch: Callable[[Sequence], np.ndarray],
-                 encode_pair_batch: Callable[[Sequence, Sequence[str]], np.ndarray], progress: bool = False):
+    def __init__(
+        self,
+        name: str,
+        spec: dict,
+        device: str,
+        dim: int,
+        batch_size: int,
+        marker_style: str,
+        encode_image_batch: Callable[[Sequence], np.ndarray],
+        encode_pair_batch: Callable[[Sequence, Sequence[str]], np.ndarray],
+        progress: bool = False,
+    ):
         self.name, self.spec, self.device, self.dim = name, spec, device, dim
         self.batch_size, self.marker_style, self.progress = batch_size, marker_style, progress
         self._encode_image_batch, self._encode_pair_batch = encode_image_batch, encode_pair_batch
 
-    def _run(self, items: Sequence, fn: Callable[[Sequence], np.ndarray], batch_size: int | None, what: str) -> np.ndarray:
+    def _run(
+        self, items: Sequence, fn: Callable[[Sequence], np.ndarray], batch_size: int | None, what: str
+    ) -> np.ndarray:
         if not items:
             return np.zeros((0, self.dim), dtype=np.float32)
         chunks = batches(items, batch_size or self.batch_size)
@@ -90,12 +102,16 @@ class NativeComposedRetriever(Retriever):
 
     def encode_queries(self, queries: Sequence[ComposedQuery], batch_size: int | None = None) -> np.ndarray:
         pairs = [(img, render_markers(q.text, self.marker_style)) for q in queries for img in q.reference_images]
-        emb = self._run(pairs, lambda chunk: self._encode_pair_batch([p[0] for p in chunk], [p[1] for p in chunk]),
-                        batch_size, "queries")
+        emb = self._run(
+            pairs,
+            lambda chunk: self._encode_pair_batch([p[0] for p in chunk], [p[1] for p in chunk]),
+            batch_size,
+            "queries",
+        )
         out, pos = [], 0
         for q in queries:
             k = len(q.reference_images)
-            out.append(recipes.mean_of_references(list(emb[pos:pos + k])))
+            out.append(recipes.mean_of_references(list(emb[pos : pos + k])))
             pos += k
         if not out:
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -105,16 +121,28 @@ class NativeComposedRetriever(Retriever):
 def guarded(config: dict, fn: Callable, stage: str) -> Callable:
     """`fn` with any failure inside the repository's code reported by `remote_code_failure` (`stage`: what
     it was doing)."""
+
     def run(*args):
         try:
             return fn(*args)
         except Exception as exc:
             raise remote_code_failure(config, stage, exc) from exc
+
     return run
 
 
-def native_retriever(config: dict, family: str, p: dict, precision: str, device: str, encode_images: Callable,
-                     encode_pairs: Callable, progress: bool, composition: str, **model_spec) -> NativeComposedRetriever:
+def native_retriever(
+    config: dict,
+    family: str,
+    p: dict,
+    precision: str,
+    device: str,
+    encode_images: Callable,
+    encode_pairs: Callable,
+    progress: bool,
+    composition: str,
+    **model_spec,
+) -> NativeComposedRetriever:
     """The NativeComposedRetriever of a repository's encoders (`p`: the config's params over the family's
     defaults): the embedding size read off one grey 64 px image; `model_spec` goes into the spec beside the
     model id."""
@@ -138,5 +166,14 @@ def native_retriever(config: dict, family: str, p: dict, precision: str, device:
         "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
         "code": code_key((__name__,), ("torch", "numpy", "pillow", "transformers")),
     }
-    return NativeComposedRetriever(config["name"], spec, device, dim, int(p["batch_size"]), p["marker_style"],
-                                   encode_images, encode_pairs, progress)
+    return NativeComposedRetriever(
+        config["name"],
+        spec,
+        device,
+        dim,
+        int(p["batch_size"]),
+        p["marker_style"],
+        encode_images,
+        encode_pairs,
+        progress,
+    )

@@ -23,6 +23,7 @@ unchanged by duplicates).
 Requests go through the project's one HTTP client (`cir_demo.utils.http`): connections
 reused, timeouts, 429 (after its Retry-After) and 5xx retried with back-off and jitter.
 """
+
 from __future__ import annotations
 
 import base64
@@ -46,8 +47,8 @@ from cir_demo.utils.http import HttpError, RetryPolicy, request
 FAMILY = "text_proxy"
 LENGTHS = ("short", "medium", "long")
 PARAMS = {
-    "text_encoder": None,          # name of a registered open_clip / hf_clip retriever
-    "merge": "pre",                # "pre" | "post"
+    "text_encoder": None,  # name of a registered open_clip / hf_clip retriever
+    "merge": "pre",  # "pre" | "post"
     "base_url": "https://api.openai.com/v1",
     "api_key_env": "OPENAI_API_KEY",
     "lengths": list(LENGTHS),
@@ -55,9 +56,9 @@ PARAMS = {
     "max_retries": 2,
     "retry_backoff_s": 2.0,
     "concurrency": 4,
-    "temperature": None,           # None: the endpoint's default (GPT-5 accepts only its default)
-    "max_tokens": None,            # sent as max_completion_tokens when set
-    "cache_dir": None,             # default: <cache>/text_proxy
+    "temperature": None,  # None: the endpoint's default (GPT-5 accepts only its default)
+    "max_tokens": None,  # sent as max_completion_tokens when set
+    "cache_dir": None,  # default: <cache>/text_proxy
     "image_max_side": 768,
     "batch_size": 64,
 }
@@ -87,7 +88,12 @@ def validate(config: dict, where: str) -> None:
     if p.get("merge", "pre") not in ("pre", "post"):
         raise ValueError(f"{where}: key 'params.merge' must be 'pre' or 'post', got {p.get('merge')!r}")
     lengths = p.get("lengths", list(LENGTHS))
-    if not isinstance(lengths, list) or not lengths or any(x not in LENGTHS for x in lengths) or len(set(lengths)) != len(lengths):
+    if (
+        not isinstance(lengths, list)
+        or not lengths
+        or any(x not in LENGTHS for x in lengths)
+        or len(set(lengths)) != len(lengths)
+    ):
         raise ValueError(f"{where}: key 'params.lengths' must be a non-empty list of distinct values from {LENGTHS}")
     for key in ("timeout_s", "retry_backoff_s"):
         v = p.get(key, PARAMS[key])
@@ -105,7 +111,8 @@ def weights(config: dict) -> list:
 
     p = {**PARAMS, **config.get("params", {})}
     return [ApiAccess(p["base_url"], p["api_key_env"], config.get("model"))] + (
-        [RetrieverNeeds(p["text_encoder"])] if p.get("text_encoder") else [])
+        [RetrieverNeeds(p["text_encoder"])] if p.get("text_encoder") else []
+    )
 
 
 def api_key_env(config: dict) -> str | None:
@@ -137,8 +144,9 @@ class ChatClient:
     max_retries: int = 2
     retry_backoff_s: float = 2.0
 
-    def complete(self, model: str, messages: list[dict], temperature: float | None = None,
-                 max_tokens: int | None = None) -> str:
+    def complete(
+        self, model: str, messages: list[dict], temperature: float | None = None, max_tokens: int | None = None
+    ) -> str:
         """The assistant's text; raises ChatError after retries (timeouts, 429 and 5xx are retried)."""
         body: dict[str, Any] = {"model": model, "messages": messages}
         if temperature is not None:
@@ -149,9 +157,14 @@ class ChatClient:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         try:
-            response = request("POST", self.base_url.rstrip("/") + "/chat/completions", timeout=self.timeout_s,
-                               policy=RetryPolicy(self.max_retries, self.retry_backoff_s), headers=headers,
-                               content=json.dumps(body).encode("utf-8"))
+            response = request(
+                "POST",
+                self.base_url.rstrip("/") + "/chat/completions",
+                timeout=self.timeout_s,
+                policy=RetryPolicy(self.max_retries, self.retry_backoff_s),
+                headers=headers,
+                content=json.dumps(body).encode("utf-8"),
+            )
         except HttpError as exc:
             if exc.kind == "status":
                 detail = exc.body.decode("utf-8", "replace")
@@ -224,8 +237,16 @@ def image_identity(query: ComposedQuery) -> list[str]:
     return out
 
 
-def cache_key(model: str, instruction: str, image_ids: Sequence[str], length: str, n_images: int,
-              temperature: float | None, max_tokens: int | None, max_side: int) -> str:
+def cache_key(
+    model: str,
+    instruction: str,
+    image_ids: Sequence[str],
+    length: str,
+    n_images: int,
+    temperature: float | None,
+    max_tokens: int | None,
+    max_side: int,
+) -> str:
     fields = {
         "model": model,
         "system": SYSTEM_PROMPT,
@@ -280,9 +301,17 @@ class Generation:
 
 
 class DescriptionGenerator:
-    def __init__(self, client: ChatClient, model: str, cache: DescriptionCache, lengths: Sequence[str],
-                 temperature: float | None = None, max_tokens: int | None = None, image_max_side: int = 768,
-                 concurrency: int = 4):
+    def __init__(
+        self,
+        client: ChatClient,
+        model: str,
+        cache: DescriptionCache,
+        lengths: Sequence[str],
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        image_max_side: int = 768,
+        concurrency: int = 4,
+    ):
         self.client, self.model, self.cache = client, model, cache
         self.lengths = list(lengths)
         self.temperature, self.max_tokens = temperature, max_tokens
@@ -290,8 +319,16 @@ class DescriptionGenerator:
 
     def _one(self, query: ComposedQuery, length: str) -> tuple[str | None, str | None]:
         ids = image_identity(query)
-        key = cache_key(self.model, query.text, ids, length, len(query.reference_images),
-                        self.temperature, self.max_tokens, self.image_max_side)
+        key = cache_key(
+            self.model,
+            query.text,
+            ids,
+            length,
+            len(query.reference_images),
+            self.temperature,
+            self.max_tokens,
+            self.image_max_side,
+        )
         cached = self.cache.get(key)
         if cached is not None:
             return cached, None
@@ -302,8 +339,17 @@ class DescriptionGenerator:
             return None, str(exc)
         except Exception as exc:  # never lose the run to one query
             return None, f"error: {type(exc).__name__}: {exc}"
-        self.cache.put(key, text, {"model": self.model, "length": length, "image_ids": ids,
-                                   "instruction": query.text, "query_id": query.query_id})
+        self.cache.put(
+            key,
+            text,
+            {
+                "model": self.model,
+                "length": length,
+                "image_ids": ids,
+                "instruction": query.text,
+                "query_id": query.query_id,
+            },
+        )
         return text, None
 
     def generate(self, queries: Sequence[ComposedQuery], progress: bool = False) -> list[Generation]:
@@ -332,8 +378,15 @@ class DescriptionGenerator:
 
 # --------------------------------------------------------------------------- retriever
 class TextProxyRetriever(Retriever):
-    def __init__(self, name: str, encoder_retriever, generator: DescriptionGenerator, merge: str, spec: dict,
-                 progress: bool = False):
+    def __init__(
+        self,
+        name: str,
+        encoder_retriever,
+        generator: DescriptionGenerator,
+        merge: str,
+        spec: dict,
+        progress: bool = False,
+    ):
         self.name = name
         self.text_encoder = encoder_retriever
         self.generator = generator
@@ -370,8 +423,12 @@ class TextProxyRetriever(Retriever):
         if failed:
             import warnings
 
-            warnings.warn(f"{self.name}: {failed} of {len(queries)} queries got no description and fall back to "
-                          f"their instruction text; see generation_report()", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"{self.name}: {failed} of {len(queries)} queries got no description and fall back to "
+                f"their instruction text; see generation_report()",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         emb = self.text_encoder.encode_texts(texts, batch_size)
         owners_arr = np.asarray(owners)
         return [emb[owners_arr == qi] for qi in range(len(queries))]
@@ -409,11 +466,18 @@ def load(config: dict, device: str, progress: bool = False, trust_remote_code: b
 
     name = config["name"]
     p = {**PARAMS, **config.get("params", {})}
-    inner = load_retriever(p["text_encoder"], device=device, progress=progress, trust_remote_code=trust_remote_code,
-                           batch_size=p["batch_size"])
+    inner = load_retriever(
+        p["text_encoder"],
+        device=device,
+        progress=progress,
+        trust_remote_code=trust_remote_code,
+        batch_size=p["batch_size"],
+    )
     if not isinstance(inner, DualEncoderRetriever):
-        raise TypeError(f"retriever {name!r}: params.text_encoder {p['text_encoder']!r} must be an open_clip or "
-                        f"hf_clip retriever (it needs a text encoder)")
+        raise TypeError(
+            f"retriever {name!r}: params.text_encoder {p['text_encoder']!r} must be an open_clip or "
+            f"hf_clip retriever (it needs a text encoder)"
+        )
     api_key = None
     if p["api_key_env"]:
         api_key = os.environ.get(p["api_key_env"])
@@ -422,16 +486,33 @@ def load(config: dict, device: str, progress: bool = False, trust_remote_code: b
                 f"retriever {name!r}: set the environment variable {p['api_key_env']} to the API key of "
                 f"{p['base_url']} (or set params.api_key_env to null for an endpoint without keys)"
             )
-    client = ChatClient(p["base_url"], api_key, float(p["timeout_s"]), int(p["max_retries"]), float(p["retry_backoff_s"]))
+    client = ChatClient(
+        p["base_url"], api_key, float(p["timeout_s"]), int(p["max_retries"]), float(p["retry_backoff_s"])
+    )
     cache_root = resolve_path(p["cache_dir"]) if p["cache_dir"] else cache_dir() / "text_proxy"
-    generator = DescriptionGenerator(client, config["model"], DescriptionCache(cache_root), p["lengths"],
-                                     p["temperature"], p["max_tokens"], int(p["image_max_side"]), int(p["concurrency"]))
+    generator = DescriptionGenerator(
+        client,
+        config["model"],
+        DescriptionCache(cache_root),
+        p["lengths"],
+        p["temperature"],
+        p["max_tokens"],
+        int(p["image_max_side"]),
+        int(p["concurrency"]),
+    )
     spec = {
         "name": name,
         "family": FAMILY,
-        "llm": {"model": config["model"], "base_url": p["base_url"], "temperature": p["temperature"],
-                "max_tokens": p["max_tokens"], "image_max_side": p["image_max_side"]},
-        "prompt_sha256": hashlib.sha256(json.dumps([SYSTEM_PROMPT, LENGTH_PROMPTS], sort_keys=True).encode()).hexdigest(),
+        "llm": {
+            "model": config["model"],
+            "base_url": p["base_url"],
+            "temperature": p["temperature"],
+            "max_tokens": p["max_tokens"],
+            "image_max_side": p["image_max_side"],
+        },
+        "prompt_sha256": hashlib.sha256(
+            json.dumps([SYSTEM_PROMPT, LENGTH_PROMPTS], sort_keys=True).encode()
+        ).hexdigest(),
         "lengths": list(p["lengths"]),
         "merge": p["merge"],
         "postmerge": "max" if p["merge"] == "post" else None,

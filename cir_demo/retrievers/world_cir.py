@@ -8,6 +8,7 @@ checked against the sha256 in `assets/world-cir/manifest.json`.
 
 torch and open_clip are imported only inside functions.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,17 @@ def weights(config: dict) -> list:
 
 
 class WorldCirRetriever(EncoderRetriever):
-    def __init__(self, name: str, encoder, combiner, spec: dict, batch_size: int = 64,
-                 marker_style: str = "words", progress: bool = False, image_spec: dict | None = None):
+    def __init__(
+        self,
+        name: str,
+        encoder,
+        combiner,
+        spec: dict,
+        batch_size: int = 64,
+        marker_style: str = "words",
+        progress: bool = False,
+        image_spec: dict | None = None,
+    ):
         self._set_encoder(name, encoder, spec, batch_size, marker_style, progress)
         self._image_spec = image_spec
         self.combiner = combiner
@@ -87,23 +97,29 @@ def load(config: dict, device: str, progress: bool = False, **_: Any) -> WorldCi
     params = {**PARAMS, **(config.get("params") or {})}
     weights = resolve_path(config["pretrained"])
     if not weights.is_file():
-        raise FileNotFoundError(f"{where}: world-CIR weights not found: {weights} (train: python -m cir_demo train world-cir)")
-    encoder, clip_spec = openclip.load_encoder(params["clip_model"], params["clip_weights"], params["clip_model_config"],
-                                               device, "fp32", where=where)
+        raise FileNotFoundError(
+            f"{where}: world-CIR weights not found: {weights} (train: python -m cir_demo train world-cir)"
+        )
+    encoder, clip_spec = openclip.load_encoder(
+        params["clip_model"], params["clip_weights"], params["clip_model_config"], device, "fp32", where=where
+    )
     digest = sha256_file(weights)
     manifest_path = weights.parent / "manifest.json"
     if manifest_path.is_file():
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
         trained_on = (manifest.get("clip") or {}).get("weights_sha256")
         if trained_on and trained_on != clip_spec["weights"]["sha256"]:
-            raise ValueError(f"{manifest_path}: field 'clip.weights_sha256' says world-CIR was trained on other world-CLIP "
-                             f"weights ({trained_on[:12]}...) than {params['clip_weights']} "
-                             f"({clip_spec['weights']['sha256'][:12]}...): retrain world-CIR")
+            raise ValueError(
+                f"{manifest_path}: field 'clip.weights_sha256' says world-CIR was trained on other world-CLIP "
+                f"weights ({trained_on[:12]}...) than {params['clip_weights']} "
+                f"({clip_spec['weights']['sha256'][:12]}...): retrain world-CIR"
+            )
         if manifest.get("files", {}).get(weights.name) not in (None, digest):
             raise ValueError(f"{manifest_path}: field 'files.{weights.name}' does not match {weights}")
     combiner = combiner_from_state(load_file(str(weights)))
     spec = {
-        "name": name, "family": FAMILY,
+        "name": name,
+        "family": FAMILY,
         "weights": {"path": config["pretrained"], "sha256": digest},
         "combiner": {"dim": combiner.dim, "hidden": combiner.hidden},
         "clip": {k: clip_spec[k] for k in ("model", "weights", "model_config", "preprocess", "dim") if k in clip_spec},
@@ -112,6 +128,13 @@ def load(config: dict, device: str, progress: bool = False, **_: Any) -> WorldCi
         "versions": openclip.library_versions(),
         "code": code_key((__name__,), ("torch", "numpy", "pillow", "open_clip")),
     }
-    return WorldCirRetriever(name, encoder, combiner, spec, batch_size=params["batch_size"],
-                             marker_style=params["marker_style"], progress=progress,
-                             image_spec={"family": openclip.FAMILY, **clip_spec})
+    return WorldCirRetriever(
+        name,
+        encoder,
+        combiner,
+        spec,
+        batch_size=params["batch_size"],
+        marker_style=params["marker_style"],
+        progress=progress,
+        image_spec={"family": openclip.FAMILY, **clip_spec},
+    )

@@ -1,6 +1,7 @@
 """Tiny real models for the explorer and UI tests: a randomly initialised open_clip model
 registered under four recipes, a small randomly initialised torch verifier registered as a
 reranker backend, and an `ExplorerService` over the tiny world built on them."""
+
 from __future__ import annotations
 
 import hashlib
@@ -30,15 +31,23 @@ class TinyVerifier(LogitPairReranker):
         torch.manual_seed(seed)
         self.torch = torch
         self.net = torch.nn.Sequential(
-            torch.nn.Conv2d(9, 8, 3, stride=2), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-            torch.nn.Linear(8, 2)).eval()
+            torch.nn.Conv2d(9, 8, 3, stride=2),
+            torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(8, 2),
+        ).eval()
         self.words = torch.nn.EmbeddingBag(64, 2, mode="mean").eval()
         digest = hashlib.sha256()
         for name, tensor in sorted({**self.net.state_dict(), **self.words.state_dict()}.items()):
             digest.update(name.encode())
             digest.update(tensor.numpy().tobytes())
-        self.spec = {"backend": VERIFIER, "seed": seed, "weights_sha256": digest.hexdigest(),
-                     "code": code_key((__name__,), ("torch", "numpy", "pillow"))}
+        self.spec = {
+            "backend": VERIFIER,
+            "seed": seed,
+            "weights_sha256": digest.hexdigest(),
+            "code": code_key((__name__,), ("torch", "numpy", "pillow")),
+        }
 
     def _pixels(self, image):
         arr = np.asarray(image.convert("RGB").resize((32, 32)), dtype=np.float32) / 255.0
@@ -84,6 +93,13 @@ def unregister_tiny_models(names) -> None:
 
 
 def build_tiny_service(names, reranker=VERIFIER, limit_groups=20):
-    return build_service(ServiceConfig(benchmark="world", benchmark_kwargs={"size": "tiny"},
-                                       retrievers=tuple(names), reranker=reranker, warm_thumbnails=False,
-                                       limit_groups=limit_groups))
+    return build_service(
+        ServiceConfig(
+            benchmark="world",
+            benchmark_kwargs={"size": "tiny"},
+            retrievers=tuple(names),
+            reranker=reranker,
+            warm_thumbnails=False,
+            limit_groups=limit_groups,
+        )
+    )

@@ -4,6 +4,7 @@ The model is a seeded, randomly initialised conv net (two convolutions, ReLU,
 mean pooling, L2 normalisation): real torch inference, deterministic, fast on
 CPU. Images are drawn procedurally from their id, so every id has its own image.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,7 +27,7 @@ def render_image(image_id: str) -> Image.Image:
     for _ in range(2):
         y, x = rng.integers(0, IMAGE_SIZE - 6, 2)
         h, w = rng.integers(3, 8, 2)
-        arr[y:y + h, x:x + w] = rng.integers(0, 256, 3)
+        arr[y : y + h, x : x + w] = rng.integers(0, 256, 3)
     return Image.fromarray(arr, "RGB")
 
 
@@ -37,8 +38,14 @@ class TinyConvRetriever(Retriever):
         import torch
 
         self.name, self.dim, self.device = name, dim, "cpu"
-        self.spec = {"family": "test-tiny-conv", "dim": dim, "seed": seed, "image_size": IMAGE_SIZE,
-                     "weights_sha256": f"seed-{seed}", "versions": {"torch": torch.__version__}}
+        self.spec = {
+            "family": "test-tiny-conv",
+            "dim": dim,
+            "seed": seed,
+            "image_size": IMAGE_SIZE,
+            "weights_sha256": f"seed-{seed}",
+            "versions": {"torch": torch.__version__},
+        }
         gen = torch.Generator().manual_seed(seed)
         self.w1 = torch.randn(8, 3, 3, 3, generator=gen) * 0.5
         self.w2 = torch.randn(dim, 8, 3, 3, generator=gen) * 0.5
@@ -53,8 +60,13 @@ class TinyConvRetriever(Retriever):
             raise RuntimeError("simulated failure in the middle of encoding")
         if not len(images):
             return np.zeros((0, self.dim), dtype=np.float32)
-        x = torch.from_numpy(np.stack([np.asarray(im.resize((IMAGE_SIZE, IMAGE_SIZE)), dtype=np.float32)
-                                       for im in images])).permute(0, 3, 1, 2) / 255.0 - 0.5
+        x = (
+            torch.from_numpy(
+                np.stack([np.asarray(im.resize((IMAGE_SIZE, IMAGE_SIZE)), dtype=np.float32) for im in images])
+            ).permute(0, 3, 1, 2)
+            / 255.0
+            - 0.5
+        )
         with torch.no_grad():
             h = F.relu(F.conv2d(x, self.w1, stride=2))
             h = F.conv2d(h, self.w2, stride=2).mean(dim=(2, 3))
@@ -73,10 +85,23 @@ class TinyConvRetriever(Retriever):
 
 def tiny_benchmark(n: int = 50, name: str = "tinybench", prefix: str = "img") -> Benchmark:
     ids = [f"{prefix}{i:04d}" for i in range(n)]
-    queries = [Query(query_id=f"q{i}", reference_ids=(ids[i],), instruction="make it red", group_id=f"g{i}",
-                     judgments=Judgments(positives=(ids[(i + 1) % n],))) for i in range(min(3, n))]
-    return Benchmark(name=name, metric_family="pinpoint", queries=queries, corpus_ids=ids,
-                     images=CallableImageStore(render_image, prefix="tiny"))
+    queries = [
+        Query(
+            query_id=f"q{i}",
+            reference_ids=(ids[i],),
+            instruction="make it red",
+            group_id=f"g{i}",
+            judgments=Judgments(positives=(ids[(i + 1) % n],)),
+        )
+        for i in range(min(3, n))
+    ]
+    return Benchmark(
+        name=name,
+        metric_family="pinpoint",
+        queries=queries,
+        corpus_ids=ids,
+        images=CallableImageStore(render_image, prefix="tiny"),
+    )
 
 
 # --------------------------------------------------------------------------- tests of the helpers

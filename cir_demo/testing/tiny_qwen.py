@@ -7,6 +7,7 @@ the reranker's normal loading code reads it by path. Its scores mean nothing;
 it exists to check that prefix-cached scoring equals full-sequence scoring and
 to time the two. Nothing here is ever used as a reranker in the app.
 """
+
 from __future__ import annotations
 
 import re
@@ -122,7 +123,9 @@ def build_tiny_qwen2_5_vl(path: str | Path, size: str = "test", seed: int = 0, i
 
     s = SIZES[size]
     path = Path(path)
-    tokenizer = build_tokenizer(" ".join((DEFAULT_SYSTEM, DEFAULT_USER, DEFAULT_REFERENCE_LINE, "assistant user system")))
+    tokenizer = build_tokenizer(
+        " ".join((DEFAULT_SYSTEM, DEFAULT_USER, DEFAULT_REFERENCE_LINE, "assistant user system"))
+    )
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     head_dim = s.text_hidden // s.text_heads
     if sum(s.mrope_section) * 2 != head_dim:

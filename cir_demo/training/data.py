@@ -9,6 +9,7 @@ by construction (tests check it), and normalising is `(x / 255 - mean) / std`.
 Heavy libraries (torch, open_clip) are imported inside functions. The pixel preprocessing itself lives in
 `cir_demo/models/preprocess.py`, shared with the serving code.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,8 +31,9 @@ def pixel_cache_dir(world_checksum: str) -> Path:
     return cache_dir() / "world_models" / world_checksum[:16]
 
 
-def world_pixels(world, image_ids: Sequence[str], split_name: str, preprocess: dict = PREPROCESS,
-                 progress: bool = True) -> np.ndarray:
+def world_pixels(
+    world, image_ids: Sequence[str], split_name: str, preprocess: dict = PREPROCESS, progress: bool = True
+) -> np.ndarray:
     """uint8 model-input pixels of `image_ids` (rendered at 160 px, resized), cached on disk.
 
     The cache key is the world checksum, `split_name`, the preprocessing and the id list.
@@ -54,8 +56,8 @@ def world_pixels(world, image_ids: Sequence[str], split_name: str, preprocess: d
 
         chunks = tqdm(chunks, desc=f"render {split_name} ({len(ids)} images)", unit="chunk")
     for start in chunks:
-        rendered = render_batch(ids[start:start + RENDER_CHUNK], world=world)  # 160 px, as the app shows
-        out[start:start + len(rendered)] = to_model_pixels(rendered, preprocess)
+        rendered = render_batch(ids[start : start + RENDER_CHUNK], world=world)  # 160 px, as the app shows
+        out[start : start + len(rendered)] = to_model_pixels(rendered, preprocess)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:

@@ -9,6 +9,7 @@
 Nothing here is used for training or model selection; the trainers call it once at the end
 and write the numbers into the asset manifest.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,8 +20,12 @@ import numpy as np
 RECALL_K = 10
 METRIC_KEYS = ("mAP@10", "NegRecall@10", "mAP@10_noNeg", "recall@10")
 # The zero-shot world-CLIP recipes, with the registry's default parameters.
-RECIPES = {"image": ("image_only", {}), "text": ("text_only", {}),
-           "fusion": ("early_fusion", {"text_weight": 0.8}), "slerp": ("slerp", {"t": 0.8})}
+RECIPES = {
+    "image": ("image_only", {}),
+    "text": ("text_only", {}),
+    "fusion": ("early_fusion", {"text_weight": 0.8}),
+    "slerp": ("slerp", {"t": 0.8}),
+}
 
 
 @dataclass
@@ -51,8 +56,13 @@ def load_test_data(size: str = "default", seed: int = 0, progress: bool = True, 
     bench = load_world(size=size, seed=seed, split=split, progress=False)
     world = open_world(size=size, seed=seed, progress=False)
     ref_ids = sorted({r for q in bench.queries for r in q.reference_ids})
-    return TestData(bench, world, world_pixels(world, bench.corpus_ids, "test-corpus", progress=progress),
-                    ref_ids, world_pixels(world, ref_ids, "test-refs", progress=progress))
+    return TestData(
+        bench,
+        world,
+        world_pixels(world, bench.corpus_ids, "test-corpus", progress=progress),
+        ref_ids,
+        world_pixels(world, ref_ids, "test-refs", progress=progress),
+    )
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -84,16 +94,18 @@ def run_metrics(run: dict, queries) -> dict[str, float]:
     return {k: round(float(agg[k]), 4) for k in METRIC_KEYS}
 
 
-def caption_recall(caption_emb: np.ndarray, corpus_emb: np.ndarray, hit_sets: Sequence[set[int]],
-                   k: int = RECALL_K) -> float:
+def caption_recall(
+    caption_emb: np.ndarray, corpus_emb: np.ndarray, hit_sets: Sequence[set[int]], k: int = RECALL_K
+) -> float:
     """Fraction of captions with at least one matching image among their top `k`."""
     idx, _ = top_k(caption_emb, corpus_emb, k)
     return float(np.mean([bool(hits.intersection(row.tolist())) for row, hits in zip(idx, hit_sets)]))
 
 
 # --------------------------------------------------------------------------- model-level evaluations
-def clip_embeddings(model, tokenizer, test: TestData, progress: bool = True, cache_key: str | None = None
-                    ) -> dict[str, np.ndarray]:
+def clip_embeddings(
+    model, tokenizer, test: TestData, progress: bool = True, cache_key: str | None = None
+) -> dict[str, np.ndarray]:
     """world-CLIP embeddings of the test corpus, references and query texts; cached on disk
     under the world's pixel cache when `cache_key` (the weights' sha256) is given."""
     from cir_demo.training.data import cached_array
@@ -110,8 +122,9 @@ def clip_embeddings(model, tokenizer, test: TestData, progress: bool = True, cac
     }
 
 
-def evaluate_world_clip(model, tokenizer, test: TestData, size: str, seed: int, emb: dict | None = None,
-                        progress: bool = True) -> dict:
+def evaluate_world_clip(
+    model, tokenizer, test: TestData, size: str, seed: int, emb: dict | None = None, progress: bool = True
+) -> dict:
     """Caption Recall@10 and the four zero-shot recipes' test metrics."""
     from cir_demo.retrievers import recipes
     from cir_demo.training.world_clip import encode_texts
@@ -121,8 +134,10 @@ def evaluate_world_clip(model, tokenizer, test: TestData, size: str, seed: int, 
     caps = load_test_captions(size=size, seed=seed)
     hit_sets = [{int(h[5:]) for h in caption_hits(c, test.world)} for c in caps]
     cap_emb = encode_texts(model, tokenizer, [c.text for c in caps])
-    out = {"caption_recall@10": round(caption_recall(cap_emb, emb["corpus"], hit_sets), 4),
-           "n_test_captions": len(caps)}
+    out = {
+        "caption_recall@10": round(caption_recall(cap_emb, emb["corpus"], hit_sets), 4),
+        "n_test_captions": len(caps),
+    }
     queries = test.bench.queries
     refs = merged_references(emb["refs"], test.ref_row, queries)
     for short, (recipe, params) in RECIPES.items():
@@ -138,8 +153,9 @@ def rerank_top_block(idx: np.ndarray, margins: np.ndarray) -> np.ndarray:
     return np.take_along_axis(idx, order, axis=1)
 
 
-def evaluate_reranked_fusion(score_fn: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
-                             test: TestData, emb: dict, top_n: int = 20) -> dict:
+def evaluate_reranked_fusion(
+    score_fn: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray], test: TestData, emb: dict, top_n: int = 20
+) -> dict:
     """world-CLIP fusion top-`top_n` before/after reranking with `score_fn(refs (q, r, d) , text_idx (q,),
     cand_idx (q, n)) -> margins (q, n)` (logit_yes - logit_no)."""
     from cir_demo.retrievers import recipes

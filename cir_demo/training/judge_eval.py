@@ -8,6 +8,7 @@
 - reranking: mAP@10 / NegRecall@10 of the fusion and world-CIR top 20 and top 50, before and after
   (ordered as the app and `--eval` order: P(yes) - penalty * P(near)).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,8 +28,12 @@ def judge_scorer(model, tokenize, arch, corpus_feats: np.ndarray, ref_feats: np.
     r2 = torch.from_numpy(ref_feats[[test.ref_row[q.reference_ids[-1]] for q in queries]])
     two = torch.tensor([len(q.reference_ids) > 1 for q in queries])
     memory = model.candidate_memory(torch.from_numpy(corpus_feats))
-    probes = torch.cat([model.encode_query(r1[s:s + 512], r2[s:s + 512], two[s:s + 512], words[s:s + 512])
-                        for s in range(0, len(queries), 512)])
+    probes = torch.cat(
+        [
+            model.encode_query(r1[s : s + 512], r2[s : s + 512], two[s : s + 512], words[s : s + 512])
+            for s in range(0, len(queries), 512)
+        ]
+    )
     ref_props = model.attribute_probs(r1) if model.near is not None else None
 
     def score(idx: np.ndarray, rows: np.ndarray | None = None):
@@ -36,13 +41,14 @@ def judge_scorer(model, tokenize, arch, corpus_feats: np.ndarray, ref_feats: np.
         out = np.zeros(idx.shape, np.float32)
         near = np.zeros(idx.shape, np.float32) if ref_props is not None else None
         for s in range(0, len(idx), 256):
-            c = idx[s:s + 256]
-            q = torch.from_numpy(np.repeat(rows[s:s + 256], c.shape[1]))
-            lg = model.logits(probes[q], memory, torch.from_numpy(c.reshape(-1)),
-                              ref_props[q] if ref_props is not None else None)
-            out[s:s + 256] = (lg[:, 0] - lg[:, 1]).view(c.shape).numpy()
+            c = idx[s : s + 256]
+            q = torch.from_numpy(np.repeat(rows[s : s + 256], c.shape[1]))
+            lg = model.logits(
+                probes[q], memory, torch.from_numpy(c.reshape(-1)), ref_props[q] if ref_props is not None else None
+            )
+            out[s : s + 256] = (lg[:, 0] - lg[:, 1]).view(c.shape).numpy()
             if near is not None:
-                near[s:s + 256] = lg[:, 2].view(c.shape).numpy()
+                near[s : s + 256] = lg[:, 2].view(c.shape).numpy()
         return out, near
 
     return score
@@ -59,8 +65,14 @@ def reliability(p: np.ndarray, y: np.ndarray, bins: int = BINS) -> dict:
             continue
         conf, acc = float(p[m].mean()), float(y[m].mean())
         ece += m.mean() * abs(conf - acc)
-        table.append({"bin": f"{edges[b]:.1f}-{edges[b + 1]:.1f}", "n": int(m.sum()), "mean_p_yes": round(conf, 4),
-                      "observed_relevant": round(acc, 4)})
+        table.append(
+            {
+                "bin": f"{edges[b]:.1f}-{edges[b + 1]:.1f}",
+                "n": int(m.sum()),
+                "mean_p_yes": round(conf, 4),
+                "observed_relevant": round(acc, 4),
+            }
+        )
     return {"bins": table, "ece": round(float(ece), 4), "n_pairs": int(len(p))}
 
 
@@ -74,8 +86,11 @@ def pair_accuracy(score, test, seed: int = 0) -> dict:
         pos = [row_of[c] for c in q.positives if c in row_of]
         neg = [row_of[c] for c in q.negatives if c in row_of]
         refs_and_pos = set(pos) | {row_of.get(r) for r in q.reference_ids}
-        rand = [r for r in rng.choice(len(row_of), 2 * N_PAIRS_PER_KIND, replace=False) if r not in refs_and_pos
-                and r not in neg][:N_PAIRS_PER_KIND]
+        rand = [
+            r
+            for r in rng.choice(len(row_of), 2 * N_PAIRS_PER_KIND, replace=False)
+            if r not in refs_and_pos and r not in neg
+        ][:N_PAIRS_PER_KIND]
         for kind, rows in (("positive", pos), ("near_miss", neg), ("random", rand)):
             for r in rows[:N_PAIRS_PER_KIND]:
                 kinds[kind].append((qi, r))
@@ -90,13 +105,15 @@ def pair_accuracy(score, test, seed: int = 0) -> dict:
             out[kind]["said_near_miss"] = round(float((near[:, 0] > 0).mean()), 4)
         for s, r in zip((subs[i] for i in arr[:, 0]), right):
             per_sub.setdefault(s, {}).setdefault(kind, []).append(bool(r))
-    out["by_subcategory"] = {s: {k: round(float(np.mean(v)), 4) for k, v in sorted(d.items())}
-                             for s, d in sorted(per_sub.items())}
+    out["by_subcategory"] = {
+        s: {k: round(float(np.mean(v)), 4) for k, v in sorted(d.items())} for s, d in sorted(per_sub.items())
+    }
     return out
 
 
-def held_out_judge(model, tokenize, arch, size: str, seed: int, clip_dir, clip_manifest, progress: bool,
-                   near_penalty: float = 0.0) -> dict:
+def held_out_judge(
+    model, tokenize, arch, size: str, seed: int, clip_dir, clip_manifest, progress: bool, near_penalty: float = 0.0
+) -> dict:
     from safetensors.torch import load_file
 
     from cir_demo.paths import REPO_ROOT
@@ -112,12 +129,15 @@ def held_out_judge(model, tokenize, arch, size: str, seed: int, clip_dir, clip_m
     ref_feats = patch_features(model.image, test.ref_pixels)
     score = judge_scorer(model, tokenize, arch, corpus_feats, ref_feats, test)
     clip_model, clip_tok, _ = load_world_clip(clip_dir, clip_manifest["model_name"])
-    emb = ev.clip_embeddings(clip_model, clip_tok, test, progress,
-                             cache_key=clip_manifest["files"]["world_clip.safetensors"][:16])
+    emb = ev.clip_embeddings(
+        clip_model, clip_tok, test, progress, cache_key=clip_manifest["files"]["world_clip.safetensors"][:16]
+    )
     queries = test.bench.queries
-    first_stage = {"world-clip-fusion": recipes.combine("early_fusion", {"text_weight": 0.8},
-                                                        ev.merged_references(emb["refs"], test.ref_row, queries),
-                                                        emb["texts"])}
+    first_stage = {
+        "world-clip-fusion": recipes.combine(
+            "early_fusion", {"text_weight": 0.8}, ev.merged_references(emb["refs"], test.ref_row, queries), emb["texts"]
+        )
+    }
     cir_weights = REPO_ROOT / "assets" / "world-cir" / "world_cir.safetensors"
     if cir_weights.is_file():
         a, b = reference_pairs(emb["refs"], test.ref_row, queries)
@@ -130,13 +150,19 @@ def held_out_judge(model, tokenize, arch, size: str, seed: int, clip_dir, clip_m
         for n in (20, 50):
             idx = idx50[:, :n]
             before = ev.run_metrics(ev.run_from_topk(queries, test.bench.corpus_ids, idx), queries)
-            after = ev.run_metrics(ev.run_from_topk(queries, test.bench.corpus_ids,
-                                                    ev.rerank_top_block(idx, keys50[:, :n])), queries)
+            after = ev.run_metrics(
+                ev.run_from_topk(queries, test.bench.corpus_ids, ev.rerank_top_block(idx, keys50[:, :n])), queries
+            )
             rerank[f"{name} top {n}"] = {"before": before, "after": after}
         pos = [set(q.positives) for q in queries]
         cal_p.append(1.0 / (1.0 + np.exp(-margins50[:, :20].reshape(-1))))
-        cal_y.append(np.array([test.bench.corpus_ids[c] in pos[i] for i, row in enumerate(idx50[:, :20]) for c in row],
-                              dtype=float))
-    return {"pairs": pair_accuracy(score, test, seed),
-            "calibration_top20": reliability(np.concatenate(cal_p), np.concatenate(cal_y)),
-            "rerank": rerank}
+        cal_y.append(
+            np.array(
+                [test.bench.corpus_ids[c] in pos[i] for i, row in enumerate(idx50[:, :20]) for c in row], dtype=float
+            )
+        )
+    return {
+        "pairs": pair_accuracy(score, test, seed),
+        "calibration_top20": reliability(np.concatenate(cal_p), np.concatenate(cal_y)),
+        "rerank": rerank,
+    }

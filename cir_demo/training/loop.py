@@ -1,4 +1,5 @@
 """What the three world-model trainers share: the step plan and the learning-rate schedule."""
+
 from __future__ import annotations
 
 import math

@@ -5,6 +5,7 @@ evaluate on the held-out test split, write weights + manifest atomically.
 calls it. A model's own training loop lives in its module (world_clip, world_cir, world_judge);
 this module wires data, loops, held-out evaluation and the manifest together.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,16 +37,22 @@ def train(model: str, out: str, clip: str, threads: int = 2, from_judge: str | N
         return train_clip_command(out=out_dir, **kw)
     if model == "world-cir":
         return train_cir_command(out=out_dir, clip_dir=clip_dir, clip_ref=clip, **kw)
-    return train_verifier_command(out=out_dir, clip_dir=clip_dir, clip_ref=clip,
-                                  from_judge=resolve_path(from_judge) if from_judge else None, **kw)
+    return train_verifier_command(
+        out=out_dir, clip_dir=clip_dir, clip_ref=clip, from_judge=resolve_path(from_judge) if from_judge else None, **kw
+    )
 
 
 # --------------------------------------------------------------------------- shared
 def hardware() -> dict:
     import torch
 
-    return {"cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version()}
+    return {
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def _convert(name: str, current, value):
@@ -92,8 +99,12 @@ def _write_manifest(out: Path, manifest: dict) -> dict:
 
 
 def _world_block(train, size: str, seed: int) -> dict:
-    return {"size": size, "seed": seed, "checksum": train.world.manifest["checksum"],
-            "generator_version": train.world.manifest.get("generator_version")}
+    return {
+        "size": size,
+        "seed": seed,
+        "checksum": train.world.manifest["checksum"],
+        "generator_version": train.world.manifest.get("generator_version"),
+    }
 
 
 def manifest_clip_sha(clip_manifest: dict) -> str:
@@ -122,8 +133,7 @@ def _clip_train_embeddings(clip_dir: Path, train, progress: bool):
     return model, tokenizer, img, text_fn, clip_manifest
 
 
-def _train_on_clip_features(size, seed, data_seed, clip_dir: Path, cfg, train_fn, progress: bool,
-                            train_kwargs=None):
+def _train_on_clip_features(size, seed, data_seed, clip_dir: Path, cfg, train_fn, progress: bool, train_kwargs=None):
     """Train a head (world-CIR, verifier) on frozen world-CLIP features of the train split:
     (train, start time, clip model, tokenizer, clip manifest, intent examples, model, info).
     `train_kwargs(clip_model, tokenizer) -> dict` adds keyword arguments to `train_fn`."""
@@ -139,17 +149,40 @@ def _train_on_clip_features(size, seed, data_seed, clip_dir: Path, cfg, train_fn
     return train, t0, clip_model, tokenizer, clip_manifest, examples, model, info
 
 
-def _head_manifest(name: str, description: str, clip_ref: str, clip_manifest: dict, train, size, seed, data_seed,
-                   info: dict, t0: float, examples, weights: Path, held_out: dict, **extra) -> dict:
+def _head_manifest(
+    name: str,
+    description: str,
+    clip_ref: str,
+    clip_manifest: dict,
+    train,
+    size,
+    seed,
+    data_seed,
+    info: dict,
+    t0: float,
+    examples,
+    weights: Path,
+    held_out: dict,
+    **extra,
+) -> dict:
     from cir_demo.utils.io import sha256_file
 
     return {
-        "format": MANIFEST_FORMAT, "model": name, "description": description, **extra,
-        "clip": {"path": clip_ref, "weights_sha256": clip_manifest["files"]["world_clip.safetensors"],
-                 "model_name": clip_manifest["model_name"]},
-        "world": _world_block(train, size, seed), "data_seed": data_seed,
+        "format": MANIFEST_FORMAT,
+        "model": name,
+        "description": description,
+        **extra,
+        "clip": {
+            "path": clip_ref,
+            "weights_sha256": clip_manifest["files"]["world_clip.safetensors"],
+            "model_name": clip_manifest["model_name"],
+        },
+        "world": _world_block(train, size, seed),
+        "data_seed": data_seed,
         "training": {**info, "wall_seconds": round(time.time() - t0, 1), "n_intents": len(examples)},
-        "hardware": hardware(), "files": {weights.name: sha256_file(weights)}, "held_out": held_out,
+        "hardware": hardware(),
+        "files": {weights.name: sha256_file(weights)},
+        "held_out": held_out,
         "held_out_note": "test split only (never used for training or model selection)",
     }
 
@@ -164,8 +197,18 @@ def _save_weights(model, weights: Path, metadata: dict) -> None:
 
 
 # --------------------------------------------------------------------------- world-CLIP
-def train_clip_command(size, seed, data_seed, epochs, max_steps, out: Path, evaluate=True, progress=True,
-                       model_name: str | None = None, overrides: dict | None = None) -> dict:
+def train_clip_command(
+    size,
+    seed,
+    data_seed,
+    epochs,
+    max_steps,
+    out: Path,
+    evaluate=True,
+    progress=True,
+    model_name: str | None = None,
+    overrides: dict | None = None,
+) -> dict:
     from cir_demo.paths import REPO_ROOT
     from cir_demo.training import evaluate as ev
     from cir_demo.models.preprocess import PREPROCESS
@@ -191,27 +234,46 @@ def train_clip_command(size, seed, data_seed, epochs, max_steps, out: Path, eval
         emb = ev.clip_embeddings(model, tokenizer, test, progress, cache_key=files["world_clip.safetensors"][:16])
         held_out = ev.evaluate_world_clip(model, tokenizer, test, size, seed, emb, progress=progress)
     manifest = {
-        "format": MANIFEST_FORMAT, "model": "world-clip", "model_name": model_name,
+        "format": MANIFEST_FORMAT,
+        "model": "world-clip",
+        "model_name": model_name,
         "description": "world-CLIP: small open_clip ViT (64 px, patch 8) + word-level text transformer, "
-                       "trained from scratch on the world's train captions (multi-positive CLIP loss)",
-        "architecture": arch, "preprocess": PREPROCESS, "world": _world_block(train, size, seed), "data_seed": data_seed,
+        "trained from scratch on the world's train captions (multi-positive CLIP loss)",
+        "architecture": arch,
+        "preprocess": PREPROCESS,
+        "world": _world_block(train, size, seed),
+        "data_seed": data_seed,
         "training": {**info, "wall_seconds": round(time.time() - t0, 1), "n_train_images": len(train.image_ids)},
-        "hardware": hardware(), "files": files, "held_out": held_out,
+        "hardware": hardware(),
+        "files": files,
+        "held_out": held_out,
         "held_out_note": "test split only (never used for training or model selection)",
     }
     return _write_manifest(out, manifest)
 
 
 # --------------------------------------------------------------------------- world-CIR
-def train_cir_command(size, seed, data_seed, epochs, max_steps, out: Path, clip_dir: Path, clip_ref: str,
-                      evaluate=True, progress=True, overrides: dict | None = None) -> dict:
+def train_cir_command(
+    size,
+    seed,
+    data_seed,
+    epochs,
+    max_steps,
+    out: Path,
+    clip_dir: Path,
+    clip_ref: str,
+    evaluate=True,
+    progress=True,
+    overrides: dict | None = None,
+) -> dict:
     from cir_demo.training import evaluate as ev
     from cir_demo.models.world_cir import combine_numpy
     from cir_demo.training.world_cir import WEIGHTS_NAME, WorldCirConfig, reference_pairs, train_world_cir
 
     cfg = _override(WorldCirConfig(seed=data_seed), overrides, epochs=epochs, max_steps=max_steps)
     train, t0, clip_model, tokenizer, clip_manifest, examples, model, info = _train_on_clip_features(
-        size, seed, data_seed, clip_dir, cfg, train_world_cir, progress)
+        size, seed, data_seed, clip_dir, cfg, train_world_cir, progress
+    )
     weights = out / WEIGHTS_NAME
     _save_weights(model, weights, {"format": "cir_demo.world_cir/1"})
     held_out = {}
@@ -226,12 +288,34 @@ def train_cir_command(size, seed, data_seed, epochs, max_steps, out: Path, clip_
         cir = ev.run_metrics(ev.run_from_topk(queries, test.bench.corpus_ids, idx), queries)
         recipes_only = {k: v for k, v in clip_metrics.items() if k.startswith("world-clip-")}
         best_name = max(recipes_only, key=lambda k: recipes_only[k]["mAP@10"])
-        held_out = {"world-cir": cir, **recipes_only, "best_zero_shot_recipe": best_name,
-                    "beats_best_zero_shot": bool(cir["mAP@10"] > recipes_only[best_name]["mAP@10"])}
-    description = ("world-CIR: Combiner over frozen world-CLIP features (gated ref/text sum + MLP residual), "
-                   "full-train-gallery multi-positive softmax + near-miss hard negatives")
-    return _write_manifest(out, _head_manifest("world-cir", description, clip_ref, clip_manifest, train, size, seed,
-                                               data_seed, info, t0, examples, weights, held_out))
+        held_out = {
+            "world-cir": cir,
+            **recipes_only,
+            "best_zero_shot_recipe": best_name,
+            "beats_best_zero_shot": bool(cir["mAP@10"] > recipes_only[best_name]["mAP@10"]),
+        }
+    description = (
+        "world-CIR: Combiner over frozen world-CLIP features (gated ref/text sum + MLP residual), "
+        "full-train-gallery multi-positive softmax + near-miss hard negatives"
+    )
+    return _write_manifest(
+        out,
+        _head_manifest(
+            "world-cir",
+            description,
+            clip_ref,
+            clip_manifest,
+            train,
+            size,
+            seed,
+            data_seed,
+            info,
+            t0,
+            examples,
+            weights,
+            held_out,
+        ),
+    )
 
 
 # --------------------------------------------------------------------------- world verifier (the world judge)
@@ -286,9 +370,20 @@ def fusion_first_stage(examples, img, text_fn, k: int):
     return out
 
 
-def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, clip_dir: Path, clip_ref: str,
-                           evaluate=True, progress=True, overrides: dict | None = None,
-                           from_judge: Path | None = None) -> dict:
+def train_verifier_command(
+    size,
+    seed,
+    data_seed,
+    epochs,
+    max_steps,
+    out: Path,
+    clip_dir: Path,
+    clip_ref: str,
+    evaluate=True,
+    progress=True,
+    overrides: dict | None = None,
+    from_judge: Path | None = None,
+) -> dict:
     """The world judge: stage 1 (CNN on train attributes), stage 2 (the judge on train intents), calibration,
     stage 3 (the near-miss answer and its ranking penalty). world-CLIP only picks training candidates (what
     a first stage shows); the judge never reads it. `from_judge`: keep that judge's stages 1-2 (its
@@ -298,12 +393,19 @@ def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, 
     from cir_demo.models.world_judge import encode_words, load_tokenizer
     from cir_demo.retrievers.base import render_markers
     from cir_demo.training.data import intent_examples, world_pixels
-    from cir_demo.training.world_judge import (JudgeData, JudgeTrainConfig, patch_features, train_attribute_reader,
-                                               train_judge, train_near_head)
+    from cir_demo.training.world_judge import (
+        JudgeData,
+        JudgeTrainConfig,
+        patch_features,
+        train_attribute_reader,
+        train_judge,
+        train_near_head,
+    )
     from cir_demo.world.loader import load_train
 
-    cfg = _override(JudgeTrainConfig(seed=data_seed), overrides, epochs=epochs, max_steps=max_steps,
-                    cnn_max_steps=max_steps)
+    cfg = _override(
+        JudgeTrainConfig(seed=data_seed), overrides, epochs=epochs, max_steps=max_steps, cnn_max_steps=max_steps
+    )
     if max_steps is not None:  # --max-steps caps every stage (a smoke run), the attribute reader too
         cfg.near_steps, cfg.attr_steps = min(cfg.near_steps, max_steps), min(cfg.attr_steps, max_steps)
     train = load_train(size=size, seed=seed)
@@ -315,8 +417,9 @@ def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, 
         p.requires_grad_(False)
     feats = patch_features(model.image, pixels, progress=progress, desc="judge features of the train images")
     if from_judge is None:
-        attr_info = train_attribute_reader(model, feats, train.scenes, steps=cfg.attr_steps, seed=cfg.seed,
-                                           progress=progress)
+        attr_info = train_attribute_reader(
+            model, feats, train.scenes, steps=cfg.attr_steps, seed=cfg.seed, progress=progress
+        )
     _, _, img, text_fn, clip_manifest = _clip_train_embeddings(clip_dir, train, progress)
     examples = intent_examples(train, seed=data_seed)
     fs = fusion_first_stage(examples, img, text_fn, cfg.first_stage_k)
@@ -330,7 +433,7 @@ def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, 
         training = {**earlier, "attribute_reader": attr_info, "stage2_judge": info}
     else:
         training = _stages_1_2_from(from_judge, earlier)
-    penalty, near_info = (train_near_head(model, data, fs, cfg, progress) if arch.near_head else (0.0, None))
+    penalty, near_info = train_near_head(model, data, fs, cfg, progress) if arch.near_head else (0.0, None)
     if near_info is not None:
         training["stage3_near_miss"] = near_info
     weights = _save_judge(model, out, tokenizer_src)
@@ -339,11 +442,16 @@ def train_verifier_command(size, seed, data_seed, epochs, max_steps, out: Path, 
         from cir_demo.training.judge_eval import held_out_judge
 
         with torch.inference_mode():
-            held_out = held_out_judge(model, tokenize, arch, size, seed, clip_dir, clip_manifest, progress,
-                                      near_penalty=penalty)
+            held_out = held_out_judge(
+                model, tokenize, arch, size, seed, clip_dir, clip_manifest, progress, near_penalty=penalty
+            )
     training.update({"wall_seconds": round(time.time() - t0, 1), "n_intents": len(examples)})
-    return _write_manifest(out, _judge_manifest(arch, penalty, clip_ref, clip_manifest, cfg, train, size, seed,
-                                                data_seed, training, weights, held_out))
+    return _write_manifest(
+        out,
+        _judge_manifest(
+            arch, penalty, clip_ref, clip_manifest, cfg, train, size, seed, data_seed, training, weights, held_out
+        ),
+    )
 
 
 def _starting_judge(train, pixels, clip_dir: Path, cfg, from_judge: Path | None, progress: bool):
@@ -358,8 +466,14 @@ def _starting_judge(train, pixels, clip_dir: Path, cfg, from_judge: Path | None,
         model, arch, earlier = _earlier_judge(from_judge, train, cfg)
         return model, arch, from_judge / TOKENIZER_FILE, earlier["training"]
     tokenizer_src = clip_dir / "tokenizer" / "tokenizer.json"
-    arch = JudgeArch(**{**cfg.arch, "near_head": cfg.near_head, "vocab_size": load_tokenizer(tokenizer_src).get_vocab_size(),
-                        "attr_classes": tuple(attribute_targets(train.scenes)[1])})
+    arch = JudgeArch(
+        **{
+            **cfg.arch,
+            "near_head": cfg.near_head,
+            "vocab_size": load_tokenizer(tokenizer_src).get_vocab_size(),
+            "attr_classes": tuple(attribute_targets(train.scenes)[1]),
+        }
+    )
     cnn, cnn_info = _judge_cnn(train, pixels, arch, cfg, progress)
     model = build_judge(arch)
     model.image.load_state_dict(cnn.state_dict())
@@ -373,8 +487,10 @@ def _stages_1_2_from(folder: Path, earlier_training: dict) -> dict:
     from cir_demo.training.world_judge import WEIGHTS_NAME
 
     training = {k: v for k, v in earlier_training.items() if k in ("stage1_cnn", "attribute_reader", "stage2_judge")}
-    training["stages_1_2_from"] = {"manifest": _repo_relative(folder / "manifest.json"),
-                                   "weights_sha256": file_record(folder / WEIGHTS_NAME)["sha256"]}
+    training["stages_1_2_from"] = {
+        "manifest": _repo_relative(folder / "manifest.json"),
+        "weights_sha256": file_record(folder / WEIGHTS_NAME)["sha256"],
+    }
     return training
 
 
@@ -395,24 +511,47 @@ def _save_judge(model, out: Path, tokenizer_src: Path) -> Path:
     return weights
 
 
-def _judge_manifest(arch, penalty: float, clip_ref: str, clip_manifest: dict, cfg, train, size, seed, data_seed,
-                    training: dict, weights: Path, held_out: dict) -> dict:
+def _judge_manifest(
+    arch,
+    penalty: float,
+    clip_ref: str,
+    clip_manifest: dict,
+    cfg,
+    train,
+    size,
+    seed,
+    data_seed,
+    training: dict,
+    weights: Path,
+    held_out: dict,
+) -> dict:
     from cir_demo.integrity import file_record
     from cir_demo.models.preprocess import PREPROCESS
     from cir_demo.rerank.world_verifier import DESCRIPTION, TOKENIZER_FILE
 
     return {
-        "format": MANIFEST_FORMAT, "model": "world-verifier", "description": DESCRIPTION,
-        "architecture": arch.to_json(), "preprocess": PREPROCESS,
-        "ranking": {"near_miss_penalty": penalty,
-                    "key": "P(yes) - near_miss_penalty * P(near miss)" if arch.near_head else "P(yes)"},
-        "first_stage_for_training": {"clip": clip_ref, "weights_sha256": clip_manifest["files"]["world_clip.safetensors"],
-                                     "recipe": "early_fusion text_weight 0.8", "k": cfg.first_stage_k},
-        "world": _world_block(train, size, seed), "data_seed": data_seed,
+        "format": MANIFEST_FORMAT,
+        "model": "world-verifier",
+        "description": DESCRIPTION,
+        "architecture": arch.to_json(),
+        "preprocess": PREPROCESS,
+        "ranking": {
+            "near_miss_penalty": penalty,
+            "key": "P(yes) - near_miss_penalty * P(near miss)" if arch.near_head else "P(yes)",
+        },
+        "first_stage_for_training": {
+            "clip": clip_ref,
+            "weights_sha256": clip_manifest["files"]["world_clip.safetensors"],
+            "recipe": "early_fusion text_weight 0.8",
+            "k": cfg.first_stage_k,
+        },
+        "world": _world_block(train, size, seed),
+        "data_seed": data_seed,
         "training": training,
         "hardware": hardware(),
         "files": {weights.name: file_record(weights), TOKENIZER_FILE: file_record(weights.parent / TOKENIZER_FILE)},
-        "held_out": held_out, "held_out_note": "test split only (never used for training or model selection)",
+        "held_out": held_out,
+        "held_out_note": "test split only (never used for training or model selection)",
     }
 
 
@@ -437,13 +576,17 @@ def _earlier_judge(folder: Path, train, cfg):
 
     earlier, _ = read_judge_manifest(folder / WEIGHTS_NAME)
     if earlier.get("world", {}).get("checksum") != train.world.manifest["checksum"]:
-        raise SystemExit(f"--from-judge {folder}: trained on another world "
-                         f"({earlier.get('world', {}).get('checksum')}), not {train.world.manifest['checksum']}")
+        raise SystemExit(
+            f"--from-judge {folder}: trained on another world "
+            f"({earlier.get('world', {}).get('checksum')}), not {train.world.manifest['checksum']}"
+        )
     arch = replace(JudgeArch.from_json(earlier["architecture"]), near_head=cfg.near_head)
     model = build_judge(arch)
     state = {k: v for k, v in load_file(str(folder / WEIGHTS_NAME)).items() if not k.startswith("near.")}
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or any(not k.startswith("near.") for k in missing):
-        raise SystemExit(f"--from-judge {folder}: weights do not fit the architecture "
-                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+        raise SystemExit(
+            f"--from-judge {folder}: weights do not fit the architecture "
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
     return model.eval(), arch, earlier

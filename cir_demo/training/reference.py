@@ -12,6 +12,7 @@ each query.
 
     python -m cir_demo train world-clip --record-reference   # after retraining a model
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,10 @@ from pathlib import Path
 import numpy as np
 
 SLICE = {"size": "default", "seed": 0, "intents": 12, "corpus": 96, "judged": 3, "top": 5, "rerank_top": 10}
-RETRIEVERS = {"world-clip": ("world-clip-image", "world-clip-text", "world-clip-fusion", "world-clip-slerp"),
-              "world-cir": ("world-cir",)}
+RETRIEVERS = {
+    "world-clip": ("world-clip-image", "world-clip-text", "world-clip-fusion", "world-clip-slerp"),
+    "world-cir": ("world-cir",),
+}
 FIRST_STAGE = "world-clip-fusion"  # the verifier reranks its top `rerank_top`
 FILE = "reference.json"
 TOLERANCE = 1e-4  # float noise (another BLAS, thread count); a retrained weight moves scores by far more
@@ -52,8 +55,10 @@ def world_slice(spec: dict = SLICE) -> WorldSlice:
 def _composed(sl: WorldSlice):
     from cir_demo.retrievers.base import ComposedQuery
 
-    return [ComposedQuery(tuple(sl.images[r] for r in q.reference_ids), q.instruction, q.query_id, q.reference_ids)
-            for q in sl.queries]
+    return [
+        ComposedQuery(tuple(sl.images[r] for r in q.reference_ids), q.instruction, q.query_id, q.reference_ids)
+        for q in sl.queries
+    ]
 
 
 def ranked(retriever, sl: WorldSlice) -> tuple[np.ndarray, np.ndarray]:
@@ -69,8 +74,10 @@ def retriever_numbers(retriever, sl: WorldSlice, top: int) -> dict:
 
     order, scores = ranked(retriever, sl)
     run = {q.query_id: [sl.corpus_ids[j] for j in row[:10]] for q, row in zip(sl.queries, order)}
-    per_query = {q.query_id: {"ids": [sl.corpus_ids[j] for j in row[:top]], "scores": _rounded(s[:top])}
-                 for q, row, s in zip(sl.queries, order, scores)}
+    per_query = {
+        q.query_id: {"ids": [sl.corpus_ids[j] for j in row[:top]], "scores": _rounded(s[:top])}
+        for q, row, s in zip(sl.queries, order, scores)
+    }
     metrics, _ = evaluate(run, sl.queries)
     return {**{k: round(float(metrics[k]), 6) for k in ("mAP@10", "NegRecall@10")}, "queries": per_query}
 
@@ -85,8 +92,11 @@ def verifier_numbers(reranker, candidates: dict[str, list[str]], sl: WorldSlice)
         request = RerankRequest(tuple(sl.images[r] for r in q.reference_ids), q.reference_ids, q.instruction)
         scores = reranker.score(request, ids, [sl.images[i] for i in ids])
         # the margin, not P(yes): P(yes) of a clear no rounds to 0 and would hide a change
-        out[q.query_id] = {"ids": ids, "margin": _rounded([s.logit_yes - s.logit_no for s in scores]),
-                           "p_near": _rounded([s.p_near for s in scores])}
+        out[q.query_id] = {
+            "ids": ids,
+            "margin": _rounded([s.logit_yes - s.logit_no for s in scores]),
+            "p_near": _rounded([s.p_near for s in scores]),
+        }
     return {"first_stage": FIRST_STAGE, "queries": out}
 
 
@@ -94,8 +104,13 @@ def _rounded(values) -> list[float]:
     return [round(float(v), 6) for v in values]
 
 
-def reference_numbers(model: str, sl: WorldSlice, spec: dict = SLICE, loaded: dict | None = None,
-                      candidates: dict[str, list[str]] | None = None) -> dict:
+def reference_numbers(
+    model: str,
+    sl: WorldSlice,
+    spec: dict = SLICE,
+    loaded: dict | None = None,
+    candidates: dict[str, list[str]] | None = None,
+) -> dict:
     """The numbers of committed world model `model` on the slice. `loaded`: name -> an already
     loaded retriever or reranker to use instead of loading it (tests pass modified copies).
     `candidates` (the verifier): query id -> the ids to score, as recorded (a first-stage tie
@@ -108,15 +123,16 @@ def reference_numbers(model: str, sl: WorldSlice, spec: dict = SLICE, loaded: di
 
     def get(name):
         if name not in loaded:
-            loaded[name] = (load_reranker(name) if name == "world-verifier" else load_retriever(name, device="cpu"))
+            loaded[name] = load_reranker(name) if name == "world-verifier" else load_retriever(name, device="cpu")
         return loaded[name]
 
     if model in RETRIEVERS:
         return {name: retriever_numbers(get(name), sl, spec["top"]) for name in RETRIEVERS[model]}
     if candidates is None:
         order, _ = ranked(get(FIRST_STAGE), sl)
-        candidates = {q.query_id: [sl.corpus_ids[j] for j in row[: spec["rerank_top"]]]
-                      for q, row in zip(sl.queries, order)}
+        candidates = {
+            q.query_id: [sl.corpus_ids[j] for j in row[: spec["rerank_top"]]] for q, row in zip(sl.queries, order)
+        }
     return {"world-verifier": verifier_numbers(get("world-verifier"), candidates, sl)}
 
 
@@ -133,8 +149,9 @@ def record_reference(model: str, sl: WorldSlice | None = None) -> Path:
     manifest = json.loads((reference_path(model).parent / "manifest.json").read_text(encoding="utf-8"))
     numbers = reference_numbers(model, sl or world_slice())
     path = reference_path(model)
-    write_json_atomic(path, {"model": model, "slice": SLICE, "files": manifest["files"], "tolerance": TOLERANCE,
-                             "numbers": numbers})
+    write_json_atomic(
+        path, {"model": model, "slice": SLICE, "files": manifest["files"], "tolerance": TOLERANCE, "numbers": numbers}
+    )
     return path
 
 
@@ -162,8 +179,9 @@ def differences(expected, got, tolerance: float = TOLERANCE, where: str = "") ->
         if set(expected) != set(got):
             return [f"{where}: keys {sorted(expected)} != {sorted(got)}"]
         if "ids" in expected and "scores" in expected:
-            return (differences(expected["scores"], got["scores"], tolerance, f"{where}.scores")
-                    + id_differences(expected["ids"], expected["scores"], got["ids"], tolerance, f"{where}.ids"))
+            return differences(expected["scores"], got["scores"], tolerance, f"{where}.scores") + id_differences(
+                expected["ids"], expected["scores"], got["ids"], tolerance, f"{where}.ids"
+            )
         return [d for k in expected for d in differences(expected[k], got[k], tolerance, f"{where}.{k}")]
     if isinstance(expected, list) and isinstance(got, list):
         if len(expected) != len(got):

@@ -8,6 +8,7 @@ intent), which contains all in-batch negatives, plus a softmax over the target a
 intent's near misses (train images breaking exactly one constraint: the hard negatives).
 A held-out 10% of *train* intents picks the epoch count; the test split is never seen.
 """
+
 from __future__ import annotations
 
 import math
@@ -126,7 +127,7 @@ def train_world_cir(examples, img_emb: np.ndarray, text_emb_fn, cfg: WorldCirCon
     for step in it:
         if pos >= len(order):
             order, pos = rng.permutation(len(rows)), 0
-        batch = rows[order[pos:pos + cfg.batch_size]]
+        batch = rows[order[pos : pos + cfg.batch_size]]
         pos += cfg.batch_size
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total, cfg.lr)
@@ -146,7 +147,13 @@ def train_world_cir(examples, img_emb: np.ndarray, text_emb_fn, cfg: WorldCirCon
                 best = (score, {k: v.detach().clone() for k, v in model.state_dict().items()}, len(history))
     model.load_state_dict(best[1])
     model.eval()
-    info = {"steps": total, "train_seconds": round(time.time() - t0, 1), "val_mAP@10_noNeg_by_epoch": history,
-            "best_epoch": best[2], "n_train_intents": len(tr_ex), "n_val_intents": len(val_ex),
-            "config": asdict(cfg)}
+    info = {
+        "steps": total,
+        "train_seconds": round(time.time() - t0, 1),
+        "val_mAP@10_noNeg_by_epoch": history,
+        "best_epoch": best[2],
+        "n_train_intents": len(tr_ex),
+        "n_val_intents": len(val_ex),
+        "config": asdict(cfg),
+    }
     return model, info

@@ -14,6 +14,7 @@ The saved files are exactly what the open_clip retriever adapter loads:
 `<out>/model_config.json`, `<out>/tokenizer/`, `<out>/world_clip.safetensors` + its
 preprocessing sidecar, and `<out>/manifest.json`.
 """
+
 from __future__ import annotations
 
 import json
@@ -85,8 +86,9 @@ def build_tokenizer(texts: Sequence[str], out_dir: Path) -> int:
     tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.post_processor = processors.TemplateProcessing(single=f"$A {EOS}", special_tokens=[(EOS, 2)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, unk_token=UNK, eos_token=EOS,
-                                   model_max_length=512)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token=PAD, unk_token=UNK, eos_token=EOS, model_max_length=512
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(str(out_dir))
     return len(vocab)
@@ -96,12 +98,26 @@ def model_config(cfg: WorldClipConfig, vocab_size: int, tokenizer_path: str) -> 
     """The open_clip architecture config (JSON-able)."""
     return {
         "embed_dim": cfg.embed_dim,
-        "vision_cfg": {"image_size": PREPROCESS["size"], "patch_size": 8, "width": cfg.image_width,
-                       "layers": cfg.image_layers, "head_width": 32, "mlp_ratio": 4.0,
-                       "patch_dropout": cfg.patch_dropout},
-        "text_cfg": {"context_length": cfg.context_length, "vocab_size": vocab_size, "width": cfg.text_width,
-                     "heads": cfg.text_width // 32, "layers": cfg.text_layers, "hf_tokenizer_name": tokenizer_path,
-                     "pool_type": "eos", "eos_id": 2, "pad_id": 0},
+        "vision_cfg": {
+            "image_size": PREPROCESS["size"],
+            "patch_size": 8,
+            "width": cfg.image_width,
+            "layers": cfg.image_layers,
+            "head_width": 32,
+            "mlp_ratio": 4.0,
+            "patch_dropout": cfg.patch_dropout,
+        },
+        "text_cfg": {
+            "context_length": cfg.context_length,
+            "vocab_size": vocab_size,
+            "width": cfg.text_width,
+            "heads": cfg.text_width // 32,
+            "layers": cfg.text_layers,
+            "hf_tokenizer_name": tokenizer_path,
+            "pool_type": "eos",
+            "eos_id": 2,
+            "pad_id": 0,
+        },
     }
 
 
@@ -117,8 +133,9 @@ def create_model(model_name: str, arch: dict):
 
 
 # --------------------------------------------------------------------------- encoding helpers
-def encode_pixels(model, pixels_uint8: np.ndarray, batch_size: int = 512, progress: bool = False,
-                  desc: str = "encode images") -> np.ndarray:
+def encode_pixels(
+    model, pixels_uint8: np.ndarray, batch_size: int = 512, progress: bool = False, desc: str = "encode images"
+) -> np.ndarray:
     """(n, dim) float32 unit rows from uint8 model-input pixels."""
     import torch
 
@@ -133,7 +150,7 @@ def encode_pixels(model, pixels_uint8: np.ndarray, batch_size: int = 512, progre
     model.eval()
     with torch.inference_mode():
         for s in starts:
-            x = normalize_pixels(pixels_uint8[s:s + batch_size])
+            x = normalize_pixels(pixels_uint8[s : s + batch_size])
             out.append(torch.nn.functional.normalize(model.encode_image(x).float(), dim=-1).numpy())
     dim = model.text_projection.shape[1] if hasattr(model, "text_projection") else None
     return np.concatenate(out) if out else np.zeros((0, dim or 0), np.float32)
@@ -147,7 +164,7 @@ def encode_texts(model, tokenizer, texts: Sequence[str], batch_size: int = 1024)
     model.eval()
     with torch.inference_mode():
         for s in range(0, len(texts), batch_size):
-            tokens = tokenizer(list(texts[s:s + batch_size]))
+            tokens = tokenizer(list(texts[s : s + batch_size]))
             out.append(torch.nn.functional.normalize(model.encode_text(tokens).float(), dim=-1).numpy())
     return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
 
@@ -172,8 +189,27 @@ def multi_positive_clip_loss(img_emb, txt_emb, logit_scale, caption_ids):
 # --------------------------------------------------------------------------- auxiliary attribute heads
 # Scene attributes the image heads predict: everything a query may ask about or keep (the nuisance
 # `hair` and the layout seed `variant` are left out).
-AUX_FIELDS = ("domain", "type", "color", "pattern", "material", "shape", "count", "secondary", "relation",
-              "hat", "bag", "glasses", "pose", "skin_tone", "view", "style", "place", "time", "weather")
+AUX_FIELDS = (
+    "domain",
+    "type",
+    "color",
+    "pattern",
+    "material",
+    "shape",
+    "count",
+    "secondary",
+    "relation",
+    "hat",
+    "bag",
+    "glasses",
+    "pose",
+    "skin_tone",
+    "view",
+    "style",
+    "place",
+    "time",
+    "weather",
+)
 
 
 def attribute_targets(scenes: np.ndarray, fields: Sequence[str] = AUX_FIELDS) -> tuple[np.ndarray, list[int]]:
@@ -241,7 +277,11 @@ def _aux_supervision(train, cfg: WorldClipConfig, n: int):
     codes, sizes = attribute_targets(train.scenes)
     if codes.shape[0] != n:
         raise ValueError(f"world-CLIP training: {codes.shape[0]} train scenes for {n} train images")
-    return build_aux_heads(cfg.embed_dim, sizes), torch.from_numpy(codes), attribute_weights(AUX_FIELDS, cfg.aux_identity_weight)
+    return (
+        build_aux_heads(cfg.embed_dim, sizes),
+        torch.from_numpy(codes),
+        attribute_weights(AUX_FIELDS, cfg.aux_identity_weight),
+    )
 
 
 def _optimizer(model, heads, cfg: WorldClipConfig):
@@ -256,8 +296,15 @@ def _optimizer(model, heads, cfg: WorldClipConfig):
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6)
 
 
-def train_world_clip(train, pixels: np.ndarray, out_dir: Path, cfg: WorldClipConfig,
-                     model_name: str = MODEL_NAME, tokenizer_ref: str | None = None, progress: bool = True):
+def train_world_clip(
+    train,
+    pixels: np.ndarray,
+    out_dir: Path,
+    cfg: WorldClipConfig,
+    model_name: str = MODEL_NAME,
+    tokenizer_ref: str | None = None,
+    progress: bool = True,
+):
     """Train world-CLIP on `train` (TrainSplit) with `pixels` (uint8, rows = train.image_ids).
 
     Writes the tokenizer and model config into `out_dir` and returns (model, tokenizer, arch, info).
@@ -291,7 +338,7 @@ def train_world_clip(train, pixels: np.ndarray, out_dir: Path, cfg: WorldClipCon
     for step in it:
         if pos + cfg.batch_size > n:
             order, pos = rng.permutation(n), 0
-        idx = order[pos:pos + cfg.batch_size]
+        idx = order[pos : pos + cfg.batch_size]
         pos += cfg.batch_size
         choice = torch.from_numpy(rng.integers(0, per_image, len(idx)))
         idx_t = torch.from_numpy(idx)
@@ -317,8 +364,14 @@ def train_world_clip(train, pixels: np.ndarray, out_dir: Path, cfg: WorldClipCon
                 post["aux"] = f"{np.mean(aux_losses[-20:]):.3f}"
             it.set_postfix(**post)
     model.eval()
-    info = {"steps": total, "epochs": total / steps_per_epoch, "train_seconds": round(time.time() - t0, 1),
-            "final_loss": float(np.mean(losses[-50:])), "vocab_size": vocab_size, "config": asdict(cfg)}
+    info = {
+        "steps": total,
+        "epochs": total / steps_per_epoch,
+        "train_seconds": round(time.time() - t0, 1),
+        "final_loss": float(np.mean(losses[-50:])),
+        "vocab_size": vocab_size,
+        "config": asdict(cfg),
+    }
     if aux_losses:
         info["final_aux_loss"] = float(np.mean(aux_losses[-50:]))
         info["aux_fields"] = list(AUX_FIELDS)
@@ -342,7 +395,6 @@ def save_world_clip(model, arch: dict, out_dir: Path, model_name: str = MODEL_NA
 
 def load_world_clip(out_dir: Path, model_name: str = MODEL_NAME):
     """(model, tokenizer, arch) from a folder written by `save_world_clip` (no open_clip retriever)."""
-    import torch
     from safetensors.torch import load_file
 
     out_dir = Path(out_dir)

@@ -22,6 +22,7 @@ Between the stages, the judge's attribute reader (linear heads over pooled patch
 train images' properties from the frozen features; the judge then compares a wanted distribution of
 each property (from the query's probes) with the candidate's.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,8 +35,27 @@ from cir_demo.training.loop import lr_at, step_plan
 
 WEIGHTS_NAME = "world_judge.safetensors"
 # The scene attributes stage 1 predicts (train split only; nuisance hair/variant left out).
-ATTRIBUTES = ("domain", "type", "color", "pattern", "material", "shape", "count", "secondary", "relation", "hat",
-              "bag", "glasses", "pose", "skin_tone", "view", "style", "place", "time", "weather")
+ATTRIBUTES = (
+    "domain",
+    "type",
+    "color",
+    "pattern",
+    "material",
+    "shape",
+    "count",
+    "secondary",
+    "relation",
+    "hat",
+    "bag",
+    "glasses",
+    "pose",
+    "skin_tone",
+    "view",
+    "style",
+    "place",
+    "time",
+    "weather",
+)
 IDENTITY = ("type", "color", "pattern", "material", "shape")
 
 
@@ -124,7 +144,7 @@ def train_cnn(pixels: np.ndarray, scenes, arch, cfg: JudgeTrainConfig, progress:
     for step in it:
         if pos >= len(perm):
             perm, pos = rng.permutation(tr_rows), 0
-        rows = np.sort(perm[pos:pos + cfg.cnn_batch])
+        rows = np.sort(perm[pos : pos + cfg.cnn_batch])
         pos += cfg.cnn_batch
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total, cfg.cnn_lr, warmup=min(50, total // 10))
@@ -142,13 +162,17 @@ def train_cnn(pixels: np.ndarray, scenes, arch, cfg: JudgeTrainConfig, progress:
     correct = np.zeros(len(ATTRIBUTES))
     with torch.inference_mode():
         for start in range(0, len(val_rows), 256):
-            rows = val_rows[start:start + 256]
+            rows = val_rows[start : start + 256]
             pooled = _pooled(cnn(normalize_pixels(pixels[rows])), torch)
             for i, h in enumerate(heads):
                 correct[i] += float((h(pooled).argmax(1) == y_t[rows, i]).sum())
     acc = {a: round(float(c / len(val_rows)), 4) for a, c in zip(ATTRIBUTES, correct)}
-    return cnn, {"steps": total, "train_seconds": round(time.time() - t0, 1), "n_val_images": int(n_val),
-                 "val_attribute_accuracy": acc}
+    return cnn, {
+        "steps": total,
+        "train_seconds": round(time.time() - t0, 1),
+        "n_val_images": int(n_val),
+        "val_attribute_accuracy": acc,
+    }
 
 
 def patch_features(cnn, pixels: np.ndarray, batch: int = 256, progress: bool = False, desc: str = "patch features"):
@@ -166,12 +190,13 @@ def patch_features(cnn, pixels: np.ndarray, batch: int = 256, progress: bool = F
     out = []
     with torch.inference_mode():
         for s in chunks:
-            out.append(image_features(cnn, normalize_pixels(pixels[s:s + batch])).numpy())
+            out.append(image_features(cnn, normalize_pixels(pixels[s : s + batch])).numpy())
     return np.concatenate(out) if out else np.zeros((0, N_TOKENS * 2 * cnn.proj.out_channels), np.float32)
 
 
-def train_attribute_reader(model, feats: np.ndarray, scenes, steps: int = 400, batch: int = 2048, seed: int = 0,
-                           progress: bool = True) -> dict:
+def train_attribute_reader(
+    model, feats: np.ndarray, scenes, steps: int = 400, batch: int = 2048, seed: int = 0, progress: bool = True
+) -> dict:
     """The judge's attribute reader (linear heads over pooled patch tokens) on the frozen features of
     the train images, cross-entropy per property; 5% of the images held out for its accuracy."""
     import torch
@@ -188,8 +213,10 @@ def train_attribute_reader(model, feats: np.ndarray, scenes, steps: int = 400, b
     opt = torch.optim.AdamW(model.attr_heads.parameters(), lr=1e-2, weight_decay=1e-4)
 
     def loss_of(logits, target):
-        return sum(torch.nn.functional.cross_entropy(logits[:, bounds[a]:bounds[a + 1]], target[:, a])
-                   for a in range(len(bounds) - 1)) / (len(bounds) - 1)
+        return sum(
+            torch.nn.functional.cross_entropy(logits[:, bounds[a] : bounds[a + 1]], target[:, a])
+            for a in range(len(bounds) - 1)
+        ) / (len(bounds) - 1)
 
     t0 = time.time()
     total, it = step_plan(1, steps, None, "train world judge: attribute reader", progress)
@@ -203,8 +230,10 @@ def train_attribute_reader(model, feats: np.ndarray, scenes, steps: int = 400, b
         opt.step()
     with torch.inference_mode():
         logits = model.attribute_logits(x[torch.from_numpy(val)])
-        acc = {a: round(float((logits[:, bounds[i]:bounds[i + 1]].argmax(1) == y_t[val, i]).float().mean()), 4)
-               for i, a in enumerate(ATTRIBUTES)}
+        acc = {
+            a: round(float((logits[:, bounds[i] : bounds[i + 1]].argmax(1) == y_t[val, i]).float().mean()), 4)
+            for i, a in enumerate(ATTRIBUTES)
+        }
     for p in model.attr_heads.parameters():
         p.requires_grad_(False)
     return {"steps": total, "train_seconds": round(time.time() - t0, 1), "val_attribute_accuracy": acc}
@@ -220,8 +249,13 @@ def sample_candidates(ex, fs_row: np.ndarray, n_images: int, cfg: JudgeTrainConf
     if not len(near_any) and len(focus):
         n_focus = cfg.n_near
     pick = lambda a, n: rng.choice(a, n, replace=len(a) < n) if n and len(a) else np.zeros(0, np.int64)  # noqa: E731
-    parts = [pick(ex.positive_rows, cfg.n_positive), pick(focus, n_focus), pick(near_any, n_any),
-             pick(fs_row, cfg.n_first_stage), rng.integers(0, n_images, cfg.n_random)]
+    parts = [
+        pick(ex.positive_rows, cfg.n_positive),
+        pick(focus, n_focus),
+        pick(near_any, n_any),
+        pick(fs_row, cfg.n_first_stage),
+        rng.integers(0, n_images, cfg.n_random),
+    ]
     cand = np.concatenate(parts).astype(np.int64)
     total = cfg.n_positive + cfg.n_near + cfg.n_first_stage + cfg.n_random
     if len(cand) < total:  # few near misses: fill with first-stage candidates
@@ -277,8 +311,9 @@ def pair_outputs(model, data: JudgeData, items, cands: np.ndarray):
     ref_props = model.attribute_probs(inputs[0])
     uniq, inv = np.unique(cands.reshape(-1), return_inverse=True)
     memory = model.candidate_memory(data.feats[torch.from_numpy(uniq)])
-    logits = model.logits(probes.repeat_interleave(m, 0), memory, torch.from_numpy(inv),
-                          ref_props.repeat_interleave(m, 0))
+    logits = model.logits(
+        probes.repeat_interleave(m, 0), memory, torch.from_numpy(inv), ref_props.repeat_interleave(m, 0)
+    )
     return (logits[:, 0] - logits[:, 1]).view(len(items), m), logits[:, 2].view(len(items), m)
 
 
@@ -297,8 +332,11 @@ def rerank_quality(val_rows, penalty: float) -> tuple[float, float]:
     for ex, cands, margins, near_logits in val_rows:
         keys = rank_keys(margins, near_logits, penalty)
         pos = set(ex.positive_rows.tolist())
-        near = set(np.union1d(ex.near_miss_rows, ex.focus_near_miss_rows
-                              if ex.focus_near_miss_rows is not None else []).tolist())
+        near = set(
+            np.union1d(
+                ex.near_miss_rows, ex.focus_near_miss_rows if ex.focus_near_miss_rows is not None else []
+            ).tolist()
+        )
         for row, k in zip(cands, keys):
             top = row[np.argsort(-k, kind="stable")][:10]
             hits = np.array([r in pos for r in top], dtype=float)
@@ -342,8 +380,9 @@ def train_near_head(model, data: JudgeData, fs: list[np.ndarray], cfg: JudgeTrai
             g["lr"] = lr_at(step, total, cfg.near_lr)
         _, near_logits = pair_outputs(model, data, [tuple(b) for b in batch], cands)
         weights = torch.where(labels > 0, torch.full_like(labels, cfg.near_positive_weight), torch.ones_like(labels))
-        loss = (torch.nn.functional.binary_cross_entropy_with_logits(near_logits, near, reduction="none")
-                * weights).mean()
+        loss = (
+            torch.nn.functional.binary_cross_entropy_with_logits(near_logits, near, reduction="none") * weights
+        ).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -360,14 +399,21 @@ def train_near_head(model, data: JudgeData, fs: list[np.ndarray], cfg: JudgeTrai
     by_penalty = []
     for penalty in cfg.near_penalties:
         val_map, val_neg = rerank_quality(val_rows, penalty)
-        by_penalty.append({"penalty": penalty, "val_mAP@10": round(val_map, 4), "val_near_miss_recall@10": round(val_neg, 4)})
+        by_penalty.append(
+            {"penalty": penalty, "val_mAP@10": round(val_map, 4), "val_near_miss_recall@10": round(val_neg, 4)}
+        )
     best = max(by_penalty, key=lambda r: r["val_mAP@10"] - cfg.val_neg_penalty * r["val_near_miss_recall@10"])
-    fs_map, fs_neg = rerank_quality([(ex, c, -np.tile(np.arange(c.shape[1], dtype=float), (len(c), 1)), None)
-                                     for ex, c, _, _ in val_rows], 0.0)
-    info = {"steps": total, "train_seconds": round(time.time() - t0, 1), "penalty": best["penalty"],
-            "chosen_by": "max val mAP@10 - val_neg_penalty * val near-miss recall@10 (fusion top 20, held-out train intents)",
-            "by_penalty": by_penalty,
-            "val_first_stage": {"val_mAP@10": round(fs_map, 4), "val_near_miss_recall@10": round(fs_neg, 4)}}
+    fs_map, fs_neg = rerank_quality(
+        [(ex, c, -np.tile(np.arange(c.shape[1], dtype=float), (len(c), 1)), None) for ex, c, _, _ in val_rows], 0.0
+    )
+    info = {
+        "steps": total,
+        "train_seconds": round(time.time() - t0, 1),
+        "penalty": best["penalty"],
+        "chosen_by": "max val mAP@10 - val_neg_penalty * val near-miss recall@10 (fusion top 20, held-out train intents)",
+        "by_penalty": by_penalty,
+        "val_first_stage": {"val_mAP@10": round(fs_map, 4), "val_near_miss_recall@10": round(fs_neg, 4)},
+    }
     return float(best["penalty"]), info
 
 
@@ -446,7 +492,7 @@ def train_judge(model, data: JudgeData, fs: list[np.ndarray], cfg: JudgeTrainCon
     for step in it:
         if pos >= len(order):
             order, pos = rng.permutation(len(rows)), 0
-        batch = rows[order[pos:pos + cfg.queries_per_batch]]
+        batch = rows[order[pos : pos + cfg.queries_per_batch]]
         pos += cfg.queries_per_batch
         sampled = [sample_candidates(data.examples[i], fs[i][j], n_images, cfg, rng) for i, j in batch]
         cands = np.stack([c for c, _, _ in sampled])
@@ -457,8 +503,9 @@ def train_judge(model, data: JudgeData, fs: list[np.ndarray], cfg: JudgeTrainCon
         model.train()
         margins = pair_margins(model, data, [tuple(b) for b in batch], cands)
         weights = torch.where(near, torch.full_like(labels, cfg.near_miss_weight), torch.ones_like(labels))
-        loss = (torch.nn.functional.binary_cross_entropy_with_logits(margins, labels, reduction="none")
-                * weights).sum() / weights.sum()
+        loss = (
+            torch.nn.functional.binary_cross_entropy_with_logits(margins, labels, reduction="none") * weights
+        ).sum() / weights.sum()
         diff = margins[:, None, :] - margins[:, :, None]  # [q, a, b] = margin_b - margin_a
         if cfg.pairwise_weight > 0:
             pair = (labels[:, :, None] > 0) & near[:, None, :]
@@ -489,8 +536,18 @@ def train_judge(model, data: JudgeData, fs: list[np.ndarray], cfg: JudgeTrainCon
     _, _, val_margins, val_labels = rerank_val(model, data, val_idx, fs)
     temperature, bias = calibrate(val_margins, val_labels)
     fold_calibration(model, temperature, bias)
-    info = {"steps": total, "train_seconds": round(time.time() - t0, 1), "by_epoch": history, "best_epoch": best[2],
-            "calibration": {"temperature": round(temperature, 4), "bias": round(bias, 4),
-                            "fitted_on": "held-out train intents (fusion top 20 of each paraphrase)"},
-            "n_train_intents": len(tr_idx), "n_val_intents": len(val_idx), "config": asdict(cfg)}
+    info = {
+        "steps": total,
+        "train_seconds": round(time.time() - t0, 1),
+        "by_epoch": history,
+        "best_epoch": best[2],
+        "calibration": {
+            "temperature": round(temperature, 4),
+            "bias": round(bias, 4),
+            "fitted_on": "held-out train intents (fusion top 20 of each paraphrase)",
+        },
+        "n_train_intents": len(tr_idx),
+        "n_val_intents": len(val_idx),
+        "config": asdict(cfg),
+    }
     return model, info

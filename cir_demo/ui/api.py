@@ -3,6 +3,7 @@
 names, descriptions and parameter descriptions come from the docstrings below). Every answer is built
 by `cir_demo.explorer.api`; the page's own events are kept off the API (`hide_page_events`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -49,6 +50,7 @@ def api_call(action: str) -> Callable:
                     log.exception("%s", action)
                 text = f"{action}: {known}" if known is not None else f"{action} failed ({type(exc).__name__}: {exc})"
                 raise gr.Error(hide_paths(text), print_exception=False) from None
+
         return call
 
     return wrap
@@ -84,9 +86,15 @@ def add_endpoints(demo: gr.Blocks, get_service: Callable) -> None:
 
     @api_call("search")
     @on_gpu
-    def search(image: gr.FileData, instruction: str, image2: gr.FileData | None = None,
-               retrievers: list[str] | None = None, k: int = 10, rerank: bool = False,
-               rerank_top_n: int = 20) -> dict:
+    def search(
+        image: gr.FileData,
+        instruction: str,
+        image2: gr.FileData | None = None,
+        retrievers: list[str] | None = None,
+        k: int = 10,
+        rerank: bool = False,
+        rerank_top_n: int = 20,
+    ) -> dict:
         """Search the loaded corpus with one or two reference images and an instruction; per retriever, the ranked list (image_id, score, rank; with rerank also first_stage_rank and p_yes) and the seconds it took.
 
         Args:
@@ -103,8 +111,9 @@ def add_endpoints(demo: gr.Blocks, get_service: Callable) -> None:
 
     @api_call("query")
     @on_gpu
-    def query(query_id: str, retrievers: list[str] | None = None, k: int = 10, rerank: bool = False,
-              rerank_top_n: int = 20) -> dict:
+    def query(
+        query_id: str, retrievers: list[str] | None = None, k: int = 10, rerank: bool = False, rerank_top_n: int = 20
+    ) -> dict:
         """A benchmark query ranked by each retriever: the ranked lists with each item's judgment (positive, negative or null), each retriever's per-query metrics of the benchmark's family, the query and its paraphrases.
 
         Args:

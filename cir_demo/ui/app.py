@@ -5,6 +5,7 @@ The page comes up at once; the benchmark, models and indexes load in a backgroun
 (`ServiceLoader`) while the page shows what is being done. The URL carries the Explore
 view (benchmark, query, paraphrase, retrievers, reranker), so a link opens the same view.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,7 @@ from typing import Any, Sequence
 
 import gradio as gr
 
-from cir_demo.explorer import (MAX_COLUMNS, ExplorerService, ServiceConfig, ServiceError, filter_fields,
-                               ServiceLoader)
+from cir_demo.explorer import MAX_COLUMNS, ExplorerService, ServiceConfig, ServiceError, filter_fields, ServiceLoader
 from cir_demo.explorer.public_text import hide_paths
 from cir_demo.ui import api, explore, report, upload
 from cir_demo.ui.controls import CONTROLS_JS
@@ -31,10 +31,22 @@ from cir_demo.ui.state import HUB_ORIGIN, ParsedState, decode_state, resolve_sta
 log = logging.getLogger("cir_demo.ui")
 
 TITLE = "CIR failure explorer"
-INTRO = (f"# {TITLE}\n"
-         "Composed image retrieval (reference image + instruction): retrievers' rankings side by side, the queries "
-         "sorted by how they fail, the phrasing swapped, a reranker toggled.")
-VIEW_KEYS = ("header", "paraphrase", "results", "table", "prompt", "share", "message", "k", "top_n")  # view_outputs order
+INTRO = (
+    f"# {TITLE}\n"
+    "Composed image retrieval (reference image + instruction): retrievers' rankings side by side, the queries "
+    "sorted by how they fail, the phrasing swapped, a reranker toggled."
+)
+VIEW_KEYS = (
+    "header",
+    "paraphrase",
+    "results",
+    "table",
+    "prompt",
+    "share",
+    "message",
+    "k",
+    "top_n",
+)  # view_outputs order
 LOAD_POLL_S = 0.25
 WORK_GROUP = "cir-work"  # every callback that computes shares one concurrency limit (share_one_limit)
 STATUS_GROUP = "cir-status"  # the load-status poll: unlimited, it only reads a status
@@ -77,8 +89,16 @@ def initial_state(service: ExplorerService, params: dict[str, str], pending=None
     group_sizes = dict(zip(table["query_id"], sizes))
     default_query = first_query(service, pending) if len(table) else None
     sorts = [c.name for c in service.sorts() if c.available]
-    return resolve_state(decode_state(params), service.benchmark.name, set(table["query_id"]), group_sizes,
-                         service.retriever_names, service.reranker_name is not None, default_query, sorts)
+    return resolve_state(
+        decode_state(params),
+        service.benchmark.name,
+        set(table["query_id"]),
+        group_sizes,
+        service.retriever_names,
+        service.reranker_name is not None,
+        default_query,
+        sorts,
+    )
 
 
 def run_status_key(pending) -> str:
@@ -105,8 +125,9 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
     out["rerank"] = controls["rerank"]
     out["rerank_note"] = controls["note"]
     # what of the link could not be honoured: at the top of the page, where a visitor looks first
-    out["link_note"] = (f"**This link could not be opened exactly:**\n{notes_markdown(parsed.notes)}"
-                        if parsed.notes else "")
+    out["link_note"] = (
+        f"**This link could not be opened exactly:**\n{notes_markdown(parsed.notes)}" if parsed.notes else ""
+    )
     if s.query_id:
         query_id = s.query_id
         if s.paraphrase is not None:
@@ -150,8 +171,9 @@ def telemetry_opted_in() -> bool:
 
 
 # ------------------------------------------------------------------ the app
-def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompute=None,
-               parent_origin: str = HUB_ORIGIN) -> gr.Blocks:
+def create_app(
+    source: ServiceLoader | ExplorerService | ServiceConfig, precompute=None, parent_origin: str = HUB_ORIGIN
+) -> gr.Blocks:
     """The Blocks of the explorer (not launched). `source`: a loader (loading in the
     background), a ready service, or a config to load. `precompute`: the background run
     (`PrecomputeJob`) whose progress the page shows; None: failure sorts compute on demand.
@@ -180,26 +202,62 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
         report.wire(rp, get_service, get_pending)
 
         by_name: dict[str, Any] = {f"filter:{k}": c for k, c in ex.filters.items()}
-        by_name.update({
-            "list": ex.query_list, "ids": ex.query_ids, "list_info": ex.list_info, "retrievers": ex.retrievers,
-            "k": ex.k, "top_n": ex.top_n, "rerank": ex.rerank, "rerank_note": ex.rerank_note,
-            "view:header": ex.header, "view:paraphrase": ex.paraphrase, "view:results": ex.results,
-            "view:table": ex.table, "view:prompt": ex.prompt, "view:share": ex.share, "view:message": ex.message,
-            "upload:note": up.note, "upload:retrievers": up.retrievers, "upload:rerank": up.rerank,
-            "report:run": rp.run, "report:info": rp.info, "report:metrics": rp.metrics, "report:plots": rp.plots,
-            "report:files": rp.files, "report:columns": rp.columns, "sort": ex.sort, "link_note": link_note,
-            "report:own_info": rp.own_info, "report:own_metrics": rp.own_metrics, "report:paired": rp.paired,
-            "report:pair": rp.pair, "report:open_pair": rp.open_pair, "about": ex.about, "filter_box": ex.filter_box,
-        })
-        pair_targets = {"tab": tabs, "search": ex.search, "sort": ex.sort, "retrievers": ex.retrievers,
-                        "list": ex.query_list, "ids": ex.query_ids, "list_info": ex.list_info,
-                        **{f"filter:{k}": c for k, c in ex.filters.items()},
-                        **{f"view:{n}": c for n, c in zip(VIEW_KEYS, ex.view_outputs())}}
+        by_name.update(
+            {
+                "list": ex.query_list,
+                "ids": ex.query_ids,
+                "list_info": ex.list_info,
+                "retrievers": ex.retrievers,
+                "k": ex.k,
+                "top_n": ex.top_n,
+                "rerank": ex.rerank,
+                "rerank_note": ex.rerank_note,
+                "view:header": ex.header,
+                "view:paraphrase": ex.paraphrase,
+                "view:results": ex.results,
+                "view:table": ex.table,
+                "view:prompt": ex.prompt,
+                "view:share": ex.share,
+                "view:message": ex.message,
+                "upload:note": up.note,
+                "upload:retrievers": up.retrievers,
+                "upload:rerank": up.rerank,
+                "report:run": rp.run,
+                "report:info": rp.info,
+                "report:metrics": rp.metrics,
+                "report:plots": rp.plots,
+                "report:files": rp.files,
+                "report:columns": rp.columns,
+                "sort": ex.sort,
+                "link_note": link_note,
+                "report:own_info": rp.own_info,
+                "report:own_metrics": rp.own_metrics,
+                "report:paired": rp.paired,
+                "report:pair": rp.pair,
+                "report:open_pair": rp.open_pair,
+                "about": ex.about,
+                "filter_box": ex.filter_box,
+            }
+        )
+        pair_targets = {
+            "tab": tabs,
+            "search": ex.search,
+            "sort": ex.sort,
+            "retrievers": ex.retrievers,
+            "list": ex.query_list,
+            "ids": ex.query_ids,
+            "list_info": ex.list_info,
+            **{f"filter:{k}": c for k, c in ex.filters.items()},
+            **{f"view:{n}": c for n, c in zip(VIEW_KEYS, ex.view_outputs())},
+        }
         report.wire_pair(rp, pair_targets, get_service, get_pending, [ex.k, ex.rerank, ex.top_n])
         report.wire_upload(rp, ex.retrievers, get_service)
         if precompute is not None:  # following the background run; the page load sets where it starts
-            follow = {"run:timer": gr.Timer(PRECOMPUTE_POLL_S), "run:seen_ready": gr.State(False),
-                      "run:seen_key": gr.State("")}
+            follow = {
+                "run:timer": gr.Timer(PRECOMPUTE_POLL_S),
+                "run:seen_ready": gr.State(False),
+                "run:seen_key": gr.State(""),
+            }
             by_name.update(follow)
         outputs = [status, ex.loading, ex.body, *by_name.values()]
 
@@ -213,9 +271,19 @@ def create_app(source: ServiceLoader | ExplorerService | ServiceConfig, precompu
     return bound_session_copies(demo)
 
 
-def _wire_page_load(demo: gr.Blocks, loader: ServiceLoader, precompute, status, ex, by_name: dict, outputs: list,
-                    get_service, get_pending) -> None:
+def _wire_page_load(
+    demo: gr.Blocks,
+    loader: ServiceLoader,
+    precompute,
+    status,
+    ex,
+    by_name: dict,
+    outputs: list,
+    get_service,
+    get_pending,
+) -> None:
     """The page load: the loading panel while the explorer loads, then the view the URL names."""
+
     # Two steps: every visitor sees the load status (a cheap async poll, outside the work
     # limit, so it never waits behind other visitors' queries), then the linked view is
     # prepared in the shared work group like every other callback.
@@ -228,16 +296,20 @@ def _wire_page_load(demo: gr.Blocks, loader: ServiceLoader, precompute, status, 
         while not loader.ready:
             st = loader.status()
             if st.error:
-                yield {status: f"❌ {md_escape(hide_paths(st.text()))}",
-                       ex.loading: loading_html(st.stage, st.detail, st.elapsed, hide_paths(st.error))}
+                yield {
+                    status: f"❌ {md_escape(hide_paths(st.text()))}",
+                    ex.loading: loading_html(st.stage, st.detail, st.elapsed, hide_paths(st.error)),
+                }
                 return
             yield {status: status_markdown(None, st), ex.loading: loading_html(st.stage, st.detail, st.elapsed)}
             try:  # the status again after LOAD_POLL_S, the view as soon as the explorer is loaded
                 await asyncio.wait_for(loaded.wait(), LOAD_POLL_S)
             except asyncio.TimeoutError:
                 pass
-        yield {status: "⏳ loaded; preparing your view…",
-               ex.loading: loading_html("loaded; preparing your view", "", loader.status().elapsed)}
+        yield {
+            status: "⏳ loaded; preparing your view…",
+            ex.loading: loading_html("loaded; preparing your view", "", loader.status().elapsed),
+        }
 
     @guarded("Opening the linked view")
     def on_ready(request: gr.Request):
@@ -257,12 +329,22 @@ def _wire_page_load(demo: gr.Blocks, loader: ServiceLoader, precompute, status, 
         update[ex.body] = gr.update(visible=True)
         return update
 
-    demo.load(on_load, None, [status, ex.loading], show_progress="hidden", concurrency_limit=None,
-              concurrency_id=STATUS_GROUP).then(on_ready, None, outputs, show_progress="hidden")
+    demo.load(
+        on_load, None, [status, ex.loading], show_progress="hidden", concurrency_limit=None, concurrency_id=STATUS_GROUP
+    ).then(on_ready, None, outputs, show_progress="hidden")
 
 
-def _wire_background_run(loader: ServiceLoader, status, ex, rp, get_service, get_pending, timer: gr.Timer,
-                         seen_ready: gr.State, seen_key: gr.State) -> None:
+def _wire_background_run(
+    loader: ServiceLoader,
+    status,
+    ex,
+    rp,
+    get_service,
+    get_pending,
+    timer: gr.Timer,
+    seen_ready: gr.State,
+    seen_key: gr.State,
+) -> None:
     """Follow the background run (failure sorts and the Report) on the page."""
     # Follow the background run: progress in the status line and the sort labels; when it
     # is done, the Report shows its run and a failure sort picked meanwhile is applied.
@@ -284,21 +366,33 @@ def _wire_background_run(loader: ServiceLoader, status, ex, rp, get_service, get
             return skip_all  # unchanged: an open sort list is not redrawn under the visitor's pointer
         service = get_service()
         now_ready = pending.ready and not was_ready
-        head = (status_markdown(service, loader.status(), pending),
-                explore.sort_update(service, pending, (sort or "order") if now_ready else None), pending.ready,
-                gr.Timer(active=not pending.ready), key)
+        head = (
+            status_markdown(service, loader.status(), pending),
+            explore.sort_update(service, pending, (sort or "order") if now_ready else None),
+            pending.ready,
+            gr.Timer(active=not pending.ready),
+            key,
+        )
         if not now_ready:
             # a failure sort picked meanwhile: its info line counts on with the status line
-            info = (explore.list_queries(service, text, dict(zip(ex.filters, filter_values)), sort, pending)["info"]
-                    if sort and sort != "order" and not pending.ready else gr.skip())
+            info = (
+                explore.list_queries(service, text, dict(zip(ex.filters, filter_values)), sort, pending)["info"]
+                if sort and sort != "order" and not pending.ready
+                else gr.skip()
+            )
             return (*head, *(gr.skip(),) * (len(report_outputs) + len(list_outputs) - 1), info)
         rep = report.show_report(service, label, pending)
         listed = ex.on_list(text, sort, *filter_values) if sort and sort != "order" else (gr.skip(),) * 3
         return (*head, *(rep[k] for k in report.OUTPUTS), *listed)
 
-    timer.tick(on_tick, [seen_ready, seen_key, rp.run, ex.search, ex.sort, *ex.filters.values()],
-               [status, ex.sort, seen_ready, timer, seen_key, *report_outputs, *list_outputs], show_progress="hidden",
-               concurrency_limit=None, concurrency_id=STATUS_GROUP)
+    timer.tick(
+        on_tick,
+        [seen_ready, seen_key, rp.run, ex.search, ex.sort, *ex.filters.values()],
+        [status, ex.sort, seen_ready, timer, seen_key, *report_outputs, *list_outputs],
+        show_progress="hidden",
+        concurrency_limit=None,
+        concurrency_id=STATUS_GROUP,
+    )
 
 
 def share_one_limit(demo: gr.Blocks) -> None:
@@ -366,9 +460,17 @@ PAGE_CSS = """
 MAX_FILE_SIZE = "25mb"  # an upload, from the page or an API client
 
 
-def launch_app(demo: gr.Blocks, server_name: str | None = None, port: int | None = None, share: bool = False,
-               queue_size: int = 32, concurrency: int = 2, prevent_thread_lock: bool = False, quiet: bool = False,
-               mcp: bool | None = None):
+def launch_app(
+    demo: gr.Blocks,
+    server_name: str | None = None,
+    port: int | None = None,
+    share: bool = False,
+    queue_size: int = 32,
+    concurrency: int = 2,
+    prevent_thread_lock: bool = False,
+    quiet: bool = False,
+    mcp: bool | None = None,
+):
     """Queue (bounded, so many visitors cannot exhaust memory) and launch. No data folder is
     served by path (report plots are sent as images), so nothing under runs/ reaches a visitor.
     The API endpoints share the page's queue, concurrency group and upload limit. `mcp`: serve them as
@@ -380,10 +482,19 @@ def launch_app(demo: gr.Blocks, server_name: str | None = None, port: int | None
     # within 3 s (for notebooks that need a share link; gradio 6.31 gates only that check on it): on a
     # machine busy with other jobs the server was slower than that and the app ended with "When localhost
     # is not accessible, a shareable link must be created" although it served.
-    launched = demo.launch(server_name=server_name, server_port=port, share=share, show_error=True,
-                           prevent_thread_lock=prevent_thread_lock, quiet=quiet, css=PAGE_CSS,
-                           max_file_size=MAX_FILE_SIZE, footer_links=["api", "settings"], mcp_server=mcp or None,
-                           _frontend=False)
+    launched = demo.launch(
+        server_name=server_name,
+        server_port=port,
+        share=share,
+        show_error=True,
+        prevent_thread_lock=prevent_thread_lock,
+        quiet=quiet,
+        css=PAGE_CSS,
+        max_file_size=MAX_FILE_SIZE,
+        footer_links=["api", "settings"],
+        mcp_server=mcp or None,
+        _frontend=False,
+    )
     if getattr(demo, "mcp_error", None):  # gradio serves on without its MCP server, saying nothing
         log.warning("MCP tools not served: %s", hide_paths(demo.mcp_error))
     return launched
@@ -398,12 +509,21 @@ def config_from_args(args: argparse.Namespace) -> ServiceConfig:
     from cir_demo.explorer.own_runs import parse_run_args
 
     runs = parse_run_args(args.runs or [])
-    return ServiceConfig(runs=tuple((r.name, r.path) for r in runs),
-                         run_folders=tuple(r.path for r in runs if os.path.isdir(r.path)),benchmark=args.benchmark, benchmark_kwargs=kwargs, retrievers=retrievers,
-                         reranker=args.reranker, reranker_kwargs={"model": args.reranker_model} if args.reranker_model else {},
-                         limit_groups=args.limit, device=args.device, allow_stale=args.allow_stale,
-                         trust_remote_code=args.trust_remote_code,
-                         warm_thumbnails=not args.no_thumbnail_warmer, threads=args.threads)
+    return ServiceConfig(
+        runs=tuple((r.name, r.path) for r in runs),
+        run_folders=tuple(r.path for r in runs if os.path.isdir(r.path)),
+        benchmark=args.benchmark,
+        benchmark_kwargs=kwargs,
+        retrievers=retrievers,
+        reranker=args.reranker,
+        reranker_kwargs={"model": args.reranker_model} if args.reranker_model else {},
+        limit_groups=args.limit,
+        device=args.device,
+        allow_stale=args.allow_stale,
+        trust_remote_code=args.trust_remote_code,
+        warm_thumbnails=not args.no_thumbnail_warmer,
+        threads=args.threads,
+    )
 
 
 def served_split_kwargs(config: ServiceConfig) -> dict:
@@ -470,16 +590,28 @@ def main(argv: Sequence[str] | None = None, started: float | None = None, startu
 
     # with --runs the columns' per-query numbers come from the files (cheap, computed when asked for): no
     # background eval run, which could not load the runs' columns by name anyway
-    precompute = PrecomputeJob(benchmark_flags(config.benchmark, served_split_kwargs(config), config.limit_groups),
-                               enabled=not (args.no_precompute or args.runs))
+    precompute = PrecomputeJob(
+        benchmark_flags(config.benchmark, served_split_kwargs(config), config.limit_groups),
+        enabled=not (args.no_precompute or args.runs),
+    )
     demo = create_app(loader, precompute)
-    launch_app(demo, args.server_name, args.port, args.share, args.queue_size, args.concurrency,
-               prevent_thread_lock=True, mcp=args.mcp or None)
+    launch_app(
+        demo,
+        args.server_name,
+        args.port,
+        args.share,
+        args.queue_size,
+        args.concurrency,
+        prevent_thread_lock=True,
+        mcp=args.mcp or None,
+    )
     # Load after the server is up: the loader's imports would otherwise hold the GIL while the
     # page and its assets are being served.
     loader.start()
-    print(f"page served {time.perf_counter() - t0:.1f} s after start; loading {config.benchmark!r} in the background",
-          flush=True)
+    print(
+        f"page served {time.perf_counter() - t0:.1f} s after start; loading {config.benchmark!r} in the background",
+        flush=True,
+    )
     service = None
     try:
         service = loader.wait(None)

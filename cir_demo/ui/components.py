@@ -5,6 +5,7 @@ positives get a solid green frame and the badge "✓ positive"; explicit negativ
 dashed red frame and "✗ explicit negative" (in the benchmark family's words: "target" on CIRR
 and FashionIQ, "hard negative" on EDIR). Every image has an alt text that says the same thing.
 """
+
 from __future__ import annotations
 
 import html
@@ -16,10 +17,12 @@ from cir_demo.explorer import MODALITY_LABELS, Column, Comparison, QueryView, Ti
 from cir_demo.explorer.views import REFERENCE_MARK
 
 NEAR_MISS_SHOWN = 0.5  # a tile says "near miss?" when the judge's P(near miss) is at least this
-TAG_TITLES = {"composed": "ranks with the reference image(s) and the instruction together",
-              "image only": "ranks with the reference image alone (a baseline)",
-              "text only": "ranks with the instruction alone (a baseline)",
-              "results file": "a ranking read from a results file"}
+TAG_TITLES = {
+    "composed": "ranks with the reference image(s) and the instruction together",
+    "image only": "ranks with the reference image alone (a baseline)",
+    "text only": "ranks with the instruction alone (a baseline)",
+    "results file": "a ranking read from a results file",
+}
 METRIC_LABELS = {"precision@10": "P@10"}  # short names on the columns; other metrics keep their own
 
 # Scoped to each gr.HTML through `css_template` (so it works however the app is launched).
@@ -127,9 +130,11 @@ def loading_html(stage: str, detail: str, elapsed: float, error: str | None = No
     """The panel shown where the results will be while the explorer loads: what is being done, the
     running counts (n/N, with a bar) and the seconds since start; or why loading failed."""
     if error:
-        return (f'<div class="cir-loading cir-failed" role="alert"><h3>The explorer could not load</h3>'
-                f"<p>{esc(error)}</p><p class=\"cir-note\">The server log has the details; reload the page "
-                "after fixing the cause.</p></div>")
+        return (
+            f'<div class="cir-loading cir-failed" role="alert"><h3>The explorer could not load</h3>'
+            f'<p>{esc(error)}</p><p class="cir-note">The server log has the details; reload the page '
+            "after fixing the cause.</p></div>"
+        )
     rows = []
     for part in (p.strip() for p in (detail or "").split(";")):
         m = _COUNT.match(part)
@@ -139,14 +144,18 @@ def loading_html(stage: str, detail: str, elapsed: float, error: str | None = No
             continue
         done, total = int(m["done"].replace(",", "")), int(m["total"].replace(",", ""))
         share = f" ({done / total:.0%})" if total else ""
-        rows.append(f'<p>{esc(m["what"] or "working")}: <b>{done:,} / {total:,}</b>{share}</p>'
-                    f'<progress max="{total}" value="{min(done, total)}" aria-label="{esc(m["what"])}"></progress>')
-    return (f'<div class="cir-loading" role="status" aria-live="polite">'
-            f"<h3>Loading the explorer… <span class=\"cir-elapsed\">{elapsed:.0f} s</span></h3>"
-            f'<p class="cir-step">{esc(stage or "starting")}</p>{"".join(rows)}'
-            '<p class="cir-note">The results appear here by themselves when loading is done (a first start '
-            "on an empty data folder prepares the benchmark and its indexes once; later starts take seconds).</p>"
-            "</div>")
+        rows.append(
+            f"<p>{esc(m['what'] or 'working')}: <b>{done:,} / {total:,}</b>{share}</p>"
+            f'<progress max="{total}" value="{min(done, total)}" aria-label="{esc(m["what"])}"></progress>'
+        )
+    return (
+        f'<div class="cir-loading" role="status" aria-live="polite">'
+        f'<h3>Loading the explorer… <span class="cir-elapsed">{elapsed:.0f} s</span></h3>'
+        f'<p class="cir-step">{esc(stage or "starting")}</p>{"".join(rows)}'
+        '<p class="cir-note">The results appear here by themselves when loading is done (a first start '
+        "on an empty data folder prepares the benchmark and its indexes once; later starts take seconds).</p>"
+        "</div>"
+    )
 
 
 DEFAULT_WORDS = ("positive", "explicit negative")
@@ -161,12 +170,20 @@ def badges(words: Sequence[str] = DEFAULT_WORDS) -> dict[str, tuple[str, str]]:
 
 
 # what a tile's mark means (the protocol's marks: `explorer.views.protocol_scope`)
-MARK_TEXTS = {"img_set": "a member of the query's img_set (Recall_subset ranks among them)",
-              REFERENCE_MARK: "the query's own reference image, which this benchmark's protocol ranks like any other"}
+MARK_TEXTS = {
+    "img_set": "a member of the query's img_set (Recall_subset ranks among them)",
+    REFERENCE_MARK: "the query's own reference image, which this benchmark's protocol ranks like any other",
+}
 
 
-def legend(reranked: bool, judged: bool, near_miss: bool = False, metrics: dict[str, str] | None = None,
-           words: Sequence[str] = DEFAULT_WORDS, marks: Iterable[str] = ()) -> str:
+def legend(
+    reranked: bool,
+    judged: bool,
+    near_miss: bool = False,
+    metrics: dict[str, str] | None = None,
+    words: Sequence[str] = DEFAULT_WORDS,
+    marks: Iterable[str] = (),
+) -> str:
     """`metrics`: per-column metric -> what it means (the family's `FailureViews.legend`); `marks`: the
     marks on the tiles shown (each gets its line)."""
     parts = []
@@ -174,20 +191,27 @@ def legend(reranked: bool, judged: bool, near_miss: bool = False, metrics: dict[
     if metrics and "Recall_subset@1" in metrics:
         marks.add("img_set")  # the subset metric is defined by it, shown or not
     if judged:
-        parts.append(f'<span>✓ {esc(words[0])} = green solid frame</span>')
+        parts.append(f"<span>✓ {esc(words[0])} = green solid frame</span>")
         if words[1]:
-            parts.append(f'<span>✗ {esc(words[1])} = red dashed frame</span>')
-        parts.append('<span>no badge = neither</span>')
-        parts += [f'<span title="{esc(text)}">{esc(METRIC_LABELS.get(m, m))}: {esc(text)}</span>'
-                  for m, text in (metrics or {}).items()]
-    parts += [f'<span>{esc(m)} = {esc(text)}</span>' for m, text in MARK_TEXTS.items() if m in marks]
+            parts.append(f"<span>✗ {esc(words[1])} = red dashed frame</span>")
+        parts.append("<span>no badge = neither</span>")
+        parts += [
+            f'<span title="{esc(text)}">{esc(METRIC_LABELS.get(m, m))}: {esc(text)}</span>'
+            for m, text in (metrics or {}).items()
+        ]
+    parts += [f"<span>{esc(m)} = {esc(text)}</span>" for m, text in MARK_TEXTS.items() if m in marks]
     if judged:
-        parts.append('<span>definitions: “What am I looking at?”</span>')
+        parts.append("<span>definitions: “What am I looking at?”</span>")
     if reranked:
-        parts += ['<span>▲/▼ places moved by the reranker</span>', '<span>P(yes): the reranker\'s relevance probability</span>']
+        parts += [
+            "<span>▲/▼ places moved by the reranker</span>",
+            "<span>P(yes): the reranker's relevance probability</span>",
+        ]
     if reranked and near_miss:
-        parts += ['<span title="the world judge says: the wanted item with one thing wrong (P(near miss) at least '
-                  f'{NEAR_MISS_SHOWN}); its ranking puts such candidates lower">near miss?: the judge\'s warning</span>']
+        parts += [
+            '<span title="the world judge says: the wanted item with one thing wrong (P(near miss) at least '
+            f"{NEAR_MISS_SHOWN}); its ranking puts such candidates lower\">near miss?: the judge's warning</span>"
+        ]
     return f'<div class="cir-legend">{" ".join(parts)}</div>' if parts else ""
 
 
@@ -196,8 +220,10 @@ def movement(tile: Tile, k: int) -> tuple[str, str]:
     if tile.first_stage_rank is None:
         return "", ""
     if tile.first_stage_rank > k:
-        return (f'<span class="cir-up">new in top {k}</span> (was #{tile.first_stage_rank})',
-                f"new in the top {k}, was rank {tile.first_stage_rank}")
+        return (
+            f'<span class="cir-up">new in top {k}</span> (was #{tile.first_stage_rank})',
+            f"new in the top {k}, was rank {tile.first_stage_rank}",
+        )
     moved = tile.moved or 0
     if moved > 0:
         return f'<span class="cir-up">▲{moved}</span>', f"moved up {moved} (was rank {tile.first_stage_rank})"
@@ -222,31 +248,43 @@ def tile_html(tile: Tile, k: int, words: Sequence[str] = DEFAULT_WORDS) -> str:
     if tile.p_near is not None and tile.p_near >= NEAR_MISS_SHOWN:
         words.append(f"the judge calls it a near miss (P {fmt(tile.p_near, 2)})")
     alt = esc(", ".join(words))
-    img = (f'<img src="{tile.thumb}" alt="{alt}" title="{alt}" loading="lazy">' if tile.thumb
-           else f'<div class="cir-missing" role="img" aria-label="{alt}" title="{alt}">no image here<br>'
-                f'<code>{esc(tile.image_id)}</code></div>')
+    img = (
+        f'<img src="{tile.thumb}" alt="{alt}" title="{alt}" loading="lazy">'
+        if tile.thumb
+        else f'<div class="cir-missing" role="img" aria-label="{alt}" title="{alt}">no image here<br>'
+        f"<code>{esc(tile.image_id)}</code></div>"
+    )
     # the judgment and the protocol's marks sit on the image, so a tile is two lines of text high
     chips = []
     if badge:
         chips.append(f'<span class="cir-badge">{esc(badge)}</span>')
     chips += [f'<span class="cir-mark" data-mark="{esc(m)}">{esc(m)}</span>' for m in tile.marks]
-    thumb = (f'<div class="cir-thumb">{img}'
-             + (f'<div class="cir-chips">{"".join(chips)}</div>' if chips else "") + "</div>")
-    lines = [f'<span class="cir-rank">#{tile.rank}</span>'
-             + (f' · <span title="score">{fmt(tile.score)}</span>' if tile.score is not None else "")]
+    thumb = (
+        f'<div class="cir-thumb">{img}' + (f'<div class="cir-chips">{"".join(chips)}</div>' if chips else "") + "</div>"
+    )
+    lines = [
+        f'<span class="cir-rank">#{tile.rank}</span>'
+        + (f' · <span title="score">{fmt(tile.score)}</span>' if tile.score is not None else "")
+    ]
     if move_html:
         lines.append(move_html)
     if tile.p_yes is not None:
-        near = (f' · <span class="cir-near" title="the judge says: the wanted target with one thing wrong '
-                f'(P(near miss) {fmt(tile.p_near, 2)}); reranking ranks it lower">near miss?</span>'
-                if tile.p_near is not None and tile.p_near >= NEAR_MISS_SHOWN else "")
+        near = (
+            f' · <span class="cir-near" title="the judge says: the wanted target with one thing wrong '
+            f'(P(near miss) {fmt(tile.p_near, 2)}); reranking ranks it lower">near miss?</span>'
+            if tile.p_near is not None and tile.p_near >= NEAR_MISS_SHOWN
+            else ""
+        )
         shown_near = f" · P(near miss) {prob(tile.p_near)}" if tile.p_near is not None else ""
         lines.append(f"P(yes) {prob(tile.p_yes)}{shown_near}{near}")
     elif tile.flag:
         lines.append(f"not scored ({esc(tile.flag)})")
     judgment = f' data-judgment="{esc(tile.judgment)}"' if tile.judgment else ""
-    return (f'<li class="cir-tile {cls}" data-image-id="{esc(tile.image_id)}"{judgment}>{thumb}'
-            + "<br>".join(lines) + f'<span class="cir-id" title="{esc(tile.image_id)}">{esc(tile.image_id)}</span></li>')
+    return (
+        f'<li class="cir-tile {cls}" data-image-id="{esc(tile.image_id)}"{judgment}>{thumb}'
+        + "<br>".join(lines)
+        + f'<span class="cir-id" title="{esc(tile.image_id)}">{esc(tile.image_id)}</span></li>'
+    )
 
 
 def metrics_line(metrics: dict[str, float] | None) -> str:
@@ -259,17 +297,23 @@ def counts_line(tiles: Sequence[Tile], k: int, words: Sequence[str] = DEFAULT_WO
     n_pos = sum(t.judgment == "positive" for t in tiles)
     n_neg = sum(t.judgment == "negative" for t in tiles)
     neg = f" · {n_neg} ✗ {esc(words[1])}" if words[1] else ""
-    return (f'<div class="cir-counts" data-positives="{n_pos}" data-negatives="{n_neg}">top {min(k, len(tiles))}: '
-            f'{n_pos} ✓ {esc(words[0])}{neg}</div>')
+    return (
+        f'<div class="cir-counts" data-positives="{n_pos}" data-negatives="{n_neg}">top {min(k, len(tiles))}: '
+        f"{n_pos} ✓ {esc(words[0])}{neg}</div>"
+    )
 
 
 def column_html(col: Column, k: int, judged: bool, words: Sequence[str] = DEFAULT_WORDS) -> str:
     """One retriever's row: its name, tag, metrics and counts on one line, its tiles left to right."""
     tag = MODALITY_LABELS.get(col.modality, col.modality)
-    head = (f'<h3>{esc(col.retriever)}<span class="cir-tag" title="{esc(TAG_TITLES.get(tag, ""))}">{esc(tag)}</span></h3>')
+    head = (
+        f'<h3>{esc(col.retriever)}<span class="cir-tag" title="{esc(TAG_TITLES.get(tag, ""))}">{esc(tag)}</span></h3>'
+    )
     if col.error:
-        return (f'<section class="cir-col" aria-label="Results of {esc(col.retriever)}">{head}'
-                f'<div class="cir-error" role="alert">⚠ {esc(col.retriever)} failed: {esc(col.error)}</div></section>')
+        return (
+            f'<section class="cir-col" aria-label="Results of {esc(col.retriever)}">{head}'
+            f'<div class="cir-error" role="alert">⚠ {esc(col.retriever)} failed: {esc(col.error)}</div></section>'
+        )
     parts = [head]
     if judged:
         parts.append(f'<div class="cir-metrics">{metrics_line(col.metrics)}</div>')
@@ -292,20 +336,28 @@ def results_html(comparison: Comparison | None, empty: str = "Pick a query to se
     reranked = comparison.reranker is not None
     head = ""
     if reranked:
-        head = (f'<div class="cir-note">Reranked with {esc(comparison.reranker)}: top {comparison.top_n} reordered by '
-                f"{esc(comparison.ranking or 'P(yes)')}; scores are first-stage similarities.</div>")
+        head = (
+            f'<div class="cir-note">Reranked with {esc(comparison.reranker)}: top {comparison.top_n} reordered by '
+            f"{esc(comparison.ranking or 'P(yes)')}; scores are first-stage similarities.</div>"
+        )
     grid = "".join(column_html(c, comparison.k, comparison.judged, comparison.words) for c in comparison.columns)
     near_miss = "near miss" in (comparison.ranking or "")
     marks = {m for c in comparison.columns for t in c.tiles for m in t.marks}
-    return (head + f'<div class="cir-grid">{grid}</div>'
-            + legend(reranked, comparison.judged, near_miss, comparison.legend, comparison.words, marks))
+    return (
+        head
+        + f'<div class="cir-grid">{grid}</div>'
+        + legend(reranked, comparison.judged, near_miss, comparison.legend, comparison.words, marks)
+    )
 
 
 def references_html(thumbs: Sequence[str | None], labels: Sequence[str]) -> str:
     figs = []
     for uri, label in zip(thumbs, labels):
-        img = (f'<img src="{uri}" alt="{esc(label)}">' if uri
-               else f'<div class="cir-missing" role="img" aria-label="{esc(label)}">image unavailable</div>')
+        img = (
+            f'<img src="{uri}" alt="{esc(label)}">'
+            if uri
+            else f'<div class="cir-missing" role="img" aria-label="{esc(label)}">image unavailable</div>'
+        )
         figs.append(f"<figure>{img}<figcaption>{esc(label)}</figcaption></figure>")
     return f'<div class="cir-refs">{"".join(figs)}</div>'
 
@@ -313,14 +365,19 @@ def references_html(thumbs: Sequence[str | None], labels: Sequence[str]) -> str:
 def query_header_html(view: QueryView, instruction: str | None = None) -> str:
     """The query card: its reference image(s) beside the instruction and the query's facts."""
     q = view.query
-    labels = [f"Reference image {i + 1} ({r})" if len(q.reference_ids) > 1 else f"Reference image ({r})"
-              for i, r in enumerate(q.reference_ids)]
+    labels = [
+        f"Reference image {i + 1} ({r})" if len(q.reference_ids) > 1 else f"Reference image ({r})"
+        for i, r in enumerate(q.reference_ids)
+    ]
     facts = " ".join(f"<span><b>{esc(k)}</b>: {esc(v)}</span>" for k, v in view.facts)
     text = q.instruction if instruction is None else instruction
-    return ('<div class="cir-card">' + references_html(view.reference_thumbs, labels)
-            + '<div class="cir-card-text">'
-            + f'<div class="cir-instruction" aria-label="instruction">“{esc(text)}”</div>'
-            + f'<div class="cir-facts">{facts}</div></div></div>')
+    return (
+        '<div class="cir-card">'
+        + references_html(view.reference_thumbs, labels)
+        + '<div class="cir-card-text">'
+        + f'<div class="cir-instruction" aria-label="instruction">“{esc(text)}”</div>'
+        + f'<div class="cir-facts">{facts}</div></div></div>'
+    )
 
 
 def notes_markdown(notes: Iterable[str]) -> str:

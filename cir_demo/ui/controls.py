@@ -9,6 +9,7 @@ Gradio also sends `release` on a pointer-up in the number box, i.e. when a visit
 to type: that sent the old value, and its answer overwrote what was typed meanwhile; the script
 stops that pointer-up (the blur that follows the typing applies the new value).
 """
+
 from __future__ import annotations
 
 import math

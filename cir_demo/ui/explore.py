@@ -5,6 +5,7 @@ toggle the reranker.
 (`list_queries`, `show_view`, ...) take the service and plain values and return a dict
 of outputs by name, so tests call them directly.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,8 +14,7 @@ from typing import Any, Callable
 import gradio as gr
 import pandas as pd
 
-from cir_demo.explorer import (FILTER_FIELDS, MAX_COLUMNS, MODALITY_LABELS, NO_VALUE, ExplorerService, ServiceError,
-                               filter_fields)
+from cir_demo.explorer import MAX_COLUMNS, MODALITY_LABELS, NO_VALUE, ExplorerService, ServiceError, filter_fields
 from cir_demo.explorer.wording import about_markdown, filters_label
 from cir_demo.explorer.public_text import hide_paths
 from cir_demo.ui import components
@@ -87,59 +87,106 @@ class ExploreUI:
         return [self.paraphrase, self.retrievers, self.k, self.rerank, self.top_n]
 
     def view_outputs(self) -> list:
-        return [self.header, self.paraphrase, self.results, self.table, self.prompt, self.share, self.message,
-                self.k, self.top_n]
-
-
+        return [
+            self.header,
+            self.paraphrase,
+            self.results,
+            self.table,
+            self.prompt,
+            self.share,
+            self.message,
+            self.k,
+            self.top_n,
+        ]
 
 
 def create_ui() -> ExploreUI:
     """Three blocks: the query and its controls (`cir-side`), the retrievers' rows (`cir-main`) and the
     query list (`cir-find`); app.PAGE_CSS lays them out: on a laptop the rows take the right of the
     first screen and the list goes under the query; on a phone they stack (query, rows, list)."""
-    loading = gr.HTML(components.loading_html("starting", "", 0.0), elem_id="cir-loading",
-                      css_template=components.CSS)
+    loading = gr.HTML(components.loading_html("starting", "", 0.0), elem_id="cir-loading", css_template=components.CSS)
     with gr.Row(equal_height=False, visible=False, elem_id="cir-explore-body") as body:
         with gr.Column(scale=2, min_width=300, elem_id="cir-side"):
             with gr.Accordion("What am I looking at?", open=False, elem_id="cir-about"):
                 about = gr.Markdown(elem_id="cir-about-text")  # the loaded benchmark's (about_update)
             header = gr.HTML(elem_id="cir-query-header", css_template=components.CSS)
-            paraphrase = gr.Radio([], label="Paraphrases of this intent (one click swaps the phrasing)",
-                                  elem_id="cir-paraphrases")
-            retrievers = gr.CheckboxGroup([], label=f"Retrievers (1 to {MAX_COLUMNS}, a row each)",
-                                          elem_id="cir-retrievers")
+            paraphrase = gr.Radio(
+                [], label="Paraphrases of this intent (one click swaps the phrasing)", elem_id="cir-paraphrases"
+            )
+            retrievers = gr.CheckboxGroup(
+                [], label=f"Retrievers (1 to {MAX_COLUMNS}, a row each)", elem_id="cir-retrievers"
+            )
             with gr.Row():
-                k = number_slider(*K_RANGE, value=10, step=5, label="Results per retriever", elem_id="cir-k",
-                                  min_width=140)
-                top_n = number_slider(*SLIDER_TOP_N, value=20, step=5, label="Rerank top n", elem_id="cir-top-n",
-                                      min_width=140)
+                k = number_slider(
+                    *K_RANGE, value=10, step=5, label="Results per retriever", elem_id="cir-k", min_width=140
+                )
+                top_n = number_slider(
+                    *SLIDER_TOP_N, value=20, step=5, label="Rerank top n", elem_id="cir-top-n", min_width=140
+                )
             rerank = gr.Checkbox(False, label="Rerank", interactive=False, elem_id="cir-rerank")
             rerank_note = gr.Markdown(elem_id="cir-rerank-note")
         with gr.Column(scale=5, min_width=360, elem_id="cir-main"):
             message = gr.Markdown(elem_id="cir-message")
             results = gr.HTML(elem_id="cir-results", css_template=components.CSS)
-            table = gr.Dataframe(interactive=False, label=paraphrase_table_label("AP@10"),
-                                 elem_id="cir-paraphrase-table", wrap=True)  # in the hidden body until it has data
+            table = gr.Dataframe(
+                interactive=False, label=paraphrase_table_label("AP@10"), elem_id="cir-paraphrase-table", wrap=True
+            )  # in the hidden body until it has data
             with gr.Accordion("Reranker prompt (exactly what the reranker is asked)", open=False):
-                prompt = gr.Textbox(lines=14, max_lines=40, show_label=False, interactive=False, elem_id="cir-prompt",
-                                    buttons=["copy"])
+                prompt = gr.Textbox(
+                    lines=14, max_lines=40, show_label=False, interactive=False, elem_id="cir-prompt", buttons=["copy"]
+                )
         with gr.Column(scale=2, min_width=300, elem_id="cir-find"):
             gr.Markdown("### Find a query")
-            search = gr.Textbox(label="Search", placeholder="words of the instruction, or a query id", elem_id="cir-search")
-            sort = gr.Dropdown([(ORDER_LABEL, "order")], value="order",  # the benchmark's sorts once it is loaded
-                               label="Sort by failure", elem_id="cir-sort")
+            search = gr.Textbox(
+                label="Search", placeholder="words of the instruction, or a query id", elem_id="cir-search"
+            )
+            sort = gr.Dropdown(
+                [(ORDER_LABEL, "order")],
+                value="order",  # the benchmark's sorts once it is loaded
+                label="Sort by failure",
+                elem_id="cir-sort",
+            )
             with gr.Accordion("Filters", open=False, elem_id="cir-filters") as filter_box:
-                filters = {key: gr.Dropdown([ANY], value=ANY, label=label, elem_id=f"cir-filter-{key}")
-                           for key, label in filter_fields().items()}  # those of every family; hidden when empty
+                filters = {
+                    key: gr.Dropdown([ANY], value=ANY, label=label, elem_id=f"cir-filter-{key}")
+                    for key, label in filter_fields().items()
+                }  # those of every family; hidden when empty
             list_info = gr.Markdown(elem_id="cir-list-info")
-            query_list = gr.Dataframe(headers=LIST_COLUMNS, interactive=False, max_height=480, wrap=True,
-                                      label="Queries (click a row to open it)", elem_id="cir-query-list",
-                                      column_widths=list_widths(LIST_COLUMNS))
+            query_list = gr.Dataframe(
+                headers=LIST_COLUMNS,
+                interactive=False,
+                max_height=480,
+                wrap=True,
+                label="Queries (click a row to open it)",
+                elem_id="cir-query-list",
+                column_widths=list_widths(LIST_COLUMNS),
+            )
             query_ids = gr.State([])
     share = gr.Textbox(visible="hidden", elem_id="cir-share-query")
-    return ExploreUI(search, filters, sort, list_info, query_list, query_ids, header, paraphrase, retrievers, k,
-                     rerank, top_n, rerank_note, results, message, table, prompt, share, loading, body, about,
-                     filter_box)
+    return ExploreUI(
+        search,
+        filters,
+        sort,
+        list_info,
+        query_list,
+        query_ids,
+        header,
+        paraphrase,
+        retrievers,
+        k,
+        rerank,
+        top_n,
+        rerank_note,
+        results,
+        message,
+        table,
+        prompt,
+        share,
+        loading,
+        body,
+        about,
+        filter_box,
+    )
 
 
 def paraphrase_table_label(primary: str) -> str:
@@ -158,8 +205,11 @@ def sort_choices(service: ExplorerService, pending=None) -> list[tuple[str, str]
     background run computes their data, they say so. The label stays the same while the run counts on
     (the list's info line says n/N): a label that changes under a chosen value is not redrawn by gradio's
     dropdown, and a long one is cut under its arrow."""
-    return [(c.label if pending is None or pending.sort_ready(c.name) else f"{c.label}{WAITING_MARK}", c.name)
-            for c in service.sorts() if c.available]
+    return [
+        (c.label if pending is None or pending.sort_ready(c.name) else f"{c.label}{WAITING_MARK}", c.name)
+        for c in service.sorts()
+        if c.available
+    ]
 
 
 def sort_update(service: ExplorerService, pending=None, value: str | None = None):
@@ -170,18 +220,22 @@ def sort_update(service: ExplorerService, pending=None, value: str | None = None
     return gr.update(choices=sort_choices(service, pending), info=info, **kw)
 
 
-def list_queries(service: ExplorerService, text: str, filters: dict[str, str], sort: str,
-                 pending=None) -> dict[str, Any]:
+def list_queries(
+    service: ExplorerService, text: str, filters: dict[str, str], sort: str, pending=None
+) -> dict[str, Any]:
     """The query list for a search text, filters and a sort. `pending`: the background run's
     status (`PrecomputeStatus`); until it is ready a failure sort lists benchmark order and says why."""
     waiting = ""
     if pending is not None and not pending.sort_ready(sort):
         label = next((c.label for c in service.sorts() if c.name == sort), sort)
-        waiting = (f"⏳ “{label}” is being computed in the background ({pending.progress() or 'starting'}); "
-                   "benchmark order until then, the list re-sorts by itself when it is ready")
+        waiting = (
+            f"⏳ “{label}” is being computed in the background ({pending.progress() or 'starting'}); "
+            "benchmark order until then, the list re-sorts by itself when it is ready"
+        )
         sort = "order"
-    found = service.find_queries(text or "", {k: (None if v in (None, ANY) else v) for k, v in filters.items()},
-                                 sort or "order")
+    found = service.find_queries(
+        text or "", {k: (None if v in (None, ANY) else v) for k, v in filters.items()}, sort or "order"
+    )
     shown = len(found.rows)
     info = f"**{found.total:,}** matching queries" + (f" (showing the first {shown})" if shown < found.total else "")
     if found.note:
@@ -212,7 +266,7 @@ def list_update(rows: pd.DataFrame) -> dict:
 
 
 def about_update(service: ExplorerService) -> str:
-    """"What am I looking at?" for the loaded benchmark (`wording.about_markdown`)."""
+    """ "What am I looking at?" for the loaded benchmark (`wording.about_markdown`)."""
     tags = [MODALITY_LABELS.get(m, m) for m in service.modality.values()]
     return about_markdown(service.benchmark.name, service.family, service.views, tags, service.reranker_name)
 
@@ -225,8 +279,16 @@ def filters_update(service: ExplorerService) -> dict:
     return gr.update(label=filters_label(labels), visible=bool(labels))
 
 
-def show_view(service: ExplorerService, query_id: str, retrievers: list[str] | None, k: int, rerank: bool,
-              top_n: int, notes: list[str] | None = None, sort: str | None = None) -> dict[str, Any]:
+def show_view(
+    service: ExplorerService,
+    query_id: str,
+    retrievers: list[str] | None,
+    k: int,
+    rerank: bool,
+    top_n: int,
+    notes: list[str] | None = None,
+    sort: str | None = None,
+) -> dict[str, Any]:
     """Everything the page shows for one query (one paraphrase) and settings; `sort`: the list's, kept
     in the view's link."""
     if not query_id:
@@ -238,25 +300,36 @@ def show_view(service: ExplorerService, query_id: str, retrievers: list[str] | N
     k, top_n = clamp(k, *K_RANGE, default=10), clamp(top_n, *SLIDER_TOP_N, default=20)  # never refused
     if not names:
         comparison = None
-        messages.append("Select at least one retriever." if service.retriever_names else
-                        "No retrievers are loaded: " + "; ".join(service.warnings))
+        messages.append(
+            "Select at least one retriever."
+            if service.retriever_names
+            else "No retrievers are loaded: " + "; ".join(service.warnings)
+        )
         table = pd.DataFrame()
     else:
         comparison = service.compare(query_id, names, k=k, rerank=rerank, top_n=top_n)
         # the family's primary metric names the numbers (AP@10 on the world, Recall@1 on CIRR, ...)
         table = service.paraphrase_table(query_id, names, shown=True).rename(
-            columns={"paraphrase": f"phrasing ({service.family.primary})"})
+            columns={"paraphrase": f"phrasing ({service.family.primary})"}
+        )
     several = len(view.paraphrases) > 1  # one phrasing (CIRR, FashionIQ, ...): no choice and no spread to show
-    state = ViewState(service.benchmark.name, query_id, view.paraphrase_index, tuple(names), rerank, top_n, k,
-                      sort or ORDER)
+    state = ViewState(
+        service.benchmark.name, query_id, view.paraphrase_index, tuple(names), rerank, top_n, k, sort or ORDER
+    )
     prompt = service.reranker_prompt(view.query.instruction, len(view.query.reference_ids))
     return {
         "header": components.query_header_html(view),
-        "paraphrase": gr.update(choices=[(f"{p.label}: {p.instruction}", p.query_id) for p in view.paraphrases],
-                                value=query_id, visible=several),
+        "paraphrase": gr.update(
+            choices=[(f"{p.label}: {p.instruction}", p.query_id) for p in view.paraphrases],
+            value=query_id,
+            visible=several,
+        ),
         "results": components.results_html(comparison, "Select a retriever to see results."),
-        "table": gr.update(value=table, visible=several and not table.empty,  # the radio shows the instructions
-                           label=paraphrase_table_label(service.family.primary)),
+        "table": gr.update(
+            value=table,
+            visible=several and not table.empty,  # the radio shows the instructions
+            label=paraphrase_table_label(service.family.primary),
+        ),
         "prompt": prompt,
         "share": encode_state(state),
         "message": components.notes_markdown(messages),
@@ -268,21 +341,38 @@ def show_view(service: ExplorerService, query_id: str, retrievers: list[str] | N
 def rerank_controls(service: ExplorerService, on: bool = False) -> dict[str, Any]:
     """The reranker checkbox (disabled, with the reason, when there is no reranker)."""
     if service.reranker_name:
-        return {"rerank": gr.update(value=bool(on), interactive=True, label=f"Rerank with {service.reranker_name}"),
-                "note": components.md_escape(hide_paths(service.reranker_note)) if service.reranker_note else ""}
-    return {"rerank": gr.update(value=False, interactive=False, label="Rerank (unavailable)"),
-            "note": hide_paths(service.reranker_note)}
+        return {
+            "rerank": gr.update(value=bool(on), interactive=True, label=f"Rerank with {service.reranker_name}"),
+            "note": components.md_escape(hide_paths(service.reranker_note)) if service.reranker_note else "",
+        }
+    return {
+        "rerank": gr.update(value=False, interactive=False, label="Rerank (unavailable)"),
+        "note": hide_paths(service.reranker_note),
+    }
 
 
 # ------------------------------------------------------------------ wiring
-def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService], get_pending: Callable[[], Any] = lambda: None,
-         parent_origin: str = HUB_ORIGIN) -> None:
+def wire(
+    ui: ExploreUI,
+    get_service: Callable[[], ExplorerService],
+    get_pending: Callable[[], Any] = lambda: None,
+    parent_origin: str = HUB_ORIGIN,
+) -> None:
     filter_components = list(ui.filters.values())
     view_outputs = ui.view_outputs()
 
     def as_view_outputs(out: dict[str, Any]) -> tuple:
-        return (out["header"], out["paraphrase"], out["results"], out["table"], out["prompt"], out["share"], out["message"],
-                out["k"], out["top_n"])
+        return (
+            out["header"],
+            out["paraphrase"],
+            out["results"],
+            out["table"],
+            out["prompt"],
+            out["share"],
+            out["message"],
+            out["k"],
+            out["top_n"],
+        )
 
     @guarded("Listing queries")
     def on_list(text, sort, *filter_values):
@@ -310,8 +400,9 @@ def wire(ui: ExploreUI, get_service: Callable[[], ExplorerService], get_pending:
         query_id = (evt.row_value or [None])[0] if evt.row_value else (ids[row] if ids and row < len(ids) else None)
         return as_view_outputs(show_view(get_service(), query_id, retrievers, k, rerank, top_n, sort=sort))
 
-    ui.query_list.select(on_select, [ui.query_ids, ui.retrievers, ui.k, ui.rerank, ui.top_n, ui.sort],
-                         view_outputs).then(None, None, None, js=SCROLL_TO_VIEW_JS)
+    ui.query_list.select(
+        on_select, [ui.query_ids, ui.retrievers, ui.k, ui.rerank, ui.top_n, ui.sort], view_outputs
+    ).then(None, None, None, js=SCROLL_TO_VIEW_JS)
 
     @guarded("Updating the results")
     @on_gpu

@@ -3,6 +3,7 @@ ZeroGPU Spaces, where a GPU is attached only while a function decorated with `sp
 runs. Without the `spaces` package (anywhere but a Space) it returns the function unchanged,
 so the app is the same everywhere. `spaces` is not a requirement: Spaces install it.
 """
+
 from __future__ import annotations
 
 from typing import Callable

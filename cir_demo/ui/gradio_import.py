@@ -16,6 +16,7 @@ way, so IPython is refused there and gradio takes its "not installed" path.
 event it processes, on the server's event loop; with no backend named, matplotlib resolves one by
 importing pyplot (0.3 CPU s, on a cold start in the first visitor's first event). A server has no
 display, so it names the one that resolution picks there anyway (agg), unless the user named one."""
+
 from __future__ import annotations
 
 import importlib.abc
@@ -53,8 +54,9 @@ class _WithoutStubWriter(importlib.abc.MetaPathFinder):
 class _RefuseIPython(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
         if fullname == "IPython" or fullname.startswith("IPython."):
-            raise ModuleNotFoundError(f"No module named {fullname!r} (python app.py runs outside IPython)",
-                                      name=fullname)
+            raise ModuleNotFoundError(
+                f"No module named {fullname!r} (python app.py runs outside IPython)", name=fullname
+            )
         return None
 
 

@@ -1,4 +1,5 @@
 """Turn exceptions in callbacks into messages on the page; the app keeps running."""
+
 from __future__ import annotations
 
 import functools
@@ -40,6 +41,7 @@ def guarded(action: str) -> Callable:
 
     def wrap(fn: Callable) -> Callable:
         if inspect.isasyncgenfunction(fn):
+
             @functools.wraps(fn)
             async def agen(*args, **kwargs):
                 try:
@@ -49,9 +51,11 @@ def guarded(action: str) -> Callable:
                     raise
                 except Exception as exc:
                     raise visible(exc) from exc
+
             return agen
 
         if inspect.isgeneratorfunction(fn):
+
             @functools.wraps(fn)
             def gen(*args, **kwargs):
                 try:
@@ -60,6 +64,7 @@ def guarded(action: str) -> Callable:
                     raise
                 except Exception as exc:
                     raise visible(exc) from exc
+
             return gen
 
         @functools.wraps(fn)
@@ -70,6 +75,7 @@ def guarded(action: str) -> Callable:
                 raise
             except Exception as exc:
                 raise visible(exc) from exc
+
         return call
 
     return wrap

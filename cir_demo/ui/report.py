@@ -1,5 +1,6 @@
 """The Report tab: the metrics table (95% intervals) and plots of the latest `--eval` run
 of the loaded benchmark (or another run picked from the list)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,8 +21,7 @@ from cir_demo.ui.served_files import served_folder
 
 # What a run shares with a visitor, as downloads: text and tables only (never HTML, never a link),
 # and all of them with the run's PNG plots in one zip, where report.md's links to plots/ resolve
-DOWNLOADS = ("report.md", "report.tex", "metrics.csv", "metrics.json", "per_query.csv", "breakdowns.csv",
-             "paired.csv")
+DOWNLOADS = ("report.md", "report.tex", "metrics.csv", "metrics.json", "per_query.csv", "breakdowns.csv", "paired.csv")
 RUN_ZIP = "run.zip"
 
 # Every column the metrics table may show: (label, definition). `metric@K` columns are matched by
@@ -32,21 +32,30 @@ COLUMNS = {
     "average_recall": ("Average", "(Recall@10 + Recall@50) / 2 of the category averages, FashionIQ's average"),
     "total_queries": ("Queries", "queries scored"),
     "coverage": ("Coverage", "share of the benchmark's queries the run has a ranking for (1 = all)"),
-    "ling_sens_paraphrase_range": ("Paraphrase range",
-                                   "AP@10 max − min over the phrasings of one intent, averaged over intents; "
-                                   "lower is more robust"),
-    "ling_sens_range": ("Official sensitivity range", "precision@10 max − min over queries sharing reference "
-                        "images (PinPoint's evaluate.py); lower is more robust"),
+    "ling_sens_paraphrase_range": (
+        "Paraphrase range",
+        "AP@10 max − min over the phrasings of one intent, averaged over intents; lower is more robust",
+    ),
+    "ling_sens_range": (
+        "Official sensitivity range",
+        "precision@10 max − min over queries sharing reference images (PinPoint's evaluate.py); lower is more robust",
+    ),
 }
 AT_K = {
     "mAP": ("mAP@{k}", "AP@{k} (average precision of the top {k}) averaged over the queries; higher is better"),
     "precision": ("P@{k}", "positives among the top {k}, divided by {k}, averaged; higher is better"),
-    "NegRecall": ("NegRecall@{k}", "explicit negatives in the top {k} over min(negatives, {k}), averaged; lower is better"),
+    "NegRecall": (
+        "NegRecall@{k}",
+        "explicit negatives in the top {k} over min(negatives, {k}), averaged; lower is better",
+    ),
     "recall": ("Recall@{k}", "positives in the top {k} over all positives of the query, averaged; higher is better"),
     "Recall": ("Recall@{k}", "share of queries with a target in the top {k}; higher is better"),
     "hard_negative": ("Hard negative@{k}", "share of queries whose top {k} holds a hard negative; lower is better"),
-    "Recall_subset": ("Recall_subset@{k}", "share of queries whose target is in the top {k} of its image set "
-                      "(CIRR's img_set members, in the run's order); higher is better"),
+    "Recall_subset": (
+        "Recall_subset@{k}",
+        "share of queries whose target is in the top {k} of its image set "
+        "(CIRR's img_set members, in the run's order); higher is better",
+    ),
 }
 _AT_K = re.compile(r"^(?P<name>[A-Za-z_]+)@(?P<k>\d+)(?P<tail>_pooled|/[\w-]+)?$")
 
@@ -108,46 +117,116 @@ class ReportUI:
 
     def outputs(self) -> list:
         """The components `show_report`'s keys (`OUTPUTS`) fill, in that order."""
-        return [self.run, self.info, self.metrics, self.plots, self.files, self.columns, self.own_info,
-                self.own_metrics, self.paired, self.pair, self.open_pair]
+        return [
+            self.run,
+            self.info,
+            self.metrics,
+            self.plots,
+            self.files,
+            self.columns,
+            self.own_info,
+            self.own_metrics,
+            self.paired,
+            self.pair,
+            self.open_pair,
+        ]
 
 
-OUTPUTS = ("run", "info", "metrics", "plots", "files", "columns", "own_info", "own_metrics", "paired", "pair",
-           "open_pair")
+OUTPUTS = (
+    "run",
+    "info",
+    "metrics",
+    "plots",
+    "files",
+    "columns",
+    "own_info",
+    "own_metrics",
+    "paired",
+    "pair",
+    "open_pair",
+)
 
 
 def create_ui() -> ReportUI:
     own_info = gr.Markdown(elem_id="cir-report-own")
-    own_metrics = gr.Dataframe(interactive=False, label="Your runs (results files), scored as --eval scores them",
-                               elem_id="cir-report-own-metrics", wrap=True, visible=False)
+    own_metrics = gr.Dataframe(
+        interactive=False,
+        label="Your runs (results files), scored as --eval scores them",
+        elem_id="cir-report-own-metrics",
+        wrap=True,
+        visible=False,
+    )
     with gr.Row():
         # min widths: on a phone the button wraps below and the run's name keeps the full width
         run = gr.Dropdown([], label="Evaluation run (newest first)", elem_id="cir-report-run", scale=4, min_width=300)
         refresh = gr.Button("Refresh", elem_id="cir-report-refresh", scale=1, size="sm", min_width=100)
     info = gr.Markdown("The report appears here when the explorer has loaded.", elem_id="cir-report-info")
-    metrics = gr.Dataframe(interactive=False, label="Metrics (value [95% CI])", elem_id="cir-report-metrics", wrap=True,
-                           visible=False)  # shown with a run (no empty table with placeholder headers)
+    metrics = gr.Dataframe(
+        interactive=False, label="Metrics (value [95% CI])", elem_id="cir-report-metrics", wrap=True, visible=False
+    )  # shown with a run (no empty table with placeholder headers)
     columns = gr.Markdown(elem_id="cir-report-columns")
-    paired = gr.Dataframe(interactive=False, label="Paired comparisons", elem_id="cir-report-paired", wrap=True,
-                          visible=False)
+    paired = gr.Dataframe(
+        interactive=False, label="Paired comparisons", elem_id="cir-report-paired", wrap=True, visible=False
+    )
     with gr.Row():
-        pair = gr.Dropdown([], label="Compare two columns query by query", elem_id="cir-report-pair", scale=4,
-                           min_width=300, visible=False)
-        open_pair = gr.Button("Show the queries sorted A vs B", elem_id="cir-report-open-pair", scale=1, size="sm",
-                              min_width=160, visible=False)
+        pair = gr.Dropdown(
+            [],
+            label="Compare two columns query by query",
+            elem_id="cir-report-pair",
+            scale=4,
+            min_width=300,
+            visible=False,
+        )
+        open_pair = gr.Button(
+            "Show the queries sorted A vs B",
+            elem_id="cir-report-open-pair",
+            scale=1,
+            size="sm",
+            min_width=160,
+            visible=False,
+        )
     # height "auto": each plot whole (a fixed height cropped the first plot's axis label)
-    plots = gr.Gallery(visible=False, label="Plots (click to enlarge)", columns=2, height="auto", object_fit="contain",
-                       elem_id="cir-report-plots", interactive=False)
-    files = gr.File(label="Files of this run (download; run.zip holds them all with the plots as PNG, SVG and PDF)",
-                    file_count="multiple",
-                    interactive=False, visible=False, elem_id="cir-report-files")
+    plots = gr.Gallery(
+        visible=False,
+        label="Plots (click to enlarge)",
+        columns=2,
+        height="auto",
+        object_fit="contain",
+        elem_id="cir-report-plots",
+        interactive=False,
+    )
+    files = gr.File(
+        label="Files of this run (download; run.zip holds them all with the plots as PNG, SVG and PDF)",
+        file_count="multiple",
+        interactive=False,
+        visible=False,
+        elem_id="cir-report-files",
+    )
     with gr.Accordion("Add your own results file as a column", open=False, elem_id="cir-report-add-run"):
-        run_file = gr.File(label="A results file for the loaded benchmark (any format --eval reads: PinPoint or "
-                           "CIRCO JSON, a run dict, a TREC run)", file_types=[".json", ".trec", ".run", ".txt"],
-                           elem_id="cir-report-run-file")
+        run_file = gr.File(
+            label="A results file for the loaded benchmark (any format --eval reads: PinPoint or "
+            "CIRCO JSON, a run dict, a TREC run)",
+            file_types=[".json", ".trec", ".run", ".txt"],
+            elem_id="cir-report-run-file",
+        )
         run_note = gr.Markdown(elem_id="cir-report-run-note")
-    return ReportUI(run, refresh, info, metrics, plots, files, columns, own_info, own_metrics, paired, pair, open_pair,
-                    run_file, run_note, gr.State([]))
+    return ReportUI(
+        run,
+        refresh,
+        info,
+        metrics,
+        plots,
+        files,
+        columns,
+        own_info,
+        own_metrics,
+        paired,
+        pair,
+        open_pair,
+        run_file,
+        run_note,
+        gr.State([]),
+    )
 
 
 def add_run(service: ExplorerService, path: str | None, mine: list[str]) -> tuple[str, list[str]]:
@@ -160,8 +239,10 @@ def add_run(service: ExplorerService, path: str | None, mine: list[str]) -> tupl
     stem = Path(path).stem or "run"
     column, notes = service.add_file_run(path, stem)
     mine = [n for n in [*mine, column] if n in service.uploaded_runs]
-    text = (f"Added **{md_escape(column)}** (from {md_escape(Path(path).name)}): tick it among the retrievers on "
-            "Explore, or compare it with another column below.")
+    text = (
+        f"Added **{md_escape(column)}** (from {md_escape(Path(path).name)}): tick it among the retrievers on "
+        "Explore, or compare it with another column below."
+    )
     return "  \n".join([text, *(md_escape(n) for n in notes)]), mine
 
 
@@ -193,12 +274,18 @@ def wire_upload(ui: ReportUI, retrievers, get_service: Callable[[], ExplorerServ
             choices = service.retriever_names + mine
         except Exception as exc:  # noqa: BLE001 - whatever the file did, the page keeps its tables
             return kept_with_note("Adding your results file", exc, 8)
-        return (note, mine, gr.update(choices=choices, value=[c for c in (chosen or []) if c in choices]),
-                *(own[k] for k in ("own_info", "own_metrics", "paired", "pair", "open_pair")))
+        return (
+            note,
+            mine,
+            gr.update(choices=choices, value=[c for c in (chosen or []) if c in choices]),
+            *(own[k] for k in ("own_info", "own_metrics", "paired", "pair", "open_pair")),
+        )
 
-    ui.run_file.upload(on_file, [ui.run_file, ui.my_runs, retrievers],
-                       [ui.run_note, ui.my_runs, retrievers, ui.own_info, ui.own_metrics, ui.paired, ui.pair,
-                        ui.open_pair])
+    ui.run_file.upload(
+        on_file,
+        [ui.run_file, ui.my_runs, retrievers],
+        [ui.run_note, ui.my_runs, retrievers, ui.own_info, ui.own_metrics, ui.paired, ui.pair, ui.open_pair],
+    )
 
 
 def own_runs_outputs(service: ExplorerService, report=None, extra: list[str] | tuple = ()) -> dict[str, Any]:
@@ -212,16 +299,24 @@ def own_runs_outputs(service: ExplorerService, report=None, extra: list[str] | t
     out: dict[str, Any] = {"own_info": "", "own_metrics": gr.update(value=None, visible=False)}
     paired, source = (report.paired, "this evaluation run (paired.csv)") if report is not None else (None, "")
     if scored is not None:
-        out["own_info"] = (f"**Your runs**: {md_escape(', '.join(scored.metrics['run']))}: results files scored on "
-                           "the loaded benchmark as `--eval` scores them (whole rankings).")
+        out["own_info"] = (
+            f"**Your runs**: {md_escape(', '.join(scored.metrics['run']))}: results files scored on "
+            "the loaded benchmark as `--eval` scores them (whole rankings)."
+        )
         own, _ = labelled(metrics_display_table(scored.metrics.rename(columns={"run": "model"}), service.family))
         out["own_metrics"] = gr.update(value=own, visible=True)
         if len(scored.paired):
             paired, source = paired_display(scored.paired, service.family), "your runs"
     shown = paired is not None and len(paired) > 0
-    out["paired"] = gr.update(value=paired if shown else None, visible=shown,
-                              label=(f"Paired comparisons of {source}: B − A per headline metric with its 95% interval; "
-                                     f"p: the {P_VALUE_METHOD}") if shown else "Paired comparisons")
+    out["paired"] = gr.update(
+        value=paired if shown else None,
+        visible=shown,
+        label=(
+            f"Paired comparisons of {source}: B − A per headline metric with its 95% interval; p: the {P_VALUE_METHOD}"
+        )
+        if shown
+        else "Paired comparisons",
+    )
     columns = service.retriever_names + [n for n in extra if n in service.uploaded_runs]
     choices = pair_choices(columns) if len(columns) > 1 else []
     out["pair"] = gr.update(choices=choices, value=choices[0][1] if choices else None, visible=bool(choices))
@@ -237,17 +332,27 @@ def show_report(service: ExplorerService, label: str | None = None, pending=None
     if not runs:
         name = md_escape(service.benchmark.name)
         if pending is not None and not pending.ready:
-            text = (f"⏳ The evaluation run of **{name}** is being computed in the background "
-                    f"({pending.progress() or 'starting'}); it appears here by itself when it is done.")
+            text = (
+                f"⏳ The evaluation run of **{name}** is being computed in the background "
+                f"({pending.progress() or 'starting'}); it appears here by itself when it is done."
+            )
         elif pending is not None and pending.state == "failed":
-            text = (f"The background evaluation run of **{name}** failed: {md_escape(hide_paths(pending.detail))}. "
-                    "Reload the page to try again.")
+            text = (
+                f"The background evaluation run of **{name}** failed: {md_escape(hide_paths(pending.detail))}. "
+                "Reload the page to try again."
+            )
         else:
             text = f"No evaluation run of **{name}** yet."
         own_plots = own_run_plots(service, extra)
-        return {"run": gr.update(choices=[], value=None), "metrics": gr.update(value=None, visible=False),
-                "plots": gr.update(value=own_plots, visible=bool(own_plots)), "info": text,
-                "files": gr.update(value=None, visible=False), "columns": "", **own_runs_outputs(service, None, extra)}
+        return {
+            "run": gr.update(choices=[], value=None),
+            "metrics": gr.update(value=None, visible=False),
+            "plots": gr.update(value=own_plots, visible=bool(own_plots)),
+            "info": text,
+            "files": gr.update(value=None, visible=False),
+            "columns": "",
+            **own_runs_outputs(service, None, extra),
+        }
     label = label if label in choices else choices[0]
     report = service.report(label)
     own_plots = own_run_plots(service, extra)
@@ -255,11 +360,15 @@ def show_report(service: ExplorerService, label: str | None = None, pending=None
     lines = [f"Run **{md_escape(report.run.label)}**."] + [md_escape(hide_paths(i)) for i in report.info]
     files = shareable_copies(report.run.path)
     table, columns = labelled(report.metrics)
-    return {"run": gr.update(choices=choices, value=label),
-            "metrics": gr.update(value=table, visible=True, column_widths=column_widths(list(report.metrics.columns))),
-            "plots": gr.update(value=own_plots + plot_copies(report.plots), visible=True), "info": "\n\n".join(lines),
-            "files": gr.update(value=files or None, visible=bool(files)), "columns": columns,
-            **own_runs_outputs(service, report, extra)}
+    return {
+        "run": gr.update(choices=choices, value=label),
+        "metrics": gr.update(value=table, visible=True, column_widths=column_widths(list(report.metrics.columns))),
+        "plots": gr.update(value=own_plots + plot_copies(report.plots), visible=True),
+        "info": "\n\n".join(lines),
+        "files": gr.update(value=files or None, visible=bool(files)),
+        "columns": columns,
+        **own_runs_outputs(service, report, extra),
+    }
 
 
 _OWN_PLOTS: dict[tuple, list[tuple[str, str]]] = {}
@@ -284,8 +393,9 @@ def own_run_plots(service: ExplorerService, extra=()) -> list[tuple[str, str]]:
         runs = [SimpleNamespace(name=n, per_query=f) for n, f in scored.per_query.items()]
         drawn = k_curves(service.benchmark, runs, Path(folder), n_boot=scored.n_boot)
         captions = plot_captions(service.family)
-        _OWN_PLOTS[key] = [(str(p), "Your runs: " + captions.get(n, n)) for n, p in sorted(drawn.items())
-                           if n.endswith(".png")]
+        _OWN_PLOTS[key] = [
+            (str(p), "Your runs: " + captions.get(n, n)) for n, p in sorted(drawn.items()) if n.endswith(".png")
+        ]
     return _OWN_PLOTS[key]
 
 
@@ -402,7 +512,9 @@ def plot_copies(plots) -> list[tuple[str, str]]:
     return out
 
 
-def wire(ui: ReportUI, get_service: Callable[[], ExplorerService], get_pending: Callable[[], Any] = lambda: None) -> None:
+def wire(
+    ui: ReportUI, get_service: Callable[[], ExplorerService], get_pending: Callable[[], Any] = lambda: None
+) -> None:
     @guarded("Loading the report")
     def on_show(label, mine=()):
         try:
@@ -424,7 +536,7 @@ def open_pair(service: ExplorerService, pair: str | None, k, rerank, top_n, pend
 
     if not pair or not pair.startswith("diff:") or pair.count(",") != 1:
         raise ServiceError("pick two columns to compare")
-    a, b = pair[len("diff:"):].split(",")
+    a, b = pair[len("diff:") :].split(",")
     names = service.check_retrievers([a, b])
     listing = explore.list_queries(service, "", {}, pair, pending)
     if not listing["ids"]:
@@ -433,16 +545,27 @@ def open_pair(service: ExplorerService, pair: str | None, k, rerank, top_n, pend
     choices = explore.sort_choices(service, pending)
     if pair not in [value for _, value in choices]:
         choices.append((f"{a} vs {b}", pair))
-    out = {"tab": gr.Tabs(selected="explore"), "sort": gr.update(choices=choices, value=pair),
-           "retrievers": gr.update(value=names), "search": "", "list": explore.list_update(listing["table"]),
-           "ids": listing["ids"], "list_info": listing["info"]}
+    out = {
+        "tab": gr.Tabs(selected="explore"),
+        "sort": gr.update(choices=choices, value=pair),
+        "retrievers": gr.update(value=names),
+        "search": "",
+        "list": explore.list_update(listing["table"]),
+        "ids": listing["ids"],
+        "list_info": listing["info"],
+    }
     out.update({f"filter:{key}": explore.ANY for key in service.filter_choices()})
     out.update({f"view:{key}": value for key, value in view.items()})
     return out
 
 
-def wire_pair(ui: ReportUI, targets: dict[str, Any], get_service: Callable[[], ExplorerService],
-              get_pending: Callable[[], Any], inputs: list) -> None:
+def wire_pair(
+    ui: ReportUI,
+    targets: dict[str, Any],
+    get_service: Callable[[], ExplorerService],
+    get_pending: Callable[[], Any],
+    inputs: list,
+) -> None:
     """The Report's "Show the queries sorted A vs B": `targets` are the components `open_pair`'s keys name
     (the tabs, the Explore tab's list, filters and view); `inputs`: the view's k, rerank and top n."""
 

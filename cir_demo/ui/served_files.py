@@ -1,6 +1,7 @@
 """This process's one folder of files the page serves (the Report's plot and download copies, the
 upload example's images), removed when the process exits: gradio serves files by path, and nothing
 under runs/ or the caches is ever handed to it."""
+
 from __future__ import annotations
 
 import atexit

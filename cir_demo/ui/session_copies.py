@@ -10,6 +10,7 @@ memory grew 2-3 MB a minute under steady load (docs/reliability.md). The page ha
 so after preprocessing every id that is not one of the page's own is dropped from the session;
 the session's entry under the component's real id (what later events and deep links use) stays.
 """
+
 from __future__ import annotations
 
 import functools

@@ -1,6 +1,7 @@
 """What `python app.py` does before it imports gradio (a fifth of a first start): read and check the
 command line, and on a first start begin generating the benchmark's data (the offline world) in a
 child process, which then runs on another core while gradio is imported and the page is built."""
+
 from __future__ import annotations
 
 import argparse
@@ -74,8 +75,10 @@ def mcp_problem() -> str | None:
         req = Requirement(line)
         wanted = req.name == "mcp" and req.marker is not None and req.marker.evaluate({"extra": "mcp"})
         if wanted and not req.specifier.contains(have, prereleases=True):
-            return (f"gradio {metadata.version('gradio')}'s MCP server needs mcp{req.specifier}, "
-                    f"this environment has mcp {have}: {fix}")
+            return (
+                f"gradio {metadata.version('gradio')}'s MCP server needs mcp{req.specifier}, "
+                f"this environment has mcp {have}: {fix}"
+            )
     return None
 
 
@@ -83,49 +86,85 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python app.py",
         description="The CIR failure explorer (Gradio). Runs on the offline world by default; "
-                    "`python app.py --eval --help` for the headless benchmark run.")
+        "`python app.py --eval --help` for the headless benchmark run.",
+    )
     from cir_demo.benchmarks.cli_args import add_benchmark_arguments
 
     add_benchmark_arguments(p)
     m = p.add_argument_group("models")
-    m.add_argument("--retrievers", help="comma-separated retriever names, up to 4 shown at once (default on the "
-                   "world: world-cir, world-clip-fusion, world-clip-image, world-clip-text, those registered)")
-    m.add_argument("--runs", nargs="+", metavar="[NAME=]FILE",
-                   help="your own results files as columns (every format --eval reads, detected per file; the "
-                        "column is named NAME or the file's stem), beside --retrievers or instead of the default "
-                        "models; an eval run folder (--eval --out) is listed in the Report")
-    m.add_argument("--reranker", help="reranker backend name, or 'none' (default on the world: world-verifier when "
-                   "available)")
+    m.add_argument(
+        "--retrievers",
+        help="comma-separated retriever names, up to 4 shown at once (default on the "
+        "world: world-cir, world-clip-fusion, world-clip-image, world-clip-text, those registered)",
+    )
+    m.add_argument(
+        "--runs",
+        nargs="+",
+        metavar="[NAME=]FILE",
+        help="your own results files as columns (every format --eval reads, detected per file; the "
+        "column is named NAME or the file's stem), beside --retrievers or instead of the default "
+        "models; an eval run folder (--eval --out) is listed in the Report",
+    )
+    m.add_argument(
+        "--reranker", help="reranker backend name, or 'none' (default on the world: world-verifier when available)"
+    )
     m.add_argument("--reranker-model", help="model path or name passed to the reranker backend (model=...)")
     m.add_argument("--device", help="cpu or cuda (default: cuda when available)")
-    m.add_argument("--trust-remote-code", action="store_true",
-                   help="allow retrievers that run their model repository's code (BGE-VL, GME); never the default")
-    m.add_argument("--allow-stale", action="store_true", help="serve stale indexes (with a warning) instead of rebuilding")
-    m.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads per request while serving (default 1: fastest for single queries; "
-                        "index builds use all cores)")
-    m.add_argument("--fetch-images", action="store_true",
-                   help="download the benchmark's missing images before loading (as `python -m cir_demo images fetch`)")
+    m.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow retrievers that run their model repository's code (BGE-VL, GME); never the default",
+    )
+    m.add_argument(
+        "--allow-stale", action="store_true", help="serve stale indexes (with a warning) instead of rebuilding"
+    )
+    m.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads per request while serving (default 1: fastest for single queries; "
+        "index builds use all cores)",
+    )
+    m.add_argument(
+        "--fetch-images",
+        action="store_true",
+        help="download the benchmark's missing images before loading (as `python -m cir_demo images fetch`)",
+    )
     from cir_demo.images.cli import add_fetch_arguments
 
     add_fetch_arguments(p)
     s = p.add_argument_group("server")
-    s.add_argument("--server-name", default=None, help="interface to listen on (default: $GRADIO_SERVER_NAME, else 127.0.0.1; "
-                   "0.0.0.0 for all)")
-    s.add_argument("--port", type=int, default=None, help="port (default: $GRADIO_SERVER_PORT, else 7860 or the next free one)")
+    s.add_argument(
+        "--server-name",
+        default=None,
+        help="interface to listen on (default: $GRADIO_SERVER_NAME, else 127.0.0.1; 0.0.0.0 for all)",
+    )
+    s.add_argument(
+        "--port", type=int, default=None, help="port (default: $GRADIO_SERVER_PORT, else 7860 or the next free one)"
+    )
     s.add_argument("--share", action="store_true", help="also serve through a temporary public gradio.live link")
     s.add_argument("--queue-size", type=int, default=32, help="requests waiting at most; more are refused (default 32)")
     s.add_argument("--concurrency", type=int, default=2, help="requests worked on at once (default 2)")
-    s.add_argument("--mcp", action="store_true",
-                   help="also serve the API endpoints (/search, /query, /failures, /evaluate, /image) as MCP tools "
-                        "at /gradio_api/mcp/ (needs gradio[mcp]; on a Space: put --mcp in CIR_DEMO_ARGS)")
-    s.add_argument("--no-precompute", action="store_true",
-                   help="do not compute the failure sorts and the report in a low-priority background eval run "
-                        "on a first start (they are then computed when first asked for)")
-    s.add_argument("--no-thumbnail-warmer", action="store_true",
-                   help="do not pre-render thumbnails in a low-priority background process")
-    s.add_argument("--debug", action="store_true",
-                   help="write the traceback of every failure to the log (default: one line per known fault)")
+    s.add_argument(
+        "--mcp",
+        action="store_true",
+        help="also serve the API endpoints (/search, /query, /failures, /evaluate, /image) as MCP tools "
+        "at /gradio_api/mcp/ (needs gradio[mcp]; on a Space: put --mcp in CIR_DEMO_ARGS)",
+    )
+    s.add_argument(
+        "--no-precompute",
+        action="store_true",
+        help="do not compute the failure sorts and the report in a low-priority background eval run "
+        "on a first start (they are then computed when first asked for)",
+    )
+    s.add_argument(
+        "--no-thumbnail-warmer",
+        action="store_true",
+        help="do not pre-render thumbnails in a low-priority background process",
+    )
+    s.add_argument(
+        "--debug",
+        action="store_true",
+        help="write the traceback of every failure to the log (default: one line per known fault)",
+    )
     return p
-
-

@@ -6,6 +6,7 @@
 names the intent). Parsing never raises: unusable values are dropped with a note
 for the page, and the view falls back to defaults.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -71,7 +72,7 @@ ECHO_CHARS = 60  # a link value echoed in a note is cut to this many characters
 def cut(value) -> str:
     """A link value for a note, cut to ECHO_CHARS (a 5,000-character id is not echoed whole)."""
     text = str(value)
-    return text if len(text) <= ECHO_CHARS else text[:ECHO_CHARS - 1] + "…"
+    return text if len(text) <= ECHO_CHARS else text[: ECHO_CHARS - 1] + "…"
 
 
 def shown(value) -> str:
@@ -99,8 +100,10 @@ def decode_state(params: Mapping[str, str]) -> ParsedState:
     notes: list[str] = []
     unknown = sorted(k for k in params if k not in KEYS and not k.startswith("__"))
     if unknown:
-        notes.append(f"unknown link parameter(s) {', '.join(cut(u) for u in unknown[:5])}"
-                     f"{' …' if len(unknown) > 5 else ''}; known: {', '.join(KEYS)}")
+        notes.append(
+            f"unknown link parameter(s) {', '.join(cut(u) for u in unknown[:5])}"
+            f"{' …' if len(unknown) > 5 else ''}; known: {', '.join(KEYS)}"
+        )
     retrievers = None
     if params.get("retrievers") is not None:
         retrievers = tuple(dict.fromkeys(r.strip() for r in str(params["retrievers"]).split(",") if r.strip()))
@@ -121,9 +124,16 @@ def decode_state(params: Mapping[str, str]) -> ParsedState:
     return ParsedState(state, notes)
 
 
-def resolve_state(parsed: ParsedState, benchmark: str, query_ids: Sequence[str] | set[str],
-                  group_sizes: Mapping[str, int], retrievers: Sequence[str], can_rerank: bool,
-                  default_query: str | None, sorts: Sequence[str] | None = None) -> ParsedState:
+def resolve_state(
+    parsed: ParsedState,
+    benchmark: str,
+    query_ids: Sequence[str] | set[str],
+    group_sizes: Mapping[str, int],
+    retrievers: Sequence[str],
+    can_rerank: bool,
+    default_query: str | None,
+    sorts: Sequence[str] | None = None,
+) -> ParsedState:
     """Check a parsed link against what this app serves; unusable parts fall back with a note.
 
     `group_sizes`: query id -> number of paraphrases in its intent; `sorts`: the sorts offered (None: any).
@@ -146,8 +156,10 @@ def resolve_state(parsed: ParsedState, benchmark: str, query_ids: Sequence[str] 
         known = [r for r in s.retrievers if r in retrievers]
         dropped = [r for r in s.retrievers if r not in retrievers]
         if dropped:
-            notes.append(f"retriever(s) {', '.join(cut(d) for d in dropped[:5])}{' …' if len(dropped) > 5 else ''} "
-                         "not loaded in this app; left out")
+            notes.append(
+                f"retriever(s) {', '.join(cut(d) for d in dropped[:5])}{' …' if len(dropped) > 5 else ''} "
+                "not loaded in this app; left out"
+            )
         s = replace(s, retrievers=tuple(known[:4]) if known else None)
     if s.rerank and not can_rerank:
         notes.append("the link turns the reranker on, but no reranker is available here")

@@ -12,6 +12,7 @@ whose key differs is a miss, never reused.
 Found from the declaration, not from a hand list of files: a module the computation starts
 importing joins its key by itself. Read once per process per declaration (a few dozen files).
 """
+
 from __future__ import annotations
 
 import ast
@@ -63,7 +64,7 @@ def _imported_names(name: str, path: Path) -> list[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 anchor = name.split(".")
-                anchor = anchor[:len(anchor) - node.level + (1 if is_package else 0)]
+                anchor = anchor[: len(anchor) - node.level + (1 if is_package else 0)]
                 base = ".".join(anchor + ([node.module] if node.module else []))
             else:
                 base = node.module or ""
@@ -101,9 +102,13 @@ def code_modules(roots: tuple[str, ...]) -> tuple[str, ...]:
 def _without_docstrings(tree: ast.AST) -> ast.AST:
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             node.body = body[1:] or [ast.Pass()]
     return tree
 

@@ -8,6 +8,7 @@ same text: pandas writes floats as numpy's shortest round-trip repr (Python's
 Frames outside that plain shape (non-string or duplicate column labels, other
 column dtypes) are left to pandas.
 """
+
 from __future__ import annotations
 
 import csv
@@ -28,8 +29,10 @@ def _plain_values(column: pd.Series) -> list | None:
     if kind in "biu":
         return values.tolist()
     if kind == "O":
-        return ["" if v is None or v is pd.NA or v is pd.NaT or (type(v) is float and v != v) else v
-                for v in values.tolist()]
+        return [
+            "" if v is None or v is pd.NA or v is pd.NaT or (type(v) is float and v != v) else v
+            for v in values.tolist()
+        ]
     return None
 
 

@@ -10,6 +10,7 @@ file there (the same bytes as the journal records) is removed and the set-aside 
 the earlier manifest last. Each step of both is repeatable, so a kill while settling is settled again.
 Only paths inside the folder that the journal's command declares (owned_folder.OUTPUTS) are touched.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,15 @@ import uuid
 from pathlib import Path
 
 from cir_demo.utils.io import sha256_file
-from cir_demo.utils.owned_folder import JOURNAL, OUTPUTS, RUN_MANIFEST, WRITTEN_BY, FolderInTheWay, Outputs, \
-    entry_problem
+from cir_demo.utils.owned_folder import (
+    JOURNAL,
+    OUTPUTS,
+    RUN_MANIFEST,
+    WRITTEN_BY,
+    FolderInTheWay,
+    Outputs,
+    entry_problem,
+)
 
 PARTIAL = ".partial"
 _ASIDE = re.compile(r"replaced-[0-9a-f]{8}-[^/]+")
@@ -73,8 +81,14 @@ def replace_under_journal(new: Path, out: Path, old: list[str], new_files: list[
     record = json.loads((new / RUN_MANIFEST).read_text(encoding="utf-8"))["files"]
     hashes = {rel: record[rel]["sha256"] for rel in new_files}
     hashes[RUN_MANIFEST] = sha256_file(new / RUN_MANIFEST)
-    journal = {"written_by": WRITTEN_BY, "outputs": outputs.key, "aside": aside.name, "phase": "moving",
-               "old": [RUN_MANIFEST, *old], "new": hashes}
+    journal = {
+        "written_by": WRITTEN_BY,
+        "outputs": outputs.key,
+        "aside": aside.name,
+        "phase": "moving",
+        "old": [RUN_MANIFEST, *old],
+        "new": hashes,
+    }
     _write_journal(out, journal, new)
     for rel in journal["old"]:  # the earlier manifest first: a half-moved folder is never taken for a run
         _move(out / rel, aside / rel)
@@ -121,8 +135,7 @@ def _undo(out: Path, aside: Path, journal: dict) -> int:
     try:
         aside.rmdir()
     except OSError:  # something could not be put back (its place was taken): kept, and said
-        print(f"warning: {aside} keeps files of the earlier run in {out} that could not be put back",
-              file=sys.stderr)
+        print(f"warning: {aside} keeps files of the earlier run in {out} that could not be put back", file=sys.stderr)
     os.unlink(out / JOURNAL)
     return back
 
@@ -133,14 +146,20 @@ def _read_journal(out: Path) -> tuple[dict, Path]:
         journal = json.loads((out / JOURNAL).read_text(encoding="utf-8"))
         outputs = OUTPUTS[journal["outputs"]]
         entries = [*journal["old"], *journal["new"]]
-        ok = (journal["written_by"] == WRITTEN_BY and journal["phase"] in ("moving", "done")
-              and _ASIDE.fullmatch(journal["aside"]) and journal["old"][:1] == [RUN_MANIFEST]
-              and all(isinstance(d, str) for d in journal["new"].values()))
+        ok = (
+            journal["written_by"] == WRITTEN_BY
+            and journal["phase"] in ("moving", "done")
+            and _ASIDE.fullmatch(journal["aside"])
+            and journal["old"][:1] == [RUN_MANIFEST]
+            and all(isinstance(d, str) for d in journal["new"].values())
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         ok = False
     if not ok or any(rel != RUN_MANIFEST and entry_problem(out, rel, outputs) for rel in entries):
-        raise FolderInTheWay(f"{out}: holds {JOURNAL}, which is no journal of a cir_demo replacement; "
-                             "move it away or name another folder")
+        raise FolderInTheWay(
+            f"{out}: holds {JOURNAL}, which is no journal of a cir_demo replacement; "
+            "move it away or name another folder"
+        )
     return journal, out.parent / PARTIAL / journal["aside"]
 
 
@@ -154,5 +173,8 @@ def settle(out: Path) -> None:
         print(f"note: {out}: completed the replacement of its run that a stop interrupted", file=sys.stderr)
     else:
         n = _undo(out, aside, journal)
-        print(f"note: {out}: undid the replacement of its run that a stop interrupted ({n} files of the "
-              "earlier run put back)", file=sys.stderr)
+        print(
+            f"note: {out}: undid the replacement of its run that a stop interrupted ({n} files of the "
+            "earlier run put back)",
+            file=sys.stderr,
+        )

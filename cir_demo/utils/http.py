@@ -12,6 +12,7 @@ reranker, the text proxy's description writer) goes through `request`, so they a
   more than `max_wait_s`.
 httpx is imported on first use: a run that sends nothing does not pay for it.
 """
+
 from __future__ import annotations
 
 import email.utils
@@ -68,7 +69,7 @@ class RetryPolicy:
         """Seconds to wait after failed try `attempt` (0 = the first)."""
         asked = retry_after_seconds(retry_after)
         if asked is None:
-            asked = self.backoff_s * (2 ** attempt) * random.uniform(0.5, 1.5)
+            asked = self.backoff_s * (2**attempt) * random.uniform(0.5, 1.5)
         return min(asked, self.max_wait_s)
 
 
@@ -80,8 +81,17 @@ class HttpError(Exception):
     """A request that failed for good. `kind`: "status" (an HTTP error answer; `status`, `reason` and
     the start of `body` say which), "timeout", "network", or "body" (the caller's `check` refused it)."""
 
-    def __init__(self, kind: str, message: str, url: str, *, attempts: int, status: int | None = None,
-                 reason: str = "", body: bytes = b""):
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        url: str,
+        *,
+        attempts: int,
+        status: int | None = None,
+        reason: str = "",
+        body: bytes = b"",
+    ):
         super().__init__(message)
         self.kind, self.url, self.attempts = kind, url, attempts
         self.status, self.reason, self.body = status, reason, body
@@ -104,9 +114,17 @@ def client():
         return _clients[pid]
 
 
-def request(method: str, url: str, *, timeout: float, policy: RetryPolicy = RetryPolicy(),
-            headers: dict | None = None, content: bytes | None = None,
-            check: Callable[[bytes], None] | None = None, sleep: Callable[[float], None] = time.sleep):
+def request(
+    method: str,
+    url: str,
+    *,
+    timeout: float,
+    policy: RetryPolicy = RetryPolicy(),
+    headers: dict | None = None,
+    content: bytes | None = None,
+    check: Callable[[bytes], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+):
     """Send one request, retried as `policy` says; the 2xx `httpx.Response` (its body read, and
     passed by `check` when given), or HttpError after the last try or at a failure not worth retrying."""
     import httpx
@@ -135,8 +153,15 @@ def request(method: str, url: str, *, timeout: float, policy: RetryPolicy = Retr
 def _answer_error(response, url: str, attempts: int, check) -> tuple[HttpError | None, str | None]:
     """(None, None) for a good answer; else the error and the answer's Retry-After."""
     if response.status_code >= 400:
-        error = HttpError("status", f"HTTP {response.status_code}", url, attempts=attempts,
-                          status=response.status_code, reason=response.reason_phrase, body=response.content[:300])
+        error = HttpError(
+            "status",
+            f"HTTP {response.status_code}",
+            url,
+            attempts=attempts,
+            status=response.status_code,
+            reason=response.reason_phrase,
+            body=response.content[:300],
+        )
         return error, response.headers.get("Retry-After")
     if check is not None:
         try:

@@ -1,5 +1,6 @@
 """Atomic file writes: a reader never sees a half-written file, and an interrupted
 write leaves the previous version intact."""
+
 from __future__ import annotations
 
 import contextlib

@@ -1,5 +1,6 @@
 """The one least-recently-used cache of the project (query vectors, opened images, thumbnails,
 paraphrase tables): thread-safe, bounded by entry count."""
+
 from __future__ import annotations
 
 import threading

@@ -1,5 +1,6 @@
 """Name lookup with a "did you mean" answer for unknown names, and "module:attribute" references
 (how registration tables name code that is imported only when used)."""
+
 from __future__ import annotations
 
 import difflib

@@ -5,6 +5,7 @@ A retriever family module (`weights(config)`) and a reranker backend class
 line (here / downloaded on first use / missing, with the command that fixes it) without
 knowing which family or backend asked. Plain data: nothing here looks at the disk.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

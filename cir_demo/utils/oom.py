@@ -3,6 +3,7 @@
 `OomBackoff` keeps the batch size that worked, so after one halving every later batch
 uses the smaller size instead of failing again.
 """
+
 from __future__ import annotations
 
 import sys
@@ -48,7 +49,7 @@ class OomBackoff:
         out: list[np.ndarray] = []
         start = 0
         while start < len(items):
-            chunk = items[start:start + self.batch_size]
+            chunk = items[start : start + self.batch_size]
             try:
                 out.append(np.asarray(fn(chunk, self.batch_size)))
             except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, the rest re-raised
@@ -58,10 +59,15 @@ class OomBackoff:
                 if self.batch_size == 1:
                     raise UserError(
                         f"{self.what}: out of GPU memory even with a batch of 1; free the GPU (other processes: "
-                        "nvidia-smi), use fp16 weights, or run on the CPU with --device cpu") from exc
+                        "nvidia-smi), use fp16 weights, or run on the CPU with --device cpu"
+                    ) from exc
                 self.batch_size = max(1, self.batch_size // 2)
-                print(f"warning: {self.what}: out of GPU memory; retrying with batch size {self.batch_size} "
-                      f"(pass --batch-size {self.batch_size} to start there)", file=self.stream or sys.stderr, flush=True)
+                print(
+                    f"warning: {self.what}: out of GPU memory; retrying with batch size {self.batch_size} "
+                    f"(pass --batch-size {self.batch_size} to start there)",
+                    file=self.stream or sys.stderr,
+                    flush=True,
+                )
                 continue
             start += len(chunk)
         return np.concatenate(out, axis=0) if out else np.zeros((0, 0), np.float32)

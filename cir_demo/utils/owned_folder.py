@@ -14,6 +14,7 @@ folder, written before the first rename): every command that meets a journal fir
 that replacement (`settle`), so after a kill at any step the folder holds one whole run and every file
 of the user's.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,31 +45,70 @@ class Outputs:
 
     def declares(self, rel: str) -> bool:
         parts = rel.split("/")
-        return any(len(p := pattern.split("/")) == len(parts) and all(map(fnmatchcase, parts, p))
-                   for pattern in self.patterns)
+        return any(
+            len(p := pattern.split("/")) == len(parts) and all(map(fnmatchcase, parts, p)) for pattern in self.patterns
+        )
 
 
-_EVAL_FILES = ("metrics.csv", "metrics.json", "per_query.csv", "breakdowns.csv", "paired.csv", "report.md",
-               "run_info.json", "report.tex", "plots/*.png", "plots/*.svg", "plots/*.pdf", "results/*.json")
+_EVAL_FILES = (
+    "metrics.csv",
+    "metrics.json",
+    "per_query.csv",
+    "breakdowns.csv",
+    "paired.csv",
+    "report.md",
+    "run_info.json",
+    "report.tex",
+    "plots/*.png",
+    "plots/*.svg",
+    "plots/*.pdf",
+    "results/*.json",
+)
 # the side splits an --eval writes into OUT/<split>/ (benchmarks/registry.py's eval_splits after the first)
 SPLIT_FOLDERS = ("compositional",)
 _IMAGE = ("*.png", "*.jpg", "*.jpeg")
 # world export's formats (benchmarks/{pinpoint,jsonl,cirr,fashioniq,circo}.py): their files and image folders
-_EXPORT_FILES = ("pinpoint_licensed.parquet", "index_signatures.txt", "reference_signatures.txt", "query_id_map.json",
-                 "benchmark.json", "queries.jsonl", "judgments.jsonl", "corpus.txt", "extra_images.txt",
-                 "captions/cap.*.json", "image_splits/split.*.json", "annotations/val.json",
-                 "image_info_unlabeled2017.json") + tuple(
-    f"{folder}/{image}" for folder in ("images", "img_raw/*", "COCO2017_unlabeled/unlabeled2017") for image in _IMAGE)
+_EXPORT_FILES = (
+    "pinpoint_licensed.parquet",
+    "index_signatures.txt",
+    "reference_signatures.txt",
+    "query_id_map.json",
+    "benchmark.json",
+    "queries.jsonl",
+    "judgments.jsonl",
+    "corpus.txt",
+    "extra_images.txt",
+    "captions/cap.*.json",
+    "image_splits/split.*.json",
+    "annotations/val.json",
+    "image_info_unlabeled2017.json",
+) + tuple(
+    f"{folder}/{image}" for folder in ("images", "img_raw/*", "COCO2017_unlabeled/unlabeled2017") for image in _IMAGE
+)
 
-OUTPUTS = {o.key: o for o in (
-    Outputs("eval", "--eval", _EVAL_FILES + tuple(f"{s}/{p}" for s in SPLIT_FOLDERS for p in _EVAL_FILES)),
-    Outputs("world-export", "world export", _EXPORT_FILES),
-    Outputs("world-render", "world render", _IMAGE),
-    # written in place or swapped in whole, with a manifest of their own kind (no journal): their names
-    Outputs("index", "index build", ("index.faiss", "ids.json", "manifest.json")),
-    Outputs("world-generate", "world generate", ("manifest.json", "test_manifest.json", ".generate.lock", "*.npy",
-                                                 "test_*.jsonl", "train_*.jsonl", "compositional_*.jsonl")),
-)}
+OUTPUTS = {
+    o.key: o
+    for o in (
+        Outputs("eval", "--eval", _EVAL_FILES + tuple(f"{s}/{p}" for s in SPLIT_FOLDERS for p in _EVAL_FILES)),
+        Outputs("world-export", "world export", _EXPORT_FILES),
+        Outputs("world-render", "world render", _IMAGE),
+        # written in place or swapped in whole, with a manifest of their own kind (no journal): their names
+        Outputs("index", "index build", ("index.faiss", "ids.json", "manifest.json")),
+        Outputs(
+            "world-generate",
+            "world generate",
+            (
+                "manifest.json",
+                "test_manifest.json",
+                ".generate.lock",
+                "*.npy",
+                "test_*.jsonl",
+                "train_*.jsonl",
+                "compositional_*.jsonl",
+            ),
+        ),
+    )
+}
 EVAL_RUN = OUTPUTS["eval"]
 
 
@@ -122,8 +162,11 @@ def write_manifest(folder: Path, kind: str = "run", outputs: Outputs = EVAL_RUN)
     rels = [rel for rel in _files_under(folder) if rel != RUN_MANIFEST]
     undeclared = [rel for rel in rels if not outputs.declares(rel)]
     if undeclared:
-        print(f"warning: {outputs.command} wrote {', '.join(undeclared[:4])}, which it does not declare "
-              "(cir_demo/utils/owned_folder.py OUTPUTS); a later --overwrite will not replace it", file=sys.stderr)
+        print(
+            f"warning: {outputs.command} wrote {', '.join(undeclared[:4])}, which it does not declare "
+            "(cir_demo/utils/owned_folder.py OUTPUTS); a later --overwrite will not replace it",
+            file=sys.stderr,
+        )
     files = {rel: {"size": (folder / rel).stat().st_size, "sha256": sha256_file(folder / rel)} for rel in rels}
     manifest = {"written_by": WRITTEN_BY, "kind": kind, "files": files}
     write_json_atomic(folder / RUN_MANIFEST, manifest)
@@ -137,8 +180,11 @@ def read_manifest(folder: Path) -> dict | None:
         manifest = json.loads((folder / RUN_MANIFEST).read_text(encoding="utf-8-sig"))
     except (OSError, ValueError, RecursionError):
         return None
-    if not isinstance(manifest, dict) or manifest.get("written_by") != WRITTEN_BY \
-            or not isinstance(manifest.get("files"), dict):
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("written_by") != WRITTEN_BY
+        or not isinstance(manifest.get("files"), dict)
+    ):
         return None
     return manifest
 
@@ -146,7 +192,7 @@ def read_manifest(folder: Path) -> dict | None:
 def owned_entries(folder: Path, listed, outputs: Outputs) -> tuple[dict, list[str]]:
     """({entry: record} honoured, ["entry (why)" ignored]) of a manifest's `listed` files."""
     honoured, ignored = {}, []
-    for rel, record in (listed.items() if isinstance(listed, dict) else []):
+    for rel, record in listed.items() if isinstance(listed, dict) else []:
         why = entry_problem(folder, rel, outputs) or (None if isinstance(record, dict) else "no size and sha256")
         if why:
             ignored.append(f"{rel!r:.80} ({why})")
@@ -205,8 +251,11 @@ def _changed(path: Path, record: dict) -> bool:
 
 
 def _empty_dirs(folder: Path) -> list[str]:
-    return sorted(Path(top).relative_to(folder).as_posix() for top, dirs, files in os.walk(folder)
-                  if not dirs and not files and Path(top) != folder)
+    return sorted(
+        Path(top).relative_to(folder).as_posix()
+        for top, dirs, files in os.walk(folder)
+        if not dirs and not files and Path(top) != folder
+    )
 
 
 class FolderInTheWay(UserError):
@@ -217,8 +266,10 @@ def ignored_note(out: Path, state: FolderState) -> str | None:
     """The warning line for manifest entries left alone, or None."""
     if not state.ignored:
         return None
-    return (f"warning: {out / RUN_MANIFEST}: ignored {state.names(state.ignored, 3)}; "
-            "only files inside the folder that this command writes are ever replaced")
+    return (
+        f"warning: {out / RUN_MANIFEST}: ignored {state.names(state.ignored, 3)}; "
+        "only files inside the folder that this command writes are ever replaced"
+    )
 
 
 def replace_owned(new: Path, out: Path, overwrite: bool, outputs: Outputs = EVAL_RUN) -> None:
@@ -247,8 +298,10 @@ def replace_owned(new: Path, out: Path, overwrite: bool, outputs: Outputs = EVAL
     taken = [rel for rel in new_files if rel not in owned and os.path.lexists(out / rel)]
     taken += [rel for rel in new_files if rel not in taken and path_problem(out, rel)]
     if taken:
-        raise FolderInTheWay(f"{out}: the new run would overwrite {state.names(taken)}, which the earlier run "
-                             "did not write; move them or name another folder")
+        raise FolderInTheWay(
+            f"{out}: the new run would overwrite {state.names(taken)}, which the earlier run "
+            "did not write; move them or name another folder"
+        )
     old = [rel for rel in sorted(owned) if os.path.isfile(out / rel)]
     replace_under_journal(new, out, old, new_files, outputs)
 
@@ -257,15 +310,22 @@ def refusal(out: Path, state: FolderState) -> str:
     """Why a run may not go into the existing folder `out`: one line naming what is in the way."""
     if state.manifest is None:
         listed = [_shown(out, name) for name in sorted(os.listdir(out)) if name != JOURNAL]
-        why = (f"its {RUN_MANIFEST} names none of them as this command's outputs"
-               if os.path.lexists(out / RUN_MANIFEST) else f"no {RUN_MANIFEST}")
+        why = (
+            f"its {RUN_MANIFEST} names none of them as this command's outputs"
+            if os.path.lexists(out / RUN_MANIFEST)
+            else f"no {RUN_MANIFEST}"
+        )
         return f"holds files that no cir_demo run recorded ({state.names(listed)}; {why}); name a new or empty folder"
     if state.changed:
-        return (f"the earlier run's {state.names(state.changed)} changed since it was written; "
-                "move them or name another folder")
+        return (
+            f"the earlier run's {state.names(state.changed)} changed since it was written; "
+            "move them or name another folder"
+        )
     beside = f" and {state.names(state.foreign)}, which it did not write" if state.foreign else ""
-    return (f"holds an earlier cir_demo run{beside}; add --overwrite to replace only that run's files, "
-            "or name a new or empty folder")
+    return (
+        f"holds an earlier cir_demo run{beside}; add --overwrite to replace only that run's files, "
+        "or name a new or empty folder"
+    )
 
 
 def write_problem(out: Path, overwrite: bool, outputs: Outputs = EVAL_RUN) -> str | None:

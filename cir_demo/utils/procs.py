@@ -1,4 +1,5 @@
 """Child processes that end with the process that started them."""
+
 from __future__ import annotations
 
 import os

@@ -1,6 +1,7 @@
 """The one spec hash: a spec (everything that determines a model's outputs, JSON-able) as
 canonical JSON and its sha256. Retrievers hash the whole digest without library versions;
 rerankers key their score cache with its first 16 hex digits."""
+
 from __future__ import annotations
 
 import hashlib

@@ -9,6 +9,7 @@ is killed midway stays under `.partial/`, which no one lists (run listings look 
 level down), and is cleaned up by the next write there once the process that wrote it is gone.
 `out` a symbolic link: the folder it names is written (so the link stays a link).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -46,8 +47,9 @@ def clean_abandoned(parent: Path) -> None:
 
 
 @contextlib.contextmanager
-def staged_run_dir(out: str | os.PathLike, overwrite: bool = False, outputs=None,
-                   reserved: bool = False) -> Iterator[Path]:
+def staged_run_dir(
+    out: str | os.PathLike, overwrite: bool = False, outputs=None, reserved: bool = False
+) -> Iterator[Path]:
     """`outputs`: the names the command declares (owned_folder.OUTPUTS; default `--eval`'s). `reserved`:
     `out` is an empty folder made for this run (staging.default_out_dir), removed again when it fails."""
     from cir_demo.utils.folder_journal import settle

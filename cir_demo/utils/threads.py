@@ -1,5 +1,6 @@
 """Torch's CPU thread count for a stretch of work (the setting is process-wide; torch is imported
 only by the callers that already use it)."""
+
 from __future__ import annotations
 
 import contextlib

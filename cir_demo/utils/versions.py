@@ -1,6 +1,7 @@
 """The one `library_versions`: installed versions of libraries, from package metadata (nothing
 imported) or from the imported modules' `__version__` (which keeps local build tags such as
 torch's `+cu130`: what a model actually ran with)."""
+
 from __future__ import annotations
 
 import contextlib

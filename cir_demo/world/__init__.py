@@ -10,16 +10,33 @@ explicit negatives are images that break exactly one constraint.
 
 Importing this package is cheap (no torch, no generation, no rendering).
 """
+
 from __future__ import annotations
 
 _LAZY = {
-    "generate_world": "disk", "world_dir": "disk", "build_world": "generate", "SIZES": "generate",
+    "generate_world": "disk",
+    "world_dir": "disk",
+    "build_world": "generate",
+    "SIZES": "generate",
     "GENERATOR_VERSION": "generate",
-    "load_world": "loader", "load_train": "loader", "render_image": "loader", "render_batch": "loader",
-    "scene_of": "loader", "open_world": "loader", "load_intents": "loader", "load_test_captions": "loader",
-    "caption_hits": "loader", "intent_constraints": "loader", "TrainSplit": "loader", "TestCaption": "loader",
-    "render_scene": "render", "RENDER_SIZE": "render",
-    "Scene": "scene", "Constraint": "scene", "satisfies": "scene", "violations": "scene",
+    "load_world": "loader",
+    "load_train": "loader",
+    "render_image": "loader",
+    "render_batch": "loader",
+    "scene_of": "loader",
+    "open_world": "loader",
+    "load_intents": "loader",
+    "load_test_captions": "loader",
+    "caption_hits": "loader",
+    "intent_constraints": "loader",
+    "TrainSplit": "loader",
+    "TestCaption": "loader",
+    "render_scene": "render",
+    "RENDER_SIZE": "render",
+    "Scene": "scene",
+    "Constraint": "scene",
+    "satisfies": "scene",
+    "violations": "scene",
     "caption_matches": "captions",
 }
 
@@ -29,5 +46,6 @@ __all__ = sorted(_LAZY)
 def __getattr__(name: str):
     if name in _LAZY:
         import importlib
+
         return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,6 +4,7 @@ Each categorical attribute is a tuple of names; a scene stores the index of its
 value (its *code*). Everything here is plain data: no NumPy, no I/O, so the
 vocabularies can be imported anywhere for free.
 """
+
 from __future__ import annotations
 
 from typing import Mapping
@@ -66,10 +67,14 @@ ALLOWED: Mapping[str, Mapping[str, tuple[str, ...]]] = {
     "hoodie": _GARMENT,
     "vase": dict(patterns=_ALL_PATTERNS, materials=("matte", "glossy", "metallic"), shapes=("round", "square")),
     "lamp": dict(patterns=_ALL_PATTERNS, materials=("matte", "glossy", "metallic"), shapes=("round", "square")),
-    "chair": dict(patterns=_ALL_PATTERNS, materials=("matte", "glossy", "metallic", "knitted"), shapes=("round", "square")),
+    "chair": dict(
+        patterns=_ALL_PATTERNS, materials=("matte", "glossy", "metallic", "knitted"), shapes=("round", "square")
+    ),
     "cushion": dict(patterns=_ALL_PATTERNS, materials=("matte", "glossy", "knitted"), shapes=("round", "square")),
     "mug": dict(patterns=_ALL_PATTERNS, materials=("matte", "glossy", "metallic"), shapes=("round", "square")),
-    "handbag": dict(patterns=_ALL_PATTERNS, materials=("matte", "glossy", "metallic", "knitted"), shapes=("round", "square")),
+    "handbag": dict(
+        patterns=_ALL_PATTERNS, materials=("matte", "glossy", "metallic", "knitted"), shapes=("round", "square")
+    ),
     "hat": dict(patterns=_ALL_PATTERNS, materials=("matte", "glossy", "knitted"), shapes=("round", "square")),
     "sunglasses": dict(patterns=("plain",), materials=("matte", "glossy", "metallic"), shapes=("round", "square")),
     "watch": dict(patterns=("plain", "striped"), materials=("matte", "glossy", "metallic"), shapes=("round", "square")),
@@ -77,13 +82,31 @@ ALLOWED: Mapping[str, Mapping[str, tuple[str, ...]]] = {
 
 # Monk Skin Tone scale, official swatches (index 1..10).
 MONK_RGB = {
-    1: (246, 237, 228), 2: (243, 231, 219), 3: (247, 234, 208), 4: (234, 218, 186), 5: (215, 189, 150),
-    6: (160, 126, 86), 7: (130, 92, 67), 8: (96, 65, 52), 9: (58, 49, 42), 10: (41, 36, 32),
+    1: (246, 237, 228),
+    2: (243, 231, 219),
+    3: (247, 234, 208),
+    4: (234, 218, 186),
+    5: (215, 189, 150),
+    6: (160, 126, 86),
+    7: (130, 92, 67),
+    8: (96, 65, 52),
+    9: (58, 49, 42),
+    10: (41, 36, 32),
 }
 # Monk tone -> PinPoint's four buckets (3 / 2 / 2 / 3 tones; the PinPoint paper names the
 # buckets but not the cut points, so this split is our documented choice).
-MONK_BUCKET = {1: "LIGHTEST", 2: "LIGHTEST", 3: "LIGHTEST", 4: "SECOND_LIGHTEST", 5: "SECOND_LIGHTEST",
-               6: "SECOND_DARKEST", 7: "SECOND_DARKEST", 8: "DARKEST", 9: "DARKEST", 10: "DARKEST"}
+MONK_BUCKET = {
+    1: "LIGHTEST",
+    2: "LIGHTEST",
+    3: "LIGHTEST",
+    4: "SECOND_LIGHTEST",
+    5: "SECOND_LIGHTEST",
+    6: "SECOND_DARKEST",
+    7: "SECOND_DARKEST",
+    8: "DARKEST",
+    9: "DARKEST",
+    10: "DARKEST",
+}
 
 
 def skin_tone_bucket(monk: int | None) -> str | None:
@@ -117,9 +140,29 @@ CATEGORICAL: Mapping[str, tuple] = {
 }
 BOOLEAN_FIELDS = ("hat", "bag", "glasses")
 INTEGER_FIELDS = ("count", "skin_tone", "variant")
-SCENE_FIELDS = ("domain", "type", "color", "pattern", "material", "shape", "count", "secondary", "relation",
-                "hat", "bag", "glasses", "pose", "skin_tone", "view", "style", "place", "time", "weather",
-                "hair", "variant")
+SCENE_FIELDS = (
+    "domain",
+    "type",
+    "color",
+    "pattern",
+    "material",
+    "shape",
+    "count",
+    "secondary",
+    "relation",
+    "hat",
+    "bag",
+    "glasses",
+    "pose",
+    "skin_tone",
+    "view",
+    "style",
+    "place",
+    "time",
+    "weather",
+    "hair",
+    "variant",
+)
 # Attributes that intents may constrain (skin tone, hair and layout jitter never are).
 CONSTRAINABLE = tuple(f for f in SCENE_FIELDS if f not in ("skin_tone", "hair", "variant", "domain"))
 # The identity of "this item": what "the same dress" keeps.
@@ -133,7 +176,9 @@ def encode(attr: str, value) -> int:
         try:
             return vocab.index(value)
         except ValueError:
-            raise ValueError(f"attribute {attr!r}: unknown value {value!r}; known: {', '.join(map(str, vocab))}") from None
+            raise ValueError(
+                f"attribute {attr!r}: unknown value {value!r}; known: {', '.join(map(str, vocab))}"
+            ) from None
     if attr in BOOLEAN_FIELDS:
         if not isinstance(value, (bool, int)) or value not in (0, 1):
             raise ValueError(f"attribute {attr!r}: expected a boolean, got {value!r}")

@@ -5,6 +5,7 @@ which English cannot leave out); `caption_constraints(scene, mention)` is the ma
 of equality constraints, so a caption's hits are all images whose scene satisfies them
 (`caption_matches`).
 """
+
 from __future__ import annotations
 
 import random
@@ -14,8 +15,21 @@ from . import attributes as A
 from . import phrases as P
 from .scene import Constraint, Scene, satisfies
 
-CONTEXT_ATTRS = ("pattern", "material", "shape", "count", "pose", "accessories", "secondary", "relation",
-                 "place", "time", "weather", "view", "style")
+CONTEXT_ATTRS = (
+    "pattern",
+    "material",
+    "shape",
+    "count",
+    "pose",
+    "accessories",
+    "secondary",
+    "relation",
+    "place",
+    "time",
+    "weather",
+    "view",
+    "style",
+)
 
 
 def _join(words: Sequence[str]) -> str:
@@ -29,16 +43,23 @@ def describe(scene: Scene, mention: Iterable[str]) -> str:
     mention = set(mention) | {"type"}
     n = scene.count
     say_count = n > 1 or "count" in mention
-    item = P.item_phrase(scene.type, scene.color if "color" in mention else None,
-                         scene.pattern if "pattern" in mention else None,
-                         scene.material if "material" in mention else None,
-                         scene.shape if "shape" in mention else None, plural=n > 1, say_plain=True)
+    item = P.item_phrase(
+        scene.type,
+        scene.color if "color" in mention else None,
+        scene.pattern if "pattern" in mention else None,
+        scene.material if "material" in mention else None,
+        scene.shape if "shape" in mention else None,
+        plural=n > 1,
+        say_plain=True,
+    )
     if scene.has_person:
         who = ("a single person" if "count" in mention else "a person") if n == 1 else f"{P.COUNT_WORD[n]} people"
         subject = f"{who} in {P.article(item) if n == 1 else item}"
         worn = [a for a in A.ACCESSORIES if getattr(scene, a)] if "accessories" in mention else []
         if worn:
-            subject += " wearing " + _join([P.ACCESSORY_NOUN[a] if a == "glasses" else P.article(P.ACCESSORY_NOUN[a]) for a in worn])
+            subject += " wearing " + _join(
+                [P.ACCESSORY_NOUN[a] if a == "glasses" else P.article(P.ACCESSORY_NOUN[a]) for a in worn]
+            )
         if "pose" in mention:
             subject += ", " + P.POSE_PHRASE[scene.pose]
     else:
@@ -48,7 +69,9 @@ def describe(scene: Scene, mention: Iterable[str]) -> str:
             subject = f"{P.COUNT_WORD[n]} {item}"
     if "secondary" in mention and scene.secondary != "none":
         sn = P.SECONDARY_NOUN[scene.secondary]
-        subject += f" with {P.article(sn)} on the {scene.relation}" if "relation" in mention else f" next to {P.article(sn)}"
+        subject += (
+            f" with {P.article(sn)} on the {scene.relation}" if "relation" in mention else f" next to {P.article(sn)}"
+        )
     where = []
     if "place" in mention:
         where.append(P.PLACE_PHRASE[scene.place])
@@ -108,7 +131,9 @@ def _context_pool(scene: Scene) -> list[str]:
     return pool
 
 
-def sample_caption(scene: Scene, rng: random.Random, n_extra: tuple[int, int] = (1, 3)) -> tuple[str, tuple[Constraint, ...]]:
+def sample_caption(
+    scene: Scene, rng: random.Random, n_extra: tuple[int, int] = (1, 3)
+) -> tuple[str, tuple[Constraint, ...]]:
     """A held-out style caption of `scene`: type and colour plus a few random attributes."""
     pool = _context_pool(scene)
     mention = {"type", "color"} | set(rng.sample(pool, min(len(pool), rng.randint(*n_extra))))

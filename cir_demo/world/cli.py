@@ -10,6 +10,7 @@ export and render write a new folder (or an empty one) with its run_manifest.jso
 export or render there is replaced only with --overwrite, and a folder holding anything else is
 refused (cir_demo/utils/staged_folder.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e.add_argument("--format", choices=("pinpoint", "jsonl", "cirr", "fashioniq", "circo"), required=True)
     e.add_argument("--out", required=True, help="output folder: new, empty, or an earlier export with --overwrite")
     e.add_argument("--overwrite", action="store_true", help="replace the earlier export in --out (only its files)")
-    e.add_argument("--images", choices=("render", "none"), default=None,
-                   help="render PNGs or not (default: render for jsonl, none for cirr, fashioniq and circo)")
+    e.add_argument(
+        "--images",
+        choices=("render", "none"),
+        default=None,
+        help="render PNGs or not (default: render for jsonl, none for cirr, fashioniq and circo)",
+    )
     r = sub.add_parser("render", help="render images by id to PNG files")
     _world_args(r)
     r.add_argument("image_ids", nargs="+")
@@ -70,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _generate(args) -> int:
     from .disk import generate_world, read_manifest
+
     root = generate_world(args.size, args.seed, args.out, progress=True, force=args.force)  # prints the statistics
     m = read_manifest(root)
     print(f"world {m['size']} seed {m['seed']} at {root}")
@@ -80,8 +86,16 @@ def _generate(args) -> int:
 
 def _contact_sheet(args) -> int:
     from .contact_sheet import draw_contact_sheet
-    out = draw_contact_sheet(args.out, args.size, args.seed, args.root, per_group=args.per_category,
-                             group_by=args.group_by, sample_seed=args.sample_seed)
+
+    out = draw_contact_sheet(
+        args.out,
+        args.size,
+        args.seed,
+        args.root,
+        per_group=args.per_category,
+        group_by=args.group_by,
+        sample_seed=args.sample_seed,
+    )
     print(f"wrote {out}")
     return 0
 
@@ -89,6 +103,7 @@ def _contact_sheet(args) -> int:
 def _stats(args) -> int:
     from .disk import format_stats
     from .loader import open_world
+
     m = open_world(args.root, args.size, args.seed).manifest
     print(json.dumps(m["stats"], indent=2) if args.json else format_stats(m["stats"]))
     return 0
@@ -99,6 +114,7 @@ def _export(args) -> int:
     from cir_demo.utils.staged_folder import staged_run_dir
 
     from .loader import load_world
+
     bench = load_world(args.root, args.size, args.seed)
     out = Path(args.out)
     with staged_run_dir(out, args.overwrite, OUTPUTS["world-export"]) as tmp:
@@ -107,12 +123,16 @@ def _export(args) -> int:
     for k, v in paths.items():
         print(f"{k}: {v}")
     if args.format == "circo":
-        print(f"open it: python app.py --benchmark circo --annotations {paths['annotations']} "
-              f"--corpus-ids {paths['corpus_ids']}")
+        print(
+            f"open it: python app.py --benchmark circo --annotations {paths['annotations']} "
+            f"--corpus-ids {paths['corpus_ids']}"
+        )
     n_two = sum(not q.is_single for q in bench.queries)
     if n_two and args.format in ("cirr", "fashioniq", "circo"):
-        print(f"warning: {n_two} two-image queries left out ({args.format} queries have one reference image)",
-              file=sys.stderr)
+        print(
+            f"warning: {n_two} two-image queries left out ({args.format} queries have one reference image)",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -120,13 +140,16 @@ def _write_export(fmt: str, bench, out: Path, images: str | None) -> dict:
     """The export's files written into `out`: {what: path}."""
     if fmt == "pinpoint":
         from cir_demo.benchmarks.pinpoint import export_pinpoint
+
         return export_pinpoint(bench, out)
     if fmt == "jsonl":
         from cir_demo.benchmarks.jsonl import export_jsonl_benchmark
+
         return {"benchmark": export_jsonl_benchmark(bench, out, image_mode=images or "render")}
     from cir_demo.benchmarks.circo import export_circo
     from cir_demo.benchmarks.cirr import export_cirr
     from cir_demo.benchmarks.fashioniq import export_fashioniq
+
     export = {"cirr": export_cirr, "fashioniq": export_fashioniq, "circo": export_circo}[fmt]
     return export(bench, out, image_mode=images or "none", skip_two_image=True)
 
@@ -136,6 +159,7 @@ def _render(args) -> int:
     from cir_demo.utils.staged_folder import staged_run_dir
 
     from .loader import open_world, render_image
+
     world = open_world(args.root, args.size, args.seed)
     for image_id in args.image_ids:  # every id checked before --out is created
         world.table_and_row(image_id)
@@ -148,4 +172,10 @@ def _render(args) -> int:
     return 0
 
 
-_COMMANDS = {"generate": _generate, "contact-sheet": _contact_sheet, "stats": _stats, "export": _export, "render": _render}
+_COMMANDS = {
+    "generate": _generate,
+    "contact-sheet": _contact_sheet,
+    "stats": _stats,
+    "export": _export,
+    "render": _render,
+}

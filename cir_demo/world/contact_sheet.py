@@ -5,6 +5,7 @@ intent's kind and its constraints), a few positives (green) and a few explicit n
 (red), each negative labelled with the one constraint it breaks. Meant for judging the
 rendering and the judgments by eye.
 """
+
 from __future__ import annotations
 
 import random
@@ -53,9 +54,18 @@ def sample_intents(intents: Sequence[dict], per_group: int, group_by: str, seed:
     return out
 
 
-def draw_contact_sheet(out_png, size: str = "default", seed: int = 0, root=None, per_group: int = 1,
-                       group_by: str = "kind", n_pos: int = 3, n_neg: int = 3, sample_seed: int = 0,
-                       paraphrase: int | None = None) -> Path:
+def draw_contact_sheet(
+    out_png,
+    size: str = "default",
+    seed: int = 0,
+    root=None,
+    per_group: int = 1,
+    group_by: str = "kind",
+    n_pos: int = 3,
+    n_neg: int = 3,
+    sample_seed: int = 0,
+    paraphrase: int | None = None,
+) -> Path:
     """Draw the sheet to `out_png` and return its path."""
     from cir_demo.utils.io import atomic_path
 
@@ -71,9 +81,13 @@ def draw_contact_sheet(out_png, size: str = "default", seed: int = 0, root=None,
     sheet = Image.new("RGB", (width, 40 + len(rows) * row_h), (250, 250, 250))
     d = ImageDraw.Draw(sheet)
     f_title, f_text, f_small = _font(18), _font(14), _font(11)
-    d.text((PAD, 10), f"offline world {world.manifest['size']} seed {world.manifest['seed']}: "
-                      f"reference(s) | instruction | positives (green) | negatives (red, with the constraint each breaks)",
-           fill=(20, 20, 20), font=f_title)
+    d.text(
+        (PAD, 10),
+        f"offline world {world.manifest['size']} seed {world.manifest['seed']}: "
+        f"reference(s) | instruction | positives (green) | negatives (red, with the constraint each breaks)",
+        fill=(20, 20, 20),
+        font=f_title,
+    )
 
     def tile(image_id: str, x: int, y: int, colour, label: str):
         sheet.paste(render_image(image_id, world=world), (x, y))
@@ -87,11 +101,15 @@ def draw_contact_sheet(out_png, size: str = "default", seed: int = 0, root=None,
         cons = intent_constraints(it)
         for k in range(2):
             if k < len(it["reference_ids"]):
-                tile(it["reference_ids"][k], x, y, BLUE, f"<img{k + 1}>" if len(it["reference_ids"]) > 1 else "reference")
+                tile(
+                    it["reference_ids"][k], x, y, BLUE, f"<img{k + 1}>" if len(it["reference_ids"]) > 1 else "reference"
+                )
             x += TILE + PAD
         p_idx = paraphrase if paraphrase is not None else rng.randrange(len(it["paraphrases"]))
         text = it["paraphrases"][p_idx]
-        d.text((x, y), f"{it['intent_category']} / {it['edit_subcategory']} ({it['kind']})", fill=(20, 20, 20), font=f_text)
+        d.text(
+            (x, y), f"{it['intent_category']} / {it['edit_subcategory']} ({it['kind']})", fill=(20, 20, 20), font=f_text
+        )
         lines = textwrap.wrap(f"\u201c{text}\u201d", 36)[:5]
         for i, line in enumerate(lines):
             d.text((x, y + 20 + 17 * i), line, fill=(10, 10, 120), font=f_text)
@@ -99,7 +117,12 @@ def draw_contact_sheet(out_png, size: str = "default", seed: int = 0, root=None,
         for line in textwrap.wrap("target: " + ", ".join(_constraint_text(c) for c in cons), 44)[:4]:
             d.text((x, yy), line, fill=(90, 90, 90), font=f_small)
             yy += 13
-        d.text((x, yy + 2), f"{len(it['positives'])} positives, {len(it['negatives'])} negatives", fill=(90, 90, 90), font=f_small)
+        d.text(
+            (x, yy + 2),
+            f"{len(it['positives'])} positives, {len(it['negatives'])} negatives",
+            fill=(90, 90, 90),
+            font=f_small,
+        )
         x += TEXT_W
         for pid in it["positives"][:n_pos]:
             tile(pid, x, y, GREEN, "positive")
@@ -108,8 +131,15 @@ def draw_contact_sheet(out_png, size: str = "default", seed: int = 0, root=None,
         for nid in it["negatives"][:n_neg]:
             scene = world.scene(nid)
             broken = violations(scene, cons)
-            tile(nid, x, y, RED, "; ".join(f"{c.attr} is {getattr(scene, c.attr)}, want {_constraint_text(c)[len(c.attr):]}"
-                                           for c in broken))
+            tile(
+                nid,
+                x,
+                y,
+                RED,
+                "; ".join(
+                    f"{c.attr} is {getattr(scene, c.attr)}, want {_constraint_text(c)[len(c.attr) :]}" for c in broken
+                ),
+            )
             x += TILE + PAD
     out_png = Path(out_png)
     with atomic_path(out_png) as tmp:

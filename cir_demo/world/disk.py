@@ -1,5 +1,6 @@
 """The offline world on disk: its files and manifests, their checks, and `generate_world`, which
 builds (generate.py) and writes a part under a file lock."""
+
 from __future__ import annotations
 
 import contextlib
@@ -20,8 +21,15 @@ from .intents import FORMS
 
 # On disk a world has two parts: the test part (what the benchmark reads), complete once
 # TEST_MANIFEST is written, and the train split, complete once MANIFEST (the whole world) is.
-TEST_FILES = ("test_corpus.npy", "test_refs.npy", "test_intents.jsonl", "test_queries.jsonl",
-              "compositional_intents.jsonl", "compositional_queries.jsonl", "test_captions.jsonl")
+TEST_FILES = (
+    "test_corpus.npy",
+    "test_refs.npy",
+    "test_intents.jsonl",
+    "test_queries.jsonl",
+    "compositional_intents.jsonl",
+    "compositional_queries.jsonl",
+    "test_captions.jsonl",
+)
 TRAIN_FILES = ("train_scenes.npy", "train_intents.jsonl", "train_triplets.jsonl", "train_captions.jsonl")
 DATA_FILES = TEST_FILES + TRAIN_FILES
 MANIFEST = "manifest.json"
@@ -29,12 +37,16 @@ TEST_MANIFEST = "test_manifest.json"
 PARTS = {"full": (MANIFEST, DATA_FILES), "test": (TEST_MANIFEST, TEST_FILES)}
 LOCK_FILE = ".generate.lock"
 
+
 def _jsonl_bytes(records: Iterable[dict]) -> bytes:
-    return "".join(json.dumps(r, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records).encode("utf-8")
+    return "".join(
+        json.dumps(r, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records
+    ).encode("utf-8")
 
 
 def _npy_bytes(table: np.ndarray) -> bytes:
     import io
+
     buf = io.BytesIO()
     np.save(buf, table, allow_pickle=False)
     return buf.getvalue()
@@ -46,8 +58,18 @@ def world_stats(intents: Sequence[dict], corpus_size: int) -> dict:
 
     def dist(xs):
         xs = sorted(xs)
-        return {"min": xs[0], "p10": xs[len(xs) // 10], "median": median(xs), "p90": xs[(9 * len(xs)) // 10], "max": xs[-1],
-                "mean": round(sum(xs) / len(xs), 2)} if xs else {}
+        return (
+            {
+                "min": xs[0],
+                "p10": xs[len(xs) // 10],
+                "median": median(xs),
+                "p90": xs[(9 * len(xs)) // 10],
+                "max": xs[-1],
+                "mean": round(sum(xs) / len(xs), 2),
+            }
+            if xs
+            else {}
+        )
 
     return {
         "corpus_images": corpus_size,
@@ -66,11 +88,15 @@ def world_stats(intents: Sequence[dict], corpus_size: int) -> dict:
 
 
 def format_stats(stats: dict) -> str:
-    lines = [f"corpus images: {stats['corpus_images']}   intents: {stats['intents']}   queries: {stats['queries']}   "
-             f"two-image intents: {100 * stats['two_image_fraction']:.1f}%"]
+    lines = [
+        f"corpus images: {stats['corpus_images']}   intents: {stats['intents']}   queries: {stats['queries']}   "
+        f"two-image intents: {100 * stats['two_image_fraction']:.1f}%"
+    ]
     for key in ("positives", "negatives"):
         d = stats[key]
-        lines.append(f"{key:>10}: min {d['min']}  p10 {d['p10']}  median {d['median']}  mean {d['mean']}  p90 {d['p90']}  max {d['max']}")
+        lines.append(
+            f"{key:>10}: min {d['min']}  p10 {d['p10']}  median {d['median']}  mean {d['mean']}  p90 {d['p90']}  max {d['max']}"
+        )
     lines.append(f"intents with >= 10 negatives: {stats['intents_with_10_negatives']}")
     for key in ("by_category", "by_subcategory", "by_domain", "by_skin_tone_bucket"):
         lines.append(f"{key.replace('_', ' ')}: " + ", ".join(f"{k} {v}" for k, v in stats[key].items()))
@@ -89,12 +115,14 @@ def _file_payloads(world: BuiltWorld | TestPart) -> dict[str, bytes]:
         "test_captions.jsonl": _jsonl_bytes(world.test_captions),
     }
     if isinstance(world, BuiltWorld):
-        payloads.update({
-            "train_scenes.npy": _npy_bytes(world.train_scenes),
-            "train_intents.jsonl": _jsonl_bytes(world.train_intents),
-            "train_triplets.jsonl": _jsonl_bytes(world.train_triplets),
-            "train_captions.jsonl": _jsonl_bytes(world.train_captions),
-        })
+        payloads.update(
+            {
+                "train_scenes.npy": _npy_bytes(world.train_scenes),
+                "train_intents.jsonl": _jsonl_bytes(world.train_intents),
+                "train_triplets.jsonl": _jsonl_bytes(world.train_triplets),
+                "train_captions.jsonl": _jsonl_bytes(world.train_captions),
+            }
+        )
     return payloads
 
 
@@ -143,13 +171,19 @@ def _counts(world: BuiltWorld | TestPart) -> dict:
         "compositional_queries": len(world.compositional_queries),
     }
     if isinstance(world, BuiltWorld):
-        counts.update({"train_images": int(len(world.train_scenes)), "train_intents": len(world.train_intents),
-                       "train_triplets": len(world.train_triplets)})
+        counts.update(
+            {
+                "train_images": int(len(world.train_scenes)),
+                "train_intents": len(world.train_intents),
+                "train_triplets": len(world.train_triplets),
+            }
+        )
     return counts
 
 
-def _manifest(world: BuiltWorld | TestPart, payloads: dict[str, bytes], checksums: dict[str, str],
-              whole: bool = True) -> dict:
+def _manifest(
+    world: BuiltWorld | TestPart, payloads: dict[str, bytes], checksums: dict[str, str], whole: bool = True
+) -> dict:
     manifest = {
         "generator_version": GENERATOR_VERSION,
         "size": world.size,
@@ -163,12 +197,14 @@ def _manifest(world: BuiltWorld | TestPart, payloads: dict[str, bytes], checksum
     }
     if whole:  # the train split's overlaps with the test splits (a whole world only)
         manifest["held_out"] = {
-            "overlaps": {name: split_overlaps(intents, world.train_intents, world.train_scenes, world.test_refs, world.held_out)
-                         for name, intents in (("test", world.test_intents), ("compositional", world.compositional_intents))},
+            "overlaps": {
+                name: split_overlaps(intents, world.train_intents, world.train_scenes, world.test_refs, world.held_out)
+                for name, intents in (("test", world.test_intents), ("compositional", world.compositional_intents))
+            },
             "edits": sorted([list(e) for e in world.held_out], key=lambda e: tuple(map(str, e))),
             "templates": "the last alternative of every template form with several (intent_templates.json)",
             "rule": "train images, captions and intents contain no held-out edit; the test split asks for none, "
-                    "the compositional split only for them, worded only with held-out templates",
+            "the compositional split only for them, worded only with held-out templates",
         }
     return manifest
 
@@ -193,6 +229,7 @@ def write_world(world: BuiltWorld | TestPart, out_dir: Path) -> dict:
 
 def world_dir(size: str = "default", seed: int = 0) -> Path:
     from cir_demo.paths import cache_dir
+
     return cache_dir() / "world" / f"{size}-seed{seed}"
 
 
@@ -271,8 +308,15 @@ def _generate_part(root: Path, size: str, seed: int, part: str, progress: bool) 
     return write_world(build_world(size, seed, progress), root)
 
 
-def generate_world(size: str = "default", seed: int = 0, out_dir=None, progress: bool = True, force: bool = False,
-                   part: str = "full", shipped: bool = True) -> Path:
+def generate_world(
+    size: str = "default",
+    seed: int = 0,
+    out_dir=None,
+    progress: bool = True,
+    force: bool = False,
+    part: str = "full",
+    shipped: bool = True,
+) -> Path:
     """Write the world of (size, seed) to `out_dir` (default `world_dir`); skip when already there.
     `part` "test": only its test part (what the benchmark reads; ~a fifth of the work), installed from the
     copy the repository ships when it matches this code and `out_dir` holds no world (`shipped`, unless `force`).
@@ -280,6 +324,7 @@ def generate_world(size: str = "default", seed: int = 0, out_dir=None, progress:
     Returns the directory. Same size and seed give byte-identical files, whichever part is written first.
     """
     from cir_demo.utils.names import lookup
+
     lookup("world size", size, SIZES)
     lookup("world part", part, PARTS)
     if not isinstance(seed, int) or seed < 0:
@@ -303,7 +348,15 @@ def generate_world(size: str = "default", seed: int = 0, out_dir=None, progress:
         manifest = _generate_part(root, size, seed, part, progress)
     if progress:
         print(format_stats(manifest["stats"]), file=sys.stderr)
-        _progress(True, f"wrote {root} in {time.perf_counter() - t0:.1f} s (" + (
-            "its test part" if part == "test" else f"{manifest['counts']['train_images']} train images, "
-                                                   f"{manifest['counts']['train_triplets']} triplets") + ")")
+        _progress(
+            True,
+            f"wrote {root} in {time.perf_counter() - t0:.1f} s ("
+            + (
+                "its test part"
+                if part == "test"
+                else f"{manifest['counts']['train_images']} train images, "
+                f"{manifest['counts']['train_triplets']} triplets"
+            )
+            + ")",
+        )
     return root

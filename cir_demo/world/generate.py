@@ -12,6 +12,7 @@ Pipeline (per split, each with its own random stream):
 
 Images are not rendered here: the renderer draws any image from its scene graph on demand.
 """
+
 from __future__ import annotations
 
 import random
@@ -26,8 +27,19 @@ import numpy as np
 from . import attributes as A
 from .holdout import draft_edit, draft_touches, held_out_edits, offending, repair, template_pool
 from .intents import FORM_FLAGS, FORMS, KINDS, DEFAULT_QUOTAS, IntentDraft, build_intent, length_category
-from .scene import (Constraint, Scene, constraint_mask, force_constraints, normalize_scene, sample_scene,
-                    satisfies, scenes_to_table, validate_scene, value_violating, violation_counts, violations)
+from .scene import (
+    Constraint,
+    Scene,
+    constraint_mask,
+    force_constraints,
+    normalize_scene,
+    sample_scene,
+    scenes_to_table,
+    validate_scene,
+    value_violating,
+    violation_counts,
+    violations,
+)
 
 GENERATOR_VERSION = "world-4"  # 4: the compositional split (held-out edits and wordings, train never shows them)
 # Seeds the random streams. Kept at "world-3" when a change touches only text, so scenes, intents
@@ -49,8 +61,14 @@ class SizeConfig:
 
 
 SIZES = {
-    "tiny": SizeConfig(test_quota_scale=0.05, train_quota_scale=0.1, min_train_images=600, n_test_captions=60,
-                       filler_fraction=0.2, compositional_quota_scale=0.05),
+    "tiny": SizeConfig(
+        test_quota_scale=0.05,
+        train_quota_scale=0.1,
+        min_train_images=600,
+        n_test_captions=60,
+        filler_fraction=0.2,
+        compositional_quota_scale=0.05,
+    ),
     "default": SizeConfig(test_quota_scale=1.0, train_quota_scale=3.0, min_train_images=20000, n_test_captions=1000),
 }
 
@@ -100,7 +118,9 @@ def plant_near_miss(rng: random.Random, draft: IntentDraft, target: Constraint, 
 
 def plant_twin(rng: random.Random, ref: Scene) -> Scene:
     """The reference's item (type, colour, pattern, material, shape) in random surroundings."""
-    return force_constraints(rng, sample_scene(rng, domain=ref.domain), [Constraint(f, "eq", getattr(ref, f)) for f in A.ITEM_FIELDS])
+    return force_constraints(
+        rng, sample_scene(rng, domain=ref.domain), [Constraint(f, "eq", getattr(ref, f)) for f in A.ITEM_FIELDS]
+    )
 
 
 def _focus_constraint(draft: IntentDraft) -> Constraint:
@@ -124,14 +144,22 @@ def _sample_reference(rng: random.Random, kind_name: str, held: frozenset | None
 @dataclass
 class PlantedSplit:
     drafts: list[IntentDraft]
-    refs: list[Scene]                       # every reference scene, in order
+    refs: list[Scene]  # every reference scene, in order
     draft_ref_index: list[tuple[int, ...]]  # per draft, indices into refs
-    scenes: list[Scene]                     # planted + twins + filler (unordered)
+    scenes: list[Scene]  # planted + twins + filler (unordered)
 
 
-def plant_split(rng: random.Random, quotas: dict[str, int], cfg: SizeConfig, progress: bool = False,
-                forbidden_targets: frozenset = frozenset(), held: frozenset = frozenset(), mode: str = "avoid",
-                forbidden_texts: frozenset = frozenset(), repair_scenes: bool = False) -> PlantedSplit:
+def plant_split(
+    rng: random.Random,
+    quotas: dict[str, int],
+    cfg: SizeConfig,
+    progress: bool = False,
+    forbidden_targets: frozenset = frozenset(),
+    held: frozenset = frozenset(),
+    mode: str = "avoid",
+    forbidden_texts: frozenset = frozenset(),
+    repair_scenes: bool = False,
+) -> PlantedSplit:
     """Intents and their scenes. `mode` "avoid" keeps intents whose edit is not in `held` (the train
     and in-distribution test splits), "require" only those whose edit is (the compositional split);
     `repair_scenes` also redraws held-out combinations in every scene (train: no image shows one)."""
@@ -154,9 +182,13 @@ def plant_split(rng: random.Random, quotas: dict[str, int], cfg: SizeConfig, pro
             scenes.append(scene)
 
     def accept(draft: IntentDraft | None) -> bool:
-        return (draft is not None and frozenset(draft.constraints) not in forbidden_targets
-                and draft_touches(held, draft) == require and not forbidden_texts.intersection(draft.texts)
-                and not (scene_held is not None and any(offending(r, scene_held) for r in draft.refs[1:])))
+        return (
+            draft is not None
+            and frozenset(draft.constraints) not in forbidden_targets
+            and draft_touches(held, draft) == require
+            and not forbidden_texts.intersection(draft.texts)
+            and not (scene_held is not None and any(offending(r, scene_held) for r in draft.refs[1:]))
+        )
 
     while remaining:
         kinds = sorted(remaining)
@@ -212,8 +244,9 @@ def plant_split(rng: random.Random, quotas: dict[str, int], cfg: SizeConfig, pro
 
 
 # --------------------------------------------------------------------------- judging
-def judge(table: np.ndarray, ids: Sequence[str], draft: IntentDraft, rng: random.Random,
-          max_negatives: int = MAX_NEGATIVES) -> tuple[list[str], list[str]]:
+def judge(
+    table: np.ndarray, ids: Sequence[str], draft: IntentDraft, rng: random.Random, max_negatives: int = MAX_NEGATIVES
+) -> tuple[list[str], list[str]]:
     """Positives (all scenes satisfying the target, in corpus order) and near-miss negatives.
 
     Negatives are scenes breaking exactly one constraint: those breaking the focus
@@ -269,24 +302,26 @@ def query_records(intents: Sequence[dict], prefix: str = "w") -> list[dict]:
     out = []
     for gi, it in enumerate(intents):
         for fi, (form, text) in enumerate(zip(FORMS, it["paraphrases"])):
-            out.append({
-                "query_id": f"{prefix}{gi * len(FORMS) + fi + 1:05d}",
-                "group_id": it["intent_id"],
-                "reference_ids": it["reference_ids"],
-                "instruction": text,
-                "meta": {
-                    "intent_category": it["intent_category"],
-                    "edit_subcategory": it["edit_subcategory"],
-                    "domain": it["domain"],
-                    "skin_tone_bucket": it["skin_tone_bucket"],
-                    "is_question": FORM_FLAGS[form]["is_question"],
-                    "is_imperative": FORM_FLAGS[form]["is_imperative"],
-                    "length_category": length_category(text),
-                    "is_single": len(it["reference_ids"]) == 1,
-                    "paraphrase_form": form,
-                    "intent_kind": it["kind"],
-                },
-            })
+            out.append(
+                {
+                    "query_id": f"{prefix}{gi * len(FORMS) + fi + 1:05d}",
+                    "group_id": it["intent_id"],
+                    "reference_ids": it["reference_ids"],
+                    "instruction": text,
+                    "meta": {
+                        "intent_category": it["intent_category"],
+                        "edit_subcategory": it["edit_subcategory"],
+                        "domain": it["domain"],
+                        "skin_tone_bucket": it["skin_tone_bucket"],
+                        "is_question": FORM_FLAGS[form]["is_question"],
+                        "is_imperative": FORM_FLAGS[form]["is_imperative"],
+                        "length_category": length_category(text),
+                        "is_single": len(it["reference_ids"]) == 1,
+                        "paraphrase_form": form,
+                        "intent_kind": it["kind"],
+                    },
+                }
+            )
     return out
 
 
@@ -296,31 +331,49 @@ def _progress(enabled: bool, msg: str) -> None:
         print(f"[world] {msg}", file=sys.stderr, flush=True)
 
 
-def _judged(planted: PlantedSplit, corpus_table: np.ndarray, corpus_ids: Sequence[str], ref_offset: int,
-            id_prefix: str, judge_rng: random.Random) -> list[dict]:
+def _judged(
+    planted: PlantedSplit,
+    corpus_table: np.ndarray,
+    corpus_ids: Sequence[str],
+    ref_offset: int,
+    id_prefix: str,
+    judge_rng: random.Random,
+) -> list[dict]:
     """Intent records of a test split, judged against the whole (shared) corpus."""
     out = []
     for i, (draft, ridx) in enumerate(zip(planted.drafts, planted.draft_ref_index)):
         pos, neg = judge(corpus_table, corpus_ids, draft, judge_rng)
-        out.append(_intent_record(f"{id_prefix}{i + 1:04d}", draft, [ref_id(ref_offset + r) for r in ridx], pos, neg,
-                                  draft.refs[0]))
+        out.append(
+            _intent_record(
+                f"{id_prefix}{i + 1:04d}", draft, [ref_id(ref_offset + r) for r in ridx], pos, neg, draft.refs[0]
+            )
+        )
     return out
 
 
-def _test_captions(cfg: SizeConfig, cap_rng: random.Random, corpus: Sequence[Scene], corpus_ids: Sequence[str]) -> list[dict]:
+def _test_captions(
+    cfg: SizeConfig, cap_rng: random.Random, corpus: Sequence[Scene], corpus_ids: Sequence[str]
+) -> list[dict]:
     from .captions import sample_caption
 
     out = []
     for i in range(cfg.n_test_captions):
         src = cap_rng.randrange(len(corpus))
         text, cons = sample_caption(corpus[src], cap_rng)
-        out.append({"caption_id": f"wc{i + 1:05d}", "text": text, "constraints": [c.to_json() for c in cons],
-                    "source_id": corpus_ids[src]})
+        out.append(
+            {
+                "caption_id": f"wc{i + 1:05d}",
+                "text": text,
+                "constraints": [c.to_json() for c in cons],
+                "source_id": corpus_ids[src],
+            }
+        )
     return out
 
 
-def _train_records(tplanted: PlantedSplit, train_table: np.ndarray, train_ids: Sequence[str], ref_train_id: dict,
-                   tj_rng: random.Random) -> tuple[list[dict], list[dict]]:
+def _train_records(
+    tplanted: PlantedSplit, train_table: np.ndarray, train_ids: Sequence[str], ref_train_id: dict, tj_rng: random.Random
+) -> tuple[list[dict], list[dict]]:
     """Train intents (positives only) and up to three (reference, instruction, target) triplets each."""
     train_intents, train_triplets = [], []
     for draft, ridx in zip(tplanted.drafts, tplanted.draft_ref_index):
@@ -338,9 +391,18 @@ def _train_records(tplanted: PlantedSplit, train_table: np.ndarray, train_ids: S
         tj_rng.shuffle(picks)
         for target in picks[:3]:
             fi = tj_rng.randrange(len(FORMS))
-            train_triplets.append({"intent_id": iid, "reference_ids": rids, "instruction": draft.texts[fi],
-                                   "target_id": target, "intent_category": draft.category,
-                                   "edit_subcategory": draft.subcategory, "kind": draft.kind, "form": FORMS[fi]})
+            train_triplets.append(
+                {
+                    "intent_id": iid,
+                    "reference_ids": rids,
+                    "instruction": draft.texts[fi],
+                    "target_id": target,
+                    "intent_category": draft.category,
+                    "edit_subcategory": draft.subcategory,
+                    "kind": draft.kind,
+                    "form": FORMS[fi],
+                }
+            )
     return train_intents, train_triplets
 
 
@@ -348,6 +410,7 @@ def _train_records(tplanted: PlantedSplit, train_table: np.ndarray, train_ids: S
 class TestPart:
     """The world's benchmark, both test splits over one corpus, and (in memory only) what the train
     split must keep clear of: the test images' signatures, targets and compositional wordings."""
+
     size: str
     seed: int
     test_corpus: np.ndarray
@@ -367,6 +430,7 @@ class TestPart:
 @dataclass(kw_only=True)
 class BuiltWorld(TestPart):
     """The whole world: the test part and the train split planted around it."""
+
     train_scenes: np.ndarray
     train_intents: list[dict]
     train_triplets: list[dict]
@@ -376,6 +440,7 @@ class BuiltWorld(TestPart):
 def build_test_part(size: str = "default", seed: int = 0, progress: bool = False) -> TestPart:
     """Both test splits, from their own random streams: the same whether or not a train split follows."""
     from cir_demo.utils.names import lookup
+
     cfg = lookup("world size", size, SIZES)
     t0 = time.perf_counter()
     timings = {}
@@ -388,8 +453,9 @@ def build_test_part(size: str = "default", seed: int = 0, progress: bool = False
         planted = plant_split(rng, scaled_quotas(cfg.test_quota_scale), cfg, progress, held=held, mode="avoid")
     crng = _rng(seed, "compositional")
     with template_pool("held_out"):
-        cplanted = plant_split(crng, scaled_quotas(cfg.compositional_quota_scale), cfg, progress, held=held,
-                               mode="require")
+        cplanted = plant_split(
+            crng, scaled_quotas(cfg.compositional_quota_scale), cfg, progress, held=held, mode="require"
+        )
     all_scenes = planted.scenes + cplanted.scenes
     all_refs = planted.refs + cplanted.refs
     order = list(range(len(all_scenes)))
@@ -399,27 +465,46 @@ def build_test_part(size: str = "default", seed: int = 0, progress: bool = False
     corpus_table = scenes_to_table(corpus)
     refs_table = scenes_to_table(all_refs)
     timings["test_plant_s"] = time.perf_counter() - t0
-    _progress(progress, f"test splits: {len(planted.drafts)} in-distribution and {len(cplanted.drafts)} compositional "
-                        f"intents, {len(corpus)} corpus images, {len(all_refs)} references")
+    _progress(
+        progress,
+        f"test splits: {len(planted.drafts)} in-distribution and {len(cplanted.drafts)} compositional "
+        f"intents, {len(corpus)} corpus images, {len(all_refs)} references",
+    )
 
     test_intents = _judged(planted, corpus_table, corpus_ids, 0, "wg", _rng(seed, "test-judge"))
     test_queries = query_records(test_intents)
-    comp_intents = _judged(cplanted, corpus_table, corpus_ids, len(planted.refs), "wn", _rng(seed, "compositional-judge"))
+    comp_intents = _judged(
+        cplanted, corpus_table, corpus_ids, len(planted.refs), "wn", _rng(seed, "compositional-judge")
+    )
     comp_queries = query_records(comp_intents, prefix="wn")
     timings["test_judge_s"] = time.perf_counter() - t0 - timings["test_plant_s"]
     test_captions = _test_captions(cfg, _rng(seed, "test-captions"), corpus, corpus_ids)
-    return TestPart(size, seed, corpus_table, refs_table, test_intents, test_queries, test_captions, comp_intents,
-                    comp_queries, held, timings,
-                    signatures={s.signature() for s in corpus} | {s.signature() for s in all_refs},
-                    targets=frozenset(frozenset(d.constraints) for d in planted.drafts + cplanted.drafts),
-                    compositional_texts=frozenset(t for d in cplanted.drafts for t in d.texts))
+    return TestPart(
+        size,
+        seed,
+        corpus_table,
+        refs_table,
+        test_intents,
+        test_queries,
+        test_captions,
+        comp_intents,
+        comp_queries,
+        held,
+        timings,
+        signatures={s.signature() for s in corpus} | {s.signature() for s in all_refs},
+        targets=frozenset(frozenset(d.constraints) for d in planted.drafts + cplanted.drafts),
+        compositional_texts=frozenset(t for d in cplanted.drafts for t in d.texts),
+    )
 
 
-def build_world(size: str = "default", seed: int = 0, progress: bool = False, test: TestPart | None = None) -> BuiltWorld:
+def build_world(
+    size: str = "default", seed: int = 0, progress: bool = False, test: TestPart | None = None
+) -> BuiltWorld:
     """The whole world: the test part (`test`, when already built) and the train split planted around it."""
     from .captions import image_captions  # local: keeps module import light
 
     from cir_demo.utils.names import lookup
+
     cfg = lookup("world size", size, SIZES)
     t0 = time.perf_counter()
     test = test or build_test_part(size, seed, progress)
@@ -430,8 +515,17 @@ def build_world(size: str = "default", seed: int = 0, progress: bool = False, te
     t1 = time.perf_counter()
     rng = _rng(seed, "train")
     with template_pool("seen"):
-        tplanted = plant_split(rng, scaled_quotas(cfg.train_quota_scale), cfg, progress, forbidden_targets=test.targets,
-                               held=held, mode="avoid", forbidden_texts=test.compositional_texts, repair_scenes=True)
+        tplanted = plant_split(
+            rng,
+            scaled_quotas(cfg.train_quota_scale),
+            cfg,
+            progress,
+            forbidden_targets=test.targets,
+            held=held,
+            mode="avoid",
+            forbidden_texts=test.compositional_texts,
+            repair_scenes=True,
+        )
     # Top up with random scenes to the minimum size, drop anything seen in the test split, shuffle.
     extra = max(0, cfg.min_train_images - len(tplanted.scenes) - len(tplanted.refs))
     pool = [(s, r) for r, s in enumerate(tplanted.refs)] + [(s, None) for s in tplanted.scenes]
@@ -444,11 +538,19 @@ def build_world(size: str = "default", seed: int = 0, progress: bool = False, te
     train_table = scenes_to_table(train_scenes)
     _progress(progress, f"train split: {len(tplanted.drafts)} intents, {len(train_scenes)} images")
 
-    train_intents, train_triplets = _train_records(tplanted, train_table, train_ids, ref_train_id, _rng(seed, "train-judge"))
+    train_intents, train_triplets = _train_records(
+        tplanted, train_table, train_ids, ref_train_id, _rng(seed, "train-judge")
+    )
     cap_rng = _rng(seed, "train-captions")
-    train_captions = [{"image_id": iid, "captions": image_captions(s, cap_rng)} for iid, s in zip(train_ids, train_scenes)]
+    train_captions = [
+        {"image_id": iid, "captions": image_captions(s, cap_rng)} for iid, s in zip(train_ids, train_scenes)
+    ]
     timings["train_s"] = time.perf_counter() - t1
     timings["total_s"] = time.perf_counter() - t0
-    return BuiltWorld(**{**{f.name: getattr(test, f.name) for f in fields(TestPart)}, "timings": timings},
-                      train_scenes=train_table, train_intents=train_intents, train_triplets=train_triplets,
-                      train_captions=train_captions)
+    return BuiltWorld(
+        **{**{f.name: getattr(test, f.name) for f in fields(TestPart)}, "timings": timings},
+        train_scenes=train_table,
+        train_intents=train_intents,
+        train_triplets=train_triplets,
+        train_captions=train_captions,
+    )

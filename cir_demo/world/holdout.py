@@ -12,6 +12,7 @@ test split asks for nothing else. The in-distribution test split asks for none o
 Wordings: wherever `intent_templates.json` offers a form several alternative templates, the last
 one is held out: only the compositional split uses it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -44,8 +45,25 @@ def _holdable_values(attr: str, type_name: str) -> tuple:
     return A.CATEGORICAL[attr]
 
 
-HOLDABLE = ("color", "pattern", "material", "shape", "type", "style", "view", "place", "time", "weather",
-            "secondary", "relation", "count", "pose", "hat", "bag", "glasses")
+HOLDABLE = (
+    "color",
+    "pattern",
+    "material",
+    "shape",
+    "type",
+    "style",
+    "view",
+    "place",
+    "time",
+    "weather",
+    "secondary",
+    "relation",
+    "count",
+    "pose",
+    "hat",
+    "bag",
+    "glasses",
+)
 TYPE_FRACTION = 1 / 3
 
 
@@ -109,7 +127,9 @@ def repair(scene, held: frozenset, rng: random.Random, fixed: Iterable[str] = ()
         if attr in ("hat", "bag", "glasses"):
             options = [False]
         else:
-            options = [v for v in _holdable_values(attr, scene.type) if v != current and (scene.type, attr, v) not in held]
+            options = [
+                v for v in _holdable_values(attr, scene.type) if v != current and (scene.type, attr, v) not in held
+            ]
             if attr == "count":
                 options.append(1)
         if not options:
@@ -158,10 +178,14 @@ def split_overlaps(intents: list[dict], train_intents: list[dict], train_table, 
     edits = [tuple(map(_hashable, it["edit"])) for it in intents]
     asked = {edit_of(*e) for e in edits} - {None}
     return {
-        "query_strings": len(texts), "query_strings_in_train": sum(t in train_texts for t in texts),
-        "reference_items": len(items), "reference_items_in_train_images": sum(i in train_items for i in items),
-        "intents": len(edits), "intent_edits_in_train_intents": sum(e in train_edits for e in edits),
-        "held_out_edits_asked": len(asked & held), "held_out_edits_in_train_images": len(asked & held & train_combos),
+        "query_strings": len(texts),
+        "query_strings_in_train": sum(t in train_texts for t in texts),
+        "reference_items": len(items),
+        "reference_items_in_train_images": sum(i in train_items for i in items),
+        "intents": len(edits),
+        "intent_edits_in_train_intents": sum(e in train_edits for e in edits),
+        "held_out_edits_asked": len(asked & held),
+        "held_out_edits_in_train_images": len(asked & held & train_combos),
     }
 
 

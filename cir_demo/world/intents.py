@@ -8,6 +8,7 @@ reference into a target (a tuple of `Constraint`) plus six instructions that sha
 (`ITEM_FIELDS`). An edit changes, negates or adds exactly the attribute it names and keeps
 the identity; the place, the person, the time and so on stay free unless the edit is about them.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,23 @@ from .holdout import pool_alternatives
 from .scene import Constraint, Scene, sample_scene
 
 CATEGORIES = ("Swap", "Negation", "Composition", "Context Fit", "Complement", "Explore")
-EDIR_SUBCATEGORIES = ("color", "material", "shape", "texture", "addition", "remove", "replace", "count",
-                      "spatial", "action", "viewpoint", "style", "time", "weather", "complex")
+EDIR_SUBCATEGORIES = (
+    "color",
+    "material",
+    "shape",
+    "texture",
+    "addition",
+    "remove",
+    "replace",
+    "count",
+    "spatial",
+    "action",
+    "viewpoint",
+    "style",
+    "time",
+    "weather",
+    "complex",
+)
 
 # The six paraphrase forms of every intent, in query order, with their PinPoint-style flags.
 FORMS = ("keywords", "concise", "imperative", "question", "detailed", "detailed_imperative")
@@ -99,16 +115,28 @@ def _texts(key: str, rng: random.Random, w: "_Words", **values) -> tuple[str, ..
     """The six instructions of template entry `key`, with the reference's words and `values` filled in;
     a list of alternatives draws one with `rng`, in form order."""
     words = {**vars(w), **values}
-    return tuple(rng.choice([t.format_map(words) for t in pool_alternatives(form)]) if isinstance(form, list)
-                 else form.format_map(words)
-                 for form in intent_templates()[key])
+    return tuple(
+        rng.choice([t.format_map(words) for t in pool_alternatives(form)])
+        if isinstance(form, list)
+        else form.format_map(words)
+        for form in intent_templates()[key]
+    )
 
 
 def _draft(kind: "Kind", ref_or_refs, constraints, focus, texts, prefer=None) -> IntentDraft:
     refs = tuple(ref_or_refs) if isinstance(ref_or_refs, (list, tuple)) else (ref_or_refs,)
     assert len(texts) == len(FORMS)
-    return IntentDraft(kind.name, kind.category, kind.subcategory, refs[0].domain, refs,
-                       tuple(constraints), focus, tuple(_cap(P.tidy_articles(t.strip())) for t in texts), prefer)
+    return IntentDraft(
+        kind.name,
+        kind.category,
+        kind.subcategory,
+        refs[0].domain,
+        refs,
+        tuple(constraints),
+        focus,
+        tuple(_cap(P.tidy_articles(t.strip())) for t in texts),
+        prefer,
+    )
 
 
 class _Words:
@@ -148,45 +176,78 @@ def _swap_color(kind, ref, rng, **_):
 
 def _swap_material(kind, ref, rng, **_):
     new = rng.choice([m for m in A.ALLOWED[ref.type]["materials"] if m != ref.material])
-    texts = _texts("swap_material", rng, _Words(ref), adj=P.MATERIAL_ADJ[new], phr=P.MATERIAL_PHRASE[new],
-                   old_adj=P.MATERIAL_ADJ[ref.material], old_phr=P.MATERIAL_PHRASE[ref.material],
-                   keep=P.keep_phrase(ref.domain, "material"))
-    return _draft(kind, ref, core(ref, ["material"]) + [Constraint("material", "eq", new)], "material", texts, ref.material)
+    texts = _texts(
+        "swap_material",
+        rng,
+        _Words(ref),
+        adj=P.MATERIAL_ADJ[new],
+        phr=P.MATERIAL_PHRASE[new],
+        old_adj=P.MATERIAL_ADJ[ref.material],
+        old_phr=P.MATERIAL_PHRASE[ref.material],
+        keep=P.keep_phrase(ref.domain, "material"),
+    )
+    return _draft(
+        kind, ref, core(ref, ["material"]) + [Constraint("material", "eq", new)], "material", texts, ref.material
+    )
 
 
 def _swap_shape(kind, ref, rng, **_):
     new = next(s for s in A.ALLOWED[ref.type]["shapes"] if s != ref.shape)
-    texts = _texts("swap_shape", rng, _Words(ref), new=new, old=ref.shape, color=ref.color,
-                   keep=P.keep_phrase(ref.domain, "shape"))
+    texts = _texts(
+        "swap_shape", rng, _Words(ref), new=new, old=ref.shape, color=ref.color, keep=P.keep_phrase(ref.domain, "shape")
+    )
     return _draft(kind, ref, core(ref, ["shape"]) + [Constraint("shape", "eq", new)], "shape", texts, ref.shape)
 
 
 def _swap_pattern(kind, ref, rng, **_):
     new = rng.choice([p for p in A.ALLOWED[ref.type]["patterns"] if p != ref.pattern])
     key = "swap_pattern/plain" if new == "plain" else "swap_pattern"
-    texts = _texts(key, rng, _Words(ref), adj=P.PATTERN_ADJ[new], phr=P.PATTERN_PHRASE[new],
-                   old_adj=P.PATTERN_ADJ[ref.pattern], old_phr=P.PATTERN_PHRASE[ref.pattern],
-                   keep=P.keep_phrase(ref.domain, "pattern"))
+    texts = _texts(
+        key,
+        rng,
+        _Words(ref),
+        adj=P.PATTERN_ADJ[new],
+        phr=P.PATTERN_PHRASE[new],
+        old_adj=P.PATTERN_ADJ[ref.pattern],
+        old_phr=P.PATTERN_PHRASE[ref.pattern],
+        keep=P.keep_phrase(ref.domain, "pattern"),
+    )
     return _draft(kind, ref, core(ref, ["pattern"]) + [Constraint("pattern", "eq", new)], "pattern", texts, ref.pattern)
 
 
 def _replace_candidates(ref: Scene) -> list[str]:
-    return [t for t in A.TYPES_BY_DOMAIN[ref.domain] if t != ref.type
-            and ref.pattern in A.ALLOWED[t]["patterns"] and ref.material in A.ALLOWED[t]["materials"]]
+    return [
+        t
+        for t in A.TYPES_BY_DOMAIN[ref.domain]
+        if t != ref.type and ref.pattern in A.ALLOWED[t]["patterns"] and ref.material in A.ALLOWED[t]["materials"]
+    ]
 
 
 def _swap_type(kind, ref, rng, **_):
     new = rng.choice(_replace_candidates(ref))
     new_n = P.noun(new)
-    texts = _texts("swap_type", rng, _Words(ref), new_n=new_n, a_new=P.article(new_n), color=ref.color,
-                   keep=P.keep_phrase(ref.domain, ()))
+    texts = _texts(
+        "swap_type",
+        rng,
+        _Words(ref),
+        new_n=new_n,
+        a_new=P.article(new_n),
+        color=ref.color,
+        keep=P.keep_phrase(ref.domain, ()),
+    )
     return _draft(kind, ref, [Constraint("type", "eq", new)] + core(ref, ["type"]), "type", texts, ref.type)
 
 
 def _swap_style(kind, ref, rng, **_):
     new = rng.choice([s for s in A.STYLES if s != ref.style])
-    texts = _texts("swap_style", rng, _Words(ref), phr=P.STYLE_PHRASE[new], short=P.STYLE_SHORT[new],
-                   old_phr=P.STYLE_PHRASE[ref.style])
+    texts = _texts(
+        "swap_style",
+        rng,
+        _Words(ref),
+        phr=P.STYLE_PHRASE[new],
+        short=P.STYLE_SHORT[new],
+        old_phr=P.STYLE_PHRASE[ref.style],
+    )
     return _draft(kind, ref, core(ref) + [Constraint("style", "eq", new)], "style", texts, ref.style)
 
 
@@ -204,15 +265,36 @@ def _neg_color(kind, ref, rng, **_):
 
 
 def _neg_material(kind, ref, rng, **_):
-    texts = _texts("neg_material", rng, _Words(ref), old=P.MATERIAL_ADJ[ref.material],
-                   old_phr=P.MATERIAL_PHRASE[ref.material], color=ref.color)
-    return _draft(kind, ref, core(ref, ["material"]) + [Constraint("material", "ne", ref.material)], "material", texts, ref.material)
+    texts = _texts(
+        "neg_material",
+        rng,
+        _Words(ref),
+        old=P.MATERIAL_ADJ[ref.material],
+        old_phr=P.MATERIAL_PHRASE[ref.material],
+        color=ref.color,
+    )
+    return _draft(
+        kind,
+        ref,
+        core(ref, ["material"]) + [Constraint("material", "ne", ref.material)],
+        "material",
+        texts,
+        ref.material,
+    )
 
 
 def _neg_pattern(kind, ref, rng, **_):
-    texts = _texts("neg_pattern", rng, _Words(ref), old_adj=P.PATTERN_ADJ[ref.pattern],
-                   old_phr=P.PATTERN_PHRASE[ref.pattern], color=ref.color)
-    return _draft(kind, ref, core(ref, ["pattern"]) + [Constraint("pattern", "ne", ref.pattern)], "pattern", texts, ref.pattern)
+    texts = _texts(
+        "neg_pattern",
+        rng,
+        _Words(ref),
+        old_adj=P.PATTERN_ADJ[ref.pattern],
+        old_phr=P.PATTERN_PHRASE[ref.pattern],
+        color=ref.color,
+    )
+    return _draft(
+        kind, ref, core(ref, ["pattern"]) + [Constraint("pattern", "ne", ref.pattern)], "pattern", texts, ref.pattern
+    )
 
 
 def _worn(ref: Scene) -> list[str]:
@@ -221,8 +303,14 @@ def _worn(ref: Scene) -> list[str]:
 
 def _remove_acc(kind, ref, rng, **_):
     acc = rng.choice(_worn(ref))
-    texts = _texts("remove_accessory", rng, _Words(ref), an=P.ACCESSORY_NOUN[acc], short=P.ACCESSORY_SHORT[acc],
-                   a="" if acc == "glasses" else "a ")
+    texts = _texts(
+        "remove_accessory",
+        rng,
+        _Words(ref),
+        an=P.ACCESSORY_NOUN[acc],
+        short=P.ACCESSORY_SHORT[acc],
+        a="" if acc == "glasses" else "a ",
+    )
     return _draft(kind, ref, core(ref) + [Constraint(acc, "eq", False)], acc, texts, True)
 
 
@@ -249,8 +337,9 @@ def _compose(kind, ref, rng, donor: Scene | None, attr: str, keep_identity_but: 
     texts = _texts(kind.name, rng, _Words(ref), dn=P.noun(donor.type), **values)
     value = True if attr in A.ACCESSORIES else getattr(donor, attr)
     prefer = False if attr in A.ACCESSORIES else getattr(ref, attr)
-    return _draft(kind, (ref, donor), core(ref, keep_identity_but) + [Constraint(attr, "eq", value)], attr, texts,
-                  prefer)
+    return _draft(
+        kind, (ref, donor), core(ref, keep_identity_but) + [Constraint(attr, "eq", value)], attr, texts, prefer
+    )
 
 
 def _comp_color(kind, ref, rng, **_):
@@ -284,9 +373,17 @@ def _comp_acc(kind, ref, rng, **_):
 def _ctx(attr: str, phrase: dict, short: dict):
     def build(kind, ref, rng, **_):
         new = rng.choice([v for v in A.CATEGORICAL[attr] if v != getattr(ref, attr)])
-        texts = _texts("context", rng, _Words(ref), phr=phrase[new], sh=short[new],
-                       verb="put" if attr == "place" else "picture", keep=P.keep_phrase(ref.domain, ()))
+        texts = _texts(
+            "context",
+            rng,
+            _Words(ref),
+            phr=phrase[new],
+            sh=short[new],
+            verb="put" if attr == "place" else "picture",
+            keep=P.keep_phrase(ref.domain, ()),
+        )
         return _draft(kind, ref, core(ref) + [Constraint(attr, "eq", new)], attr, texts, getattr(ref, attr))
+
     return build
 
 
@@ -294,8 +391,9 @@ def _ctx(attr: str, phrase: dict, short: dict):
 def _add_acc(kind, ref, rng, **_):
     acc = rng.choice([a for a in A.ACCESSORIES if not getattr(ref, a)])
     an = P.ACCESSORY_NOUN[acc]
-    texts = _texts("add_accessory", rng, _Words(ref), short=P.ACCESSORY_SHORT[acc],
-                   a_an=an if acc == "glasses" else P.article(an))
+    texts = _texts(
+        "add_accessory", rng, _Words(ref), short=P.ACCESSORY_SHORT[acc], a_an=an if acc == "glasses" else P.article(an)
+    )
     return _draft(kind, ref, core(ref) + [Constraint(acc, "eq", True)], acc, texts, False)
 
 
@@ -316,8 +414,15 @@ def _count(kind, ref, rng, **_):
 
 def _relation(kind, ref, rng, **_):
     new = "left" if ref.relation == "right" else "right"
-    texts = _texts("explore_spatial", rng, _Words(ref), new=new, old=ref.relation,
-                   sn=P.SECONDARY_NOUN[ref.secondary], short=P.SECONDARY_SHORT[ref.secondary])
+    texts = _texts(
+        "explore_spatial",
+        rng,
+        _Words(ref),
+        new=new,
+        old=ref.relation,
+        sn=P.SECONDARY_NOUN[ref.secondary],
+        short=P.SECONDARY_SHORT[ref.secondary],
+    )
     cons = core(ref) + [Constraint("secondary", "eq", ref.secondary), Constraint("relation", "eq", new)]
     return _draft(kind, ref, cons, "relation", texts, ref.relation)
 
@@ -325,8 +430,15 @@ def _relation(kind, ref, rng, **_):
 def _action(kind, ref, rng, **_):
     new = rng.choice([p for p in A.POSES[1:] if p != ref.pose])
     sh = P.POSE_SHORT[new]
-    texts = _texts("explore_action", rng, _Words(ref), phr=P.POSE_PHRASE[new], sh=sh,
-                   do=sh if new != "sitting" else "sit down", old_phr=P.POSE_PHRASE[ref.pose])
+    texts = _texts(
+        "explore_action",
+        rng,
+        _Words(ref),
+        phr=P.POSE_PHRASE[new],
+        sh=sh,
+        do=sh if new != "sitting" else "sit down",
+        old_phr=P.POSE_PHRASE[ref.pose],
+    )
     return _draft(kind, ref, core(ref) + [Constraint("pose", "eq", new)], "pose", texts, ref.pose)
 
 
@@ -334,8 +446,15 @@ def _family(kind, ref, rng, **_):
     old_fam = A.COLOR_FAMILY_OF[ref.color]
     fam = rng.choice([f for f in A.COLOR_FAMILIES if f != old_fam])
     members = A.COLOR_FAMILIES[fam]
-    texts = _texts("explore_color_family", rng, _Words(ref), fam=fam, phr=P.FAMILY_PHRASE[fam],
-                   listed=", ".join(members[:-1]) + " or " + members[-1], keep=P.keep_phrase(ref.domain, "color"))
+    texts = _texts(
+        "explore_color_family",
+        rng,
+        _Words(ref),
+        fam=fam,
+        phr=P.FAMILY_PHRASE[fam],
+        listed=", ".join(members[:-1]) + " or " + members[-1],
+        keep=P.keep_phrase(ref.domain, "color"),
+    )
     return _draft(kind, ref, core(ref, ["color"]) + [Constraint("color", "in", members)], "color", texts, ref.color)
 
 
@@ -348,45 +467,96 @@ def _fashion(s: Scene) -> bool:
     return s.domain == "fashion"
 
 
-KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("swap_color", "Swap", "color", _always, _swap_color),
-    Kind("swap_material", "Swap", "material", lambda s: len(A.ALLOWED[s.type]["materials"]) > 1, _swap_material),
-    Kind("swap_shape", "Swap", "shape", _always, _swap_shape),
-    Kind("swap_pattern", "Swap", "texture", lambda s: len(A.ALLOWED[s.type]["patterns"]) > 1, _swap_pattern),
-    Kind("swap_type", "Swap", "replace", lambda s: bool(_replace_candidates(s)), _swap_type),
-    Kind("swap_style", "Swap", "style", _always, _swap_style),
-    Kind("swap_view", "Swap", "viewpoint", _always, _swap_view),
-    Kind("neg_color", "Negation", "color", _always, _neg_color),
-    Kind("neg_material", "Negation", "material", _always, _neg_material),
-    Kind("neg_pattern", "Negation", "texture", lambda s: s.pattern != "plain", _neg_pattern),
-    Kind("remove_accessory", "Negation", "remove", lambda s: s.domain == "fashion" and bool(_worn(s)), _remove_acc, ("fashion",)),
-    Kind("remove_object", "Negation", "remove", lambda s: s.secondary != "none", _remove_sec),
-    Kind("compose_color", "Composition", "complex", _always, _comp_color, n_refs=2),
-    Kind("compose_pattern", "Composition", "complex", lambda s: len(A.ALLOWED[s.type]["patterns"]) > 2, _comp_pattern, n_refs=2),
-    Kind("compose_place", "Composition", "complex", _always, _comp_place, n_refs=2),
-    Kind("compose_style", "Composition", "complex", _always, _comp_style, n_refs=2),
-    Kind("compose_accessory", "Composition", "complex", lambda s: s.domain == "fashion" and len(_worn(s)) < 3, _comp_acc, ("fashion",), n_refs=2),
-    Kind("context_place", "Context Fit", "spatial", _always, _ctx("place", P.PLACE_PHRASE, P.PLACE_SHORT)),
-    Kind("context_time", "Context Fit", "time", _always, _ctx("time", P.TIME_PHRASE, P.TIME_SHORT)),
-    Kind("context_weather", "Context Fit", "weather", _always, _ctx("weather", P.WEATHER_PHRASE, P.WEATHER_SHORT)),
-    Kind("add_accessory", "Complement", "addition", lambda s: s.domain == "fashion" and len(_worn(s)) < 3, _add_acc, ("fashion",)),
-    Kind("add_object", "Complement", "addition", lambda s: s.secondary == "none", _add_sec),
-    Kind("explore_count", "Explore", "count", _always, _count),
-    Kind("explore_spatial", "Explore", "spatial", lambda s: s.secondary != "none", _relation),
-    Kind("explore_action", "Explore", "action", _fashion, _action, ("fashion",)),
-    Kind("explore_color_family", "Explore", "color", _always, _family),
-)}
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("swap_color", "Swap", "color", _always, _swap_color),
+        Kind("swap_material", "Swap", "material", lambda s: len(A.ALLOWED[s.type]["materials"]) > 1, _swap_material),
+        Kind("swap_shape", "Swap", "shape", _always, _swap_shape),
+        Kind("swap_pattern", "Swap", "texture", lambda s: len(A.ALLOWED[s.type]["patterns"]) > 1, _swap_pattern),
+        Kind("swap_type", "Swap", "replace", lambda s: bool(_replace_candidates(s)), _swap_type),
+        Kind("swap_style", "Swap", "style", _always, _swap_style),
+        Kind("swap_view", "Swap", "viewpoint", _always, _swap_view),
+        Kind("neg_color", "Negation", "color", _always, _neg_color),
+        Kind("neg_material", "Negation", "material", _always, _neg_material),
+        Kind("neg_pattern", "Negation", "texture", lambda s: s.pattern != "plain", _neg_pattern),
+        Kind(
+            "remove_accessory",
+            "Negation",
+            "remove",
+            lambda s: s.domain == "fashion" and bool(_worn(s)),
+            _remove_acc,
+            ("fashion",),
+        ),
+        Kind("remove_object", "Negation", "remove", lambda s: s.secondary != "none", _remove_sec),
+        Kind("compose_color", "Composition", "complex", _always, _comp_color, n_refs=2),
+        Kind(
+            "compose_pattern",
+            "Composition",
+            "complex",
+            lambda s: len(A.ALLOWED[s.type]["patterns"]) > 2,
+            _comp_pattern,
+            n_refs=2,
+        ),
+        Kind("compose_place", "Composition", "complex", _always, _comp_place, n_refs=2),
+        Kind("compose_style", "Composition", "complex", _always, _comp_style, n_refs=2),
+        Kind(
+            "compose_accessory",
+            "Composition",
+            "complex",
+            lambda s: s.domain == "fashion" and len(_worn(s)) < 3,
+            _comp_acc,
+            ("fashion",),
+            n_refs=2,
+        ),
+        Kind("context_place", "Context Fit", "spatial", _always, _ctx("place", P.PLACE_PHRASE, P.PLACE_SHORT)),
+        Kind("context_time", "Context Fit", "time", _always, _ctx("time", P.TIME_PHRASE, P.TIME_SHORT)),
+        Kind("context_weather", "Context Fit", "weather", _always, _ctx("weather", P.WEATHER_PHRASE, P.WEATHER_SHORT)),
+        Kind(
+            "add_accessory",
+            "Complement",
+            "addition",
+            lambda s: s.domain == "fashion" and len(_worn(s)) < 3,
+            _add_acc,
+            ("fashion",),
+        ),
+        Kind("add_object", "Complement", "addition", lambda s: s.secondary == "none", _add_sec),
+        Kind("explore_count", "Explore", "count", _always, _count),
+        Kind("explore_spatial", "Explore", "spatial", lambda s: s.secondary != "none", _relation),
+        Kind("explore_action", "Explore", "action", _fashion, _action, ("fashion",)),
+        Kind("explore_color_family", "Explore", "color", _always, _family),
+    )
+}
 
 # Intents per kind in the default world (>= 30 per kind, so every category and
 # subcategory has enough for a per-category number; composition ~13% of all).
 DEFAULT_QUOTAS = {
-    "swap_color": 40, "swap_material": 36, "swap_shape": 40, "swap_pattern": 36, "swap_type": 40,
-    "swap_style": 40, "swap_view": 40,
-    "neg_color": 40, "neg_material": 32, "neg_pattern": 36, "remove_accessory": 36, "remove_object": 32,
-    "compose_color": 26, "compose_pattern": 22, "compose_place": 24, "compose_style": 24, "compose_accessory": 24,
-    "context_place": 40, "context_time": 40, "context_weather": 40,
-    "add_accessory": 44, "add_object": 40,
-    "explore_count": 40, "explore_spatial": 40, "explore_action": 40, "explore_color_family": 36,
+    "swap_color": 40,
+    "swap_material": 36,
+    "swap_shape": 40,
+    "swap_pattern": 36,
+    "swap_type": 40,
+    "swap_style": 40,
+    "swap_view": 40,
+    "neg_color": 40,
+    "neg_material": 32,
+    "neg_pattern": 36,
+    "remove_accessory": 36,
+    "remove_object": 32,
+    "compose_color": 26,
+    "compose_pattern": 22,
+    "compose_place": 24,
+    "compose_style": 24,
+    "compose_accessory": 24,
+    "context_place": 40,
+    "context_time": 40,
+    "context_weather": 40,
+    "add_accessory": 44,
+    "add_object": 40,
+    "explore_count": 40,
+    "explore_spatial": 40,
+    "explore_action": 40,
+    "explore_color_family": 36,
 }
 
 

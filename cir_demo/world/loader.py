@@ -5,6 +5,7 @@ Ids repeat across worlds of other sizes or seeds; `render_image`/`scene_of` reso
 the most recently loaded world (or the one passed), and each `Benchmark` carries a store bound
 to its own world.
 """
+
 from __future__ import annotations
 
 import functools
@@ -85,7 +86,9 @@ class WorldData:
             else:
                 raise ValueError
         except ValueError:
-            raise KeyError(f"{image_id!r} is not a world image id (expected w-te-NNNNNN, w-te-rNNNNN or w-tr-NNNNNN)") from None
+            raise KeyError(
+                f"{image_id!r} is not a world image id (expected w-te-NNNNNN, w-te-rNNNNN or w-tr-NNNNNN)"
+            ) from None
         if not 0 <= row < len(table):
             raise KeyError(f"world {self.root}: no image {image_id!r} (that table has {len(table)} rows)")
         return table, row
@@ -146,8 +149,11 @@ def pixels_fingerprint(checksum: str) -> str:
 
     from cir_demo.utils.code_hash import code_key
 
-    key = {"checksum": checksum, "render_size": RENDER_SIZE,
-           "code": code_key(("cir_demo.world.render",), ("numpy", "pillow"))}
+    key = {
+        "checksum": checksum,
+        "render_size": RENDER_SIZE,
+        "code": code_key(("cir_demo.world.render",), ("numpy", "pillow")),
+    }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
@@ -175,8 +181,9 @@ def _background_key(scene: Scene) -> tuple:
     return (scene.place, scene.time, scene.weather, scene.style, scene.view, scene.variant % 2)
 
 
-def render_batch(image_ids: Sequence[str], size: int | None = None, world: WorldData | None = None,
-                 progress: bool = False) -> np.ndarray:
+def render_batch(
+    image_ids: Sequence[str], size: int | None = None, world: WorldData | None = None, progress: bool = False
+) -> np.ndarray:
     """uint8 array (n, H, W, 3) of the images, in the order given.
 
     Rendered grouped by background so the background cache stays warm; no LRU use (this is
@@ -190,6 +197,7 @@ def render_batch(image_ids: Sequence[str], size: int | None = None, world: World
     it = order
     if progress:
         from tqdm import tqdm
+
         it = tqdm(order, desc="render world images", unit="img")
     for i in it:
         out[i] = np.asarray(render_scene(scenes[i], size))
@@ -200,8 +208,10 @@ def render_batch(image_ids: Sequence[str], size: int | None = None, world: World
 # the world's query splits: the two test splits share one corpus and one reference table
 SPLITS = ("test", "compositional", "train")
 # the files of each test split's intents and queries
-TEST_SPLIT_FILES = {"test": ("test_intents.jsonl", "test_queries.jsonl"),
-                    "compositional": ("compositional_intents.jsonl", "compositional_queries.jsonl")}
+TEST_SPLIT_FILES = {
+    "test": ("test_intents.jsonl", "test_queries.jsonl"),
+    "compositional": ("compositional_intents.jsonl", "compositional_queries.jsonl"),
+}
 
 
 def check_split(split: str) -> str:
@@ -224,17 +234,25 @@ def load_world(root=None, size: str = "default", seed: int = 0, split: str = "te
 
     check_split(split)
     world = open_world(root, size, seed, progress=progress, part="test" if split in TEST_SPLIT_FILES else "full")
-    store = CallableImageStore(lambda image_id, _w=world: render_image(image_id, world=_w), prefix="world",
-                               open_many=functools.partial(render_images, str(world.root)))
+    store = CallableImageStore(
+        lambda image_id, _w=world: render_image(image_id, world=_w),
+        prefix="world",
+        open_many=functools.partial(render_images, str(world.root)),
+    )
     info = {
-        "size": world.manifest["size"], "seed": world.manifest["seed"], "root": str(world.root),
-        "generator_version": world.manifest["generator_version"], "checksum": world.manifest["checksum"],
-        "render_size": RENDER_SIZE, "split": split, "counts": world.manifest["counts"],
+        "size": world.manifest["size"],
+        "seed": world.manifest["seed"],
+        "root": str(world.root),
+        "generator_version": world.manifest["generator_version"],
+        "checksum": world.manifest["checksum"],
+        "render_size": RENDER_SIZE,
+        "split": split,
+        "counts": world.manifest["counts"],
         "corpus_fingerprint": pixels_fingerprint(world.manifest["checksum"]),
         # tiny and default worlds (and seeds) keep separate index folders instead of rebuilding each other's;
         # the test splits share one corpus, so one index
-        "index_name": index_name(world.manifest["size"], world.manifest["seed"]) + (
-            "" if split in TEST_SPLIT_FILES else f"-{split}"),
+        "index_name": index_name(world.manifest["size"], world.manifest["seed"])
+        + ("" if split in TEST_SPLIT_FILES else f"-{split}"),
     }
     if split in TEST_SPLIT_FILES:
         queries = _test_split_queries(world, split)
@@ -244,7 +262,9 @@ def load_world(root=None, size: str = "default", seed: int = 0, split: str = "te
     else:
         queries = _train_queries(world)
         corpus = [f"w-tr-{i:06d}" for i in range(len(world.train_scenes))]
-    return Benchmark(name="world", metric_family="pinpoint", queries=queries, corpus_ids=corpus, images=store, info=info)
+    return Benchmark(
+        name="world", metric_family="pinpoint", queries=queries, corpus_ids=corpus, images=store, info=info
+    )
 
 
 def _test_split_queries(world: WorldData, split: str) -> list:
@@ -253,24 +273,41 @@ def _test_split_queries(world: WorldData, split: str) -> list:
     intents_file, queries_file = TEST_SPLIT_FILES[split]
     intents = {it["intent_id"]: it for it in _read_jsonl(world.root / intents_file)}
     judgments = {k: Judgments(v["positives"], v["negatives"]) for k, v in intents.items()}
-    return [Query(q["query_id"], tuple(q["reference_ids"]), q["instruction"], q["group_id"], judgments[q["group_id"]],
-                  q["meta"]) for q in _read_jsonl(world.root / queries_file)]
+    return [
+        Query(
+            q["query_id"],
+            tuple(q["reference_ids"]),
+            q["instruction"],
+            q["group_id"],
+            judgments[q["group_id"]],
+            q["meta"],
+        )
+        for q in _read_jsonl(world.root / queries_file)
+    ]
 
 
 def _train_queries(world: WorldData) -> list:
     from cir_demo.benchmarks.schema import Judgments, Query
 
     from .intents import FORM_FLAGS, FORMS, length_category
+
     queries = []
     for gi, it in enumerate(_read_jsonl(world.root / "train_intents.jsonl")):
         j = Judgments(it["positives"], ())
         for fi, (form, text) in enumerate(zip(FORMS, it["paraphrases"])):
-            meta = {"intent_category": it["intent_category"], "edit_subcategory": it["edit_subcategory"],
-                    "domain": it["domain"], "skin_tone_bucket": it["skin_tone_bucket"],
-                    "length_category": length_category(text), "paraphrase_form": form, "intent_kind": it["kind"],
-                    **FORM_FLAGS[form]}
-            queries.append(Query(f"t{gi * len(FORMS) + fi + 1:06d}", tuple(it["reference_ids"]), text,
-                                 it["intent_id"], j, meta))
+            meta = {
+                "intent_category": it["intent_category"],
+                "edit_subcategory": it["edit_subcategory"],
+                "domain": it["domain"],
+                "skin_tone_bucket": it["skin_tone_bucket"],
+                "length_category": length_category(text),
+                "paraphrase_form": form,
+                "intent_kind": it["kind"],
+                **FORM_FLAGS[form],
+            }
+            queries.append(
+                Query(f"t{gi * len(FORMS) + fi + 1:06d}", tuple(it["reference_ids"]), text, it["intent_id"], j, meta)
+            )
     return queries
 
 
@@ -311,8 +348,13 @@ def load_train(root=None, size: str = "default", seed: int = 0) -> TrainSplit:
     world = open_world(root, size, seed, progress=True, part="full")
     caps = {r["image_id"]: r["captions"] for r in _read_jsonl(world.root / "train_captions.jsonl")}
     ids = [f"w-tr-{i:06d}" for i in range(len(world.train_scenes))]
-    return TrainSplit(world, ids, caps, _read_jsonl(world.root / "train_triplets.jsonl"),
-                      _read_jsonl(world.root / "train_intents.jsonl"))
+    return TrainSplit(
+        world,
+        ids,
+        caps,
+        _read_jsonl(world.root / "train_triplets.jsonl"),
+        _read_jsonl(world.root / "train_intents.jsonl"),
+    )
 
 
 @dataclass(frozen=True)
@@ -326,8 +368,12 @@ class TestCaption:
 def load_test_captions(root=None, size: str = "default", seed: int = 0) -> list[TestCaption]:
     """Held-out captions of test images; a hit is any test image whose scene matches (`caption_hits`)."""
     world = open_world(root, size, seed, progress=False)
-    return [TestCaption(r["caption_id"], r["text"], tuple(Constraint.from_json(c) for c in r["constraints"]), r["source_id"])
-            for r in _read_jsonl(world.root / "test_captions.jsonl")]
+    return [
+        TestCaption(
+            r["caption_id"], r["text"], tuple(Constraint.from_json(c) for c in r["constraints"]), r["source_id"]
+        )
+        for r in _read_jsonl(world.root / "test_captions.jsonl")
+    ]
 
 
 def caption_hits(caption: TestCaption, world: WorldData | None = None) -> list[str]:

@@ -1,4 +1,5 @@
 """Words for scene attributes: nouns, adjectives and phrases shared by intents and captions."""
+
 from __future__ import annotations
 
 import re
@@ -9,14 +10,28 @@ PLURAL_NOUNS = {"sunglasses"}
 PATTERN_ADJ = {"plain": "plain", "striped": "striped", "dotted": "polka-dot", "checked": "checked"}
 PATTERN_PHRASE = {"plain": "no pattern", "striped": "stripes", "dotted": "polka dots", "checked": "a checked pattern"}
 MATERIAL_ADJ = {"matte": "matte", "glossy": "glossy", "metallic": "metallic", "knitted": "knitted"}
-MATERIAL_PHRASE = {"matte": "a matte finish", "glossy": "a glossy finish", "metallic": "a metallic finish",
-                   "knitted": "a knitted texture"}
+MATERIAL_PHRASE = {
+    "matte": "a matte finish",
+    "glossy": "a glossy finish",
+    "metallic": "a metallic finish",
+    "knitted": "a knitted texture",
+}
 STYLE_PHRASE = {"photo": "a photo", "sketch": "a pencil sketch", "flat": "a flat cartoon illustration"}
 STYLE_SHORT = {"photo": "photo", "sketch": "sketch", "flat": "flat cartoon"}
 VIEW_PHRASE = {"close-up": "a close-up", "wide": "a wide shot"}
-PLACE_PHRASE = {"room": "in a room indoors", "beach": "at the beach", "city": "on a city street", "garden": "in a garden"}
+PLACE_PHRASE = {
+    "room": "in a room indoors",
+    "beach": "at the beach",
+    "city": "on a city street",
+    "garden": "in a garden",
+}
 PLACE_SHORT = {"room": "indoors", "beach": "beach", "city": "city", "garden": "garden"}
-TIME_PHRASE = {"morning": "in the early morning", "day": "in broad daylight", "sunset": "at sunset", "night": "at night"}
+TIME_PHRASE = {
+    "morning": "in the early morning",
+    "day": "in broad daylight",
+    "sunset": "at sunset",
+    "night": "at night",
+}
 TIME_SHORT = {"morning": "morning", "day": "daytime", "sunset": "sunset", "night": "night"}
 WEATHER_PHRASE = {"clear": "under a clear sky", "rainy": "in the rain", "snowy": "in the snow", "foggy": "in thick fog"}
 WEATHER_SHORT = {"clear": "clear sky", "rainy": "rain", "snowy": "snow", "foggy": "fog"}
@@ -70,9 +85,15 @@ def shape_adj(type_name: str, shape: str) -> str:
     return {"round": "round", "square": "square"}[shape]
 
 
-def item_phrase(type_name: str, color: str | None = None, pattern: str | None = None,
-                material: str | None = None, shape: str | None = None, plural: bool = False,
-                say_plain: bool = False) -> str:
+def item_phrase(
+    type_name: str,
+    color: str | None = None,
+    pattern: str | None = None,
+    material: str | None = None,
+    shape: str | None = None,
+    plural: bool = False,
+    say_plain: bool = False,
+) -> str:
     """'long red striped knitted dress' from whichever parts are given."""
     words = []
     if shape:
@@ -90,8 +111,11 @@ def item_phrase(type_name: str, color: str | None = None, pattern: str | None = 
 def keep_phrase(domain: str, changed: str | tuple[str, ...]) -> str:
     """'the same cut, fabric and pattern': the item fields an edit leaves alone."""
     changed = (changed,) if isinstance(changed, str) else changed
-    names = {"fashion": {"shape": "length", "material": "fabric"}, "home": {"shape": "shape", "material": "finish"},
-             "accessories": {"shape": "shape", "material": "finish"}}[domain]
+    names = {
+        "fashion": {"shape": "length", "material": "fabric"},
+        "home": {"shape": "shape", "material": "finish"},
+        "accessories": {"shape": "shape", "material": "finish"},
+    }[domain]
     parts = []
     for attr in ("color", "pattern", "material", "shape"):
         if attr in changed:

@@ -8,6 +8,7 @@ Scenes are stored as a structured NumPy array of attribute codes (`scenes_to_tab
 so judging hundreds of intents against thousands of scenes is a few vector
 comparisons per constraint (`constraint_mask`, `violation_counts`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -105,7 +106,9 @@ class Constraint:
 
     def __post_init__(self):
         if self.attr not in A.CONSTRAINABLE:
-            raise ValueError(f"constraint: attribute {self.attr!r} cannot be constrained; known: {', '.join(A.CONSTRAINABLE)}")
+            raise ValueError(
+                f"constraint: attribute {self.attr!r} cannot be constrained; known: {', '.join(A.CONSTRAINABLE)}"
+            )
         if self.op not in ("eq", "ne", "in"):
             raise ValueError(f"constraint on {self.attr!r}: op must be eq, ne or in, got {self.op!r}")
         if self.op == "in":
@@ -298,7 +301,10 @@ def force_constraints(rng: random.Random, base: Scene, constraints: Sequence[Con
         if A.TYPE_DOMAIN[new_type] == scene.domain:
             scene = scene.replace(type=new_type)
         else:  # a new domain: people attributes appear or vanish
-            keep = {f: getattr(scene, f) for f in ("count", "secondary", "relation", "view", "style", "place", "time", "weather", "variant")}
+            keep = {
+                f: getattr(scene, f)
+                for f in ("count", "secondary", "relation", "view", "style", "place", "time", "weather", "variant")
+            }
             scene = fresh.replace(**keep)
     for attr in ("pattern", "material", "shape"):
         if getattr(scene, attr) not in A.ALLOWED[scene.type][attr + "s"]:

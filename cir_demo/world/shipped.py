@@ -13,6 +13,7 @@ written atomically, test_manifest.json last) only when the key is that of the ru
 sha256 matches; otherwise it says why in one line and the caller generates the part as before, so a stale
 copy is never served as current. Written by `python -m cir_demo index prebuilt --only world`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -36,8 +37,17 @@ FILES = (*TEST_FILES, TEST_MANIFEST)  # test_manifest.json last: its presence ma
 # What shapes the test part's bytes: the modules `build_test_part` and `write_world` run (generate.py and
 # disk.py with what they import from this package; tests/test_world_shipped.py checks the list is whole)
 # and the instruction templates intents.py reads.
-GENERATOR_SOURCES = ("attributes.py", "captions.py", "disk.py", "generate.py", "holdout.py", "intents.py",
-                     "phrases.py", "scene.py", "intent_templates.json")
+GENERATOR_SOURCES = (
+    "attributes.py",
+    "captions.py",
+    "disk.py",
+    "generate.py",
+    "holdout.py",
+    "intents.py",
+    "phrases.py",
+    "scene.py",
+    "intent_templates.json",
+)
 XZ_PRESET = 9 | lzma.PRESET_EXTREME  # 5.3 MB -> ~0.4 MB for the default world; decompressing takes ~40 ms
 
 
@@ -67,15 +77,23 @@ def world_key(size: str, seed: int) -> dict:
     """What the test part's bytes of (size, seed) depend on, for the running code and libraries."""
     import numpy
 
-    return {"size": size, "seed": seed, "generator_version": GENERATOR_VERSION,
-            "generator_sha256": generator_sha256(), "numpy": numpy.__version__,
-            "python": "{}.{}".format(*sys.version_info[:2])}
+    return {
+        "size": size,
+        "seed": seed,
+        "generator_version": GENERATOR_VERSION,
+        "generator_sha256": generator_sha256(),
+        "numpy": numpy.__version__,
+        "python": "{}.{}".format(*sys.version_info[:2]),
+    }
 
 
 def key_problems(shipped: Mapping, size: str, seed: int) -> list[str]:
     """Why a copy with key `shipped` is not what this code writes for (size, seed) ([] = it is)."""
-    return [f"{k} changed: shipped {str(shipped.get(k))[:16]}, running {str(v)[:16]}"
-            for k, v in world_key(size, seed).items() if shipped.get(k) != v]
+    return [
+        f"{k} changed: shipped {str(shipped.get(k))[:16]}, running {str(v)[:16]}"
+        for k, v in world_key(size, seed).items()
+        if shipped.get(k) != v
+    ]
 
 
 def read_shipped_manifest(directory: Path) -> dict:
@@ -84,8 +102,10 @@ def read_shipped_manifest(directory: Path) -> dict:
 
     data = read_packed_manifest(directory / SHIPPED_MANIFEST, FORMAT, "a shipped world test part")
     if sorted(data["files"]) != sorted(FILES):
-        raise ValueError(f"{directory / SHIPPED_MANIFEST}: records {', '.join(sorted(data['files']))}, not the "
-                         f"test part's files ({', '.join(FILES)})")
+        raise ValueError(
+            f"{directory / SHIPPED_MANIFEST}: records {', '.join(sorted(data['files']))}, not the "
+            f"test part's files ({', '.join(FILES)})"
+        )
     return data
 
 
@@ -95,8 +115,10 @@ def shipped_problems(directory: Path, size: str, seed: int) -> list[str]:
     from cir_demo.integrity import stored_problems
 
     if not (directory / SHIPPED_MANIFEST).is_file():
-        return [f"missing: {directory / SHIPPED_MANIFEST} not found (write it: python -m cir_demo index prebuilt "
-                "--only world)"]
+        return [
+            f"missing: {directory / SHIPPED_MANIFEST} not found (write it: python -m cir_demo index prebuilt "
+            "--only world)"
+        ]
     try:
         manifest = read_shipped_manifest(directory)
     except ValueError as exc:
@@ -119,13 +141,23 @@ def pack_world(size: str, seed: int, out: Path, provenance: dict, progress: bool
         for name in FILES:
             data = (Path(tmp) / "part" / name).read_bytes()
             (stage / f"{name}.xz").write_bytes(lzma.compress(data, preset=XZ_PRESET))
-            files[name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                           "stored": {f"{name}.xz": file_record(stage / f"{name}.xz")}}
-        write_json_atomic(stage / SHIPPED_MANIFEST, {
-            "format": FORMAT, "what": "the world's test part (what its benchmark reads), stored compressed; "
-                                      "installed into an empty world folder instead of generating it",
-            "key": world_key(size, seed), "checksum": written["checksum"], "provenance": provenance,
-            "files": files})
+            files[name] = {
+                "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "stored": {f"{name}.xz": file_record(stage / f"{name}.xz")},
+            }
+        write_json_atomic(
+            stage / SHIPPED_MANIFEST,
+            {
+                "format": FORMAT,
+                "what": "the world's test part (what its benchmark reads), stored compressed; "
+                "installed into an empty world folder instead of generating it",
+                "key": world_key(size, seed),
+                "checksum": written["checksum"],
+                "provenance": provenance,
+                "files": files,
+            },
+        )
         replace_dir(stage, out)
     return out
 
@@ -161,14 +193,20 @@ def install_shipped_world(root: Path, size: str, seed: int, progress: bool = Tru
     if isinstance(payloads, str):
         problems = [payloads]
     if problems:
-        print(f"[world] the shipped test part {directory} is not used ({'; '.join(problems)[:400]}); generating it",
-              file=sys.stderr, flush=True)
+        print(
+            f"[world] the shipped test part {directory} is not used ({'; '.join(problems)[:400]}); generating it",
+            file=sys.stderr,
+            flush=True,
+        )
         return False
     root.mkdir(parents=True, exist_ok=True)
     for name in FILES:  # test_manifest.json last: a part without it is never read
         write_bytes_atomic(root / name, payloads[name])
-    _progress(progress, f"installed the shipped test part of {size} seed {seed} ({directory}, every sha256 and the "
-                        f"generator key match) into {root} in {time.perf_counter() - t0:.2f} s")
+    _progress(
+        progress,
+        f"installed the shipped test part of {size} seed {seed} ({directory}, every sha256 and the "
+        f"generator key match) into {root} in {time.perf_counter() - t0:.2f} s",
+    )
     return True
 
 
@@ -186,5 +224,6 @@ def install_for_loader(root=None, size: str = "default", seed: int = 0, split: s
     if not shipped_world_dir(size, seed).is_dir():
         return False
     with generation_lock(folder):
-        return not world_problems(folder, size, seed, verify=False, part="test") \
-            or install_shipped_world(folder, size, seed)
+        return not world_problems(folder, size, seed, verify=False, part="test") or install_shipped_world(
+            folder, size, seed
+        )

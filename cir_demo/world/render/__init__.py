@@ -12,6 +12,7 @@ particles, then the art style: photo (shading, soft shadows, depth blur, grain),
 Modules: palette (sizes, colours), paint (textures, the painter), figures (people, objects),
 layout (placement), backgrounds, compose (layers and styles: `render_scene`).
 """
+
 from .compose import RENDER_SIZE, render_scene
 
 __all__ = ["RENDER_SIZE", "render_scene"]

@@ -1,4 +1,5 @@
 """The background: sky by time of day and weather, room or outdoor place, particles (cached)."""
+
 from __future__ import annotations
 
 import functools
@@ -18,7 +19,12 @@ SKY = {
 }
 # Bad weather greys the sky, but not so much that the time of day disappears.
 WEATHER_SKY = {"rainy": ((104, 110, 122), 0.55), "snowy": ((150, 160, 176), 0.5), "foggy": ((206, 206, 210), 0.62)}
-GROUND_LIGHT = {"morning": (1.0, 0.97, 0.92), "day": (1.0, 1.0, 1.0), "sunset": (0.95, 0.76, 0.62), "night": (0.3, 0.34, 0.5)}
+GROUND_LIGHT = {
+    "morning": (1.0, 0.97, 0.92),
+    "day": (1.0, 1.0, 1.0),
+    "sunset": (0.95, 0.76, 0.62),
+    "night": (0.3, 0.34, 0.5),
+}
 
 
 def _gradient(stops, n: int) -> np.ndarray:
@@ -51,8 +57,19 @@ def _lit(rgb, time_: str, weather: str = "clear"):
     return tuple(int(max(0, min(255, v))) for v in c)
 
 
-def _sky_decor(d: ImageDraw.ImageDraw, S: int, time_: str, weather: str, x0: float, y0: float, x1: float, y1: float,
-               outline, rnd: random.Random, sun: bool = True):
+def _sky_decor(
+    d: ImageDraw.ImageDraw,
+    S: int,
+    time_: str,
+    weather: str,
+    x0: float,
+    y0: float,
+    x1: float,
+    y1: float,
+    outline,
+    rnd: random.Random,
+    sun: bool = True,
+):
     """Sun, moon, stars and clouds inside the sky rectangle (x0, y0)-(x1, y1)."""
     w, h = x1 - x0, y1 - y0
     ol = dict(outline=outline, width=max(1, S // 160)) if outline else {}
@@ -82,7 +99,10 @@ def _sky_decor(d: ImageDraw.ImageDraw, S: int, time_: str, weather: str, x0: flo
             for cx_, cy_ in ((0.25, 0.3), (0.55, 0.18)):
                 cx, cy = x0 + cx_ * w, y0 + cy_ * h
                 for dx, dy, rr in ((-0.05, 0.01, 0.035), (0, -0.015, 0.045), (0.05, 0.01, 0.035)):
-                    d.ellipse((cx + (dx - rr) * S, cy + (dy - rr) * S, cx + (dx + rr) * S, cy + (dy + rr) * S), fill=(250, 250, 252))
+                    d.ellipse(
+                        (cx + (dx - rr) * S, cy + (dy - rr) * S, cx + (dx + rr) * S, cy + (dy + rr) * S),
+                        fill=(250, 250, 252),
+                    )
     elif weather in ("rainy", "snowy"):
         cloud = _lit((92, 96, 108) if weather == "rainy" else (176, 182, 194), time_, "clear")
         for cx_, cy_ in ((0.2, 0.15), (0.5, 0.08), (0.82, 0.18)):
@@ -188,10 +208,19 @@ def _bg_outdoor(img, d, S, place, time_, weather, style, outline, rnd):
         d.rectangle((0, hy, S, S), fill=lawn)
         hedge = _lit((46, 118, 54), time_, weather if weather != "snowy" else "clear")
         tx = (0.12 + 0.06 * rnd.random()) * S
-        d.rectangle((tx - 0.025 * S, 0.25 * S, tx + 0.025 * S, hy), fill=_lit((110, 74, 44), time_, "clear"), outline=outline, width=ow if outline else 0)
-        d.ellipse((tx - 0.13 * S, 0.06 * S, tx + 0.13 * S, 0.34 * S), fill=hedge, outline=outline, width=ow if outline else 0)
+        d.rectangle(
+            (tx - 0.025 * S, 0.25 * S, tx + 0.025 * S, hy),
+            fill=_lit((110, 74, 44), time_, "clear"),
+            outline=outline,
+            width=ow if outline else 0,
+        )
+        d.ellipse(
+            (tx - 0.13 * S, 0.06 * S, tx + 0.13 * S, 0.34 * S), fill=hedge, outline=outline, width=ow if outline else 0
+        )
         for x in range(-S // 20, S + S // 10, S // 9):
-            d.ellipse((x, hy - 0.06 * S, x + S // 7, hy + 0.04 * S), fill=hedge, outline=outline, width=ow if outline else 0)
+            d.ellipse(
+                (x, hy - 0.06 * S, x + S // 7, hy + 0.04 * S), fill=hedge, outline=outline, width=ow if outline else 0
+            )
         d.rectangle((0, hy, S, hy + 0.02 * S), fill=hedge)
         if weather == "snowy":
             for x in range(-S // 20, S + S // 10, S // 9):
@@ -218,7 +247,9 @@ def _particles(d: ImageDraw.ImageDraw, S: int, weather: str, rect, rnd: random.R
         for _ in range(int(130 * area * density)):
             x, y = x0 + rnd.random() * (x1 - x0), y0 + rnd.random() * (y1 - y0)
             r = (0.006 + 0.006 * rnd.random()) * S
-            d.ellipse((x - r, y - r, x + r, y + r), fill=(252, 252, 255), outline=SENTINEL if outline == SENTINEL else None)
+            d.ellipse(
+                (x - r, y - r, x + r, y + r), fill=(252, 252, 255), outline=SENTINEL if outline == SENTINEL else None
+            )
 
 
 @functools.lru_cache(maxsize=400)
@@ -236,10 +267,11 @@ def background_image(place: str, time_: str, weather: str, style: str, view: str
         z = 1.55
         cw = S / z
         cx, cy = S * 0.5, S * 0.46
-        img = img.crop((int(cx - cw / 2), int(cy - cw / 2), int(cx + cw / 2), int(cy + cw / 2))).resize((S, S), Image.BILINEAR)
+        img = img.crop((int(cx - cw / 2), int(cy - cw / 2), int(cx + cw / 2), int(cy + cw / 2))).resize(
+            (S, S), Image.BILINEAR
+        )
     if style == "photo":  # depth of field: the background is out of focus, more so up close
         img = img.filter(ImageFilter.GaussianBlur(S / (100 if view == "close-up" else 240)))
     if weather == "foggy" and place != "room":
         img = Image.blend(img, Image.new("RGB", (S, S), (214, 214, 218)), 0.5)
     return img
-

@@ -1,5 +1,6 @@
 """One scene -> one image: background, subject layer, weather, then the art style (photo
 shading and grain, flat outlines, sketch hatching), drawn at twice the size and downsampled."""
+
 from __future__ import annotations
 
 import functools
@@ -32,8 +33,11 @@ def _weather_overlay(weather: str, style: str, S: int, seed: int) -> Image.Image
         for _ in range(150):
             x, y = rnd.random() * S, rnd.random() * S
             r = (0.006 + 0.007 * rnd.random()) * S
-            d.ellipse((x - r, y - r, x + r, y + r), fill=(255, 255, 255, 235),
-                      outline=SENTINEL + (255,) if style == "sketch" else (190, 196, 210, 160))
+            d.ellipse(
+                (x - r, y - r, x + r, y + r),
+                fill=(255, 255, 255, 235),
+                outline=SENTINEL + (255,) if style == "sketch" else (190, 196, 210, 160),
+            )
     return ov
 
 
@@ -62,8 +66,11 @@ def _hatch_weights(S: int) -> tuple[Image.Image, Image.Image, Image.Image]:
     bg = np.where(((xx + yy) % pb) < max(2, pb // 4), 0.6, 0.26)
     rng = np.random.default_rng(7)
     paper = np.clip(PAPER + rng.normal(0, 3.0, size=(S, S, 1)), 0, 255).astype(np.uint8)
-    return (Image.fromarray((fg * 255).astype(np.uint8), "L"), Image.fromarray((bg * 255).astype(np.uint8), "L"),
-            Image.fromarray(paper, "RGB"))
+    return (
+        Image.fromarray((fg * 255).astype(np.uint8), "L"),
+        Image.fromarray((bg * 255).astype(np.uint8), "L"),
+        Image.fromarray(paper, "RGB"),
+    )
 
 
 def _to_sketch(img: Image.Image, fg_alpha: Image.Image, S: int) -> Image.Image:

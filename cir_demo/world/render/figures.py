@@ -1,5 +1,6 @@
 """The subjects: people (pose, hair, hat, bag, garment) and objects (the nine item types),
 and the secondary object, as shape lists for the painter."""
+
 from __future__ import annotations
 
 import math
@@ -15,12 +16,22 @@ from .paint import Painter, Tex
 def _pose_points(pose: str) -> dict:
     """Joint positions in body units: u across (0 = centre), v down (0 = top of head, 1 = feet)."""
     p = {
-        "head": (0.0, 0.085), "neck": (0.0, 0.165),
-        "sh_l": (-0.115, 0.205), "sh_r": (0.115, 0.205),
-        "el_l": (-0.15, 0.35), "ha_l": (-0.16, 0.49), "el_r": (0.15, 0.35), "ha_r": (0.16, 0.49),
-        "hip_l": (-0.055, 0.5), "hip_r": (0.055, 0.5),
-        "kn_l": (-0.06, 0.73), "ft_l": (-0.065, 0.965), "kn_r": (0.06, 0.73), "ft_r": (0.065, 0.965),
-        "waist": 0.48, "lift": 0.0,
+        "head": (0.0, 0.085),
+        "neck": (0.0, 0.165),
+        "sh_l": (-0.115, 0.205),
+        "sh_r": (0.115, 0.205),
+        "el_l": (-0.15, 0.35),
+        "ha_l": (-0.16, 0.49),
+        "el_r": (0.15, 0.35),
+        "ha_r": (0.16, 0.49),
+        "hip_l": (-0.055, 0.5),
+        "hip_r": (0.055, 0.5),
+        "kn_l": (-0.06, 0.73),
+        "ft_l": (-0.065, 0.965),
+        "kn_r": (0.06, 0.73),
+        "ft_r": (0.065, 0.965),
+        "waist": 0.48,
+        "lift": 0.0,
     }
     if pose == "waving":
         p.update(el_r=(0.23, 0.15), ha_r=(0.25, -0.02))
@@ -28,21 +39,48 @@ def _pose_points(pose: str) -> dict:
         lean = 0.035
         for k in ("head", "neck", "sh_l", "sh_r"):
             p[k] = (p[k][0] + lean, p[k][1])
-        p.update(el_r=(0.21, 0.31), ha_r=(0.29, 0.22), el_l=(-0.15, 0.36), ha_l=(-0.25, 0.43),
-                 kn_l=(-0.08, 0.73), ft_l=(-0.25, 0.85), kn_r=(0.18, 0.62), ft_r=(0.15, 0.86), lift=0.06)
+        p.update(
+            el_r=(0.21, 0.31),
+            ha_r=(0.29, 0.22),
+            el_l=(-0.15, 0.36),
+            ha_l=(-0.25, 0.43),
+            kn_l=(-0.08, 0.73),
+            ft_l=(-0.25, 0.85),
+            kn_r=(0.18, 0.62),
+            ft_r=(0.15, 0.86),
+            lift=0.06,
+        )
     elif pose == "sitting":
         d = 0.17
         for k in ("head", "neck", "sh_l", "sh_r", "el_l", "el_r", "hip_l", "hip_r"):
             p[k] = (p[k][0], p[k][1] + d)
-        p.update(ha_l=(-0.02, 0.63), ha_r=(0.16, 0.63), el_l=(-0.14, 0.52), el_r=(0.16, 0.52),
-                 hip_l=(-0.04, 0.67), hip_r=(0.04, 0.67), kn_l=(0.2, 0.665), kn_r=(0.22, 0.685),
-                 ft_l=(0.2, 0.965), ft_r=(0.24, 0.965), waist=0.48 + d)
+        p.update(
+            ha_l=(-0.02, 0.63),
+            ha_r=(0.16, 0.63),
+            el_l=(-0.14, 0.52),
+            el_r=(0.16, 0.52),
+            hip_l=(-0.04, 0.67),
+            hip_r=(0.04, 0.67),
+            kn_l=(0.2, 0.665),
+            kn_r=(0.22, 0.685),
+            ft_l=(0.2, 0.965),
+            ft_r=(0.24, 0.965),
+            waist=0.48 + d,
+        )
     return p
 
 
 # Garment hem heights (v) by type and length.
-HEM = {("t-shirt", "short"): 0.44, ("t-shirt", "long"): 0.62, ("dress", "short"): 0.7, ("dress", "long"): 0.93,
-       ("coat", "short"): 0.56, ("coat", "long"): 0.83, ("hoodie", "short"): 0.45, ("hoodie", "long"): 0.61}
+HEM = {
+    ("t-shirt", "short"): 0.44,
+    ("t-shirt", "long"): 0.62,
+    ("dress", "short"): 0.7,
+    ("dress", "long"): 0.93,
+    ("coat", "short"): 0.56,
+    ("coat", "long"): 0.83,
+    ("hoodie", "short"): 0.45,
+    ("hoodie", "long"): 0.61,
+}
 
 
 class _Body:
@@ -87,7 +125,10 @@ def _draw_stool(pt: Painter, b: _Body):
     """A plain stool under a sitting person, clearly not one of the chairs in the home domain."""
     U, H = b.U, b.H
     pt.shape([("rrect", (*U(-0.13, 0.665), *U(0.17, 0.715)), 0.01 * H)], STOOL)
-    pt.shape([("limb", [U(-0.1, 0.71), U(-0.11, 0.975)], 0.03 * H), ("limb", [U(0.14, 0.71), U(0.15, 0.975)], 0.03 * H)], shade(STOOL, 0.8))
+    pt.shape(
+        [("limb", [U(-0.1, 0.71), U(-0.11, 0.975)], 0.03 * H), ("limb", [U(0.14, 0.71), U(0.15, 0.975)], 0.03 * H)],
+        shade(STOOL, 0.8),
+    )
 
 
 def _draw_behind_head(pt: Painter, b: _Body, tex: Tex):
@@ -119,7 +160,9 @@ def _draw_torso_skin(pt: Painter, b: _Body):
     """The bare torso, visible under cropped tops and dress straps."""
     U, dy, wv = b.U, b.dy, b.kp["waist"]
     sl, sr = b.P("sh_l"), b.P("sh_r")
-    torso_skin = [("poly", [U(-0.035, 0.13 + dy), U(0.035, 0.13 + dy), sr, U(0.09, wv + 0.01), U(-0.09, wv + 0.01), sl])]
+    torso_skin = [
+        ("poly", [U(-0.035, 0.13 + dy), U(0.035, 0.13 + dy), sr, U(0.09, wv + 0.01), U(-0.09, wv + 0.01), sl])
+    ]
     pt.shape(torso_skin, b.skin, photo_edge=b.skin_edge)
 
 
@@ -130,10 +173,27 @@ def _dress_shapes(b: _Body) -> list:
     if b.sitting:
         # over the lap to the knees, then straight down to the hem
         hem = 0.78 if scene.shape == "short" else 0.94
-        body = [U(-0.095, top), U(0.095, top), U(0.085, waist_v), U(0.12, 0.61), U(0.27, 0.625), U(0.285, hem),
-                U(0.15, hem), U(0.13, 0.72), U(-0.13, 0.72), U(-0.11, waist_v)]
+        body = [
+            U(-0.095, top),
+            U(0.095, top),
+            U(0.085, waist_v),
+            U(0.12, 0.61),
+            U(0.27, 0.625),
+            U(0.285, hem),
+            U(0.15, hem),
+            U(0.13, 0.72),
+            U(-0.13, 0.72),
+            U(-0.11, waist_v),
+        ]
     else:
-        body = [U(-0.095, top), U(0.095, top), U(0.085, waist_v), U(flare, b.hem_v), U(-flare, b.hem_v), U(-0.085, waist_v)]
+        body = [
+            U(-0.095, top),
+            U(0.095, top),
+            U(0.085, waist_v),
+            U(flare, b.hem_v),
+            U(-flare, b.hem_v),
+            U(-0.085, waist_v),
+        ]
     return [("poly", body)]
 
 
@@ -155,11 +215,17 @@ def _garment_shapes(b: _Body) -> list:
     if t == "coat":
         return _coat_shapes(b)
     if t == "hoodie":
-        return [("poly", [U(-0.125, top), U(0.125, top), U(0.12, hem_v), U(-0.12, hem_v)]),
-                ("limb", sleeve("l", 0.93), 0.07 * H), ("limb", sleeve("r", 0.93), 0.07 * H)]
+        return [
+            ("poly", [U(-0.125, top), U(0.125, top), U(0.12, hem_v), U(-0.12, hem_v)]),
+            ("limb", sleeve("l", 0.93), 0.07 * H),
+            ("limb", sleeve("r", 0.93), 0.07 * H),
+        ]
     # t-shirt
-    return [("poly", [U(-0.12, top), U(0.12, top), U(0.108, hem_v), U(-0.108, hem_v)]),
-            ("limb", sleeve("l", 0.3), 0.078 * H), ("limb", sleeve("r", 0.3), 0.078 * H)]
+    return [
+        ("poly", [U(-0.12, top), U(0.12, top), U(0.108, hem_v), U(-0.108, hem_v)]),
+        ("limb", sleeve("l", 0.3), 0.078 * H),
+        ("limb", sleeve("r", 0.3), 0.078 * H),
+    ]
 
 
 def _draw_arms_and_garment(pt: Painter, b: _Body, tex: Tex):
@@ -170,7 +236,11 @@ def _draw_arms_and_garment(pt: Painter, b: _Body, tex: Tex):
     pt.shape(garment, tex, photo_edge=b.edge)
     for side in ("l", "r"):
         hx2, hy2 = arms[side][2]
-        pt.shape([("ellipse", (hx2 - 0.032 * H, hy2 - 0.032 * H, hx2 + 0.032 * H, hy2 + 0.032 * H))], b.skin, photo_edge=b.skin_edge)
+        pt.shape(
+            [("ellipse", (hx2 - 0.032 * H, hy2 - 0.032 * H, hx2 + 0.032 * H, hy2 + 0.032 * H))],
+            b.skin,
+            photo_edge=b.skin_edge,
+        )
 
 
 def _draw_garment_details(pt: Painter, b: _Body):
@@ -178,8 +248,13 @@ def _draw_garment_details(pt: Painter, b: _Body):
     U, H, dy, top, hem_v, scene = b.U, b.H, b.dy, b.top, b.hem_v, b.scene
     dark = shade(A.COLOR_RGB[scene.color], 0.55) if scene.color != "black" else (90, 90, 96)
     if scene.type == "coat":
-        pt.detail([("poly", [U(-0.05, top), U(0.0, 0.33 + dy), U(-0.075, top + 0.06)]),
-                   ("poly", [U(0.05, top), U(0.0, 0.33 + dy), U(0.075, top + 0.06)])], dark)
+        pt.detail(
+            [
+                ("poly", [U(-0.05, top), U(0.0, 0.33 + dy), U(-0.075, top + 0.06)]),
+                ("poly", [U(0.05, top), U(0.0, 0.33 + dy), U(0.075, top + 0.06)]),
+            ],
+            dark,
+        )
         pt.line([U(0.0, 0.33 + dy), U(0.0, min(hem_v, 0.78 if b.sitting else hem_v))], dark, 0.008 * H)
         for bv in (0.37, 0.44, 0.51):
             bx, by = U(0.025, bv + dy)
@@ -212,9 +287,16 @@ def _draw_head(pt: Painter, b: _Body):
     if b.scene.pose == "running":  # speed lines behind the runner
         for k, v in enumerate((0.3, 0.4, 0.5)):
             x0_, y0_ = U(-0.3 - 0.04 * k, v)
-            pt.line([(x0_ - 0.14 * H, y0_), (x0_, y0_)], (120, 120, 130) if pt.outline is None else pt.outline, 0.012 * H)
-    pt.draw.arc((hx - 0.022 * H, hy + 0.01 * H, hx + 0.022 * H, hy + 0.045 * H), 20, 160, fill=(150, 60, 60, 255),
-                width=max(1, int(0.007 * H)))
+            pt.line(
+                [(x0_ - 0.14 * H, y0_), (x0_, y0_)], (120, 120, 130) if pt.outline is None else pt.outline, 0.012 * H
+            )
+    pt.draw.arc(
+        (hx - 0.022 * H, hy + 0.01 * H, hx + 0.022 * H, hy + 0.045 * H),
+        20,
+        160,
+        fill=(150, 60, 60, 255),
+        width=max(1, int(0.007 * H)),
+    )
 
 
 def _draw_worn_glasses(pt: Painter, b: _Body):
@@ -225,16 +307,23 @@ def _draw_worn_glasses(pt: Painter, b: _Body):
     gw = max(2, int(round(0.011 * H)))
     for sx in (-0.029, 0.029):
         ex, ey = hx + sx * H, hy + 0.004 * H
-        pt.draw.ellipse((ex - gr, ey - gr, ex + gr, ey + gr), fill=(206, 230, 250, 255), outline=(16, 16, 20, 255), width=gw)
+        pt.draw.ellipse(
+            (ex - gr, ey - gr, ex + gr, ey + gr), fill=(206, 230, 250, 255), outline=(16, 16, 20, 255), width=gw
+        )
         pt.draw.ellipse((ex - er * 0.8, ey - er * 0.8, ex + er * 0.8, ey + er * 0.8), fill=_EYE + (255,))
     pt.line([(hx - 0.006 * H, hy), (hx + 0.006 * H, hy)], (16, 16, 20), gw)
 
 
 def _draw_worn_hat(pt: Painter, b: _Body):
     H, hx, hy = b.H, b.hx, b.hy
-    pt.shape([("ellipse", (hx - 0.125 * H, hy - 0.08 * H, hx + 0.125 * H, hy - 0.035 * H)),
-              ("rrect", (hx - 0.07 * H, hy - 0.16 * H, hx + 0.07 * H, hy - 0.05 * H), 0.03 * H)], HAT_STRAW,
-             photo_edge=shade(HAT_STRAW, 0.7))
+    pt.shape(
+        [
+            ("ellipse", (hx - 0.125 * H, hy - 0.08 * H, hx + 0.125 * H, hy - 0.035 * H)),
+            ("rrect", (hx - 0.07 * H, hy - 0.16 * H, hx + 0.07 * H, hy - 0.05 * H), 0.03 * H),
+        ],
+        HAT_STRAW,
+        photo_edge=shade(HAT_STRAW, 0.7),
+    )
     pt.detail([("rrect", (hx - 0.07 * H, hy - 0.085 * H, hx + 0.07 * H, hy - 0.06 * H), 0.004 * H)], HAT_BAND)
 
 
@@ -244,10 +333,15 @@ def _draw_shoulder_bag(pt: Painter, b: _Body):
     sx, sy = b.P("sh_l")
     bx, by = b.U(0.13, 0.5 + b.dy)
     pt.line([(sx + 0.02 * H, sy), (bx, by)], shade(BAG_TAN, 0.6), 0.014 * H)
-    pt.shape([("rrect", (bx - 0.05 * H, by - 0.035 * H, bx + 0.07 * H, by + 0.06 * H), 0.015 * H)], BAG_TAN,
-             photo_edge=shade(BAG_TAN, 0.6))
-    pt.detail([("poly", [(bx - 0.05 * H, by - 0.035 * H), (bx + 0.07 * H, by - 0.035 * H), (bx + 0.01 * H, by + 0.015 * H)])],
-              shade(BAG_TAN, 0.82))
+    pt.shape(
+        [("rrect", (bx - 0.05 * H, by - 0.035 * H, bx + 0.07 * H, by + 0.06 * H), 0.015 * H)],
+        BAG_TAN,
+        photo_edge=shade(BAG_TAN, 0.6),
+    )
+    pt.detail(
+        [("poly", [(bx - 0.05 * H, by - 0.035 * H), (bx + 0.07 * H, by - 0.035 * H), (bx + 0.01 * H, by + 0.015 * H)])],
+        shade(BAG_TAN, 0.82),
+    )
 
 
 def draw_person(pt: Painter, scene: Scene, cx: float, base: float, H: float, rnd: random.Random, tex: Tex):
@@ -287,11 +381,17 @@ def _draw_vase(pt: Painter, f: _ItemFrame, shape: str, tex: Tex, edge, dark):
     """A round-bellied or straight-shouldered vase with its neck and opening."""
     U, box, h = f.U, f.box, f.h
     if shape == "round":
-        body = [("ellipse", box(-0.42, 0.25, 0.42, 1.0)), ("rrect", box(-0.12, 0.08, 0.12, 0.4), 0.03 * h),
-                ("ellipse", box(-0.19, 0.04, 0.19, 0.14))]
+        body = [
+            ("ellipse", box(-0.42, 0.25, 0.42, 1.0)),
+            ("rrect", box(-0.12, 0.08, 0.12, 0.4), 0.03 * h),
+            ("ellipse", box(-0.19, 0.04, 0.19, 0.14)),
+        ]
     else:
-        body = [("poly", [U(-0.3, 0.3), U(-0.12, 0.2), U(0.12, 0.2), U(0.3, 0.3), U(0.3, 1.0), U(-0.3, 1.0)]),
-                ("rrect", box(-0.12, 0.06, 0.12, 0.26), 0.02 * h), ("rrect", box(-0.18, 0.02, 0.18, 0.1), 0.02 * h)]
+        body = [
+            ("poly", [U(-0.3, 0.3), U(-0.12, 0.2), U(0.12, 0.2), U(0.3, 0.3), U(0.3, 1.0), U(-0.3, 1.0)]),
+            ("rrect", box(-0.12, 0.06, 0.12, 0.26), 0.02 * h),
+            ("rrect", box(-0.18, 0.02, 0.18, 0.1), 0.02 * h),
+        ]
     pt.shape(body, tex, photo_edge=edge)
     pt.detail([("ellipse", box(-0.13, 0.055, 0.13, 0.11))], shade(dark, 0.6))
 
@@ -299,8 +399,11 @@ def _draw_vase(pt: Painter, f: _ItemFrame, shape: str, tex: Tex, edge, dark):
 def _draw_lamp(pt: Painter, f: _ItemFrame, shape: str, tex: Tex, edge, dark):
     """A lamp: metal stand and base, a dome or a tapered shade."""
     U, box, h = f.U, f.box, f.h
-    pt.shape([("rrect", box(-0.028, 0.38, 0.028, 0.95), 0.01 * h), ("ellipse", box(-0.22, 0.91, 0.22, 1.0))], METAL,
-             photo_edge=shade(METAL, 0.6))
+    pt.shape(
+        [("rrect", box(-0.028, 0.38, 0.028, 0.95), 0.01 * h), ("ellipse", box(-0.22, 0.91, 0.22, 1.0))],
+        METAL,
+        photo_edge=shade(METAL, 0.6),
+    )
     if shape == "round":
         shade_ = [("chord", box(-0.38, 0.0, 0.38, 0.86), 180, 360)]
     else:
@@ -311,14 +414,21 @@ def _draw_lamp(pt: Painter, f: _ItemFrame, shape: str, tex: Tex, edge, dark):
 def _draw_chair(pt: Painter, f: _ItemFrame, shape: str, tex: Tex, edge, dark):
     """A chair: legs, a round or square back, the seat."""
     U, box, h = f.U, f.box, f.h
-    legs = [("limb", [U(-0.3, 0.58), U(-0.31, 1.0)], 0.06 * h), ("limb", [U(0.3, 0.58), U(0.31, 1.0)], 0.06 * h),
-            ("limb", [U(-0.2, 0.58), U(-0.2, 0.9)], 0.05 * h), ("limb", [U(0.2, 0.58), U(0.2, 0.9)], 0.05 * h)]
+    legs = [
+        ("limb", [U(-0.3, 0.58), U(-0.31, 1.0)], 0.06 * h),
+        ("limb", [U(0.3, 0.58), U(0.31, 1.0)], 0.06 * h),
+        ("limb", [U(-0.2, 0.58), U(-0.2, 0.9)], 0.05 * h),
+        ("limb", [U(0.2, 0.58), U(0.2, 0.9)], 0.05 * h),
+    ]
     pt.shape(legs, dark)
     if shape == "round":
         back = [("ellipse", box(-0.3, 0.0, 0.3, 0.52)), ("rrect", box(-0.05, 0.4, 0.05, 0.56), 0.01 * h)]
     else:
         back = [("rrect", box(-0.28, 0.0, 0.28, 0.5), 0.03 * h)]
-    seat = [("poly", [U(-0.3, 0.5), U(0.3, 0.5), U(0.36, 0.6), U(-0.36, 0.6)]), ("rrect", box(-0.36, 0.58, 0.36, 0.66), 0.02 * h)]
+    seat = [
+        ("poly", [U(-0.3, 0.5), U(0.3, 0.5), U(0.36, 0.6), U(-0.36, 0.6)]),
+        ("rrect", box(-0.36, 0.58, 0.36, 0.66), 0.02 * h),
+    ]
     pt.shape(back + seat, tex, photo_edge=edge)
 
 
@@ -335,7 +445,9 @@ def _draw_cushion(pt: Painter, f: _ItemFrame, shape: str, tex: Tex, edge, dark):
         pt.detail([("ellipse", box(-0.06, 0.44, 0.06, 0.56))], dark)
     else:
         pt.shape([("rrect", box(-0.55, 0.0, 0.55, 1.0), 0.16 * h)], tex, photo_edge=edge)
-        pt.draw.rounded_rectangle(box(-0.45, 0.1, 0.45, 0.9), radius=0.1 * h, outline=dark + (255,), width=max(1, int(0.02 * h)))
+        pt.draw.rounded_rectangle(
+            box(-0.45, 0.1, 0.45, 0.9), radius=0.1 * h, outline=dark + (255,), width=max(1, int(0.02 * h))
+        )
         for u, v in ((-0.5, 0.06), (0.5, 0.06), (-0.5, 0.94), (0.5, 0.94)):
             x, y = U(u, v)
             pt.detail([("ellipse", (x - 0.05 * h, y - 0.05 * h, x + 0.05 * h, y + 0.05 * h))], dark)
@@ -362,7 +474,13 @@ def _draw_handbag(pt: Painter, f: _ItemFrame, shape: str, tex: Tex, edge, dark):
         pt.shape([("arc", box(-0.28, 0.0, 0.28, 0.7), 180, 360, 0.07 * h)], dark)
         body = [("chord", box(-0.5, -0.3, 0.5, 1.0), 0, 180)]
     else:
-        pt.shape([("arc", box(-0.3, 0.0, -0.02, 0.6), 180, 360, 0.06 * h), ("arc", box(0.02, 0.0, 0.3, 0.6), 180, 360, 0.06 * h)], dark)
+        pt.shape(
+            [
+                ("arc", box(-0.3, 0.0, -0.02, 0.6), 180, 360, 0.06 * h),
+                ("arc", box(0.02, 0.0, 0.3, 0.6), 180, 360, 0.06 * h),
+            ],
+            dark,
+        )
         body = [("rrect", box(-0.46, 0.3, 0.46, 1.0), 0.05 * h)]
     pt.shape(body, tex, photo_edge=edge)
     pt.detail([("rrect", box(-0.06, 0.38, 0.06, 0.46), 0.01 * h)], (226, 196, 90))
@@ -377,7 +495,10 @@ def _draw_hat(pt: Painter, f: _ItemFrame, shape: str, tex: Tex, edge, dark):
         crown = [("rrect", box(-0.3, 0.02, 0.3, 0.72), 0.04 * h)]
     brim = [("ellipse", box(-0.6, 0.6, 0.6, 0.95))]
     pt.shape(brim + crown, tex, photo_edge=edge)
-    pt.detail([("rrect", box(-0.315 if shape == "round" else -0.3, 0.5, 0.315 if shape == "round" else 0.3, 0.62), 0.01 * h)], dark)
+    pt.detail(
+        [("rrect", box(-0.315 if shape == "round" else -0.3, 0.5, 0.315 if shape == "round" else 0.3, 0.62), 0.01 * h)],
+        dark,
+    )
 
 
 def _draw_sunglasses(pt: Painter, f: _ItemFrame, shape: str, tex: Tex, edge, dark):
@@ -391,7 +512,9 @@ def _draw_sunglasses(pt: Painter, f: _ItemFrame, shape: str, tex: Tex, edge, dar
             lenses.append(("ellipse", box(su - rr + 0.09, 0.5 - rr + 0.09, su + rr - 0.09, 0.5 + rr - 0.09)))
         else:
             frames.append(("rrect", box(su - rr - 0.02, 0.5 - rr * 0.85, su + rr + 0.02, 0.5 + rr * 0.85), 0.08 * h))
-            lenses.append(("rrect", box(su - rr + 0.07, 0.5 - rr * 0.85 + 0.09, su + rr - 0.07, 0.5 + rr * 0.85 - 0.09), 0.05 * h))
+            lenses.append(
+                ("rrect", box(su - rr + 0.07, 0.5 - rr * 0.85 + 0.09, su + rr - 0.07, 0.5 + rr * 0.85 - 0.09), 0.05 * h)
+            )
     frames.append(("arc", box(-0.14, 0.32, 0.14, 0.62), 200, 340, 0.08 * h))
     frames.append(("limb", [U(-0.78, 0.42), U(-0.86, 0.36)], 0.08 * h))
     frames.append(("limb", [U(0.78, 0.42), U(0.86, 0.36)], 0.08 * h))
@@ -421,9 +544,17 @@ def _draw_watch(pt: Painter, f: _ItemFrame, shape: str, tex: Tex, edge, dark):
     pt.detail([("ellipse", box(-0.025, 0.475, 0.025, 0.525))], (200, 40, 40))
 
 
-_ITEM_DRAWERS = {"vase": _draw_vase, "lamp": _draw_lamp, "chair": _draw_chair, "cushion": _draw_cushion,
-                 "mug": _draw_mug, "handbag": _draw_handbag, "hat": _draw_hat, "sunglasses": _draw_sunglasses,
-                 "watch": _draw_watch}
+_ITEM_DRAWERS = {
+    "vase": _draw_vase,
+    "lamp": _draw_lamp,
+    "chair": _draw_chair,
+    "cushion": _draw_cushion,
+    "mug": _draw_mug,
+    "handbag": _draw_handbag,
+    "hat": _draw_hat,
+    "sunglasses": _draw_sunglasses,
+    "watch": _draw_watch,
+}
 
 
 def draw_item(pt: Painter, scene: Scene, cx: float, base: float, h: float, tex: Tex):
@@ -453,21 +584,46 @@ def draw_secondary(pt: Painter, kind: str, cx: float, base: float, h: float):
             mx, my = (bx + tx) / 2, (by + ty) / 2
             leaves.append(("poly", [(bx, by), (mx + nxv, my + nyv), (tx, ty), (mx - nxv, my - nyv)]))
         pt.shape(leaves, leaf, photo_edge=shade(leaf, 0.6))
-        pt.shape([("poly", [U(-0.27, 0.55), U(0.27, 0.55), U(0.2, 1.0), U(-0.2, 1.0)]), ("rrect", box(-0.3, 0.52, 0.3, 0.62), 0.02 * h)],
-                 (196, 98, 60), photo_edge=(120, 60, 36))
+        pt.shape(
+            [
+                ("poly", [U(-0.27, 0.55), U(0.27, 0.55), U(0.2, 1.0), U(-0.2, 1.0)]),
+                ("rrect", box(-0.3, 0.52, 0.3, 0.62), 0.02 * h),
+            ],
+            (196, 98, 60),
+            photo_edge=(120, 60, 36),
+        )
     elif kind == "box":
         card = (204, 160, 108)
-        pt.shape([("poly", [U(-0.55, 0.22), U(0.35, 0.22), U(0.55, 0.06), U(-0.35, 0.06)])], shade(card, 1.12), photo_edge=(130, 100, 66))
-        pt.shape([("rrect", box(-0.55, 0.22, 0.35, 1.0), 0.01 * h), ("poly", [U(0.35, 0.22), U(0.55, 0.06), U(0.55, 0.84), U(0.35, 1.0)])],
-                 card, photo_edge=(130, 100, 66))
+        pt.shape(
+            [("poly", [U(-0.55, 0.22), U(0.35, 0.22), U(0.55, 0.06), U(-0.35, 0.06)])],
+            shade(card, 1.12),
+            photo_edge=(130, 100, 66),
+        )
+        pt.shape(
+            [
+                ("rrect", box(-0.55, 0.22, 0.35, 1.0), 0.01 * h),
+                ("poly", [U(0.35, 0.22), U(0.55, 0.06), U(0.55, 0.84), U(0.35, 1.0)]),
+            ],
+            card,
+            photo_edge=(130, 100, 66),
+        )
         pt.detail([("poly", [U(0.35, 0.22), U(0.55, 0.06), U(0.55, 0.84), U(0.35, 1.0)])], shade(card, 0.82))
-        pt.detail([("poly", [U(-0.22, 0.06), U(-0.08, 0.06), U(-0.18, 0.22), U(-0.32, 0.22)]), ("rrect", box(-0.32, 0.22, -0.18, 0.5), 0)],
-                  (232, 214, 176))
+        pt.detail(
+            [
+                ("poly", [U(-0.22, 0.06), U(-0.08, 0.06), U(-0.18, 0.22), U(-0.32, 0.22)]),
+                ("rrect", box(-0.32, 0.22, -0.18, 0.5), 0),
+            ],
+            (232, 214, 176),
+        )
     elif kind == "cat":
         fur = (112, 112, 124)
         pt.shape([("arc", box(0.18, 0.25, 0.62, 0.95), 200, 40, 0.08 * h)], fur)
-        body = [("ellipse", box(-0.38, 0.35, 0.32, 1.0)), ("ellipse", box(-0.5, 0.02, -0.04, 0.48)),
-                ("poly", [U(-0.48, 0.18), U(-0.46, -0.1), U(-0.32, 0.08)]), ("poly", [U(-0.06, 0.18), U(-0.08, -0.1), U(-0.22, 0.08)])]
+        body = [
+            ("ellipse", box(-0.38, 0.35, 0.32, 1.0)),
+            ("ellipse", box(-0.5, 0.02, -0.04, 0.48)),
+            ("poly", [U(-0.48, 0.18), U(-0.46, -0.1), U(-0.32, 0.08)]),
+            ("poly", [U(-0.06, 0.18), U(-0.08, -0.1), U(-0.22, 0.08)]),
+        ]
         pt.shape(body, fur, photo_edge=(70, 70, 80))
         for su in (-0.36, -0.18):
             pt.detail([("ellipse", box(su - 0.04, 0.2, su + 0.04, 0.28))], (190, 220, 90))

@@ -1,4 +1,5 @@
 """Where the subjects and the secondary object stand: world sizes, count, relation, view."""
+
 from __future__ import annotations
 
 import random
@@ -10,8 +11,15 @@ from ..scene import Scene
 
 # World sizes, as fractions of the image height in the wide view: (height, width/height).
 SUBJECT_SIZE = {
-    "vase": (0.44, 0.86), "lamp": (0.6, 0.8), "chair": (0.52, 0.76), "cushion": (0.32, 1.12), "mug": (0.28, 1.0),
-    "handbag": (0.36, 1.0), "hat": (0.3, 1.22), "sunglasses": (0.18, 1.75), "watch": (0.38, 0.62),
+    "vase": (0.44, 0.86),
+    "lamp": (0.6, 0.8),
+    "chair": (0.52, 0.76),
+    "cushion": (0.32, 1.12),
+    "mug": (0.28, 1.0),
+    "handbag": (0.36, 1.0),
+    "hat": (0.3, 1.22),
+    "sunglasses": (0.18, 1.75),
+    "watch": (0.38, 0.62),
 }
 SECONDARY_SIZE = {"plant": (0.3, 0.9), "box": (0.2, 1.12), "cat": (0.2, 1.15)}
 PERSON_H = {1: 0.64, 2: 0.6, 3: 0.56}
@@ -77,4 +85,3 @@ def layout(scene: Scene, S: int, rnd: random.Random) -> list[Placed]:
     for i in range(n):
         placed.append(Placed("subject", gx0 + w / 2 + i * step, ground, h, w))
     return placed
-

@@ -1,5 +1,6 @@
 """The subject's fill (colour, pattern, material as a texture) and the painter that draws
 shape lists onto the transparent subject layer in the style's outline convention."""
+
 from __future__ import annotations
 
 import functools
@@ -46,7 +47,7 @@ def _texture_array(color: str, pattern: str, material: str, style: str, w: int, 
         light = base + (second - base) * 0.5  # keep the base colour dominant (it is what queries name)
         img = light + (base - light) * k
     if material == "glossy":
-        hl = np.exp(-(((xx / max(w, 1)) - 0.3) / 0.07) ** 2) * np.clip(1.2 - yy / max(h, 1), 0.3, 1.0)
+        hl = np.exp(-((((xx / max(w, 1)) - 0.3) / 0.07) ** 2)) * np.clip(1.2 - yy / max(h, 1), 0.3, 1.0)
         img = img + (255 - img) * (0.75 * hl)[..., None]
         img = img * (1.05 - 0.2 * (xx / max(w, 1)))[..., None]
     elif material == "metallic":
@@ -54,7 +55,7 @@ def _texture_array(color: str, pattern: str, material: str, style: str, w: int, 
         t = xx / max(w, 1)
         band = np.abs(np.sin(math.pi * (t * 2.3 + 0.1 + 0.08 * np.sin(yy / max(h, 1) * 6.0))))
         img = img * (0.55 + 0.45 * band[..., None])
-        peak = np.exp(-((band - 1.0) / 0.06) ** 2) * 0.7 + 0.8 * np.exp(-((t - 0.63) / 0.02) ** 2)
+        peak = np.exp(-(((band - 1.0) / 0.06) ** 2)) * 0.7 + 0.8 * np.exp(-(((t - 0.63) / 0.02) ** 2))
         img = img + (235 - img) * np.clip(peak, 0, 0.85)[..., None]
     elif material == "knitted":
         k = max(2.5, p / 2.2)
@@ -100,7 +101,9 @@ class Painter:
                 d.ellipse((x0 + dx - grow, y0 + dy - grow, x1 + dx + grow, y1 + dy + grow), fill=fill)
             elif kind == "rrect":
                 x0, y0, x1, y1 = s[1]
-                d.rounded_rectangle((x0 + dx - grow, y0 + dy - grow, x1 + dx + grow, y1 + dy + grow), radius=s[2] + grow, fill=fill)
+                d.rounded_rectangle(
+                    (x0 + dx - grow, y0 + dy - grow, x1 + dx + grow, y1 + dy + grow), radius=s[2] + grow, fill=fill
+                )
             elif kind == "limb":
                 pts = [(x + dx, y + dy) for x, y in s[1]]
                 w = s[2] + 2 * grow
@@ -112,8 +115,13 @@ class Painter:
                 d.chord((x0 + dx - grow, y0 + dy - grow, x1 + dx + grow, y1 + dy + grow), s[2], s[3], fill=fill)
             elif kind == "arc":
                 x0, y0, x1, y1 = s[1]
-                d.arc((x0 + dx - grow, y0 + dy - grow, x1 + dx + grow, y1 + dy + grow), s[2], s[3], fill=fill,
-                      width=max(1, int(round(s[4] + 2 * grow))))
+                d.arc(
+                    (x0 + dx - grow, y0 + dy - grow, x1 + dx + grow, y1 + dy + grow),
+                    s[2],
+                    s[3],
+                    fill=fill,
+                    width=max(1, int(round(s[4] + 2 * grow))),
+                )
             else:  # pragma: no cover - programming error
                 raise ValueError(f"unknown shape kind {kind!r}")
 
@@ -158,4 +166,3 @@ class Painter:
 
     def line(self, pts, rgb, width: float):
         self.draw.line(pts, fill=tuple(rgb) + (255,), width=max(1, int(round(width))), joint="curve")
-

@@ -1,4 +1,5 @@
 """Sizes, colours and colour arithmetic shared by every layer of the renderer."""
+
 from __future__ import annotations
 
 
@@ -21,8 +22,14 @@ HAT_BAND = (92, 56, 40)
 BAG_TAN = (186, 140, 92)
 LENS = (36, 40, 52)
 METAL = (150, 152, 160)
-HAIR_RGB = {"black": (34, 28, 28), "brown": (104, 62, 36), "blonde": (226, 192, 112), "auburn": (152, 62, 32),
-            "gray": (176, 176, 180), "none": (0, 0, 0)}
+HAIR_RGB = {
+    "black": (34, 28, 28),
+    "brown": (104, 62, 36),
+    "blonde": (226, 192, 112),
+    "auburn": (152, 62, 32),
+    "gray": (176, 176, 180),
+    "none": (0, 0, 0),
+}
 STOOL = (96, 84, 78)
 
 # Light on the subjects by time of day (RGB multipliers).

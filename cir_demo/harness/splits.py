@@ -97,7 +97,8 @@ def both_splits_section(splits: Sequence[SplitRun]) -> str:
         f"## {SECTION_TITLE}",
         "",
         f"The same retrievers, index and reranker on each test split of one corpus ({where}). The compositional "
-        "split asks for edits the training data never contains, worded with held-out templates; the gap "
+        "split asks for edits the training data never contains; where a paraphrase form has several templates it "
+        "draws the one train never uses, elsewhere train's templates (docs/world.md); the gap "
         "between the columns is what the models lose out of distribution. Gain: reranked minus first stage.",
         "",
         "| " + " | ".join(header) + " |",

@@ -222,8 +222,8 @@ def check_split(split: str) -> str:
 
 
 def load_world(root=None, size: str = "default", seed: int = 0, split: str = "test", progress: bool = True):
-    """The world's test benchmark; split='compositional': its compositional test split (held-out edits
-    worded with held-out templates, over the same corpus); split='train': its train intents as a benchmark.
+    """The world's test benchmark; split='compositional': its compositional test split (held-out edits,
+    worded with a held-out template wherever a paraphrase form has several, over the same corpus); split='train': its train intents as a benchmark.
 
     Generates the world first when it is not on disk. Queries: six paraphrases per intent,
     ids w00001... (compositional: wn00001...), one shared `Judgments` per intent (group id = intent id).

@@ -6,7 +6,7 @@ existing world is never installed over; `index prebuilt --check` says stale when
 from __future__ import annotations
 
 import ast
-import hashlib
+import shutil
 import json
 import lzma
 from pathlib import Path
@@ -191,10 +191,29 @@ def test_the_generator_sources_hold_every_module_generation_runs():
                 todo += [f"{node.module}.py"] if node.module else [f"{a.name}.py" for a in node.names]
     assert seen <= set(shipped.GENERATOR_SOURCES), seen - set(shipped.GENERATOR_SOURCES)
     assert "intent_templates.json" in shipped.GENERATOR_SOURCES
-    digest = hashlib.sha256()
+
+
+def test_the_generator_key_ignores_layout_and_comments_and_follows_every_source(tmp_path):
+    """A copy of the generator's files: reformatted with comments added, the key stays (nothing computes
+    otherwise); one number changed in any source, or the templates edited, the key changes."""
+    package = Path(shipped.__file__).parent
     for name in shipped.GENERATOR_SOURCES:
-        digest.update(name.encode() + b"\0" + (package / name).read_bytes().replace(b"\r\n", b"\n") + b"\0")
-    assert shipped.generator_sha256() == digest.hexdigest()
+        shutil.copy(package / name, tmp_path / name)
+    plain = shipped.generator_sha256(tmp_path)
+    assert plain == shipped.generator_sha256()
+    scene = tmp_path / "scene.py"
+    source = scene.read_text()
+    scene.write_text("# a comment\n" + source.replace("\n\n\n", "\n\n\n# another comment\n\n"))
+    shipped.generator_sha256.cache_clear()
+    assert shipped.generator_sha256(tmp_path) == plain
+    for name in shipped.GENERATOR_SOURCES:
+        original = (tmp_path / name).read_text()
+        edited = original + ("\n_EDITED = 1\n" if name.endswith(".py") else " ")
+        (tmp_path / name).write_text(edited)
+        shipped.generator_sha256.cache_clear()
+        assert shipped.generator_sha256(tmp_path) != plain, name
+        (tmp_path / name).write_text(original)
+    shipped.generator_sha256.cache_clear()
 
 
 def test_packing_never_replaces_a_folder_holding_files_its_manifest_does_not_record(shipped_world_copy):

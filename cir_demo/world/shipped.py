@@ -62,11 +62,11 @@ def shipped_world_dir(size: str, seed: int, root: Path | None = None) -> Path:
     return (root or prebuilt_root()) / index_name(size, seed) / FOLDER
 
 
-@functools.lru_cache(maxsize=1)
-def generator_sha256() -> str:
+@functools.lru_cache(maxsize=2)
+def generator_sha256(here: Path | None = None) -> str:
     """sha256 over the name and code (`code_text`: layout, comments, docstrings aside) of every file in
-    GENERATOR_SOURCES."""
-    here = Path(__file__).parent
+    GENERATOR_SOURCES of `here` (this package)."""
+    here = here or Path(__file__).parent
     digest = hashlib.sha256()
     for name in GENERATOR_SOURCES:
         digest.update(name.encode() + b"\0" + code_text(here / name) + b"\0")

@@ -236,7 +236,7 @@ def test_state_round_trip_and_resolution():
 # =========================================================================== explore callbacks
 def test_list_callback_filters_sorts_and_reports_counts(demo, service):
     fn = wired(demo, "on_list").fn
-    filters = {k: explore.ANY for k in explore.FILTER_FIELDS}
+    filters = {k: explore.ANY for k in explore.filter_fields()}
     filters["is_single"] = "two images"
     table, ids, info = fn("", "two_image", *filters.values())
     expected = service.find_queries("", {"is_single": "two images"}, "two_image")
@@ -269,7 +269,7 @@ def test_background_run_poll_never_undoes_a_sort_picked_meanwhile(service):
     first = [v for v in load_page(d, {})[-1].values() if isinstance(v, (str, bool))]
     assert "waiting:0/0:" in first and False in first
     tick = wired(d, "on_tick").fn
-    filters = [explore.ANY] * len(explore.FILTER_FIELDS)
+    filters = [explore.ANY] * len(explore.filter_fields())
     skip = gr.skip()
     assert all(v == skip for v in tick(False, ui_app.run_status_key(job.now), None, "", "worst", *filters))
 

@@ -548,6 +548,7 @@ def open_pair(service: ExplorerService, pair: str | None, k, rerank, top_n, pend
     out = {
         "tab": gr.Tabs(selected="explore"),
         "sort": gr.update(choices=choices, value=pair),
+        "compare": explore.compare_update(service, pair),
         "retrievers": gr.update(value=names),
         "search": "",
         "list": explore.list_update(listing["table"]),

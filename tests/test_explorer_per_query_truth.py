@@ -209,10 +209,22 @@ def test_every_rank_is_the_official_rank_over_the_whole_file(family_case):
 
 def test_columns_say_where_the_target_is_beyond_the_tiles(family_case):
     bench, _, runs, _, table, svc = family_case
-    if bench.metric_family == "circo":
-        q = bench.queries[0]
-        col = svc.compare(q.query_id, ["A", "B"], k=10).columns[0]
-        assert list(col.metrics) == ["AP@5", "AP@10", "AP@25", "AP@50", "Recall@10"] and col.where == ""
+    if bench.metric_family == "circo":  # several ground truths: where the first one is ranked
+        seen = set()
+        for q in bench.queries[:16]:
+            for col in svc.compare(q.query_id, ["A", "B"], k=10).columns:
+                assert list(col.metrics) == ["AP@5", "AP@10", "AP@25", "AP@50", "Recall@10"]
+                ranking = runs[col.retriever][q.query_id]
+                first = next((i + 1 for i, x in enumerate(ranking) if x in set(q.positives)), None)
+                if first is None:
+                    assert col.where == f"no ground truth in the top {len(ranking):,} this run ranks"
+                elif first > 10:
+                    assert col.where == f"first ground truth at rank {first} (beyond the 10 shown)"
+                    assert "first ground truth at rank" in column_html(col, 10, True)
+                else:
+                    assert col.where == ""
+                seen.add("none" if first is None else "beyond" if first > 10 else "shown")
+        assert {"beyond", "shown"} <= seen
         return
     evals = table.set_index(["run", "query_id"])
     naive = {n: naive_ranks(bench, r) for n, r in runs.items()}
@@ -234,6 +246,10 @@ def test_columns_say_where_the_target_is_beyond_the_tiles(family_case):
                 assert "official rank" not in col.where
                 seen.add("shown")
             if bench.metric_family == "cirr":
+                html = column_html(col, 10, True)  # short names on the row, the full ones in titles
+                assert (
+                    '<span title="Recall@5">R@5</span>' in html and '<span title="Recall_subset@2">Rs@2</span>' in html
+                )
                 assert _int(col.ranks["subset_rank"]) == subset
                 assert f"target at rank {subset} within its img_set" in col.where
                 assert list(col.metrics) == [

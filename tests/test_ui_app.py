@@ -703,6 +703,7 @@ def test_explore_explains_itself(service):
     html = components.legend(reranked=False, judged=True, metrics=dict(CIRR.legend), words=("target", ""))
     assert "✓ target = green solid frame" in html and "negative" not in html and "AP@10" not in html
     assert "once the reference is deleted" in html and "img_set = a member" in html
+    assert "R@k = Recall@k, Rs@k = Recall_subset@k" in html and "R@1: 1 when the target is first" in html
 
 
 def test_long_link_values_are_cut_in_notes():

@@ -68,6 +68,7 @@ class FailureViews:
     # "reference_deleted" (CIRR), "gallery" (FashionIQ, i-CIR: images outside the query's gallery hidden)
     scope: str | None = None
     target_rank: bool = False  # single-target family: per-query `target_rank` after the protocol
+    first_positive: bool = False  # several ground truths: a column says where the first one is ranked
     positive_word: str = "positive"  # the tile badge of a judged positive
     negative_word: str = "explicit negative"
     legend: Mapping[str, str] = field(default_factory=dict)  # per-column metric -> what it means
@@ -119,6 +120,7 @@ CIRCO = FailureViews(
     ),
     sorts=("missed_gt",),
     compare_by=("AP@25", "AP@50"),
+    first_positive=True,
     measures=("n_gt", "gt_found@10"),
     finer="AP@50",
     positive_word="ground truth",

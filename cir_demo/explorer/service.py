@@ -406,7 +406,7 @@ class ExplorerService:
         columns = [self._column(n, searched[n], cq, q, k, rerank, top_n) for n in names]
         fill_metrics(columns, q, self.family, self._metrics)
         for col in columns:
-            col.where = where_line(col, k)
+            col.where = where_line(col, k, q, self.views)
         refs = self.references.get_many(list(q.reference_ids))
         labels = [
             f"Reference image {i + 1} ({r})" if len(q.reference_ids) > 1 else f"Reference image ({r})"

@@ -249,3 +249,16 @@ def test_eval_writes_the_official_table_with_intervals_and_paired_rows(world_fiq
     shown = load_report(RunSummary(out, "out", "fingerprint")).metrics.set_index("run")  # the Report's table
     assert list(shown.columns[:6]) == [f"Recall@{k}/{c}" for c in CATEGORIES for k in (10, 50)]
     assert shown.loc["good", "Recall@10/dress"] == "1.0000 [1.0000, 1.0000]"
+    # which mean is which, unambiguously: the plain name is the category average (the official number)
+    assert "`Recall@10`, `Recall@50`: **category average**" in (out / "report.md").read_text()
+    from cir_demo.benchmarks.families import metric_family
+    from cir_demo.ui.report import labelled
+
+    table, defs = labelled(shown.reset_index(), metric_family("fashioniq"))
+    assert {"Recall@10 category average", "Recall@10 pooled", "Recall@10 dress"} <= set(table.columns)
+    by_label = dict(line.split("**: ", 1) for line in defs.split("  \n") if "**: " in line)
+    average = by_label["**Recall@10 category average"]  # (markdown-escaped)
+    assert "computed per category" in average and "averaged over them" in average and "the official number" in average
+    assert "over all queries at once" in by_label["**Recall@10 pooled"]
+    assert "not the official category average" in by_label["**Recall@10 pooled"]
+    assert "**category average**" in defs and "**pooled**" in defs  # the note under the definitions

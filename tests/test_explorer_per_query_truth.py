@@ -209,10 +209,22 @@ def test_every_rank_is_the_official_rank_over_the_whole_file(family_case):
 
 def test_columns_say_where_the_target_is_beyond_the_tiles(family_case):
     bench, _, runs, _, table, svc = family_case
-    if bench.metric_family == "circo":
-        q = bench.queries[0]
-        col = svc.compare(q.query_id, ["A", "B"], k=10).columns[0]
-        assert list(col.metrics) == ["AP@5", "AP@10", "AP@25", "AP@50", "Recall@10"] and col.where == ""
+    if bench.metric_family == "circo":  # several ground truths: where the first one is ranked
+        seen = set()
+        for q in bench.queries[:16]:
+            for col in svc.compare(q.query_id, ["A", "B"], k=10).columns:
+                assert list(col.metrics) == ["AP@5", "AP@10", "AP@25", "AP@50", "Recall@10"]
+                ranking = runs[col.retriever][q.query_id]
+                first = next((i + 1 for i, x in enumerate(ranking) if x in set(q.positives)), None)
+                if first is None:
+                    assert col.where == f"no ground truth in the top {len(ranking):,} this run ranks"
+                elif first > 10:
+                    assert col.where == f"first ground truth at rank {first} (beyond the 10 shown)"
+                    assert "first ground truth at rank" in column_html(col, 10, True)
+                else:
+                    assert col.where == ""
+                seen.add("none" if first is None else "beyond" if first > 10 else "shown")
+        assert {"beyond", "shown"} <= seen
         return
     evals = table.set_index(["run", "query_id"])
     naive = {n: naive_ranks(bench, r) for n, r in runs.items()}
@@ -234,6 +246,10 @@ def test_columns_say_where_the_target_is_beyond_the_tiles(family_case):
                 assert "official rank" not in col.where
                 seen.add("shown")
             if bench.metric_family == "cirr":
+                html = column_html(col, 10, True)  # short names on the row, the full ones in titles
+                assert (
+                    '<span title="Recall@5">R@5</span>' in html and '<span title="Recall_subset@2">Rs@2</span>' in html
+                )
                 assert _int(col.ranks["subset_rank"]) == subset
                 assert f"target at rank {subset} within its img_set" in col.where
                 assert list(col.metrics) == [
@@ -300,3 +316,35 @@ def test_failures_takes_names_a_diff_metric_and_says_one_error(family_case, caps
         assert len(err) == 1 and err[0].startswith("error: ") and err[0].count("error:") == 1, err
         assert words in err[0], err
     assert not (folder / "x.csv").exists()
+
+
+@pytest.mark.parametrize("family_case", ["cirr"], indirect=True)
+def test_the_app_menu_compares_a_vs_b_by_the_headline_metrics(family_case):
+    """The "compare by" menu offers CIRR's R@5, Rs@1 and mean(R@5,Rs@1) beside the primary; the sort menu's
+    A-vs-B entry under R@5 lists `failures --sort diff:A,B --metric Recall@5`'s rows in its order, and the
+    average orders by the per-query mean gain computed here from per_query.csv."""
+    from cir_demo.ui import explore
+
+    bench, _, runs, _, table, svc = family_case
+    average = "mean(Recall@5,Recall_subset@1)"
+    menu = explore.compare_update(svc, "diff:A,B")
+    assert [v for _, v in menu["choices"]] == ["Recall@1", "Recall@5", "Recall_subset@1", average]
+    assert menu["visible"] and menu["value"] == "Recall@1"
+    for metric in ("Recall@5", average):
+        choices = dict((v, lab) for lab, v in explore.sort_choices(svc, metric=metric))
+        sort = f"diff:A,B:{metric}"
+        assert sort in choices and metric in choices[sort] and "diff:A,B" not in choices
+        assert "worst" in choices and len(choices) == len(explore.sort_choices(svc))  # one entry per pair still
+        listed = explore.list_queries(svc, "", {}, sort)
+        rows = failures_csv(family_case, "diff:A,B", "--metric", metric)
+        assert listed["ids"] == [r["query_id"] for r in rows]
+        assert list(listed["table"]["why"]) == [r["why"] for r in rows]
+    assert sort in svc.offered_sorts()
+    ev = table.set_index(["run", "query_id"])
+    gain = {
+        k: sum(ev.at[("A", k), m] - ev.at[("B", k), m] for m in ("Recall@5", "Recall_subset@1")) / 2 for k in runs["A"]
+    }
+    got = [gain[k] for k in listed["ids"]]
+    assert got == sorted(got, reverse=True) and len(got) == len(runs["A"]) and got[0] > got[-1]
+    update = explore.sort_update(svc, None, "diff:B,A:Recall@5")  # a linked sort keeps its metric
+    assert ("diff:B,A:Recall@5" in [v for _, v in update["choices"]]) and update["value"] == "diff:B,A:Recall@5"

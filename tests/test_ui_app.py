@@ -236,7 +236,7 @@ def test_state_round_trip_and_resolution():
 # =========================================================================== explore callbacks
 def test_list_callback_filters_sorts_and_reports_counts(demo, service):
     fn = wired(demo, "on_list").fn
-    filters = {k: explore.ANY for k in explore.FILTER_FIELDS}
+    filters = {k: explore.ANY for k in explore.filter_fields()}
     filters["is_single"] = "two images"
     table, ids, info = fn("", "two_image", *filters.values())
     expected = service.find_queries("", {"is_single": "two images"}, "two_image")
@@ -269,23 +269,23 @@ def test_background_run_poll_never_undoes_a_sort_picked_meanwhile(service):
     first = [v for v in load_page(d, {})[-1].values() if isinstance(v, (str, bool))]
     assert "waiting:0/0:" in first and False in first
     tick = wired(d, "on_tick").fn
-    filters = [explore.ANY] * len(explore.FILTER_FIELDS)
+    filters = [explore.ANY] * len(explore.filter_fields())
     skip = gr.skip()
-    assert all(v == skip for v in tick(False, ui_app.run_status_key(job.now), None, "", "worst", *filters))
+    assert all(v == skip for v in tick(False, ui_app.run_status_key(job.now), None, "", "worst", None, *filters))
 
     job.now = PrecomputeStatus("running", 1, 9)
-    out = tick(False, "waiting:0/0:", None, "", "order", *filters)  # sent before the visitor picked "worst"
+    out = tick(False, "waiting:0/0:", None, "", "order", None, *filters)  # sent before the visitor picked "worst"
     sort_update, info = out[1], out[-1]
     assert "value" not in sort_update and sort_update["choices"]  # the labels, never the pick
     assert info == skip  # benchmark order: nothing waits
-    out = tick(False, "waiting:0/0:", None, "", "worst", *filters)
+    out = tick(False, "waiting:0/0:", None, "", "worst", None, *filters)
     assert "being computed in the background (1/9)" in out[-1] and "value" not in out[1]
 
     job.now = PrecomputeStatus("done", 9, 9, "run r")
-    out = tick(False, ui_app.run_status_key(PrecomputeStatus("running", 1, 9)), None, "", "worst", *filters)
+    out = tick(False, ui_app.run_status_key(PrecomputeStatus("running", 1, 9)), None, "", "worst", None, *filters)
     assert out[1]["value"] == "worst" and out[2] is True and out[4] == "done:9/9:run r"
     assert "being computed" not in out[-1] and "matching queries" in out[-1]
-    assert all(v == skip for v in tick(True, out[4], None, "", "order", *filters))  # done: nothing more
+    assert all(v == skip for v in tick(True, out[4], None, "", "order", None, *filters))  # done: nothing more
 
     final = [v for v in load_page(d, {})[-1].values() if isinstance(v, (str, bool))]  # opened after the run
     assert True in final and "done:9/9:run r" in final
@@ -703,6 +703,7 @@ def test_explore_explains_itself(service):
     html = components.legend(reranked=False, judged=True, metrics=dict(CIRR.legend), words=("target", ""))
     assert "✓ target = green solid frame" in html and "negative" not in html and "AP@10" not in html
     assert "once the reference is deleted" in html and "img_set = a member" in html
+    assert "R@k = Recall@k, Rs@k = Recall_subset@k" in html and "R@1: 1 when the target is first" in html
 
 
 def test_long_link_values_are_cut_in_notes():

@@ -94,6 +94,17 @@ def test_report_pair_opens_explore_sorted_a_vs_b_with_both_columns(own_runs_app,
         assert labels == [f"#{t.rank}" for t in col.tiles] == [f"#{r}" for r in range(1, len(labels) + 1)]
         assert [t.image_id for t in col.tiles] == [x for x in col.ranking if x != reference][: len(labels)]
     screenshot(page, "browser-own-runs-a-vs-b")
+    # A vs B by another of CIRR's headline metrics: the "compare by" menu beside the sort re-sorts the list
+    page.locator("#cir-compare input").click()
+    page.get_by_role("option", name="Recall@5", exact=True).click()
+    page.wait_for_function("location.search.includes('sort=diff:A,B:Recall')")
+    page.wait_for_function("(t) => document.querySelector('#cir-list-info').innerText.includes(t)", arg="Recall@5")
+    by_r5 = service.find_queries(sort="diff:A,B:Recall@5").rows["query"].iloc[0]
+    page.wait_for_function(
+        "(t) => document.querySelector(\"#cir-query-list [data-testid='cell-0-0']\").innerText.trim() === t",
+        arg=by_r5,
+    )
+    assert "Recall@5 gain" in page.locator("#cir-sort input").input_value()
 
 
 def test_first_screen_shows_both_runs_first_tiles(own_runs_app, browser):

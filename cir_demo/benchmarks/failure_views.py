@@ -47,6 +47,11 @@ def diff_sort(a: str, b: str, metric: str | None = None) -> str:
     return f"{DIFF_PREFIX}{a},{b}" + (f":{metric}" if metric else "")
 
 
+def base_sort(name: str) -> str:
+    """The sort `name` is a variant of: `diff:A,B` for `diff:A,B:METRIC` (the same rows), else `name`."""
+    return name.rpartition(":")[0] if name.startswith(DIFF_PREFIX) and name.count(":") > 1 else name
+
+
 def diff_label(a: str, b: str, primary: str) -> str:
     return f"{a} vs {b} (largest {primary} gain of {a} over {b} first)"
 
@@ -63,6 +68,7 @@ class FailureViews:
     # "reference_deleted" (CIRR), "gallery" (FashionIQ, i-CIR: images outside the query's gallery hidden)
     scope: str | None = None
     target_rank: bool = False  # single-target family: per-query `target_rank` after the protocol
+    first_positive: bool = False  # several ground truths: a column says where the first one is ranked
     positive_word: str = "positive"  # the tile badge of a judged positive
     negative_word: str = "explicit negative"
     legend: Mapping[str, str] = field(default_factory=dict)  # per-column metric -> what it means
@@ -72,6 +78,9 @@ class FailureViews:
     extra_sorts: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # what a query's judgments are, in a sentence of the app's help (the family's own terms only)
     about: str = ""
+    # per-query metrics the app's A-vs-B sorts also compare by, beside the primary (the headline ones papers
+    # lead with; an official average of the family names its per-query mean)
+    compare_by: tuple[str, ...] = ()
 
     def judgments_line(self, q: Query) -> str:
         """The query's judgments in the family's words (the query header's "judgments" line)."""
@@ -110,6 +119,8 @@ CIRCO = FailureViews(
         "searched the whole corpus); the rest are unjudged."
     ),
     sorts=("missed_gt",),
+    compare_by=("AP@25", "AP@50"),
+    first_positive=True,
     measures=("n_gt", "gt_found@10"),
     finer="AP@50",
     positive_word="ground truth",
@@ -138,6 +149,7 @@ CIRR = FailureViews(
         "Recall_subset ranks the target among the query's **img_set** (a handful of similar images)."
     ),
     sorts=("target_rank", "reference_first", "subset_rank"),
+    compare_by=("Recall@5", "Recall_subset@1", "mean(Recall@5,Recall_subset@1)"),
     measures=("target_rank", "subset_rank", "reference_rank"),
     finer="target_rank",
     finer_lower_is_better=True,
@@ -158,6 +170,7 @@ FASHIONIQ = FailureViews(
         "gallery is ranked."
     ),
     sorts=("target_rank",),
+    compare_by=("Recall@50",),
     measures=("target_rank",),
     finer="target_rank",
     finer_lower_is_better=True,

@@ -53,7 +53,7 @@ class SortContext:
         return self.family.primary
 
 
-def _label(name: str, ctx: SortContext) -> str:
+def sort_label(name: str, ctx: SortContext) -> str:
     if name.startswith(DIFF_PREFIX):
         a, b, metric = split_diff(name)
         return diff_label(a, b, metric or ctx.primary)
@@ -93,7 +93,7 @@ def sort_choices(ctx: SortContext) -> list[SortChoice]:
     out = []
     for name in names:
         reason = "" if name == "order" else "no runs are loaded" if not ctx.runs else reasons.get(name, "")
-        out.append(SortChoice(name, _label(name, ctx), not reason, reason))
+        out.append(SortChoice(name, sort_label(name, ctx), not reason, reason))
     return out
 
 
@@ -128,9 +128,47 @@ def split_diff(name: str) -> tuple[str, str, str | None]:
     return a, b, metric or None
 
 
+def with_compared(name: str, metric: str | None, primary: str) -> str:
+    """Sort `name` comparing `metric` when it is an A-vs-B sort (the primary: its plain name); others as they are."""
+    if not name.startswith(DIFF_PREFIX):
+        return name
+    a, b, _ = split_diff(name)
+    return diff_sort(a, b, None if metric in (None, primary) else metric)
+
+
 def diff_metrics(family: MetricFamily) -> list[str]:
-    """The per-query metrics an A-vs-B sort may compare: the family's headline and shown ones."""
-    return list(dict.fromkeys([family.primary, *family.headline, *family.shown]))
+    """The per-query metrics an A-vs-B sort may compare: the family's headline and shown ones, and its
+    official averages of them (CIRR's mean(Recall@5,Recall_subset@1), per query the mean of the two)."""
+    return list(dict.fromkeys([family.primary, *family.headline, *family.shown, *_per_query_averages(family)]))
+
+
+def _per_query_averages(family: MetricFamily) -> dict[str, tuple[str, ...]]:
+    """The family's official averages whose parts are all per-query columns: name -> those columns. The
+    mean over queries of their per-query mean is the average of their means, so a sort on it agrees."""
+    columns = {family.primary, *family.headline, *family.shown}
+    return {name: tuple(parts) for name, parts in family.averages if set(parts) <= columns}
+
+
+def compare_metrics(family: MetricFamily) -> list[str]:
+    """The metrics the app's A-vs-B sorts offer (its "compare by" menu): the primary first, then the
+    family's headline ones papers lead with (`FailureViews.compare_by`)."""
+    offered = diff_metrics(family)
+    return list(dict.fromkeys([family.primary, *(m for m in family.views().compare_by if m in offered)]))
+
+
+def sort_columns(family: MetricFamily, names: Sequence[str]) -> list[str]:
+    """The per-query columns behind metrics `names` (an average: its parts)."""
+    averages = _per_query_averages(family)
+    return list(dict.fromkeys(c for n in names for c in averages.get(n, (n,))))
+
+
+def metric_wide(per_query: pd.DataFrame, metric: str, runs: Sequence[str], family: MetricFamily) -> pd.DataFrame:
+    """query_id x run of per-query metric `metric` (an official average: the mean of its parts)."""
+    parts = _per_query_averages(family).get(metric)
+    if parts is None:
+        return wide(per_query, metric, runs)
+    frames = [wide(per_query, c, runs) for c in parts]
+    return sum(frames[1:], frames[0]) / len(frames)
 
 
 def check_sort(name: str, ctx: SortContext, choices: Sequence[SortChoice] | None = None) -> str:
@@ -223,9 +261,10 @@ def _all_fail(pq, ctx):
 def _diff(a: str, b: str, metric: str | None = None) -> SortFn:
     def sort(pq, ctx):
         compared = metric or ctx.primary
-        if compared not in pq:
-            raise ServiceError(f"no per-query {compared} in the results loaded")
-        p = wide(pq, compared, [a, b])
+        missing = [c for c in sort_columns(ctx.family, [compared]) if c not in pq]
+        if missing:
+            raise ServiceError(f"no per-query {', '.join(missing)} in the results loaded")
+        p = metric_wide(pq, compared, [a, b], ctx.family)
         for run in (a, b):
             if run not in p:
                 raise ServiceError(f"no per-query results for run {run!r}")
@@ -427,4 +466,4 @@ def sort_rows(
     order = key.reindex(ids).reset_index(drop=True)
     order["pos"] = np.arange(len(rows))
     order = order[mask].sort_values(list(order.columns), kind="stable")
-    return rows.iloc[order["pos"].to_numpy()], _label(name, ctx)
+    return rows.iloc[order["pos"].to_numpy()], sort_label(name, ctx)

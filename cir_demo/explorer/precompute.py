@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from cir_demo.benchmarks.failure_views import base_sort
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
 from cir_demo.explorer.run_lock import RunLock, holder_run_name, lock_path
 from cir_demo.utils.procs import end_with_parent
@@ -45,7 +46,7 @@ class PrecomputeStatus:
 
     def sort_ready(self, sort: str | None) -> bool:
         """Whether `sort` can be applied now (its data exists, or nothing more will come)."""
-        return self.ready or not sort or sort == "order" or sort in self.ready_sorts
+        return self.ready or not sort or sort == "order" or base_sort(sort) in self.ready_sorts
 
     def progress(self) -> str:
         return f"{self.done}/{self.total}" if self.total else ""

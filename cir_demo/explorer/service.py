@@ -29,7 +29,11 @@ from cir_demo.explorer.config import (
 from cir_demo.explorer.failures import (
     SortChoice,
     SortContext,
+    compare_metrics as family_compare_metrics,
     diff_metrics,
+    sort_columns,
+    sort_label,
+    with_compared,
     per_query_frame,
     sort_choices,
     sort_rows,
@@ -210,6 +214,26 @@ class ExplorerService:
             self._sorts_checked_on = rows
         return list(self._checked_sorts if self._sorts_checked_on is not None else self._sorts)
 
+    def compare_metrics(self) -> list[str]:
+        """What the app's A-vs-B sorts compare by (its "compare by" menu): the primary metric first, then the
+        family's headline ones (`diff:A,B:Recall@5`, as `failures --sort diff:A,B --metric Recall@5`)."""
+        return family_compare_metrics(self.family)
+
+    def sort_label(self, name: str) -> str:
+        """What the menu calls sort `name` (an A-vs-B one names the metric it compares)."""
+        try:
+            return sort_label(name, self.sort_context())
+        except (KeyError, ServiceError):  # not a sort of this family: its name says what was asked
+            return name
+
+    def offered_sorts(self) -> list[str]:
+        """The name of every sort offered here, each A-vs-B one under every metric of `compare_metrics`."""
+        out = []
+        for c in self.sorts():
+            if c.available:
+                out += [with_compared(c.name, m, self.family.primary) for m in self.compare_metrics()]
+        return list(dict.fromkeys(out))
+
     def _memo_for(self, per_query: pd.DataFrame) -> dict:
         """The sorts' results over these per-query rows (new rows: earlier results are void)."""
         if self._sort_memo.get("__rows__") is not per_query:
@@ -382,7 +406,7 @@ class ExplorerService:
         columns = [self._column(n, searched[n], cq, q, k, rerank, top_n) for n in names]
         fill_metrics(columns, q, self.family, self._metrics)
         for col in columns:
-            col.where = where_line(col, k)
+            col.where = where_line(col, k, q, self.views)
         refs = self.references.get_many(list(q.reference_ids))
         labels = [
             f"Reference image {i + 1} ({r})" if len(q.reference_ids) > 1 else f"Reference image ({r})"
@@ -668,7 +692,11 @@ class ExplorerService:
             "query_id",
             "group_id",
             *dict.fromkeys(
-                [*diff_metrics(self.family), *self.views.measures, *([self.views.finer] if self.views.finer else [])]
+                [
+                    *sort_columns(self.family, diff_metrics(self.family)),
+                    *self.views.measures,
+                    *([self.views.finer] if self.views.finer else []),
+                ]
             ),
         ]
 

@@ -139,10 +139,15 @@ def fill_metrics(columns: Sequence[Column], query: Query, family: MetricFamily |
             col.ranks = {m: values[m] for m in extra}
 
 
-def where_line(col: Column, k: int) -> str:
+def where_line(col: Column, k: int, query: Query | None = None, views: FailureViews | None = None) -> str:
     """Where the column's target is, in official ranks, when its tile is not among the `k` shown (and
-    its rank within the img_set, on CIRR, always: no tile shows it); "" without ranks."""
-    if col.error is not None or not col.ranks:
+    its rank within the img_set, on CIRR, always: no tile shows it); on a family of several ground truths
+    (`FailureViews.first_positive`, CIRCO), where the first of `query`'s is ranked; "" without ranks."""
+    if col.error is not None:
+        return ""
+    if views is not None and views.first_positive and query is not None:
+        return _first_positive_line(col.ranking, set(query.positives), k, views.positive_word)
+    if not col.ranks:
         return ""
     parts = []
     rank = col.ranks.get("target_rank")
@@ -155,6 +160,13 @@ def where_line(col: Column, k: int) -> str:
     if subset is not None and subset == subset:
         parts.append(f"target at rank {int(subset)} within its img_set")
     return "; ".join(parts)
+
+
+def _first_positive_line(ranking: Sequence[str], positives: set[str], k: int, word: str) -> str:
+    rank = next((i + 1 for i, x in enumerate(ranking) if x in positives), None)
+    if rank is None:
+        return f"no {word} in the top {len(ranking):,} this run ranks"
+    return f"first {word} at rank {rank:,} (beyond the {k} shown)" if rank > k else ""
 
 
 @dataclass

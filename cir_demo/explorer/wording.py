@@ -76,8 +76,10 @@ def metrics_text(family: MetricFamily, views: FailureViews) -> str:
     if family.name == "pinpoint":
         return PINPOINT_METRICS
     shown = [f"**{m}** = {views.legend[m]}" for m in family.shown if m in views.legend]
-    headline = family.report_aggregates()[:1]
+    headline = [a for a in family.report_aggregates() if "/" not in a][:1]  # not one stratum's
     lead = f"; **{headline[0]}** leads the Report" if headline else ""
+    if family.strata and headline:  # the plain name is the official average over the strata, not all queries
+        lead += f" (the {family.strata} average, the official number; “pooled”: over all queries at once)"
     return "; ".join(shown) + lead
 
 

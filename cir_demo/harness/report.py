@@ -19,6 +19,7 @@ from cir_demo.harness.evaluate import (
     metrics_table,
     paired_comparisons,
 )
+from cir_demo.metrics.headline import strata_note
 from cir_demo.utils.csv_text import frame_csv
 from cir_demo.utils.io import write_json_atomic, write_text_atomic
 
@@ -264,6 +265,8 @@ def render_report(
                 row[extra] = ev.metrics[extra]
         rows.append(row)
     w(_md_table(pd.DataFrame(rows)) + "\n\n")
+    if fam.strata:
+        w(strata_note(fam) + "\n\n")
 
     warn_lines = [f"- **{ev.name}**: {msg}" for ev in evaluations for msg in ev.warnings]
     if warn_lines:

@@ -36,6 +36,21 @@ def p_text(p: float, n_boot: int) -> str:
     return f"{p:.3f}" if p >= 0.001 else f"{p:.2g}"
 
 
+def strata_note(family) -> str:
+    """How a family of strata (FashionIQ's categories) names its two kinds of mean, for its reports: the
+    plain name is the stratum average, the official number; `_pooled` the mean over all queries."""
+    cols = list(family.headline)
+    plain = ", ".join(f"`{c}`" for c in cols)
+    pooled = ", ".join(f"`{family.headline[c]}`" for c in cols)
+    first = f"`{cols[0]}/{family.strata_order[0]}`" if family.strata_order else f"`{cols[0]}/<{family.strata}>`"
+    return (
+        f"{plain}: **{family.strata} average**, each {family.strata}'s own mean ({first}, ...) averaged with "
+        f"equal weight: the official number. {pooled}: **pooled**, the mean over all queries at once (each "
+        f"{family.strata} weighted by its number of queries); equal to the average only when the "
+        f"{family.strata} groups are equally large."
+    )
+
+
 def _replicates(values: np.ndarray, groups: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
     """(n_boot, m) replicate means of the columns of `values` (n, m), groups resampled; NaN without rows."""
     if values.shape[0] == 0:

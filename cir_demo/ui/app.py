@@ -88,7 +88,7 @@ def initial_state(service: ExplorerService, params: dict[str, str], pending=None
     sizes = table.groupby("group_id")["query_id"].transform("count")
     group_sizes = dict(zip(table["query_id"], sizes))
     default_query = first_query(service, pending) if len(table) else None
-    sorts = [c.name for c in service.sorts() if c.available]
+    sorts = service.offered_sorts()  # A vs B under each metric the "compare by" menu offers
     return resolve_state(
         decode_state(params),
         service.benchmark.name,
@@ -144,6 +144,7 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
     out["upload:rerank"] = explore.rerank_controls(service)["rerank"]
     rep = report.show_report(service, None, pending)
     out["sort"] = explore.sort_update(service, pending, s.sort if s.sort != "order" else None)  # a linked sort
+    out["compare"] = explore.compare_update(service, s.sort)
     if pending is not None:  # what the page now shows of the background run: the poll goes on from here
         out["run:seen_ready"], out["run:seen_key"] = pending.ready, run_status_key(pending)
         out["run:timer"] = gr.Timer(active=not pending.ready)
@@ -237,12 +238,14 @@ def create_app(
                 "report:open_pair": rp.open_pair,
                 "about": ex.about,
                 "filter_box": ex.filter_box,
+                "compare": ex.compare,
             }
         )
         pair_targets = {
             "tab": tabs,
             "search": ex.search,
             "sort": ex.sort,
+            "compare": ex.compare,
             "retrievers": ex.retrievers,
             "list": ex.query_list,
             "ids": ex.query_ids,
@@ -356,7 +359,7 @@ def _wire_background_run(
     list_outputs = [ex.query_list, ex.query_ids, ex.list_info]
 
     @guarded("Following the background run")
-    def on_tick(was_ready, shown, label, text, sort, *filter_values):
+    def on_tick(was_ready, shown, label, text, sort, metric, *filter_values):
         skip_all = (gr.skip(),) * (5 + len(report_outputs) + len(list_outputs))
         if not loader.ready:
             return skip_all
@@ -368,7 +371,7 @@ def _wire_background_run(
         now_ready = pending.ready and not was_ready
         head = (
             status_markdown(service, loader.status(), pending),
-            explore.sort_update(service, pending, (sort or "order") if now_ready else None),
+            explore.sort_update(service, pending, (sort or "order") if now_ready else None, metric),
             pending.ready,
             gr.Timer(active=not pending.ready),
             key,
@@ -387,7 +390,7 @@ def _wire_background_run(
 
     timer.tick(
         on_tick,
-        [seen_ready, seen_key, rp.run, ex.search, ex.sort, *ex.filters.values()],
+        [seen_ready, seen_key, rp.run, ex.search, ex.sort, ex.compare, *ex.filters.values()],
         [status, ex.sort, seen_ready, timer, seen_key, *report_outputs, *list_outputs],
         show_progress="hidden",
         concurrency_limit=None,

@@ -23,7 +23,26 @@ TAG_TITLES = {
     "text only": "ranks with the instruction alone (a baseline)",
     "results file": "a ranking read from a results file",
 }
-METRIC_LABELS = {"precision@10": "P@10"}  # short names on the columns; other metrics keep their own
+# short names on the rows, each with its full name in a title and the legend; other metrics keep their own
+METRIC_PREFIXES = {"Recall@": "R@", "Recall_subset@": "Rs@", "precision@": "P@"}
+METRIC_LABELS = {"precision@10": "P@10"}  # names that are no prefix's
+
+
+def metric_label(metric: str) -> str:
+    """A per-column metric's short name: R@5 (Recall@5), Rs@2 (Recall_subset@2), P@10; AP@25 as it is."""
+    if metric in METRIC_LABELS:
+        return METRIC_LABELS[metric]
+    for full, short in METRIC_PREFIXES.items():
+        if metric.startswith(full):
+            return short + metric[len(full) :]
+    return metric
+
+
+def abbreviations(metrics: Iterable[str]) -> list[str]:
+    """ "R@k = Recall@k" for each short prefix the `metrics` use (the legend's line of names)."""
+    used = [full for full in METRIC_PREFIXES if any(m.startswith(full) for m in metrics)]
+    return [f"{METRIC_PREFIXES[f]}k = {f}k" for f in used]
+
 
 # Scoped to each gr.HTML through `css_template` (so it works however the app is launched).
 CSS = """
@@ -41,6 +60,9 @@ CSS = """
 .cir-metrics b { font-variant-numeric: tabular-nums; }
 .cir-before { font-size: 0.75rem; opacity: 0.85; }
 .cir-counts { font-size: 0.78rem; }
+.cir-metrics span[title] { cursor: help; }
+/* where the target is beyond the tiles: one more item of the row head, in its size, set apart by its tone */
+.cir-where { font-size: 0.78rem; color: #8a4b00; overflow-wrap: anywhere; }
 .cir-error { color: #a40000; font-size: 0.85rem; border: 2px solid #a40000; border-radius: 6px; padding: 6px; }
 .cir-note { font-size: 0.75rem; opacity: 0.85; }
 .cir-tiles { list-style: none; margin: 0; padding: 0; display: grid; gap: 6px;
@@ -195,8 +217,11 @@ def legend(
         if words[1]:
             parts.append(f"<span>✗ {esc(words[1])} = red dashed frame</span>")
         parts.append("<span>no badge = neither</span>")
+        names = abbreviations(metrics or {})
+        if names:
+            parts.append(f"<span>{esc(', '.join(names))}</span>")
         parts += [
-            f'<span title="{esc(text)}">{esc(METRIC_LABELS.get(m, m))}: {esc(text)}</span>'
+            f'<span title="{esc(text)}">{esc(metric_label(m))}: {esc(text)}</span>'
             for m, text in (metrics or {}).items()
         ]
     parts += [f"<span>{esc(m)} = {esc(text)}</span>" for m, text in MARK_TEXTS.items() if m in marks]
@@ -290,7 +315,11 @@ def tile_html(tile: Tile, k: int, words: Sequence[str] = DEFAULT_WORDS) -> str:
 def metrics_line(metrics: dict[str, float] | None) -> str:
     if not metrics:
         return ""
-    return " · ".join(f"{esc(METRIC_LABELS.get(m, m))} <b>{fmt(v)}</b>" for m, v in metrics.items())
+    return " · ".join(
+        (f'<span title="{esc(m)}">{esc(metric_label(m))}</span>' if metric_label(m) != m else esc(m))
+        + f" <b>{fmt(v)}</b>"
+        for m, v in metrics.items()
+    )
 
 
 def counts_line(tiles: Sequence[Tile], k: int, words: Sequence[str] = DEFAULT_WORDS) -> str:

@@ -15,6 +15,7 @@ import gradio as gr
 import pandas as pd
 
 from cir_demo.explorer import MAX_COLUMNS, MODALITY_LABELS, NO_VALUE, ExplorerService, ServiceError, filter_fields
+from cir_demo.explorer.failures import DIFF_PREFIX, with_compared
 from cir_demo.explorer.wording import about_markdown, filters_label
 from cir_demo.explorer.public_text import hide_paths
 from cir_demo.ui import components
@@ -82,6 +83,7 @@ class ExploreUI:
     body: Any  # the explorer itself (hidden while loading)
     about: Any  # "What am I looking at?": the loaded benchmark's help (`wording.about_markdown`)
     filter_box: Any  # the filters' accordion, labelled with the loaded benchmark's filters
+    compare: Any = None  # what the A-vs-B sorts compare (hidden where the family offers its primary only)
 
     def view_inputs(self) -> list:
         return [self.paraphrase, self.retrievers, self.k, self.rerank, self.top_n]
@@ -146,6 +148,9 @@ def create_ui() -> ExploreUI:
                 label="Sort by failure",
                 elem_id="cir-sort",
             )
+            compare = gr.Dropdown(
+                [], label="A vs B sorts compare", elem_id="cir-compare", visible=False, interactive=True
+            )  # the loaded family's headline metrics, once it is loaded
             with gr.Accordion("Filters", open=False, elem_id="cir-filters") as filter_box:
                 filters = {
                     key: gr.Dropdown([ANY], value=ANY, label=label, elem_id=f"cir-filter-{key}")
@@ -186,6 +191,7 @@ def create_ui() -> ExploreUI:
         body,
         about,
         filter_box,
+        compare,
     )
 
 
@@ -200,24 +206,52 @@ WAITING_MARK = " (computing…)"
 ORDER_LABEL = "Benchmark order"
 
 
-def sort_choices(service: ExplorerService, pending=None) -> list[tuple[str, str]]:
-    """The sort dropdown: the sorts of the benchmark's family that can return something here; while the
-    background run computes their data, they say so. The label stays the same while the run counts on
-    (the list's info line says n/N): a label that changes under a chosen value is not redrawn by gradio's
-    dropdown, and a long one is cut under its arrow."""
-    return [
-        (c.label if pending is None or pending.sort_ready(c.name) else f"{c.label}{WAITING_MARK}", c.name)
-        for c in service.sorts()
-        if c.available
-    ]
+def sort_choices(service: ExplorerService, pending=None, metric: str | None = None) -> list[tuple[str, str]]:
+    """The sort dropdown: the sorts of the benchmark's family that can return something here, the A-vs-B
+    ones comparing `metric` (None: the primary; the "compare by" menu picks it); while the background run
+    computes their data, they say so. The label stays the same while the run counts on (the list's info
+    line says n/N): a label that changes under a chosen value is not redrawn by gradio's dropdown, and a
+    long one is cut under its arrow."""
+    out = []
+    for c in service.sorts():
+        if not c.available:
+            continue
+        name, label = c.name, c.label
+        if metric and name.startswith(DIFF_PREFIX):
+            name = with_compared(name, metric, service.family.primary)
+            label = service.sort_label(name)
+        out.append((label if pending is None or pending.sort_ready(name) else f"{label}{WAITING_MARK}", name))
+    return out
 
 
-def sort_update(service: ExplorerService, pending=None, value: str | None = None):
-    """The dropdown's choices, with the sorts not offered on this benchmark and why under it."""
+def compared_metric(service: ExplorerService, sort: str | None) -> str:
+    """The metric A-vs-B sort `sort` compares (the primary for any other sort)."""
+    if sort and sort.startswith(DIFF_PREFIX) and sort.count(":") > 1:
+        return sort.rpartition(":")[2]
+    return service.family.primary
+
+
+def sort_update(service: ExplorerService, pending=None, value: str | None = None, metric: str | None = None):
+    """The dropdown's choices (A vs B comparing `metric`, or the metric of an A-vs-B `value`), with the
+    sorts not offered on this benchmark and why under it."""
     missing = [f"{c.label}: {c.reason}" for c in service.sorts() if not c.available]
     info = ("Not offered here: " + "; ".join(missing)) if missing else None
     kw = {} if value is None else {"value": value}
-    return gr.update(choices=sort_choices(service, pending), info=info, **kw)
+    if value and value.startswith(DIFF_PREFIX):
+        metric = compared_metric(service, value)
+    return gr.update(choices=sort_choices(service, pending, metric), info=info, **kw)
+
+
+def compare_update(service: ExplorerService, sort: str | None = None):
+    """The "compare by" menu: the metrics A-vs-B sorts compare (the family's primary first, then the
+    headline ones papers lead with), shown where there is a choice and an A-vs-B sort."""
+    metrics = service.compare_metrics()
+    pairs = any(c.available and c.name.startswith(DIFF_PREFIX) for c in service.sorts())
+    return gr.update(
+        choices=[(m if m != service.family.primary else f"{m} (primary)", m) for m in metrics],
+        value=compared_metric(service, sort),
+        visible=pairs and len(metrics) > 1,
+    )
 
 
 def list_queries(
@@ -227,7 +261,7 @@ def list_queries(
     status (`PrecomputeStatus`); until it is ready a failure sort lists benchmark order and says why."""
     waiting = ""
     if pending is not None and not pending.sort_ready(sort):
-        label = next((c.label for c in service.sorts() if c.name == sort), sort)
+        label = service.sort_label(sort)
         waiting = (
             f"⏳ “{label}” is being computed in the background ({pending.progress() or 'starting'}); "
             "benchmark order until then, the list re-sorts by itself when it is ready"
@@ -392,6 +426,23 @@ def wire(
         return with_sort(share, sort) if share else gr.skip()
 
     ui.sort.input(on_sort_link, [ui.sort, ui.share], [ui.share], trigger_mode="always_last", show_progress="hidden")
+
+    @guarded("Changing what A vs B compares")
+    def on_compare(metric, sort, share, text, *filter_values):
+        service, pending = get_service(), get_pending()
+        picked = with_compared(sort or ORDER, metric, service.family.primary)
+        if picked == (sort or ORDER):  # not an A-vs-B sort: its menu entries compare the metric from now on
+            return sort_update(service, pending, None, metric), *(gr.skip(),) * 4
+        out = list_queries(service, text, dict(zip(ui.filters, filter_values)), picked, pending)
+        link = with_sort(share, picked) if share else gr.skip()
+        return sort_update(service, pending, picked), list_update(out["table"]), out["ids"], out["info"], link
+
+    ui.compare.input(
+        on_compare,
+        [ui.compare, ui.sort, ui.share, ui.search, *filter_components],
+        [ui.sort, *list_outputs, ui.share],
+        trigger_mode="always_last",
+    )
 
     @guarded("Opening the query")
     @on_gpu

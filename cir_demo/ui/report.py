@@ -4,7 +4,7 @@ of the loaded benchmark (or another run picked from the list)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import re
 from pathlib import Path
@@ -17,6 +17,9 @@ from cir_demo.explorer.public_text import hide_paths
 from cir_demo.ui.components import md_escape
 from cir_demo.ui.guard import guarded
 from cir_demo.ui.served_files import served_folder
+
+if TYPE_CHECKING:
+    from cir_demo.benchmarks.families import MetricFamily
 
 
 # What a run shares with a visitor, as downloads: text and tables only (never HTML, never a link),
@@ -60,20 +63,35 @@ AT_K = {
 _AT_K = re.compile(r"^(?P<name>[A-Za-z_]+)@(?P<k>\d+)(?P<tail>_pooled|/[\w-]+)?$")
 
 
-def column_label(column: str) -> tuple[str, str]:
+def column_label(column: str, family: MetricFamily | None = None) -> tuple[str, str]:
     """(human label, definition) of a metrics-table column; an unknown one keeps its name and says where it
-    comes from."""
+    comes from. `family`: the benchmark's; on a family of strata (FashionIQ's categories) a plain `Recall@10`
+    is the mean of the strata's means, the official number, and `_pooled` the mean over all queries."""
     if column in COLUMNS:
         return COLUMNS[column]
     m = _AT_K.match(column)
     if m and m["name"] in AT_K:
         label, definition = AT_K[m["name"]]
         label, definition = label.format(k=m["k"]), definition.format(k=m["k"])
+        what, _, better = definition.partition("; ")
+        better = f"; {better}" if better else ""
         tail = m["tail"] or ""
+        strata = family.strata if family is not None and family.strata else "stratum"
         if tail == "_pooled":
-            return f"{label} pooled", f"{definition}, over all queries at once"
+            return (
+                f"{label} pooled",
+                f"{what}, over all queries at once (the {strata} groups pooled; not the official {strata} "
+                f"average){better}",
+            )
         if tail:
-            return f"{label} {tail[1:]}", f"{definition}, over the {tail[1:]} queries"
+            return f"{label} {tail[1:]}", f"{what}, over the {tail[1:]} queries only{better}"
+        if family is not None and family.strata and f"{column}_pooled" in family.headline.values():
+            shown = f" ({', '.join(family.strata_order)})" if family.strata_order else ""
+            return (
+                f"{label} {strata} average",
+                f"{what}, computed per {strata}{shown} and averaged over them: the official number (each "
+                f"{strata} counts equally, whatever its number of queries){better}",
+            )
         return label, definition
     return column.replace("_", " "), "a column of the run's metrics.csv (docs/metrics.md)"
 
@@ -89,11 +107,16 @@ def column_widths(columns: list[str]) -> list[str]:
     return [f"{WIDTH_PX.get(c, VALUE_WIDTH_PX)}px" for c in columns]
 
 
-def labelled(metrics: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """The table with human column labels, and the Markdown that defines each shown column."""
-    labels = {c: column_label(c) for c in metrics.columns}
+def labelled(metrics: pd.DataFrame, family: MetricFamily | None = None) -> tuple[pd.DataFrame, str]:
+    """The table with human column labels, and the Markdown that defines each shown column (`family`: the
+    benchmark's, see `column_label`)."""
+    labels = {c: column_label(c, family) for c in metrics.columns}
     table = metrics.rename(columns={c: label for c, (label, _) in labels.items()})
     defs = "  \n".join(f"**{md_escape(label)}**: {md_escape(definition)}" for label, definition in labels.values())
+    if family is not None and family.strata:  # two means of one metric: which is the official one
+        from cir_demo.metrics.headline import strata_note
+
+        defs += "  \n" + strata_note(family)
     return table, "**Columns** (value [95% interval])  \n" + defs
 
 
@@ -303,7 +326,9 @@ def own_runs_outputs(service: ExplorerService, report=None, extra: list[str] | t
             f"**Your runs**: {md_escape(', '.join(scored.metrics['run']))}: results files scored on "
             "the loaded benchmark as `--eval` scores them (whole rankings)."
         )
-        own, _ = labelled(metrics_display_table(scored.metrics.rename(columns={"run": "model"}), service.family))
+        own, _ = labelled(
+            metrics_display_table(scored.metrics.rename(columns={"run": "model"}), service.family), service.family
+        )
         out["own_metrics"] = gr.update(value=own, visible=True)
         if len(scored.paired):
             paired, source = paired_display(scored.paired, service.family), "your runs"
@@ -359,7 +384,7 @@ def show_report(service: ExplorerService, label: str | None = None, pending=None
     # folder names and run_info values are whatever is on disk: escaped, never rendered
     lines = [f"Run **{md_escape(report.run.label)}**."] + [md_escape(hide_paths(i)) for i in report.info]
     files = shareable_copies(report.run.path)
-    table, columns = labelled(report.metrics)
+    table, columns = labelled(report.metrics, service.family)
     return {
         "run": gr.update(choices=choices, value=label),
         "metrics": gr.update(value=table, visible=True, column_widths=column_widths(list(report.metrics.columns))),
@@ -548,6 +573,7 @@ def open_pair(service: ExplorerService, pair: str | None, k, rerank, top_n, pend
     out = {
         "tab": gr.Tabs(selected="explore"),
         "sort": gr.update(choices=choices, value=pair),
+        "compare": explore.compare_update(service, pair),
         "retrievers": gr.update(value=names),
         "search": "",
         "list": explore.list_update(listing["table"]),

@@ -46,7 +46,7 @@ def test_image_warmer_fills_reference_tile_and_pixel_files(tiny_setup, tmp_path)
     """The warmer's entry point (run in-process here) opens each image once and stores references at
     their size, corpus tiles at theirs and lossless pixels of both, up to `limit` images per job; the
     pixel cache then serves exactly the rendered pixels. The first 24 of the tiny corpus's 874 images
-    (rendering and storing them all cost about 10 CPU s and showed nothing more)."""
+    (rendering and storing them all would cost far more and show nothing more)."""
     import sqlite3
 
     from cir_demo.benchmarks.registry import load_benchmark

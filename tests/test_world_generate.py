@@ -56,7 +56,7 @@ def test_manifest_checksums_cover_every_file(worlds):
 
 def test_generate_skips_when_manifest_matches_and_redoes_when_a_file_changed(worlds, tmp_path):
     root = tmp_path / "w"
-    shutil.copytree(worlds[0], root)  # a world generate_world wrote (not generated once more: about 1 CPU s)
+    shutil.copytree(worlds[0], root)  # a world generate_world wrote (copied: generating it again costs CPU)
     stamp = (root / "test_corpus.npy").stat().st_mtime_ns
     generate_world("tiny", 0, root, progress=False)
     assert (root / "test_corpus.npy").stat().st_mtime_ns == stamp

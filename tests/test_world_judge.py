@@ -287,7 +287,7 @@ def test_inference_modules_import_no_scene_graph_or_judgment_code():
 def test_scoring_loads_no_scene_graph_or_judgment_module(judge_dir):
     """Load and score in a fresh interpreter; the world, training, benchmark and metric packages
     (scene graphs, judgments) must never be imported, nor open_clip or torchvision (the model-input
-    pixels are PIL's: `cir_demo.models.preprocess.shortest_resize_crop`; together about 3.5 CPU s of
+    pixels are PIL's: `cir_demo.models.preprocess.shortest_resize_crop`; importing them would cost
     every process that reranks)."""
     code = f"""
 import sys

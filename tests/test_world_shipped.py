@@ -40,7 +40,7 @@ def _stored(directory: Path) -> dict[str, bytes]:
 def test_the_committed_world_is_byte_identical_to_generating_the_default_test_part(default_world, monkeypatch):
     """The oracle: the session's default world (conftest.py), whose test part is written as generation
     writes it on an empty folder (`write_world(build_test_part(...))`, the shipped copy never consulted):
-    generating it once more here would cost about 4 CPU s."""
+    generating it once more here would only repeat that work."""
     monkeypatch.delenv("CIR_DEMO_PREBUILT", raising=False)
     directory = shipped.shipped_world_dir("default", 0)
     assert shipped_problems(directory, "default", 0) == []

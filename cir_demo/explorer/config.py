@@ -75,7 +75,7 @@ class ServiceConfig:
     warm_thumbnails: bool = True  # a background process fills the thumbnail and pixel caches
     pixel_cache: bool = True  # serve exact pixels from the PNG cache instead of re-rendering
     # torch CPU threads while serving (index builds before use torch's default). One is fastest for
-    # single queries on a busy CPU: with two, OpenMP threads wait on each other (~15x slower measured).
+    # single queries on a busy CPU: with two, OpenMP threads wait on each other (docs/benchmarks.md).
     threads: int | None = 1
     default_top_n: int = 20
     # `--runs`: (column name, results file) pairs served as columns (beside `retrievers` when those are

@@ -214,8 +214,8 @@ FEATURES_POLL_S = 2.0
 
 def adopt_reranker_features(engine, backend: str, kwargs: dict) -> None:
     """Load the reranker without waiting for its corpus features: when none are stored yet (a first
-    start: the world verifier's features of 6,809 images take ~20 s), views score their candidates
-    from pixels (~40 ms for a top 20, the same scores), and a thread hands the reranker the features
+    start: computing the world verifier's features takes a while), views score their candidates
+    from pixels (the same scores), and a thread hands the reranker the features
     once the background run (or any `--eval`) has stored them."""
     import weakref
 

@@ -19,7 +19,7 @@ def metrics_many(
     pairs: Sequence[tuple[Sequence[str], Query]], family: MetricFamily | str = "pinpoint", extra: Sequence[str] = ()
 ) -> list[dict[str, float]]:
     """`query_metrics` for many (ranking, query) pairs in one call of the official per-query code
-    (a call costs ~10 ms whatever its size, so the app makes one per view, not one per column).
+    (a call has a fixed cost whatever its size, so the app makes one per view, not one per column).
     `extra`: more per-query columns of that code to return (e.g. CIRR's target_rank, subset_rank)."""
     fam = metric_family(family) if isinstance(family, str) else family
     if not pairs:

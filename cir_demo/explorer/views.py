@@ -110,7 +110,7 @@ def fill_metrics(columns: Sequence[Column], query: Query, family: MetricFamily |
     """Per-column metrics (the family's shown ones) of the shown and first-stage rankings, in one call,
     and the target's official ranks in the shown ranking (`Column.ranks`, `rank_columns`).
     `memo` (an `LRU`, optional): metrics by (query id, ranking), so a view seen before (swapping
-    back to a phrasing, toggling the reranker) costs no call of the per-query code (~10 ms)."""
+    back to a phrasing, toggling the reranker) costs no call of the per-query code."""
     fam = metric_family(family) if isinstance(family, str) else family
     extra = rank_columns(fam.views())
     jobs = [(c, "metrics", c.ranking) for c in columns if c.error is None]

@@ -76,7 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.results_json and "numpy" not in sys.modules:
         # Scoring multiplies small matrices (bootstrap counts x group sums); OpenBLAS threads only
-        # contend for the cores there (10x slower on a busy machine). Unless the user chose, use one.
+        # contend for the cores there (far slower on a busy machine). Unless the user chose, use one.
         # Only on this path (set before numpy loads): the model pipeline keeps its BLAS threads.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from cir_demo.benchmarks.schema import BenchmarkError

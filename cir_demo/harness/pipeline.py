@@ -234,9 +234,8 @@ def one_small_model_thread(
 ) -> bool:
     """Whether reranking with the offline world's own small models runs torch on one thread: on the
     CPU of a machine already busy with other work (`machine_busy`), unless OMP_NUM_THREADS says
-    otherwise. There a second thread only spins for its core (on a loaded 2-core machine the
-    reranking took 8 times the CPU with two threads as with one), while on a quiet one it shortens
-    the stage (quiet 2 cores: 78 s with two threads, 101 s with one). `load`: the load average before
+    otherwise. There a second thread only spins for its core, while on a quiet machine it shortens
+    the stage (docs/benchmarks.md, "Costs behind code choices"). `load`: the load average before
     the run began (`Stages.start_load`), so that the run's own render workers and threads, which raise
     the load average while it runs, never count as other work; None: read it now."""
     import os

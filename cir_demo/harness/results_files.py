@@ -44,7 +44,7 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
     evaluations = []
     names_seen: set[str] = set()
     paths = args.results_json
-    if len(paths) > 1:  # a bar for one file says nothing, and importing tqdm costs 40 ms of a one-second run
+    if len(paths) > 1:  # a bar for one file says nothing, and importing tqdm is a share of a short run
         from tqdm import tqdm
 
         paths = tqdm(paths, desc="evaluating results files", unit="file")

@@ -1,18 +1,18 @@
 """Which index kind a corpus gets when none is requested: a pure function of the corpus size, the
 dimension and a memory budget (`choose_index`), recorded in the index manifest.
 
-The rules (measured in docs/indexes.md, after the FAISS wiki's "Guidelines to choose an index"
-and autofaiss's `get_optimal_index_keys_v2`):
+The rules (after the FAISS wiki's "Guidelines to choose an index" and autofaiss's
+`get_optimal_index_keys_v2`; the measurements behind the thresholds: docs/benchmarks.md, "Indexes"):
 - Exact `flat` search while a query costs at most FLAT_MAX_WORK multiply-adds (n * d), and always
-  up to FLAT_MIN_VECTORS images: there an approximate index reaches recall@10 0.95 at no more than
-  8x flat's speed (measured at 100k) for minutes of training, and benchmark metrics stay exact
+  up to FLAT_MIN_VECTORS images: there an approximate index gains little speed for the recall it
+  gives up and costs minutes of training, and benchmark metrics stay exact
   with any encoder (PinPoint's 109,600 images at 3,584 dimensions included). The offline world's
   5-20k images are always flat.
 - Above it, `ivfpq`: an inverted file of nlist lists (the power of two nearest 4 sqrt(n), the
   wiki's 4-16 sqrt(n)) trained on 40 points per list (the wiki's 30-256), whose nearest lists
   are found by an HNSW graph over the centroids, scanned as 4-bit PQ codes (SIMD fast scan),
   the best k_factor * k candidates re-ranked on the float32 vectors (4d + d/8 + 8 bytes each).
-  At equal nprobe it finds what IVF over float32 lists finds, ~3x faster (measured at 100k).
+  At equal nprobe it finds what IVF over float32 lists finds, several times faster.
 - When that does not fit the memory budget: the re-ranking on 8-bit scalar-quantised vectors
   (refine_bits 8: d + d/8 + 8 bytes each, 3.6x smaller at 768-d).
 - When even that does not fit: ValueError naming the sizes (shard the corpus: docs/indexes.md).

@@ -79,9 +79,9 @@ class JudgeTrainConfig:
     pairwise_weight: float = 1.0
     # An image that breaks the instruction is a worse answer than an off-topic one (PinPoint's premise;
     # it is what would lower NegRecall below a plain yes/no judge): a pairwise loss asking every other
-    # non-relevant candidate to outscore the near misses, in the last `near_miss_last_epochs`. Off: from
-    # the first step (weight 0.5) positives fell below near misses on validation; in the last 2 of 6
-    # epochs (weight 1) validation mAP@10 fell from 0.071 to 0.023 (docs/world_models.md).
+    # non-relevant candidate to outscore the near misses, in the last `near_miss_last_epochs`. Off: it
+    # teaches "looks like the reference -> no" and ranks positives below near misses on validation
+    # (docs/world_models.md, "World verifier").
     near_miss_last_weight: float = 0.0
     near_miss_last_epochs: float = 2.0
     # stage 3, the near-miss answer (the judge frozen): "is this the target with one thing wrong?",

@@ -410,7 +410,7 @@ def share_one_limit(demo: gr.Blocks) -> None:
 
 # Gradio's queue rebuilds a pandas summary of its last 10,000 events after every event, for a
 # monitoring page this app does not enable: a cost per request that grows with the number served
-# (measured: 13% of the server's CPU after 800 requests). Summarise once per million events and
+# (docs/benchmarks.md, "Load test and memory"). Summarise once per million events and
 # keep the last thousand (bounded memory); read when the queue is created.
 QUEUE_ANALYTICS_ENV = {"GRADIO_ANALYTICS_CACHE_FREQUENCY": "1000000", "GRADIO_ANALYTICS_MAX_EVENTS": "1000"}
 
@@ -483,8 +483,8 @@ def launch_app(
     demo.queue(max_size=queue_size, default_concurrency_limit=concurrency)
     # `_frontend=False` skips gradio's one check that its new server answers a HEAD request on localhost
     # within 3 s (for notebooks that need a share link; gradio 6.31 gates only that check on it): on a
-    # machine busy with other jobs the server was slower than that and the app ended with "When localhost
-    # is not accessible, a shareable link must be created" although it served.
+    # machine busy with other jobs the server can be slower than that, and the app would end with "When
+    # localhost is not accessible, a shareable link must be created" although it serves.
     launched = demo.launch(
         server_name=server_name,
         server_port=port,

@@ -1,20 +1,20 @@
 """Import gradio without its type-stub writer.
 
 On every import, gradio's ComponentMeta rewrites the .pyi stub beside each component's source
-(parsing the source with `ast` and rendering a jinja template per event): about 3.5 CPU seconds of
-the ~6 an import takes on 2 cores, paid again at every start of a Space. The stubs serve editors
+(parsing the source with `ast` and rendering a jinja template per event): most of an import's CPU
+time, paid again at every start of a Space (docs/benchmarks.md, "Costs behind code choices"). The stubs serve editors
 only; nothing at run time reads them. `install()` swaps that writer for a no-op as the module is
 loaded, before any component class is created; if gradio renames it, gradio imports as it would
 anyway.
 
 `refuse_ipython()` (for `python app.py`, a script and never an IPython session): gradio imports IPython
 when it is installed, at its import and again at launch, only to ask whether it runs in a notebook
-(0.4 CPU seconds of a cold start). In a process that has not imported IPython the answer is no either
+(a share of every cold start). In a process that has not imported IPython the answer is no either
 way, so IPython is refused there and gradio takes its "not installed" path.
 
 `headless_matplotlib()` (also for `python app.py`): gradio asks matplotlib for its backend around every
 event it processes, on the server's event loop; with no backend named, matplotlib resolves one by
-importing pyplot (0.3 CPU s, on a cold start in the first visitor's first event). A server has no
+importing pyplot (on a cold start, inside the first visitor's first event). A server has no
 display, so it names the one that resolution picks there anyway (agg), unless the user named one."""
 
 from __future__ import annotations

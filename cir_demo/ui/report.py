@@ -504,7 +504,7 @@ def plot_copies(plots) -> list[tuple[str, str]]:
     """Checked copies of the run's PNG plots, with their captions, in a temporary folder of this process:
     gradio serves those files as they are, so no file under runs/ is ever served by path (a run folder
     holding an .html file, or a link to one, cannot reach a visitor), and no plot is decoded and encoded
-    again at every show (handed over as images, a world run's five cost ~0.3 CPU s a show). Only a plain
+    again at every show (as images handed to gradio would be). Only a plain
     file whose bytes are an intact PNG is copied (read once, checked, then written); memoised per file state."""
     import hashlib
     import io

@@ -5,8 +5,8 @@ instance of the component in the session, and that instance gets a fresh block i
 event reads the component as an input, gradio's `preprocess_data` files the session's instance
 under that fresh id as well, as if it were a block of the page. A component that is both read and
 re-configured by an event (the paraphrase radio on every query view) therefore adds one component
-and one config dict to the session per event, for as long as the session lives: the server's
-memory grew 2-3 MB a minute under steady load (docs/reliability.md). The page has no such block,
+and one config dict to the session per event, for as long as the session lives, so the server's
+memory grows under steady load (docs/benchmarks.md, "Load test and memory"). The page has no such block,
 so after preprocessing every id that is not one of the page's own is dropped from the session;
 the session's entry under the component's real id (what later events and deep links use) stays.
 """

@@ -35,7 +35,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def clean_abandoned(parent: Path) -> None:
-    """Remove staging folders of processes that no longer run (killed runs); the earlier run's files
+    """Remove staging folders of processes that have ended (killed runs); the earlier run's files
     an interrupted --overwrite set aside (`replaced-...`) and anything else are kept."""
     staging = parent / PARTIAL
     if not staging.is_dir():

@@ -31,7 +31,7 @@ def library_versions(*names: str, imported: bool = False) -> dict[str, str | Non
 @functools.lru_cache(maxsize=None)
 def distribution_version(dist: str) -> str | None:
     """An installed distribution's version, or None; read once per process: the app checks the shipped
-    outputs' libraries at install and at every page view (32 metadata reads, about 0.15 s each time),
+    outputs' libraries at install and at every page view (dozens of metadata reads each time),
     and what this process has imported does not change when a package is upgraded under it."""
     with contextlib.suppress(metadata.PackageNotFoundError):
         return metadata.version(dist)

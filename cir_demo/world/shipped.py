@@ -48,7 +48,7 @@ GENERATOR_SOURCES = (
     "scene.py",
     "intent_templates.json",
 )
-XZ_PRESET = 9 | lzma.PRESET_EXTREME  # 5.3 MB -> ~0.4 MB for the default world; decompressing takes ~40 ms
+XZ_PRESET = 9 | lzma.PRESET_EXTREME  # the smallest files; decompressing stays cheap beside generating
 
 
 def index_name(size: str, seed: int) -> str:

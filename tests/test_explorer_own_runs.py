@@ -386,7 +386,8 @@ def test_cirr_pages_speak_of_cirr_only(own_service):
         assert not [t for t in NOT_CIRR if t.lower() in text.lower()], text
     assert "target" in about and "img_set" in about and "Recall@1" in about and "results file" in about
     assert ">composed<" not in out["view:results"]  # a results file's query is not known to be composed
-    assert "results file" in rows and "✓ target = green solid frame" in rows and "Recall_subset@1:" in rows
+    assert "results file" in rows and "✓ target = green solid frame" in rows and "Rs@1" in rows
+    assert "Rs@k = Recall_subset@k" in rows  # the rows' short names, spelled out in the legend
     assert label == "Filters (caption length)"
     assert columns == ["query", "instruction"]  # no empty "type", no "refs" (every query has one reference)
     world_about = explore.about_markdown("world", own_service.family, own_service.views, ["results file"])

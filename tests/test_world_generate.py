@@ -66,6 +66,24 @@ def test_generate_skips_when_manifest_matches_and_redoes_when_a_file_changed(wor
     assert (root / "test_queries.jsonl").read_bytes() == (worlds[0] / "test_queries.jsonl").read_bytes()
 
 
+def test_a_world_written_by_other_generator_code_is_generated_again(worlds, tmp_path, monkeypatch):
+    """A generated world is a cache keyed by the generator's code: a copy whose manifest names other code
+    is not reused (generated again, its manifest then naming the running code)."""
+    from cir_demo.world import shipped
+
+    root = tmp_path / "w"
+    shutil.copytree(worlds[0], root)
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert manifest["generator_sha256"] == shipped.generator_sha256()
+    manifest["generator_sha256"] = "0" * 64  # as another generator's code would have written it
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    assert not manifest_matches(root, "tiny", 0)
+    stamp = (root / "test_corpus.npy").stat().st_mtime_ns
+    generate_world("tiny", 0, root, progress=False)
+    assert (root / "test_corpus.npy").stat().st_mtime_ns != stamp
+    assert json.loads((root / "manifest.json").read_text())["generator_sha256"] == shipped.generator_sha256()
+
+
 def test_bad_arguments_are_named(tmp_path):
     with pytest.raises(KeyError, match="world size"):
         generate_world("huge", 0, tmp_path, progress=False)

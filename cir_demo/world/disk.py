@@ -140,12 +140,20 @@ def _write_files(payloads: dict[str, bytes], out_dir: Path) -> dict[str, str]:
     return checksums
 
 
+def _generator_sha256() -> str:
+    """The generator code's key (shipped.py holds it: the same key ties the shipped test part)."""
+    from .shipped import generator_sha256
+
+    return generator_sha256()
+
+
 def test_manifest_of(manifest: dict) -> dict:
     """The test part's manifest: the full manifest's fields about the test part, with the checksum of
     the test files alone (the benchmark's key: a change to the train split leaves it alone)."""
     files = {name: manifest["files"][name] for name in TEST_FILES}
     return {
         **{key: manifest[key] for key in ("generator_version", "size", "seed", "stats", "compositional_stats")},
+        "generator_sha256": manifest.get("generator_sha256"),
         "counts": {k: v for k, v in manifest["counts"].items() if not k.startswith("train_")},
         "files": files,
         "sizes": {name: manifest["sizes"][name] for name in TEST_FILES},
@@ -186,6 +194,7 @@ def _manifest(
 ) -> dict:
     manifest = {
         "generator_version": GENERATOR_VERSION,
+        "generator_sha256": _generator_sha256(),
         "size": world.size,
         "seed": world.seed,
         "counts": _counts(world),
@@ -204,7 +213,7 @@ def _manifest(
             "edits": sorted([list(e) for e in world.held_out], key=lambda e: tuple(map(str, e))),
             "templates": "the last alternative of every template form with several (intent_templates.json)",
             "rule": "train images, captions and intents contain no held-out edit; the test split asks for none, "
-            "the compositional split only for them, worded only with held-out templates",
+            "the compositional split only for them, worded with the held-out template wherever a form has several",
         }
     return manifest
 
@@ -264,6 +273,11 @@ def world_problems(root: Path, size: str, seed: int, verify: bool = True, part: 
     for key, want in (("generator_version", GENERATOR_VERSION), ("size", size), ("seed", seed)):
         if m.get(key) != want:
             return [f"{key} is {m.get(key)!r}, wanted {want!r}"]
+    if m.get("generator_sha256") != _generator_sha256():  # written by other generator code: a cache miss
+        return [
+            f"generator code changed: written by {str(m.get('generator_sha256'))[:12]}, "
+            f"running {_generator_sha256()[:12]}"
+        ]
     files, sizes = m.get("files") or {}, m.get("sizes") or {}
     problems = []
     for file in data_files:

@@ -43,3 +43,12 @@ def cirr_world_with_runs(root: Path, mp):
     assert cli(["world", "export", "--format", "cirr", "--size", "tiny", "--out", str(root / "cirr")]) == 0
     bench = load_benchmark("cirr", root=str(root / "cirr"))
     return (bench, *write_two_runs(bench, root))
+
+
+def eval_both_runs(root: Path, pa: Path, pb: Path, out: Path) -> Path:
+    """`python app.py --eval` of the two results files on the CIRR export under `root` into `out`."""
+    import app
+
+    argv = ["--eval", "--benchmark", "cirr", "--root", str(root / "cirr"), "--results-json", str(pa), str(pb)]
+    assert app.main([*argv, "--out", str(out), "--n-boot", "200", "--no-plots"]) == 0
+    return out

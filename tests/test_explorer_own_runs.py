@@ -13,7 +13,7 @@ import pytest
 import app
 from cir_demo.explorer import ServiceConfig, ServiceError, build_service
 from cir_demo.explorer.own_runs import parse_run_args, runs_problems
-from own_runs_support import cirr_world_with_runs
+from own_runs_support import cirr_world_with_runs, eval_both_runs
 
 
 @pytest.fixture(scope="module")
@@ -23,26 +23,7 @@ def cirr_world(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     bench, pa, pb = cirr_world_with_runs(root, mp)
     out = root / "elsewhere" / "eval-cirr"
-    assert (
-        app.main(
-            [
-                "--eval",
-                "--benchmark",
-                "cirr",
-                "--root",
-                str(root / "cirr"),
-                "--results-json",
-                str(pa),
-                str(pb),
-                "--out",
-                str(out),
-                "--n-boot",
-                "200",
-                "--no-plots",
-            ]
-        )
-        == 0
-    )
+    eval_both_runs(root, pa, pb, out)
     yield root, bench, pa, pb, out
     mp.undo()
 

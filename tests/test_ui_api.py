@@ -54,35 +54,15 @@ def cirr_api(tmp_path_factory):
     files, and a client: (client, service, benchmark, A path, B path, eval folder, root)."""
     from gradio_client import Client
 
-    import app
     from cir_demo.explorer import build_service
     from cir_demo.ui.startup import build_parser
-    from own_runs_support import cirr_world_with_runs
+    from own_runs_support import cirr_world_with_runs, eval_both_runs
 
     root = tmp_path_factory.mktemp("api_cirr")
     mp = pytest.MonkeyPatch()
     bench, pa, pb = cirr_world_with_runs(root, mp)
     out = root / "eval"
-    assert (
-        app.main(
-            [
-                "--eval",
-                "--benchmark",
-                "cirr",
-                "--root",
-                str(root / "cirr"),
-                "--results-json",
-                str(pa),
-                str(pb),
-                "--out",
-                str(out),
-                "--n-boot",
-                "200",
-                "--no-plots",
-            ]
-        )
-        == 0
-    )
+    eval_both_runs(root, pa, pb, out)
     args = build_parser().parse_args(
         [
             "--benchmark",

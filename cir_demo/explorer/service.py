@@ -12,7 +12,7 @@ from typing import Callable, Mapping, Sequence
 import pandas as pd
 
 from cir_demo.benchmarks.families import metric_family
-from cir_demo.benchmarks.registry import RERANK_SUFFIX, declared_defaults
+from cir_demo.benchmarks.registry import declared_defaults
 from cir_demo.benchmarks.schema import Benchmark, Query
 from cir_demo.explorer.config import (
     MAX_COLUMNS,
@@ -30,19 +30,17 @@ from cir_demo.explorer.failures import (
     SortChoice,
     SortContext,
     compare_metrics as family_compare_metrics,
-    diff_metrics,
-    sort_columns,
     sort_label,
     with_compared,
-    per_query_frame,
     sort_choices,
     sort_rows,
     with_empty_marked,
 )
+from cir_demo.explorer.per_query_rows import PerQueryRows
 from cir_demo.explorer.images import ThumbnailStore, encode_jpeg_data_uri, thumbnail_db_path
 from cir_demo.explorer.queries import filter_choices, filter_queries, filter_value, query_table
 from cir_demo.explorer.ranking_metrics import metrics_many
-from cir_demo.explorer.runs import list_runs, load_report, read_eval_per_query
+from cir_demo.explorer.runs import list_runs, load_report
 from cir_demo.explorer.uploads import ValidatedImage
 from cir_demo.explorer.views import (
     Column,
@@ -62,7 +60,7 @@ from cir_demo.utils.lru import LRU
 log = logging.getLogger(__name__)
 
 
-class ExplorerService:
+class ExplorerService(PerQueryRows):
     """Answers the app's requests over one benchmark, its retrievers and an optional reranker."""
 
     def __init__(
@@ -556,190 +554,6 @@ class ExplorerService:
         ids = tuple(f"ref{i + 1}" for i in range(n_references))
         return reranker.prompt_text(RerankRequest((None,) * n_references, ids, instruction))
 
-    # ------------------------------------------------------------------ failure statistics
-    def _spec_hashes(self) -> dict[str, str]:
-        """{column: hash of the spec its runs record}, which stored runs must match to be reused."""
-        from cir_demo.retrievers.base import spec_hash
-
-        out = {}
-        for n in self.retriever_names:
-            try:
-                out[n] = spec_hash(self.engine.run_spec(n))
-            except Exception as exc:
-                log.warning("retriever %s: %s", n, exc)
-        return out
-
-    def failure_stats(self, progress: Callable[[str], None] | None = None, need_rerank: bool = False) -> pd.DataFrame:
-        """The per-query rows the failure sorts read (`failures.sort_rows`): run, query_id, group_id, the
-        family's primary metric and its `FailureViews.measures`, for the app's retrievers.
-
-        From the latest eval run of this benchmark content with the same retriever specs when
-        there is one; the rest is computed here once (all queries, every retriever) and cached
-        on disk. Reranked deltas come from the eval run, or are computed when
-        `need_rerank` and the work is small (`max_rerank_scores`).
-        """
-        with self._lock:
-            if self._failures is not None and (
-                not need_rerank or not self.reranker_name or self._failures["run"].str.endswith(RERANK_SUFFIX).any()
-            ):
-                return self._failures
-            self._failures = self._gather_per_query(progress, need_rerank)
-            return self._failures
-
-    def forget_failures(self) -> None:
-        """Drop the cached failure measures (a new eval run was published; the next sort reads it)."""
-        with self._lock:
-            self._failures = None
-
-    @property
-    def failure_source(self) -> str:
-        return self._failure_source
-
-    max_rerank_scores = 30_000  # candidate scores the app may compute for the reranker sorts
-
-    def _reranker_hash(self) -> str | None:
-        if not self.reranker_name:
-            return None
-        try:
-            return self.engine.reranker(self.reranker_name, **dict(self.config.reranker_kwargs)).spec_hash()
-        except Exception as exc:
-            log.warning("reranker %s: %s", self.reranker_name, exc)
-            return None
-
-    def _stored_per_query(self, hashes: Mapping[str, str], rr_hash: str | None):
-        """Per-query results of the eval runs on disk that cover every query the app shows:
-        (frames, run names covered, source labels), newest runs first. Reads, never computes."""
-        parts: list[pd.DataFrame] = []
-        have: set[str] = set()
-        sources = []
-        for run in list_runs(self.benchmark.name, self.fingerprint):
-            if run.matches != "fingerprint":
-                continue
-            df = read_eval_per_query(
-                run.path, {n: h for n, h in hashes.items() if n not in have}, rr_hash, self._sort_columns()
-            )
-            if df is None or not len(df):
-                continue
-            df = df[df["query_id"].isin(set(self.table["query_id"]))]
-            # a run counts only when it covers every query the app shows (e.g. not an `--limit` eval)
-            covered = df.groupby("run")["query_id"].nunique()
-            new = sorted(set(covered[covered == len(self.table)].index) - have)
-            parts.append(df[df["run"].isin(new)])
-            have |= set(new)
-            sources.append(run.label)
-            if all(n in have for n in hashes) and (not rr_hash or all(f"{n}{RERANK_SUFFIX}" in have for n in hashes)):
-                break
-        return parts, have, sources
-
-    def stored_sorts(self) -> set[str]:
-        """The failure sorts whose data is on disk already (eval runs, or this app's per-query cache
-        for the first stage): they answer at once while the background run computes the rest."""
-        hashes = self._spec_hashes()
-        if not hashes:
-            return set()
-        rr_hash = self._reranker_hash()
-        _, have, _ = self._stored_per_query(hashes, rr_hash)
-        if not all(n in have or self._cached_per_query_path(n, h).is_file() for n, h in hashes.items()):
-            return set()
-        out = {c.name for c in self.sorts() if c.available and c.name not in ("order", "rerank_helped", "rerank_hurt")}
-        if rr_hash and all(f"{n}{RERANK_SUFFIX}" in have for n in hashes):
-            out |= {"rerank_helped", "rerank_hurt"}
-        return out
-
-    def _gather_per_query(self, progress: Callable[[str], None] | None, need_rerank: bool) -> pd.DataFrame:
-        if not self.retriever_names:
-            raise ServiceError("no retrievers are loaded, so there are no results to sort by")
-        hashes = self._spec_hashes()
-        rr_hash = self._reranker_hash()
-        parts, have, sources = self._stored_per_query(hashes, rr_hash)
-        for name in self.retriever_names:
-            if name not in have and name in hashes:
-                parts.append(self._computed_per_query(name, hashes[name], progress))
-                have.add(name)
-                sources.append(f"{name} computed here")
-        if need_rerank and rr_hash and not any(f"{n}{RERANK_SUFFIX}" in have for n in hashes):
-            cost = len(self.benchmark.queries) * len(hashes) * self.config.default_top_n
-            if cost <= self.max_rerank_scores:
-                for name in hashes:
-                    parts.append(self._computed_rerank_per_query(name, hashes[name], rr_hash, progress))
-                sources.append("reranker effect computed here")
-            else:
-                raise ServiceError(
-                    f"sorting by the reranker's effect needs reranked results for all {len(self.benchmark.queries):,} "
-                    f"queries ({cost:,} candidate scores); the app computes them in the background when it "
-                    f"starts (an eval run with {self.reranker_name}), and offers this sort once they exist"
-                )
-        self._failure_source = "; ".join(sources)
-        return pd.concat(parts, ignore_index=True)
-
-    def _per_query_cache(self, name: str) -> Path:
-        from cir_demo.paths import cache_dir
-
-        return cache_dir() / "app" / "per_query" / self.fingerprint / f"{name}.csv"
-
-    def _cached_per_query_path(self, name: str, spec_hash: str) -> Path:
-        return self._per_query_cache(name).with_name(f"{name}-{spec_hash[:16]}-k{self._eval_depth(name)}.csv")
-
-    def _eval_depth(self, name: str) -> int:
-        """How deep `--eval` ranks for column `name` (`RetrievalEngine.eval_depth`: a results file's whole
-        ranking, a model's top DEFAULT_K), so the per-query rows here are its rows."""
-        return self.engine.eval_depth(name)
-
-    def _sort_columns(self) -> list[str]:
-        """The per_query.csv columns the failure sorts read (A vs B: any metric `diff_metrics` names)."""
-        return [
-            "run",
-            "query_id",
-            "group_id",
-            *dict.fromkeys(
-                [
-                    *sort_columns(self.family, diff_metrics(self.family)),
-                    *self.views.measures,
-                    *([self.views.finer] if self.views.finer else []),
-                ]
-            ),
-        ]
-
-    def _scored_frame(self, name: str, run: Mapping[str, Sequence[str]]) -> pd.DataFrame:
-        df = per_query_frame(self.family, name, run, self.benchmark.queries)
-        return df[[c for c in self._sort_columns() if c in df.columns]]
-
-    def _computed_per_query(self, name: str, spec_hash: str, progress) -> pd.DataFrame:
-        path = self._cached_per_query_path(name, spec_hash)
-        if path.is_file():
-            try:
-                return pd.read_csv(path, dtype={"query_id": str, "group_id": str, "run": str})
-            except (OSError, ValueError):
-                pass
-
-        def report(done: int, total: int) -> None:
-            if progress:
-                progress(f"retrieving with {name}: {done:,}/{total:,} queries")
-
-        run, _ = self.engine.run_benchmark(name, k=self._eval_depth(name), progress=report)
-        df = self._scored_frame(name, run)
-        _save_optional(path, df)
-        return df
-
-    def _computed_rerank_per_query(self, name: str, spec_hash: str, rr_hash: str, progress) -> pd.DataFrame:
-        top_n = self.config.default_top_n
-        path = self._cached_per_query_path(name, spec_hash).with_suffix("")
-        path = path.with_name(f"{path.name}+{rr_hash}-top{top_n}.csv")
-        if path.is_file():
-            try:
-                return pd.read_csv(path, dtype={"query_id": str, "group_id": str, "run": str})
-            except (OSError, ValueError):
-                pass
-        if progress:
-            progress(f"reranking the top {top_n} of {name} for every query")
-        run, scores = self.engine.run_benchmark(name, k=self._eval_depth(name))
-        rr = self.engine.rerank_run(
-            self.reranker_name, run, scores, top_n=top_n, reranker_kw=dict(self.config.reranker_kwargs)
-        )
-        df = self._scored_frame(f"{name}{RERANK_SUFFIX}", rr.run)
-        _save_optional(path, df)
-        return df
-
     # ------------------------------------------------------------------ report
     def runs(self) -> list[RunSummary]:
         return list_runs(self.benchmark.name, self.fingerprint, extra=self.config.run_folders)
@@ -765,15 +579,13 @@ class ExplorerService:
         """A results file uploaded in the page, read onto the benchmark as `--eval` reads it, as a column
         (ServiceError: one line naming the file). Its column is named `<name>-<first 6 hex of its sha256>`,
         so visitors' files never collide; returns (that name, notes)."""
-        from cir_demo.explorer.own_runs import RunFile, load_run, register_runs
+        from cir_demo.explorer.own_runs import RunFile, column_stem, load_run, register_runs
         from cir_demo.utils.io import sha256_file
 
         try:
             digest = sha256_file(path)[:6]
         except OSError as exc:
             raise ServiceError(f"{Path(path).name}: cannot be read ({exc.strerror or exc})") from None
-        from cir_demo.explorer.own_runs import column_stem
-
         column = f"{column_stem(name)}-{digest}"
         retriever, notes = load_run(self.benchmark, path, column)
         with self._lock:
@@ -803,13 +615,3 @@ class ExplorerService:
                     self.benchmark, self.family, {n: self.engine.retriever(n).rankings for n in names}, n_boot, seed
                 )
             return self._scored_runs[key]
-
-
-def _save_optional(path: Path, df: pd.DataFrame) -> None:
-    """Write a cache file; a folder that cannot take it only costs a recomputation next start."""
-    from cir_demo.utils.io import write_text_atomic
-
-    try:
-        write_text_atomic(path, df.to_csv(index=False))
-    except OSError as exc:
-        log.warning("per-query cache %s not written: %s", path, exc)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
-from cir_demo.explorer.config import SEARCH_K, ServiceError
+from cir_demo.explorer.config import ServiceError
 from cir_demo.explorer.public_text import hide_paths
 from cir_demo.explorer.uploads import ValidatedImage
 from cir_demo.explorer.views import Column, Comparison
@@ -128,8 +128,8 @@ def query_answer(
 
 # ------------------------------------------------------------------ failures
 class RunRankings:
-    """Each column's ranking of every benchmark query, as the failure sorts read them: a results file's whole
-    file, a model's top SEARCH_K (the depth the app's columns and per-query rows rank to); reranked runs
+    """Each column's ranking of every benchmark query, as the failure sorts read them, to `--eval`'s depth
+    (`RetrievalEngine.eval_depth`: a results file whole, a model's top 50); reranked runs
     (`<run>+rerank`) when asked. Computed once per service."""
 
     def __init__(self, service):
@@ -166,7 +166,7 @@ class RunRankings:
         rankings = getattr(svc.engine.retriever(name), "rankings", None)
         if rankings is not None:
             return dict(rankings)
-        run, scores = svc.engine.run_benchmark(name, k=SEARCH_K)
+        run, scores = svc.engine.run_benchmark(name, k=svc.engine.eval_depth(name))
         self._scores[name] = scores
         return run
 

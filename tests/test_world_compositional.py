@@ -25,6 +25,9 @@ def world(tmp_path_factory):
         "queries": read("compositional_queries.jsonl"),
         "train_scenes": [scene_from_row(r) for r in np.load(root / "train_scenes.npy")],
         "refs": np.load(root / "test_refs.npy"),
+        "validation": read("validation_intents.jsonl"),
+        "validation_scenes": [scene_from_row(r) for r in np.load(root / "validation_scenes.npy")],
+        "corpus": [scene_from_row(r) for r in np.load(root / "test_corpus.npy")],
     }
 
 
@@ -153,3 +156,39 @@ def test_repair_redraws_only_free_held_out_attributes():
         assert changed == set(bad)
         repaired += bool(bad)
     assert repaired > 20
+
+
+def test_the_validation_split_shares_no_edit_with_either_test_split_nor_train(world):
+    """The train split's compositional validation split, recounted from the files: its edits are asked
+    by neither test split nor any train intent, shown by no train image, and held out of nothing else."""
+    val = world["validation"]
+    assert len(val) >= 10
+    asked = lambda intents: {_asked(it) for it in intents}  # noqa: E731
+    val_edits = asked(val)
+    assert None not in val_edits
+    assert not val_edits & asked(world["test"]) and not val_edits & asked(world["compositional"])
+    assert not val_edits & asked(world["train"]) and not val_edits & held_out_edits()
+    listed = {tuple(e) for e in world["manifest"]["held_out"]["validation"]["edits"]}
+    assert val_edits <= listed and not listed & held_out_edits()
+    shown = {(s.type, attr, getattr(s, attr)) for s in world["train_scenes"] for attr in HOLDABLE if attr != "type"}
+    assert not listed & shown  # the train split proper never shows a validation edit
+    # its own scenes and wordings: they show what it asks for, and none of its paraphrases is a train one
+    val_shown = {(s.type, a, getattr(s, a)) for s in world["validation_scenes"] for a in HOLDABLE if a != "type"}
+    assert val_edits & val_shown and not held_out_edits() & val_shown
+    train_texts = {t for it in world["train"] for t in it["paraphrases"]}
+    assert not [t for it in val for t in it["paraphrases"] if t in train_texts]
+    test_signatures = {s.signature() for s in world["corpus"]}
+    assert not [s for s in world["validation_scenes"] if s.signature() in test_signatures]
+    assert all(r.startswith("w-va-") for it in val for r in it["reference_ids"])
+    assert world["manifest"]["held_out"]["validation"]["overlaps"]["edits_asked_by_test"] == 0
+
+
+def test_validation_positives_are_every_gallery_scene_that_satisfies_the_target(world):
+    from cir_demo.world.scene import Constraint, violations
+
+    gallery = [(f"w-tr-{i:06d}", s) for i, s in enumerate(world["train_scenes"])]
+    gallery += [(f"w-va-{i:06d}", s) for i, s in enumerate(world["validation_scenes"])]
+    for it in world["validation"][:10]:
+        constraints = [Constraint.from_json(c) for c in it["constraints"]]
+        naive = [i for i, s in gallery if not violations(s, constraints)]
+        assert it["positives"] == naive  # train images too where the edit negates ("not red")

@@ -105,6 +105,7 @@ OUTPUTS = {
                 "test_*.jsonl",
                 "train_*.jsonl",
                 "compositional_*.jsonl",
+                "validation_*.jsonl",
             ),
         ),
     )

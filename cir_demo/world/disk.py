@@ -30,7 +30,14 @@ TEST_FILES = (
     "compositional_queries.jsonl",
     "test_captions.jsonl",
 )
-TRAIN_FILES = ("train_scenes.npy", "train_intents.jsonl", "train_triplets.jsonl", "train_captions.jsonl")
+TRAIN_FILES = (
+    "train_scenes.npy",
+    "train_intents.jsonl",
+    "train_triplets.jsonl",
+    "train_captions.jsonl",
+    "validation_scenes.npy",
+    "validation_intents.jsonl",
+)
 DATA_FILES = TEST_FILES + TRAIN_FILES
 MANIFEST = "manifest.json"
 TEST_MANIFEST = "test_manifest.json"
@@ -121,6 +128,8 @@ def _file_payloads(world: BuiltWorld | TestPart) -> dict[str, bytes]:
                 "train_intents.jsonl": _jsonl_bytes(world.train_intents),
                 "train_triplets.jsonl": _jsonl_bytes(world.train_triplets),
                 "train_captions.jsonl": _jsonl_bytes(world.train_captions),
+                "validation_scenes.npy": _npy_bytes(world.validation_scenes),
+                "validation_intents.jsonl": _jsonl_bytes(world.validation_intents),
             }
         )
     return payloads
@@ -184,6 +193,8 @@ def _counts(world: BuiltWorld | TestPart) -> dict:
                 "train_images": int(len(world.train_scenes)),
                 "train_intents": len(world.train_intents),
                 "train_triplets": len(world.train_triplets),
+                "train_validation_images": int(len(world.validation_scenes)),
+                "train_validation_intents": len(world.validation_intents),
             }
         )
     return counts
@@ -214,8 +225,38 @@ def _manifest(
             "templates": "the last alternative of every template form with several (intent_templates.json)",
             "rule": "train images, captions and intents contain no held-out edit; the test split asks for none, "
             "the compositional split only for them, worded with the held-out template wherever a form has several",
+            "validation": {
+                "edits": sorted([list(e) for e in world.validation_held_out], key=lambda e: tuple(map(str, e))),
+                "overlaps": validation_overlaps(world),
+                "rule": "edits neither test split asks for, drawn per world: the train split proper's images, "
+                "captions and intents contain none of them; the validation split asks only for them, over scenes "
+                "of its own (ids w-va-), with no paraphrase a train intent uses",
+            },
         }
     return manifest
+
+
+def validation_overlaps(world: BuiltWorld) -> dict:
+    """What the compositional validation split shares with the test splits and the train split proper
+    (every count but the first two is 0 by construction; tests recount them with naive loops)."""
+    from .holdout import _combos, edit_of
+    from .scene import scene_from_row
+
+    held = world.validation_held_out
+    asked = lambda intents: {edit_of(*e) for e in (it["edit"] for it in intents)} - {None}  # noqa: E731
+    val_asked = asked(world.validation_intents)
+    train_texts = {t for it in world.train_intents for t in it["paraphrases"]}
+    train_combos = {c for row in world.train_scenes for c in _combos(scene_from_row(row))}
+    return {
+        "intents": len(world.validation_intents),
+        "edits_asked": len(val_asked),
+        "edits_not_held_out": len(val_asked - held),
+        "edits_asked_by_test": len(val_asked & asked(world.test_intents)),
+        "edits_asked_by_compositional": len(val_asked & asked(world.compositional_intents)),
+        "edits_asked_by_train_intents": len(val_asked & asked(world.train_intents)),
+        "edits_in_train_images": len(held & train_combos),
+        "query_strings_in_train": sum(t in train_texts for it in world.validation_intents for t in it["paraphrases"]),
+    }
 
 
 def write_world(world: BuiltWorld | TestPart, out_dir: Path) -> dict:

@@ -25,7 +25,16 @@ from typing import Sequence
 import numpy as np
 
 from . import attributes as A
-from .holdout import draft_edit, draft_touches, held_out_edits, offending, repair, template_pool
+from .holdout import (
+    draft_edit,
+    draft_touches,
+    edit_of,
+    held_out_edits,
+    offending,
+    repair,
+    template_pool,
+    validation_edits,
+)
 from .intents import FORM_FLAGS, FORMS, KINDS, DEFAULT_QUOTAS, IntentDraft, build_intent, length_category
 from .scene import (
     Constraint,
@@ -41,7 +50,7 @@ from .scene import (
     violations,
 )
 
-GENERATOR_VERSION = "world-4"  # 4: the compositional split (held-out edits and wordings, train never shows them)
+GENERATOR_VERSION = "world-5"  # 5: the train split's compositional validation split (its own held-out edits)
 # Seeds the random streams. Kept at "world-3" when a change touches only text, so scenes, intents
 # and judgments (and the world models trained on them) stay the same; change it with the sampling.
 RNG_NAMESPACE = "world-4"
@@ -55,6 +64,7 @@ class SizeConfig:
     min_train_images: int
     n_test_captions: int
     compositional_quota_scale: float = 0.45
+    validation_quota_scale: float = 1.0
     positives_per_intent: tuple[int, int] = (2, 7)
     twins_per_reference: int = 3
     filler_fraction: float = 0.05
@@ -68,6 +78,7 @@ SIZES = {
         n_test_captions=60,
         filler_fraction=0.2,
         compositional_quota_scale=0.05,
+        validation_quota_scale=0.05,
     ),
     "default": SizeConfig(test_quota_scale=1.0, train_quota_scale=3.0, min_train_images=20000, n_test_captions=1000),
 }
@@ -159,10 +170,12 @@ def plant_split(
     mode: str = "avoid",
     forbidden_texts: frozenset = frozenset(),
     repair_scenes: bool = False,
+    repair_held: frozenset | None = None,
 ) -> PlantedSplit:
     """Intents and their scenes. `mode` "avoid" keeps intents whose edit is not in `held` (the train
-    and in-distribution test splits), "require" only those whose edit is (the compositional split);
-    `repair_scenes` also redraws held-out combinations in every scene (train: no image shows one)."""
+    and in-distribution test splits), "require" only those whose edit is (the compositional splits);
+    `repair_scenes` also redraws held-out combinations in every scene (train: no image shows one), those
+    of `repair_held` instead of `held` when given."""
     remaining = {k: q for k, q in quotas.items() if q > 0}
     drafts: list[IntentDraft] = []
     draft_refs: list[tuple[int, ...]] = []
@@ -173,7 +186,7 @@ def plant_split(
     # Kinds that rarely or never ask for a held-out edit (a colour family) give up after this many tries.
     tries = Counter()
     max_tries = {k: 200 + 60 * q for k, q in remaining.items()}
-    scene_held = held if repair_scenes else None
+    scene_held = (held if repair_held is None else repair_held) if repair_scenes else None
 
     def keep(scene: Scene | None, fixed=()) -> None:
         if scene is not None and scene_held is not None:
@@ -372,7 +385,12 @@ def _test_captions(
 
 
 def _train_records(
-    tplanted: PlantedSplit, train_table: np.ndarray, train_ids: Sequence[str], ref_train_id: dict, tj_rng: random.Random
+    tplanted: PlantedSplit,
+    train_table: np.ndarray,
+    train_ids: Sequence[str],
+    ref_train_id: dict,
+    tj_rng: random.Random,
+    prefix: str = "tr-i",
 ) -> tuple[list[dict], list[dict]]:
     """Train intents (positives only) and up to three (reference, instruction, target) triplets each."""
     train_intents, train_triplets = [], []
@@ -383,7 +401,7 @@ def _train_records(
         pos, _neg = judge(train_table, train_ids, draft, tj_rng, max_negatives=0)
         if not pos:
             continue
-        iid = f"tr-i{len(train_intents) + 1:05d}"
+        iid = f"{prefix}{len(train_intents) + 1:05d}"
         rec = _intent_record(iid, draft, rids, pos, [], draft.refs[0])
         del rec["negatives"]
         train_intents.append(rec)
@@ -425,16 +443,21 @@ class TestPart:
     signatures: set = field(repr=False, default_factory=set)
     targets: frozenset = field(repr=False, default=frozenset())
     compositional_texts: frozenset = field(repr=False, default=frozenset())
+    asked_edits: frozenset = field(repr=False, default=frozenset())  # what either test split asks for
 
 
 @dataclass(kw_only=True)
 class BuiltWorld(TestPart):
-    """The whole world: the test part and the train split planted around it."""
+    """The whole world: the test part and the train split planted around it, with its compositional
+    validation split (intents asking only for `validation_held_out` edits, over scenes of their own)."""
 
     train_scenes: np.ndarray
     train_intents: list[dict]
     train_triplets: list[dict]
     train_captions: list[dict]
+    validation_held_out: frozenset = frozenset()
+    validation_scenes: np.ndarray | None = None
+    validation_intents: list[dict] = field(default_factory=list)
 
 
 def build_test_part(size: str = "default", seed: int = 0, progress: bool = False) -> TestPart:
@@ -494,6 +517,7 @@ def build_test_part(size: str = "default", seed: int = 0, progress: bool = False
         signatures={s.signature() for s in corpus} | {s.signature() for s in all_refs},
         targets=frozenset(frozenset(d.constraints) for d in planted.drafts + cplanted.drafts),
         compositional_texts=frozenset(t for d in cplanted.drafts for t in d.texts),
+        asked_edits=frozenset(edit_of(*draft_edit(d)) for d in planted.drafts + cplanted.drafts) - {None},
     )
 
 
@@ -510,6 +534,10 @@ def build_world(
     test = test or build_test_part(size, seed, progress)
     timings = dict(test.timings)
     held = test.held_out
+    # Edits the train split proper keeps back for its compositional validation split: none that either
+    # test split asks for, so choices made on it never looked at a test intent.
+    val_held = validation_edits(held, test.asked_edits)
+    proper_held = held | val_held
 
     # ---- train split: its own stream; scenes and targets disjoint from the test split
     t1 = time.perf_counter()
@@ -521,7 +549,7 @@ def build_world(
             cfg,
             progress,
             forbidden_targets=test.targets,
-            held=held,
+            held=proper_held,
             mode="avoid",
             forbidden_texts=test.compositional_texts,
             repair_scenes=True,
@@ -529,7 +557,7 @@ def build_world(
     # Top up with random scenes to the minimum size, drop anything seen in the test split, shuffle.
     extra = max(0, cfg.min_train_images - len(tplanted.scenes) - len(tplanted.refs))
     pool = [(s, r) for r, s in enumerate(tplanted.refs)] + [(s, None) for s in tplanted.scenes]
-    pool += [(repair(sample_scene(rng), held, rng), None) for _ in range(extra)]
+    pool += [(repair(sample_scene(rng), proper_held, rng), None) for _ in range(extra)]
     pool = [(s, r) for s, r in pool if s.signature() not in test.signatures]
     rng.shuffle(pool)
     train_scenes = [s for s, _ in pool]
@@ -546,6 +574,9 @@ def build_world(
         {"image_id": iid, "captions": image_captions(s, cap_rng)} for iid, s in zip(train_ids, train_scenes)
     ]
     timings["train_s"] = time.perf_counter() - t1
+    val_table, val_intents = _validation_split(
+        cfg, seed, test, val_held, train_table, train_ids, train_intents, progress
+    )
     timings["total_s"] = time.perf_counter() - t0
     return BuiltWorld(
         **{**{f.name: getattr(test, f.name) for f in fields(TestPart)}, "timings": timings},
@@ -553,4 +584,45 @@ def build_world(
         train_intents=train_intents,
         train_triplets=train_triplets,
         train_captions=train_captions,
+        validation_held_out=val_held,
+        validation_scenes=val_table,
+        validation_intents=val_intents,
     )
+
+
+def validation_id(i: int) -> str:
+    return f"w-va-{i:06d}"
+
+
+def _validation_split(cfg, seed, test: TestPart, val_held, train_table, train_ids, train_intents, progress):
+    """The train split's compositional validation split, from its own stream: intents asking only for
+    `val_held` edits, worded with the train templates but no paraphrase a train intent uses, over scenes
+    of their own (references, planted positives and near misses; none seen in the test splits), judged
+    over the train images and those scenes together. Its scenes may show the validation edits; the
+    test-held-out combinations stay redrawn, as in every train scene."""
+    vrng = _rng(seed, "validation")
+    train_texts = frozenset(t for it in train_intents for t in it["paraphrases"])
+    with template_pool("seen"):
+        vplanted = plant_split(
+            vrng,
+            scaled_quotas(cfg.validation_quota_scale),
+            cfg,
+            progress,
+            forbidden_targets=test.targets,
+            held=val_held,
+            mode="require",
+            forbidden_texts=test.compositional_texts | train_texts,
+            repair_scenes=True,
+            repair_held=test.held_out,
+        )
+    pool = [(s, r) for r, s in enumerate(vplanted.refs)] + [(s, None) for s in vplanted.scenes]
+    pool = [(s, r) for s, r in pool if s.signature() not in test.signatures]
+    vrng.shuffle(pool)
+    val_table = scenes_to_table([s for s, _ in pool])
+    val_ids = [validation_id(i) for i in range(len(pool))]
+    ref_val_id = {r: val_ids[i] for i, (_, r) in enumerate(pool) if r is not None}
+    gallery = np.concatenate([train_table, val_table])
+    gallery_ids = list(train_ids) + val_ids
+    intents, _ = _train_records(vplanted, gallery, gallery_ids, ref_val_id, _rng(seed, "validation-judge"), "va-i")
+    _progress(progress, f"validation split: {len(intents)} intents, {len(val_ids)} images of its own")
+    return val_table, intents

@@ -11,6 +11,10 @@ test split asks for nothing else. The in-distribution test split asks for none o
 
 Wordings: wherever `intent_templates.json` offers a form several alternative templates, the last
 one is held out: only the compositional split uses it.
+
+The train split holds out edits of its own for a *compositional validation split* (`validation_edits`):
+drawn per world among the edits neither test split asks for, so a model's choices can be made on new
+compositions without looking at either test split.
 """
 
 from __future__ import annotations
@@ -81,6 +85,33 @@ def held_out_edits() -> frozenset[tuple]:
         for t in sorted(rng.sample(types, max(1, round(TYPE_FRACTION * len(types))))):
             held.add((t, attr, rng.choice(_holdable_values(attr, t))))
     return frozenset(held)
+
+
+VALIDATION_STREAM = "cir-world/holdout/validation/0"
+VALIDATION_TYPE_FRACTION = 1 / 3
+
+
+def validation_edits(held: frozenset, asked: frozenset) -> frozenset[tuple]:
+    """The (item type, attribute, value) triples the train split proper never shows, for its
+    compositional validation split: for every attribute, about a third of the item types keep back one
+    value that is neither held out of training (`held`) nor asked for by a test split (`asked`), only
+    where the type has another value left to learn from."""
+    rng = random.Random(VALIDATION_STREAM)
+    out = set()
+    for attr in HOLDABLE:
+        types = [t for t in A.TYPES if attr not in _PERSON_ONLY or A.TYPE_DOMAIN[t] == "fashion"]
+        choices = {}
+        for t in types:
+            values = [v for v in _holdable_values(attr, t) if (t, attr, v) not in held]
+            free = [v for v in values if (t, attr, v) not in asked]
+            if free and (len(values) >= 2 or attr in ("hat", "bag", "glasses")):
+                choices[t] = free
+        eligible = sorted(choices)
+        if not eligible:
+            continue
+        for t in sorted(rng.sample(eligible, max(1, round(VALIDATION_TYPE_FRACTION * len(eligible))))):
+            out.add((t, attr, rng.choice(choices[t])))
+    return frozenset(out)
 
 
 def edit_of(ref_type: str, focus: str, op: str, value) -> tuple | None:

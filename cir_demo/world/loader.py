@@ -48,6 +48,7 @@ class WorldData:
     root: Path
     manifest: dict
     _train: np.ndarray | None = None
+    _validation: np.ndarray | None = None
     _test_corpus: np.ndarray | None = None
     _test_refs: np.ndarray | None = None
 
@@ -62,6 +63,14 @@ class WorldData:
             ensure_part(self.root, self.manifest["size"], self.manifest["seed"], "full", progress=True)
             self._train = np.load(self.root / "train_scenes.npy", allow_pickle=False)
         return self._train
+
+    @property
+    def validation_scenes(self) -> np.ndarray:
+        """The train split's compositional validation scenes (`w-va-` ids)."""
+        if self._validation is None:
+            ensure_part(self.root, self.manifest["size"], self.manifest["seed"], "full", progress=True)
+            self._validation = np.load(self.root / "validation_scenes.npy", allow_pickle=False)
+        return self._validation
 
     @property
     def test_corpus(self) -> np.ndarray:
@@ -83,11 +92,13 @@ class WorldData:
                 table, row = self.test_corpus, int(image_id[5:])
             elif image_id.startswith("w-tr-"):
                 table, row = self.train_scenes, int(image_id[5:])
+            elif image_id.startswith("w-va-"):
+                table, row = self.validation_scenes, int(image_id[5:])
             else:
                 raise ValueError
         except ValueError:
             raise KeyError(
-                f"{image_id!r} is not a world image id (expected w-te-NNNNNN, w-te-rNNNNN or w-tr-NNNNNN)"
+                f"{image_id!r} is not a world image id (expected w-te-NNNNNN, w-te-rNNNNN, w-tr-NNNNNN or w-va-NNNNNN)"
             ) from None
         if not 0 <= row < len(table):
             raise KeyError(f"world {self.root}: no image {image_id!r} (that table has {len(table)} rows)")
@@ -354,6 +365,37 @@ def load_train(root=None, size: str = "default", seed: int = 0) -> TrainSplit:
         caps,
         _read_jsonl(world.root / "train_triplets.jsonl"),
         _read_jsonl(world.root / "train_intents.jsonl"),
+    )
+
+
+@dataclass
+class ValidationSplit:
+    """The train split's compositional validation split: intents asking only for edits the train split
+    proper never shows (manifest `held_out.validation`), judged over the train images and the
+    validation scenes together (`gallery_ids`: train ids, then `w-va-` ids)."""
+
+    world: WorldData
+    image_ids: list[str]
+    intents: list[dict]
+    train_image_ids: list[str]
+
+    @property
+    def gallery_ids(self) -> list[str]:
+        return self.train_image_ids + self.image_ids
+
+    @property
+    def scenes(self) -> np.ndarray:
+        """The gallery's scene table: train rows, then validation rows (row = position in gallery_ids)."""
+        return np.concatenate([self.world.train_scenes, self.world.validation_scenes])
+
+
+def load_validation(root=None, size: str = "default", seed: int = 0) -> ValidationSplit:
+    world = open_world(root, size, seed, progress=True, part="full")
+    return ValidationSplit(
+        world,
+        [f"w-va-{i:06d}" for i in range(len(world.validation_scenes))],
+        _read_jsonl(world.root / "validation_intents.jsonl"),
+        [f"w-tr-{i:06d}" for i in range(len(world.train_scenes))],
     )
 
 

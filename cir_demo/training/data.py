@@ -124,9 +124,21 @@ def _row(image_id: str) -> int:
     return int(image_id[5:])
 
 
-def intent_examples(train, max_near_misses: int = 64, seed: int = 0) -> list[IntentExample]:
+def validation_row(n_train: int):
+    """Row of a gallery of the train images followed by the validation scenes (`w-va-` ids)."""
+
+    def row(image_id: str) -> int:
+        if image_id.startswith("w-va-"):
+            return n_train + int(image_id[5:])
+        return _row(image_id)
+
+    return row
+
+
+def intent_examples(train, max_near_misses: int = 64, seed: int = 0, row_of=None) -> list[IntentExample]:
     """Train intents with positives (all train images satisfying the constraints) and near misses
-    (train images breaking exactly one constraint; the hard negatives); references excluded from both."""
+    (train images breaking exactly one constraint; the hard negatives); references excluded from both.
+    `train` may be the validation split (its `scenes` the whole gallery, `row_of` its rows)."""
     from cir_demo.world.loader import intent_constraints
     from cir_demo.world.scene import constraint_mask, violation_counts
 
@@ -137,7 +149,7 @@ def intent_examples(train, max_near_misses: int = 64, seed: int = 0) -> list[Int
     for it in train.intents:
         constraints = intent_constraints(it)
         counts = violation_counts(table, constraints)
-        refs = tuple(_row(r) for r in it["reference_ids"])
+        refs = tuple((row_of or _row)(r) for r in it["reference_ids"])
         pos = np.setdiff1d(np.flatnonzero(counts == 0), np.array(refs))  # references are never retrievable
         near = np.setdiff1d(np.flatnonzero(counts == 1), np.array(refs))
         if len(near) > max_near_misses:

@@ -112,8 +112,20 @@ def pair_accuracy(score, test, seed: int = 0) -> dict:
 
 
 def held_out_judge(
-    model, tokenize, arch, size: str, seed: int, clip_dir, clip_manifest, progress: bool, near_penalty: float = 0.0
+    model,
+    tokenize,
+    arch,
+    size: str,
+    seed: int,
+    clip_dir,
+    clip_manifest,
+    progress: bool,
+    near_penalty: float = 0.0,
+    split: str = "test",
+    pairs: bool = True,
 ) -> dict:
+    """The judge on world `seed`'s test split `split` ("test" or "compositional"); `pairs=False` leaves out
+    the pair accuracies (reranking and calibration only)."""
     from safetensors.torch import load_file
 
     from cir_demo.paths import REPO_ROOT
@@ -124,7 +136,7 @@ def held_out_judge(
     from cir_demo.training.world_cir import reference_pairs
     from cir_demo.training.world_judge import patch_features, rank_keys
 
-    test = ev.load_test_data(size, seed, progress)
+    test = ev.load_test_data(size, seed, progress, split=split)
     corpus_feats = patch_features(model.image, test.corpus_pixels)
     ref_feats = patch_features(model.image, test.ref_pixels)
     score = judge_scorer(model, tokenize, arch, corpus_feats, ref_feats, test)
@@ -161,8 +173,5 @@ def held_out_judge(
                 [test.bench.corpus_ids[c] in pos[i] for i, row in enumerate(idx50[:, :20]) for c in row], dtype=float
             )
         )
-    return {
-        "pairs": pair_accuracy(score, test, seed),
-        "calibration_top20": reliability(np.concatenate(cal_p), np.concatenate(cal_y)),
-        "rerank": rerank,
-    }
+    out = {"pairs": pair_accuracy(score, test, seed)} if pairs else {}
+    return {**out, "calibration_top20": reliability(np.concatenate(cal_p), np.concatenate(cal_y)), "rerank": rerank}

@@ -332,6 +332,8 @@ def _judge_cnn(train, pixels, arch, cfg, progress: bool):
     from cir_demo.training.world_judge import train_cnn
     from cir_demo.utils.io import atomic_path
 
+    if cfg.cnn_from:
+        return _cnn_from(Path(cfg.cnn_from), arch)
     stage1 = {k: getattr(cfg, k) for k in ("cnn_epochs", "cnn_batch", "cnn_lr", "seed", "cnn_max_steps")}
     eyes = {k: arch.to_json()[k] for k in ("image_size", "channels", "feat_dim")}  # what the CNN depends on
     key = hashlib.sha256(json.dumps([stage1, eyes], sort_keys=True).encode()).hexdigest()[:16]
@@ -420,7 +422,7 @@ def train_verifier_command(
         attr_info = train_attribute_reader(
             model, feats, train.scenes, steps=cfg.attr_steps, seed=cfg.seed, progress=progress
         )
-    _, _, img, text_fn, clip_manifest = _clip_train_embeddings(clip_dir, train, progress)
+    clip_model, _, img, text_fn, clip_manifest = _clip_train_embeddings(clip_dir, train, progress)
     examples = intent_examples(train, seed=data_seed)
     fs = fusion_first_stage(examples, img, text_fn, cfg.first_stage_k)
 
@@ -428,12 +430,17 @@ def train_verifier_command(
         return encode_words(tokenizer, [render_markers(t, "words") for t in texts], length)
 
     data = JudgeData(feats, examples, tokenize, arch.context_length)
+    compositional = _compositional_validation(
+        train, model.image, feats, clip_model, clip_manifest, img, text_fn, tokenize, arch, cfg, data_seed, progress
+    )
     if from_judge is None:
-        model, info = train_judge(model, data, fs, cfg, progress)
+        model, info = train_judge(model, data, fs, cfg, progress, compositional=compositional)
         training = {**earlier, "attribute_reader": attr_info, "stage2_judge": info}
     else:
         training = _stages_1_2_from(from_judge, earlier)
-    penalty, near_info = train_near_head(model, data, fs, cfg, progress) if arch.near_head else (0.0, None)
+    penalty, near_info = (
+        train_near_head(model, data, fs, cfg, progress, compositional=compositional) if arch.near_head else (0.0, None)
+    )
     if near_info is not None:
         training["stage3_near_miss"] = near_info
     weights = _save_judge(model, out, tokenizer_src)
@@ -452,6 +459,36 @@ def train_verifier_command(
             arch, penalty, clip_ref, clip_manifest, cfg, train, size, seed, data_seed, training, weights, held_out
         ),
     )
+
+
+def _compositional_validation(
+    train, cnn, train_feats, clip_model, clip_manifest, img, text_fn, tokenize, arch, cfg, data_seed, progress
+):
+    """(JudgeData, first-stage lists) of the train split's compositional validation split: its intents
+    over the gallery of train images and validation scenes (the judge's features and world-CLIP's
+    embeddings of both), first stage world-CLIP fusion top k as in training. None when the world has
+    no validation intents."""
+    import numpy as np
+
+    from cir_demo.training.data import cached_array, intent_examples, validation_row, world_pixels
+    from cir_demo.training.world_clip import encode_pixels
+    from cir_demo.training.world_judge import JudgeData, patch_features
+    from cir_demo.world.loader import load_validation
+
+    val = load_validation(size=train.world.manifest["size"], seed=train.world.manifest["seed"])
+    if not val.intents:
+        return None
+    pixels = world_pixels(val.world, val.image_ids, "validation", progress=progress)
+    clip_sha = manifest_clip_sha(clip_manifest)
+
+    def val_emb():
+        return encode_pixels(clip_model, pixels, progress=progress, desc="encode validation images (world-CLIP)")
+
+    vimg = cached_array(val.world.manifest["checksum"], f"validation-emb-{clip_sha[:16]}", val_emb)
+    feats = np.concatenate([train_feats, patch_features(cnn, pixels, desc="judge features of the validation images")])
+    examples = intent_examples(val, seed=data_seed, row_of=validation_row(len(train.world.train_scenes)))
+    fs = fusion_first_stage(examples, np.concatenate([img, vimg]), text_fn, cfg.first_stage_k)
+    return JudgeData(feats, examples, tokenize, arch.context_length), fs
 
 
 def _starting_judge(train, pixels, clip_dir: Path, cfg, from_judge: Path | None, progress: bool):
@@ -479,6 +516,31 @@ def _starting_judge(train, pixels, clip_dir: Path, cfg, from_judge: Path | None,
     model.image.load_state_dict(cnn.state_dict())
     model.image.eval()
     return model, arch, tokenizer_src, {"stage1_cnn": cnn_info}
+
+
+def _cnn_from(folder: Path, arch):
+    """Stage 1 kept from the judge in `folder`: its image encoder and its manifest's stage-1 record."""
+    from safetensors.torch import load_file
+
+    from cir_demo.integrity import file_record
+    from cir_demo.models.world_judge import JudgeArch, build_image_encoder
+    from cir_demo.rerank.world_verifier import read_judge_manifest
+    from cir_demo.training.world_judge import WEIGHTS_NAME
+
+    manifest, _ = read_judge_manifest(folder / WEIGHTS_NAME)
+    theirs = JudgeArch.from_json(manifest["architecture"]).to_json()
+    eyes = ("image_size", "channels", "feat_dim")
+    if any(theirs[k] != arch.to_json()[k] for k in eyes):
+        raise SystemExit(f"cnn_from {folder}: its CNN does not fit this architecture ({', '.join(eyes)})")
+    cnn = build_image_encoder(arch)
+    state = load_file(str(folder / WEIGHTS_NAME))
+    cnn.load_state_dict({k[len("image.") :]: v for k, v in state.items() if k.startswith("image.")})
+    info = dict(manifest.get("training", {}).get("stage1_cnn") or {})
+    info["kept_from"] = {
+        "world": manifest.get("world"),
+        "weights_sha256": file_record(folder / WEIGHTS_NAME)["sha256"],
+    }
+    return cnn.eval(), info
 
 
 def _stages_1_2_from(folder: Path, earlier_training: dict) -> dict:

@@ -187,6 +187,19 @@ def test_the_default_eval_writes_both_splits_and_the_side_by_side_table(both_spl
     record = read_seed_metrics(out)
     assert set(record) == {"test", "compositional"}
     assert record["compositional"][names[0]]["mAP@10"] == pytest.approx(comp_m[names[0]]["mAP@10"])
+    # ... and the judge's per-world differences with their intervals: each difference is the metrics'
+    # difference (the official metric code is the oracle, sensitivity included), inside a real interval
+    from cir_demo.harness.seed_record import paired_effects
+
+    for split, m in (("test", test_m), ("compositional", comp_m)):
+        effects = paired_effects(out, split)
+        assert sorted(effects) == sorted(names)
+        for name in names:
+            for metric in ("mAP@10", "NegRecall@10", "ling_sens_paraphrase_range"):
+                e = effects[name][metric]
+                # the files round to 6 significant digits
+                assert e["diff"] == pytest.approx(m[f"{name}+rerank"][metric] - m[name][metric], abs=2e-6)
+                assert e["lo"] <= e["hi"] and e["n_boot"] == 20
 
 
 def test_runs_of_the_two_splits_are_listed_apart(both_splits_run):

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from cir_demo.cli import main
-from cir_demo.harness.seed_record import METRICS, aggregate, read_seed_metrics, render_markdown
+from cir_demo.harness.seed_record import METRICS, aggregate, paired_effects, read_seed_metrics, render_markdown
 
 
 def _metrics(values: dict[str, dict[str, float]]) -> dict:
@@ -14,13 +14,28 @@ def _metrics(values: dict[str, dict[str, float]]) -> dict:
     }
 
 
+# Per-query AP@10 of two intents (three paraphrases each): paraphrase ranges 0.3 and 0.0 for `cir`,
+# 0.1 and 0.2 for `cir+rerank` (means 0.15 and 0.15: sensitivity unchanged on average).
+AP10 = {"cir": [0.1, 0.4, 0.2, 0.5, 0.5, 0.5], "cir+rerank": [0.3, 0.2, 0.2, 0.6, 0.4, 0.5]}
+PAIRED = "a,b,metric,n_queries,diff,lo,hi,p_value,mean_a,mean_b,n_groups,n_boot\n"
+
+
+def _write_eval_files(folder, values, paired_rows):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metrics.json").write_text(json.dumps(_metrics(values)))
+    lines = ["run,query_id,group_id,scored,AP@10"]
+    for run, aps in AP10.items():
+        lines += [f"{run},q{i},g{i // 3},True,{ap}" for i, ap in enumerate(aps)]
+    (folder / "per_query.csv").write_text("\n".join(lines) + "\n")
+    rows = [f"cir,cir+rerank,{m},6,{d},{lo},{hi},0.01,0,0,2,200" for m, (d, lo, hi) in paired_rows.items()]
+    (folder / "paired.csv").write_text(PAIRED + "".join(r + "\n" for r in rows))
+
+
 def _seed_folder(root, seed, test, comp=None):
     folder = root / f"seed-{seed}"
-    folder.mkdir(parents=True)
-    (folder / "metrics.json").write_text(json.dumps(_metrics(test)))
+    _write_eval_files(folder, test, INTERVALS[seed][0])
     if comp is not None:
-        (folder / "compositional").mkdir()
-        (folder / "compositional" / "metrics.json").write_text(json.dumps(_metrics(comp)))
+        _write_eval_files(folder / "compositional", comp, INTERVALS[seed][1])
     (folder / "run_manifest.json").write_text('{"written_by": "cir_demo", "kind": "run", "files": {}}')
     return folder
 
@@ -35,6 +50,57 @@ SEEDS = {
         {"cir": {"mAP@10": 0.10, "NegRecall@10": 0.30}, "cir+rerank": {"mAP@10": 0.09, "NegRecall@10": 0.28}},
     ),
 }
+
+
+# (difference, lo, hi) of the paired bootstrap per seed: (test split, compositional split)
+INTERVALS = {
+    7: (
+        {"mAP@10": (0.10, 0.05, 0.15), "NegRecall@10": (-0.10, -0.12, -0.08)},
+        {"mAP@10": (0.02, -0.01, 0.05), "NegRecall@10": (0.01, 0.005, 0.02)},
+    ),
+    11: (
+        {"mAP@10": (0.06, 0.01, 0.11), "NegRecall@10": (-0.05, -0.09, 0.01)},
+        {"mAP@10": (-0.01, -0.03, -0.002), "NegRecall@10": (-0.02, -0.04, 0.0)},
+    ),
+}
+
+
+def test_intervals_count_the_worlds_whose_interval_excludes_zero(tmp_path):
+    per_seed, intervals = {}, {}
+    for s, v in SEEDS.items():
+        folder = _seed_folder(tmp_path, s, *v)
+        per_seed[s] = read_seed_metrics(folder)
+        intervals[s] = {
+            "test": paired_effects(folder, "test"),
+            "compositional": paired_effects(folder, "compositional"),
+        }
+    rec = aggregate(per_seed, intervals)
+    test, comp = rec["judge_intervals"]["test"]["cir"], rec["judge_intervals"]["compositional"]["cir"]
+    # by hand: test mAP up with lo > 0 on both; test NegRecall down with hi < 0 on seed 7 only
+    assert (test["mAP@10"]["holds_on"], test["mAP@10"]["loses_on"]) == (2, 0)
+    assert (test["NegRecall@10"]["holds_on"], test["NegRecall@10"]["loses_on"]) == (1, 0)
+    # compositional mAP: spans 0 on seed 7, excludes it the losing way on seed 11; NegRecall rises on seed 7
+    assert (comp["mAP@10"]["holds_on"], comp["mAP@10"]["loses_on"]) == (0, 1)
+    assert (comp["NegRecall@10"]["holds_on"], comp["NegRecall@10"]["loses_on"]) == (0, 1)
+    assert test["mAP@10"]["mean_diff"] == pytest.approx(0.08)
+    # the paraphrase sensitivity's difference, from the per-query rows: mean range 0.15 -> 0.15
+    sens = intervals[7]["test"]["cir"]["ling_sens_paraphrase_range"]
+    assert sens["diff"] == pytest.approx(0.0, abs=1e-12) and sens["n_groups"] == 2 and sens["lo"] <= sens["hi"]
+    md = render_markdown(rec)
+    assert (
+        "| cir | compositional | Δ mAP@10 | +0.0200 [-0.0100, +0.0500] | -0.0100 [-0.0300, -0.0020] | 0 of 2 | 1 of 2 |"
+        in md
+    )
+
+
+def test_a_record_without_the_paired_bootstrap_is_refused(tmp_path, capsys):
+    for s, v in SEEDS.items():
+        _seed_folder(tmp_path / "rec", s, *v)
+    (tmp_path / "rec" / "seed-11" / "paired.csv").write_text(PAIRED)  # what --n-boot 0 leaves
+    (tmp_path / "rec" / "record.json").write_text(json.dumps({"made_by": _made_by(tmp_path / "rec", SEEDS)}))
+    assert main(["record", "--seeds", "7", "11", "--out", str(tmp_path / "rec")]) == 2
+    err = capsys.readouterr().err
+    assert "seed 11" in err and "--n-boot 0" in err and not (tmp_path / "rec" / "record.md").exists()
 
 
 def test_aggregate_equals_hand_computed_means_ranges_and_holds(tmp_path):
@@ -86,6 +152,7 @@ def test_record_command_reuses_complete_seeds_and_writes_the_record(tmp_path, ca
     assert main(["record", "--seeds", "7", "11", "--out", str(tmp_path / "rec")]) == 0
     rec = json.loads((tmp_path / "rec" / "record.json").read_text())
     assert rec["seeds"] == [7, 11] and "compositional" in rec["splits"]
+    assert rec["judge_intervals"]["test"]["cir"]["mAP@10"]["by_seed"]["7"]["lo"] == pytest.approx(0.05)
     assert (tmp_path / "rec" / "record.md").read_text().startswith("# Results of record: world seeds 7, 11")
 
 

@@ -6,8 +6,9 @@ Each seed's full `--eval` (both test splits, every default retriever, with and w
 goes to OUT/seed-<S>/; a seed whose folder already holds a complete run made by this code, these
 weights and libraries and these arguments (`made_by` in OUT/record.json, written after each seed)
 is not run again, so an interrupted record resumes; a complete seed folder made otherwise is
-refused. OUT/record.json and OUT/record.md hold the mean, range and per-seed values, and whether
-each of the judge's effects holds on every seed.
+refused. OUT/record.json and OUT/record.md hold the mean, range and per-seed values, and for each of
+the judge's effects the per-world difference with its 95% paired-bootstrap interval over intents and
+on how many worlds that interval excludes 0 (so `--n-boot 0` is refused: a record needs the intervals).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cir_demo.harness.seed_record import aggregate, read_seed_metrics, render_markdown
+    from cir_demo.harness.seed_record import SPLIT_DIRS, aggregate, paired_effects, read_seed_metrics, render_markdown
     from cir_demo.utils.io import write_text_atomic
     from cir_demo.utils.owned_folder import read_manifest
 
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    per_seed, made_by = {}, _made_by(out)
+    per_seed, intervals, made_by = {}, {}, _made_by(out)
     for seed in args.seeds:
         folder = out / f"seed-{seed}"
         cmd = [
@@ -84,7 +85,12 @@ def run(args: argparse.Namespace) -> int:
             made_by[str(seed)] = seed_key(cmd)
             write_text_atomic(out / "record.json", json.dumps({"made_by": made_by}, indent=2, sort_keys=True) + "\n")
         per_seed[seed] = read_seed_metrics(folder)
-    record = aggregate(per_seed)
+        try:
+            intervals[seed] = {split: paired_effects(folder, split) for split in SPLIT_DIRS if split in per_seed[seed]}
+        except ValueError as exc:
+            print(f"error: world seed {seed}: {exc}", file=sys.stderr)
+            return 2
+    record = aggregate(per_seed, intervals)
     record["world_size"] = args.world_size
     record["made_by"] = {str(s): made_by[str(s)] for s in args.seeds}
     write_text_atomic(out / "record.json", json.dumps(record, indent=2, sort_keys=True) + "\n")

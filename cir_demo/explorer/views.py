@@ -184,7 +184,7 @@ class Comparison:
     n_negatives: int | None = None
     notes: list[str] = field(default_factory=list)
     ranking: str | None = (
-        None  # how the reranker orders its top n, from its spec ("P(yes)", "P(yes) - 2 * P(near miss)")
+        None  # how the reranker orders its top n, from its spec ("P(yes)", "P(yes) - 0.25 * P(near miss)")
     )
     legend: dict[str, str] = field(default_factory=dict)  # per-column metric -> what it means (the family's words)
     words: tuple[str, str] = ("positive", "explicit negative")  # the family's names of a positive and a negative

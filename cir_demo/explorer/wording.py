@@ -36,8 +36,8 @@ PINPOINT_METRICS = (
 )
 NEAR_MISS_TEXT = (
     " The world judge (the world verifier) also answers **near miss?** (the wanted item with one thing wrong) and "
-    "ranks by P(yes) − 2 × P(near miss): a near miss is the costliest wrong answer, so it goes below off-topic "
-    "images."
+    "ranks by P(yes) − penalty × P(near miss), the penalty chosen in its training: a near miss is the costliest "
+    "wrong answer, so it is pushed down."
 )
 
 

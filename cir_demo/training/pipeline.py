@@ -319,40 +319,6 @@ def train_cir_command(
 
 
 # --------------------------------------------------------------------------- world verifier (the world judge)
-def _judge_cnn(train, pixels, arch, cfg, progress: bool):
-    """Stage 1 (the judge's CNN), kept in the pixel cache keyed by its config and the world: an
-    interrupted or repeated run resumes at stage 2."""
-    import hashlib
-
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from cir_demo.models.world_judge import build_image_encoder
-    from cir_demo.training.data import pixel_cache_dir
-    from cir_demo.training.world_judge import train_cnn
-    from cir_demo.utils.io import atomic_path
-
-    if cfg.cnn_from:
-        return _cnn_from(Path(cfg.cnn_from), arch)
-    stage1 = {k: getattr(cfg, k) for k in ("cnn_epochs", "cnn_batch", "cnn_lr", "seed", "cnn_max_steps")}
-    eyes = {k: arch.to_json()[k] for k in ("image_size", "channels", "feat_dim")}  # what the CNN depends on
-    key = hashlib.sha256(json.dumps([stage1, eyes], sort_keys=True).encode()).hexdigest()[:16]
-    path = pixel_cache_dir(train.world.manifest["checksum"]) / f"judge-cnn-{key}.safetensors"
-    info_path = path.with_suffix(".json")
-    if path.is_file() and info_path.is_file():
-        cnn = build_image_encoder(arch)
-        cnn.load_state_dict(load_file(str(path)))
-        return cnn.eval(), {**json.loads(info_path.read_text(encoding="utf-8")), "resumed_from": str(path)}
-    cnn, info = train_cnn(pixels, train.scenes, arch, cfg, progress)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        save_file({k: v.contiguous() for k, v in cnn.state_dict().items()}, str(tmp))
-    with atomic_path(info_path) as tmp:
-        tmp.write_text(json.dumps(info), encoding="utf-8")
-    torch.manual_seed(cfg.seed)
-    return cnn, info
-
-
 def fusion_first_stage(examples, img, text_fn, k: int):
     """Per intent, (paraphrases, k) world-CLIP fusion top-k train rows, best first (references excluded):
     what a first stage shows the judge during training."""
@@ -395,6 +361,7 @@ def train_verifier_command(
     from cir_demo.models.world_judge import encode_words, load_tokenizer
     from cir_demo.retrievers.base import render_markers
     from cir_demo.training.data import intent_examples, world_pixels
+    from cir_demo.training.judge_start import starting_judge
     from cir_demo.training.world_judge import (
         JudgeData,
         JudgeTrainConfig,
@@ -413,7 +380,7 @@ def train_verifier_command(
     train = load_train(size=size, seed=seed)
     t0 = time.time()
     pixels = world_pixels(train.world, train.image_ids, "train", progress=progress)
-    model, arch, tokenizer_src, earlier = _starting_judge(train, pixels, clip_dir, cfg, from_judge, progress)
+    model, arch, tokenizer_src, earlier = starting_judge(train, pixels, clip_dir, cfg, from_judge, progress)
     tokenizer = load_tokenizer(tokenizer_src)
     for p in model.image.parameters():
         p.requires_grad_(False)
@@ -489,58 +456,6 @@ def _compositional_validation(
     examples = intent_examples(val, seed=data_seed, row_of=validation_row(len(train.world.train_scenes)))
     fs = fusion_first_stage(examples, np.concatenate([img, vimg]), text_fn, cfg.first_stage_k)
     return JudgeData(feats, examples, tokenize, arch.context_length), fs
-
-
-def _starting_judge(train, pixels, clip_dir: Path, cfg, from_judge: Path | None, progress: bool):
-    """The judge stage 2 or 3 starts from: (model, arch, its tokenizer file, what its earlier stages
-    recorded). With `from_judge`: that judge (stages 1-2 trained), its tokenizer and its manifest's
-    `training`; else a fresh judge on the stage-1 CNN, world-CLIP's tokenizer and the CNN's record."""
-    from cir_demo.models.world_judge import JudgeArch, build_judge, load_tokenizer
-    from cir_demo.rerank.world_verifier import TOKENIZER_FILE
-    from cir_demo.training.world_judge import attribute_targets
-
-    if from_judge is not None:
-        model, arch, earlier = _earlier_judge(from_judge, train, cfg)
-        return model, arch, from_judge / TOKENIZER_FILE, earlier["training"]
-    tokenizer_src = clip_dir / "tokenizer" / "tokenizer.json"
-    arch = JudgeArch(
-        **{
-            **cfg.arch,
-            "near_head": cfg.near_head,
-            "vocab_size": load_tokenizer(tokenizer_src).get_vocab_size(),
-            "attr_classes": tuple(attribute_targets(train.scenes)[1]),
-        }
-    )
-    cnn, cnn_info = _judge_cnn(train, pixels, arch, cfg, progress)
-    model = build_judge(arch)
-    model.image.load_state_dict(cnn.state_dict())
-    model.image.eval()
-    return model, arch, tokenizer_src, {"stage1_cnn": cnn_info}
-
-
-def _cnn_from(folder: Path, arch):
-    """Stage 1 kept from the judge in `folder`: its image encoder and its manifest's stage-1 record."""
-    from safetensors.torch import load_file
-
-    from cir_demo.integrity import file_record
-    from cir_demo.models.world_judge import JudgeArch, build_image_encoder
-    from cir_demo.rerank.world_verifier import read_judge_manifest
-    from cir_demo.training.world_judge import WEIGHTS_NAME
-
-    manifest, _ = read_judge_manifest(folder / WEIGHTS_NAME)
-    theirs = JudgeArch.from_json(manifest["architecture"]).to_json()
-    eyes = ("image_size", "channels", "feat_dim")
-    if any(theirs[k] != arch.to_json()[k] for k in eyes):
-        raise SystemExit(f"cnn_from {folder}: its CNN does not fit this architecture ({', '.join(eyes)})")
-    cnn = build_image_encoder(arch)
-    state = load_file(str(folder / WEIGHTS_NAME))
-    cnn.load_state_dict({k[len("image.") :]: v for k, v in state.items() if k.startswith("image.")})
-    info = dict(manifest.get("training", {}).get("stage1_cnn") or {})
-    info["kept_from"] = {
-        "world": manifest.get("world"),
-        "weights_sha256": file_record(folder / WEIGHTS_NAME)["sha256"],
-    }
-    return cnn.eval(), info
 
 
 def _stages_1_2_from(folder: Path, earlier_training: dict) -> dict:
@@ -624,31 +539,3 @@ def _repo_relative(path: Path) -> str:
         return str(path.resolve().relative_to(REPO_ROOT))
     except ValueError:
         return str(path)
-
-
-def _earlier_judge(folder: Path, train, cfg):
-    """A trained judge (stages 1-2) from `folder`, given a fresh near-miss head: (model, arch, manifest)."""
-    from dataclasses import replace
-
-    from safetensors.torch import load_file
-
-    from cir_demo.models.world_judge import JudgeArch, build_judge
-    from cir_demo.rerank.world_verifier import read_judge_manifest
-    from cir_demo.training.world_judge import WEIGHTS_NAME
-
-    earlier, _ = read_judge_manifest(folder / WEIGHTS_NAME)
-    if earlier.get("world", {}).get("checksum") != train.world.manifest["checksum"]:
-        raise SystemExit(
-            f"--from-judge {folder}: trained on another world "
-            f"({earlier.get('world', {}).get('checksum')}), not {train.world.manifest['checksum']}"
-        )
-    arch = replace(JudgeArch.from_json(earlier["architecture"]), near_head=cfg.near_head)
-    model = build_judge(arch)
-    state = {k: v for k, v in load_file(str(folder / WEIGHTS_NAME)).items() if not k.startswith("near.")}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or any(not k.startswith("near.") for k in missing):
-        raise SystemExit(
-            f"--from-judge {folder}: weights do not fit the architecture "
-            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
-        )
-    return model.eval(), arch, earlier

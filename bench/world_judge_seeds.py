@@ -4,7 +4,7 @@
 
 Each folder holds a judge trained with another `--data-seed` (`python -m cir_demo train world-verifier
 --data-seed N --out DIR`). For the in-distribution and the compositional split of the world, the
-world-CLIP fusion and world-CIR top 20 are reranked by each judge (its own penalty, from its manifest)
+world-CLIP fusion and world-CIR top 20 are reranked by each judge (its own ranking key, from its manifest)
 as the trainer's held-out evaluation does; prints mAP@10 / NegRecall@10 before and after per folder,
 with their mean and range over the folders.
 """
@@ -38,6 +38,7 @@ def judge_rows(folder: Path, clip: Path, size: str, world_seed: int, split: str)
     model = judge_from_state(load_file(str(folder / WEIGHTS_NAME)), arch).eval()
     tokenizer = load_tokenizer(folder / TOKENIZER_FILE)
     penalty = float(manifest.get("ranking", {}).get("near_miss_penalty", 0.0))
+    rank_weight = float(manifest.get("ranking", {}).get("first_stage_rank_weight", 0.0))
 
     def tokenize(texts, length):
         return encode_words(tokenizer, [render_markers(t, "words") for t in texts], length)
@@ -45,7 +46,18 @@ def judge_rows(folder: Path, clip: Path, size: str, world_seed: int, split: str)
     clip_manifest = json.loads((clip / "manifest.json").read_text())
     with torch.inference_mode():
         out = held_out_judge(
-            model, tokenize, arch, size, world_seed, clip, clip_manifest, False, penalty, split=split, pairs=False
+            model,
+            tokenize,
+            arch,
+            size,
+            world_seed,
+            clip,
+            clip_manifest,
+            False,
+            penalty,
+            rank_weight=rank_weight,
+            split=split,
+            pairs=False,
         )
     rows = {
         name: {
@@ -55,7 +67,7 @@ def judge_rows(folder: Path, clip: Path, size: str, world_seed: int, split: str)
         for name, r in out["rerank"].items()
         if name.endswith("top 20")
     }
-    return {"penalty": penalty, "data_seed": manifest.get("data_seed"), "rerank": rows}
+    return {"penalty": penalty, "rank_weight": rank_weight, "data_seed": manifest.get("data_seed"), "rerank": rows}
 
 
 def main(argv=None) -> int:
@@ -77,7 +89,7 @@ def main(argv=None) -> int:
             for name, r in rows.items():
                 b, a = r["rerank"][run]["before"], r["rerank"][run]["after"]
                 print(
-                    f"    {name:36s} (penalty {r['penalty']:g}) {b['mAP@10']:.4f} / {b['NegRecall@10']:.4f}"
+                    f"    {name:36s} (penalty {r['penalty']:g}, rank weight {r['rank_weight']:g}) {b['mAP@10']:.4f} / {b['NegRecall@10']:.4f}"
                     f" -> {a['mAP@10']:.4f} / {a['NegRecall@10']:.4f}"
                 )
             for key in ("mAP@10", "NegRecall@10"):

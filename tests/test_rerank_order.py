@@ -270,11 +270,12 @@ def test_rerank_run_reorders_each_query_and_records_spec(tmp_path):
 class NearMissReranker(ScriptedReranker):
     """Scores from {candidate_id: (p_yes, p_near)}; ranks by P(yes) - penalty * P(near)."""
 
-    def __init__(self, table, penalty):
+    def __init__(self, table, penalty, rank_weight=0.0):
         super().__init__({c: (p, None) for c, (p, _) in table.items()}, name="near")
         self.near = {c: pn for c, (_, pn) in table.items()}
         self.near_miss_penalty = penalty
-        self.spec = {**self.spec, "near_miss_penalty": penalty}
+        self.first_stage_rank_weight = rank_weight
+        self.spec = {**self.spec, "near_miss_penalty": penalty, "first_stage_rank_weight": rank_weight}
 
     def score(self, request, candidate_ids, candidate_images):
         return [
@@ -318,6 +319,32 @@ def test_near_miss_penalty_matches_brute_force(seed):
     # brute force: highest key first; equal keys by P(yes) (monotone in log-odds), then first-stage rank
     expect = sorted(ids, key=lambda c: (-(table[c][0] - penalty * table[c][1]), -table[c][0], ids.index(c)))
     assert [it.candidate_id for it in items] == expect
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_first_stage_rank_weight_matches_brute_force(seed):
+    """Key P(yes) - penalty * P(near) - w * first-stage rank over a longer ranking (only the top n move,
+    one unscored candidate keeps its slot), by a naive loop over the key's definition."""
+    rnd = random.Random(seed)
+    n = rnd.randint(2, 12)
+    ids = [f"c{i}" for i in range(n + 3)]
+    table = {c: (rnd.choice([0.125, 0.5, 0.875]), rnd.choice([0.0, 0.5, 1.0])) for c in ids}
+    penalty, weight = rnd.choice([0.0, 0.25, 1.0]), rnd.choice([0.0625, 0.125, 0.5])
+    hole = rnd.randrange(n)
+    rr = NearMissReranker(table, penalty, weight)
+    rr.table[ids[hole]] = (None, "error: timeout")
+    items = rerank(REQ, ids, None, load_image, rr, top_n=n)
+    scored = [c for c in ids[:n] if c != ids[hole]]
+
+    def key(c):
+        p, pn = table[c]
+        return p - (penalty * pn if penalty else 0.0) - weight * ids.index(c)
+
+    expect = sorted(scored, key=lambda c: (-key(c), -table[c][0], ids.index(c)))
+    expect.insert(hole, ids[hole])
+    assert [it.candidate_id for it in items] == expect + ids[n:]
+    moved = {it.candidate_id: it.new_rank for it in items}
+    assert all(moved[c] == ids.index(c) for c in ids[n:]) and moved[ids[hole]] == hole
 
 
 def test_cache_keeps_p_near_and_upgrades_an_old_cache(tmp_path):

@@ -320,12 +320,27 @@ def test_judge_training_writes_a_loadable_calibrated_backend(tmp_path_factory, a
         assert s.logit_no == 0.0  # calibration folded into the head: logit_yes is the calibrated margin
         assert 0.0 <= s.p_near <= 1.0  # the near-miss answer (stage 3)
     assert manifest["training"]["stage3_near_miss"]["steps"] == 2
-    penalty = manifest["ranking"]["near_miss_penalty"]
+    penalty, weight = manifest["ranking"]["near_miss_penalty"], manifest["ranking"]["first_stage_rank_weight"]
     assert penalty in JudgeTrainConfig().near_penalties and reranker.near_miss_penalty == penalty
+    assert weight in JudgeTrainConfig().rank_weights and reranker.first_stage_rank_weight == weight
+    # the ranking key was chosen on both validation splits over both first stages
+    cases = set(manifest["training"]["stage3_near_miss"]["val_first_stage"])
+    assert cases == {f"{s}/{f}" for s in ("in_distribution", "compositional") for f in ("fusion", "world-cir")}
     assert reranker.score(req, [], []) == []
     # resumed: stage 1 comes from the cache, stage 2 runs again and gives the same weights
+    choice = {"choice_cir": str(audited_training["folders"]["cir"])}
     again = train_verifier_command(
-        "tiny", 0, 0, 1, 2, out, clip_dir=clip_dir, clip_ref=str(clip_dir), evaluate=False, progress=False
+        "tiny",
+        0,
+        0,
+        1,
+        2,
+        out,
+        clip_dir=clip_dir,
+        clip_ref=str(clip_dir),
+        evaluate=False,
+        progress=False,
+        overrides=choice,
     )
     assert "resumed_from" in again["training"]["stage1_cnn"]
     # stage 3 alone on that judge: every other weight is kept as it was
@@ -343,6 +358,7 @@ def test_judge_training_writes_a_loadable_calibrated_backend(tmp_path_factory, a
         clip_ref=str(clip_dir),
         evaluate=False,
         progress=False,
+        overrides=choice,
         from_judge=out,
     )
     assert third["training"]["stage2_judge"] == json.loads(json.dumps(again["training"]["stage2_judge"]))
@@ -376,30 +392,61 @@ def test_training_config_overrides_convert_types_and_name_unknown_fields():
         _override(JudgeTrainConfig(), {"near_penalties": "0,lots"})
 
 
-def test_choose_penalty_is_the_maximin_of_relative_improvements_on_both_splits():
-    """The penalty rule against a hand-worked table: penalty 0 gains most mAP but raises NegRecall;
-    penalty 2 cuts NegRecall most but loses mAP on the compositional split; 0.25 improves everything."""
-    from cir_demo.training.world_judge import choose_penalty
+def test_choose_ranking_is_the_maximin_of_relative_improvements_on_every_case():
+    """The ranking rule against a hand-worked table: penalty 0 gains most mAP but raises NegRecall;
+    penalty 2 cuts NegRecall most but loses mAP on the compositional split; 0.25 improves everything
+    on fusion's lists but loses world-CIR's compositional mAP, which a first-stage rank weight keeps."""
+    from cir_demo.training.world_judge import choose_ranking
 
-    def row(p, id_map, id_neg, c_map, c_neg):
+    def row(p, w, id_map, id_neg, c_map, c_neg, cir_map=0.30, cir_neg=0.10):
         return {
             "penalty": p,
-            "in_distribution": {"val_mAP@10": id_map, "val_near_miss_recall@10": id_neg},
-            "compositional": {"val_mAP@10": c_map, "val_near_miss_recall@10": c_neg},
+            "rank_weight": w,
+            "in_distribution/fusion": {"val_mAP@10": id_map, "val_near_miss_recall@10": id_neg},
+            "compositional/fusion": {"val_mAP@10": c_map, "val_near_miss_recall@10": c_neg},
+            "compositional/world-cir": {"val_mAP@10": cir_map, "val_near_miss_recall@10": cir_neg},
         }
 
     first = {
-        "in_distribution": {"val_mAP@10": 0.10, "val_near_miss_recall@10": 0.20},
-        "compositional": {"val_mAP@10": 0.08, "val_near_miss_recall@10": 0.16},
+        "in_distribution/fusion": {"val_mAP@10": 0.10, "val_near_miss_recall@10": 0.20},
+        "compositional/fusion": {"val_mAP@10": 0.08, "val_near_miss_recall@10": 0.16},
     }
     rows = [
-        row(0.0, 0.20, 0.25, 0.16, 0.20),  # worst: NegRecall +25% on both -> -0.25
-        row(0.25, 0.15, 0.10, 0.09, 0.12),  # worst: compositional mAP +12.5% -> +0.125
-        row(2.0, 0.12, 0.05, 0.06, 0.04),  # worst: compositional mAP -25% -> -0.25
+        row(0.0, 0.0, 0.20, 0.25, 0.16, 0.20),  # worst: NegRecall +25% on both -> -0.25
+        row(0.25, 0.0, 0.15, 0.10, 0.09, 0.12, cir_map=0.24),  # fusion worst: comp mAP +12.5% -> +0.125
+        row(2.0, 0.0, 0.12, 0.05, 0.06, 0.04),  # worst: compositional mAP -25% -> -0.25
+        row(0.25, 0.02, 0.11, 0.12, 0.088, 0.14, cir_map=0.33),  # worst: mAP +10% on both -> +0.10
     ]
-    assert choose_penalty(rows, first)["penalty"] == 0.25
+    assert choose_ranking(rows, first)["penalty"] == 0.25 and choose_ranking(rows, first)["rank_weight"] == 0.0
     # the compositional split is what rules out 2: with it removed and NegRecall weighed, 2 beats 0.25
-    rows[1]["in_distribution"]["val_near_miss_recall@10"] = 0.19
-    only = {"in_distribution": first["in_distribution"]}
-    assert choose_penalty(rows, only)["penalty"] == 2.0  # worst +0.2 against +0.05 for 0.25
-    assert choose_penalty(rows, first)["penalty"] == 0.25  # worst +0.05 against -0.25 for 2
+    rows[1]["in_distribution/fusion"]["val_near_miss_recall@10"] = 0.19
+    only = {"in_distribution/fusion": first["in_distribution/fusion"]}
+    assert choose_ranking(rows, only)["penalty"] == 2.0  # worst +0.2 against +0.05 for 0.25
+    assert choose_ranking(rows, first)["penalty"] == 0.25  # worst +0.10 (rank weight 0.02), -0.25 for 2
+    # world-CIR's lists (first stage 0.30 / 0.12): the rank weight's row is the only one gaining on them
+    with_cir = {**first, "compositional/world-cir": {"val_mAP@10": 0.30, "val_near_miss_recall@10": 0.12}}
+    best = choose_ranking(rows, with_cir)
+    assert (best["penalty"], best["rank_weight"]) == (0.25, 0.02)  # worst +0.10 (fusion comp mAP)
+    # equal worst cases: the smaller rank weight, then the smaller penalty, whatever the rows' order
+    tied = [row(0.5, 0.01, 0.2, 0.1, 0.1, 0.1), row(0.25, 0.01, 0.2, 0.1, 0.1, 0.1), row(0.5, 0.0, 0.2, 0.1, 0.1, 0.1)]
+    assert (choose_ranking(tied, first)["penalty"], choose_ranking(tied, first)["rank_weight"]) == (0.5, 0.0)
+    assert choose_ranking(tied[:2], first)["penalty"] == 0.25
+
+
+def test_rank_keys_match_the_served_sort_key():
+    """The trainer's key (`rank_keys`) orders each candidate list as the served key does
+    (`CandidateScore.sort_key` through `order_top_block`), rank weight and near-miss penalty included."""
+    from cir_demo.rerank.base import CandidateScore, sigmoid
+    from cir_demo.rerank.rerank import order_top_block
+    from cir_demo.training.world_judge import rank_keys
+
+    rng = np.random.default_rng(5)
+    for penalty, weight in ((0.0, 0.0), (0.25, 0.0), (0.0, 0.02), (0.5, 0.04)):
+        margins, near = rng.normal(0, 2, (30, 20)), rng.normal(0, 2, (30, 20))
+        keys = rank_keys(margins, near, penalty, weight)
+        for m, n, k in zip(margins, near, keys):
+            scores = [
+                CandidateScore(str(i), sigmoid(a), a, 0.0, None, sigmoid(b)) for i, (a, b) in enumerate(zip(m, n))
+            ]
+            served = order_top_block(scores, penalty, weight)
+            assert served == sorted(range(20), key=lambda i: -k[i])

@@ -228,6 +228,30 @@ def test_near_miss_answer_matches_the_training_path_and_orders_the_rerank(near_j
     )
 
 
+def test_first_stage_rank_weight_from_the_manifest_orders_the_rerank(tmp_path, one_torch_thread):
+    """A manifest's `ranking.first_stage_rank_weight` is served: the spec names it and `rerank` orders
+    by P(yes) - penalty * P(near) - w * first-stage rank, computed here by hand; a bad value is refused."""
+    from cir_demo.rerank import rerank
+
+    weight = 0.05
+    (tmp_path / "ranked").mkdir(), (tmp_path / "bad").mkdir()
+    folder = _save_judge(
+        tmp_path / "ranked", TINY_NEAR, {"near_miss_penalty": NEAR_PENALTY, "first_stage_rank_weight": weight}
+    )
+    judge = load_reranker("world-verifier", weights=str(folder / "world_judge.safetensors"))
+    assert judge.spec["first_stage_rank_weight"] == weight and "first-stage rank" in judge.spec["ranking"]
+    ims = _images(9, seed=4)
+    request = RerankRequest((ims[0],), ("ref",), "Same item but with <img1> in red")
+    ids = [f"c{i}" for i in range(8)]
+    scores = {s.candidate_id: s for s in judge.score(request, ids, ims[1:])}
+    key = {c: scores[c].p_yes - NEAR_PENALTY * scores[c].p_near - weight * r for r, c in enumerate(ids)}
+    items = rerank(request, ids, None, lambda i: ims[1 + ids.index(i)], judge, top_n=8)
+    assert [it.candidate_id for it in items] == sorted(ids, key=lambda c: -key[c])
+    bad = _save_judge(tmp_path / "bad", TINY_NEAR, {"first_stage_rank_weight": -1})
+    with pytest.raises(ValueError, match=r"ranking.first_stage_rank_weight.*>= 0"):
+        load_reranker("world-verifier", weights=str(bad / "world_judge.safetensors"))
+
+
 def test_damaged_weights_name_the_file_and_the_fix(judge_dir, tmp_path):
     bad = tmp_path / "judge"
     shutil.copytree(judge_dir, bad)

@@ -186,7 +186,17 @@ def audited_training(root: Path) -> dict:
         ),
         "cir": lambda: train_cir_command("tiny", 0, 0, 1, 2, cir, clip, str(clip), evaluate=False, progress=False),
         "judge": lambda: train_verifier_command(
-            "tiny", 0, 0, 1, 2, judge, clip, str(clip), evaluate=False, progress=False
+            "tiny",
+            0,
+            0,
+            1,
+            2,
+            judge,
+            clip,
+            str(clip),
+            evaluate=False,
+            progress=False,
+            overrides={"choice_cir": str(cir)},
         ),
     }
     events, manifests = {}, {}

@@ -83,15 +83,20 @@ class CandidateScore:
             return math.inf
         return math.log(self.p_yes / (1.0 - self.p_yes))
 
-    def sort_key(self, near_miss_penalty: float = 0.0) -> tuple[float, float] | None:
-        """Reranking key, highest first: (P(yes) - penalty * P(near), log-odds of yes) for a score with a
-        near-miss answer and a penalty, else (log-odds of yes, 0); None for an unscored candidate."""
+    def sort_key(
+        self, near_miss_penalty: float = 0.0, rank_weight: float = 0.0, rank: int = 0
+    ) -> tuple[float, float] | None:
+        """Reranking key, highest first: (P(yes) - penalty * P(near) - rank_weight * rank, log-odds of yes)
+        for a score with a near-miss answer and a penalty, or with a first-stage rank weight (`rank`: its
+        0-based first-stage rank), else (log-odds of yes, 0); None for an unscored candidate."""
         margin = self.margin()
         if margin is None:
             return None
-        if near_miss_penalty and self.p_near is not None:
-            return (self.p_yes - near_miss_penalty * self.p_near, margin)
-        return (margin, 0.0)
+        use_near = bool(near_miss_penalty) and self.p_near is not None
+        if not use_near and not rank_weight:
+            return (margin, 0.0)
+        key = self.p_yes - near_miss_penalty * self.p_near if use_near else self.p_yes
+        return (key - rank_weight * rank if rank_weight else key, margin)
 
 
 def sigmoid(x: float) -> float:
@@ -143,9 +148,10 @@ class Reranker(abc.ABC):
     # The `rerank` command's flags (argparse names) this backend takes as keywords, passed when set;
     # anything else reaches it through --backend-arg KEY=VALUE
     FLAGS: tuple[str, ...] = ()
-    # The reranking key is P(yes) - near_miss_penalty * P(near) for backends that answer P(near) (set
-    # from their manifest, and part of their spec); 0: P(yes) alone
+    # The reranking key is P(yes) - near_miss_penalty * P(near) - first_stage_rank_weight * first-stage
+    # rank for backends that set them (from their manifest, and part of their spec); 0, 0: P(yes) alone
     near_miss_penalty: float = 0.0
+    first_stage_rank_weight: float = 0.0
 
     @classmethod
     def weights(cls, **kw) -> list:

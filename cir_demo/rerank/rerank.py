@@ -8,7 +8,9 @@ Ordering policy (`order_top_block`):
   like P(yes) but does not saturate at 1.0 in floating point; equal keys keep
   their first-stage order (stable). A backend that also answers P(near miss)
   and declares a `near_miss_penalty` (the world judge) is sorted by
-  P(yes) - penalty * P(near), the log-odds breaking ties.
+  P(yes) - penalty * P(near), the log-odds breaking ties; one that declares a
+  `first_stage_rank_weight` w also subtracts w * (its 0-based first-stage rank),
+  so a candidate the first stage put high keeps part of its lead.
 - A candidate without a score (flag "tokens_missing" or "error: ...") stays
   in its first-stage slot: if it was 3rd it is still 3rd, and scored
   candidates are sorted around it. It is never pushed to the end (the
@@ -51,9 +53,11 @@ class RerankedItem:
         return asdict(self)
 
 
-def order_top_block(scores: Sequence[CandidateScore], near_miss_penalty: float = 0.0) -> list[int]:
+def order_top_block(
+    scores: Sequence[CandidateScore], near_miss_penalty: float = 0.0, rank_weight: float = 0.0
+) -> list[int]:
     """New order of a block given in first-stage order, as indices into `scores` (see module doc)."""
-    keys = [s.sort_key(near_miss_penalty) for s in scores]
+    keys = [s.sort_key(near_miss_penalty, rank_weight, rank) for rank, s in enumerate(scores)]
     movable = [i for i, k in enumerate(keys) if k is not None]
     ranked = iter(
         sorted(movable, key=lambda i: (-keys[i][0], -keys[i][1]))
@@ -145,7 +149,9 @@ def rerank(
     if cache is not None and block:
         cache.register_spec(spec_hash, reranker.spec)
     scores, from_cache = score_candidates(request, block, load_image, reranker, cache, spec_hash)
-    return assemble(ids, first_stage_scores, block, scores, from_cache, reranker.near_miss_penalty)
+    return assemble(
+        ids, first_stage_scores, block, scores, from_cache, reranker.near_miss_penalty, reranker.first_stage_rank_weight
+    )
 
 
 def _check_ranking(candidate_ids: Sequence[str], first_stage_scores: Sequence[float] | None, top_n: int) -> list[str]:
@@ -167,9 +173,10 @@ def assemble(
     scores: dict[str, CandidateScore],
     from_cache: set[str],
     near_miss_penalty: float = 0.0,
+    rank_weight: float = 0.0,
 ) -> list[RerankedItem]:
     """Every candidate in its new order: the scored block reordered, the rest as it was."""
-    order = order_top_block([scores[c] for c in block], near_miss_penalty)
+    order = order_top_block([scores[c] for c in block], near_miss_penalty, rank_weight)
     new_order = [block[i] for i in order] + list(ids[len(block) :])
     first_rank = {c: r for r, c in enumerate(ids)}
 
@@ -258,7 +265,15 @@ def rerank_run(
             [(request, ids[:top_n]) for _, request, ids, _ in prepared], load_image, reranker, cache, spec_hash
         )
         for (q, _, ids, scores), (cand_scores, from_cache) in zip(prepared, scored):
-            its = assemble(ids, scores, ids[:top_n], cand_scores, from_cache, reranker.near_miss_penalty)
+            its = assemble(
+                ids,
+                scores,
+                ids[:top_n],
+                cand_scores,
+                from_cache,
+                reranker.near_miss_penalty,
+                reranker.first_stage_rank_weight,
+            )
             items[q.query_id] = its
             new_run[q.query_id] = [it.candidate_id for it in its]
         bar.update(len(chunk))

@@ -6,8 +6,9 @@ from the pixels of the references and the candidate and the words of the instruc
 (logit_yes, logit_no); P(yes) = sigmoid(logit_yes - logit_no), calibrated on held-out train intents.
 It reads no text prompt; `spec["description"]` (and `prompt_text`) says what it reads instead.
 A judge with a near-miss answer also gives P(near miss) per candidate, and reranking orders by
-P(yes) - penalty * P(near) (the penalty chosen on held-out train intents, from the manifest's
-`ranking`): a near miss is the costliest wrong answer, as PinPoint's NegRecall counts it.
+P(yes) - penalty * P(near) - w * first-stage rank (both chosen on the train split's two validation
+splits, from the manifest's `ranking`): a near miss is the costliest wrong answer, as PinPoint's
+NegRecall counts it, and a first stage that ranks well keeps part of its order.
 
 Costs: an image's features (the CNN, pooled patch tokens) are computed once and kept (a benchmark's
 corpus comes from the shared embedding cache, `image_spec`); a query's probes (references + words)
@@ -40,6 +41,12 @@ DESCRIPTION = (
 JUDGE_LIBRARIES = ("torch", "numpy", "safetensors", "tokenizers", "pillow")
 _PROBE_MEMO = 4096  # queries whose probes are kept (the app revisits queries; an eval reranks each 5 times)
 _PROBE_BATCHES = 512  # batches of queries whose probes are kept: an eval's pass over the world is 174
+
+
+def ranking_text(penalty: float, rank_weight: float) -> str:
+    """The served reranking key in words (rank: the candidate's 0-based first-stage rank)."""
+    key = "P(yes)" + (f" - {penalty:g} * P(near miss)" if penalty else "")
+    return key + (f" - {rank_weight:g} * first-stage rank" if rank_weight else "")
 
 
 def read_judge_manifest(weights: Path) -> tuple[dict, str]:
@@ -97,13 +104,15 @@ class WorldVerifierReranker(LogitPairReranker):
         manifest, digest = read_judge_manifest(path)
         self.arch = JudgeArch.from_json(manifest["architecture"])
         self.model = judge_from_state(load_file(str(path)), self.arch)
-        penalty = (manifest.get("ranking") or {}).get("near_miss_penalty", 0.0)
-        if not isinstance(penalty, (int, float)) or not penalty >= 0:
-            raise ValueError(
-                f"{path.parent / 'manifest.json'}: field 'ranking.near_miss_penalty' must be a "
-                f"number >= 0, got {penalty!r}"
-            )
-        self.near_miss_penalty = float(penalty) if self.model.near is not None else 0.0
+        ranking = manifest.get("ranking") or {}
+        for field in ("near_miss_penalty", "first_stage_rank_weight"):
+            value = ranking.get(field, 0.0)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(
+                    f"{path.parent / 'manifest.json'}: field 'ranking.{field}' must be a number >= 0, got {value!r}"
+                )
+        self.near_miss_penalty = float(ranking.get("near_miss_penalty", 0.0)) if self.model.near is not None else 0.0
+        self.first_stage_rank_weight = float(ranking.get("first_stage_rank_weight", 0.0))
         self.tokenizer = load_tokenizer(path.parent / TOKENIZER_FILE)
         self.name = "world-verifier"
         self.dim = feature_dim(self.arch)
@@ -136,7 +145,8 @@ class WorldVerifierReranker(LogitPairReranker):
             "architecture": self.arch.to_json(),
             "score": "sigmoid(logit_yes - logit_no), calibrated on held-out train intents",
             "near_miss_penalty": self.near_miss_penalty,
-            "ranking": (f"P(yes) - {self.near_miss_penalty:g} * P(near miss)" if self.near_miss_penalty else "P(yes)"),
+            "first_stage_rank_weight": self.first_stage_rank_weight,
+            "ranking": ranking_text(self.near_miss_penalty, self.first_stage_rank_weight),
             "description": self.description,  # no "prompt": this backend reads no text prompt
             "marker_style": marker_style,
             "image_preprocess": self.preprocess,

@@ -121,6 +121,7 @@ def held_out_judge(
     clip_manifest,
     progress: bool,
     near_penalty: float = 0.0,
+    rank_weight: float = 0.0,
     split: str = "test",
     pairs: bool = True,
 ) -> dict:
@@ -158,7 +159,7 @@ def held_out_judge(
     for name, qv in first_stage.items():
         idx50, _ = ev.top_k(qv, emb["corpus"], 50)
         margins50, near50 = score(idx50)
-        keys50 = rank_keys(margins50, near50, near_penalty)
+        keys50 = rank_keys(margins50, near50, near_penalty, rank_weight)
         for n in (20, 50):
             idx = idx50[:, :n]
             before = ev.run_metrics(ev.run_from_topk(queries, test.bench.corpus_ids, idx), queries)

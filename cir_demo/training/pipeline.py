@@ -338,6 +338,49 @@ def fusion_first_stage(examples, img, text_fn, k: int):
     return out
 
 
+def cir_first_stage(examples, img, text_fn, combiner, k: int):
+    """Per intent, (paraphrases, k) world-CIR top-k rows of the gallery `img`, best first (references
+    excluded): the second first stage the judge's ranking key is chosen on."""
+    import numpy as np
+
+    from cir_demo.models.world_cir import combine_numpy
+
+    out = []
+    for ex in examples:
+        t = text_fn(ex.texts)
+        n = len(t)
+        s = combine_numpy(combiner, img[[ex.ref_rows[0]] * n], img[[ex.ref_rows[-1]] * n], t) @ img.T
+        s[:, list(ex.ref_rows)] = -np.inf
+        top = np.argpartition(-s, k, axis=1)[:, :k]
+        order = np.argsort(-np.take_along_axis(s, top, axis=1), axis=1, kind="stable")
+        out.append(np.take_along_axis(top, order, axis=1))
+    return out
+
+
+def _choice_combiner(cfg, clip_manifest: dict):
+    """world-CIR's combiner named by `cfg.choice_cir` (None for ""), checked to sit on this world-CLIP."""
+    if not cfg.choice_cir:
+        return None
+    from safetensors.torch import load_file
+
+    from cir_demo.models.world_cir import combiner_from_state
+    from cir_demo.paths import REPO_ROOT
+    from cir_demo.training.world_cir import WEIGHTS_NAME
+
+    folder = Path(cfg.choice_cir)
+    folder = folder if folder.is_absolute() else REPO_ROOT / folder
+    manifest_path = folder / "manifest.json"
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"choice_cir: {manifest_path} not found (train it: python -m cir_demo train world-cir)")
+    cir_manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    on = str((cir_manifest.get("clip") or {}).get("weights_sha256"))
+    record = clip_manifest["files"]["world_clip.safetensors"]
+    clip_sha = record if isinstance(record, str) else record["sha256"]
+    if on != clip_sha:
+        raise ValueError(f"choice_cir: {manifest_path} was trained on world-CLIP {on!r}, not the judge's {clip_sha!r}")
+    return combiner_from_state(load_file(str(folder / WEIGHTS_NAME)))
+
+
 def train_verifier_command(
     size,
     seed,
@@ -353,9 +396,11 @@ def train_verifier_command(
     from_judge: Path | None = None,
 ) -> dict:
     """The world judge: stage 1 (CNN on train attributes), stage 2 (the judge on train intents), calibration,
-    stage 3 (the near-miss answer and its ranking penalty). world-CLIP only picks training candidates (what
-    a first stage shows); the judge never reads it. `from_judge`: keep that judge's stages 1-2 (its
-    weights and manifest) and train stage 3 only."""
+    stage 3 (the near-miss answer and its ranking key). world-CLIP only picks training candidates (what
+    a first stage shows) and, with world-CIR, the lists the ranking key is chosen on; the judge never
+    reads them. `from_judge`: keep that judge's stages 1-2 (its weights and manifest) and train stage 3
+    only."""
+    import numpy as np
     import torch
 
     from cir_demo.models.world_judge import encode_words, load_tokenizer
@@ -397,16 +442,27 @@ def train_verifier_command(
         return encode_words(tokenizer, [render_markers(t, "words") for t in texts], length)
 
     data = JudgeData(feats, examples, tokenize, arch.context_length)
-    compositional = _compositional_validation(
+    combiner = _choice_combiner(cfg, clip_manifest)
+    compositional, vimg = _compositional_validation(
         train, model.image, feats, clip_model, clip_manifest, img, text_fn, tokenize, arch, cfg, data_seed, progress
     )
+    more = {}
+    if combiner is not None:  # world-CIR's lists of both validation splits
+        more["world-cir"] = {"in_distribution": cir_first_stage(examples, img, text_fn, combiner, cfg.first_stage_k)}
+        if compositional is not None:
+            gallery = np.concatenate([img, vimg])
+            more["world-cir"]["compositional"] = cir_first_stage(
+                compositional[0].examples, gallery, text_fn, combiner, cfg.first_stage_k
+            )
     if from_judge is None:
         model, info = train_judge(model, data, fs, cfg, progress, compositional=compositional)
         training = {**earlier, "attribute_reader": attr_info, "stage2_judge": info}
     else:
         training = _stages_1_2_from(from_judge, earlier)
-    penalty, near_info = (
-        train_near_head(model, data, fs, cfg, progress, compositional=compositional) if arch.near_head else (0.0, None)
+    (penalty, rank_weight), near_info = (
+        train_near_head(model, data, fs, cfg, progress, compositional=compositional, more_first_stages=more)
+        if arch.near_head
+        else ((0.0, 0.0), None)
     )
     if near_info is not None:
         training["stage3_near_miss"] = near_info
@@ -417,13 +473,33 @@ def train_verifier_command(
 
         with torch.inference_mode():
             held_out = held_out_judge(
-                model, tokenize, arch, size, seed, clip_dir, clip_manifest, progress, near_penalty=penalty
+                model,
+                tokenize,
+                arch,
+                size,
+                seed,
+                clip_dir,
+                clip_manifest,
+                progress,
+                near_penalty=penalty,
+                rank_weight=rank_weight,
             )
     training.update({"wall_seconds": round(time.time() - t0, 1), "n_intents": len(examples)})
     return _write_manifest(
         out,
         _judge_manifest(
-            arch, penalty, clip_ref, clip_manifest, cfg, train, size, seed, data_seed, training, weights, held_out
+            arch,
+            (penalty, rank_weight),
+            clip_ref,
+            clip_manifest,
+            cfg,
+            train,
+            size,
+            seed,
+            data_seed,
+            training,
+            weights,
+            held_out,
         ),
     )
 
@@ -431,10 +507,10 @@ def train_verifier_command(
 def _compositional_validation(
     train, cnn, train_feats, clip_model, clip_manifest, img, text_fn, tokenize, arch, cfg, data_seed, progress
 ):
-    """(JudgeData, first-stage lists) of the train split's compositional validation split: its intents
-    over the gallery of train images and validation scenes (the judge's features and world-CLIP's
-    embeddings of both), first stage world-CLIP fusion top k as in training. None when the world has
-    no validation intents."""
+    """((JudgeData, first-stage lists), world-CLIP embeddings of the validation scenes) of the train
+    split's compositional validation split: its intents over the gallery of train images and validation
+    scenes (the judge's features and world-CLIP's embeddings of both), first stage world-CLIP fusion
+    top k as in training. (None, None) when the world has no validation intents."""
     import numpy as np
 
     from cir_demo.training.data import cached_array, intent_examples, validation_row, world_pixels
@@ -444,7 +520,7 @@ def _compositional_validation(
 
     val = load_validation(size=train.world.manifest["size"], seed=train.world.manifest["seed"])
     if not val.intents:
-        return None
+        return None, None
     pixels = world_pixels(val.world, val.image_ids, "validation", progress=progress)
     clip_sha = manifest_clip_sha(clip_manifest)
 
@@ -455,7 +531,7 @@ def _compositional_validation(
     feats = np.concatenate([train_feats, patch_features(cnn, pixels, desc="judge features of the validation images")])
     examples = intent_examples(val, seed=data_seed, row_of=validation_row(len(train.world.train_scenes)))
     fs = fusion_first_stage(examples, np.concatenate([img, vimg]), text_fn, cfg.first_stage_k)
-    return JudgeData(feats, examples, tokenize, arch.context_length), fs
+    return (JudgeData(feats, examples, tokenize, arch.context_length), fs), vimg
 
 
 def _stages_1_2_from(folder: Path, earlier_training: dict) -> dict:
@@ -490,7 +566,7 @@ def _save_judge(model, out: Path, tokenizer_src: Path) -> Path:
 
 def _judge_manifest(
     arch,
-    penalty: float,
+    ranking: tuple[float, float],
     clip_ref: str,
     clip_manifest: dict,
     cfg,
@@ -513,8 +589,13 @@ def _judge_manifest(
         "architecture": arch.to_json(),
         "preprocess": PREPROCESS,
         "ranking": {
-            "near_miss_penalty": penalty,
-            "key": "P(yes) - near_miss_penalty * P(near miss)" if arch.near_head else "P(yes)",
+            "near_miss_penalty": ranking[0],
+            "first_stage_rank_weight": ranking[1],
+            "key": (
+                "P(yes) - near_miss_penalty * P(near miss) - first_stage_rank_weight * first-stage rank (0-based)"
+                if arch.near_head
+                else "P(yes)"
+            ),
         },
         "first_stage_for_training": {
             "clip": clip_ref,

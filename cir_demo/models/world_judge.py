@@ -134,14 +134,60 @@ def feature_dim(arch: JudgeArch) -> int:
     return N_TOKENS * 2 * arch.feat_dim
 
 
-def image_features(cnn, pixels):
-    """Normalised pixels (n, 3, 64, 64) -> (n, feature_dim) float rows of unit length: the pooled patch
-    tokens, flattened and L2-normalised (one scale per image; the judge rescales), so they live in the
-    same embedding caches as every retriever's unit-norm image embeddings."""
+def quantize_tokens(features):
+    """(n, dim) float rows -> (codes int8 (n, dim), scales float32 (n, N_TOKENS)): each of the N_TOKENS
+    tokens symmetric int8 (scale = max |token| / 127; a zero token gets codes 0, scale 1), then each
+    row's norm folded into its scales so `dequantize_tokens` gives unit rows again (a zero row stays 0).
+    Per-token scales keep a token of small values as precise as a loud one."""
+    import numpy as np
+
+    x = np.asarray(features, np.float32)
+    if x.ndim != 2 or not x.shape[1] or x.shape[1] % N_TOKENS:
+        raise ValueError(f"quantize_tokens: want (n, k * {N_TOKENS}) rows, got shape {x.shape}")
+    n, dim = x.shape
+    tokens = x.reshape(n, N_TOKENS, dim // N_TOKENS)
+    peak = np.abs(tokens).max(axis=2)
+    scale = np.where(peak > 0, peak / np.float32(127), np.float32(1)).astype(np.float32)
+    codes = np.clip(np.rint(tokens / scale[..., None]), -127, 127).astype(np.int8)
+    values = codes.astype(np.float64) * scale[..., None]
+    norm = np.sqrt(np.square(values).sum(axis=(1, 2)))
+    norm[norm == 0] = 1.0
+    return codes.reshape(n, dim), (scale / norm[:, None]).astype(np.float32)
+
+
+def dequantize_tokens(codes, scales):
+    """int8 codes (n, dim) and float32 scales (n, N_TOKENS) -> float32 (n, dim) rows: code * its token's
+    scale, one float32 multiply per value (the shipped corpus features and `image_features` agree bit for
+    bit)."""
+    import numpy as np
+
+    codes = np.asarray(codes)
+    scales = np.asarray(scales, np.float32)
+    n, dim = codes.shape
+    if scales.shape != (n, N_TOKENS) or dim % N_TOKENS:
+        raise ValueError(f"dequantize_tokens: codes {codes.shape} and scales {scales.shape} do not match")
+    rows = codes.reshape(n, N_TOKENS, dim // N_TOKENS).astype(np.float32) * scales[..., None]
+    return rows.reshape(n, dim)
+
+
+def image_codes(cnn, pixels):
+    """Normalised pixels (n, 3, 64, 64) -> `quantize_tokens` of the pooled patch tokens, flattened and
+    L2-normalised: the judge's per-image features in their stored form."""
     import torch
 
     tokens = pool_tokens(cnn(pixels))
-    return torch.nn.functional.normalize(tokens.flatten(1), dim=1)
+    rows = torch.nn.functional.normalize(tokens.flatten(1), dim=1)
+    return quantize_tokens(rows.detach().float().cpu().numpy())
+
+
+def image_features(cnn, pixels):
+    """Normalised pixels (n, 3, 64, 64) -> (n, feature_dim) float32 rows of unit length: the pooled patch
+    tokens, flattened, L2-normalised (one scale per image; the judge rescales) and quantised per token
+    (`quantize_tokens`), so they live in the same embedding caches as every retriever's unit-norm image
+    embeddings and the shipped int8 corpus features are exactly what the judge computes."""
+    import torch
+
+    return torch.from_numpy(dequantize_tokens(*image_codes(cnn, pixels))).to(pixels.device)
 
 
 def build_judge(arch: JudgeArch):

@@ -29,6 +29,9 @@ from dataclasses import asdict, dataclass, fields
 GRID = 8  # the CNN's output map is GRID x GRID for a 64 px input
 TOKEN_GRID = 4  # ... pooled to TOKEN_GRID x TOKEN_GRID patch tokens of 2 * feat_dim (mean, max)
 N_TOKENS = TOKEN_GRID * TOKEN_GRID
+# what an image's feature row is made of (`image_features`); stated in the judge's image spec so stored
+# features are read back in this form (indexes/prebuilt ships them as int8 codes + float32 scales)
+FEATURES = f"int8 codes per token, {N_TOKENS} float32 scales a row, the row's norm folded into them"
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,39 @@ def dequantize_tokens(codes, scales):
         raise ValueError(f"dequantize_tokens: codes {codes.shape} and scales {scales.shape} do not match")
     rows = codes.reshape(n, N_TOKENS, dim // N_TOKENS).astype(np.float32) * scales[..., None]
     return rows.reshape(n, dim)
+
+
+def codes_of_features(rows):
+    """The inverse of `dequantize_tokens`: (codes, scales) that give `rows` back bit for bit, for rows
+    `image_features` made (a zero token gets scale 1). Raises ValueError for rows not of that form."""
+    import numpy as np
+
+    x = np.asarray(rows, np.float32)
+    if x.ndim != 2 or not x.shape[1] or x.shape[1] % N_TOKENS:
+        raise ValueError(f"codes_of_features: want (n, k * {N_TOKENS}) rows, got shape {x.shape}")
+    n, dim = x.shape
+    tokens = x.reshape(n, N_TOKENS, dim // N_TOKENS)
+    peak = np.abs(tokens).max(axis=2)
+    guess = np.where(peak > 0, peak / np.float32(127), np.float32(1)).astype(np.float32)
+    codes = np.rint(tokens / guess[..., None])
+    if not np.abs(codes).max(initial=0) <= 127:
+        raise ValueError("codes_of_features: rows are not int8-per-token features (codes beyond 127)")
+    codes = codes.astype(np.int8)
+    # the folded scale is within a few float32 steps of max |token| / 127: the one that gives the row back
+    scales, found = guess.copy(), np.zeros(guess.shape, bool)
+    below = above = guess
+    candidates = [guess]
+    for _ in range(3):
+        below, above = np.nextafter(below, np.float32(0)), np.nextafter(above, np.float32(np.inf))
+        candidates += [below, above]
+    for cand in candidates:
+        hit = ~found & (codes * cand[..., None] == tokens).all(axis=2)
+        scales[hit] = cand[hit]
+        found |= hit
+    if not found.all():
+        row, token = np.argwhere(~found)[0]
+        raise ValueError(f"codes_of_features: row {row} token {token} is not int8 codes times one scale")
+    return codes.reshape(n, dim), scales
 
 
 def image_codes(cnn, pixels):

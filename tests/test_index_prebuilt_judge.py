@@ -26,6 +26,7 @@ from cir_demo.index.prebuilt import (
     slice_problems,
     write_prebuilt,
 )
+from cir_demo.models.world_judge import N_TOKENS, code_planes, codes_of_planes
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +59,8 @@ def test_the_folder_holds_codes_and_scales_and_reads_back_bit_for_bit(shipped):
     assert sorted(manifest["files"]) == [CODES_FILE, SCALES_FILE]
     assert manifest["weights_sha256"] == judge.image_spec["weights_sha256"]
     assert manifest["spec_hash"] == image_encoder(judge).spec_hash()
-    codes = np.load(io.BytesIO(lzma.decompress((written / CODES_FILE).read_bytes())))
-    assert codes.dtype == np.int8 and codes.shape == oracle.shape
+    planes = np.load(io.BytesIO(lzma.decompress((written / CODES_FILE).read_bytes())))
+    assert planes.dtype == np.int8 and planes.shape == (2, len(ids), N_TOKENS, oracle.shape[1] // N_TOKENS // 2)
     xb, reasons = read_prebuilt(bench, judge, ids, root=root / "prebuilt")
     assert reasons == []
     assert xb.dtype == np.float32
@@ -152,10 +153,10 @@ def _rewrite_codes(d, change):
     """Edit the stored codes and rewrite their record, as a hand edit that keeps the checks quiet would."""
     from cir_demo.integrity import file_record
 
-    codes = np.load(io.BytesIO(lzma.decompress((d / CODES_FILE).read_bytes())))
+    codes = codes_of_planes(np.load(io.BytesIO(lzma.decompress((d / CODES_FILE).read_bytes()))))
     change(codes)
     buf = io.BytesIO()
-    np.save(buf, codes)
+    np.save(buf, code_planes(codes))
     (d / CODES_FILE).write_bytes(lzma.compress(buf.getvalue()))
     m = json.loads((d / "manifest.json").read_text())
     m["files"][CODES_FILE] = file_record(d / CODES_FILE)

@@ -11,7 +11,8 @@ Layout (docs/indexes.md): `indexes/prebuilt/<benchmark index name>/<encoder>/` h
 
 An image tower whose features are int8 codes per token (the world judge: `image_spec["features"]`,
 `models/world_judge.py`) is stored as those codes and its scales instead, each an .npy compressed
-with xz: `codes.npy.xz` int8 (count, dim), `scales.npy.xz` float32 (count, tokens). Read back, they
+with xz: `codes.npy.xz` int8 (2, count, tokens, dim / tokens / 2) (`code_planes`: the tokens'
+mean halves, then max minus mean), `scales.npy.xz` float32 (count, tokens). Read back, they
 give the rows the judge computes bit for bit; the data folder's embedding cache keeps them
 decompressed after the first read (`index/build.py`).
 
@@ -146,32 +147,35 @@ def read_prebuilt(
     return xb, []
 
 
-def _load_npy(path: Path, dtype, columns: int) -> np.ndarray:
-    """An .npy (or an xz-compressed one, NAME.npy.xz) of `dtype` and `columns`; ValueError naming the file."""
+def _load_npy(path: Path, dtype, shape: tuple) -> np.ndarray:
+    """An .npy (or an xz-compressed one, NAME.npy.xz) of `dtype` and `shape` (None: any length there);
+    ValueError naming the file."""
     try:
         data = lzma.decompress(path.read_bytes()) if path.suffix == ".xz" else None
         arr = np.load(io.BytesIO(data) if data is not None else path, allow_pickle=False)
     except (ValueError, lzma.LZMAError) as exc:
         raise ValueError(f"{path}: unreadable ({exc})") from None
-    if arr.dtype != dtype or arr.ndim != 2 or arr.shape[1] != columns:
-        raise ValueError(f"{path}: holds {arr.dtype} {arr.shape}, expected {np.dtype(dtype)} (n, {columns})")
+    if arr.dtype != dtype or arr.ndim != len(shape) or any(w not in (None, a) for w, a in zip(shape, arr.shape)):
+        want = tuple("n" if w is None else w for w in shape)
+        raise ValueError(f"{path}: holds {arr.dtype} {arr.shape}, expected {np.dtype(dtype)} {want}")
     return arr
 
 
 def _load_codes(directory: Path, tower: ImageEncoder) -> tuple[np.ndarray, np.ndarray]:
-    from cir_demo.models.world_judge import N_TOKENS
+    """(codes (n, dim) int8, scales (n, N_TOKENS) float32) of a packed tower's folder."""
+    from cir_demo.models.world_judge import N_TOKENS, codes_of_planes
 
-    codes = _load_npy(directory / CODES_FILE, np.int8, tower.dim)
-    scales = _load_npy(directory / SCALES_FILE, np.float32, N_TOKENS)
-    if len(codes) != len(scales):
-        raise ValueError(f"{directory}: {len(codes)} rows of codes but {len(scales)} of scales")
-    return codes, scales
+    planes = _load_npy(directory / CODES_FILE, np.int8, (2, None, N_TOKENS, tower.dim // N_TOKENS // 2))
+    scales = _load_npy(directory / SCALES_FILE, np.float32, (None, N_TOKENS))
+    if planes.shape[1] != len(scales):
+        raise ValueError(f"{directory}: {planes.shape[1]} rows of codes but {len(scales)} of scales")
+    return codes_of_planes(planes), scales
 
 
 def _load_rows(directory: Path, tower: ImageEncoder) -> np.ndarray:
     """The float32 rows stored in a prebuilt folder (decoded from codes and scales for a packed tower)."""
     if not tower.packed:
-        return _load_npy(directory / EMBEDDINGS_FILE, np.float32, tower.dim)
+        return _load_npy(directory / EMBEDDINGS_FILE, np.float32, (None, tower.dim))
     from cir_demo.models.world_judge import dequantize_tokens
 
     return dequantize_tokens(*_load_codes(directory, tower))
@@ -253,9 +257,10 @@ def write_prebuilt(
 
     with new_dir_beside(out) as tmp:
         if tower.packed:
-            from cir_demo.models.world_judge import codes_of_features
+            from cir_demo.models.world_judge import code_planes, codes_of_features
 
-            for name, arr in zip((CODES_FILE, SCALES_FILE), codes_of_features(xb)):
+            codes, scales = codes_of_features(xb)
+            for name, arr in ((CODES_FILE, code_planes(codes)), (SCALES_FILE, scales)):
                 buf = io.BytesIO()
                 np.save(buf, arr)
                 (tmp / name).write_bytes(lzma.compress(buf.getvalue(), preset=XZ_PRESET))

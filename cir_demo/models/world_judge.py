@@ -206,6 +206,31 @@ def codes_of_features(rows):
     return codes.reshape(n, dim), scales
 
 
+def code_planes(codes):
+    """int8 codes (n, dim) -> int8 (2, n, N_TOKENS, dim / N_TOKENS / 2), their stored form: every token's
+    mean half, then its max half minus its mean half (mod 256, so any codes go back exactly). A cell's
+    max is at least its mean, so the second plane holds small values, which compress better."""
+    import numpy as np
+
+    codes = np.asarray(codes, np.int8)
+    n, dim = codes.shape
+    halves = codes.reshape(n, N_TOKENS, 2, dim // N_TOKENS // 2).view(np.uint8)
+    planes = np.stack([halves[:, :, 0], halves[:, :, 1] - halves[:, :, 0]])
+    return planes.view(np.int8)
+
+
+def codes_of_planes(planes):
+    """The inverse of `code_planes`: (2, n, N_TOKENS, half) -> int8 codes (n, dim)."""
+    import numpy as np
+
+    planes = np.asarray(planes, np.int8)
+    if planes.ndim != 4 or planes.shape[0] != 2 or planes.shape[2] != N_TOKENS:
+        raise ValueError(f"codes_of_planes: want (2, n, {N_TOKENS}, half) int8, got shape {planes.shape}")
+    mean, delta = planes.view(np.uint8)
+    tokens = np.stack([mean, mean + delta], axis=2).view(np.int8)
+    return tokens.reshape(planes.shape[1], -1)
+
+
 def image_codes(cnn, pixels):
     """Normalised pixels (n, 3, 64, 64) -> `quantize_tokens` of the pooled patch tokens, flattened and
     L2-normalised: the judge's per-image features in their stored form."""

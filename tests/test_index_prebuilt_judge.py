@@ -204,3 +204,22 @@ def test_the_app_engine_adopts_the_shipped_rows_after_loading_not_while(shipped,
     assert not any(judge.needs_image(i) for i in ids)
     np.testing.assert_array_equal(judge._feats, oracle)
     app.close()
+
+
+@pytest.mark.slow
+def test_committed_judge_codes_match_the_default_world_and_the_weights(default_world_cache, monkeypatch):
+    """The world judge's codes in indexes/prebuilt/ (once committed) pass every check for the default
+    world and the committed judge, and a re-encoded slice gives their codes. When this fails, rebuild
+    them: python -m cir_demo index prebuilt --only embeddings."""
+    from cir_demo.rerank import load_reranker
+    from cir_demo.world import load_world
+
+    monkeypatch.delenv("CIR_DEMO_PREBUILT", raising=False)
+    bench = load_world(progress=False)
+    judge = load_reranker("world-verifier")
+    tower, ids = image_encoder(judge), list(bench.corpus_ids)
+    directory = prebuilt_dir(bench, tower)
+    if not directory.is_dir():
+        pytest.skip(f"{directory} not committed yet (python -m cir_demo index prebuilt --only embeddings)")
+    assert prebuilt_problems(directory, bench, tower, ids) == []
+    assert slice_problems(bench, judge, ids, directory) == []

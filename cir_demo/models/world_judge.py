@@ -139,8 +139,8 @@ def feature_dim(arch: JudgeArch) -> int:
 
 def quantize_tokens(features):
     """(n, dim) float rows -> (codes int8 (n, dim), scales float32 (n, N_TOKENS)): each of the N_TOKENS
-    tokens symmetric int8 (scale = max |token| / 127; a zero token gets codes 0, scale 1), then each
-    row's norm folded into its scales so `dequantize_tokens` gives unit rows again (a zero row stays 0).
+    tokens symmetric int8 (scale = max |token| / 127; a zero token: codes 0, scale 1 before the folding),
+    then each row's norm folded into its scales so `dequantize_tokens` gives unit rows again (a zero row stays 0).
     Per-token scales keep a token of small values as precise as a loud one."""
     import numpy as np
 

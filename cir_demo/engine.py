@@ -323,7 +323,8 @@ class RetrievalEngine:
     def _share_corpus_embeddings(self, reranker, first: bool = True) -> bool:
         """A reranker that reads precomputed image features (the world judge) gets the corpus's from
         the shared embedding cache, encoded once; True when it got them. With `encode_reranker_corpus`
-        off, only features already stored are given (else it scores candidates from their pixels)."""
+        off, only features already stored are given (else it scores candidates from their pixels), and
+        on the first call only those that need no decoding (the app's loader adopts the rest later)."""
         if not (hasattr(reranker, "use_image_embeddings") and getattr(reranker, "image_spec", None)):
             return False
         if self.benchmark.images is None:
@@ -334,7 +335,7 @@ class RetrievalEngine:
         if self.encode_reranker_corpus:
             xb = cached_encode_corpus(self.benchmark, ids, reranker, progress=self.progress)
         else:
-            xb = stored_corpus_embeddings(self.benchmark, ids, reranker)
+            xb = stored_corpus_embeddings(self.benchmark, ids, reranker, decode=not first)
             if xb is None and not first:
                 return False
             if xb is None:  # none stored yet: references are still computed once and kept

@@ -9,6 +9,9 @@ import pytest
 
 from cir_demo.models.world_judge import (
     N_TOKENS,
+    code_planes,
+    codes_of_features,
+    codes_of_planes,
     JudgeArch,
     build_image_encoder,
     dequantize_tokens,
@@ -86,6 +89,35 @@ def test_numpy_dequantize_is_the_torch_features_bit_for_bit():
     np.testing.assert_array_equal(dequantize_tokens(codes, scales), got)
     np.testing.assert_allclose(np.linalg.norm(got.astype(np.float64), axis=1), 1.0, atol=1e-5)
     assert 0 < np.abs(got - floats).max() < 0.02  # quantised, and close to the float features
+
+
+def test_codes_of_features_gives_the_stored_form_back_bit_for_bit():
+    """From the rows alone (what an encode hands the prebuilt writer): the codes `quantize_tokens`
+    made, and scales that give the rows back exactly; rows of another form are refused."""
+    rows = _rows(6, 5)
+    codes, scales = quantize_tokens(rows)
+    deq = dequantize_tokens(codes, scales)
+    got_codes, got_scales = codes_of_features(deq)
+    np.testing.assert_array_equal(got_codes, codes)
+    np.testing.assert_array_equal(dequantize_tokens(got_codes, got_scales), deq)
+    live = np.abs(codes.reshape(6, N_TOKENS, 5)).max(axis=2) > 0
+    np.testing.assert_array_equal(got_scales[live], scales[live])  # a zero token's scale is free
+    with pytest.raises(ValueError, match="row 0 token 0 is not int8 codes times one scale"):
+        codes_of_features(rows)
+
+
+def test_code_planes_hold_mean_halves_then_max_minus_mean():
+    rng = np.random.default_rng(1)
+    codes = rng.integers(-128, 128, (3, N_TOKENS * 4)).astype(np.int8)  # any codes, extremes included
+    codes[0, :4] = [-128, 127, 0, -1]
+    planes = code_planes(codes)
+    assert planes.shape == (2, 3, N_TOKENS, 2) and planes.dtype == np.int8
+    for i in range(3):
+        for t in range(N_TOKENS):
+            mean, peak = codes[i, t * 4 : t * 4 + 2], codes[i, t * 4 + 2 : t * 4 + 4]
+            assert planes[0, i, t].tolist() == mean.tolist()
+            assert planes[1, i, t].tolist() == [((int(p) - int(m) + 128) % 256) - 128 for p, m in zip(peak, mean)]
+    np.testing.assert_array_equal(codes_of_planes(planes), codes)
 
 
 def test_bad_shapes_name_the_parameter():

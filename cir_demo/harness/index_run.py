@@ -123,9 +123,10 @@ def _prebuilt(args: argparse.Namespace) -> int:
             return 1 if bad else 0
         bench = _load_benchmark(args)
         names = retriever_names(args.retrievers, bench.name)
-        bad += _prebuilt_embeddings(args, bench, names) if args.only != "eval" else 0
+        reranker = default_reranker(bench.name, args.rerank)
+        bad += _prebuilt_embeddings(args, bench, names, reranker) if args.only != "eval" else 0
         if args.only != "embeddings":
-            bad += _prebuilt_eval(args, bench, names, default_reranker(bench.name, args.rerank))
+            bad += _prebuilt_eval(args, bench, names, reranker)
     return 1 if bad else 0
 
 
@@ -160,12 +161,19 @@ def _prebuilt_world(args: argparse.Namespace) -> int:
     return int(bool(reasons))
 
 
-def _prebuilt_embeddings(args: argparse.Namespace, bench, names: list[str]) -> int:
+def _prebuilt_embeddings(args: argparse.Namespace, bench, names: list[str], reranker: str | None) -> int:
+    """The corpus rows of the retrievers' image towers and of the reranker's image features (the world
+    judge's, as int8 codes), which --eval would otherwise encode on a fresh clone."""
     from cir_demo.index.build import corpus_ids_of
     from cir_demo.index.prebuilt import build_prebuilt, image_encoder, prebuilt_dir, prebuilt_problems, slice_problems
+    from cir_demo.rerank import load_reranker
     from cir_demo.retrievers.registry import load_retriever
 
     retrievers = [load_retriever(n, device="cpu") for n in names]
+    if reranker:
+        judge = load_reranker(reranker)
+        if getattr(judge, "image_spec", None) and hasattr(judge, "encode_images"):  # as the engine shares them
+            retrievers.append(judge)
     if not args.check:
         for d in build_prebuilt(bench, retrievers, batch_size=args.batch_size, progress=not args.no_progress):
             print(f"wrote {d}")

@@ -412,21 +412,30 @@ def embedding_cache_path(benchmark, retriever, ids: Sequence[str]) -> Path | Non
     return cache_dir() / "embeddings" / benchmark_index_name(benchmark) / f"{h.hexdigest()[:32]}.npy"
 
 
-def stored_corpus_embeddings(benchmark, ids: Sequence[str], encoder) -> np.ndarray | None:
+def stored_corpus_embeddings(benchmark, ids: Sequence[str], encoder, decode: bool = True) -> np.ndarray | None:
     """The corpus rows of `encoder`'s image tower when they are stored and intact: the embedding cache
     of the data folder, else the repository's prebuilt ones (`cir_demo.index.prebuilt`); None when
-    they would have to be encoded. Says why when a stored file is refused."""
+    they would have to be encoded. Says why when a stored file is refused. decode=False: not prebuilt
+    rows that are stored compressed (the judge's codes), which take a moment to decode."""
     path = embedding_cache_path(benchmark, encoder, ids)
     if path is not None and path.exists():
         xb, problem = _read_embedding_cache(path, (len(ids), int(encoder.dim)))
         if xb is not None:
             return xb
         say(f"{problem}; encoding the corpus again")
+    if not decode:
+        from cir_demo.index.prebuilt import image_encoder
+
+        tower = image_encoder(encoder)
+        if tower is not None and tower.packed:
+            return None
     return _prebuilt_rows(benchmark, encoder, ids)
 
 
 def _prebuilt_rows(benchmark, encoder, ids: Sequence[str]) -> np.ndarray | None:
-    from cir_demo.index.prebuilt import read_prebuilt
+    """The repository's prebuilt rows of `encoder`'s image tower, or None (saying why when refused).
+    Rows decoded from compressed codes are kept in the embedding cache: decoded once per data folder."""
+    from cir_demo.index.prebuilt import image_encoder, read_prebuilt
 
     xb, reasons = read_prebuilt(benchmark, encoder, ids)
     if reasons:
@@ -434,6 +443,12 @@ def _prebuilt_rows(benchmark, encoder, ids: Sequence[str]) -> np.ndarray | None:
             f"prebuilt corpus embeddings for {encoder.name} not used ({'; '.join(reasons)[:500]}); "
             "encoding the corpus (rebuild them: python -m cir_demo index prebuilt)"
         )
+    path = embedding_cache_path(benchmark, encoder, ids)
+    if xb is not None and path is not None and image_encoder(encoder).packed:
+        try:
+            _write_embedding_cache(path, xb)
+        except OSError as exc:  # an optimisation: decoded again next time
+            say(f"warning: embedding cache {path} not written ({exc.strerror or exc}); continuing without it")
     return xb
 
 

@@ -9,6 +9,13 @@ Layout (docs/indexes.md): `indexes/prebuilt/<benchmark index name>/<encoder>/` h
                     and `provenance`: the world's size, seed and generator version, the code version
                     and commit it was built from, the retrievers that share it.
 
+An image tower whose features are int8 codes per token (the world judge: `image_spec["features"]`,
+`models/world_judge.py`) is stored as those codes and its scales instead, each an .npy compressed
+with xz: `codes.npy.xz` int8 (2, count, tokens, dim / tokens / 2) (`code_planes`: the tokens'
+mean halves, then max minus mean), `scales.npy.xz` float32 (count, tokens). Read back, they
+give the rows the judge computes bit for bit; the data folder's embedding cache keeps them
+decompressed after the first read (`index/build.py`).
+
 There is one folder per distinct image encoder (`Retriever.image_spec`): the four world-CLIP
 recipes and world-CIR encode the corpus with the same world-CLIP image tower, so one file serves
 all five. `read_prebuilt` hands the rows out only when every check of `manifest.py` passes (sha256
@@ -19,6 +26,8 @@ search over them gives today's rankings and scores bit for bit (float16 would no
 
 from __future__ import annotations
 
+import io
+import lzma
 import subprocess
 import time
 from dataclasses import dataclass
@@ -44,6 +53,9 @@ from cir_demo.index.manifest import (
 from cir_demo.paths import REPO_ROOT, prebuilt_root
 
 EMBEDDINGS_FILE = "embeddings.npy"
+CODES_FILE = "codes.npy.xz"
+SCALES_FILE = "scales.npy.xz"
+XZ_PRESET = 9
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,17 @@ class ImageEncoder:
         from cir_demo.retrievers.base import spec_hash
 
         return spec_hash(self.spec)
+
+    @property
+    def packed(self) -> bool:
+        """Whether its rows are int8 codes per token, stored as codes and scales (else float32 rows)."""
+        from cir_demo.models.world_judge import FEATURES
+
+        return self.spec.get("features") == FEATURES
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return (CODES_FILE, SCALES_FILE) if self.packed else (EMBEDDINGS_FILE,)
 
 
 def image_encoder(encoder) -> ImageEncoder | None:
@@ -89,8 +112,9 @@ def prebuilt_problems(directory: Path, benchmark, tower: ImageEncoder, ids: Sequ
         manifest = read_manifest(directory)
     except (OSError, ValueError, TypeError) as exc:
         return [f"unreadable manifest: {exc}"]
-    if EMBEDDINGS_FILE not in manifest.files:
-        return [f"unreadable manifest: {directory / MANIFEST_FILE}: no record of {EMBEDDINGS_FILE}"]
+    for name in tower.files:
+        if name not in manifest.files:
+            return [f"unreadable manifest: {directory / MANIFEST_FILE}: no record of {name}"]
     reasons = damage_reasons(directory, manifest, verify=True)
     reasons += stale_reasons(manifest, tower, list(ids), corpus_fingerprint(benchmark))
     built = (manifest.provenance.get("benchmark_info") or {}).get("generator_version")
@@ -114,14 +138,47 @@ def read_prebuilt(
     reasons = prebuilt_problems(directory, benchmark, tower, ids)
     if reasons:
         return None, reasons
-    path = directory / EMBEDDINGS_FILE
     try:
-        xb = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        return None, [f"damaged: {path}: unreadable ({exc})"]
+        xb = _load_rows(directory, tower)
+    except (OSError, ValueError, lzma.LZMAError) as exc:
+        return None, [f"damaged: {exc}"]
     if xb.dtype != np.float32 or xb.shape != (len(ids), tower.dim):
-        return None, [f"damaged: {path}: holds {xb.dtype} {xb.shape}, expected float32 {(len(ids), tower.dim)}"]
+        return None, [f"damaged: {directory}: holds {xb.dtype} {xb.shape}, expected float32 {(len(ids), tower.dim)}"]
     return xb, []
+
+
+def _load_npy(path: Path, dtype, shape: tuple) -> np.ndarray:
+    """An .npy (or an xz-compressed one, NAME.npy.xz) of `dtype` and `shape` (None: any length there);
+    ValueError naming the file."""
+    try:
+        data = lzma.decompress(path.read_bytes()) if path.suffix == ".xz" else None
+        arr = np.load(io.BytesIO(data) if data is not None else path, allow_pickle=False)
+    except (ValueError, lzma.LZMAError) as exc:
+        raise ValueError(f"{path}: unreadable ({exc})") from None
+    if arr.dtype != dtype or arr.ndim != len(shape) or any(w not in (None, a) for w, a in zip(shape, arr.shape)):
+        want = tuple("n" if w is None else w for w in shape)
+        raise ValueError(f"{path}: holds {arr.dtype} {arr.shape}, expected {np.dtype(dtype)} {want}")
+    return arr
+
+
+def _load_codes(directory: Path, tower: ImageEncoder) -> tuple[np.ndarray, np.ndarray]:
+    """(codes (n, dim) int8, scales (n, N_TOKENS) float32) of a packed tower's folder."""
+    from cir_demo.models.world_judge import N_TOKENS, codes_of_planes
+
+    planes = _load_npy(directory / CODES_FILE, np.int8, (2, None, N_TOKENS, tower.dim // N_TOKENS // 2))
+    scales = _load_npy(directory / SCALES_FILE, np.float32, (None, N_TOKENS))
+    if planes.shape[1] != len(scales):
+        raise ValueError(f"{directory}: {planes.shape[1]} rows of codes but {len(scales)} of scales")
+    return codes_of_planes(planes), scales
+
+
+def _load_rows(directory: Path, tower: ImageEncoder) -> np.ndarray:
+    """The float32 rows stored in a prebuilt folder (decoded from codes and scales for a packed tower)."""
+    if not tower.packed:
+        return _load_npy(directory / EMBEDDINGS_FILE, np.float32, (None, tower.dim))
+    from cir_demo.models.world_judge import dequantize_tokens
+
+    return dequantize_tokens(*_load_codes(directory, tower))
 
 
 def code_version() -> dict:
@@ -187,16 +244,30 @@ def write_prebuilt(
             },
             "code": code_version(),
             "used_by": sorted(used_by),
-            "what": "corpus image embeddings of this image encoder, float32, row i = corpus image i",
+            "what": (
+                "corpus image features of this image encoder, int8 codes per token and float32 scales "
+                "(xz), row i = corpus image i"
+                if tower.packed
+                else "corpus image embeddings of this image encoder, float32, row i = corpus image i"
+            ),
         },
     )
     out = prebuilt_dir(benchmark, tower, root)
     from cir_demo.utils.io import write_json_atomic
 
     with new_dir_beside(out) as tmp:
-        with open(tmp / EMBEDDINGS_FILE, "wb") as f:
-            np.save(f, xb)
-        manifest.files = {EMBEDDINGS_FILE: file_record(tmp / EMBEDDINGS_FILE)}
+        if tower.packed:
+            from cir_demo.models.world_judge import code_planes, codes_of_features
+
+            codes, scales = codes_of_features(xb)
+            for name, arr in ((CODES_FILE, code_planes(codes)), (SCALES_FILE, scales)):
+                buf = io.BytesIO()
+                np.save(buf, arr)
+                (tmp / name).write_bytes(lzma.compress(buf.getvalue(), preset=XZ_PRESET))
+        else:
+            with open(tmp / EMBEDDINGS_FILE, "wb") as f:
+                np.save(f, xb)
+        manifest.files = {name: file_record(tmp / name) for name in tower.files}
         write_json_atomic(tmp / MANIFEST_FILE, manifest.to_dict())
         replace_dir(tmp, out)
     return out
@@ -264,11 +335,42 @@ def slice_problems(benchmark, encoder, ids: Sequence[str], directory: Path, batc
         progress=False,
         desc="re-encode a slice of the prebuilt embeddings",
     )
+    tower = image_encoder(encoder)
+    if tower is not None and tower.packed:
+        return _code_problems(directory, tower, rows, fresh)
     shipped = np.load(directory / EMBEDDINGS_FILE, mmap_mode="r", allow_pickle=False)[rows]
     worst = float(np.abs(np.asarray(shipped, np.float64) - fresh).max()) if rows else 0.0
     if not worst <= SLICE_TOLERANCE:
         return [
             f"content: {directory / EMBEDDINGS_FILE}: rows of {len(rows)} corpus images differ from a fresh "
             f"encode by up to {worst:.3g} (more than {SLICE_TOLERANCE:g}): built by other code or edited"
+        ]
+    return []
+
+
+SLICE_CODE_FLIPS = 1e-3  # codes a re-encode may move by one step (values on a rounding boundary)
+SLICE_SCALE_TOLERANCE = 1e-4  # relative
+
+
+def _code_problems(directory: Path, tower: ImageEncoder, rows: list[int], fresh: np.ndarray) -> list[str]:
+    """Compare re-encoded rows of a packed tower with its stored codes and scales: a batch's last bits
+    can move a value across a rounding boundary (one code step, rarely); anything more is other code,
+    other weights or an edit."""
+    from cir_demo.models.world_judge import codes_of_features
+
+    try:
+        codes, scales = _load_codes(directory, tower)
+        new_codes, new_scales = codes_of_features(fresh)
+    except (OSError, ValueError, lzma.LZMAError) as exc:
+        return [f"content: {exc}"]
+    moved = np.abs(codes[rows].astype(np.int16) - new_codes)
+    flips = float((moved > 0).mean()) if rows else 0.0
+    scale_diff = float((np.abs(scales[rows] - new_scales) / new_scales).max()) if rows else 0.0
+    if moved.max(initial=0) > 1 or flips > SLICE_CODE_FLIPS or not scale_diff <= SLICE_SCALE_TOLERANCE:
+        return [
+            f"content: {directory / CODES_FILE}: codes of {len(rows)} corpus images differ from a fresh encode "
+            f"by up to {int(moved.max(initial=0))} steps ({flips:.2%} of them; at most one step on "
+            f"{SLICE_CODE_FLIPS:.1%} allowed), scales by up to {scale_diff:.3g} (relative; at most "
+            f"{SLICE_SCALE_TOLERANCE:g}): built by other code or other weights, or edited"
         ]
     return []

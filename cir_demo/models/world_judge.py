@@ -29,6 +29,9 @@ from dataclasses import asdict, dataclass, fields
 GRID = 8  # the CNN's output map is GRID x GRID for a 64 px input
 TOKEN_GRID = 4  # ... pooled to TOKEN_GRID x TOKEN_GRID patch tokens of 2 * feat_dim (mean, max)
 N_TOKENS = TOKEN_GRID * TOKEN_GRID
+# what an image's feature row is made of (`image_features`); stated in the judge's image spec so stored
+# features are read back in this form (indexes/prebuilt ships them as int8 codes + float32 scales)
+FEATURES = f"int8 codes per token, {N_TOKENS} float32 scales a row, the row's norm folded into them"
 
 
 @dataclass(frozen=True)
@@ -136,8 +139,8 @@ def feature_dim(arch: JudgeArch) -> int:
 
 def quantize_tokens(features):
     """(n, dim) float rows -> (codes int8 (n, dim), scales float32 (n, N_TOKENS)): each of the N_TOKENS
-    tokens symmetric int8 (scale = max |token| / 127; a zero token gets codes 0, scale 1), then each
-    row's norm folded into its scales so `dequantize_tokens` gives unit rows again (a zero row stays 0).
+    tokens symmetric int8 (scale = max |token| / 127; a zero token: codes 0, scale 1 before the folding),
+    then each row's norm folded into its scales so `dequantize_tokens` gives unit rows again (a zero row stays 0).
     Per-token scales keep a token of small values as precise as a loud one."""
     import numpy as np
 
@@ -168,6 +171,64 @@ def dequantize_tokens(codes, scales):
         raise ValueError(f"dequantize_tokens: codes {codes.shape} and scales {scales.shape} do not match")
     rows = codes.reshape(n, N_TOKENS, dim // N_TOKENS).astype(np.float32) * scales[..., None]
     return rows.reshape(n, dim)
+
+
+def codes_of_features(rows):
+    """The inverse of `dequantize_tokens`: (codes, scales) that give `rows` back bit for bit, for rows
+    `image_features` made (a zero token gets scale 1). Raises ValueError for rows not of that form."""
+    import numpy as np
+
+    x = np.asarray(rows, np.float32)
+    if x.ndim != 2 or not x.shape[1] or x.shape[1] % N_TOKENS:
+        raise ValueError(f"codes_of_features: want (n, k * {N_TOKENS}) rows, got shape {x.shape}")
+    n, dim = x.shape
+    tokens = x.reshape(n, N_TOKENS, dim // N_TOKENS)
+    peak = np.abs(tokens).max(axis=2)
+    guess = np.where(peak > 0, peak / np.float32(127), np.float32(1)).astype(np.float32)
+    codes = np.rint(tokens / guess[..., None])
+    if not np.abs(codes).max(initial=0) <= 127:
+        raise ValueError("codes_of_features: rows are not int8-per-token features (codes beyond 127)")
+    codes = codes.astype(np.int8)
+    # the folded scale is within a few float32 steps of max |token| / 127: the one that gives the row back
+    scales, found = guess.copy(), np.zeros(guess.shape, bool)
+    below = above = guess
+    candidates = [guess]
+    for _ in range(3):
+        below, above = np.nextafter(below, np.float32(0)), np.nextafter(above, np.float32(np.inf))
+        candidates += [below, above]
+    for cand in candidates:
+        hit = ~found & (codes * cand[..., None] == tokens).all(axis=2)
+        scales[hit] = cand[hit]
+        found |= hit
+    if not found.all():
+        row, token = np.argwhere(~found)[0]
+        raise ValueError(f"codes_of_features: row {row} token {token} is not int8 codes times one scale")
+    return codes.reshape(n, dim), scales
+
+
+def code_planes(codes):
+    """int8 codes (n, dim) -> int8 (2, n, N_TOKENS, dim / N_TOKENS / 2), their stored form: every token's
+    mean half, then its max half minus its mean half (mod 256, so any codes go back exactly). A cell's
+    max is at least its mean, so the second plane holds small values, which compress better."""
+    import numpy as np
+
+    codes = np.asarray(codes, np.int8)
+    n, dim = codes.shape
+    halves = codes.reshape(n, N_TOKENS, 2, dim // N_TOKENS // 2).view(np.uint8)
+    planes = np.stack([halves[:, :, 0], halves[:, :, 1] - halves[:, :, 0]])
+    return planes.view(np.int8)
+
+
+def codes_of_planes(planes):
+    """The inverse of `code_planes`: (2, n, N_TOKENS, half) -> int8 codes (n, dim)."""
+    import numpy as np
+
+    planes = np.asarray(planes, np.int8)
+    if planes.ndim != 4 or planes.shape[0] != 2 or planes.shape[2] != N_TOKENS:
+        raise ValueError(f"codes_of_planes: want (2, n, {N_TOKENS}, half) int8, got shape {planes.shape}")
+    mean, delta = planes.view(np.uint8)
+    tokens = np.stack([mean, mean + delta], axis=2).view(np.int8)
+    return tokens.reshape(planes.shape[1], -1)
 
 
 def image_codes(cnn, pixels):

@@ -97,7 +97,7 @@ class WorldVerifierReranker(LogitPairReranker):
         from safetensors.torch import load_file
 
         from cir_demo.models.preprocess import PREPROCESS
-        from cir_demo.models.world_judge import JudgeArch, feature_dim, judge_from_state, load_tokenizer
+        from cir_demo.models.world_judge import FEATURES, JudgeArch, feature_dim, judge_from_state, load_tokenizer
         from cir_demo.retrievers.base import resolve_path
 
         path = resolve_path(weights)
@@ -129,6 +129,7 @@ class WorldVerifierReranker(LogitPairReranker):
             "weights_sha256": digest,
             "preprocess": self.preprocess,
             "code": self.code,
+            "features": FEATURES,  # stored (indexes/prebuilt) as int8 codes and scales
         }
         self._lock = threading.Lock()
         self._row: dict[str, int] = {}  # image id -> row of self._feats

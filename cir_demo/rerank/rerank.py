@@ -20,8 +20,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from itertools import repeat
 from dataclasses import asdict, dataclass, field
+from itertools import repeat
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np

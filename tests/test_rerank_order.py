@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -241,6 +242,63 @@ def test_cache_many_ids_and_bad_file(tmp_path):
         assert cache.in_memory and "keeping reranker scores in memory" in cache.warning
         cache.put_many("h", "q", ["r"], [CandidateScore("a", 0.5, 0.0, 0.0)])
         assert cache.get_many("h", "q", ["r"], ["a"])["a"].p_yes == 0.5
+
+
+def _chunk_entries(copies: int = 1):
+    """Queries' scores, among them a model answer without a score and an error (never stored)."""
+    return [
+        (f"{instruction} {k}", refs, scores)
+        for k in range(copies)
+        for instruction, refs, scores in [
+            ("red", ("r1",), [CandidateScore("a", 0.25, -1.0, 0.1, None, 0.5), CandidateScore("b", 0.75, 1.0, 0.0)]),
+            ("blue", ("r1", "r2"), [CandidateScore("a", None, None, None, FLAG_TOKENS_MISSING)]),
+            ("green", ("r3",), [CandidateScore("c", 0.5, 0.0, 0.0), CandidateScore("d", None, None, None, "error: x")]),
+        ]
+    ]
+
+
+def test_a_chunk_of_queries_stores_what_each_query_alone_would(tmp_path):
+    """The chunk path against the oracle, one `put_many` per query: the same scores come back."""
+    entries = _chunk_entries()
+    with ScoreCache(tmp_path / "chunk.sqlite") as chunk, ScoreCache(tmp_path / "each.sqlite") as each:
+        assert chunk.put_queries("h", entries) == 4
+        assert sum(each.put_many("h", ins, refs, scores) for ins, refs, scores in entries) == 4
+        for ins, refs, _ in entries:
+            assert chunk.get_many("h", ins, refs, "abcd") == each.get_many("h", ins, refs, "abcd")
+        assert len(chunk) == len(each) == 4
+
+
+def test_a_failed_or_killed_chunk_leaves_none_of_its_scores(tmp_path):
+    """A chunk that fails half-way (a value sqlite cannot store) or whose process is killed inside its
+    transaction stores nothing of it; what was there before stays, and the file stays readable."""
+    import sqlite3
+    import subprocess
+    import sys
+    import textwrap
+
+    path = tmp_path / "scores.sqlite"
+    before = CandidateScore("z", 0.5, 0.0, 0.0)
+    with ScoreCache(path) as cache:
+        cache.put_many("h", "before", ["r"], [before])
+        bad = _chunk_entries() + [("x", ("r",), [CandidateScore(object(), 0.5, 0.0, 0.0)])]
+        with pytest.raises(sqlite3.ProgrammingError, match="not supported"):
+            cache.put_queries("h", bad)
+        assert len(cache) == 1 and cache.get_many("h", "before", ["r"], ["z"]) == {"z": before}
+    child = textwrap.dedent(f"""
+        import os
+        from tests.test_rerank_order import ScoreCache, _chunk_entries
+        import itertools
+        cache = ScoreCache({str(path)!r})
+        steps = itertools.count()  # dies a third of the way through the chunk's inserts (200 of ~600 steps)
+        cache._db.set_progress_handler(lambda: next(steps) == 200 and os._exit(9), 10)
+        cache.put_queries("h", _chunk_entries(copies=40))
+    """)
+    root = Path(__file__).resolve().parent.parent
+    assert subprocess.run([sys.executable, "-c", child], cwd=root).returncode == 9
+    with ScoreCache(path) as cache:
+        assert cache.warning is None and len(cache) == 1
+        assert cache.get_many("h", "before", ["r"], ["z"]) == {"z": before}
+        assert cache._db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
 
 # --------------------------------------------------------------------------- whole run

@@ -359,12 +359,13 @@ def _run_split(
     ):
         rr = engine.rerank_run(reranker_name, run, scores, queries=bench.queries, top_n=top_n, progress=True)
     rr_name = f"{name}{RERANK_SUFFIX}"
-    rr_scores = {q: [it.p_yes if it.p_yes is not None else float("nan") for it in its] for q, its in rr.items.items()}
+    # a candidate without P(yes) (not reranked, or no usable score) is written as 0.0
+    rr_scores = {q: [0.0 if (p := it.p_yes) is None or p != p else p for it in its] for q, its in rr.items.items()}
     write_results(
         out / "results" / f"{rr_name}.json",
         bench,
         rr.run,
-        {q: [0.0 if s != s else s for s in v] for q, v in rr_scores.items()},
+        rr_scores,
         spec={"retriever": spec, "reranker": reranker_spec, "top_n": top_n},
     )
     with stages("evaluate"):

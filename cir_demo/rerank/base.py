@@ -115,16 +115,14 @@ def scores_from_logits(candidate_ids: Sequence[str], logits: np.ndarray) -> list
         raise ValueError(
             f"expected logits of shape ({len(candidate_ids)}, 2) or ({len(candidate_ids)}, 3), got {logits.shape}"
         )
+    finite = np.isfinite(logits).all(axis=1).tolist()
     out = []
-    for cid, row in zip(candidate_ids, logits):
-        ly, ln = row[0], row[1]
-        if not np.isfinite(row).all():
-            out.append(
-                CandidateScore(cid, None, None, None, f"{FLAG_ERROR_PREFIX}non-finite logits {tuple(row.tolist())}")
-            )
+    for cid, row, ok in zip(candidate_ids, logits.tolist(), finite):  # Python floats: exact, and cheap per row
+        if not ok:
+            out.append(CandidateScore(cid, None, None, None, f"{FLAG_ERROR_PREFIX}non-finite logits {tuple(row)}"))
         else:
-            p_near = sigmoid(float(row[2])) if len(row) == 3 else None
-            out.append(CandidateScore(cid, sigmoid(ly - ln), float(ly), float(ln), None, p_near))
+            ly, ln = row[0], row[1]
+            out.append(CandidateScore(cid, sigmoid(ly - ln), ly, ln, None, sigmoid(row[2]) if len(row) == 3 else None))
     return out
 
 

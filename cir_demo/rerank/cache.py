@@ -4,8 +4,8 @@ Key: (reranker spec hash, instruction text, reference ids in order, candidate id
 Toggling the reranker in the app or re-running an evaluation reads scores
 from here instead of paying for the model again.
 
-Safe for one writer (and any number of readers, WAL mode); every `put_many`
-is one transaction, so an interrupted run leaves whole batches or nothing.
+Safe for one writer (and any number of readers, WAL mode); every `put_many` /
+`put_queries` is one transaction, so an interrupted run leaves whole batches or nothing.
 Scores flagged as errors are never stored: a timeout may succeed next time.
 """
 
@@ -105,7 +105,7 @@ class ScoreCache:
             db.execute("PRAGMA journal_mode=WAL")
             # WAL + NORMAL: a commit is still atomic and the file never corrupt, but it is not synced
             # to disk each time (a power cut may drop the last scores; a cache can afford that, and an
-            # eval commits once per query)
+            # eval commits once per chunk of queries)
             db.execute("PRAGMA synchronous=NORMAL")
             db.executescript(_SCHEMA)
             _add_missing_columns(db)
@@ -170,10 +170,18 @@ class ScoreCache:
         self, spec_hash: str, instruction: str, reference_ids: Sequence[str], scores: Iterable[CandidateScore]
     ) -> int:
         """Store scores (replacing older ones with the same key); error-flagged scores are skipped. Returns the count stored."""
-        refs = _refs_key(reference_ids)
+        return self.put_queries(spec_hash, [(instruction, reference_ids, scores)])
+
+    def put_queries(
+        self, spec_hash: str, entries: Iterable[tuple[str, Sequence[str], Iterable[CandidateScore]]]
+    ) -> int:
+        """`put_many` for several queries, given as (instruction, reference_ids, scores), in one transaction
+        (all of them stored, or none). Returns the count stored."""
         now = time.time()
         rows = [
             (spec_hash, instruction, refs, s.candidate_id, s.p_yes, s.logit_yes, s.logit_no, s.flag, now, s.p_near)
+            for instruction, reference_ids, scores in entries
+            for refs in (_refs_key(reference_ids),)
             for s in scores
             if not s.is_error
         ]

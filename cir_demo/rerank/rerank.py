@@ -23,7 +23,10 @@ import logging
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from itertools import repeat
 from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
 
 from cir_demo.rerank.base import FLAG_ERROR_PREFIX, CandidateScore, RerankRequest, Reranker
 
@@ -126,9 +129,14 @@ def score_candidates_batch(
                     f"{[s.candidate_id for s in fresh]}, asked for {todo_ids}"
                 )
             results[i][0].update((s.candidate_id, s) for s in fresh)
-            if cache is not None:
-                request = items[i][0]
-                cache.put_many(spec_hash, request.instruction, request.reference_ids, fresh)
+        if cache is not None:  # one transaction for the whole batch: a kill leaves all of it or none
+            cache.put_queries(
+                spec_hash,
+                [
+                    (items[i][0].instruction, items[i][0].reference_ids, fresh)
+                    for (i, _, _), fresh in zip(work, fresh_lists)
+                ],
+            )
     return results
 
 
@@ -177,29 +185,46 @@ def assemble(
 ) -> list[RerankedItem]:
     """Every candidate in its new order: the scored block reordered, the rest as it was."""
     order = order_top_block([scores[c] for c in block], near_miss_penalty, rank_weight)
-    new_order = [block[i] for i in order] + list(ids[len(block) :])
-    first_rank = {c: r for r, c in enumerate(ids)}
-
-    items = []
-    for new_rank, cid in enumerate(new_order):
-        r0 = first_rank[cid]
-        s = scores.get(cid)
-        items.append(
-            RerankedItem(
-                candidate_id=cid,
-                first_stage_rank=r0,
-                first_stage_score=None if first_stage_scores is None else float(first_stage_scores[r0]),
-                p_yes=s.p_yes if s else None,
-                new_rank=new_rank,
-                flag=s.flag if s else None,
-                logit_yes=s.logit_yes if s else None,
-                logit_no=s.logit_no if s else None,
-                p_near=s.p_near if s else None,
-                reranked=s is not None,
-                from_cache=cid in from_cache,
-            )
-        )
+    n = len(block)
+    head = list(ids[:n])
+    first_rank = {c: r for r, c in enumerate(head if head == list(block) else ids)}
+    items = [
+        _item(cid, first_rank[cid], first_stage_scores, new_rank, scores.get(cid), cid in from_cache)
+        for new_rank, cid in enumerate(block[i] for i in order)
+    ]
+    tail = list(ids[n:])
+    if any(c in scores or c in from_cache for c in tail):  # scores beyond the block: item by item
+        items += [
+            _item(cid, r, first_stage_scores, r, scores.get(cid), cid in from_cache) for r, cid in enumerate(tail, n)
+        ]
+    else:  # the unscored rest keeps its first-stage slots: the bulk of a deep ranking, built in one pass
+        first = [None] * len(tail) if first_stage_scores is None else _floats(first_stage_scores[n:])
+        ranks = range(n, len(ids))
+        items += map(RerankedItem, tail, ranks, first, repeat(None), ranks, repeat(None))
     return items
+
+
+def _item(cid: str, r0: int, first_stage_scores, new_rank: int, s: CandidateScore | None, cached: bool):
+    return RerankedItem(
+        candidate_id=cid,
+        first_stage_rank=r0,
+        first_stage_score=None if first_stage_scores is None else float(first_stage_scores[r0]),
+        p_yes=s.p_yes if s else None,
+        new_rank=new_rank,
+        flag=s.flag if s else None,
+        logit_yes=s.logit_yes if s else None,
+        logit_no=s.logit_no if s else None,
+        p_near=s.p_near if s else None,
+        reranked=s is not None,
+        from_cache=cached,
+    )
+
+
+def _floats(values) -> list[float]:
+    """Python floats equal to `float(v)` of each value (an array's in one conversion)."""
+    if isinstance(values, np.ndarray):
+        return values.astype(np.float64).tolist()
+    return [float(v) for v in values]
 
 
 @dataclass
@@ -278,7 +303,7 @@ def rerank_run(
             new_run[q.query_id] = [it.candidate_id for it in its]
         bar.update(len(chunk))
     bar.close()
-    flat = [it for its in items.values() for it in its if it.reranked]
+    flat = [it for its in items.values() for it in its[:top_n] if it.reranked]  # only the block is scored
     stats = {
         "queries": len(items),
         "candidates_scored": len(flat),

@@ -396,6 +396,8 @@ class RetrievalEngine:
 
         reranker = self.reranker(backend, **(reranker_kw or {}))
         queries = list(self.benchmark.queries if queries is None else queries)
+        if hasattr(reranker, "remember"):  # a benchmark query's references are fixed by their ids
+            reranker.remember([r for q in queries for r in q.reference_ids])
         return rerank_run(
             queries,
             run,

@@ -193,6 +193,23 @@ def test_a_batch_of_queries_met_again_reads_its_probes_and_scores_bit_for_bit(
     assert calls == [3, 2]
 
 
+def test_remembered_references_are_encoded_once_across_reranking_passes(near_judge_dir, one_torch_thread, monkeypatch):
+    """References named by `remember` (another split's, added after the corpus table) are encoded on
+    first use and then read back; an id never named is encoded on every pass (it may be an upload)."""
+    judge = load_reranker("world-verifier", weights=str(near_judge_dir / "world_judge.safetensors"))
+    ims = _images(5, seed=6)
+    judge.use_image_embeddings(["k0", "k1"], judge.encode_images(ims[:2]), remember_ids=["r0"])
+    judge.remember(["r1"])
+    encode, encoded = judge.encode_images, []
+    monkeypatch.setattr(judge, "encode_images", lambda images, **kw: encoded.append(len(images)) or encode(images))
+    for instruction in ("Same mug but blue", "Same mug but red"):  # two passes, different queries
+        for ref, image in (("r1", ims[2]), ("rX", ims[3])):
+            judge._probes.clear()
+            judge.score(RerankRequest((image,), (ref,), instruction), ["k0", "k1"], [None, None])
+    assert encoded == [1, 1, 1]  # r1 once; rX (never remembered) on each of its two queries
+    assert "r1" in judge._remembered and "rX" not in judge._remembered
+
+
 def test_near_miss_answer_matches_the_training_path_and_orders_the_rerank(near_judge_dir, one_torch_thread):
     """The served (yes, no, near) logits equal the model's training path (`forward` on features),
     and `rerank` orders the top block by P(yes) - penalty * P(near), computed here by hand."""

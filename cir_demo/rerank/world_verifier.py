@@ -39,7 +39,9 @@ DESCRIPTION = (
     "to the candidate's patches, ending in (logit_yes, logit_no), calibrated"
 )
 JUDGE_LIBRARIES = ("torch", "numpy", "safetensors", "tokenizers", "pillow")
-_PROBE_MEMO = 4096  # queries whose probes are kept (the app revisits queries; an eval reranks each 5 times)
+# queries whose probes are kept: every query of an eval's two world splits (7,644), which it reranks
+# once per retriever, so each query's probes are encoded once (6 x 96 floats each)
+_PROBE_MEMO = 16384
 _PROBE_BATCHES = 512  # batches of queries whose probes are kept: an eval's pass over the world is 174
 
 
@@ -191,6 +193,12 @@ class WorldVerifierReranker(LogitPairReranker):
             self._remember = frozenset(map(str, remember_ids))
             self._row = {str(i): r for r, i in enumerate(ids)}
             self._probe_batches = LRU(_PROBE_BATCHES)  # references' features may come from the table now
+
+    def remember(self, image_ids: Sequence[str]) -> None:
+        """Also keep the features of these images once computed (e.g. another split's reference images).
+        Only ids whose image is fixed by the id belong here: never uploads."""
+        with self._lock:
+            self._remember = self._remember | frozenset(map(str, image_ids))
 
     def needs_image(self, image_id: str) -> bool:
         return str(image_id) not in self._row and str(image_id) not in self._remembered

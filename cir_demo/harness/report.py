@@ -131,6 +131,16 @@ def write_outputs(
         paths["breakdowns.csv"] = out / "breakdowns.csv"
         write_text_atomic(paths["breakdowns.csv"], long.to_csv(index=False, float_format="%.6g"))
 
+    plotting = None
+    if plots:  # written by a child on the other core while the paired bootstrap runs here
+        from cir_demo.harness.plots import write_plots
+        from cir_demo.utils.beside import beside
+
+        plotting = beside(
+            lambda: write_plots(benchmark, evaluations, breakdowns, out / "plots", n_boot=n_boot, seed=seed),
+            f"plots of {out}",
+        )
+
     paired = (
         paired_comparisons(benchmark, evaluations, n_boot=n_boot, seed=seed)
         if len(evaluations) > 1 and n_boot > 0
@@ -163,13 +173,10 @@ def write_outputs(
         },
     )
 
-    if plots:
-        from cir_demo.harness.plots import write_plots
-
-        for name, p in write_plots(benchmark, evaluations, breakdowns, out / "plots", n_boot=n_boot, seed=seed).items():
-            paths[f"plots/{name}"] = p
-
     paths["report.tex"] = _write_tex(benchmark, evaluations, table, paired, baseline, n_boot, out)
+    if plotting is not None:
+        for name, p in plotting.result().items():
+            paths[f"plots/{name}"] = Path(p)
 
     paths["report.md"] = out / "report.md"
     write_text_atomic(

@@ -19,6 +19,7 @@ from cir_demo.benchmarks.schema import Benchmark, Query
 from cir_demo.utils.lru import LRU
 
 DEFAULT_K = 50
+_ASK = object()  # `benchmark_query`'s template not given: look it up
 
 
 @dataclass
@@ -93,7 +94,9 @@ class RetrievalEngine:
         self._rerankers: dict[str, Any] = {}
         self._score_cache = None
         self._query_vectors = LRU(4096)
-        self._images = LRU(256)
+        # every reference image of the default world's two test splits (806), so a pass of each retriever
+        # over the queries opens them from here, not from the renderer again
+        self._images = LRU(1024)
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ loading
@@ -254,24 +257,27 @@ class RetrievalEngine:
         retriever = self.retriever(name)
         if hasattr(retriever, "has"):  # a results file: its queries only (the others are not scored), no image
             queries = [q for q in queries if retriever.has(q.query_id)]
+        template = self.query_template(name)  # once per run, not once per query
         for start in range(0, len(queries), batch_size):
             chunk = queries[start : start + batch_size]
-            composed = [self.benchmark_query(name, q) for q in chunk]
+            composed = [self.benchmark_query(name, q, template=template) for q in chunk]
             for q, r in zip(chunk, self.search(name, composed, k=k, batch_size=batch_size)):
                 run[q.query_id], scores[q.query_id] = r.ids, r.scores
             if progress:
                 progress(min(start + batch_size, len(queries)), len(queries))
         return run, scores
 
-    def benchmark_query(self, name: str, query: Query, instruction: str | None = None):
+    def benchmark_query(self, name: str, query: Query, instruction: str | None = None, template: Any = _ASK):
         """The composed query retriever `name` answers for a benchmark query: its query template applied
         to the query (with `instruction` in place of the query's own, when given). `--eval`, the app's
-        columns and its paraphrase table all ask through here, so they rank the same text."""
+        columns and its paraphrase table all ask through here, so they rank the same text. `template`:
+        `query_template(name)` when the caller has it already."""
         from cir_demo.retrievers.query_templates import render
 
         if instruction is not None:
             query = dataclasses.replace(query, instruction=instruction)
-        template = self.query_template(name)
+        if template is _ASK:
+            template = self.query_template(name)
         return self.query_of(name, query, None if template is None else render(template["template"], query))
 
     def run_spec(self, name: str) -> dict:

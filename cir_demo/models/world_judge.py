@@ -251,6 +251,23 @@ def image_features(cnn, pixels):
     return torch.from_numpy(dequantize_tokens(*image_codes(cnn, pixels))).to(pixels.device)
 
 
+def features_of_images(model, images, preprocess: dict, batch_size: int = 256):
+    """(n, feature_dim) float32 image features of PIL images (or uint8 arrays) through the judge `model`:
+    the model-input pixels of `preprocess`, then `image_features`, `batch_size` images at a time."""
+    import numpy as np
+    import torch
+
+    from cir_demo.models.preprocess import normalize_pixels, to_model_pixels
+
+    images = list(images)
+    out = np.zeros((len(images), feature_dim(model.arch)), np.float32)
+    with torch.inference_mode():
+        for s in range(0, len(images), batch_size):
+            px = normalize_pixels(to_model_pixels(images[s : s + batch_size], preprocess), preprocess)
+            out[s : s + batch_size] = model.patch_features(px).numpy()
+    return out
+
+
 def build_judge(arch: JudgeArch):
     from cir_demo.models.world_judge_net import WorldJudge
 

@@ -39,6 +39,7 @@ DESCRIPTION = (
     "to the candidate's patches, ending in (logit_yes, logit_no), calibrated"
 )
 JUDGE_LIBRARIES = ("torch", "numpy", "safetensors", "tokenizers", "pillow")
+FEATURE_LIBRARIES = ("torch", "numpy", "pillow")
 # queries whose probes are kept: every query of an eval's two world splits (7,644), which it reranks
 # once per retriever, so each query's probes are encoded once (6 x 96 floats each)
 _PROBE_MEMO = 16384
@@ -125,12 +126,14 @@ class WorldVerifierReranker(LogitPairReranker):
         # The code and libraries that compute the features and scores: this module and what it imports
         # (the judge's network among them), so a changed judge never reuses cached features or scores
         self.code = code_key((__name__,), JUDGE_LIBRARIES)
-        # The embedding cache key of the image features (shared by every caller of this judge).
+        # The embedding cache key of the image features (shared by every caller of this judge): the code
+        # that computes them (`features_of_images` and what it reaches), not the scoring code around it,
+        # so the shipped corpus features stay valid when only the scoring changes.
         self.image_spec = {
             "family": "world-judge",
             "weights_sha256": digest,
             "preprocess": self.preprocess,
-            "code": self.code,
+            "code": code_key(("cir_demo.models.world_judge",), FEATURE_LIBRARIES),
             "features": FEATURES,  # stored (indexes/prebuilt) as int8 codes and scales
         }
         self._lock = threading.Lock()
@@ -162,18 +165,9 @@ class WorldVerifierReranker(LogitPairReranker):
     # -- image features
     def encode_images(self, images: Sequence[Any], batch_size: int | None = None) -> np.ndarray:
         """(n, dim) unit-row image features from PIL images (or uint8 arrays)."""
-        import torch
+        from cir_demo.models.world_judge import features_of_images
 
-        from cir_demo.models.preprocess import normalize_pixels, to_model_pixels
-
-        images = list(images)
-        out = np.zeros((len(images), self.dim), np.float32)
-        step = batch_size or self.batch_size
-        with torch.inference_mode():
-            for s in range(0, len(images), step):
-                px = normalize_pixels(to_model_pixels(images[s : s + step], self.preprocess), self.preprocess)
-                out[s : s + step] = self.model.patch_features(px).numpy()
-        return out
+        return features_of_images(self.model, images, self.preprocess, batch_size or self.batch_size)
 
     def use_image_embeddings(
         self, ids: Sequence[str], embeddings: np.ndarray, remember_ids: Sequence[str] = ()

@@ -426,26 +426,3 @@ def test_cache_keeps_p_near_and_upgrades_an_old_cache(tmp_path):
         cache.put_many("h", "q", ["r"], [CandidateScore("new", 0.5, 0.0, 0.0, None, 0.875)])
     with ScoreCache(path) as cache:
         assert cache.get_many("h", "q", ["r"], ["new"])["new"].p_near == 0.875
-
-
-def test_scores_kept_in_process_equal_a_fresh_read_of_the_file(tmp_path, monkeypatch):
-    """What a cache serves from the scores it stored or read in this process equals what a second cache
-    reads from the same file, also after its in-process table filled up and started over."""
-    from cir_demo.rerank import cache as cache_module
-
-    monkeypatch.setattr(cache_module, "_RECENT_MAX", 3)
-    path = tmp_path / "scores.sqlite"
-    scores = [CandidateScore(f"c{i}", i / 8, i - 3.5, 0.25 * i, None, 1 / (i + 2)) for i in range(5)]
-    error = CandidateScore("bad", None, None, None, "error: timeout")
-    with ScoreCache(path) as writer:
-        writer.put_many("h", "make it red", ["r1", "r2"], scores + [error])
-        writer.put_many("h", "make it blue", ["r1"], scores[:2])
-        ids = [s.candidate_id for s in scores] + ["bad", "absent"]
-        kept = writer.get_many("h", "make it red", ["r1", "r2"], ids)
-        again = writer.get_many("h", "make it red", ["r1", "r2"], ids)
-        with ScoreCache(path) as reader:
-            fresh = reader.get_many("h", "make it red", ["r1", "r2"], ids)
-            assert reader.get_many("h", "make it blue", ["r1"], ids) == writer.get_many(
-                "h", "make it blue", ["r1"], ids
-            )
-    assert kept == again == fresh == {s.candidate_id: s for s in scores}

@@ -42,9 +42,6 @@ CREATE TABLE IF NOT EXISTS specs (
 """
 
 _MAX_VARS = 500  # SQLite's bound-parameter limit is 999 on old builds
-# Scores this process stored or read, served without a query: an eval's later retrievers ask again for
-# most of the pairs its first one scored (about a million entries of an eval's reranking fit under this)
-_RECENT_MAX = 1_000_000
 
 
 def default_cache_path() -> Path:
@@ -86,7 +83,6 @@ class ScoreCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
-        self._recent: dict[tuple[str, str, str, str], CandidateScore] = {}
         try:
             self._db = self._open(self.path)
         except sqlite3.DatabaseError as exc:
@@ -155,14 +151,8 @@ class ScoreCache:
         wanted = list(dict.fromkeys(str(c) for c in candidate_ids))
         found: dict[str, CandidateScore] = {}
         with self._lock:
-            recent = self._recent
-            for cid in wanted:
-                s = recent.get((spec_hash, instruction, refs, cid))
-                if s is not None:
-                    found[cid] = s
-            rest = [cid for cid in wanted if cid not in found]
-            for start in range(0, len(rest), _MAX_VARS):
-                chunk = rest[start : start + _MAX_VARS]
+            for start in range(0, len(wanted), _MAX_VARS):
+                chunk = wanted[start : start + _MAX_VARS]
                 marks = ",".join("?" * len(chunk))
                 rows = self._db.execute(
                     "SELECT candidate_id, p_yes, logit_yes, logit_no, flag, p_near FROM scores "
@@ -171,16 +161,9 @@ class ScoreCache:
                 ).fetchall()
                 for cid, p, ly, ln, flag, p_near in rows:
                     found[cid] = CandidateScore(cid, p, ly, ln, flag, p_near)
-                    self._remember(spec_hash, instruction, refs, found[cid])
             self.hits += len(found)
             self.misses += len(wanted) - len(found)
         return found
-
-    def _remember(self, spec_hash: str, instruction: str, refs: str, score: CandidateScore) -> None:
-        """Keep a stored or read score in this process (under the lock); start over when full."""
-        if len(self._recent) >= _RECENT_MAX:
-            self._recent.clear()
-        self._recent[(spec_hash, instruction, refs, score.candidate_id)] = score
 
     # ------------------------------------------------------------------ writes
     def put_many(
@@ -213,8 +196,6 @@ class ScoreCache:
                 self._fall_back(exc)
                 with self._db:
                     self._db.executemany(_INSERT, rows)
-            for spec, instruction, refs, cid, p, ly, ln, flag, _, p_near in rows:  # once committed
-                self._remember(spec, instruction, refs, CandidateScore(cid, p, ly, ln, flag, p_near))
         return len(rows)
 
     def register_spec(self, spec_hash: str, spec: dict) -> None:

@@ -215,7 +215,10 @@ def run_benchmark(args: argparse.Namespace) -> int:
         from cir_demo.harness.splits import SplitRun
 
         splits = [SplitRun(first_split(args, bench), bench, out)] + [SplitRun(k, b, out / k) for k, b in side.items()]
-        n_files, report = _run_into(args, splits, names, reranker_name, top_n, stages)
+        from cir_demo.utils.gc_pause import collector_paused
+
+        with collector_paused():  # millions of rankings, items and rows that live to the end
+            n_files, report = _run_into(args, splits, names, reranker_name, top_n, stages)
     # said only once the run is in place: the final move can still refuse or fail
     print(f"wrote {n_files} files to {final} in {stages.total():.1f} s (report: {final / report})")
     print(stages.line(), flush=True)

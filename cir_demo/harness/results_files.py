@@ -5,7 +5,6 @@ import) and write the same run folder a full run writes.
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 from pathlib import Path
 
@@ -15,16 +14,10 @@ from cir_demo.harness.staging import default_out_dir
 
 def evaluate_results_files(args: argparse.Namespace) -> int:
     """Score every `--results-json` file on the benchmark, write the run folder, print a summary."""
-    # Scoring a file builds millions of small objects (ids, rankings, queries) that all live to
-    # the end and hold no reference cycles: the collector's 300 passes over them free nothing and
-    # cost a tenth of the run. Reference counting still frees everything; the collector is back after.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    from cir_demo.utils.gc_pause import collector_paused
+
+    with collector_paused(collect_after=False):  # millions of ids, rankings and queries (utils/gc_pause.py)
         return _evaluate_results_files(args)
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _evaluate_results_files(args: argparse.Namespace) -> int:

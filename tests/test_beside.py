@@ -49,3 +49,14 @@ def test_eval_outputs_are_the_same_bytes_with_plots_written_inline(tmp_path, mon
     assert sorted(forked) == sorted(inline) and any(k.startswith("plots/") for k in forked)
     for name in forked:
         assert forked[name].read_bytes() == inline[name].read_bytes(), name
+
+
+def test_off_the_main_thread_it_runs_inline():
+    """A server's worker thread never forks: the function runs in the caller's process."""
+    import threading
+
+    out = {}
+    worker = threading.Thread(target=lambda: out.update(pid=beside(os.getpid, "pid").result()))
+    worker.start()
+    worker.join()
+    assert out["pid"] == os.getpid()

@@ -1,5 +1,5 @@
 """Run one function in a forked child while the caller goes on (`beside`), or inline where fork is not
-the way processes start. The child reads the caller's memory as it was (nothing is pickled but the
+the way processes start or the caller is not the main thread. The child reads the caller's memory as it was (nothing is pickled but the
 result, which must be picklable), so it suits work over large in-memory tables whose only output is
 files, such as an eval's plots written while its paired bootstrap runs on the other core."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing
 import sys
+import threading
 import traceback
 from typing import Any, Callable
 
@@ -19,7 +20,10 @@ class Beside:
         self.what = what
         self._value: Any = None
         self._proc = None
-        if "fork" not in multiprocessing.get_all_start_methods() or sys.platform == "win32":
+        # forked only from the main thread: a server's worker thread may fork while another thread holds
+        # a lock the child would then wait on forever
+        on_main = threading.current_thread() is threading.main_thread()
+        if not on_main or "fork" not in multiprocessing.get_all_start_methods() or sys.platform == "win32":
             self._value = fn()
             return
         ctx = multiprocessing.get_context("fork")

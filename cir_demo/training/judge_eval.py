@@ -135,7 +135,8 @@ def held_out_judge(
     from cir_demo.training.world_clip import load_world_clip
     from cir_demo.models.world_cir import combine_numpy, combiner_from_state
     from cir_demo.training.world_cir import reference_pairs
-    from cir_demo.training.world_judge import patch_features, rank_keys
+    from cir_demo.training.judge_ranking import rank_keys
+    from cir_demo.training.world_judge import patch_features
 
     test = ev.load_test_data(size, seed, progress, split=split)
     corpus_feats = patch_features(model.image, test.corpus_pixels)

@@ -132,6 +132,16 @@ def test_multi_positive_loss_equals_clip_loss_without_duplicates_and_brute_force
     torch.testing.assert_close(multi_positive_clip_loss(img, txt, scale, ids), expected)
 
 
+def test_the_models_read_the_scene_attributes_in_the_order_their_trained_heads_hold():
+    """The CLIP's auxiliary heads and the judge's stage 1 share one attribute tuple; its order is the order
+    of the heads in the trained files, written out here as it was when they were trained."""
+    from cir_demo.training.world_clip import AUX_FIELDS
+    from cir_demo.training.world_judge import ATTRIBUTES
+
+    trained = "domain type color pattern material shape count secondary relation hat bag glasses pose skin_tone"
+    assert AUX_FIELDS == ATTRIBUTES == (*trained.split(), "view", "style", "place", "time", "weather")
+
+
 def test_attribute_targets_match_scene_graphs_and_aux_loss_brute_force(train):
     from cir_demo.training.world_clip import (
         AUX_FIELDS,

@@ -103,6 +103,20 @@ def warn_coverage(benchmark: str, matched: int, total: int, stacklevel: int = 3)
     return coverage
 
 
+def coverage_counts(benchmark: str, matched: int, total: int, **between: Any) -> dict[str, Any]:
+    """The counts every family's `aggregate` ends with: `total_queries` (the rankings scored), then
+    `between` (a family's own counts, in order), `n_queries_total` and `coverage` (warned when below 100%)."""
+    # stacklevel 4: the warning names the line that called the family's `aggregate`
+    coverage = warn_coverage(benchmark, matched, total, stacklevel=4)
+    return {"total_queries": matched, **between, "n_queries_total": int(total), "coverage": coverage}
+
+
+def short_ranking_count(df, listed: str, largest: int) -> int:
+    """Rankings that list fewer than `largest` images (column `listed`, counted after the protocol's deletion
+    or gallery cut) and lack the target: their Recall@largest counts only what they list."""
+    return int(((df[listed] < largest) & df["target_rank"].isna()).sum()) if len(df) else 0
+
+
 def duplicate_count(ranking: Sequence[str]) -> int:
     """How many entries of a ranking repeat an earlier entry."""
     return len(ranking) - len(set(ranking))

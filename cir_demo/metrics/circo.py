@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from cir_demo.benchmarks.schema import BenchmarkError, Query, ValidationIssue
-from cir_demo.metrics import check_ks, evaluator, matched_rankings, plain_mean, warn_coverage
+from cir_demo.metrics import check_ks, coverage_counts, evaluator, matched_rankings, plain_mean
 
 KS = (5, 10, 25, 50)
 
@@ -168,9 +168,7 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
         known = [a for a in SEMANTIC_ASPECTS if a in per_aspect]
         for aspect in known + sorted(set(per_aspect) - set(known)):
             out[aspect_column(aspect)] = plain_mean(np.array(per_aspect[aspect]))
-    out["total_queries"] = len(df)
-    out["n_queries_total"] = int(n_queries_total)
-    out["coverage"] = warn_coverage("CIRCO", len(df), n_queries_total)
+    out.update(coverage_counts("CIRCO", len(df), n_queries_total))
     return out
 
 

@@ -29,13 +29,14 @@ import pandas as pd
 from cir_demo.benchmarks.schema import BenchmarkError, Query, ValidationIssue
 from cir_demo.benchmarks.scoped import subset_of
 from cir_demo.metrics import (
-    count_warnings,
     check_ks,
+    count_warnings,
+    coverage_counts,
     evaluator,
     matched_rankings,
     plain_mean,
     repeated_id_issues,
-    warn_coverage,
+    short_ranking_count,
 )
 
 KS = (1, 5, 10, 50)
@@ -170,7 +171,7 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
         out[AVERAGE] = (out["Recall@5"] + out["Recall_subset@1"]) / 2
     with_unseen = int((df["n_unseen_set_members"] > 0).sum()) if len(df) else 0
     largest = max((int(c.split("@")[1]) for c in df.columns if c.startswith("Recall@")), default=0)
-    short = int(((df["n_retrieved"] < largest) & df["target_rank"].isna()).sum()) if len(df) else 0
+    short = short_ranking_count(df, "n_retrieved", largest)
     if with_unseen:
         warnings.warn(
             f"CIRR: {with_unseen} rankings lack some members of their img_set; those are ranked last "
@@ -185,9 +186,7 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
             ShortRankingWarning,
             stacklevel=2,
         )
-    out["total_queries"] = len(df)
-    out["n_queries_total"] = int(n_queries_total)
-    out["coverage"] = warn_coverage("CIRR", len(df), n_queries_total)
+    out.update(coverage_counts("CIRR", len(df), n_queries_total))
     out["n_queries_with_unseen_set_members"] = with_unseen
     out["n_short_rankings"] = short
     return out

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from cir_demo.benchmarks.schema import Query
-from cir_demo.metrics import check_ks, duplicate_count, evaluator, matched_rankings, plain_mean, warn_coverage
+from cir_demo.metrics import check_ks, coverage_counts, duplicate_count, evaluator, matched_rankings, plain_mean
 
 KS = (1, 3)
 
@@ -134,11 +134,11 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
             out[subcategory_column(metric, sub)] = value
     for sub in subcategories:
         out[f"n_queries/{sub}"] = int((named["subcategory"] == sub).sum())
-    out["total_queries"] = len(per_query_df)
-    out["n_scored"] = len(df)
-    out["n_queries_without_positives"] = unjudged
-    out["n_queries_total"] = int(n_queries_total)
-    out["coverage"] = warn_coverage("EDIR", len(per_query_df), n_queries_total)
+    out.update(
+        coverage_counts(
+            "EDIR", len(per_query_df), n_queries_total, n_scored=len(df), n_queries_without_positives=unjudged
+        )
+    )
     out["n_queries_with_duplicates"] = int((per_query_df["n_duplicates"] > 0).sum()) if len(per_query_df) else 0
     return out
 

@@ -31,13 +31,14 @@ import pandas as pd
 from cir_demo.benchmarks.schema import BenchmarkError, Query, ValidationIssue
 from cir_demo.benchmarks.scoped import gallery_of
 from cir_demo.metrics import (
-    count_warnings,
     check_ks,
+    count_warnings,
+    coverage_counts,
     evaluator,
     matched_rankings,
     plain_mean,
     repeated_id_issues,
-    warn_coverage,
+    short_ranking_count,
 )
 
 KS = (10, 50)
@@ -139,7 +140,7 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
     for c in present:
         out[f"n_queries/{c}"] = int((df["category"] == c).sum())
     largest = max(ks, default=0)
-    short = int(((df["n_gallery_ranked"] < largest) & df["target_rank"].isna()).sum()) if len(df) else 0
+    short = short_ranking_count(df, "n_gallery_ranked", largest)
     if short:
         warnings.warn(
             f"FashionIQ: {short} rankings list fewer than {largest} gallery images and lack the target; "
@@ -147,9 +148,7 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
             ShortRankingWarning,
             stacklevel=2,
         )
-    out["total_queries"] = len(df)
-    out["n_queries_total"] = int(n_queries_total)
-    out["coverage"] = warn_coverage("FashionIQ", len(df), n_queries_total)
+    out.update(coverage_counts("FashionIQ", len(df), n_queries_total))
     out["n_short_rankings"] = short
     return out
 

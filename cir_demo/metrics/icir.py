@@ -26,7 +26,14 @@ import pandas as pd
 
 from cir_demo.benchmarks.schema import BenchmarkError, Query
 from cir_demo.benchmarks.scoped import gallery_of
-from cir_demo.metrics import count_warnings, evaluator, matched_rankings, plain_mean, repeated_id_issues, warn_coverage
+from cir_demo.metrics import (
+    count_warnings,
+    coverage_counts,
+    evaluator,
+    matched_rankings,
+    plain_mean,
+    repeated_id_issues,
+)
 
 EPSILON = 1e-5  # the reference code's recall step is 1 / (n + 1e-5)
 OFFICIAL_COLUMNS = ["model", "mAP", "mmAP", "minmAP"]
@@ -95,9 +102,7 @@ def aggregate(per_query_df: pd.DataFrame, n_queries_total: int) -> dict:
         "mmAP": plain_mean(by_instance.mean().to_numpy()) if by_instance is not None else 0.0,
         "minmAP": plain_mean(by_instance.min().to_numpy()) if by_instance is not None else 0.0,
         "n_instances": int(df["instance"].nunique()) if len(df) else 0,
-        "total_queries": len(df),
-        "n_queries_total": int(n_queries_total),
-        "coverage": warn_coverage("i-CIR", len(df), n_queries_total),
+        **coverage_counts("i-CIR", len(df), n_queries_total),
         "n_partial_rankings": partial,
     }
     return out

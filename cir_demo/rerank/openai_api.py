@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import io
-import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
@@ -34,7 +33,7 @@ from cir_demo.rerank.base import (
 )
 from cir_demo.rerank.prompt import PromptTemplate, render_segments
 from cir_demo.utils.code_hash import code_key
-from cir_demo.utils.http import HttpError, RetryPolicy, request
+from cir_demo.utils.http import HttpError, RetryPolicy, failure_line, post_json
 
 
 def image_data_url(image, image_format: str = "png") -> str:
@@ -200,28 +199,16 @@ class OpenAIReranker(Reranker):
 
     def _post_with_retries(self, body: dict) -> tuple[Any, str | None]:
         """(response json, None) or (None, error text after the last attempt)."""
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
         try:
-            response = request(
-                "POST",
+            response = post_json(
                 self.url,
+                body,
+                api_key=self.api_key,
                 timeout=self.timeout,
                 policy=RetryPolicy(self.retries, self.backoff),
-                headers=headers,
-                content=json.dumps(body).encode("utf-8"),
             )
         except HttpError as exc:
-            if exc.kind == "status":
-                last = f"HTTP {exc.status} from {self.url}: {exc.body.decode('utf-8', 'replace')}".strip()
-            elif exc.kind == "timeout":
-                last = f"timeout after {self.timeout:g}s ({self.url})"
-            else:
-                last = f"{exc} ({self.url})"
-            if not exc.retryable:
-                return None, last
-            return None, f"{last} (after {exc.attempts} attempt{'s' if exc.attempts > 1 else ''})"
+            return None, failure_line(exc)
         try:
             return response.json(), None
         except ValueError as exc:  # not JSON, or not UTF-8

@@ -14,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from cir_demo.benchmarks.schema import Benchmark, BenchmarkError, ValidationIssue
+from cir_demo.benchmarks.schema import Benchmark, BenchmarkError
+from cir_demo.results.submission_checks import examples, refuse_problems, usable_rankings
 from cir_demo.utils.io import write_json_atomic
 
 TOP = 50
@@ -24,15 +25,9 @@ def submission_entries(benchmark: Benchmark, run: Mapping[str, Sequence[str]]) -
     """({query id: top 50 image ids (ints)}, warnings). BenchmarkError when a query has no ranking, a ranking
     repeats an image or names an id that is not a COCO integer: the server would refuse or misscore it."""
     out: dict[str, list] = {}
-    missing, repeated, not_int, short = [], [], [], 0
-    for q in benchmark.queries:
-        ranking = run.get(q.query_id)
-        if ranking is None:
-            missing.append(q.query_id)
-            continue
-        if len(set(ranking)) != len(ranking):
-            repeated.append(q.query_id)
-            continue
+    usable, missing, repeated = usable_rankings(benchmark, run)
+    not_int, short = [], 0
+    for q, ranking in usable:
         top = list(ranking[:TOP])
         bad = [i for i in top if not str(i).isdigit()]
         if bad:
@@ -40,24 +35,12 @@ def submission_entries(benchmark: Benchmark, run: Mapping[str, Sequence[str]]) -
             continue
         short += len(top) < TOP
         out[q.query_id] = [int(i) for i in top]
-    problems = [
-        ValidationIssue("error", "run", None, None, text)
-        for text, found in (
-            (
-                f"{len(missing)} queries have no ranking (e.g. {', '.join(missing[:5])}); the server requires every "
-                "query id of the split",
-                missing,
-            ),
-            (f"{len(repeated)} rankings repeat an image (e.g. {', '.join(repeated[:5])})", repeated),
-            (
-                f"{len(not_int)} rankings name an image id that is not a COCO integer (e.g. {', '.join(not_int[:5])})",
-                not_int,
-            ),
-        )
-        if found
-    ]
-    if problems:
-        raise BenchmarkError(problems)
+    refuse_problems(
+        missing,
+        "queries have no ranking (e.g. {examples}); the server requires every query id of the split",
+        repeated,
+        (f"{len(not_int)} rankings name an image id that is not a COCO integer (e.g. {examples(not_int)})", not_int),
+    )
     notes = [f"{short} rankings list fewer than {TOP} images"] if short else []
     if (benchmark.info or {}).get("split") != "test":
         notes.append(

@@ -15,8 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from cir_demo.benchmarks.schema import Benchmark, BenchmarkError, ValidationIssue
+from cir_demo.benchmarks.schema import Benchmark, BenchmarkError
 from cir_demo.benchmarks.scoped import subset_of
+from cir_demo.results.submission_checks import refuse_problems, usable_rankings
 from cir_demo.utils.io import write_json_atomic
 
 VERSION = "rc2"
@@ -31,15 +32,9 @@ def submission_entries(benchmark: Benchmark, run: Mapping[str, Sequence[str]]) -
     """
     recall: dict[str, list[str]] = {}
     subset: dict[str, list[str]] = {}
-    missing, repeated, short, unseen = [], [], 0, 0
-    for q in benchmark.queries:
-        ranking = run.get(q.query_id)
-        if ranking is None:
-            missing.append(q.query_id)
-            continue
-        if len(set(ranking)) != len(ranking):
-            repeated.append(q.query_id)
-            continue
+    usable, missing, repeated = usable_rankings(benchmark, run)
+    short, unseen = 0, 0
+    for q, ranking in usable:
         ref = q.reference_ids[0]
         kept = [i for i in ranking if i != ref]
         members = [m for m in subset_of(q.judgments) if m != ref]
@@ -50,25 +45,7 @@ def submission_entries(benchmark: Benchmark, run: Mapping[str, Sequence[str]]) -
         short += len(kept) < TOP_RECALL
         recall[q.query_id] = kept[:TOP_RECALL]
         subset[q.query_id] = (ranked_members + [m for m in members if m not in seen])[:TOP_SUBSET]
-    problems = []
-    if missing:
-        problems.append(
-            ValidationIssue(
-                "error",
-                "run",
-                None,
-                None,
-                f"{len(missing)} pairs have no ranking (e.g. {', '.join(missing[:5])}); the server scores every pair",
-            )
-        )
-    if repeated:
-        problems.append(
-            ValidationIssue(
-                "error", "run", None, None, f"{len(repeated)} rankings repeat an image (e.g. {', '.join(repeated[:5])})"
-            )
-        )
-    if problems:
-        raise BenchmarkError(problems)
+    refuse_problems(missing, "pairs have no ranking (e.g. {examples}); the server scores every pair", repeated)
     notes = []
     if short:
         notes.append(f"{short} rankings list fewer than {TOP_RECALL} images once the reference is deleted")

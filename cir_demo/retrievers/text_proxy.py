@@ -42,7 +42,7 @@ import numpy as np
 from cir_demo.retrievers import recipes
 from cir_demo.retrievers.base import ComposedQuery, Retriever, check_embeddings, render_markers
 from cir_demo.utils.code_hash import code_key
-from cir_demo.utils.http import HttpError, RetryPolicy, request
+from cir_demo.utils.http import HttpError, RetryPolicy, failure_kind, failure_line, post_json
 
 FAMILY = "text_proxy"
 LENGTHS = ("short", "medium", "long")
@@ -153,25 +153,16 @@ class ChatClient:
             body["temperature"] = temperature
         if max_tokens is not None:
             body["max_completion_tokens"] = max_tokens
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
         try:
-            response = request(
-                "POST",
+            response = post_json(
                 self.base_url.rstrip("/") + "/chat/completions",
+                body,
+                api_key=self.api_key,
                 timeout=self.timeout_s,
                 policy=RetryPolicy(self.max_retries, self.retry_backoff_s),
-                headers=headers,
-                content=json.dumps(body).encode("utf-8"),
             )
         except HttpError as exc:
-            if exc.kind == "status":
-                detail = exc.body.decode("utf-8", "replace")
-                raise ChatError(f"http_{exc.status}", f"{exc.reason} {detail}".strip()) from None
-            if exc.kind == "timeout":
-                raise ChatError("timeout", f"no answer within {self.timeout_s} s") from None
-            raise ChatError("network", str(exc)) from None
+            raise ChatError(failure_kind(exc), failure_line(exc)) from None
         return parse_completion(response.content)
 
 

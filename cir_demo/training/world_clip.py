@@ -29,6 +29,7 @@ import numpy as np
 
 from cir_demo.models.preprocess import PREPROCESS
 from cir_demo.training.loop import lr_at, step_plan
+from cir_demo.training.scene_fields import PREDICTED_FIELDS
 
 MODEL_NAME = "world-clip"
 WEIGHTS_NAME = "world_clip.safetensors"
@@ -187,29 +188,8 @@ def multi_positive_clip_loss(img_emb, txt_emb, logit_scale, caption_ids):
 
 
 # --------------------------------------------------------------------------- auxiliary attribute heads
-# Scene attributes the image heads predict: everything a query may ask about or keep (the nuisance
-# `hair` and the layout seed `variant` are left out).
-AUX_FIELDS = (
-    "domain",
-    "type",
-    "color",
-    "pattern",
-    "material",
-    "shape",
-    "count",
-    "secondary",
-    "relation",
-    "hat",
-    "bag",
-    "glasses",
-    "pose",
-    "skin_tone",
-    "view",
-    "style",
-    "place",
-    "time",
-    "weather",
-)
+# Scene attributes the image heads predict: everything a query may ask about or keep, in head order.
+AUX_FIELDS = PREDICTED_FIELDS
 
 
 def attribute_targets(scenes: np.ndarray, fields: Sequence[str] = AUX_FIELDS) -> tuple[np.ndarray, list[int]]:

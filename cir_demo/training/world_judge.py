@@ -39,30 +39,11 @@ from cir_demo.training.judge_ranking import (  # noqa: F401  (rank_keys: the tra
     rerank_quality,
 )
 from cir_demo.training.loop import lr_at, step_plan
+from cir_demo.training.scene_fields import PREDICTED_FIELDS
 
 WEIGHTS_NAME = "world_judge.safetensors"
-# The scene attributes stage 1 predicts (train split only; nuisance hair/variant left out).
-ATTRIBUTES = (
-    "domain",
-    "type",
-    "color",
-    "pattern",
-    "material",
-    "shape",
-    "count",
-    "secondary",
-    "relation",
-    "hat",
-    "bag",
-    "glasses",
-    "pose",
-    "skin_tone",
-    "view",
-    "style",
-    "place",
-    "time",
-    "weather",
-)
+# The scene attributes stage 1 predicts (train split only), in head order.
+ATTRIBUTES = PREDICTED_FIELDS
 IDENTITY = ("type", "color", "pattern", "material", "shape")
 
 
@@ -139,8 +120,8 @@ def train_cnn(pixels: np.ndarray, scenes, arch, cfg: JudgeTrainConfig, progress:
     import torch
     from torch import nn
 
-    from cir_demo.models.world_judge import build_image_encoder
     from cir_demo.models.preprocess import normalize_pixels
+    from cir_demo.models.world_judge import build_image_encoder
 
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
@@ -195,8 +176,8 @@ def patch_features(cnn, pixels: np.ndarray, batch: int = 256, progress: bool = F
     """Frozen CNN image features (n, feature_dim) float32 unit rows of uint8 model-input pixels."""
     import torch
 
-    from cir_demo.models.world_judge import N_TOKENS, image_features
     from cir_demo.models.preprocess import normalize_pixels
+    from cir_demo.models.world_judge import N_TOKENS, image_features
 
     chunks = range(0, len(pixels), batch)
     if progress:

@@ -150,6 +150,37 @@ def request(
     raise AssertionError("unreachable: the loop returns or raises")
 
 
+def post_json(url: str, body: dict, *, api_key: str | None, timeout: float, policy: RetryPolicy):
+    """POST `body` as JSON with the bearer key (when there is one), as `request` sends it: how the
+    OpenAI-compatible clients (the chat reranker, the text proxy's description writer) call their endpoint."""
+    import json
+
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    return request(
+        "POST", url, timeout=timeout, policy=policy, headers=headers, content=json.dumps(body).encode("utf-8")
+    )
+
+
+def failure_kind(error: HttpError) -> str:
+    """What failed, as a short code: http_<status>, timeout, network or body."""
+    return f"http_{error.status}" if error.kind == "status" else error.kind
+
+
+def failure_line(error: HttpError) -> str:
+    """A failed request in one line, as every remote client reports it: the HTTP status with the start of
+    the answer (or the timeout, the connection, the refused body), the URL, and the tries spent when the
+    failure was retried."""
+    if error.kind == "status":
+        body = error.body.decode("utf-8", "replace").strip()
+        what = f"HTTP {error.status} {error.reason}".strip() + (f": {body}" if body else "")
+    else:
+        what = str(error)
+    tries = f" (after {error.attempts} attempts)" if error.retryable and error.attempts > 1 else ""
+    return f"{what} ({error.url}){tries}"
+
+
 def _answer_error(response, url: str, attempts: int, check) -> tuple[HttpError | None, str | None]:
     """(None, None) for a good answer; else the error and the answer's Retry-After."""
     if response.status_code >= 400:

@@ -391,3 +391,29 @@ def test_hide_paths_says_what_a_server_path_is_and_leaves_the_rest(dirs):
         "pixel cache the cache folder cannot be used; index the indexes folder; missing the weights of world-cir; "
         "log a server file; retriever 1/4 at 12 it/s, https://huggingface.co/a/b; `git checkout assets/world-cir/`"
     )
+
+
+def test_hide_paths_touches_server_paths_only():
+    """Markup, a placeholder's layout and an endpoint's name are no paths of the server; a file's is one."""
+    from cir_demo.explorer.public_text import hide_paths
+
+    kept = [
+        "the answer ended with </script> and <b>bold</b>",
+        "unpack them so that the paths resolve under <root>/img_raw/ (found there by default)",
+        "see the /failures endpoint and /evaluate",
+        "retriever 1/4 at 12 it/s, ./train/x.png, runs/a/b, https://example.org/a/b",
+    ]
+    for text in kept:
+        assert hide_paths(text) == text
+    assert hide_paths("cannot read /etc/passwd or /tmp") == "cannot read a server file or a server file"
+    assert hide_paths("log /no/such/folder/x.log is gone") == "log a server file is gone"
+
+
+def test_an_error_quotes_at_most_a_hundred_characters_of_each_input():
+    from cir_demo.explorer.public_text import cut_inputs
+
+    long_id = "w" * 5000
+    text = f"benchmark 'world' has no query {long_id!r}; unknown retriever(s) {'r' * 300}, ok"
+    cut = cut_inputs(text, [long_id, ["r" * 300, "ok"]])
+    assert cut == f"benchmark 'world' has no query '{'w' * 100}…'; unknown retriever(s) {'r' * 100}…, ok"
+    assert len(cut_inputs("x" * 10_000, [])) == 2000

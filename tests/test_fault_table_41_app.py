@@ -73,6 +73,8 @@ def test_an_upload_named_by_a_browser_becomes_a_usable_column(dirs, bench):
         uploaded_runs={},
         modality={},
         max_uploaded_runs=16,
+        _upload_owners={},
+        max_upload_owners=64,
         engine=types.SimpleNamespace(add_retriever=added.append, drop_retriever=None),
     )
     column, _ = ExplorerService.add_file_run(service, path, Path(path).stem)
@@ -98,10 +100,9 @@ def test_a_refused_runs_file_shows_visitors_none_of_its_content(dirs, bench):
 
 # --------------------------------------------------------------------------- case 10
 def test_port_0_takes_a_free_port_before_gradio_is_imported(dirs, monkeypatch):
+    from cir_demo.benchmarks import generate_aside
     from cir_demo.preflight.commands import app_problems
     from cir_demo.ui.startup import build_parser, prepare
-
-    from cir_demo.benchmarks import generate_aside
 
     monkeypatch.setattr(generate_aside, "generate_aside", lambda *a, **k: None)
     monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)
@@ -114,9 +115,8 @@ def test_port_0_takes_a_free_port_before_gradio_is_imported(dirs, monkeypatch):
 
 
 def test_port_flag_overrides_an_unusable_port_variable_before_gradio_reads_it(dirs, monkeypatch, capsys):
-    from cir_demo.ui.startup import prepare
-
     from cir_demo.benchmarks import generate_aside
+    from cir_demo.ui.startup import prepare
 
     monkeypatch.setattr(generate_aside, "generate_aside", lambda *a, **k: None)
     with socket.socket() as s:
@@ -130,9 +130,8 @@ def test_port_flag_overrides_an_unusable_port_variable_before_gradio_reads_it(di
 
 # --------------------------------------------------------------------------- case 11
 def test_runs_named_like_a_model_are_refused_before_the_page_starts(dirs, bench, monkeypatch, capsys):
-    from cir_demo.ui.startup import prepare
-
     from cir_demo.benchmarks import generate_aside
+    from cir_demo.ui.startup import prepare
 
     monkeypatch.setattr(generate_aside, "generate_aside", lambda *a, **k: None)
     path = _run_dict(bench, dirs / "mine.json")

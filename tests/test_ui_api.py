@@ -5,10 +5,8 @@ metrics.csv, and `python -m cir_demo failures` on the same files."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import base64
-import io
 import json
 import socket
 
@@ -53,10 +51,10 @@ def cirr_api(tmp_path_factory):
     """The CIRR export served with `--runs A=... B=...` (the app's own command line), its `--eval` of both
     files, and a client: (client, service, benchmark, A path, B path, eval folder, root)."""
     from gradio_client import Client
+    from own_runs_support import cirr_world_with_runs, eval_both_runs
 
     from cir_demo.explorer import build_service
     from cir_demo.ui.startup import build_parser
-    from own_runs_support import cirr_world_with_runs, eval_both_runs
 
     root = tmp_path_factory.mktemp("api_cirr")
     mp = pytest.MonkeyPatch()
@@ -217,6 +215,19 @@ def test_reranker_failures_agree_with_the_reranked_query_view(world_api, service
     assert view["first_stage_metrics"][primary] == pytest.approx(row[f"{run}/{primary}"])
 
 
+def test_every_sort_the_world_page_offers_is_failures_order(world_api, service):
+    """shortcut (an image-only column beside composed ones) and the reranker sorts included: /failures
+    lists the page's queries in the page's order."""
+    client, _ = world_api
+    offered = service.offered_sorts()
+    assert {"shortcut", "rerank_helped", "rerank_hurt"} <= set(offered), offered
+    for sort in offered:
+        got = client.predict(sort, None, None, api_name="/failures")
+        page = service.sorted_queries(sort, limit=10**6)
+        assert [r["query_id"] for r in got["rows"]] == list(page.rows["query"]), sort
+        assert [r["why"] for r in got["rows"]] == list(page.rows["why"]), sort
+
+
 def test_image_is_the_benchmark_image(world_api, service):
     from gradio_client.exceptions import AppError
 
@@ -274,7 +285,7 @@ def test_failures_are_the_failures_commands_rows(cirr_api, sort, tmp_path):
         == 0
     )
     want = pd.read_csv(csv, dtype={"query_id": str}, keep_default_na=False)
-    got = client.predict(sort, ["A", "B"], 40, api_name="/failures")
+    got = client.predict(sort, ["A", "B"], 40, "all", api_name="/failures")
     assert got["columns"] == list(want.columns)
     frame = pd.DataFrame(got["rows"], columns=got["columns"])
     assert list(frame["query_id"]) == list(want["query_id"]) and list(frame["why"]) == list(want["why"])
@@ -310,7 +321,109 @@ def test_evaluate_scores_an_upload_as_eval_and_a_bad_file_is_one_line(cirr_api, 
     paired = pd.read_csv(out / "paired.csv")
     want = paired[(paired["metric"] == "Recall@1")].iloc[0]  # B - A in --eval's file, here A' - B
     assert abs(b_vs["diff"]) == pytest.approx(abs(want["diff"]), abs=1e-6)
+    # the p-value as paired.csv and the page write it ("< 0.001" below 1/n_boot), two-sided: the same either way
+    paired_text = pd.read_csv(out / "paired.csv", dtype={"p_value": str})  # --eval's, with its own n_boot
+    assert paired_text[paired_text["metric"] == "Recall@1"].iloc[0]["p_value"].startswith("< ")
+    assert b_vs["p_value"] == "< 0.001"  # below 1/1000 too: the bound, not 0.0
+    assert all(isinstance(p["p_value"], str) for p in got["paired"])
     assert "/tmp" not in json.dumps(got)
+
+
+def test_every_sort_the_page_offers_is_failures_order_and_the_failures_commands(cirr_api, tmp_path):
+    """Each sort of the page's menu (every A-vs-B metric too): /failures lists the page's queries in the
+    page's order, and the rows `failures --sort` writes for the same files."""
+    from cir_demo.cli import main as cli
+
+    client, svc, _, pa, pb, _, root = cirr_api
+    offered = svc.offered_sorts()
+    assert len(offered) > 6 and any(s.count(":") > 1 for s in offered), offered
+    for sort in offered:
+        got = client.predict(sort, ["A", "B"], None, api_name="/failures")
+        page = svc.sorted_queries(sort, limit=10**6)
+        assert [r["query_id"] for r in got["rows"]] == list(page.rows["query"]), sort
+        assert [r["why"] for r in got["rows"]] == list(page.rows["why"]), sort
+        csv = tmp_path / "failures.csv"
+        argv = ["failures", "--benchmark", "cirr", "--root", str(root / "cirr"), "--results-json", str(pa), str(pb)]
+        assert cli([*argv, "--sort", sort, "--out", str(csv), "--overwrite"]) == 0, sort
+        want = pd.read_csv(csv, dtype={"query_id": str}, keep_default_na=False)
+        assert [r["query_id"] for r in got["rows"]] == list(want["query_id"]), sort
+
+
+def test_failures_answers_the_key_columns_in_a_few_thousand_characters_from_the_pages_rows(cirr_api):
+    """The default answer: each run's primary metric and its tie-breaking measure, 20 rows; read from the
+    per-query rows the page sorts by (never the rankings recomputed)."""
+    from cir_demo.explorer import api as answers
+
+    client, svc, _, _, _, out, _ = cirr_api
+    got = client.predict("worst", api_name="/failures")
+    assert got["columns"] == ["query_id", "why", "A/Recall@1", "A/target_rank", "B/Recall@1", "B/target_rank"]
+    assert len(got["rows"]) == 20 and got["total"] > 20 and len(json.dumps(got)) < 5000, len(json.dumps(got))
+    rows = pd.read_csv(out / "per_query.csv", dtype={"query_id": str}).set_index(["run", "query_id"])
+    for row in got["rows"]:
+        for run in ("A", "B"):
+            assert row[f"{run}/Recall@1"] == pytest.approx(rows.loc[(run, row["query_id"]), "Recall@1"])
+            rank = rows.loc[(run, row["query_id"]), "target_rank"]
+            assert row[f"{run}/target_rank"] == (None if rank != rank else int(rank))
+
+    class NoRankings(answers.RunRankings):
+        def run(self, name):
+            raise AssertionError(f"{name}'s rankings recomputed")
+
+    svc.failure_stats()  # the page's rows, as the Explore list has them
+    got = answers.failures_answer(svc, NoRankings(svc), "diff:A,B:Recall@5", None, 5)
+    assert got["columns"][2:] == [
+        "A/Recall@1",
+        "A/target_rank",
+        "A/Recall@5",
+        "B/Recall@1",
+        "B/target_rank",
+        "B/Recall@5",
+    ]
+    with pytest.raises(Exception, match="columns must be one of key, all"):
+        client.predict("worst", columns="every", api_name="/failures")
+
+
+def test_two_clients_uploads_are_their_own(cirr_api, tmp_path, monkeypatch):
+    """A results file one client sends to /evaluate is a run of its session only: another client cannot
+    name it, is not told its name and, uploading more than it may keep, evicts only its own."""
+    from gradio_client import Client, handle_file
+    from gradio_client.exceptions import AppError
+
+    first, svc, bench, pa, pb, _, _ = cirr_api
+    second = Client(first.src, verbose=False)
+    monkeypatch.setattr(svc, "max_uploaded_runs", 2)
+    mine = first.predict(handle_file(str(pa)), "mine", api_name="/evaluate")["run"]
+    query = bench.queries[0].query_id
+    assert first.predict(query, [mine], api_name="/query")["columns"][0]["retriever"] == mine
+    with pytest.raises(AppError) as info:
+        second.predict(query, [mine], api_name="/query")
+    assert "unknown retriever(s)" in str(info.value)
+    with pytest.raises(AppError) as info:
+        second.predict("worst", ["nope"], api_name="/failures")
+    assert "unknown run(s) nope" in str(info.value) and mine not in str(info.value)
+    theirs = []
+    for i in range(3):  # three files on a limit of two: the second client's first is dropped, not the first's
+        copy = tmp_path / f"theirs{i}.json"
+        copy.write_bytes(pb.read_bytes())
+        theirs.append(second.predict(handle_file(str(copy)), api_name="/evaluate")["run"])
+    assert first.predict("worst", ["A", mine], 3, api_name="/failures")["runs"] == ["A", mine]
+    with pytest.raises(AppError, match="unknown run"):
+        second.predict("worst", [theirs[0]], api_name="/failures")
+    assert second.predict("worst", theirs[1:], 3, api_name="/failures")["runs"] == theirs[1:]
+    with pytest.raises(AppError, match="unknown run"):
+        first.predict("worst", [theirs[2]], api_name="/failures")
+
+
+@pytest.mark.parametrize("endpoint", ["/query", "/failures"])
+def test_an_error_quotes_at_most_a_hundred_characters_of_an_input(cirr_api, endpoint):
+    from gradio_client.exceptions import AppError
+
+    client = cirr_api[0]
+    huge = "q" * 1_000_000
+    with pytest.raises(AppError) as info:
+        client.predict(huge, api_name=endpoint)
+    message = str(info.value)
+    assert "q" * 100 in message and "q" * 101 not in message and len(message) < 1000, len(message)
 
 
 # =========================================================================== MCP
@@ -334,7 +447,10 @@ def test_mcp_asked_without_its_dependency_is_one_line_before_any_work(monkeypatc
     ]
 
 
-def test_mcp_lists_the_tools_and_a_search_returns_a_ranking(service):
+def test_every_mcp_tool_answers_json_and_takes_a_file_as_a_path_or_base64(service, tmp_path):
+    """An MCP client (the `mcp` package's, on loopback) reads JSON from every tool, as text and as structured
+    content; an image goes in as a file path or as plain base64, a results file as a path; an error quotes
+    at most 100 characters of an input."""
     from cir_demo.ui.startup import mcp_problem
 
     if mcp_problem():
@@ -345,33 +461,60 @@ def test_mcp_lists_the_tools_and_a_search_returns_a_ranking(service):
     # the transport's name in the mcp releases gradio supports (1.x) and after
     connect = getattr(streamable_http, "streamable_http_client", None) or streamable_http.streamablehttp_client
 
+    bench = service.benchmark
     demo, url = launched(service, mcp=True)
-    buffer = io.BytesIO()
-    service.engine.open_image(service.benchmark.corpus_ids[2]).convert("RGB").save(buffer, format="PNG")
-    image = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+    path = png_of(service.engine.open_image(bench.corpus_ids[2]), tmp_path / "ref.png")
+    encoded = base64.b64encode((tmp_path / "ref.png").read_bytes()).decode()
+    run, _ = service.engine.run_benchmark(service.retriever_names[0], k=20)
+    results = tmp_path / "mine.json"
+    results.write_text(
+        json.dumps({bench.results_key(q): {i: 1.0 / (r + 1) for r, i in enumerate(ids)} for q, ids in run.items()})
+    )
+    query_id = bench.queries[0].query_id
+    calls = {
+        "search": {
+            "image": path,
+            "image2": encoded,
+            "instruction": "<img1> in red",
+            "k": 5,
+            "retrievers": service.retriever_names[:1],
+        },
+        "query": {"query_id": query_id, "k": 5},
+        "failures": {"sort": "worst", "top": 3},
+        "evaluate": {"results_file": str(results)},
+        "image": {"image_id": bench.corpus_ids[1]},
+    }
 
     async def session():
         async with connect(f"{url}gradio_api/mcp/") as streams:
             async with ClientSession(streams[0], streams[1]) as s:
                 await s.initialize()
                 tools = {t.name: t for t in (await s.list_tools()).tools}
-                result = await s.call_tool(
-                    "search",
-                    {"image": image, "instruction": "in red", "k": 5, "retrievers": service.retriever_names[:1]},
-                )
-                return tools, result
+                answers = {name: await s.call_tool(name, arguments) for name, arguments in calls.items()}
+                answers["bad"] = await s.call_tool("query", {"query_id": "q" * 1_000_000})
+                answers["not a file"] = await s.call_tool("search", {"image": "x" * 1_000_000, "instruction": "in red"})
+                return tools, answers
 
     try:
-        tools, result = asyncio.run(session())
+        tools, answers = asyncio.run(session())
     finally:
         demo.close()
-    assert set(tools) == {n.lstrip("/") for n in PUBLIC}
-    assert "retrievers" in tools["search"].inputSchema["properties"] and tools["search"].description
-    assert not result.isError, result
-    answer = ast.literal_eval(result.content[0].text)  # gradio's MCP server sends the dict as Python text
-    ranking = answer["columns"][0]["results"]
-    assert [r["rank"] for r in ranking] == [1, 2, 3, 4, 5]
-    assert all(r["image_id"] in set(service.benchmark.corpus_ids) for r in ranking)
+    assert set(tools) == set(calls) and tools["search"].description
+    assert "base64" in tools["search"].inputSchema["properties"]["image"]["format"]
+    for name in calls:
+        result = answers[name]
+        assert not result.isError, (name, result.content[0].text[:300])
+        text = next(c.text for c in result.content if c.type == "text")
+        assert json.loads(text) == result.structuredContent, name
+    ranking = answers["search"].structuredContent["columns"][0]["results"]
+    assert [r["rank"] for r in ranking] == [1, 2, 3, 4, 5] and all(r["image_id"] in bench.corpus_set for r in ranking)
+    assert answers["query"].structuredContent["query"]["query_id"] == query_id
+    assert len(answers["failures"].structuredContent["rows"]) == 3
+    assert answers["evaluate"].structuredContent["run"].startswith("mine-")
+    assert [c.type for c in answers["image"].content] == ["image", "text"]
+    for bad in ("bad", "not a file"):
+        text = answers[bad].content[0].text
+        assert answers[bad].isError and len(text) < 1000, (bad, len(text))
 
 
 # =========================================================================== the load bench

@@ -98,11 +98,14 @@ def search_answer(
 
 
 def query_answer(
-    service, query_id: str, retrievers: Sequence[str] | None, k: int, rerank: bool, top_n: int
+    service, query_id: str, retrievers: Sequence[str] | None, k: int, rerank: bool, top_n: int, owner: str = ""
 ) -> dict[str, Any]:
     """A benchmark query's columns with each item's judgment and each column's per-query metrics (the
-    family's, over the whole ranking, as per_query.csv has them), and the query's paraphrases."""
+    family's, over the whole ranking, as per_query.csv has them), and the query's paraphrases. `owner`: the
+    client's session, whose uploaded runs it may name (another session's it may not)."""
     started = time.perf_counter()
+    if retrievers:
+        check_runs(service, retrievers, owner, noun="retriever")
     cmp = service.compare(query_id, retrievers, k=k, rerank=rerank, top_n=top_n)
     view = service.query_view(query_id)
     q = view.query
@@ -171,65 +174,164 @@ class RunRankings:
         return run
 
 
-def check_runs(service, runs: Sequence[str] | None) -> list[str]:
-    """The runs asked for (default: every column the app serves), each a column of this app."""
-    served = list(service.retriever_names) + list(service.uploaded_runs)
+def served_runs(service, owner: str = "") -> list[str]:
+    """The runs a client may name: every column the app serves, and the results files its session uploaded."""
+    return list(service.retriever_names) + [n for n in service.uploads_of(owner) if n not in service.retriever_names]
+
+
+def check_runs(service, runs: Sequence[str] | None, owner: str = "", noun: str = "run") -> list[str]:
+    """The runs asked for (default: every column the app serves), each one this client may name."""
+    served = served_runs(service, owner)
     names = list(dict.fromkeys(service.retriever_names if not runs else runs))
     unknown = [n for n in names if n not in served]
     if unknown:
-        raise ServiceError(f"unknown run(s) {', '.join(unknown)}; this app serves: {', '.join(served) or 'none'}")
+        raise ServiceError(f"unknown {noun}(s) {', '.join(unknown)}; this app serves: {', '.join(served) or 'none'}")
     return names
 
 
+FAILURE_COLUMNS = ("key", "all")  # /failures' `columns`: the rows' key columns, or every column `failures` writes
+
+
+def failure_sort_rows(service, names: Sequence[str], stats, cache: RunRankings):
+    """(the per-query rows a sort over runs `names` reads, its sort context): the page's own rows `stats` for
+    the app's columns (`failure_stats`: an eval run's per_query.csv, the app's cache, else computed once), an
+    uploaded run's scored from its file; the context is the page's (each column's modality, whether a
+    reranker serves), over `names`."""
+    import pandas as pd
+
+    from cir_demo.explorer.failures import SortContext, per_query_frame
+
+    ctx = SortContext(
+        service.family,
+        service.table,
+        list(names),
+        {n: service.modality.get(n, "composed") for n in names},
+        bool(service.reranker_name),
+    )
+    parts = [] if stats is None else [stats]
+    for name in names:
+        if name not in service.retriever_names:  # an upload: its file's rankings, scored once
+            rows = cache.rows.get(("upload rows", name))
+            if rows is None:
+                rankings = service.engine.retriever(name).rankings
+                rows = per_query_frame(service.family, name, rankings, service.benchmark.queries)
+                cache.rows.put(("upload rows", name), rows)
+            parts.append(rows)
+    return pd.concat(parts, ignore_index=True), ctx
+
+
+def key_metrics(service, sort: str) -> list[str]:
+    """The per-query columns /failures answers by default: the family's primary metric, its tie-breaking
+    measure (CIRR's target_rank) and the metric an A-vs-B sort compares."""
+    from cir_demo.benchmarks.failure_views import DIFF_PREFIX
+    from cir_demo.explorer.failures import sort_columns, split_diff
+
+    compared = split_diff(sort)[2] if sort.startswith(DIFF_PREFIX) else None
+    views = service.views
+    return list(
+        dict.fromkeys(
+            [
+                service.family.primary,
+                *([views.finer] if views.finer else []),
+                *sort_columns(service.family, [compared] if compared else []),
+            ]
+        )
+    )
+
+
 def failures_answer(
-    service, cache: RunRankings, sort: str, runs: Sequence[str] | None, top: int | None
+    service,
+    cache: RunRankings,
+    sort: str,
+    runs: Sequence[str] | None,
+    top: int | None,
+    columns: str = "key",
+    owner: str = "",
 ) -> dict[str, Any]:
-    """The rows `python -m cir_demo failures --sort SORT` writes for these runs (query_id, why, then
-    `<run>/<metric>`), in sort order, at most `top` of them."""
-    from cir_demo.explorer.cli import failure_rows_of
+    """The queries in the order of sort `sort` as the page lists them (its per-query rows, its sort context:
+    every sort its menu offers), with `why` and each run's per-query columns as
+    `python -m cir_demo failures --sort SORT` writes them (`<run>/<metric>`), at most `top` rows.
+    `columns`: "key" (the primary metric, the family's tie-breaking measure and a compared metric) or "all"
+    (every column `failures` writes). `owner`: the client's session (its uploaded runs may be named)."""
+    from cir_demo.explorer.failures import sort_rows
 
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
         raise ServiceError(f"top must be a positive integer, got {top!r}")
-    names = check_runs(service, runs)
-    if (sort or "").startswith("rerank"):
-        if not service.reranker_name:
-            raise ServiceError(f"sort {sort!r} needs a reranker; {service.reranker_note or 'none is configured'}")
-        cost = len(service.benchmark.queries) * len(names) * service.config.default_top_n
-        if cost > service.max_rerank_scores:
-            raise ServiceError(
-                f"sort {sort!r} needs reranked results for all {len(service.benchmark.queries):,} "
-                f"queries ({cost:,} candidate scores); ask for fewer runs, or use the app's Report"
-            )
-        names += [f"{n}{RERANK_SUFFIX}" for n in names]
-    key = (sort, tuple(names))
-    rows = cache.rows.get(key)
-    if rows is None:
-        rows = failure_rows_of(service.benchmark, {n: cache.run(n) for n in names}, sort)
-        cache.rows.put(key, rows)
+    if columns not in FAILURE_COLUMNS:
+        raise ServiceError(f"columns must be one of {', '.join(FAILURE_COLUMNS)}, got {columns!r}")
+    names = check_runs(service, runs, owner)
+    sort = sort or ""
+    reranking = sort.startswith("rerank")
+    if reranking and not service.reranker_name:
+        raise ServiceError(f"sort {sort!r} needs a reranker; {service.reranker_note or 'none is configured'}")
+    served = any(n in service.retriever_names for n in names)
+    stats = service.failure_stats(need_rerank=reranking) if served else None
+    key = (sort, tuple(names), columns)
+    found = cache.rows.get(key)
+    if found is None or found[0] is not stats:  # new per-query rows (an eval run published): sorted again
+        per_query, ctx = failure_sort_rows(service, names, stats, cache)
+        rows, _ = sort_rows(service.table, per_query, sort, ctx)
+        rows = rows[["query_id", "why"]].reset_index(drop=True)
+        reranked = [f"{n}{RERANK_SUFFIX}" for n in names if reranking]
+        shown = [n for n in [*names, *reranked] if n in set(per_query["run"])]
+        found = (stats, shown, failure_columns(service, cache, rows, per_query, shown, sort, columns))
+        cache.rows.put(key, found)
+    _, shown, rows = found
     total = len(rows)
     rows = rows.head(min(top or MAX_FAILURE_ROWS, MAX_FAILURE_ROWS))
     return {
         "benchmark": service.benchmark.name,
         "sort": sort,
-        "runs": names,
+        "runs": shown,
         "total": total,
         "columns": [str(c) for c in rows.columns],
         "rows": records(rows),
+        "more": "columns='all': every per-query column of `failures`; top: more rows (null: all)",
     }
 
 
+def failure_columns(service, cache: RunRankings, rows, per_query, names: Sequence[str], sort: str, columns: str):
+    """`rows` (query_id, why) with `<run>/<metric>` for each run of `names` and each key metric, or (`columns`
+    "all") each column `failures` writes, from the runs' whole per-query rows. Ranks and counts are whole
+    numbers, null where there is none (the CSV's empty cell)."""
+    import pandas as pd
+
+    from cir_demo.explorer.cli import INTEGER_COLUMNS, failure_rows_of
+
+    if columns == "all":
+        full = failure_rows_of(service.benchmark, {n: cache.run(n) for n in names}, "benchmark")
+        full = full.drop(columns=["why"]).set_index("query_id").reindex(rows["query_id"]).reset_index(drop=True)
+        out = rows.join(full)
+    else:
+        out = rows.copy()
+        for name in names:
+            own = per_query[per_query["run"] == name].set_index("query_id").reindex(out["query_id"])
+            for m in key_metrics(service, sort):
+                if m in own:
+                    out[f"{name}/{m}"] = own[m].to_numpy()
+    for c in out.columns[2:]:
+        if c.rpartition("/")[2] in INTEGER_COLUMNS:
+            out[c] = pd.Series(
+                [None if v is None or v == "" or v != v else int(float(v)) for v in out[c]], dtype=object
+            )
+    return out
+
+
 # ------------------------------------------------------------------ evaluate
-def evaluate_answer(service, path: str | Path, name: str | None = None) -> dict[str, Any]:
+def evaluate_answer(service, path: str | Path, name: str | None = None, owner: str = "") -> dict[str, Any]:
     """An uploaded results file read and scored as `--eval` reads and scores it: its headline metrics, and
-    the paired comparisons (B − A with its 95% interval and p-value) against the results files the app
-    serves. The file becomes a column of the app (as an upload in the page does)."""
+    the paired comparisons (B − A with its 95% interval and p-value, written as paired.csv writes it: "< 0.001"
+    below 1/n_boot) against the results files the app serves. The file becomes a column of the client's
+    session `owner` (as an upload in the page does for its visitor): no other client sees it."""
+    from cir_demo.metrics.headline import p_values_as_text
+
     stem = (name or Path(path).stem or "run").strip() or "run"
-    column, notes = service.add_file_run(path, stem)
+    column, notes = service.add_file_run(path, stem, owner)
     scored = service.scored_file_runs(extra=[column])
     metrics = scored.metrics
     paired = scored.paired
     if len(paired):
-        paired = paired[(paired["a"] == column) | (paired["b"] == column)]
+        paired = p_values_as_text(paired[(paired["a"] == column) | (paired["b"] == column)])
     return {
         "benchmark": service.benchmark.name,
         "run": column,

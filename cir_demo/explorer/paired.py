@@ -67,9 +67,8 @@ def paired_display(paired: pd.DataFrame, family: MetricFamily) -> pd.DataFrame:
     95% interval, the p-value (below 1/n_boot: "< 0.001", the bound) and the queries compared."""
     if paired is None or not len(paired):
         return pd.DataFrame(columns=["A", "B", "metric", "B − A [95% interval]", "p", "queries"])
-    from cir_demo.metrics.headline import p_text
+    from cir_demo.metrics.headline import p_values_as_text
 
-    n_boot = paired["n_boot"] if "n_boot" in paired else [0] * len(paired)
     named = {*family.report_aggregates(), *family.headline.values()}
     return pd.DataFrame(
         {
@@ -80,7 +79,7 @@ def paired_display(paired: pd.DataFrame, family: MetricFamily) -> pd.DataFrame:
             "B − A [95% interval]": [
                 f"{d:+.4f} [{lo:+.4f}, {hi:+.4f}]" for d, lo, hi in zip(paired["diff"], paired["lo"], paired["hi"])
             ],
-            "p": [p if isinstance(p, str) else p_text(float(p), int(n)) for p, n in zip(paired["p_value"], n_boot)],
+            "p": p_values_as_text(paired)["p_value"].to_numpy(),
             "queries": paired["n_queries"].astype(int).to_numpy(),
         }
     )

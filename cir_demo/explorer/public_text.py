@@ -5,11 +5,13 @@ folder", "the weights of world-cir", "a server file"). The server's log keeps th
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
-# an absolute POSIX path, not inside a URL or a word ("1/4", "it/s", "http://a/b" are left)
-_ABSOLUTE = re.compile(r"(?<![\w.:/~-])(?:/[\w.~-][^\s/'\"`()<>,;|]*)+/?")
+# an absolute POSIX path, not inside a URL, a word or markup ("1/4", "it/s", "http://a/b", "</script>",
+# "<root>/img_raw/" are left)
+_ABSOLUTE = re.compile(r"(?<![\w.:/~<>-])(?:/[\w.~-][^\s/'\"`()<>,;|]*)+/?")
 _REST = r"(?:/[^\s'\"`()<>,;|]*)?"  # the rest of a path below a folder
 
 
@@ -48,4 +50,37 @@ def hide_paths(text: str) -> str:
         text = re.sub(re.escape(prefix) + r"/([\w.-]+)" + _REST, lambda m: f"the weights of {m.group(1)}", text)
     for folder, what in _named_folders():
         text = re.sub(re.escape(folder) + _REST, what, text)
-    return _ABSOLUTE.sub("a server file", text)
+    return _ABSOLUTE.sub(_server_file, text)
+
+
+def _server_file(match: re.Match) -> str:
+    """ "a server file" for a path of this machine: two components or more, or one that exists here (a lone
+    "/failures" or "/img_raw/" is an endpoint's or a layout's name, not a path of the server)."""
+    path = match.group(0)
+    if path.rstrip("/").count("/") > 1 or os.path.lexists(path):
+        return "a server file"
+    return path
+
+
+QUOTE_CHARS = 100  # an input quoted in an error is cut to this many characters
+MAX_ERROR_CHARS = 2000  # an error line is never longer (a long list of valid names is cut too)
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def cut_inputs(text: str, inputs) -> str:
+    """Error `text` with each string of `inputs` (a request's arguments) longer than QUOTE_CHARS quoted by its
+    first QUOTE_CHARS characters only (a 1 MB id in is not 1 MB out), at most MAX_ERROR_CHARS in all."""
+    for value in sorted({v for v in _strings(inputs) if len(v) > QUOTE_CHARS}, key=len, reverse=True):
+        for form in dict.fromkeys((value, repr(value)[1:-1])):
+            if len(form) > QUOTE_CHARS:
+                text = text.replace(form, form[:QUOTE_CHARS] + "…")
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"

@@ -110,6 +110,7 @@ class ExplorerService(PerQueryRows):
         self._lock = threading.RLock()
         self.warnings: list[str] = []
         self.uploaded_runs: dict[str, str] = {}  # column name -> the uploaded file's name (add_file_run)
+        self._upload_owners: dict[str, list[str]] = {}  # owner -> its columns, oldest first; last active owner last
 
     # ------------------------------------------------------------------ facts
     @property
@@ -573,12 +574,14 @@ class ExplorerService(PerQueryRows):
         """The columns served from `--runs` results files, in column order."""
         return [n for n in self.retriever_names if hasattr(self.engine.retriever(n), "rankings")]
 
-    max_uploaded_runs = 16  # results files uploaded in the page kept at once (the oldest is dropped)
+    max_uploaded_runs = 16  # results files one visitor (or API client) keeps at once (its oldest is dropped)
+    max_upload_owners = 64  # visitors whose uploads are kept at once (the longest idle one's are dropped)
 
-    def add_file_run(self, path: str | Path, name: str) -> tuple[str, list[str]]:
-        """A results file uploaded in the page, read onto the benchmark as `--eval` reads it, as a column
-        (ServiceError: one line naming the file). Its column is named `<name>-<first 6 hex of its sha256>`,
-        so visitors' files never collide; returns (that name, notes)."""
+    def add_file_run(self, path: str | Path, name: str, owner: str = "") -> tuple[str, list[str]]:
+        """A results file uploaded in the page or the API, read onto the benchmark as `--eval` reads it, as a
+        column of `owner` (a visitor's session; ServiceError: one line naming the file). Its column is named
+        `<name>-<first 6 hex of its sha256>`, so visitors' files never collide; returns (that name, notes).
+        Each owner keeps its own `max_uploaded_runs` newest files: another's uploads never evict them."""
         from cir_demo.explorer.own_runs import RunFile, column_stem, load_run, register_runs
         from cir_demo.utils.io import sha256_file
 
@@ -593,11 +596,23 @@ class ExplorerService(PerQueryRows):
             self.engine.add_retriever(retriever)
             self.uploaded_runs[column] = Path(path).name
             self.modality[column] = "file"
-            while len(self.uploaded_runs) > self.max_uploaded_runs:
-                oldest = next(iter(self.uploaded_runs))
-                self.engine.drop_retriever(oldest)
-                del self.uploaded_runs[oldest]
+            mine = [c for c in self._upload_owners.pop(owner, []) if c != column] + [column]
+            self._upload_owners[owner] = mine[-self.max_uploaded_runs :]  # re-inserted: the last active owner
+            dropped = mine[: -self.max_uploaded_runs]
+            while len(self._upload_owners) > self.max_upload_owners:
+                dropped += self._upload_owners.pop(next(iter(self._upload_owners)))
+            kept = {c for columns in self._upload_owners.values() for c in columns}
+            for old in dict.fromkeys(dropped):
+                if old not in kept:  # the same file uploaded by another owner is the same column: kept for them
+                    self.engine.drop_retriever(old)
+                    self.uploaded_runs.pop(old, None)
+                    self.modality.pop(old, None)
         return column, notes
+
+    def uploads_of(self, owner: str = "") -> list[str]:
+        """The columns `owner` uploaded that are still served, oldest first."""
+        with self._lock:
+            return list(self._upload_owners.get(owner, ()))
 
     def scored_file_runs(self, n_boot: int = 1000, seed: int = 0, extra: Sequence[str] = ()):
         """The results-file columns (`--runs`, and the `extra` uploaded ones a visitor added) scored as

@@ -19,7 +19,7 @@ from cir_demo.harness.evaluate import (
     metrics_table,
     paired_comparisons,
 )
-from cir_demo.metrics.headline import strata_note
+from cir_demo.metrics.headline import p_values_as_text, strata_note
 from cir_demo.utils.csv_text import frame_csv
 from cir_demo.utils.io import write_json_atomic, write_text_atomic
 
@@ -148,7 +148,7 @@ def write_outputs(
     )  # --n-boot 0: no intervals, no tests
     if len(paired):
         paths["paired.csv"] = out / "paired.csv"
-        write_text_atomic(paths["paired.csv"], _p_as_text(paired).to_csv(index=False, float_format="%.6g"))
+        write_text_atomic(paths["paired.csv"], p_values_as_text(paired).to_csv(index=False, float_format="%.6g"))
 
     from cir_demo.engine import benchmark_fingerprint
 
@@ -223,13 +223,6 @@ def _write_tex(
     return path
 
 
-def _p_as_text(paired: pd.DataFrame) -> pd.DataFrame:
-    """p-values as written for a reader: one below 1/n_boot is only known to be below that bound ("< 0.001")."""
-    from cir_demo.metrics.headline import p_text
-
-    return paired.assign(p_value=[p_text(p, n) for p, n in zip(paired["p_value"], paired["n_boot"])])
-
-
 def _jsonable(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
 
@@ -301,7 +294,7 @@ def render_report(
             "both runs answered; 95% CI and two-sided p-value from a paired bootstrap over paraphrase groups "
             f"(a p-value below 1/{n_boot} shows as that bound).\n\n"
         )
-        w(_md_table(_p_as_text(paired)) + "\n\n")
+        w(_md_table(p_values_as_text(paired)) + "\n\n")
 
     if breakdowns:
         w("## Breakdowns\n\n")

@@ -36,6 +36,15 @@ def p_text(p: float, n_boot: int) -> str:
     return f"{p:.3f}" if p >= 0.001 else f"{p:.2g}"
 
 
+def p_values_as_text(paired: pd.DataFrame) -> pd.DataFrame:
+    """Paired rows with their `p_value` as a reader gets it (`p_text`: "< 0.001" below 1/n_boot), as
+    paired.csv, report.md, the app's Report and its API write it; a value already text is kept."""
+    n_boot = paired["n_boot"] if "n_boot" in paired else [0] * len(paired)
+    return paired.assign(
+        p_value=[p if isinstance(p, str) else p_text(float(p), int(n)) for p, n in zip(paired["p_value"], n_boot)]
+    )
+
+
 def strata_note(family) -> str:
     """How a family of strata (FashionIQ's categories) names its two kinds of mean, for its reports: the
     plain name is the stratum average, the official number; `_pooled` the mean over all queries."""

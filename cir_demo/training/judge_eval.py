@@ -129,13 +129,13 @@ def held_out_judge(
     the pair accuracies (reranking and calibration only)."""
     from safetensors.torch import load_file
 
-    from cir_demo.models.world_cir import combine_numpy, combiner_from_state
     from cir_demo.paths import REPO_ROOT
     from cir_demo.retrievers import recipes
     from cir_demo.training import evaluate as ev
-    from cir_demo.training.judge_ranking import rank_keys
-    from cir_demo.training.world_cir import reference_pairs
     from cir_demo.training.world_clip import load_world_clip
+    from cir_demo.models.world_cir import combine_numpy, combiner_from_state
+    from cir_demo.training.world_cir import reference_pairs
+    from cir_demo.training.judge_ranking import rank_keys
     from cir_demo.training.world_judge import patch_features
 
     test = ev.load_test_data(size, seed, progress, split=split)

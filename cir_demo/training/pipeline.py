@@ -209,9 +209,9 @@ def train_clip_command(
     model_name: str | None = None,
     overrides: dict | None = None,
 ) -> dict:
-    from cir_demo.models.preprocess import PREPROCESS
     from cir_demo.paths import REPO_ROOT
     from cir_demo.training import evaluate as ev
+    from cir_demo.models.preprocess import PREPROCESS
     from cir_demo.training.data import world_pixels
     from cir_demo.training.world_clip import MODEL_NAME, WorldClipConfig, save_world_clip, train_world_clip
     from cir_demo.world.loader import load_train
@@ -266,8 +266,8 @@ def train_cir_command(
     progress=True,
     overrides: dict | None = None,
 ) -> dict:
-    from cir_demo.models.world_cir import combine_numpy
     from cir_demo.training import evaluate as ev
+    from cir_demo.models.world_cir import combine_numpy
     from cir_demo.training.world_cir import WEIGHTS_NAME, WorldCirConfig, reference_pairs, train_world_cir
 
     cfg = _override(WorldCirConfig(seed=data_seed), overrides, epochs=epochs, max_steps=max_steps)

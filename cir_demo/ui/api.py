@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import inspect
 import logging
 from typing import Any, Callable
 
@@ -17,7 +16,7 @@ import gradio as gr
 from cir_demo.errors import user_message
 from cir_demo.explorer import ServiceError, UploadError, validate_upload
 from cir_demo.explorer import api as answers
-from cir_demo.explorer.public_text import hide_paths
+from cir_demo.explorer.public_text import cut_inputs, hide_paths
 from cir_demo.ui.gpu import on_gpu
 from cir_demo.ui.served_files import served_folder
 
@@ -33,27 +32,34 @@ def hide_page_events(demo: gr.Blocks) -> None:
 
 def api_call(action: str) -> Callable:
     """A known problem (bad input, an unknown name) becomes one `gr.Error` line, which a client raises as
-    its error; anything else too, with its type, its traceback in the log. No server path in either."""
+    its error; anything else too, with its type, its traceback in the log. No server path in either, and
+    no input quoted beyond its first 100 characters (`cut_inputs`)."""
 
     def wrap(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def call(*args, **kwargs):
+            inputs = [args, {k: v for k, v in kwargs.items() if k != "request"}]
             try:
                 return fn(*args, **kwargs)
-            except gr.Error:
-                raise
+            except gr.Error as exc:
+                raise gr.Error(hide_paths(cut_inputs(str(exc.message), inputs)), print_exception=False) from None
             except (ServiceError, UploadError) as exc:
-                raise gr.Error(hide_paths(f"{action}: {exc}"), print_exception=False) from None
+                raise gr.Error(hide_paths(cut_inputs(f"{action}: {exc}", inputs)), print_exception=False) from None
             except Exception as exc:
                 known = user_message(exc)
                 if known is None:
                     log.exception("%s", action)
                 text = f"{action}: {known}" if known is not None else f"{action} failed ({type(exc).__name__}: {exc})"
-                raise gr.Error(hide_paths(text), print_exception=False) from None
+                raise gr.Error(hide_paths(cut_inputs(text, inputs)), print_exception=False) from None
 
         return call
 
     return wrap
+
+
+def session_of(request: gr.Request | None) -> str:
+    """The client's session (a `gradio_client.Client`, a page visitor): whose uploaded runs a call may name."""
+    return getattr(request, "session_hash", None) or ""
 
 
 def uploaded_image(file: Any, field: str):
@@ -94,6 +100,7 @@ def add_endpoints(demo: gr.Blocks, get_service: Callable) -> None:
         k: int = 10,
         rerank: bool = False,
         rerank_top_n: int = 20,
+        request: gr.Request = None,
     ) -> dict:
         """Search the loaded corpus with one or two reference images and an instruction; per retriever, the ranked list (image_id, score, rank; with rerank also first_stage_rank and p_yes) and the seconds it took.
 
@@ -107,41 +114,56 @@ def add_endpoints(demo: gr.Blocks, get_service: Callable) -> None:
             rerank_top_n: how many of each ranking the reranker rescores, 1 to 100 (default 20)
         """
         images = [v for v in (uploaded_image(image, "image"), uploaded_image(image2, "image2")) if v is not None]
-        return answers.search_answer(get_service(), images, instruction, retrievers, k, rerank, rerank_top_n)
+        service = get_service()
+        if retrievers:
+            answers.check_runs(service, retrievers, session_of(request), noun="retriever")
+        return answers.search_answer(service, images, instruction, retrievers, k, rerank, rerank_top_n)
 
     @api_call("query")
     @on_gpu
     def query(
-        query_id: str, retrievers: list[str] | None = None, k: int = 10, rerank: bool = False, rerank_top_n: int = 20
+        query_id: str,
+        retrievers: list[str] | None = None,
+        k: int = 10,
+        rerank: bool = False,
+        rerank_top_n: int = 20,
+        request: gr.Request = None,
     ) -> dict:
         """A benchmark query ranked by each retriever: the ranked lists with each item's judgment (positive, negative or null), each retriever's per-query metrics of the benchmark's family, the query and its paraphrases.
 
         Args:
             query_id: a query id of the loaded benchmark (e.g. from /failures rows or a paraphrase's query_id)
-            retrievers: the retrievers to rank with, 1 to 4 of those the app serves (default: its first four)
+            retrievers: the retrievers to rank with, 1 to 4 of those the app serves or this session sent to /evaluate (default: the app's first four)
             k: results per retriever, 1 to 50 (default 10)
             rerank: rerank each retriever's top rerank_top_n with the app's reranker (default false)
             rerank_top_n: how many of each ranking the reranker rescores, 1 to 100 (default 20)
         """
-        return answers.query_answer(get_service(), query_id, retrievers, k, rerank, rerank_top_n)
+        return answers.query_answer(get_service(), query_id, retrievers, k, rerank, rerank_top_n, session_of(request))
 
     @api_call("failures")
     @on_gpu
-    def failures(sort: str = "worst", runs: list[str] | None = None, top: int | None = 50) -> dict:
-        """The benchmark's queries in the order of a failure sort, as `python -m cir_demo failures --sort` writes them: query_id, why, then <run>/<metric> per run.
+    def failures(
+        sort: str = "worst",
+        runs: list[str] | None = None,
+        top: int | None = 20,
+        columns: str = "key",
+        request: gr.Request = None,
+    ) -> dict:
+        """The benchmark's queries in the order of a failure sort, as the page's query list and `python -m cir_demo failures --sort` order them: query_id, why, then <run>/<metric> per run.
 
         Args:
-            sort: the failure sort: worst, all_fail, diff:A,B (A's largest gain over B first), benchmark (benchmark order), a sort of the benchmark's family, or rerank_helped / rerank_hurt; an unknown name lists those offered
-            runs: the retrievers (runs) to read, of those the app serves (default: all of them)
-            top: only the first top rows (default 50; null: all, up to 10,000)
+            sort: the failure sort, any the page's sort menu offers: worst, all_fail, diff:A,B (A's largest gain over B first; diff:A,B:METRIC on another metric), benchmark (benchmark order), shortcut, rerank_helped / rerank_hurt, or a sort of the benchmark's family; an unknown name lists those offered
+            runs: the runs to read: columns the app serves, or results files this session sent to /evaluate (default: the app's columns)
+            top: only the first top rows (default 20; null: all, up to 10,000)
+            columns: "key" (default: each run's primary metric, its tie-breaking measure and the metric a diff sort compares) or "all" (every per-query column `failures` writes)
         """
         service = get_service()
         cache = runs_by_service.setdefault(id(service), answers.RunRankings(service))
-        return answers.failures_answer(service, cache, sort, runs, top)
+        return answers.failures_answer(service, cache, sort, runs, top, columns, session_of(request))
 
     @api_call("evaluate")
-    def evaluate(results_file: gr.FileData, name: str | None = None) -> dict:
-        """Score a results file on the loaded benchmark as `python app.py --eval` scores it: its headline metrics, and the paired comparisons (B - A with a 95% interval and p-value) against the results files the app serves; it then also answers /query as a retriever named in "run".
+    def evaluate(results_file: gr.FileData, name: str | None = None, request: gr.Request = None) -> dict:
+        """Score a results file on the loaded benchmark as `python app.py --eval` scores it: its headline metrics, and the paired comparisons (B - A with a 95% interval and p-value) against the results files the app serves; this session (no other client) may then name it in /query and /failures as the run named in "run".
 
         Args:
             results_file: a results file for the loaded benchmark, in any format --eval reads (PinPoint or CIRCO JSON, a run dict, a TREC run)
@@ -151,7 +173,7 @@ def add_endpoints(demo: gr.Blocks, get_service: Callable) -> None:
             raise ServiceError("results_file: upload a results file")
         # gradio keeps an upload under its own file name, which errors and the column's name then read
         path = results_file.get("path") if isinstance(results_file, dict) else str(results_file)
-        return answers.evaluate_answer(get_service(), path, name or None)
+        return answers.evaluate_answer(get_service(), path, name or None, session_of(request))
 
     @api_call("image")
     def image(image_id: str) -> gr.FileData:
@@ -170,10 +192,10 @@ def add_endpoints(demo: gr.Blocks, get_service: Callable) -> None:
 def document(demo: gr.Blocks, fn: Callable) -> None:
     """Name each parameter of endpoint `fn` on the API page by its name, described by its docstring's
     Args line (gradio labels them "1st", "2nd"... and describes none)."""
-    from gradio.utils import get_function_description
+    from gradio.utils import get_function_description, get_function_params
 
     _, described, _ = get_function_description(fn)
-    names = list(inspect.signature(fn).parameters)
+    names = [name for name, *_ in get_function_params(fn)]  # gr.Request left out, as gradio leaves it out
     block_fn = next(f for f in demo.fns.values() if f.api_name == fn.__name__)
     for comp, name in zip(block_fn.inputs, names):
         comp.label = name

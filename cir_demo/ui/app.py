@@ -490,7 +490,7 @@ def launch_app(
         server_port=port,
         share=share,
         show_error=True,
-        prevent_thread_lock=prevent_thread_lock,
+        prevent_thread_lock=True,  # the MCP tools are adapted below, then the thread is held as asked
         quiet=quiet,
         css=PAGE_CSS,
         max_file_size=MAX_FILE_SIZE,
@@ -500,6 +500,11 @@ def launch_app(
     )
     if getattr(demo, "mcp_error", None):  # gradio serves on without its MCP server, saying nothing
         log.warning("MCP tools not served: %s", hide_paths(demo.mcp_error))
+    from cir_demo.ui.mcp_tools import serve_tools_as_json
+
+    serve_tools_as_json(demo)  # JSON answers, files as a path, a URL or base64 (cir_demo/ui/mcp_tools.py)
+    if not prevent_thread_lock:
+        demo.block_thread()
     return launched
 
 

@@ -252,16 +252,18 @@ def create_ui() -> ReportUI:
     )
 
 
-def add_run(service: ExplorerService, path: str | None, mine: list[str]) -> tuple[str, list[str]]:
+def add_run(service: ExplorerService, path: str | None, mine: list[str], owner: str = "") -> tuple[str, list[str]]:
     """A visitor's uploaded results file as a column: (the note to show, this visitor's uploaded columns).
-    A file that cannot be used is one line naming it (ServiceError from the service)."""
+    `owner`: the visitor's session, whose uploads no other visitor evicts. A file that cannot be used is
+    one line naming it (ServiceError from the service)."""
     from pathlib import Path
 
     if not path:
         return "", mine
     stem = Path(path).stem or "run"
-    column, notes = service.add_file_run(path, stem)
-    mine = [n for n in [*mine, column] if n in service.uploaded_runs]
+    column, notes = service.add_file_run(path, stem, owner)
+    kept = set(service.uploads_of(owner))
+    mine = [n for n in dict.fromkeys([*mine, column]) if n in kept]
     text = (
         f"Added **{md_escape(column)}** (from {md_escape(Path(path).name)}): tick it among the retrievers on "
         "Explore, or compare it with another column below."
@@ -289,10 +291,10 @@ def wire_upload(ui: ReportUI, retrievers, get_service: Callable[[], ExplorerServ
     that cannot be used is one line beside the upload, and the tables keep what they showed."""
 
     @guarded("Adding your results file")  # the outer net; what the file did is answered inside
-    def on_file(path, mine, chosen):
+    def on_file(path, mine, chosen, request: gr.Request):
         try:
             service = get_service()
-            note, mine = add_run(service, path, list(mine or []))
+            note, mine = add_run(service, path, list(mine or []), getattr(request, "session_hash", None) or "")
             own = own_runs_outputs(service, None, mine)
             choices = service.retriever_names + mine
         except Exception as exc:  # noqa: BLE001 - whatever the file did, the page keeps its tables

@@ -23,7 +23,7 @@ def tiny_world(tmp_path_factory, tiny_world_seed):
     """The tiny world's test split (conftest.py's `tiny_world_seed`'s, not generated again; none of its
     corpus features), the five world retrievers (real committed weights), and a prebuilt folder built
     for them by `build_prebuilt` (what `index prebuilt` runs)."""
-    from cir_demo.index.prebuilt import build_prebuilt
+    from cir_demo.index.prebuilt_build import build_prebuilt
     from cir_demo.retrievers.registry import load_retriever
     from cir_demo.world import load_world
 
@@ -250,7 +250,7 @@ def test_the_app_reranks_from_pixels_until_the_corpus_features_are_stored_then_a
 def test_only_a_generated_benchmark_gets_prebuilt_files(tmp_path):
     from types import SimpleNamespace
 
-    from cir_demo.index.prebuilt import build_prebuilt
+    from cir_demo.index.prebuilt_build import build_prebuilt
 
     with pytest.raises(ValueError, match="only a benchmark this project generates"):
         build_prebuilt(SimpleNamespace(name="pinpoint"), [], root=tmp_path)

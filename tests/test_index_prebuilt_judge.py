@@ -23,9 +23,9 @@ from cir_demo.index.prebuilt import (
     prebuilt_dir,
     prebuilt_problems,
     read_prebuilt,
-    slice_problems,
     write_prebuilt,
 )
+from cir_demo.index.prebuilt_build import slice_problems
 from cir_demo.models.world_judge import N_TOKENS, code_planes, codes_of_planes
 
 

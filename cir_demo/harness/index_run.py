@@ -165,7 +165,8 @@ def _prebuilt_embeddings(args: argparse.Namespace, bench, names: list[str], rera
     """The corpus rows of the retrievers' image towers and of the reranker's image features (the world
     judge's, as int8 codes), which --eval would otherwise encode on a fresh clone."""
     from cir_demo.index.build import corpus_ids_of
-    from cir_demo.index.prebuilt import build_prebuilt, image_encoder, prebuilt_dir, prebuilt_problems, slice_problems
+    from cir_demo.index.prebuilt import image_encoder, prebuilt_dir, prebuilt_problems
+    from cir_demo.index.prebuilt_build import build_prebuilt, slice_problems
     from cir_demo.rerank import load_reranker
     from cir_demo.retrievers.registry import load_retriever
 

@@ -27,9 +27,11 @@ from cir_demo.index.manifest import (
     LoadedIndex,
     MissingIndexError,
     StaleIndexError,
+    benchmark_index_name,
     build_lock,
     check_index,
     corpus_checksum,
+    corpus_fingerprint,
     index_code,
     index_dir,
     library_versions,
@@ -41,6 +43,7 @@ from cir_demo.index.manifest import (
     weights_checksum,
     write_index_files,
 )
+from cir_demo.index.prebuilt import image_encoder, read_prebuilt
 
 
 def require_encoder(retriever) -> None:
@@ -148,9 +151,8 @@ def opened_batches(images, ids: Sequence[str], batch_size: int, what: str, loade
     workers = _opening_workers(images, len(starts))
     if workers > 1:
         import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
         import os
+        from concurrent.futures import ProcessPoolExecutor
 
         from cir_demo.utils.procs import end_with_parent
 
@@ -281,23 +283,6 @@ def make_manifest(
     )
 
 
-def corpus_fingerprint(benchmark) -> str | None:
-    """A benchmark's own fingerprint of its image content, when it provides one.
-
-    `info["corpus_fingerprint"]`, else `info["checksum"]` (the offline world's
-    content checksum: its image ids repeat across seeds, its pixels do not).
-    """
-    info = getattr(benchmark, "info", None) or {}
-    value = info.get("corpus_fingerprint", info.get("checksum"))
-    return None if value is None else str(value)
-
-
-def benchmark_index_name(benchmark) -> str:
-    """The `indexes/<name>/` folder of a benchmark: `info["index_name"]` when set (variants of one
-    benchmark, e.g. world sizes, then keep separate indexes), else its name."""
-    return str((getattr(benchmark, "info", None) or {}).get("index_name") or benchmark.name)
-
-
 def write_built_index(
     xb: np.ndarray, ids: Sequence[str], out_dir: Path, manifest: IndexManifest, started: float | None = None
 ) -> LoadedIndex:
@@ -424,8 +409,6 @@ def stored_corpus_embeddings(benchmark, ids: Sequence[str], encoder, decode: boo
             return xb
         say(f"{problem}; encoding the corpus again")
     if not decode:
-        from cir_demo.index.prebuilt import image_encoder
-
         tower = image_encoder(encoder)
         if tower is not None and tower.packed:
             return None
@@ -435,8 +418,6 @@ def stored_corpus_embeddings(benchmark, ids: Sequence[str], encoder, decode: boo
 def _prebuilt_rows(benchmark, encoder, ids: Sequence[str]) -> np.ndarray | None:
     """The repository's prebuilt rows of `encoder`'s image tower, or None (saying why when refused).
     Rows decoded from compressed codes are kept in the embedding cache: decoded once per data folder."""
-    from cir_demo.index.prebuilt import image_encoder, read_prebuilt
-
     xb, reasons = read_prebuilt(benchmark, encoder, ids)
     if reasons:
         say_once(

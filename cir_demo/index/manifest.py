@@ -537,3 +537,20 @@ def list_indexes(root: str | os.PathLike | None = None) -> list[Path]:
             if (d / MANIFEST_FILE).is_file():
                 found.append(d)
     return found
+
+
+def corpus_fingerprint(benchmark) -> str | None:
+    """A benchmark's own fingerprint of its image content, when it provides one.
+
+    `info["corpus_fingerprint"]`, else `info["checksum"]` (the offline world's
+    content checksum: its image ids repeat across seeds, its pixels do not).
+    """
+    info = getattr(benchmark, "info", None) or {}
+    value = info.get("corpus_fingerprint", info.get("checksum"))
+    return None if value is None else str(value)
+
+
+def benchmark_index_name(benchmark) -> str:
+    """The `indexes/<name>/` folder of a benchmark: `info["index_name"]` when set (variants of one
+    benchmark, e.g. world sizes, then keep separate indexes), else its name."""
+    return str((getattr(benchmark, "info", None) or {}).get("index_name") or benchmark.name)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import io
 import lzma
 import subprocess
-import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,6 +39,9 @@ import numpy as np
 from cir_demo.index.manifest import (
     MANIFEST_FILE,
     IndexManifest,
+    benchmark_index_name,
+    corpus_checksum,
+    corpus_fingerprint,
     damage_reasons,
     library_versions,
     new_dir_beside,
@@ -48,7 +50,6 @@ from cir_demo.index.manifest import (
     safe_component,
     stale_reasons,
     weights_checksum,
-    corpus_checksum,
 )
 from cir_demo.paths import REPO_ROOT, prebuilt_root
 
@@ -95,8 +96,6 @@ def image_encoder(encoder) -> ImageEncoder | None:
 
 
 def prebuilt_dir(benchmark, tower: ImageEncoder, root: Path | None = None) -> Path:
-    from cir_demo.index.build import benchmark_index_name
-
     return (root or prebuilt_root()) / safe_component(benchmark_index_name(benchmark)) / tower.name
 
 
@@ -104,8 +103,6 @@ def prebuilt_problems(directory: Path, benchmark, tower: ImageEncoder, ids: Sequ
     """Why the prebuilt embeddings in `directory` cannot serve `tower` over `benchmark`'s corpus `ids`
     ([] = usable): the reasons of `manifest.check_index` (files' sha256 always verified), plus a
     changed world generator."""
-    from cir_demo.index.build import corpus_fingerprint
-
     if not (directory / MANIFEST_FILE).is_file():
         return [f"missing: {directory / MANIFEST_FILE} not found"]
     try:
@@ -161,7 +158,7 @@ def _load_npy(path: Path, dtype, shape: tuple) -> np.ndarray:
     return arr
 
 
-def _load_codes(directory: Path, tower: ImageEncoder) -> tuple[np.ndarray, np.ndarray]:
+def load_codes(directory: Path, tower: ImageEncoder) -> tuple[np.ndarray, np.ndarray]:
     """(codes (n, dim) int8, scales (n, N_TOKENS) float32) of a packed tower's folder."""
     from cir_demo.models.world_judge import N_TOKENS, codes_of_planes
 
@@ -178,7 +175,7 @@ def _load_rows(directory: Path, tower: ImageEncoder) -> np.ndarray:
         return _load_npy(directory / EMBEDDINGS_FILE, np.float32, (None, tower.dim))
     from cir_demo.models.world_judge import dequantize_tokens
 
-    return dequantize_tokens(*_load_codes(directory, tower))
+    return dequantize_tokens(*load_codes(directory, tower))
 
 
 def code_version() -> dict:
@@ -213,7 +210,6 @@ def write_prebuilt(
     root: Path | None = None,
 ) -> Path:
     """Write `xb` (the corpus rows of `tower`) with its manifest into its prebuilt folder, atomically."""
-    from cir_demo.index.build import corpus_fingerprint
     from cir_demo.integrity import file_record
 
     xb = np.ascontiguousarray(xb, dtype=np.float32)
@@ -271,106 +267,3 @@ def write_prebuilt(
         write_json_atomic(tmp / MANIFEST_FILE, manifest.to_dict())
         replace_dir(tmp, out)
     return out
-
-
-def build_prebuilt(
-    benchmark, encoders: Sequence, batch_size: int = 64, progress: bool = True, root: Path | None = None
-) -> list[Path]:
-    """Encode `benchmark`'s corpus once per distinct image tower among `encoders` (retrievers, a
-    reranker), opening each image once, and write each tower's prebuilt folder. Returns the folders."""
-    from cir_demo.benchmarks.registry import declared_defaults
-    from cir_demo.index.build import corpus_ids_of, encode_corpus_with
-
-    if getattr(declared_defaults(benchmark.name), "generated", None) is None:
-        raise ValueError(
-            f"benchmark {benchmark.name!r}: only a benchmark this project generates (the offline world) "
-            "gets committed prebuilt embeddings; a real benchmark's index is built in the data folder"
-        )
-    towers: dict[str, tuple[ImageEncoder, object, list[str]]] = {}
-    for encoder in encoders:
-        tower = image_encoder(encoder)
-        if tower is None:
-            raise ValueError(
-                f"{encoder.name!r} does not say what its image tower is (no image_spec): "
-                "its corpus embeddings cannot be shared, so none are prebuilt for it"
-            )
-        key = tower.spec_hash()
-        if key in towers and towers[key][0].name != tower.name:
-            raise ValueError(f"two image towers would share the folder {tower.name!r}")
-        towers.setdefault(key, (tower, encoder, []))[2].append(encoder.name)
-    ids = corpus_ids_of(benchmark)
-    started = time.perf_counter()
-    outs = encode_corpus_with(
-        benchmark.images,
-        ids,
-        [e for _, e, _ in towers.values()],
-        batch_size=batch_size,
-        progress=progress,
-        desc=f"encode {benchmark.name} for the prebuilt embeddings",
-    )
-    seconds = time.perf_counter() - started
-    return [
-        write_prebuilt(benchmark, tower, ids, xb, used_by, seconds, str(getattr(encoder, "device", None)), root)
-        for (tower, encoder, used_by), xb in zip(towers.values(), outs)
-    ]
-
-
-SLICE_IMAGES = 16  # corpus images re-encoded by `index prebuilt --check`, spread over the corpus
-SLICE_TOLERANCE = 1e-5  # an encode's last bits depend on its batch; another encoder's rows differ far more
-
-
-def slice_problems(benchmark, encoder, ids: Sequence[str], directory: Path, batch_size: int = 64) -> list[str]:
-    """Re-encode `SLICE_IMAGES` corpus images spread over the corpus with `encoder` (pixels from the
-    benchmark, nothing from a cache) and compare them with the rows in `directory` ([] = the same):
-    finds rows written by other code or edited with their records rewritten."""
-    from cir_demo.index.build import encode_corpus_with
-
-    step = max(1, len(ids) // SLICE_IMAGES)
-    rows = list(range(0, len(ids), step))[:SLICE_IMAGES]
-    (fresh,) = encode_corpus_with(
-        benchmark.images,
-        [ids[r] for r in rows],
-        [encoder],
-        batch_size=batch_size,
-        progress=False,
-        desc="re-encode a slice of the prebuilt embeddings",
-    )
-    tower = image_encoder(encoder)
-    if tower is not None and tower.packed:
-        return _code_problems(directory, tower, rows, fresh)
-    shipped = np.load(directory / EMBEDDINGS_FILE, mmap_mode="r", allow_pickle=False)[rows]
-    worst = float(np.abs(np.asarray(shipped, np.float64) - fresh).max()) if rows else 0.0
-    if not worst <= SLICE_TOLERANCE:
-        return [
-            f"content: {directory / EMBEDDINGS_FILE}: rows of {len(rows)} corpus images differ from a fresh "
-            f"encode by up to {worst:.3g} (more than {SLICE_TOLERANCE:g}): built by other code or edited"
-        ]
-    return []
-
-
-SLICE_CODE_FLIPS = 1e-3  # codes a re-encode may move by one step (values on a rounding boundary)
-SLICE_SCALE_TOLERANCE = 1e-4  # relative
-
-
-def _code_problems(directory: Path, tower: ImageEncoder, rows: list[int], fresh: np.ndarray) -> list[str]:
-    """Compare re-encoded rows of a packed tower with its stored codes and scales: a batch's last bits
-    can move a value across a rounding boundary (one code step, rarely); anything more is other code,
-    other weights or an edit."""
-    from cir_demo.models.world_judge import codes_of_features
-
-    try:
-        codes, scales = _load_codes(directory, tower)
-        new_codes, new_scales = codes_of_features(fresh)
-    except (OSError, ValueError, lzma.LZMAError) as exc:
-        return [f"content: {exc}"]
-    moved = np.abs(codes[rows].astype(np.int16) - new_codes)
-    flips = float((moved > 0).mean()) if rows else 0.0
-    scale_diff = float((np.abs(scales[rows] - new_scales) / new_scales).max()) if rows else 0.0
-    if moved.max(initial=0) > 1 or flips > SLICE_CODE_FLIPS or not scale_diff <= SLICE_SCALE_TOLERANCE:
-        return [
-            f"content: {directory / CODES_FILE}: codes of {len(rows)} corpus images differ from a fresh encode "
-            f"by up to {int(moved.max(initial=0))} steps ({flips:.2%} of them; at most one step on "
-            f"{SLICE_CODE_FLIPS:.1%} allowed), scales by up to {scale_diff:.3g} (relative; at most "
-            f"{SLICE_SCALE_TOLERANCE:g}): built by other code or other weights, or edited"
-        ]
-    return []

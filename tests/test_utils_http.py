@@ -115,6 +115,22 @@ def test_answers_that_will_not_change_are_not_retried(status):
     assert err.body == b"answer 0" and str(err) == f"HTTP {status}" and sleeps == []
 
 
+def test_a_failure_is_one_line_for_every_remote_client():
+    """The chat reranker's flag and the text proxy's error read the same line: the status with the start of
+    the answer, the URL, and the tries spent when the failure was retried."""
+    with ScriptedServer({"/no": [(400, {})], "/busy": [(503, {})]}) as server:
+        with pytest.raises(HttpError) as refused:
+            request("POST", server.url + "/no", timeout=TIMEOUT, policy=RetryPolicy(2, 0.0), sleep=Sleeps())
+        with pytest.raises(HttpError) as busy:
+            request("POST", server.url + "/busy", timeout=TIMEOUT, policy=RetryPolicy(1, 0.0), sleep=Sleeps())
+    assert http.failure_line(refused.value) == f"HTTP 400 Bad Request: answer 0 ({server.url}/no)"
+    assert (
+        http.failure_line(busy.value)
+        == f"HTTP 503 Service Unavailable: answer 1 ({server.url}/busy) (after 2 attempts)"
+    )
+    assert (http.failure_kind(refused.value), http.failure_kind(busy.value)) == ("http_400", "http_503")
+
+
 def test_retries_run_out_with_the_last_answer():
     sleeps = Sleeps()
     with ScriptedServer({"/busy": [(503, {})]}) as server:

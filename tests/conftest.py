@@ -331,7 +331,8 @@ def tree(folder):
 def shipped_tiny_world(tmp_path_factory):
     """A prebuilt root holding the tiny world's (seed 0) shipped test part, as `index prebuilt --only
     world` writes it (cir_demo/world/shipped.py); read-only: tests copy it (`shipped_world_copy`)."""
-    from cir_demo.world.shipped import pack_world, shipped_world_dir
+    from cir_demo.world.pack import pack_world
+    from cir_demo.world.shipped import shipped_world_dir
 
     root = tmp_path_factory.mktemp("shipped_tiny_world")
     pack_world("tiny", 0, shipped_world_dir("tiny", 0, root), {"what": "tests"})

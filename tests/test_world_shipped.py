@@ -220,7 +220,7 @@ def test_packing_never_replaces_a_folder_holding_files_its_manifest_does_not_rec
     """`index prebuilt` replaces the shipped folder as a whole: a file someone else put there stops it before
     any work, and nothing is deleted; the packer's own earlier output is replaced as before."""
     from cir_demo.index.prebuilt_run import pack_run
-    from cir_demo.world.shipped import pack_world
+    from cir_demo.world.pack import pack_world
 
     before = _stored(shipped_world_copy)
     pack_world("tiny", 0, shipped_world_copy, {"what": "tests"})  # its own output: replaced

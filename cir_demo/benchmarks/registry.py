@@ -98,7 +98,7 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
                 "cir_demo.world.loader:world_on_disk",
                 "python -m cir_demo world generate",
                 "about 5 s",
-                "cir_demo.world.shipped:install_for_loader",
+                "cir_demo.world.loader:install_for_loader",
             ),
             no_models_hint=(
                 "none of the world models ({columns}) is registered yet; train them "

@@ -137,7 +137,8 @@ def _prebuilt_world(args: argparse.Namespace) -> int:
 
     from cir_demo.benchmarks.cli_args import benchmark_kwargs
     from cir_demo.index.prebuilt import code_version
-    from cir_demo.world.shipped import pack_world, shipped_problems, shipped_world_dir
+    from cir_demo.world.pack import pack_world
+    from cir_demo.world.shipped import shipped_problems, shipped_world_dir
 
     kwargs = benchmark_kwargs(args)
     if args.benchmark != "world" or kwargs.get("root"):

@@ -17,30 +17,10 @@ import numpy as np
 
 from .generate import GENERATOR_VERSION, SIZES, BuiltWorld, TestPart, build_test_part, build_world, _progress
 from .holdout import split_overlaps
+from .files import DATA_FILES, MANIFEST, TEST_FILES, TEST_MANIFEST, TRAIN_FILES
 from .intents import FORMS
+from .shipped import generator_sha256, install_shipped_world
 
-# On disk a world has two parts: the test part (what the benchmark reads), complete once
-# TEST_MANIFEST is written, and the train split, complete once MANIFEST (the whole world) is.
-TEST_FILES = (
-    "test_corpus.npy",
-    "test_refs.npy",
-    "test_intents.jsonl",
-    "test_queries.jsonl",
-    "compositional_intents.jsonl",
-    "compositional_queries.jsonl",
-    "test_captions.jsonl",
-)
-TRAIN_FILES = (
-    "train_scenes.npy",
-    "train_intents.jsonl",
-    "train_triplets.jsonl",
-    "train_captions.jsonl",
-    "validation_scenes.npy",
-    "validation_intents.jsonl",
-)
-DATA_FILES = TEST_FILES + TRAIN_FILES
-MANIFEST = "manifest.json"
-TEST_MANIFEST = "test_manifest.json"
 PARTS = {"full": (MANIFEST, DATA_FILES), "test": (TEST_MANIFEST, TEST_FILES)}
 LOCK_FILE = ".generate.lock"
 
@@ -149,13 +129,6 @@ def _write_files(payloads: dict[str, bytes], out_dir: Path) -> dict[str, str]:
     return checksums
 
 
-def _generator_sha256() -> str:
-    """The generator code's key (shipped.py holds it: the same key ties the shipped test part)."""
-    from .shipped import generator_sha256
-
-    return generator_sha256()
-
-
 def test_manifest_of(manifest: dict) -> dict:
     """The test part's manifest: the full manifest's fields about the test part, with the checksum of
     the test files alone (the benchmark's key: a change to the train split leaves it alone)."""
@@ -205,7 +178,7 @@ def _manifest(
 ) -> dict:
     manifest = {
         "generator_version": GENERATOR_VERSION,
-        "generator_sha256": _generator_sha256(),
+        "generator_sha256": generator_sha256(),
         "size": world.size,
         "seed": world.seed,
         "counts": _counts(world),
@@ -314,10 +287,10 @@ def world_problems(root: Path, size: str, seed: int, verify: bool = True, part: 
     for key, want in (("generator_version", GENERATOR_VERSION), ("size", size), ("seed", seed)):
         if m.get(key) != want:
             return [f"{key} is {m.get(key)!r}, wanted {want!r}"]
-    if m.get("generator_sha256") != _generator_sha256():  # written by other generator code: a cache miss
+    if m.get("generator_sha256") != generator_sha256():  # written by other generator code: a cache miss
         return [
             f"generator code changed: written by {str(m.get('generator_sha256'))[:12]}, "
-            f"running {_generator_sha256()[:12]}"
+            f"running {generator_sha256()[:12]}"
         ]
     files, sizes = m.get("files") or {}, m.get("sizes") or {}
     problems = []
@@ -395,8 +368,6 @@ def generate_world(
             _progress(progress, f"{root}: written by another process meanwhile")
             return root
         if part == "test" and shipped and not force:
-            from .shipped import install_shipped_world
-
             if install_shipped_world(root, size, seed, progress):
                 return root
         t0 = time.perf_counter()

@@ -17,9 +17,19 @@ from typing import Sequence
 
 import numpy as np
 
-from .disk import MANIFEST, PARTS, TEST_MANIFEST, generate_world, read_manifest, world_dir, world_problems
+from .disk import (
+    MANIFEST,
+    PARTS,
+    TEST_MANIFEST,
+    generate_world,
+    generation_lock,
+    read_manifest,
+    world_dir,
+    world_problems,
+)
 from .render import RENDER_SIZE, render_scene
 from .scene import Constraint, Scene, scene_from_row
+from .shipped import index_name, install_shipped_world, shipped_world_dir
 
 _WORLDS: dict[str, "WorldData"] = {}
 _CURRENT: list["WorldData"] = []
@@ -241,8 +251,6 @@ def load_world(root=None, size: str = "default", seed: int = 0, split: str = "te
     """
     from cir_demo.benchmarks.schema import Benchmark, CallableImageStore
 
-    from .shipped import index_name
-
     check_split(split)
     world = open_world(root, size, seed, progress=progress, part="test" if split in TEST_SPLIT_FILES else "full")
     store = CallableImageStore(
@@ -434,3 +442,20 @@ def world_on_disk(root=None, size: str = "default", seed: int = 0, split: str = 
         return True
     part = "full" if split == "train" else "test"
     return not world_problems(world_dir(size, seed), size, seed, verify=False, part=part)
+
+
+def install_for_loader(root=None, size: str = "default", seed: int = 0, split: str = "test") -> bool:
+    """With `load_world`'s arguments: the test part `split` reads is on disk now (already there, or the
+    shipped copy installed); False when it is still to be generated (or `root` is given: it is read as it is)."""
+    check_split(split)
+    if root or split == "train":
+        return False
+    folder = world_dir(size, seed)
+    if not world_problems(folder, size, seed, verify=False, part="test"):
+        return True
+    if not shipped_world_dir(size, seed).is_dir():
+        return False
+    with generation_lock(folder):
+        return not world_problems(folder, size, seed, verify=False, part="test") or install_shipped_world(
+            folder, size, seed
+        )

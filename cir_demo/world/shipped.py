@@ -11,7 +11,7 @@ file, the size and sha256 of its content and of its stored form.
 `install_shipped_world` copies them into an empty world folder (under the generation lock, each file
 written atomically, test_manifest.json last) only when the key is that of the running code and every
 sha256 matches; otherwise it says why in one line and the caller generates the part as before, so a stale
-copy is never served as current. Written by `python -m cir_demo index prebuilt --only world`.
+copy is never served as current. Written by `python -m cir_demo index prebuilt --only world` (pack.py).
 """
 
 from __future__ import annotations
@@ -20,14 +20,13 @@ import functools
 import hashlib
 import lzma
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Mapping
 
 from cir_demo.utils.code_hash import code_text
 
-from .disk import DATA_FILES, MANIFEST, TEST_FILES, TEST_MANIFEST, generation_lock, world_dir, world_problems
+from .files import DATA_FILES, MANIFEST, TEST_FILES, TEST_MANIFEST
 from .generate import GENERATOR_VERSION, _progress
 
 FOLDER = "world"  # under the world's prebuilt folder
@@ -41,6 +40,7 @@ GENERATOR_SOURCES = (
     "attributes.py",
     "captions.py",
     "disk.py",
+    "files.py",
     "generate.py",
     "holdout.py",
     "intents.py",
@@ -126,42 +126,6 @@ def shipped_problems(directory: Path, size: str, seed: int) -> list[str]:
     return key_problems(manifest["key"], size, seed) + stored_problems(directory, manifest)
 
 
-def pack_world(size: str, seed: int, out: Path, provenance: dict, progress: bool = False) -> Path:
-    """Generate the test part of (size, seed) with this code and write its shipped form into `out`,
-    replacing it as a whole (refused, before any work, when `out` holds a file its manifest does not record)."""
-    from cir_demo.integrity import file_record, refuse_unrecorded_files
-    from cir_demo.utils.io import new_dir_beside, replace_dir, write_json_atomic
-
-    from .disk import write_world
-    from .generate import build_test_part
-
-    refuse_unrecorded_files(out, SHIPPED_MANIFEST)
-    with tempfile.TemporaryDirectory(prefix="cir-demo-shipped-world-") as tmp, new_dir_beside(out) as stage:
-        written, files = write_world(build_test_part(size, seed, progress), Path(tmp) / "part"), {}
-        for name in FILES:
-            data = (Path(tmp) / "part" / name).read_bytes()
-            (stage / f"{name}.xz").write_bytes(lzma.compress(data, preset=XZ_PRESET))
-            files[name] = {
-                "size": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "stored": {f"{name}.xz": file_record(stage / f"{name}.xz")},
-            }
-        write_json_atomic(
-            stage / SHIPPED_MANIFEST,
-            {
-                "format": FORMAT,
-                "what": "the world's test part (what its benchmark reads), stored compressed; "
-                "installed into an empty world folder instead of generating it",
-                "key": world_key(size, seed),
-                "checksum": written["checksum"],
-                "provenance": provenance,
-                "files": files,
-            },
-        )
-        replace_dir(stage, out)
-    return out
-
-
 def _payloads(directory: Path, manifest: dict) -> dict[str, bytes] | str:
     """Every file's content, decompressed and checked against the manifest; a reason when one is not."""
     out = {}
@@ -208,22 +172,3 @@ def install_shipped_world(root: Path, size: str, seed: int, progress: bool = Tru
         f"generator key match) into {root} in {time.perf_counter() - t0:.2f} s",
     )
     return True
-
-
-def install_for_loader(root=None, size: str = "default", seed: int = 0, split: str = "test") -> bool:
-    """With `load_world`'s arguments: the test part `split` reads is on disk now (already there, or the
-    shipped copy installed); False when it is still to be generated (or `root` is given: it is read as it is)."""
-    from .loader import check_split
-
-    check_split(split)
-    if root or split == "train":
-        return False
-    folder = world_dir(size, seed)
-    if not world_problems(folder, size, seed, verify=False, part="test"):
-        return True
-    if not shipped_world_dir(size, seed).is_dir():
-        return False
-    with generation_lock(folder):
-        return not world_problems(folder, size, seed, verify=False, part="test") or install_shipped_world(
-            folder, size, seed
-        )

@@ -27,7 +27,8 @@ def judge_rows(folder: Path, clip: Path, size: str, world_seed: int, split: str)
     import torch
     from safetensors.torch import load_file
 
-    from cir_demo.models.world_judge import JudgeArch, encode_words, judge_from_state, load_tokenizer
+    from cir_demo.models.world_judge import JudgeArch, encode_words, load_tokenizer
+    from cir_demo.models.world_judge_net import judge_from_state
     from cir_demo.rerank.world_verifier import TOKENIZER_FILE, read_judge_manifest
     from cir_demo.retrievers.base import render_markers
     from cir_demo.training.judge_eval import held_out_judge

@@ -12,17 +12,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 import torch
 
 from cir_demo.models.world_judge import (
     GRID,
     N_TOKENS,
     JudgeArch,
-    build_judge,
     feature_dim,
     pool_tokens,
 )
+from cir_demo.models.world_judge_net import build_judge
 from cir_demo.paths import REPO_ROOT
 from cir_demo.rerank import RerankRequest, load_reranker
 

@@ -268,18 +268,6 @@ def features_of_images(model, images, preprocess: dict, batch_size: int = 256):
     return out
 
 
-def build_judge(arch: JudgeArch):
-    from cir_demo.models.world_judge_net import WorldJudge
-
-    return WorldJudge(arch)
-
-
-def judge_from_state(state: dict, arch: JudgeArch):
-    model = build_judge(arch)
-    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
-    return model.eval()
-
-
 def load_tokenizer(path):
     """The judge's word-level tokenizer (a `tokenizers` JSON file; [PAD] = 0)."""
     from tokenizers import Tokenizer

@@ -1,12 +1,20 @@
-"""The world judge's torch modules (the architecture is described in `world_judge.py`, which builds
-them with `build_judge`; this module imports torch at the top, so only the builders import it)."""
+"""The world judge's torch modules and their builders (`build_judge`, `judge_from_state`); the
+architecture is described in `world_judge.py`. This module imports torch at the top, so only what
+builds or loads a judge imports it."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from cir_demo.models.world_judge import N_TOKENS, build_image_encoder, feature_dim, image_features, pooled_stats
+from cir_demo.models.world_judge import (
+    N_TOKENS,
+    JudgeArch,
+    build_image_encoder,
+    feature_dim,
+    image_features,
+    pooled_stats,
+)
 
 
 class CrossBlock(nn.Module):
@@ -194,3 +202,13 @@ class WorldJudge(nn.Module):
             ref_props = ref_props[query_index] if ref_props is not None else None
         memory = self.candidate_memory(cand_feats)
         return self.logits(probes, memory, torch.arange(len(cand_feats)), ref_props)
+
+
+def build_judge(arch: JudgeArch) -> WorldJudge:
+    return WorldJudge(arch)
+
+
+def judge_from_state(state: dict, arch: JudgeArch) -> WorldJudge:
+    model = build_judge(arch)
+    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+    return model.eval()

@@ -100,7 +100,8 @@ class WorldVerifierReranker(LogitPairReranker):
         from safetensors.torch import load_file
 
         from cir_demo.models.preprocess import PREPROCESS
-        from cir_demo.models.world_judge import FEATURES, JudgeArch, feature_dim, judge_from_state, load_tokenizer
+        from cir_demo.models.world_judge import FEATURES, JudgeArch, feature_dim, load_tokenizer
+        from cir_demo.models.world_judge_net import judge_from_state
         from cir_demo.retrievers.base import resolve_path
 
         path = resolve_path(weights)

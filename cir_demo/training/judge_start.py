@@ -13,7 +13,8 @@ def starting_judge(train, pixels, clip_dir: Path, cfg, from_judge: Path | None, 
     """The judge stage 2 or 3 starts from: (model, arch, its tokenizer file, what its earlier stages
     recorded). With `from_judge`: that judge (stages 1-2 trained), its tokenizer and its manifest's
     `training`; else a fresh judge on the stage-1 CNN, world-CLIP's tokenizer and the CNN's record."""
-    from cir_demo.models.world_judge import JudgeArch, build_judge, load_tokenizer
+    from cir_demo.models.world_judge import JudgeArch, load_tokenizer
+    from cir_demo.models.world_judge_net import build_judge
     from cir_demo.rerank.world_verifier import TOKENIZER_FILE
     from cir_demo.training.world_judge import attribute_targets
 
@@ -101,7 +102,8 @@ def _earlier_judge(folder: Path, train, cfg):
 
     from safetensors.torch import load_file
 
-    from cir_demo.models.world_judge import JudgeArch, build_judge
+    from cir_demo.models.world_judge import JudgeArch
+    from cir_demo.models.world_judge_net import build_judge
     from cir_demo.rerank.world_verifier import read_judge_manifest
     from cir_demo.training.world_judge import WEIGHTS_NAME
 

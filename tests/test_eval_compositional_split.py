@@ -305,7 +305,7 @@ def test_the_app_serves_the_compositional_split_and_reuses_its_stored_run(both_s
             s.engine.close()
 
 
-def test_overwrite_replaces_the_split_folders_run_files_and_keeps_the_users(
+def test_overwrite_moves_the_earlier_run_with_its_split_folder_aside_whole(
     tiny_setup, tmp_path, one_torch_thread, capsys
 ):
     _, names = tiny_setup

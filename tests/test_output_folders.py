@@ -294,6 +294,25 @@ def test_a_symlinked_staging_folder_lock_or_out_is_refused_before_any_work(dirs,
     assert "symbolic link" in capsys.readouterr().err and (docs / "report.md").read_text() == "my report"
 
 
+def test_a_link_where_the_earlier_folder_would_go_is_left_and_another_name_taken(tmp_path, monkeypatch):
+    """Issue 50, case 2: the set-aside name is never written through a link placed there."""
+    from cir_demo.utils import owned_folder
+
+    monkeypatch.setattr(owned_folder.time, "strftime", lambda fmt: "T")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "report.md").write_text("my report")
+    os.symlink(docs, tmp_path / "out.replaced-T")
+    with staged_run_dir(tmp_path / "out") as d:
+        (d / "a.txt").write_text("earlier")
+    before = _contents(tmp_path)
+    with staged_run_dir(tmp_path / "out", overwrite=True) as d:
+        (d / "a.txt").write_text("new")
+    assert not _lost(before, tmp_path) and os.readlink(tmp_path / "out.replaced-T") == str(docs)
+    assert sorted(p.name for p in docs.iterdir()) == ["report.md"]
+    assert (tmp_path / "out.replaced-T-2" / "a.txt").read_text() == "earlier"
+
+
 def test_dry_run_with_results_files_writes_nothing(dirs, capsys):
     results = _results_file(dirs / "model_a.json")
     before = {p: p.stat().st_mtime_ns for p in dirs.rglob("*")}

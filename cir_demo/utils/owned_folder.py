@@ -292,10 +292,14 @@ def _say_set_aside() -> None:
 def write_manifest(folder: Path, kind: str = "run") -> dict:
     """Record every file now in `folder` (size and sha256), written last: the write is complete."""
     files = {}
-    for top, _, names in os.walk(folder):
-        for name in names:
+    for top, dirs, names in os.walk(folder):
+        for name in names + [d for d in dirs if os.path.islink(os.path.join(top, d))]:
             path = Path(top) / name
-            files[path.relative_to(folder).as_posix()] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+            rel = path.relative_to(folder).as_posix()
+            is_link = path.is_symlink()  # recorded as a link: never followed out of the folder
+            files[rel] = (
+                {"link": os.readlink(path)} if is_link else {"size": path.stat().st_size, "sha256": sha256_file(path)}
+            )
     manifest = {"written_by": WRITTEN_BY, "kind": kind, "files": dict(sorted(files.items()))}
     kill_point("manifest")
     write_json_atomic(folder / RUN_MANIFEST, manifest)
@@ -321,7 +325,8 @@ def _stopped_writes(out: Path) -> list[str]:
     with contextlib.suppress(OSError):
         for d in staging.iterdir():
             pid, _, rest = d.name.partition("-")
-            if rest.endswith(f"-{out.name}") and pid.isdigit() and not _alive(int(pid)) and not d.is_symlink():
+            mine = rest.partition("-")[2] == out.name and pid.isdigit()
+            if mine and not _alive(int(pid)) and d.is_dir() and not d.is_symlink():
                 found.append(d.name + (" (complete)" if os.path.isfile(d / RUN_MANIFEST) else ""))
     return sorted(found)
 

@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     from cir_demo.preflight.flags import command_flag_problems
     from cir_demo.preflight.folders import command_out_problems
     from cir_demo.paths import DataFolderError
+    from cir_demo.utils.owned_folder import FolderInTheWay
 
     # --benchmark, --world-seed, --limit: the same rule for every command; the numeric flags of world
     # and train, and the --out folders of world generate and train (eval and index check all their flags themselves)
@@ -70,6 +71,6 @@ def main(argv: list[str] | None = None) -> int:
         return report(problems)
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
-    except DataFolderError as exc:  # CIR_DEMO_CACHE / _INDEXES / _RUNS naming a file
+    except (DataFolderError, FolderInTheWay) as exc:  # a data folder naming a file; an output in use or a link
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -73,7 +73,7 @@ def test_out_that_is_a_file_or_a_foreign_folder_is_refused(isolated, capsys):
     foreign.mkdir()
     (foreign / "holiday.jpg").write_bytes(b"x")
     assert eval_cli.run(parse(["--world-size", "tiny", "--out", str(foreign)])) == 2
-    assert "holds files that no cir_demo run recorded (holiday.jpg" in capsys.readouterr().err
+    assert "holds files (holiday.jpg); add --overwrite to move the folder aside whole" in capsys.readouterr().err
     assert _listing(foreign) == ["holiday.jpg"]
 
 
@@ -163,7 +163,7 @@ def test_failed_run_leaves_nothing_listed_and_earlier_run_intact(tmp_path):
         (d / "metrics.csv").write_text("old")
     assert (out / "metrics.csv").read_text() == "old"
     with pytest.raises(RuntimeError):
-        with staged_run_dir(out) as d:
+        with staged_run_dir(out, overwrite=True) as d:
             (d / "metrics.csv").write_text("half")
             raise RuntimeError("killed")
     assert (out / "metrics.csv").read_text() == "old"
@@ -174,14 +174,17 @@ def test_failed_run_leaves_nothing_listed_and_earlier_run_intact(tmp_path):
     assert not (tmp_path / "runs" / PARTIAL).exists()
 
 
-def test_abandoned_staging_of_a_dead_process_is_cleaned(tmp_path):
-    from cir_demo.harness.staging import PARTIAL, clean_abandoned
+def test_abandoned_staging_of_a_dead_process_is_kept_and_said(tmp_path, capsys):
+    """Its name alone says whose it is, and a name can be forged: it is never removed, only said."""
+    from cir_demo.harness.staging import PARTIAL, staged_run_dir
 
     dead = tmp_path / PARTIAL / "999999999-abcd1234-run"
     dead.mkdir(parents=True)
     (dead / "metrics.csv").write_text("x")
-    clean_abandoned(tmp_path)
-    assert not dead.exists()
+    with staged_run_dir(tmp_path / "run") as d:
+        (d / "metrics.csv").write_text("new")
+    assert (dead / "metrics.csv").read_text() == "x"
+    assert "999999999-abcd1234-run" in capsys.readouterr().err
 
 
 def test_duplicate_query_key_in_results_file(tmp_path):

@@ -305,7 +305,7 @@ def test_the_app_serves_the_compositional_split_and_reuses_its_stored_run(both_s
             s.engine.close()
 
 
-def test_overwrite_replaces_the_split_folders_run_files_and_keeps_the_users(
+def test_overwrite_moves_the_earlier_run_with_its_split_folder_aside_whole(
     tiny_setup, tmp_path, one_torch_thread, capsys
 ):
     _, names = tiny_setup
@@ -331,14 +331,9 @@ def test_overwrite_replaces_the_split_folders_run_files_and_keeps_the_users(
     assert _eval(argv) == 2  # an earlier run: only with --overwrite
     assert "--overwrite" in capsys.readouterr().err
     assert _eval([*argv, "--overwrite"]) == 0
-    assert (out / "compositional" / "notes.txt").read_text() == "mine"
+    (aside,) = out.parent.glob(f"{out.name}.replaced-*")  # the earlier folder, whole
+    assert (aside / "compositional" / "notes.txt").read_text() == "mine"
     assert pd.read_csv(out / "compositional" / "metrics.csv")["model"].tolist() == [names[0]]
-    # the split folder's files are the run's (one manifest at the top): one changed since is never overwritten
-    (out / "compositional" / "metrics.csv").write_text("edited")
-    capsys.readouterr()
-    assert _eval([*argv, "--overwrite"]) == 2
-    assert "compositional/metrics.csv changed since it was written" in capsys.readouterr().err
-    assert (out / "compositional" / "metrics.csv").read_text() == "edited"
 
 
 def test_a_dry_run_counts_the_queries_of_both_splits(tiny_setup, capsys):

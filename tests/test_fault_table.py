@@ -91,7 +91,7 @@ def _add_unrelated(out: Path) -> None:
 
 
 # --------------------------------------------------------------------------- row 1: --out never deletes
-def test_out_with_a_run_and_unrelated_files_is_refused_and_overwrite_replaces_only_the_run(dirs, capsys):
+def test_out_with_a_run_and_unrelated_files_is_refused_and_overwrite_moves_it_aside_whole(dirs, capsys):
     out = dirs / "out"
     a, b = _results_file(dirs / "model_a.json", 0), _results_file(dirs / "model_b.json", 10)
     assert _score(a, out, capsys)[0] == 0
@@ -102,50 +102,48 @@ def test_out_with_a_run_and_unrelated_files_is_refused_and_overwrite_replaces_on
     rc, err = _score(b, out, capsys)
     assert _tree(out) == before  # every file intact, byte for byte
     assert rc == 2 and len(err) == 1 and "Traceback" not in "\n".join(err), err
-    assert err[0].startswith(f"error: --out {out}: holds an earlier cir_demo run and notes.txt, src/, thesis.tex")
+    assert err[0].startswith(f"error: --out {out}: holds files (breakdowns.csv, metrics.csv, ")
     assert "--overwrite" in err[0]
 
     rc, err = _score(b, out, capsys, "--overwrite")
     assert rc == 0, err
     after = _tree(out)
-    for name in ("notes.txt", "thesis.tex", "src", "src/model.py", "src/data"):  # the user's, untouched
-        assert after[name] == before[name], name
+    (aside,) = dirs.glob("out.replaced-*")
+    assert _tree(aside) == before  # the earlier folder, whole: the run and the user's files, byte for byte
     assert after["metrics.csv"] != old_run["metrics.csv"] and b"model_b" in after["metrics.csv"]
     import json
 
     listed = set(json.loads(after["run_manifest.json"])["files"])
-    assert listed == {name for name, data in after.items() if data is not None} - {
-        "run_manifest.json",
-        "notes.txt",
-        "thesis.tex",
-        "src/model.py",
-    }  # the new run's files, exactly
+    assert listed == {name for name, data in after.items() if data is not None} - {"run_manifest.json"}
 
 
-def test_out_with_run_named_files_but_no_manifest_is_refused_even_with_overwrite(dirs, capsys):
-    """The old check took any folder holding one of metrics.csv, run_info.json or report.md for a run."""
+def test_out_with_run_named_files_is_refused_and_with_overwrite_moved_aside_whole(dirs, capsys):
+    """No file is taken for a run's by its name: the folder is moved aside whole, or left as it is."""
     out = dirs / "thesis"
     out.mkdir()
     (out / "metrics.csv").write_text("model,score\nmine,1\n")
     _add_unrelated(out)
     before = _tree(out)
     a = _results_file(dirs / "model_a.json", 0)
-    for extra in ((), ("--overwrite",)):
-        rc, err = _score(a, out, capsys, *extra)
-        assert rc == 2 and len(err) == 1, err
-        assert "holds files that no cir_demo run recorded (metrics.csv, notes.txt, src/, thesis.tex" in err[0]
-        assert _tree(out) == before
+    rc, err = _score(a, out, capsys)
+    assert rc == 2 and len(err) == 1, err
+    assert "holds files (metrics.csv, notes.txt, src/, thesis.tex)" in err[0]
+    assert _tree(out) == before
+    assert _score(a, out, capsys, "--overwrite")[0] == 0
+    (aside,) = dirs.glob("thesis.replaced-*")
+    assert _tree(aside) == before
 
 
-def test_changed_file_of_an_earlier_run_is_not_overwritten(dirs, capsys):
+def test_changed_file_of_an_earlier_run_is_kept(dirs, capsys):
     out = dirs / "out"
     a = _results_file(dirs / "model_a.json", 0)
     assert _score(a, out, capsys)[0] == 0
     (out / "report.md").write_text("my edited report\n")
     before = _tree(out)
     rc, err = _score(a, out, capsys, "--overwrite")
-    assert rc == 2 and "report.md changed since it was written" in err[0], err
-    assert _tree(out) == before
+    assert rc == 0, err
+    (aside,) = dirs.glob("out.replaced-*")
+    assert _tree(aside) == before
 
 
 # --------------------------------------------------------------------------- rows 2-4: the app's flags
@@ -346,7 +344,7 @@ def test_world_generate_and_train_refuse_an_out_folder_holding_other_files(dirs,
     before = _tree(out)
     assert main([*argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "holds files that are not part of" in err[0] and "manifest.json, notes.txt" in err[0], err
+    assert len(err) == 1 and "holds files" in err[0] and "manifest.json, notes.txt" in err[0], err
     assert _tree(out) == before
 
 

@@ -6,7 +6,7 @@ defects of the table. One test (or more) per case; each targets the exact behavi
 | 1 | a manifest entry `../../victim.txt` / an absolute one moved or removed files outside --out | test_manifest_entries_outside_the_folder_* |
 | 2 | a manifest the project did not write was trusted (thesis.tex; world render; index --force) | test_a_forged_manifest_*, test_index_cli.py |
 | 3 | index --out-dir, world generate --out, record --out recognised folders by file names | test_world_generate_*, test_record_*, test_index_cli.py |
-| 4 | a kill during --overwrite left no whole run | tests/test_folder_journal.py |
+| 4 | a kill during --overwrite left no whole run | tests/test_output_folders.py |
 | 5 | two runs in one second shared runs/<time>-world; "wrote" printed before the final move | test_run_folders_*, test_wrote_* |
 | 7 | --out / and /proc: a traceback, after walking the tree | test_system_folders_* |
 | 8 | --out links, mount points, read-only parents failing after the work | test_out_* |
@@ -86,50 +86,23 @@ def _add_to_manifest(out: Path, entries: dict) -> None:
     (out / "run_manifest.json").write_text(json.dumps(manifest))
 
 
-# --------------------------------------------------------------------------- case 1
-def test_manifest_entries_outside_the_folder_are_ignored_and_said(dirs, capsys):
+# --------------------------------------------------------------------------- cases 1-3 (issue 50: no manifest is read)
+def test_manifest_entries_outside_the_folder_move_or_remove_nothing(dirs, capsys):
     out = dirs / "a" / "b" / "out"
     out.parent.mkdir(parents=True)
     assert _score(out, capsys)[0] == 0
     (dirs / "victim.txt").write_text("the user's, outside")
     (out / "victim.txt").write_text("the user's, inside")
-    elsewhere = dirs / "elsewhere" / "empty"
-    elsewhere.mkdir(parents=True)
-    (dirs / "elsewhere" / "f.txt").write_text("x")
-    _add_to_manifest(
-        out,
-        {
-            "../../../victim.txt": _record(dirs / "victim.txt"),
-            str(dirs / "elsewhere" / "f.txt"): _record(dirs / "elsewhere" / "f.txt"),
-            str(elsewhere / "gone.png"): {"size": 1, "sha256": "0" * 64},
-        },
-    )
+    _add_to_manifest(out, {"../../../victim.txt": _record(dirs / "victim.txt"), str(dirs / "victim.txt"): {}})
     rc, err, _ = _score(out, capsys, "--overwrite")
     assert rc == 0, err
     assert (dirs / "victim.txt").read_text() == "the user's, outside"
-    assert (out / "victim.txt").read_text() == "the user's, inside"
-    assert (dirs / "elsewhere" / "f.txt").read_text() == "x" and elsewhere.is_dir()
-    [note] = [line for line in err if "ignored" in line]
-    assert note.startswith(f"warning: {out / 'run_manifest.json'}: ignored '../../../victim.txt' (not a plain path")
-    assert "(an absolute path)" in note
+    (aside,) = out.parent.glob("out.replaced-*")
+    assert (aside / "victim.txt").read_text() == "the user's, inside"
 
 
-# --------------------------------------------------------------------------- case 2
-def test_a_forged_manifest_naming_a_users_file_leaves_it_alone(dirs, capsys):
-    u = dirs / "u"
-    u.mkdir()
-    (u / "thesis.tex").write_text("t\n")
-    (u / "run_manifest.json").write_text(
-        json.dumps({"written_by": "cir_demo", "kind": "run", "files": {"thesis.tex": _record(u / "thesis.tex")}})
-    )
-    before = _tree(u)
-    for extra in ((), ("--overwrite",)):
-        rc, err, _ = _score(u, capsys, *extra)
-        assert rc == 2 and len(err) == 1 and "holds files that no cir_demo run recorded" in err[0], err
-        assert _tree(u) == before
-
-
-def test_a_forged_manifest_in_a_render_folder_leaves_the_users_file_alone(dirs, capsys):
+@pytest.mark.parametrize("render", [False, True])
+def test_a_forged_manifest_naming_a_users_file_leaves_it_whole(dirs, capsys, render):
     from cir_demo.cli import main
 
     u = dirs / "u"
@@ -140,18 +113,20 @@ def test_a_forged_manifest_in_a_render_folder_leaves_the_users_file_alone(dirs, 
         json.dumps({"written_by": "cir_demo", "kind": "run", "files": {"thesis.tex": _record(u / "thesis.tex")}})
     )
     before = _tree(u)
-    capsys.readouterr()
-    assert (
-        main(["world", "render", "w-te-000001", "--size", "tiny", "--pixels", "32", "--out", str(u), "--overwrite"])
-        == 2
-    )
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "holds files that no cir_demo run recorded" in err[0], err
-    assert _tree(u) == before
+    render_argv = ["world", "render", "w-te-000001", "--size", "tiny", "--pixels", "32", "--out", str(u)]
+    for extra in ((), ("--overwrite",)):
+        if render:
+            capsys.readouterr()
+            rc, err = main([*render_argv, *extra]), capsys.readouterr().err.strip().splitlines()
+        else:
+            rc, err, _ = _score(u, capsys, *extra)
+        assert rc == (0 if extra else 2), err
+        assert extra or len(err) == 1 and "holds files (run_manifest.json, thesis.tex, w-te-000001.png)" in err[0]
+    (aside,) = dirs.glob("u.replaced-*")
+    assert _tree(aside) == before
 
 
-# --------------------------------------------------------------------------- case 3
-def test_world_generate_refuses_a_lone_users_manifest_with_a_files_key(dirs, capsys):
+def test_world_generate_moves_a_folder_that_is_not_this_world_aside_only_with_force(dirs, capsys):
     from cir_demo.cli import main
 
     w = dirs / "w"
@@ -160,44 +135,26 @@ def test_world_generate_refuses_a_lone_users_manifest_with_a_files_key(dirs, cap
     capsys.readouterr()
     assert main(["world", "generate", "--size", "tiny", "--out", str(w)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "not part of a generated world (manifest.json)" in err[0], err
+    assert len(err) == 1 and "holds files (manifest.json); add --force to move the folder aside whole" in err[0], err
     assert (w / "manifest.json").read_text() == '{"files": {"manifest.json": 1}}'
 
 
-def test_world_generate_writes_its_own_folder_again_and_only_its_own_names(dirs, capsys):
+def test_world_generate_leaves_its_world_as_it_is_and_force_moves_it_aside(dirs, capsys):
     from cir_demo.cli import main
 
     w = dirs / "w"
     assert main(["world", "generate", "--size", "tiny", "--out", str(w)]) == 0
-    assert main(["world", "generate", "--size", "tiny", "--out", str(w)]) == 0  # its test_manifest.json and lock
+    before = _tree(w)
+    assert main(["world", "generate", "--size", "tiny", "--out", str(w)]) == 0  # intact: nothing written
+    assert _tree(w) == before
     manifest = json.loads((w / "manifest.json").read_text())
     manifest["files"]["notes.txt"] = _record(w / "manifest.json")  # an edited manifest names a user's file
     (w / "manifest.json").write_text(json.dumps(manifest))
     (w / "notes.txt").write_text("mine")
-    capsys.readouterr()
-    assert main(["world", "generate", "--size", "tiny", "--out", str(w), "--force"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "not part of a generated world (notes.txt)" in err[0], err
-    assert (w / "notes.txt").read_text() == "mine"
-
-
-def test_declared_outputs_match_what_the_commands_write():
-    """owned_folder.OUTPUTS against the layouts' own constants (the index's files, the world's files, the
-    splits an --eval writes into subfolders)."""
-    from cir_demo.benchmarks.registry import declared_defaults
-    from cir_demo.index.manifest import IDS_FILE, INDEX_FILE, MANIFEST_FILE
-    from cir_demo.utils.owned_folder import OUTPUTS, SPLIT_FOLDERS
-    from cir_demo.world.disk import DATA_FILES, LOCK_FILE, MANIFEST, TEST_MANIFEST
-
-    index = OUTPUTS["index"]
-    assert all(index.declares(n) for n in (INDEX_FILE, IDS_FILE, MANIFEST_FILE)) and not index.declares("notes.txt")
-    world = OUTPUTS["world-generate"]
-    assert all(world.declares(n) for n in (*DATA_FILES, MANIFEST, TEST_MANIFEST, LOCK_FILE))
-    assert not any(world.declares(n) for n in ("notes.txt", "thesis.tex", "data/x.npy"))
-    assert SPLIT_FOLDERS == tuple(declared_defaults("world").eval_splits[1:])
-    run = OUTPUTS["eval"]
-    assert run.declares("compositional/results/a+rerank.json") and not run.declares("mine/report.md")
-    assert not run.declares("plots/sub/a.png") and not run.declares("thesis.tex")
+    before = _tree(w)
+    assert main(["world", "generate", "--size", "tiny", "--out", str(w), "--force"]) == 0
+    (aside,) = dirs.glob("w.replaced-*")
+    assert _tree(aside) == before and not (w / "notes.txt").exists()
 
 
 def test_record_refuses_a_users_record_md(dirs, capsys):
@@ -226,10 +183,11 @@ def test_run_folders_of_one_second_are_made_unique_by_exclusive_create(dirs):
 def test_wrote_is_said_only_after_the_final_move(dirs, capsys, monkeypatch):
     from cir_demo.utils import owned_folder
 
-    def refused(new, out, overwrite, outputs):
-        raise owned_folder.FolderInTheWay(f"{out}: taken meanwhile")
+    def refused(step):
+        if step == "in":
+            raise owned_folder.FolderInTheWay("taken meanwhile")
 
-    monkeypatch.setattr(owned_folder, "replace_owned", refused)
+    monkeypatch.setattr(owned_folder, "kill_point", refused)
     rc, err, out_text = _eval(
         ["--world-size", "tiny", "--results-json", str(_results_file(dirs / "m.json")), "--n-boot", "0", "--no-plots"],
         capsys,
@@ -265,22 +223,21 @@ def test_a_users_folder_is_refused_without_walking_its_tree(dirs, capsys, monkey
 
     monkeypatch.setattr(os, "walk", no_walk)
     monkeypatch.setattr(Path, "rglob", no_walk)
-    rc, err, _ = _score(home, capsys, "--overwrite", results=results)
-    assert rc == 2 and len(err) == 1 and "holds files that no cir_demo run recorded (notes.txt, src/" in err[0], err
+    rc, err, _ = _score(home, capsys, results=results)
+    assert rc == 2 and len(err) == 1 and "holds files (notes.txt, src/)" in err[0], err
 
 
 # --------------------------------------------------------------------------- case 8
-def test_out_a_link_to_an_empty_folder_is_written_there_and_said(dirs, capsys):
+def test_out_a_link_is_refused_before_any_work(dirs, capsys):
+    """Issue 50: a link on a path the command renames is never written through."""
     target = dirs / "target"
     target.mkdir()
     link = dirs / "link"
     link.symlink_to(target)
-    rc, err, out_text = _score(link, capsys)
-    assert rc == 0, err
-    assert link.is_symlink() and (target / "metrics.csv").is_file()
-    assert f"{link.absolute()} is a link to {target}" in out_text
-    rc, err, _ = _score(link, capsys, "--overwrite")  # an earlier run behind a link: the link stays one
-    assert rc == 0 and link.is_symlink() and (target / "run_manifest.json").is_file(), err
+    for extra in ((), ("--overwrite",)):
+        rc, err, _ = _score(link, capsys, *extra)
+        assert rc == 2 and len(err) == 1 and f"--out {link}: is a symbolic link (to {target})" in err[0], err
+        assert link.is_symlink() and not any(target.iterdir())
 
 
 def test_out_a_dangling_link_is_refused_before_any_work(dirs, capsys):

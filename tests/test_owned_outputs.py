@@ -1,7 +1,6 @@
-"""Every command that writes where the user names (`--out`) follows one rule (issue 27): a folder is
-new, empty, or an earlier write of this project (its run_manifest.json), replaced only with
---overwrite and then only that write's files; an existing output file is replaced only with
---overwrite. And a replacement killed midway loses neither the earlier run nor the user's files."""
+"""Every command that writes where the user names (`--out`) follows one rule (issues 27, 50): a folder
+is new or empty, or with --overwrite moved aside whole before the new one is renamed in; an existing
+output file is replaced only with --overwrite, and then moved aside, never removed."""
 
 from __future__ import annotations
 
@@ -49,29 +48,30 @@ def test_world_export_and_render_refuse_other_files_and_overwrite_only_their_own
 
     rc, err = _cli([*argv, "--out", str(out)], capsys)
     assert rc == 2 and len(err) == 1, err
-    assert err[0].startswith(
-        f"error: --out {out}: holds an earlier cir_demo run and notes.txt, src/, which it did "
-        "not write; add --overwrite"
-    )
+    assert err[0].startswith(f"error: --out {out}: holds files (") and "notes.txt, " in err[0]
+    assert "add --overwrite to move the folder aside whole" in err[0]
     assert _tree(out) == before
 
     assert _cli([*argv, "--out", str(out), "--overwrite"], capsys)[0] == 0
-    after = _tree(out)
-    assert set(after) == own | {"notes.txt", "src", "src/model.py"}
-    assert after["notes.txt"] == b"mine\n" and after["src/model.py"] == before["src/model.py"]
+    assert set(_tree(out)) == own
+    (aside,) = dirs.glob("out.replaced-*")
+    assert _tree(aside) == before  # the earlier folder, whole, the user's files in it
     assert not (dirs / ".partial").exists()
 
 
-def test_world_export_into_a_folder_of_the_users_is_refused_even_with_overwrite(dirs, capsys):
+def test_world_export_into_a_folder_of_the_users_moves_it_aside_whole_only_with_overwrite(dirs, capsys):
     out = dirs / "thesis"
     out.mkdir()
     (out / "captions").mkdir()
     (out / "captions" / "cap.rc2.val.json").write_text("my captions")  # a name the export writes
     before = _tree(out)
-    for extra in ([], ["--overwrite"]):
-        rc, err = _cli(["world", "export", "--format", "cirr", "--size", "tiny", "--out", str(out), *extra], capsys)
-        assert rc == 2 and len(err) == 1 and "holds files that no cir_demo run recorded (captions/" in err[0], err
-        assert _tree(out) == before
+    argv = ["world", "export", "--format", "cirr", "--size", "tiny", "--out", str(out)]
+    rc, err = _cli(argv, capsys)
+    assert rc == 2 and len(err) == 1 and "holds files (captions/)" in err[0], err
+    assert _tree(out) == before
+    assert _cli([*argv, "--overwrite"], capsys)[0] == 0
+    (aside,) = dirs.glob("thesis.replaced-*")
+    assert _tree(aside) == before and (out / "run_manifest.json").is_file()
 
 
 def test_an_existing_output_file_is_replaced_only_with_overwrite(dirs, capsys):
@@ -83,6 +83,8 @@ def test_an_existing_output_file_is_replaced_only_with_overwrite(dirs, capsys):
     assert sheet.read_bytes() == b"my picture"
     assert _cli([*argv, "--overwrite"], capsys)[0] == 0
     assert sheet.read_bytes().startswith(b"\x89PNG")
+    (aside,) = dirs.glob("sheet.png.replaced-*")
+    assert aside.read_bytes() == b"my picture"
 
 
 @pytest.mark.parametrize(
@@ -107,23 +109,7 @@ def test_results_outputs_are_not_replaced_without_overwrite(dirs, capsys, comman
     assert all((dirs / name).read_text() == "my results" for name in outputs)
 
 
-# --------------------------------------------------------------------------- a kill during --overwrite
-# (tests/test_folder_journal.py kills a replacement before each of its file-system changes)
-
-
-def test_cleanup_removes_only_staging_folders_of_dead_processes(dirs):
-    from cir_demo.utils.staged_folder import PARTIAL, clean_abandoned
-
-    staging = dirs / PARTIAL
-    dead = staging / "999999999-abcd1234-run"
-    mine = [staging / "999999999-notes", staging / "2024-drafts", staging / "replaced-abcd1234-run"]
-    for d in [dead, *mine]:
-        d.mkdir(parents=True)
-        (d / "f.txt").write_text("x")
-    (staging / "999999999-abcd1234-file.txt").write_text("a file, not a staging folder")
-    clean_abandoned(dirs)
-    assert not dead.exists() and all((d / "f.txt").exists() for d in mine)
-    assert (staging / "999999999-abcd1234-file.txt").exists()
+# a kill at any step of a write: tests/test_output_folders.py
 
 
 def test_images_fetch_report_replaces_only_an_earlier_report(dirs, capsys):

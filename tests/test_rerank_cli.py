@@ -70,7 +70,7 @@ def test_rerank_cli_writes_results_details_and_uses_cache(tmp_path, monkeypatch,
         assert margins == sorted(margins, reverse=True)
         assert all(it["first_stage_score"] == pytest.approx(scores[qid][it["first_stage_rank"]]) for it in items)
 
-    assert cli.run(parse(argv)) == 0  # second run: every score from the cache
+    assert cli.run(parse([*argv, "--overwrite"])) == 0  # second run: every score from the cache
     assert f"{5 * len(run)} from cache" in capsys.readouterr().out
     assert read_results(out, bench).run == reranked.run
 

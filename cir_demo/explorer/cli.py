@@ -53,7 +53,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         required=True,
         help="the CSV file to write (written atomically; an existing file is replaced only with --overwrite)",
     )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file (it is moved aside)")
+    from cir_demo.utils.owned_folder import add_wait_argument
+
+    add_wait_argument(p)
 
 
 def family_sorts() -> str:
@@ -85,8 +88,10 @@ def run(args: argparse.Namespace) -> int:
     if args.top is not None:
         rows = rows.head(args.top)
     from cir_demo.utils.io import write_text_atomic
+    from cir_demo.utils.owned_folder import writing_files
 
-    write_text_atomic(Path(args.out), rows.to_csv(index=False))
+    with writing_files([Path(args.out)], args.overwrite, args.wait):  # an earlier file is moved aside, kept
+        write_text_atomic(Path(args.out), rows.to_csv(index=False))
     print(f"wrote {args.out} ({len(rows):,} queries, sort {args.sort})")
     return 0
 

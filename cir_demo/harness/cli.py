@@ -55,14 +55,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_fetch_arguments(p, fetch_flag=True)
     o = p.add_argument_group("output")
     o.add_argument(
-        "--out", help="output folder (default: runs/<time>-<benchmark>): new, empty, or an earlier run with --overwrite"
+        "--out", help="output folder (default: runs/<time>-<benchmark>): new or empty, or any with --overwrite"
     )
     o.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace the earlier run in --out: only the files its run_manifest.json lists; "
-        "anything else in the folder is kept",
+        help="move what --out holds aside whole (to OUT.replaced-<time>) and put the new run in its place",
     )
+    from cir_demo.utils.owned_folder import add_wait_argument
+
+    add_wait_argument(o)
     o.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals (0 disables)")
     o.add_argument("--bootstrap-seed", type=int, default=0)
     o.add_argument("--no-plots", action="store_true")

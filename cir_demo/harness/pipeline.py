@@ -211,7 +211,9 @@ def run_benchmark(args: argparse.Namespace) -> int:
         side = {split: check_run(args, b, names, reranker_name) for split, b in side.items()}
     final = Path(args.out) if args.out else default_out_dir(bench.name)
     print(f"run directory: {final} (written when complete)", flush=True)
-    with staged_run_dir(final, getattr(args, "overwrite", False), reserved=not args.out) as out:
+    with staged_run_dir(
+        final, getattr(args, "overwrite", False), reserved=not args.out, wait=getattr(args, "wait", False)
+    ) as out:
         from cir_demo.harness.splits import SplitRun
 
         splits = [SplitRun(first_split(args, bench), bench, out)] + [SplitRun(k, b, out / k) for k, b in side.items()]

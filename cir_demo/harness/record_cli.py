@@ -31,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--world-size", default="default", choices=["tiny", "default"])
     p.add_argument("--out", required=True, help="output folder (one subfolder per seed, then record.json/.md)")
+    from cir_demo.utils.owned_folder import add_wait_argument
+
+    add_wait_argument(p)
     p.add_argument(
         "--eval-arg",
         action="append",
@@ -41,14 +44,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cir_demo.harness.seed_record import SPLIT_DIRS, aggregate, paired_effects, read_seed_metrics, render_markdown
-    from cir_demo.utils.io import write_text_atomic
-    from cir_demo.utils.owned_folder import read_manifest
+    from cir_demo.utils.owned_folder import folder_lock
 
     if any(s < 0 for s in args.seeds) or len(set(args.seeds)) != len(args.seeds):
         print(f"error: --seeds must be distinct non-negative integers, got {args.seeds}", file=sys.stderr)
         return 2
+    with folder_lock(Path(args.out), getattr(args, "wait", False)):  # one record at a time in --out
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from cir_demo.harness.seed_record import SPLIT_DIRS, aggregate, paired_effects, read_seed_metrics, render_markdown
+    from cir_demo.utils.owned_folder import read_manifest
+
     out = Path(args.out)
+    write_text_atomic = _own_writes()
     strangers = _strangers(out) if out.is_dir() else []
     if strangers:  # the folder is someone else's: nothing here may be overwritten or mixed in
         print(
@@ -103,6 +113,24 @@ def run(args: argparse.Namespace) -> int:
 RECORD_FILES = ("record.json", "record.md")
 
 
+def _own_writes():
+    """write(path, text): a file there that this process did not write is moved aside first, never replaced."""
+    import os
+
+    from cir_demo.utils.io import write_text_atomic
+    from cir_demo.utils.owned_folder import set_aside
+
+    written: set[Path] = set()
+
+    def write(path: Path, text: str) -> None:
+        if path not in written and os.path.lexists(path):
+            set_aside(path)
+        write_text_atomic(path, text)
+        written.add(path)
+
+    return write
+
+
 def _is_record(path: Path) -> bool:
     """`path` is a record.json this command wrote (its keys; `made_by` alone while seeds run), not a file of
     the same name."""
@@ -122,12 +150,14 @@ def _strangers(out: Path) -> list[str]:
     import re
 
     from cir_demo.utils.owned_folder import read_manifest
-    from cir_demo.utils.staged_folder import PARTIAL
+    from cir_demo.utils.owned_folder import PARTIAL
 
     record = _is_record(out / "record.json")
     strangers = []
     for p in sorted(out.iterdir()):
         if p.name == PARTIAL or (p.name in RECORD_FILES and record and p.is_file() and not p.is_symlink()):
+            continue
+        if ".replaced-" in p.name and p.name.split(".replaced-")[0] in RECORD_FILES:  # set aside by a later record
             continue
         seed = re.fullmatch(r"seed-\d+", p.name) and p.is_dir() and not p.is_symlink()
         if seed and (read_manifest(p) is not None or not any(p.iterdir())):

@@ -25,6 +25,8 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
     from cir_demo.harness.report import write_outputs
     from cir_demo.results import read_results
 
+    if getattr(args, "dry_run", False):
+        return _dry_run(args)
     bench = load_benchmark_from_args(args)
     for w in bench.warnings:
         text = str(w)
@@ -61,7 +63,9 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
     check_baseline([ev.name for ev in evaluations], getattr(args, "baseline", None))  # before any file is written
 
     final = Path(args.out) if args.out else default_out_dir(bench.name)
-    with staged_run_dir(final, getattr(args, "overwrite", False), reserved=not args.out) as out:
+    with staged_run_dir(
+        final, getattr(args, "overwrite", False), reserved=not args.out, wait=getattr(args, "wait", False)
+    ) as out:
         paths = write_outputs(
             bench,
             evaluations,
@@ -81,6 +85,27 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     print(_summary(evaluations, bench))
+    return 0
+
+
+def _dry_run(args: argparse.Namespace) -> int:
+    """What scoring the files would write, each file read and checked; nothing is created (no world
+    generated, no run folder, no results)."""
+    from cir_demo.preflight.dry_run import not_generated_note
+    from cir_demo.results import read_results
+
+    note = not_generated_note(args)
+    if note:
+        print(note)
+        return 0
+    bench = load_benchmark_from_args(args)
+    for path in args.results_json:
+        rf = read_results(path, bench, fmt=args.results_format)
+        print(f"dry run: {path}: {rf.name}, {len(rf.run):,} rankings of {len(bench.queries):,} queries")
+    where = args.out or f"a new runs/<time>-{bench.name}"
+    print(
+        f"dry run: would score {len(args.results_json)} results files and write the run to {where}; nothing was created"
+    )
     return 0
 
 

@@ -1,5 +1,5 @@
 """Where an --eval run goes: `--out`, else a new `runs/<time>-<benchmark>`; it is written there by
-`staged_run_dir` (cir_demo/utils/staged_folder.py), which every command writing a folder uses.
+`staged_run_dir` (cir_demo/utils/owned_folder.py), which every command writing a folder uses.
 Caches (indexes, embeddings, reranker scores) live elsewhere, so a re-run after a kill reuses
 all the work done before it.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cir_demo.utils.staged_folder import PARTIAL, clean_abandoned, staged_run_dir  # noqa: F401 (the run's staging)
+from cir_demo.utils.owned_folder import PARTIAL, staged_run_dir  # noqa: F401 (the run's staging)
 
 
 def default_out_dir(benchmark_name: str) -> Path:

@@ -13,6 +13,7 @@ and written to a tab-separated report (`id<TAB>reason`).
 from __future__ import annotations
 
 import io
+import os
 import re
 import threading
 import time
@@ -117,6 +118,15 @@ def _remove_partial_files(folder: Path) -> None:
                 pass
 
 
+def _in_data_folder(folder: Path) -> bool:
+    from cir_demo.paths import cache_dir
+
+    try:
+        return cache_dir().resolve() in folder.resolve().parents
+    except Exception:  # a data folder variable naming a file: no folder is the project's
+        return False
+
+
 def fetch_images(
     store,
     ids: Iterable[str],
@@ -143,7 +153,9 @@ def fetch_images(
         )
     cache = Path(store.cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
-    _remove_partial_files(cache)
+    ours = _in_data_folder(cache)  # only there is anything removed: a user's folder keeps every file
+    if ours:
+        _remove_partial_files(cache)
     todo = [i for i in ids if store.local_path(i) is None]
     report.already_present = len(ids) - len(todo)
     lock = threading.Lock()
@@ -180,9 +192,13 @@ def fetch_images(
                         bar.set_postfix(failed=len(report.failed), refresh=False)
     path = Path(report_path) if report_path is not None else cache / REPORT_NAME
     if report.failed:
+        if report_path is not None and os.path.lexists(path):  # an earlier report the user named: kept
+            from cir_demo.utils.owned_folder import set_aside
+
+            set_aside(path)
         write_text_atomic(path, REPORT_HEADER + "".join(f"{i}\t{r}\n" for i, r in sorted(report.failed.items())))
         report.report_path = path
-    elif path.is_file() and report_path is None:
+    elif path.is_file() and report_path is None and ours:
         path.unlink()  # an old report of failures that are now fixed
     report.seconds = time.perf_counter() - t0
     return report

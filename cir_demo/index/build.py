@@ -27,6 +27,7 @@ from cir_demo.index.manifest import (
     LoadedIndex,
     MissingIndexError,
     StaleIndexError,
+    _project_folder,
     benchmark_index_name,
     build_lock,
     check_index,
@@ -295,6 +296,13 @@ def write_built_index(
     refuse_foreign(out_dir)
     with new_dir_beside(out_dir) as tmp:
         write_index_files(tmp, index, ids, manifest)
+        if not _project_folder(out_dir) and out_dir.is_dir():  # a folder the user named: the earlier one kept
+            from cir_demo.utils.owned_folder import set_aside
+
+            set_aside(out_dir)
+        from cir_demo.utils.owned_folder import kill_point
+
+        kill_point("in")
         replace_dir(tmp, out_dir)
     return LoadedIndex(manifest=manifest, index=index, ids=list(ids), directory=out_dir)
 

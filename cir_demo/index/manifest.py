@@ -204,7 +204,7 @@ def recover_dir(directory: str | os.PathLike) -> None:
         with contextlib.suppress(FileNotFoundError):  # another process may have recovered it
             os.rename(newest, directory)
         olds = [p for p in olds if p != newest]
-    for old in olds:
+    for old in olds if _project_folder(directory) else []:  # a user's folder: nothing there is removed
         shutil.rmtree(old, ignore_errors=True)
 
 
@@ -227,8 +227,6 @@ def foreign_entries(directory: Path) -> list[str]:
     folder the user named (`--out-dir`) only when its manifest.json is an index manifest: a folder is
     never taken for an index by its file names alone. In the project's indexes folder a damaged index
     (its manifest unreadable) is still the project's to rebuild."""
-    from cir_demo.utils.owned_folder import OUTPUTS
-
     if not directory.is_dir():
         return []
     if not _project_folder(directory):
@@ -236,11 +234,13 @@ def foreign_entries(directory: Path) -> list[str]:
             read_manifest(directory)
         except Exception:  # no index manifest: nothing here is an index's
             return sorted(os.listdir(directory))
-    return sorted(name for name in os.listdir(directory) if not OUTPUTS["index"].declares(name))
+    return sorted(name for name in os.listdir(directory) if name not in (INDEX_FILE, IDS_FILE, MANIFEST_FILE))
 
 
 def index_folder_problem(directory: Path) -> str | None:
     """Why an index may not be written to (and so replace) `directory`; None when it may."""
+    if directory.is_symlink():
+        return "is a symbolic link; links are not written through, name the folder itself"
     foreign = foreign_entries(directory)
     if not foreign:
         return None
@@ -271,7 +271,7 @@ def build_lock(directory: Path) -> Iterator[None]:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             # Holding the lock, no other build is running: its leftovers are garbage.
-            for tmp in _siblings(directory, "tmp"):
+            for tmp in _siblings(directory, "tmp") if _project_folder(directory) else []:
                 shutil.rmtree(tmp, ignore_errors=True)
             yield
         finally:

@@ -73,11 +73,13 @@ def reranker_problems(backend: str, flag: str = "--rerank", **kw) -> list[Line]:
 
 
 def _out_problems(
-    path: str | None, flag: str, default_dir, default_what: str, run: bool = False, overwrite: bool = False
+    path: str | None, flag: str, default_dir, default_what: str, run: bool = False, overwrite: bool = False, wait=False
 ) -> list[Line]:
     """The output folder a flag names, else the default data folder (when the data folders are usable)."""
     if path:
-        problem = run_dir_problem(Path(path), flag, overwrite) if run else creatable_dir_problem(Path(path), flag)
+        problem = (
+            run_dir_problem(Path(path), flag, overwrite, wait=wait) if run else creatable_dir_problem(Path(path), flag)
+        )
     elif not data_folder_problems():
         problem = creatable_dir_problem(default_dir(), default_what, moved_in=False)  # runs are staged inside it
     else:
@@ -127,6 +129,7 @@ def eval_problems(args: argparse.Namespace) -> list[Line]:
         "runs folder",
         run=True,
         overwrite=getattr(args, "overwrite", False),
+        wait=getattr(args, "wait", False),
     )
 
 

@@ -1,5 +1,6 @@
-"""Folders a run writes, checked before it creates anything: the output folder (new, empty, or
-an earlier run recorded by its run_manifest.json, replaced with --overwrite) and the data folders (`CIR_DEMO_DATA`, `_CACHE`, `_INDEXES`, `_RUNS`).
+"""Folders a run writes, checked before it creates anything: the output folder (not a link, new or
+empty, or moved aside whole with --overwrite; no other writer at it) and the data folders
+(`CIR_DEMO_DATA`, `_CACHE`, `_INDEXES`, `_RUNS`).
 
 Each problem is a blocking `Line`: the flag and folder as item, what is wrong, the fix.
 """
@@ -104,30 +105,28 @@ def _existing_dir_problem(item: str, resolved: Path, link: str, moved_in: bool) 
     return None
 
 
-def run_dir_problem(path: Path, flag: str = "--out", overwrite: bool = False, outputs=None) -> Line | None:
-    """A run's output folder: new, empty, or (with --overwrite) an earlier run, recognised by its manifest.
-    `outputs`: what the command declares it writes (owned_folder.OUTPUTS; default --eval's)."""
-    from cir_demo.utils.owned_folder import EVAL_RUN, FolderInTheWay, write_problem
+def run_dir_problem(
+    path: Path, flag: str = "--out", overwrite: bool = False, replace: str = "--overwrite", wait: bool = False
+) -> Line | None:
+    """A folder a command writes whole and renames in (owned_folder.staged_run_dir): not a system
+    folder or a link, new or empty, or with `overwrite` (the flag `replace`) anything (it is moved
+    aside whole), and no other writer at it now."""
+    from cir_demo.utils.owned_folder import write_problem
 
     problem = creatable_dir_problem(path, flag)
-    if problem or not path.is_dir():
-        return problem
-    try:
-        why = write_problem(path.resolve(), overwrite, outputs or EVAL_RUN)
-    except FolderInTheWay as exc:  # a journal that is not ours
-        why = str(exc).split(": ", 1)[1]
-    return Line(f"{flag} {path}", "blocked", why) if why else None
+    why = None if problem else write_problem(path, overwrite, wait=wait, replace=replace)
+    return Line(f"{flag} {path}", "blocked", why) if why else problem
 
 
-def _world_names(manifest: dict):
-    """What a world generation writes (owned_folder.OUTPUTS), when `manifest` is a world's (None when not)."""
-    from cir_demo.utils.owned_folder import OUTPUTS
+def world_out_problem(args) -> Line | None:
+    """`world generate --out`: an intact world of that size and seed there is left as it is (nothing
+    written); otherwise the folder is written whole, as a run's (--force moves an earlier one aside)."""
+    from cir_demo.world.disk import world_problems
 
-    from cir_demo.world.disk import LOCK_FILE, TEST_MANIFEST
-
-    if not {"size", "seed", "checksum", "generator_version"} <= set(manifest):
+    out = Path(args.out)
+    if not args.force and out.is_dir() and not out.is_symlink() and not world_problems(out, args.size, args.seed):
         return None
-    return OUTPUTS["world-generate"].declares, (TEST_MANIFEST, LOCK_FILE)  # the two it writes beside the list
+    return run_dir_problem(out, "--out", args.force, "--force", args.wait)
 
 
 def _weights_names(manifest: dict):
@@ -139,12 +138,9 @@ def _weights_names(manifest: dict):
     return (lambda name: True), ()
 
 
-# commands whose `--out` folder holds the files their manifest.json lists (a world, trained weights):
+# commands whose `--out` folder holds the files their manifest.json lists (trained weights):
 # what they write, and, given a manifest of theirs, which of the names it lists are theirs
-MANIFEST_OUT = {
-    ("world", "generate"): ("a generated world", _world_names),
-    ("train", None): ("trained weights", _weights_names),
-}
+MANIFEST_OUT = {("train", None): ("trained weights", _weights_names)}
 
 
 def _own_names(path: Path, recognise) -> set[str]:
@@ -183,9 +179,8 @@ def manifest_folder_problem(path: Path, flag: str, what: str, recognise=None) ->
     )
 
 
-# commands that write a folder of their own files by staged_run_dir (run_manifest.json, --overwrite):
-# the key of what they declare they write (owned_folder.OUTPUTS)
-RUN_OUT = {("world", "export"): "world-export", ("world", "render"): "world-render"}
+# commands that write a folder whole by staged_run_dir (--overwrite moves an earlier one aside)
+RUN_OUT = {("world", "export"), ("world", "render")}
 
 
 def _rerank_files(out: Path) -> list[Path]:
@@ -200,11 +195,11 @@ FILE_OUT = {
 }
 
 
-def file_out_problems(paths: list[Path], overwrite: bool, flag: str = "--out") -> list[Line]:
+def file_out_problems(paths: list[Path], overwrite: bool, flag: str = "--out", wait: bool = False) -> list[Line]:
     """An output file that exists (refused unless `overwrite`) or is a folder: one line each."""
     from cir_demo.utils.owned_folder import file_write_problem
 
-    return [Line(f"{flag} {p}", "blocked", why) for p in paths if (why := file_write_problem(p, overwrite))]
+    return [Line(f"{flag} {p}", "blocked", why) for p in paths if (why := file_write_problem(p, overwrite, wait))]
 
 
 def fetch_report_problems(args) -> list[Line]:
@@ -235,14 +230,14 @@ def command_out_problems(args) -> list[Line]:
     out = getattr(args, "out", None)
     if not out:
         return fetch_report_problems(args)
-    if key in MANIFEST_OUT:
+    if key == ("world", "generate"):
+        problem = world_out_problem(args)
+    elif key in MANIFEST_OUT:
         problem = manifest_folder_problem(Path(out), "--out", *MANIFEST_OUT[key])
     elif key in RUN_OUT:
-        from cir_demo.utils.owned_folder import OUTPUTS
-
-        problem = run_dir_problem(Path(out), "--out", getattr(args, "overwrite", False), OUTPUTS[RUN_OUT[key]])
+        problem = run_dir_problem(Path(out), "--out", args.overwrite, wait=getattr(args, "wait", False))
     elif key in FILE_OUT:
-        return file_out_problems(FILE_OUT[key](Path(out)), getattr(args, "overwrite", False))
+        return file_out_problems(FILE_OUT[key](Path(out)), args.overwrite, wait=getattr(args, "wait", False))
     else:
         return []
     return [problem] if problem else []

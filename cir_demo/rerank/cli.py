@@ -118,9 +118,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out)
-    result, details = rerank_results_file(
-        bench, first, reranker, out, args.top_n, cache=None if args.no_cache else ScoreCache(args.cache)
-    )
+    from cir_demo.utils.owned_folder import writing_files
+
+    with writing_files([out, out.with_name(out.stem + ".rerank.json")], args.overwrite):  # earlier ones kept aside
+        result, details = rerank_results_file(
+            bench, first, reranker, out, args.top_n, cache=None if args.no_cache else ScoreCache(args.cache)
+        )
     s = result.stats
     print(
         f"reranked {s['queries']} queries (top {args.top_n}): {s['candidates_scored']} candidates, "

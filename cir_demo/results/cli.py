@@ -36,13 +36,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="folder for the submission files (default: here); a file of the same "
         "name there is replaced only with --overwrite",
     )
-    p.add_argument("--overwrite", action="store_true", help="replace submission files of the same names in --out")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace submission files of the same names in --out (moved aside)"
+    )
+    from cir_demo.utils.owned_folder import add_wait_argument
+
+    add_wait_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from cir_demo.benchmarks.schema import BenchmarkError
     from cir_demo.results.files import read_results
-    from cir_demo.utils.owned_folder import file_write_problem
+    from cir_demo.utils.owned_folder import file_write_problem, writing_files
 
     try:
         bench = load_benchmark_from_args(args)
@@ -57,13 +62,15 @@ def run(args: argparse.Namespace) -> int:
         if problems:  # before writing any
             print("\n".join(problems), file=sys.stderr)
             return 2
-        for path, rf in zip(args.results_json, files):
-            for w in rf.warnings():
-                print(f"warning: {path}: {w.message}", file=sys.stderr)
-            paths, notes = write_submission(bench, rf.run, Path(args.out), rf.name)
-            for note in notes:
-                print(f"warning: {path}: {note}", file=sys.stderr)
-            print("\n".join(f"wrote {p}" for p in paths.values()))
+        every = [Path(p) for rf in files for p in submission_paths(args.out, rf.name).values()]
+        with writing_files(every, args.overwrite, args.wait):  # files of those names are moved aside, kept
+            for path, rf in zip(args.results_json, files):
+                for w in rf.warnings():
+                    print(f"warning: {path}: {w.message}", file=sys.stderr)
+                paths, notes = write_submission(bench, rf.run, Path(args.out), rf.name)
+                for note in notes:
+                    print(f"warning: {path}: {note}", file=sys.stderr)
+                print("\n".join(f"wrote {p}" for p in paths.values()))
     except BenchmarkError as exc:
         from cir_demo.errors import print_error
 

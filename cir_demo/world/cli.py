@@ -6,9 +6,9 @@
     python -m cir_demo world export --format {pinpoint,jsonl,cirr,fashioniq,circo} --out DIR [--size S --seed N]
     python -m cir_demo world render IMAGE_ID [IMAGE_ID ...] --out DIR [--size S --seed N]
 
-export and render write a new folder (or an empty one) with its run_manifest.json; an earlier
-export or render there is replaced only with --overwrite, and a folder holding anything else is
-refused (cir_demo/utils/staged_folder.py).
+export, render and generate --out write a new folder whole and put it in place by a rename; a folder
+that holds anything is refused unless --overwrite (--force for generate), which moves it aside whole
+(cir_demo/utils/owned_folder.py).
 """
 
 from __future__ import annotations
@@ -26,16 +26,21 @@ def _world_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from cir_demo.utils.owned_folder import add_wait_argument
+
     sub = parser.add_subparsers(dest="world_command", metavar="SUBCOMMAND")
     g = sub.add_parser("generate", help="generate (or verify) a world and print its statistics")
     g.add_argument("--size", default="default", help="tiny or default")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--out", default=None, help="output folder (default: cache/world/SIZE-seedN)")
-    g.add_argument("--force", action="store_true", help="regenerate even when the manifest matches")
+    g.add_argument(
+        "--force", action="store_true", help="regenerate even when the manifest matches (an --out is moved aside whole)"
+    )
+    add_wait_argument(g)
     c = sub.add_parser("contact-sheet", help="draw sample queries per category to a PNG")
     _world_args(c)
     c.add_argument("--out", required=True, help="PNG path (an existing file is replaced only with --overwrite)")
-    c.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    c.add_argument("--overwrite", action="store_true", help="replace an existing --out file (it is moved aside)")
     c.add_argument("--per-category", type=int, default=1, help="intents per group (default 1)")
     c.add_argument("--group-by", choices=("kind", "category", "subcategory"), default="kind")
     c.add_argument("--sample-seed", type=int, default=0, help="which intents to show")
@@ -45,8 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e = sub.add_parser("export", help="export the test benchmark (pinpoint parquet or our JSONL format)")
     _world_args(e)
     e.add_argument("--format", choices=("pinpoint", "jsonl", "cirr", "fashioniq", "circo"), required=True)
-    e.add_argument("--out", required=True, help="output folder: new, empty, or an earlier export with --overwrite")
-    e.add_argument("--overwrite", action="store_true", help="replace the earlier export in --out (only its files)")
+    e.add_argument("--out", required=True, help="output folder: new or empty, or any with --overwrite")
+    e.add_argument("--overwrite", action="store_true", help="move what --out holds aside whole, then write")
+    add_wait_argument(e)
     e.add_argument(
         "--images",
         choices=("render", "none"),
@@ -56,8 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r = sub.add_parser("render", help="render images by id to PNG files")
     _world_args(r)
     r.add_argument("image_ids", nargs="+")
-    r.add_argument("--out", required=True, help="output folder: new, empty, or an earlier render with --overwrite")
-    r.add_argument("--overwrite", action="store_true", help="replace the earlier render in --out (only its files)")
+    r.add_argument("--out", required=True, help="output folder: new or empty, or any with --overwrite")
+    r.add_argument("--overwrite", action="store_true", help="move what --out holds aside whole, then write")
+    add_wait_argument(r)
     r.add_argument("--pixels", type=int, default=None, help="image size (default 160)")
 
 
@@ -74,9 +81,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _generate(args) -> int:
-    from .disk import generate_world, read_manifest
+    from .disk import read_manifest
 
-    root = generate_world(args.size, args.seed, args.out, progress=True, force=args.force)  # prints the statistics
+    root = _generated(args)  # prints the statistics
     m = read_manifest(root)
     print(f"world {m['size']} seed {m['seed']} at {root}")
     print("counts: " + ", ".join(f"{k} {v}" for k, v in m["counts"].items()))
@@ -84,18 +91,36 @@ def _generate(args) -> int:
     return 0
 
 
+def _generated(args) -> Path:
+    """The world's folder: the cache's (kept up to date in place), or a user's --out, left as it is when it
+    holds this world and otherwise written whole and renamed in (--force moves the earlier folder aside)."""
+    from .disk import generate_world, world_problems
+
+    out = Path(args.out) if args.out else None
+    if out is None or not args.force and out.is_dir() and not world_problems(out, args.size, args.seed):
+        return generate_world(args.size, args.seed, out, progress=True, force=args.force)
+    from cir_demo.utils.owned_folder import staged_run_dir
+
+    with staged_run_dir(out, args.force, wait=args.wait) as tmp:
+        generate_world(args.size, args.seed, tmp, progress=True, force=True)
+    return out
+
+
 def _contact_sheet(args) -> int:
+    from cir_demo.utils.owned_folder import writing_files
+
     from .contact_sheet import draw_contact_sheet
 
-    out = draw_contact_sheet(
-        args.out,
-        args.size,
-        args.seed,
-        args.root,
-        per_group=args.per_category,
-        group_by=args.group_by,
-        sample_seed=args.sample_seed,
-    )
+    with writing_files([Path(args.out)], args.overwrite):  # an earlier file is moved aside, kept
+        out = draw_contact_sheet(
+            args.out,
+            args.size,
+            args.seed,
+            args.root,
+            per_group=args.per_category,
+            group_by=args.group_by,
+            sample_seed=args.sample_seed,
+        )
     print(f"wrote {out}")
     return 0
 
@@ -110,14 +135,13 @@ def _stats(args) -> int:
 
 
 def _export(args) -> int:
-    from cir_demo.utils.owned_folder import OUTPUTS
-    from cir_demo.utils.staged_folder import staged_run_dir
+    from cir_demo.utils.owned_folder import staged_run_dir
 
     from .loader import load_world
 
     bench = load_world(args.root, args.size, args.seed)
     out = Path(args.out)
-    with staged_run_dir(out, args.overwrite, OUTPUTS["world-export"]) as tmp:
+    with staged_run_dir(out, args.overwrite, wait=args.wait) as tmp:
         staged = _write_export(args.format, bench, tmp, args.images)
     paths = {k: out / Path(v).relative_to(tmp) for k, v in staged.items()}  # where they are now, not where staged
     for k, v in paths.items():
@@ -155,8 +179,7 @@ def _write_export(fmt: str, bench, out: Path, images: str | None) -> dict:
 
 
 def _render(args) -> int:
-    from cir_demo.utils.owned_folder import OUTPUTS
-    from cir_demo.utils.staged_folder import staged_run_dir
+    from cir_demo.utils.owned_folder import staged_run_dir
 
     from .loader import open_world, render_image
 
@@ -164,7 +187,7 @@ def _render(args) -> int:
     for image_id in args.image_ids:  # every id checked before --out is created
         world.table_and_row(image_id)
     out = Path(args.out)
-    with staged_run_dir(out, args.overwrite, OUTPUTS["world-render"]) as tmp:
+    with staged_run_dir(out, args.overwrite, wait=args.wait) as tmp:
         for image_id in args.image_ids:
             render_image(image_id, args.pixels, world=world).save(tmp / f"{image_id}.png", format="PNG")
     for image_id in args.image_ids:

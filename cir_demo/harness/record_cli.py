@@ -29,7 +29,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="world seeds (default 61 67 71 73 79: the results of record, worlds no choice was made on; "
         "seed 0 is the development world)",
     )
-    p.add_argument("--world-size", default="default", choices=["tiny", "default"])
+    p.add_argument(
+        "--world-size",
+        default="default",
+        help="world size (default: default, fold 0); default-fold1: worlds asking fold 1's held-out edits",
+    )
     p.add_argument("--out", required=True, help="output folder (one subfolder per seed, then record.json/.md)")
     p.add_argument(
         "--eval-arg",

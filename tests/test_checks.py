@@ -241,6 +241,8 @@ def test_duplicate_query_key_in_results_file(tmp_path):
             ["train", "world-clip", "--world-size", "bogus", "--out", "{tmp}/model"],
             "--world-size: unknown world size 'bogus'",
         ),
+        (["record", "--world-size", "bogus", "--out", "{tmp}/rec"], "--world-size: unknown world size 'bogus'"),
+        (["eval", "--benchmark", "world", "--world-size", "bogus"], "--world-size: unknown world size 'bogus'"),
         (
             [
                 "index",

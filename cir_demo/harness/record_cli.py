@@ -9,6 +9,9 @@ is not run again, so an interrupted record resumes; a complete seed folder made 
 refused. OUT/record.json and OUT/record.md hold the mean, range and per-seed values, and for each of
 the judge's effects the per-world difference with its 95% paired-bootstrap interval over intents and
 on how many worlds that interval excludes 0 (so `--n-boot 0` is refused: a record needs the intervals).
+OUT/record.csv holds the same per world, split, retriever and measure (first stage, reranked,
+difference, interval): committed under docs/results/, it is what the README's and docs' tables are
+drawn from (`python -m cir_demo docs tables`).
 """
 
 from __future__ import annotations
@@ -45,7 +48,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from cir_demo.harness.seed_record import SPLIT_DIRS, aggregate, paired_effects, read_seed_metrics, render_markdown
+    from cir_demo.harness.seed_record import (
+        SPLIT_DIRS,
+        aggregate,
+        paired_effects,
+        read_seed_metrics,
+        record_csv,
+        render_markdown,
+    )
     from cir_demo.utils.io import write_text_atomic
     from cir_demo.utils.owned_folder import read_manifest
 
@@ -100,11 +110,12 @@ def run(args: argparse.Namespace) -> int:
     record["made_by"] = {str(s): made_by[str(s)] for s in args.seeds}
     write_text_atomic(out / "record.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
     write_text_atomic(out / "record.md", render_markdown(record) + "\n")
+    write_text_atomic(out / "record.csv", record_csv(record))
     print(f"wrote {out / 'record.md'}")
     return 0
 
 
-RECORD_FILES = ("record.json", "record.md")
+RECORD_FILES = ("record.json", "record.md", "record.csv")
 
 
 def _is_record(path: Path) -> bool:

@@ -29,8 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         nargs="+",
         default=[61, 67, 71, 73, 79],
-        help="world seeds (default 61 67 71 73 79: the results of record, worlds no choice was made on; "
-        "seed 0 is the development world)",
+        help="world seeds (default 61 67 71 73 79: fold 0's results of record, scenes no choice was made on; "
+        "seed 0 is the development world; fold 1's sealed test: 101 103 107 109 113 with --world-size "
+        "default-fold1)",
     )
     p.add_argument(
         "--world-size",

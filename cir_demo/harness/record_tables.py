@@ -38,6 +38,8 @@ FLOATS = ("first_stage", "reranked", "difference", "lo", "hi")
 
 def read_record_csv(path: Path) -> list[dict]:
     """The rows of a record CSV, numbers parsed; a ValueError naming the file, row and field otherwise."""
+    if not Path(path).is_file():
+        raise ValueError(f"{path}: no such file (`python -m cir_demo record` writes record.csv into its --out)")
     with open(path, encoding="utf-8", newline="") as f:
         reader = csv.DictReader(f)
         if tuple(reader.fieldnames or ()) != CSV_FIELDS:
@@ -163,7 +165,11 @@ def regenerate(text: str, root: Path, where: str = "") -> str:
         end = text.find(END, m.end())
         if end < 0:
             raise ValueError(f"{where}: table marker {m.group('spec')!r} has no '{END}'")
-        out += [text[pos : m.end()], "\n".join(render(m.group("spec"), root)) + "\n"]
+        try:
+            table = render(m.group("spec"), root)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        out += [text[pos : m.end()], "\n".join(table) + "\n"]
         pos = end
     return "".join(out) + text[pos:]
 

@@ -31,6 +31,10 @@ COMMANDS = {
     ),
     "eval": ("cir_demo.harness.cli", "evaluate results files or run the full benchmark (same as app.py --eval)"),
     "record": ("cir_demo.harness.record_cli", "results of record: --eval on several fresh world seeds, mean and range"),
+    "docs": (
+        "cir_demo.harness.docs_cli",
+        "redraw the README's and docs' results tables from the committed record CSVs",
+    ),
     "failures": ("cir_demo.explorer.cli", "the app's failure sorts over results files, as a CSV (one row per query)"),
 }
 RUNNERS = {"index": "cir_demo.harness.index_run"}  # command -> module with run, where not its COMMANDS module

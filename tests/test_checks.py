@@ -244,6 +244,8 @@ def test_duplicate_query_key_in_results_file(tmp_path):
             ["train", "world-clip", "--world-size", "bogus", "--out", "{tmp}/model"],
             "--world-size: unknown world size 'bogus'",
         ),
+        (["record", "--world-size", "bogus", "--out", "{tmp}/rec"], "--world-size: unknown world size 'bogus'"),
+        (["eval", "--benchmark", "world", "--world-size", "bogus"], "--world-size: unknown world size 'bogus'"),
         (
             [
                 "index",
@@ -344,3 +346,15 @@ def test_world_render_checks_every_image_id_before_creating_out(tmp_path, capsys
     assert not out.exists()  # the good id first does not leave a half-filled folder either
     assert cli.main(["world", "render", "w-te-000001", "--size", "tiny", "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["run_manifest.json", "w-te-000001.png"]
+
+
+def test_every_world_size_and_fold_passes_the_size_check_and_others_are_named():
+    """The sizes a command accepts are generate.SIZES: each base size and each of its held-out folds."""
+    import argparse
+
+    from cir_demo.preflight.flags import world_size_problems
+
+    for size in ("tiny", "default", "tiny-fold1", "default-fold1"):
+        assert world_size_problems(argparse.Namespace(world_size=size), "world_size") == []
+    (line,) = world_size_problems(argparse.Namespace(world_size="default-fold9"), "world_size")
+    assert "default-fold9" in str(line) and "default-fold1" in str(line)

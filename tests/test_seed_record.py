@@ -154,6 +154,22 @@ def test_record_command_reuses_complete_seeds_and_writes_the_record(tmp_path, ca
     assert rec["seeds"] == [7, 11] and "compositional" in rec["splits"]
     assert rec["judge_intervals"]["test"]["cir"]["mAP@10"]["by_seed"]["7"]["lo"] == pytest.approx(0.05)
     assert (tmp_path / "rec" / "record.md").read_text().startswith("# Results of record: world seeds 7, 11")
+    # record.csv: one row per world, split, retriever and measure, the numbers the seed folders hold
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "rec" / "record.csv").open()))
+    assert len(rows) == 2 * 2 * 1 * 3  # worlds x splits x retrievers x measures
+    for seed, (test, comp) in SEEDS.items():
+        for split, values in (("test", test), ("compositional", comp)):
+            for metric, (diff, lo, hi) in INTERVALS[seed][split == "compositional"].items():
+                (row,) = [
+                    r
+                    for r in rows
+                    if (r["world_seed"], r["split"], r["retriever"], r["measure"]) == (str(seed), split, "cir", metric)
+                ]
+                got = [float(row[k]) for k in ("first_stage", "reranked", "difference", "lo", "hi")]
+                want = [values["cir"][metric], values["cir+rerank"][metric], diff, lo, hi]
+                assert got == pytest.approx(want) and (row["world_size"], row["fold"]) == ("default", "0")
 
 
 def test_record_refuses_a_folder_that_is_not_a_record_and_bad_metrics(tmp_path, capsys):

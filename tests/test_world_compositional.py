@@ -7,16 +7,19 @@ import pytest
 
 from cir_demo.world import attributes as A
 from cir_demo.world.disk import generate_world
+from cir_demo.world.generate import SIZES
 from cir_demo.world.holdout import HOLDABLE, edit_of, held_out_edits, pool_alternatives, repair, template_pool
 from cir_demo.world.intents import intent_templates
 from cir_demo.world.scene import sample_scene, scene_from_row, validate_scene
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    root = generate_world("tiny", 3, tmp_path_factory.mktemp("comp") / "w", progress=False)
+@pytest.fixture(scope="module", params=["tiny", "tiny-fold1"])
+def world(request, tmp_path_factory):
+    """A tiny world of each held-out fold; "held": the edits that fold holds out."""
+    root = generate_world(request.param, 3, tmp_path_factory.mktemp("comp") / "w", progress=False)
     read = lambda name: [json.loads(line) for line in (root / name).read_text().splitlines()]  # noqa: E731
     return {
+        "held": held_out_edits(SIZES[request.param].fold),
         "manifest": json.loads((root / "manifest.json").read_text()),
         "test": read("test_intents.jsonl"),
         "compositional": read("compositional_intents.jsonl"),
@@ -57,25 +60,25 @@ def test_no_compositional_edit_or_wording_occurs_in_train(world):
 
 def test_train_images_and_captions_never_show_an_asked_for_compositional_combination(world):
     asked = {_asked(it) for it in world["compositional"]}
-    assert None not in asked and asked <= held_out_edits()
+    assert None not in asked and asked <= world["held"]
     shown = {(s.type, attr, getattr(s, attr)) for s in world["train_scenes"] for attr in HOLDABLE if attr != "type"}
     # No held-out edit at all, not only those this world asks for: the set is the same for every
     # world seed, since models trained on one world's train split are evaluated on other worlds.
-    assert not held_out_edits() & shown
+    assert not world["held"] & shown
     # Captions describe train images only (one record per train scene, in order); read as text, no
     # caption names a held-out colour on its type.
     assert [rec["image_id"] for rec in world["captions"]] == [
         f"w-tr-{i:06d}" for i in range(len(world["train_scenes"]))
     ]
-    assert held_color_mentions(world["captions"]) == []
+    assert held_color_mentions(world["captions"], world["held"]) == []
 
 
-def held_color_mentions(records) -> list[str]:
+def held_color_mentions(records, held_edits) -> list[str]:
     """The captions (read as text) that name a held-out colour on its type: the colour word followed,
     within four words, by the type's noun (singular or plural)."""
     import re
 
-    held = [(t, v) for t, attr, v in held_out_edits() if attr == "color"]
+    held = [(t, v) for t, attr, v in held_edits if attr == "color"]
     patterns = [
         re.compile(rf"\b{re.escape(v)}\b(?:\W+\w+){{0,4}}?\W+{re.escape(t)}(?:s|es)?\b", re.IGNORECASE) for t, v in held
     ]
@@ -83,14 +86,14 @@ def held_color_mentions(records) -> list[str]:
 
 
 def test_the_caption_check_reads_the_captions(world):
-    (t, v) = next((t, v) for t, attr, v in sorted(held_out_edits()) if attr == "color")
+    (t, v) = next((t, v) for t, attr, v in sorted(world["held"]) if attr == "color")
     doctored = [*world["captions"], {"image_id": "x", "captions": [f"A close-up photo of a {v} striped {t}"]}]
-    assert held_color_mentions(doctored) == [f"A close-up photo of a {v} striped {t}"]
-    assert held_color_mentions([{"image_id": "x", "captions": [f"A {t} beside a {v} cat"]}]) == []
+    assert held_color_mentions(doctored, world["held"]) == [f"A close-up photo of a {v} striped {t}"]
+    assert held_color_mentions([{"image_id": "x", "captions": [f"A {t} beside a {v} cat"]}], world["held"]) == []
 
 
 def test_the_in_distribution_split_asks_for_no_held_out_edit(world):
-    held = held_out_edits()
+    held = world["held"]
     assert not [it["intent_id"] for it in world["test"] if _asked(it) in held]
 
 
@@ -167,14 +170,14 @@ def test_the_validation_split_shares_no_edit_with_either_test_split_nor_train(wo
     val_edits = asked(val)
     assert None not in val_edits
     assert not val_edits & asked(world["test"]) and not val_edits & asked(world["compositional"])
-    assert not val_edits & asked(world["train"]) and not val_edits & held_out_edits()
+    assert not val_edits & asked(world["train"]) and not val_edits & world["held"]
     listed = {tuple(e) for e in world["manifest"]["held_out"]["validation"]["edits"]}
-    assert val_edits <= listed and not listed & held_out_edits()
+    assert val_edits <= listed and not listed & world["held"]
     shown = {(s.type, attr, getattr(s, attr)) for s in world["train_scenes"] for attr in HOLDABLE if attr != "type"}
     assert not listed & shown  # the train split proper never shows a validation edit
     # its own scenes and wordings: they show what it asks for, and none of its paraphrases is a train one
     val_shown = {(s.type, a, getattr(s, a)) for s in world["validation_scenes"] for a in HOLDABLE if a != "type"}
-    assert val_edits & val_shown and not held_out_edits() & val_shown
+    assert val_edits & val_shown and not world["held"] & val_shown
     train_texts = {t for it in world["train"] for t in it["paraphrases"]}
     assert not [t for it in val for t in it["paraphrases"] if t in train_texts]
     test_signatures = {s.signature() for s in world["corpus"]}
@@ -192,3 +195,31 @@ def test_validation_positives_are_every_gallery_scene_that_satisfies_the_target(
         constraints = [Constraint.from_json(c) for c in it["constraints"]]
         naive = [i for i, s in gallery if not violations(s, constraints)]
         assert it["positives"] == naive  # train images too where the edit negates ("not red")
+
+
+def test_fold_zero_is_the_draw_the_shipped_world_asks_and_the_folds_are_disjoint():
+    """Fold 0 is unchanged: every edit the shipped world 0's compositional split asks for (read from the
+    committed files) is one of it, and the set is the one first drawn (its fingerprint). Fold 1 shares
+    no edit with it, holds back as many, and keeps another value to learn from on every type."""
+    import hashlib
+    import lzma
+
+    from cir_demo.paths import prebuilt_root
+    from cir_demo.world.holdout import _holdable_values
+
+    path = prebuilt_root() / "world-default-s0" / "world" / "compositional_intents.jsonl.xz"
+    shipped = [json.loads(line) for line in lzma.decompress(path.read_bytes()).decode().splitlines()]
+    asked = {_asked(it) for it in shipped}
+    fold0, fold1 = held_out_edits(0), held_out_edits(1)
+    assert len(asked) > 20 and asked <= fold0 and not asked & fold1
+    digest = hashlib.sha256(repr(sorted(map(repr, fold0))).encode()).hexdigest()
+    assert digest[:16] == FOLD0_SHA256_16
+    assert not fold0 & fold1 and len(fold1) == len(fold0)
+    for t, attr, v in fold1:
+        others = [w for w in _holdable_values(attr, t) if w != v]
+        assert v in _holdable_values(attr, t) and (others or attr in ("hat", "bag", "glasses"))
+    with pytest.raises(ValueError, match="fold"):
+        held_out_edits(7)
+
+
+FOLD0_SHA256_16 = "923a197e95e68a05"  # sha256 of the draw before folds existed (HOLDOUT_STREAM)

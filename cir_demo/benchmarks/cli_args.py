@@ -47,7 +47,9 @@ def add_benchmark_arguments(
         "without --split reports both",
     )
     g.add_argument(
-        "--world-size", default=None, choices=["tiny", "default"], help="offline world size (default: default)"
+        "--world-size",
+        default=None,
+        help="offline world size: tiny, default, or either with a held-out fold, e.g. default-fold1 (default: default)",
     )
     g.add_argument("--world-seed", type=int, default=None, help="offline world seed (default 0)")
     if limit:

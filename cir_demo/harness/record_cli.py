@@ -9,6 +9,9 @@ is not run again, so an interrupted record resumes; a complete seed folder made 
 refused. OUT/record.json and OUT/record.md hold the mean, range and per-seed values, and for each of
 the judge's effects the per-world difference with its 95% paired-bootstrap interval over intents and
 on how many worlds that interval excludes 0 (so `--n-boot 0` is refused: a record needs the intervals).
+OUT/record.csv holds the same per world, split, retriever and measure (first stage, reranked,
+difference, interval): committed under docs/results/, it is what the README's and docs' tables are
+drawn from (`python -m cir_demo docs tables`).
 """
 
 from __future__ import annotations
@@ -26,10 +29,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         nargs="+",
         default=[61, 67, 71, 73, 79],
-        help="world seeds (default 61 67 71 73 79: the results of record, worlds no choice was made on; "
-        "seed 0 is the development world)",
+        help="world seeds (default 61 67 71 73 79: fold 0's results of record, scenes no choice was made on; "
+        "seed 0 is the development world; fold 1's sealed test: 101 103 107 109 113 with --world-size "
+        "default-fold1)",
     )
-    p.add_argument("--world-size", default="default", choices=["tiny", "default"])
+    p.add_argument(
+        "--world-size",
+        default="default",
+        help="world size (default: default, fold 0); default-fold1: worlds asking fold 1's held-out edits",
+    )
     p.add_argument("--out", required=True, help="output folder (one subfolder per seed, then record.json/.md)")
     from cir_demo.utils.owned_folder import add_wait_argument
 
@@ -54,7 +62,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from cir_demo.harness.seed_record import SPLIT_DIRS, aggregate, paired_effects, read_seed_metrics, render_markdown
+    from cir_demo.harness.seed_record import (
+        SPLIT_DIRS,
+        aggregate,
+        paired_effects,
+        read_seed_metrics,
+        record_csv,
+        render_markdown,
+    )
     from cir_demo.utils.owned_folder import read_manifest
 
     out = Path(args.out)
@@ -106,11 +121,12 @@ def _run(args: argparse.Namespace) -> int:
     record["made_by"] = {str(s): made_by[str(s)] for s in args.seeds}
     write_text_atomic(out / "record.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
     write_text_atomic(out / "record.md", render_markdown(record) + "\n")
+    write_text_atomic(out / "record.csv", record_csv(record))
     print(f"wrote {out / 'record.md'}")
     return 0
 
 
-RECORD_FILES = ("record.json", "record.md")
+RECORD_FILES = ("record.json", "record.md", "record.csv")
 
 
 def _own_writes():

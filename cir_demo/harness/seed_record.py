@@ -247,5 +247,76 @@ def render_intervals(record: dict) -> list[str]:
     return lines
 
 
+# The record as data (OUT/record.csv, committed as docs/results/record*.csv): one row per world, split,
+# retriever and measure of the judge's effects; the README's and docs' tables are drawn from it
+# (harness/record_tables.py).
+CSV_FIELDS = (
+    "world_size",
+    "fold",
+    "world_seed",
+    "split",
+    "retriever",
+    "measure",
+    "better",
+    "first_stage",
+    "reranked",
+    "difference",
+    "lo",
+    "hi",
+    "n_groups",
+    "n_boot",
+)
+
+
+def record_rows(record: dict) -> list[dict]:
+    """The rows of record.csv from a record (`aggregate` with intervals, or its record.json, whose seed keys
+    are strings): first stage and reranked from each world's metrics.json, the difference and its 95%
+    paired-bootstrap interval over intents from `judge_intervals`."""
+    from cir_demo.world.generate import SIZES
+
+    size = record["world_size"]
+    rows = []
+    for split, bases in record["judge_intervals"].items():
+        for base, metrics in bases.items():
+            for metric, eff in metrics.items():
+                first = _by_seed(record["splits"][split][base][metric]["by_seed"])
+                reranked = _by_seed(record["splits"][split][base + RERANKED][metric]["by_seed"])
+                for seed, e in sorted(_by_seed(eff["by_seed"]).items()):
+                    rows.append(
+                        {
+                            "world_size": size,
+                            "fold": SIZES[size].fold,
+                            "world_seed": seed,
+                            "split": split,
+                            "retriever": base,
+                            "measure": metric,
+                            "better": eff["better"],
+                            "first_stage": f"{first[seed]:.6f}",
+                            "reranked": f"{reranked[seed]:.6f}",
+                            "difference": f"{e['diff']:+.6f}",
+                            "lo": f"{e['lo']:+.6f}",
+                            "hi": f"{e['hi']:+.6f}",
+                            "n_groups": int(e["n_groups"]),
+                            "n_boot": int(e["n_boot"]),
+                        }
+                    )
+    return rows
+
+
+def _by_seed(values: dict) -> dict[int, object]:
+    return {int(s): v for s, v in values.items()}
+
+
+def record_csv(record: dict) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(record_rows(record))
+    return buf.getvalue()
+
+
 def _signed(s: dict) -> str:
     return f"{s['mean']:+.4f} [{s['min']:+.4f}, {s['max']:+.4f}]"

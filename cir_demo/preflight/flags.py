@@ -170,9 +170,27 @@ def fetch_flag_problems(args: argparse.Namespace) -> list[Line]:
 
 
 def benchmark_flag_problems(args: argparse.Namespace) -> list[Line]:
-    return int_problems(
-        args, [("world_seed", 0, "a non-negative integer"), ("limit", 1, "a positive number of paraphrase groups")]
-    ) + split_problems(args)
+    return (
+        int_problems(
+            args, [("world_seed", 0, "a non-negative integer"), ("limit", 1, "a positive number of paraphrase groups")]
+        )
+        + split_problems(args)
+        + world_size_problems(args, "world_size")
+    )
+
+
+def world_size_problems(args: argparse.Namespace, attr: str) -> list[Line]:
+    """`--world-size` / `--size` not a world size (generate.SIZES: a size and its folds)."""
+    size = getattr(args, attr, None)
+    if size is None:
+        return []
+    from cir_demo.world.generate import SIZES
+
+    if size in SIZES:
+        return []
+    from cir_demo.utils.names import UnknownNameError
+
+    return [Line(_flag(attr), "blocked", str(UnknownNameError("world size", size, SIZES)))]
 
 
 def split_problems(args: argparse.Namespace) -> list[Line]:
@@ -239,13 +257,6 @@ def command_flag_problems(args: argparse.Namespace) -> list[Line]:
     problems = benchmark_name_problems(args) + benchmark_flag_problems(args)
     problems += int_problems(args, COMMAND_INT_FLAGS.get(key, []))
     problems += positive_float_problems(args, COMMAND_POSITIVE_FLOATS.get(key, []))
-    size_attr = {"world": "size", "train": "world_size"}.get(args.command)
-    size = getattr(args, size_attr, None) if size_attr else None
-    if size is not None:
-        from cir_demo.world.generate import SIZES
-
-        if size not in SIZES:
-            from cir_demo.utils.names import UnknownNameError
-
-            problems.append(Line(_flag(size_attr), "blocked", str(UnknownNameError("world size", size, SIZES))))
+    if args.command == "world":  # every other command's `--world-size` is checked with the benchmark flags
+        problems += world_size_problems(args, "size")
     return problems

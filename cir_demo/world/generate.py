@@ -19,13 +19,14 @@ import random
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Sequence
 
 import numpy as np
 
 from . import attributes as A
 from .holdout import (
+    FOLDS,
     draft_edit,
     draft_touches,
     edit_of,
@@ -68,9 +69,10 @@ class SizeConfig:
     positives_per_intent: tuple[int, int] = (2, 7)
     twins_per_reference: int = 3
     filler_fraction: float = 0.05
+    fold: int = 0  # which held-out edits (holdout.held_out_edits) the compositional split asks for
 
 
-SIZES = {
+_BASE_SIZES = {
     "tiny": SizeConfig(
         test_quota_scale=0.05,
         train_quota_scale=0.1,
@@ -81,6 +83,12 @@ SIZES = {
         validation_quota_scale=0.05,
     ),
     "default": SizeConfig(test_quota_scale=1.0, train_quota_scale=3.0, min_train_images=20000, n_test_captions=1000),
+}
+# A size names its fold: "default" is fold 0 (the shipped models'), "default-fold1" the same size asking
+# fold 1's held-out edits, disjoint from fold 0's (holdout.py).
+SIZES = {
+    **_BASE_SIZES,
+    **{f"{name}-fold{k}": replace(cfg, fold=k) for name, cfg in _BASE_SIZES.items() for k in FOLDS if k},
 }
 
 
@@ -468,7 +476,7 @@ def build_test_part(size: str = "default", seed: int = 0, progress: bool = False
     t0 = time.perf_counter()
     timings = {}
 
-    held = held_out_edits()
+    held = held_out_edits(cfg.fold)
     # ---- test splits: in-distribution (edits and wordings train also has) and compositional
     # (held-out edits in held-out wordings); one corpus holds both, judged exhaustively for each.
     rng = _rng(seed, "test")

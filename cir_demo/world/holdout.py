@@ -1,10 +1,12 @@
 """The compositional hold-out: edits and wordings that no train intent, caption or image contains.
 
 An *edit* is the attribute value an instruction asks for on an item type ("make it red" on a
-coat: `("coat", "color", "red")`). The held-out edits are drawn once, the same for every world
-seed: for every attribute an instruction can change, about a third of the item types keep one
-value back (CLEVR-CoGenT's swapped colour-shape conditions, on every attribute). One set for all
-worlds because the shipped models, trained on one world's train split, are evaluated on other
+coat: `("coat", "color", "red")`). The held-out edits are drawn once per *fold*, the same for every
+world seed of that fold: for every attribute an instruction can change, about a third of the item
+types keep one value back (CLEVR-CoGenT's swapped colour-shape conditions, on every attribute). The
+folds' sets are disjoint: fold 0 is the shipped models', and its edits informed design choices (the
+judge's ranking rule among them); fold 1's were first asked of models trained on fold 1's train split.
+One set for all worlds of a fold because the shipped models, trained on one world's train split, are evaluated on other
 worlds' test splits: a held-out edit must be held out of every train split. Train images never show a held-out
 combination (so no train caption names it), no train intent asks for one, and the compositional
 test split asks for nothing else. The in-distribution test split asks for none of them either.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import random
 from typing import Iterable, Iterator
 
@@ -71,19 +74,31 @@ HOLDABLE = (
 TYPE_FRACTION = 1 / 3
 
 
-HOLDOUT_STREAM = "cir-world/holdout/0"  # the draw every world shares (see the module docstring)
+HOLDOUT_STREAM = "cir-world/holdout/0"  # fold 0's draw, the shipped models' (see the module docstring)
+FOLDS = (0, 1)  # the folds a world size may name (generate.SIZES: "default" is fold 0, "default-fold1" fold 1)
 
 
-def held_out_edits() -> frozenset[tuple]:
-    """The (item type, attribute, value) triples held out of training in every world."""
-    rng = random.Random(HOLDOUT_STREAM)
+@functools.lru_cache(maxsize=None)
+def held_out_edits(fold: int = 0) -> frozenset[tuple]:
+    """The (item type, attribute, value) triples held out of training in every world of `fold`.
+
+    Fold 0 is the draw the shipped models were trained around. Fold k > 0 is drawn from its own stream
+    among the edits no lower fold holds out, so the folds are disjoint: a model trained on fold k's train
+    split, which shows the other folds' edits, meets fold k's as new."""
+    if fold not in FOLDS:
+        raise ValueError(f"held-out fold must be one of {', '.join(map(str, FOLDS))}, got {fold!r}")
+    taken = frozenset().union(*(held_out_edits(k) for k in range(fold)))
+    rng = random.Random(HOLDOUT_STREAM if fold == 0 else f"cir-world/holdout/fold/{fold}")
     held = set()
     for attr in HOLDABLE:
         types = [t for t in A.TYPES if attr not in _PERSON_ONLY or A.TYPE_DOMAIN[t] == "fashion"]
         # A type keeps a value back only where it has another one left to learn from.
         types = [t for t in types if len(_holdable_values(attr, t)) >= 2 or attr in ("hat", "bag", "glasses")]
-        for t in sorted(rng.sample(types, max(1, round(TYPE_FRACTION * len(types))))):
-            held.add((t, attr, rng.choice(_holdable_values(attr, t))))
+        n = max(1, round(TYPE_FRACTION * len(types)))  # the same number in every fold
+        free = {t: [v for v in _holdable_values(attr, t) if (t, attr, v) not in taken] for t in types}
+        types = [t for t in types if free[t]]
+        for t in sorted(rng.sample(types, min(n, len(types)))):
+            held.add((t, attr, rng.choice(free[t])))
     return frozenset(held)
 
 

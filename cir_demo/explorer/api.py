@@ -6,7 +6,6 @@ numbers and None (never NaN, never a server path). The UI's `cir_demo/ui/api.py`
 from __future__ import annotations
 
 import math
-import threading
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -128,47 +127,23 @@ def query_answer(
 
 # ------------------------------------------------------------------ failures
 class RunRankings:
-    """Each column's ranking of every benchmark query, as the failure sorts read them, to `--eval`'s depth
-    (`RetrievalEngine.eval_depth`: a results file whole, a model's top 50); reranked runs
-    (`<run>+rerank`) when asked. Computed once per service."""
+    """Each column's per-query rows as the failure sorts read them, from the service's run store
+    (`RunStore.rows`: a stored eval run under the run's key, else the cache, else produced: the rows
+    per_query.csv holds); reranked runs (`<run>+rerank`) when asked."""
 
     def __init__(self, service):
         from cir_demo.utils.lru import LRU
 
         self.service = service
-        self._runs: dict[str, dict] = {}
-        self._scores: dict[str, dict] = {}
-        self._lock = threading.Lock()
         self.rows = LRU(32)  # (sort, runs) -> the sorted rows: the runs never change, their rows neither
 
+    def scored(self, name: str):
+        """Run `name`'s per-query rows."""
+        return self.service.store.rows(name)
+
     def run(self, name: str) -> Mapping[str, Sequence[str]]:
-        with self._lock:
-            self._fill(name)
-            return self._runs[name]
-
-    def _fill(self, name: str) -> None:
-        if name not in self._runs:
-            self._runs[name] = self._compute(name)
-
-    def _compute(self, name: str) -> dict:
-        svc = self.service
-        if name.endswith(RERANK_SUFFIX):
-            base = name[: -len(RERANK_SUFFIX)]
-            self._fill(base)
-            rr = svc.engine.rerank_run(
-                svc.reranker_name,
-                self._runs[base],
-                self._scores.get(base),
-                top_n=svc.config.default_top_n,
-                reranker_kw=dict(svc.config.reranker_kwargs),
-            )
-            return dict(rr.run)
-        rankings = getattr(svc.engine.retriever(name), "rankings", None)
-        if rankings is not None:
-            return dict(rankings)
-        run, scores = svc.engine.run_benchmark(name, k=svc.engine.eval_depth(name))
-        self._scores[name] = scores
-        return run
+        """Run `name`'s rankings `{query id: ids best first}`."""
+        return self.service.store.ranking(name)
 
 
 def check_runs(service, runs: Sequence[str] | None) -> list[str]:
@@ -186,7 +161,7 @@ def failures_answer(
 ) -> dict[str, Any]:
     """The rows `python -m cir_demo failures --sort SORT` writes for these runs (query_id, why, then
     `<run>/<metric>`), in sort order, at most `top` of them."""
-    from cir_demo.explorer.cli import failure_rows_of
+    from cir_demo.explorer.cli import failure_rows_from
 
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
         raise ServiceError(f"top must be a positive integer, got {top!r}")
@@ -204,7 +179,7 @@ def failures_answer(
     key = (sort, tuple(names))
     rows = cache.rows.get(key)
     if rows is None:
-        rows = failure_rows_of(service.benchmark, {n: cache.run(n) for n in names}, sort)
+        rows = failure_rows_from(service.benchmark, {n: cache.scored(n) for n in names}, sort)
         cache.rows.put(key, rows)
     total = len(rows)
     rows = rows.head(min(top or MAX_FAILURE_ROWS, MAX_FAILURE_ROWS))

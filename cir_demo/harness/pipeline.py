@@ -19,7 +19,7 @@ import pandas as pd
 
 from cir_demo.benchmarks.families import metric_family
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
-from cir_demo.harness.evaluate import RunEvaluation, evaluate_run
+from cir_demo.store.score import RunEvaluation, evaluate_run
 from cir_demo.preflight.request import default_reranker, retriever_names
 
 
@@ -286,6 +286,7 @@ def _run_into(args, splits, names, reranker_name, top_n, stages: Stages) -> tupl
         trust_remote_code=bool(getattr(args, "trust_remote_code", False)),
     )
     specs: dict[str, dict] = {}
+    depths: dict[str, int] = {}  # how deep each retriever ranks: part of its runs' keys
     reranker_spec = None
     if reranker_name:  # a first run renders the corpus once for the retrievers and the reranker
         if one_small_model_thread(names, reranker_name, getattr(args, "device", None), stages.start_load):
@@ -297,6 +298,7 @@ def _run_into(args, splits, names, reranker_name, top_n, stages: Stages) -> tupl
         with stages(f"{name}/index"):
             engine.index(name)  # build or load, with its own progress bar
         specs[name] = engine.run_spec(name)  # with its query template, stated in the report
+        depths[name] = engine.eval_depth(name)
         if reranker_name:
             reranker_spec = dict(engine.reranker(reranker_name).spec)
         for split in splits:
@@ -319,7 +321,7 @@ def _run_into(args, splits, names, reranker_name, top_n, stages: Stages) -> tupl
             paths = _write_report(
                 args, split, splits if split is splits[0] and len(splits) > 1 else [], top_n, reranker_spec, specs
             )
-            _write_run_info(split, specs, reranker_spec, top_n, stages if split is splits[0] else None)
+            _write_run_info(split, specs, depths, reranker_spec, top_n, stages if split is splits[0] else None)
     table = pd.read_csv(paths["metrics.csv"])
     cols = [c for c in ("model", *metric_family(bench.metric_family).summary_columns()) if c in table]
     print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
@@ -339,17 +341,14 @@ def _run_split(
 
     from cir_demo.results import write_results
 
+    from cir_demo.store.store import produce_rerank, produce_run, reranked_scores
+
     bench, out = split.bench, split.out
     with (
         stages(f"{name}/retrieve{tag}"),
         tqdm(total=len(bench.queries), desc=f"retrieve {name}{tag}", unit="query") as bar,
     ):
-        run, scores = engine.run_benchmark(
-            name,
-            queries=bench.queries,
-            k=engine.eval_depth(name),
-            progress=lambda done, total: bar.update(done - bar.n),
-        )
+        run, scores = produce_run(engine, name, bench.queries, progress=lambda done, total: bar.update(done - bar.n))
     write_results(out / "results" / f"{name}.json", bench, run, scores, spec=spec)
     with stages("evaluate"):
         base = evaluate_run(bench, run, name, n_boot=args.n_boot, seed=args.bootstrap_seed)
@@ -360,15 +359,13 @@ def _run_split(
         stages(f"{name}/rerank{tag}"),
         small_model_threads([name], reranker_name, getattr(args, "device", None), load=stages.start_load),
     ):
-        rr = engine.rerank_run(reranker_name, run, scores, queries=bench.queries, top_n=top_n, progress=True)
+        rr = produce_rerank(engine, reranker_name, run, scores, top_n, queries=bench.queries, progress=True)
     rr_name = f"{name}{RERANK_SUFFIX}"
-    # a candidate without P(yes) (not reranked, or no usable score) is written as 0.0
-    rr_scores = {q: [0.0 if (p := it.p_yes) is None or p != p else p for it in its] for q, its in rr.items.items()}
     write_results(
         out / "results" / f"{rr_name}.json",
         bench,
         rr.run,
-        rr_scores,
+        reranked_scores(rr),
         spec={"retriever": spec, "reranker": reranker_spec, "top_n": top_n},
     )
     with stages("evaluate"):
@@ -377,9 +374,11 @@ def _run_split(
     split.pairs.append((base, reranked))
 
 
-def _write_run_info(split, specs: dict, reranker_spec, top_n: int, stages: Stages | None) -> None:
-    """run_info.json of one split's folder; the run's times and command line (`stages` given) at the top only."""
+def _write_run_info(split, specs: dict, depths: dict, reranker_spec, top_n: int, stages: Stages | None) -> None:
+    """run_info.json of one split's folder; the run's times and command line (`stages` given) at the top only.
+    `run_keys`: each run's key in the store (`store.recorded_keys`), which the app reads it under."""
     from cir_demo.engine import benchmark_fingerprint
+    from cir_demo.store.store import recorded_keys
     from cir_demo.utils.io import write_json_atomic
 
     bench = split.bench
@@ -390,6 +389,7 @@ def _write_run_info(split, specs: dict, reranker_spec, top_n: int, stages: Stage
         "retrievers": specs,
         "reranker": reranker_spec,
         "rerank_top_n": top_n if reranker_spec else None,
+        "run_keys": recorded_keys(bench, specs, depths, reranker_spec, top_n),
     }
     if stages is not None:
         info.update({"timings_s": stages.seconds, "wall_s": round(stages.total(), 2), "argv": sys.argv})

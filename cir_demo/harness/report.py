@@ -12,12 +12,13 @@ import numpy as np
 import pandas as pd
 
 from cir_demo.benchmarks.schema import Benchmark
-from cir_demo.harness.evaluate import (
+from cir_demo.store.score import (
     RunEvaluation,
     family_of,
     metrics_module,
     metrics_table,
     paired_comparisons,
+    written_rows,
 )
 from cir_demo.metrics.headline import strata_note
 from cir_demo.utils.csv_text import frame_csv
@@ -106,22 +107,14 @@ def write_outputs(
     check_baseline([ev.name for ev in evaluations], baseline)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    fam = family_of(benchmark)
-    table = metrics_table(benchmark, evaluations)
-    sort_col = fam.headline[fam.primary]
-    if sort_col in table:
-        table = table.sort_values(sort_col, ascending=False, kind="stable")
+    table = sorted_metrics_table(benchmark, evaluations)
     paths: dict[str, Path] = {}
 
     paths["metrics.csv"] = out / "metrics.csv"
     write_text_atomic(paths["metrics.csv"], table.to_csv(index=False, float_format="%.4f"))
 
-    per_query = pd.concat([ev.per_query.assign(run=ev.name) for ev in evaluations], ignore_index=True)
-    per_query = per_query[["run"] + [c for c in per_query.columns if c != "run"]]
+    per_query = per_query_table(evaluations)
     paths["per_query.csv"] = out / "per_query.csv"
-    # rounding first and writing floats as they are is several times faster than a per-value float_format
-    floats = per_query.select_dtypes("float").columns
-    per_query[floats] = per_query[floats].round(6)
     write_text_atomic(paths["per_query.csv"], frame_csv(per_query))
 
     breakdowns = breakdown_tables(benchmark, evaluations, n_boot=n_boot, seed=seed)
@@ -148,7 +141,7 @@ def write_outputs(
     )  # --n-boot 0: no intervals, no tests
     if len(paired):
         paths["paired.csv"] = out / "paired.csv"
-        write_text_atomic(paths["paired.csv"], _p_as_text(paired).to_csv(index=False, float_format="%.6g"))
+        write_text_atomic(paths["paired.csv"], p_as_text(paired).to_csv(index=False, float_format="%.6g"))
 
     from cir_demo.engine import benchmark_fingerprint
 
@@ -195,6 +188,41 @@ def write_outputs(
     return paths
 
 
+def sorted_metrics_table(benchmark: Benchmark, evaluations: Sequence[RunEvaluation]) -> pd.DataFrame:
+    """metrics.csv's rows: `metrics_table`, best primary headline first."""
+    fam = family_of(benchmark)
+    table = metrics_table(benchmark, evaluations)
+    sort_col = fam.headline[fam.primary]
+    return table.sort_values(sort_col, ascending=False, kind="stable") if sort_col in table else table
+
+
+def per_query_table(evaluations: Sequence[RunEvaluation]) -> pd.DataFrame:
+    """per_query.csv's rows: every run's per-query rows as the store holds them (`written_rows`)."""
+    return written_rows(pd.concat([ev.per_query.assign(run=ev.name) for ev in evaluations], ignore_index=True))
+
+
+def tex_text(
+    benchmark: Benchmark,
+    evaluations: Sequence[RunEvaluation],
+    table: pd.DataFrame,
+    paired: pd.DataFrame,
+    baseline: str | None,
+    n_boot: int,
+) -> str:
+    """report.tex, its rows in the order the runs were given (the default baseline first)."""
+    from cir_demo.harness.latex import latex_table
+
+    in_order = table.set_index("model", drop=False).loc[[ev.name for ev in evaluations]].reset_index(drop=True)
+    return latex_table(
+        benchmark.name,
+        family_of(benchmark),
+        in_order,
+        paired,
+        baseline or (evaluations[0].name if evaluations else None),
+        n_boot,
+    )
+
+
 def _write_tex(
     benchmark: Benchmark,
     evaluations: Sequence[RunEvaluation],
@@ -204,26 +232,12 @@ def _write_tex(
     n_boot: int,
     out: Path,
 ) -> Path:
-    """report.tex, its rows in the order the runs were given (the default baseline first)."""
-    from cir_demo.harness.latex import latex_table
-
-    in_order = table.set_index("model", drop=False).loc[[ev.name for ev in evaluations]].reset_index(drop=True)
     path = out / "report.tex"
-    write_text_atomic(
-        path,
-        latex_table(
-            benchmark.name,
-            family_of(benchmark),
-            in_order,
-            paired,
-            baseline or (evaluations[0].name if evaluations else None),
-            n_boot,
-        ),
-    )
+    write_text_atomic(path, tex_text(benchmark, evaluations, table, paired, baseline, n_boot))
     return path
 
 
-def _p_as_text(paired: pd.DataFrame) -> pd.DataFrame:
+def p_as_text(paired: pd.DataFrame) -> pd.DataFrame:
     """p-values as written for a reader: one below 1/n_boot is only known to be below that bound ("< 0.001")."""
     from cir_demo.metrics.headline import p_text
 
@@ -301,7 +315,7 @@ def render_report(
             "both runs answered; 95% CI and two-sided p-value from a paired bootstrap over paraphrase groups "
             f"(a p-value below 1/{n_boot} shows as that bound).\n\n"
         )
-        w(_md_table(_p_as_text(paired)) + "\n\n")
+        w(_md_table(p_as_text(paired)) + "\n\n")
 
     if breakdowns:
         w("## Breakdowns\n\n")

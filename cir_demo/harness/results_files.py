@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Sequence
 
 from cir_demo.benchmarks.cli_args import load_benchmark_from_args
 from cir_demo.harness.staging import default_out_dir
@@ -21,9 +22,7 @@ def evaluate_results_files(args: argparse.Namespace) -> int:
 
 
 def _evaluate_results_files(args: argparse.Namespace) -> int:
-    from cir_demo.harness.evaluate import evaluate_run
     from cir_demo.harness.report import write_outputs
-    from cir_demo.results import read_results
 
     bench = load_benchmark_from_args(args)
     for w in bench.warnings:
@@ -34,27 +33,12 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
             f"({len(bench.warnings)} warnings reading the benchmark; `python -m cir_demo validate` lists them in full)",
             file=sys.stderr,
         )
-    evaluations = []
-    names_seen: set[str] = set()
     paths = args.results_json
     if len(paths) > 1:  # a bar for one file says nothing, and importing tqdm is a share of a short run
         from tqdm import tqdm
 
         paths = tqdm(paths, desc="evaluating results files", unit="file")
-    for path in paths:
-        rf = read_results(path, bench, fmt=args.results_format)
-        name = rf.name if rf.name not in names_seen else f"{rf.name}_{len(names_seen)}"
-        names_seen.add(name)
-        msgs = [w.message for w in rf.warnings()]
-        for m in msgs:
-            print(f"warning: {path}: {m}", file=sys.stderr)
-        ev = evaluate_run(bench, rf.run, name, n_boot=args.n_boot, seed=args.bootstrap_seed, warnings=msgs)
-        for m in ev.warnings[len(msgs) :]:  # what scoring found (e.g. queries without positives)
-            print(f"warning: {path}: {m}", file=sys.stderr)
-        ev.metrics["coverage"] = rf.coverage
-        ev.metrics["unknown_ids"] = rf.n_unknown_ids
-        ev.metrics["unknown_query_keys"] = len(rf.unknown_query_keys)
-        evaluations.append(ev)
+    evaluations = score_results_files(bench, paths, args.results_format, args.n_boot, args.bootstrap_seed)
     from cir_demo.harness.latex import check_baseline
     from cir_demo.harness.staging import staged_run_dir
 
@@ -84,8 +68,37 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
     return 0
 
 
+def score_results_files(
+    bench, paths, fmt: str = "auto", n_boot: int = 1000, seed: int = 0, names: Sequence[str | None] | None = None
+) -> list:
+    """Each results file read onto the benchmark and scored by the store (`store.score.evaluate_run`),
+    with its coverage; warnings go to stderr naming the file. `names`: each run's name (None: the file's
+    own, made unique)."""
+    from cir_demo.results import read_results
+    from cir_demo.store.score import evaluate_run
+
+    evaluations = []
+    names_seen: set[str] = set()
+    for i, path in enumerate(paths):
+        rf = read_results(path, bench, fmt=fmt)
+        given = names[i] if names is not None else None
+        name = given or (rf.name if rf.name not in names_seen else f"{rf.name}_{len(names_seen)}")
+        names_seen.add(name)
+        msgs = [w.message for w in rf.warnings()]
+        for m in msgs:
+            print(f"warning: {path}: {m}", file=sys.stderr)
+        ev = evaluate_run(bench, rf.run, name, n_boot=n_boot, seed=seed, warnings=msgs)
+        for m in ev.warnings[len(msgs) :]:  # what scoring found (e.g. queries without positives)
+            print(f"warning: {path}: {m}", file=sys.stderr)
+        ev.metrics["coverage"] = rf.coverage
+        ev.metrics["unknown_ids"] = rf.n_unknown_ids
+        ev.metrics["unknown_query_keys"] = len(rf.unknown_query_keys)
+        evaluations.append(ev)
+    return evaluations
+
+
 def _summary(evaluations, bench) -> str:
-    from cir_demo.harness.evaluate import family_of
+    from cir_demo.store.score import family_of
 
     heads = family_of(bench).summary_columns()[:4]
     lines = []

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from cir_demo.benchmarks.families import metric_family
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
-from cir_demo.harness.evaluate import RunEvaluation
+from cir_demo.store.score import RunEvaluation
 
 SECTION_TITLE = "Both test splits"
 

@@ -11,9 +11,12 @@ another depth, or scored by other code, is another run.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 # what produces a run (the engine: retrievers, indexes, rerankers) and scores it (this package)
 PRODUCING_CODE = ("cir_demo.engine", "cir_demo.store")
@@ -35,13 +38,21 @@ class RunKey:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
 
 
+@functools.lru_cache(maxsize=None)
 def code_of(metrics_module: str) -> tuple[str, dict]:
     """(code hash, library versions) of what produces and scores a run of a family whose per-query
-    metrics live in module `metrics_module`."""
-    from cir_demo.utils.code_hash import code_key
+    metrics live in module `metrics_module` (a family declared outside this package: its module's own
+    source joins the hash)."""
+    from cir_demo.utils.code_hash import code_key, code_text, module_file
 
-    key = code_key((*PRODUCING_CODE, metrics_module), LIBRARIES)
-    return key["sha256"], key["libraries"]
+    if module_file(metrics_module) is not None:
+        key = code_key((*PRODUCING_CODE, metrics_module), LIBRARIES)
+        return key["sha256"], key["libraries"]
+    key = code_key(PRODUCING_CODE, LIBRARIES)
+    spec = importlib.util.find_spec(metrics_module)
+    origin = Path(spec.origin) if spec is not None and spec.origin else None
+    own = code_text(origin) if origin is not None and origin.is_file() else metrics_module.encode()
+    return hashlib.sha256(key["sha256"].encode() + b"\0" + own).hexdigest(), key["libraries"]
 
 
 def run_key(

@@ -4,27 +4,26 @@ import) and write the same run folder a full run writes.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from cir_demo.benchmarks.cli_args import load_benchmark_from_args
+from cir_demo.harness.settings import EvalSettings
 from cir_demo.harness.staging import default_out_dir
 
 
-def evaluate_results_files(args: argparse.Namespace) -> int:
+def evaluate_results_files(settings: EvalSettings) -> int:
     """Score every `--results-json` file on the benchmark, write the run folder, print a summary."""
     from cir_demo.utils.gc_pause import collector_paused
 
     with collector_paused(collect_after=False):  # millions of ids, rankings and queries (utils/gc_pause.py)
-        return _evaluate_results_files(args)
+        return _evaluate_results_files(settings)
 
 
-def _evaluate_results_files(args: argparse.Namespace) -> int:
+def _evaluate_results_files(settings: EvalSettings) -> int:
     from cir_demo.harness.report import write_outputs
 
-    bench = load_benchmark_from_args(args)
+    bench = settings.benchmark.load()
     for w in bench.warnings:
         text = str(w)
         print(text if len(text) <= 400 else text[:400] + " ...", file=sys.stderr)
@@ -33,27 +32,27 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
             f"({len(bench.warnings)} warnings reading the benchmark; `python -m cir_demo validate` lists them in full)",
             file=sys.stderr,
         )
-    paths = args.results_json
+    paths = list(settings.results_json)
     if len(paths) > 1:  # a bar for one file says nothing, and importing tqdm is a share of a short run
         from tqdm import tqdm
 
         paths = tqdm(paths, desc="evaluating results files", unit="file")
-    evaluations = score_results_files(bench, paths, args.results_format, args.n_boot, args.bootstrap_seed)
+    evaluations = score_results_files(bench, paths, settings.results_format, settings.n_boot, settings.bootstrap_seed)
     from cir_demo.harness.latex import check_baseline
     from cir_demo.harness.staging import staged_run_dir
 
-    check_baseline([ev.name for ev in evaluations], getattr(args, "baseline", None))  # before any file is written
+    check_baseline([ev.name for ev in evaluations], settings.baseline)  # before any file is written
 
-    final = Path(args.out) if args.out else default_out_dir(bench.name)
-    with staged_run_dir(final, getattr(args, "overwrite", False), reserved=not args.out) as out:
+    final = Path(settings.out) if settings.out else default_out_dir(bench.name)
+    with staged_run_dir(final, settings.overwrite, reserved=not settings.out) as out:
         paths = write_outputs(
             bench,
             evaluations,
             out,
-            n_boot=args.n_boot,
-            seed=args.bootstrap_seed,
-            plots=not args.no_plots,
-            baseline=getattr(args, "baseline", None),
+            n_boot=settings.n_boot,
+            seed=settings.bootstrap_seed,
+            plots=settings.plots,
+            baseline=settings.baseline,
         )
     print(f"wrote {len(paths) + 1} files to {final}")  # and the run's manifest; once the run is in place
     from cir_demo.results.run_folders import record_run_folder

@@ -87,6 +87,9 @@ class RunStore:
         self.cache = cache
         self._runs: dict[str, tuple[dict, dict | None]] = {}
         self._rows: dict[str, tuple[pd.DataFrame, str]] = {}
+        # eval runs' per_query.csv read so far, by path, with the (mtime, size) they were read at: a folder
+        # holds several runs, asked for one by one
+        self._files: dict[Path, tuple[tuple, pd.DataFrame | None]] = {}
         self._lock = threading.RLock()
 
     @property
@@ -203,7 +206,7 @@ class RunStore:
         for folder in self._folders():
             recorded = stored_run_keys(folder.path)
             if all(recorded.get(r) == k.digest() for r, k in keys.items()):
-                rows = _read_rows(folder.path / "per_query.csv", ("run", "query_id"))
+                rows = self._per_query_file(folder.path)
                 if rows is not None and all(self._covers(rows, r) for r in runs):
                     return folder.path
         return None
@@ -212,6 +215,7 @@ class RunStore:
         """Drop rows read so far (a new eval run was published: the next read finds it)."""
         with self._lock:
             self._rows.clear()
+            self._files.clear()
 
     def cache_path(self, run: str, key: RunKey) -> Path:
         from cir_demo.paths import cache_dir
@@ -220,9 +224,23 @@ class RunStore:
         return cache_dir() / "store" / self.fingerprint / f"{safe_component(run)}-{key.digest()[:20]}.csv"
 
     def _folders(self):
+        """The eval run folders of this benchmark, newest first (listed again each time: a run published
+        meanwhile counts)."""
         from cir_demo.store.folders import list_runs
 
-        return [r for r in list_runs(self.benchmark.name, self.fingerprint, extra=self.run_folders)]
+        return list_runs(self.benchmark.name, self.fingerprint, extra=self.run_folders)
+
+    def _per_query_file(self, folder: Path) -> pd.DataFrame | None:
+        """A run folder's per_query.csv, read again only when the file changed."""
+        path = folder / "per_query.csv"
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        stamp = (st.st_mtime_ns, st.st_size)
+        if folder not in self._files or self._files[folder][0] != stamp:
+            self._files[folder] = (stamp, _read_rows(path))
+        return self._files[folder][1]
 
     def _covers(self, rows: pd.DataFrame, run: str) -> bool:
         """Whether `rows` hold run `run` for every query of the benchmark (not an `--limit` eval's few)."""
@@ -233,7 +251,7 @@ class RunStore:
         for folder in self._folders():
             if stored_run_keys(folder.path).get(run) != digest:
                 continue
-            rows = _read_rows(folder.path / "per_query.csv")
+            rows = self._per_query_file(folder.path)
             if rows is None or not self._covers(rows, run):
                 continue
             return rows[rows["run"] == run].reset_index(drop=True), folder.label

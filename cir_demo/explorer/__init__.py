@@ -19,8 +19,9 @@ benchmarks/failure_views.py), `cli` (`python -m cir_demo failures`), `ranking_me
 metrics of a shown ranking), `images` (thumbnail and pixel stores, the warmer process),
 `uploads` (validating uploaded images), `views` (the dataclasses returned), `runs` (eval run
 reports), `own_runs` (results files as columns: `--runs`, uploads), `paired` (the Report's
-scores and paired comparisons of those), `service` (`ExplorerService`), `loader` (building it, in the
-background), `api` (the JSON answers of the app's API endpoints).
+scores and paired comparisons of those), `per_query_rows` (the failure sorts' rows, from the run
+store), `service` (`ExplorerService`, which holds a `store.RunStore`: every run it reads comes from
+there), `loader` (building it, in the background), `api` (the JSON answers of the app's API endpoints).
 """
 
 from cir_demo.explorer.config import (

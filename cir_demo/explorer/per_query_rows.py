@@ -11,6 +11,24 @@ import pandas as pd
 
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
 from cir_demo.explorer.config import ServiceError
+from cir_demo.explorer.failures import diff_metrics, sort_columns
+
+
+def rows_read(family, views) -> list[str]:
+    """The per_query.csv columns the failure sorts of `family` read (A vs B: any metric `diff_metrics`
+    names), in the order the rows keep them."""
+    return [
+        "run",
+        "query_id",
+        "group_id",
+        *dict.fromkeys(
+            [
+                *sort_columns(family, diff_metrics(family)),
+                *views.measures,
+                *([views.finer] if views.finer else []),
+            ]
+        ),
+    ]
 
 
 class FailureRows:

@@ -30,15 +30,13 @@ from cir_demo.explorer.failures import (
     SortChoice,
     SortContext,
     compare_metrics as family_compare_metrics,
-    diff_metrics,
-    sort_columns,
     sort_label,
     with_compared,
     sort_choices,
     sort_rows,
     with_empty_marked,
 )
-from cir_demo.explorer.per_query_rows import FailureRows
+from cir_demo.explorer.per_query_rows import FailureRows, rows_read
 from cir_demo.explorer.images import ThumbnailStore, encode_jpeg_data_uri, thumbnail_db_path
 from cir_demo.explorer.queries import filter_choices, filter_queries, filter_value, query_table
 from cir_demo.explorer.ranking_metrics import metrics_many
@@ -111,7 +109,7 @@ class ExplorerService:
             self.config.default_top_n,
             self.config.run_folders,
         )
-        self.failure_rows = FailureRows(self.store, self.retriever_names, self._sort_columns())
+        self.failure_rows = FailureRows(self.store, self.retriever_names, rows_read(self.family, self.views))
         self._sorts: list[SortChoice] | None = None
         self._checked_sorts: list[SortChoice] = []  # `_sorts` with those keeping no query marked (sorts())
         self._sorts_checked_on: pd.DataFrame | None = None  # the per-query rows they were checked on
@@ -237,21 +235,6 @@ class ExplorerService:
             return set()
         out = {c.name for c in self.sorts() if c.available and c.name not in ("order", "rerank_helped", "rerank_hurt")}
         return out | ({"rerank_helped", "rerank_hurt"} if reranked else set())
-
-    def _sort_columns(self) -> list[str]:
-        """The per_query.csv columns the failure sorts read (A vs B: any metric `diff_metrics` names)."""
-        return [
-            "run",
-            "query_id",
-            "group_id",
-            *dict.fromkeys(
-                [
-                    *sort_columns(self.family, diff_metrics(self.family)),
-                    *self.views.measures,
-                    *([self.views.finer] if self.views.finer else []),
-                ]
-            ),
-        ]
 
     def sort_context(self) -> SortContext:
         return SortContext(self.family, self.table, self.retriever_names, self.modality, bool(self.reranker_name))

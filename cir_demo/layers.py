@@ -29,8 +29,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("training",),  # trains the world models in the files the serving modules read
     ("engine",),  # the one path from a query to a (reranked) ranking
     ("preflight",),  # doctor and dry run: what a run would need, checked before any work
+    ("store",),  # the one path from the engine to scored runs: keys, the scoring, stored and cached runs
     ("harness", "explorer"),  # --eval and the app's service layer
     ("ui", "cli", "testing", "layers"),  # entry points and test builders
+    ("notebook",),  # the Python API at the package root (`import cir_demo as cd`): draws as the app does
     ("__main__",),  # `python -m cir_demo`: runs cli
 )
 TOP = len(LAYERS) - 1

@@ -35,7 +35,7 @@ def test_eval_outputs_are_the_same_bytes_with_plots_written_inline(tmp_path, mon
     (the plots listed in report.md included)."""
     from test_harness_eval import small_benchmark
 
-    from cir_demo.harness.evaluate import evaluate_run
+    from cir_demo.store.score import evaluate_run
     from cir_demo.harness.report import write_outputs
     from cir_demo.utils import beside as beside_module
 

@@ -204,7 +204,8 @@ def test_the_default_eval_writes_both_splits_and_the_side_by_side_table(both_spl
 
 def test_runs_of_the_two_splits_are_listed_apart(both_splits_run):
     from cir_demo.engine import benchmark_fingerprint
-    from cir_demo.explorer.runs import list_runs, load_report
+    from cir_demo.explorer.runs import load_report
+    from cir_demo.store.folders import list_runs
     from cir_demo.world import load_world
 
     out, _ = both_splits_run
@@ -270,7 +271,8 @@ def test_eval_split_compositional_alone(tiny_setup, tmp_path, one_torch_thread):
 def test_the_app_serves_the_compositional_split_and_reuses_its_stored_run(both_splits_run, monkeypatch):
     """`python app.py --split compositional`: the explorer's queries, columns and paraphrase table are the
     compositional split's, and the compositional folder of a default `--eval` run is its complete stored run
-    (the test split's service finds the run's top instead)."""
+    (the test split's service finds the run's top instead); an app reranking to another depth than the
+    run did reads its first stages, never its reranked runs."""
     from cir_demo.explorer import ServiceConfig, build_service
     from cir_demo.explorer.precompute import complete_run
     from cir_demo.testing.explorer import VERIFIER
@@ -281,14 +283,15 @@ def test_the_app_serves_the_compositional_split_and_reuses_its_stored_run(both_s
         split: build_service(
             ServiceConfig(
                 benchmark="world",
-                benchmark_kwargs={"size": "tiny", "split": split},
+                benchmark_kwargs={"size": "tiny", "split": "test" if split == "top20" else split},
                 retrievers=tuple(names),
                 reranker=VERIFIER,
                 warm_thumbnails=False,
                 limit_groups=4,
+                default_top_n=top_n,
             )
         )
-        for split in ("test", "compositional")
+        for split, top_n in (("test", 10), ("compositional", 10), ("top20", 20))
     }
     try:
         comp = services["compositional"]
@@ -298,8 +301,11 @@ def test_the_app_serves_the_compositional_split_and_reuses_its_stored_run(both_s
         stored = json.loads((out / "compositional" / "results" / f"{names[0]}.json").read_text())
         assert view.columns[0].ranking[:10] == stored[comp.benchmark.results_key(ids[0])]["retrieved_items"][:10]
         assert comp.paraphrase_table(ids[0], list(names)) is not None
-        assert complete_run(comp) == out / "compositional"
+        assert complete_run(comp) == out / "compositional"  # the run reranked the top 10, as these apps do
         assert complete_run(services["test"]) == out
+        assert complete_run(services["top20"]) is None  # an app reranking the top 20 asks for other runs
+        assert services["top20"].store.stored_rows(f"{names[0]}+rerank") is None
+        assert services["top20"].store.stored_rows(names[0]) is not None  # its first stage is the same run
     finally:
         for s in services.values():
             s.engine.close()

@@ -304,11 +304,9 @@ def context(family: str, queries, runs, modality=None, reranked=False) -> SortCo
 
 
 def frame(family: str, rankings: dict[str, dict[str, list[str]]], queries) -> pd.DataFrame:
-    from cir_demo.explorer.failures import per_query_frame
-
-    return pd.concat(
-        [per_query_frame(metric_family(family), n, r, queries) for n, r in rankings.items()], ignore_index=True
-    )
+    """The runs' per-query rows by the family's official per-query code (what the store scores with)."""
+    mod = metric_family(family).metrics_module()
+    return pd.concat([mod.per_query(r, queries).assign(run=n) for n, r in rankings.items()], ignore_index=True)
 
 
 def order(family, queries, rankings, sort, **kw) -> list[str]:

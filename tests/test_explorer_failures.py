@@ -110,9 +110,11 @@ def test_unknown_and_unavailable_sorts_are_one_clear_error():
 
 
 def test_failure_stats_reuse_a_matching_eval_run(tiny_setup, tmp_path, monkeypatch):
-    """An eval run with the same benchmark content and retriever specs supplies the per-query
-    results (its numbers are used as written); one with another spec is ignored. The sorts it
-    supplies are offered at once (`stored_sorts`), before any background run."""
+    """An eval run recording the runs' keys (benchmark content, retriever specs, depths, code) supplies
+    the per-query results (its numbers are used as written); one with another spec, or whose runs
+    were ranked to another depth, is ignored. The sorts it supplies are offered at once
+    (`stored_sorts`), before any background run."""
+    from cir_demo.store.store import recorded_keys
     from cir_demo.utils.io import write_json_atomic
 
     root, names = tiny_setup
@@ -120,15 +122,23 @@ def test_failure_stats_reuse_a_matching_eval_run(tiny_setup, tmp_path, monkeypat
     monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))  # no per-query cache of other tests
     assert svc.stored_sorts() == set()
     runs_root = root / "runs"
-    good, stale = runs_root / "20990101-000000-world", runs_root / "20990101-000001-world"
+    good, stale, shallow = (runs_root / f"20990101-00000{i}-world" for i in range(3))
     table = svc.table
-    for folder, spec_tweak in ((good, {}), (stale, {"recipe": "changed"})):
+    folders = ((good, {}, 0), (stale, {"recipe": "changed"}, 0), (shallow, {}, -30))
+    for folder, spec_tweak, depth_change in folders:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "metrics.csv").write_text("model,mAP@10\nx,0.1\n")
         specs = {n: {**svc.engine.retriever(n).spec, **spec_tweak} for n in names[:2]}
+        depths = {n: svc.engine.eval_depth(n) + depth_change for n in names[:2]}
         write_json_atomic(
             folder / "run_info.json",
-            {"benchmark": "world", "benchmark_fingerprint": svc.fingerprint, "retrievers": specs, "reranker": None},
+            {
+                "benchmark": "world",
+                "benchmark_fingerprint": svc.fingerprint,
+                "retrievers": specs,
+                "reranker": None,
+                "run_keys": recorded_keys(svc.benchmark, specs, depths, None, 20),
+            },
         )
         rows = []
         for n in names[:2]:
@@ -136,7 +146,8 @@ def test_failure_stats_reuse_a_matching_eval_run(tiny_setup, tmp_path, monkeypat
                 neg = 1.0 if (folder == good and n == names[0] and i == 5) else 0.0
                 rows.append((n, q, g, 0.0, 0.0, neg, 10))
         long_frame(rows).to_csv(folder / "per_query.csv", index=False)
-    os.utime(stale, None)  # the stale run is the newest: it must still be skipped
+    os.utime(stale, None)  # the stale runs are the newest: they must still be skipped
+    os.utime(shallow, None)
     try:
         offered = svc.stored_sorts()
         assert {"negatives", "spread", "two_image", "shortcut", "worst", f"diff:{names[0]},{names[1]}"} <= offered
@@ -147,7 +158,7 @@ def test_failure_stats_reuse_a_matching_eval_run(tiny_setup, tmp_path, monkeypat
         assert svc.find_queries("", {}, "negatives").rows["query"].tolist() == [table["query_id"][5]]
     finally:
         svc.engine.close()
-        for folder in (good, stale):
+        for folder in (good, stale, shallow):
             for f in folder.iterdir():
                 f.unlink()
             folder.rmdir()

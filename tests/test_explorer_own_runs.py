@@ -263,7 +263,7 @@ def test_the_report_run_is_this_benchmarks_not_a_newer_one_of_other_files(cirr_w
     import shutil
 
     from cir_demo.engine import benchmark_fingerprint
-    from cir_demo.explorer.runs import list_runs
+    from cir_demo.store.folders import list_runs
 
     root, bench, pa, pb, out = cirr_world
     other = tmp_path / "other-cirr"

@@ -11,6 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -348,3 +349,31 @@ def test_the_app_menu_compares_a_vs_b_by_the_headline_metrics(family_case):
     assert got == sorted(got, reverse=True) and len(got) == len(runs["A"]) and got[0] > got[-1]
     update = explore.sort_update(svc, None, "diff:B,A:Recall@5")  # a linked sort keeps its metric
     assert ("diff:B,A:Recall@5" in [v for _, v in update["choices"]]) and update["value"] == "diff:B,A:Recall@5"
+
+
+def test_five_consumers_agree_for_every_sort(family_case):
+    """The page's list, /failures (its answer, `explorer.api.failures_answer`), `failures --sort`,
+    `cd.evaluate(...).failures(sort)` and per_query.csv agree for every sort the page offers: one order,
+    one `why`, and every run's per-query numbers are per_query.csv's (all read through the run store)."""
+    import cir_demo as cd
+    from cir_demo.explorer.api import RunRankings, failures_answer
+
+    bench, _, _, folder, table, svc = family_case
+    ev = cd.evaluate(bench, {"A": folder / "A.json", "B": folder / "B.json"}, n_boot=0)
+    written = table.set_index(["run", "query_id"])
+    cache = RunRankings(svc)
+    sorts = [c.name for c in svc.sorts() if c.available and c.name != "order"]
+    for sort in sorts:
+        page = svc.sorted_queries(sort, limit=100_000).rows
+        command = pd.DataFrame(failures_csv(family_case, sort))
+        notebook = ev.failures(sort=sort)
+        answer = pd.DataFrame(failures_answer(svc, cache, sort, ["A", "B"], None)["rows"])
+        for other in (command, notebook, answer):
+            assert list(other["query_id"]) == list(page["query"]), sort
+            assert list(other["why"]) == list(page["why"]), sort
+        for col in [c for c in notebook.columns if "/" in c]:
+            run, metric = col.split("/", 1)
+            want = written.loc[[(run, q) for q in notebook["query_id"]], metric].to_numpy(dtype=float)
+            for got in (notebook[col], command[col], answer[col]):
+                got = pd.to_numeric(pd.Series(list(got)).replace("", None), errors="coerce").to_numpy(dtype=float)
+                assert np.allclose(got, want, equal_nan=True, rtol=0, atol=0), (sort, col)

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from cir_demo.benchmarks.schema import Benchmark, BenchmarkError, Judgments, Query
-from cir_demo.harness.evaluate import evaluate_run
+from cir_demo.store.score import evaluate_run
 from cir_demo.harness.report import write_outputs
 from cir_demo.results import read_results, write_results
 

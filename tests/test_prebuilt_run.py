@@ -152,7 +152,9 @@ def test_the_comparison_with_eval_names_every_changed_file_and_ignores_the_run_r
 
     names, directory = prebuilt
     service = build_tiny_service(names)
-    key = prebuilt_run.run_key(service.fingerprint, service._spec_hashes(), service._reranker_hash(), 20)
+    key = prebuilt_run.run_key(
+        service.fingerprint, service.store.spec_hashes(service.retriever_names), service.store.reranker_hash(), 20
+    )
     installed, problems = prebuilt_run.install_shipped_run(service.benchmark, key, tmp_path / "runs")
     service.engine.close()
     written = tmp_path / "written"
@@ -219,7 +221,9 @@ def test_outputs_of_other_code_are_computed_in_the_background_never_served(
 def test_damaged_or_mismatched_shipped_outputs_are_refused(prebuilt, launched, tmp_path):
     names, directory = prebuilt
     service = build_tiny_service(names)
-    served = prebuilt_run.run_key(service.fingerprint, service._spec_hashes(), service._reranker_hash(), 20)
+    served = prebuilt_run.run_key(
+        service.fingerprint, service.store.spec_hashes(service.retriever_names), service.store.reranker_hash(), 20
+    )
     assert prebuilt_run.shipped_problems(directory, served) == []
     other = dict(served, retrievers={n: "f" * 64 for n in served["retrievers"]}, rerank_top_n=10)
     problems = prebuilt_run.shipped_problems(directory, other)

@@ -4,6 +4,7 @@ the app), and the loader they feed. One definition, so a flag means the same eve
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
 
 # benchmark loader keyword <- CLI attribute
 LOADER_ARGS = {
@@ -97,10 +98,32 @@ def benchmark_flags(benchmark: str, kwargs: dict, limit: int | None = None) -> l
     return argv + (["--limit", str(limit)] if limit else [])
 
 
+@dataclass(frozen=True)
+class BenchmarkChoice:
+    """The benchmark a command's flags select, unpacked once from them (`from_args`): its name, the
+    loader keywords the flags set and `--limit`."""
+
+    name: str
+    kwargs: dict = field(default_factory=dict)
+    limit: int | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, name: str | None = None) -> BenchmarkChoice:
+        return cls(name or args.benchmark, benchmark_kwargs(args), getattr(args, "limit", None))
+
+    @property
+    def split(self) -> str | None:
+        return self.kwargs.get("split")
+
+    def load(self, split: str | None = None):
+        """The benchmark (with `split` in place of its default split when given), cut to `--limit`
+        paraphrase groups when given."""
+        from cir_demo.benchmarks.registry import load_benchmark
+
+        bench = load_benchmark(self.name, **{**self.kwargs, **({"split": split} if split else {})})
+        return bench.limit(self.limit) if self.limit else bench
+
+
 def load_benchmark_from_args(args: argparse.Namespace, name: str | None = None):
     """The benchmark the flags name (cut to `--limit` paraphrase groups when given)."""
-    from cir_demo.benchmarks.registry import load_benchmark
-
-    bench = load_benchmark(name or args.benchmark, **benchmark_kwargs(args))
-    limit = getattr(args, "limit", None)
-    return bench.limit(limit) if limit else bench
+    return BenchmarkChoice.from_args(args, name).load()

@@ -16,7 +16,7 @@ and the app ask the row, never the family's name. Plots and report sections are
     rerank_section(benchmark, pairs, top_n, reranker_spec, n_boot, seed) -> str
                                         (markdown; pairs: (first stage, reranked) RunEvaluations)
 
-where `evaluations` are the runs' `harness.evaluate.RunEvaluation`s and `table` is metrics.csv's
+where `evaluations` are the runs' `store.score.RunEvaluation`s and `table` is metrics.csv's
 frame. Sections go after the official and extra columns; plots before the breakdown plots.
 """
 

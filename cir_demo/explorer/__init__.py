@@ -18,9 +18,10 @@ table, search, filters), `failures` (the failure sorts, declared per metric fami
 benchmarks/failure_views.py), `cli` (`python -m cir_demo failures`), `ranking_metrics` (per-query
 metrics of a shown ranking), `images` (thumbnail and pixel stores, the warmer process),
 `uploads` (validating uploaded images), `views` (the dataclasses returned), `runs` (eval run
-folders and reports), `own_runs` (results files as columns: `--runs`, uploads), `paired` (the Report's
-scores and paired comparisons of those), `service` (`ExplorerService`), `loader` (building it, in the
-background), `api` (the JSON answers of the app's API endpoints).
+reports), `own_runs` (results files as columns: `--runs`, uploads), `paired` (the Report's
+scores and paired comparisons of those), `per_query_rows` (the failure sorts' rows, from the run
+store), `service` (`ExplorerService`, which holds a `store.RunStore`: every run it reads comes from
+there), `loader` (building it, in the background), `api` (the JSON answers of the app's API endpoints).
 """
 
 from cir_demo.explorer.config import (
@@ -52,8 +53,9 @@ from cir_demo.explorer.images import (
 from cir_demo.explorer.loader import LoadStatus, RememberingStore, ServiceLoader, build_service
 from cir_demo.explorer.queries import filter_choices, filter_queries, filter_value, query_table
 from cir_demo.explorer.ranking_metrics import metrics_many, query_metrics
-from cir_demo.explorer.runs import list_runs, load_report, metrics_display_table, read_eval_per_query
+from cir_demo.explorer.runs import load_report, metrics_display_table
 from cir_demo.explorer.service import ExplorerService
+from cir_demo.store.folders import list_runs
 from cir_demo.explorer.uploads import ValidatedImage, validate_upload
 from cir_demo.explorer.views import (
     Column,
@@ -107,7 +109,6 @@ __all__ = [
     "list_runs",
     "load_report",
     "metrics_display_table",
-    "read_eval_per_query",
     "ExplorerService",
     "ValidatedImage",
     "validate_upload",

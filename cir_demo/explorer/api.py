@@ -6,7 +6,6 @@ numbers and None (never NaN, never a server path). The UI's `cir_demo/ui/api.py`
 from __future__ import annotations
 
 import math
-import threading
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -131,47 +130,23 @@ def query_answer(
 
 # ------------------------------------------------------------------ failures
 class RunRankings:
-    """Each column's ranking of every benchmark query, as the failure sorts read them, to `--eval`'s depth
-    (`RetrievalEngine.eval_depth`: a results file whole, a model's top 50); reranked runs
-    (`<run>+rerank`) when asked. Computed once per service."""
+    """Each column's per-query rows as the failure sorts read them, from the service's run store
+    (`RunStore.rows`: a stored eval run under the run's key, else the cache, else produced: the rows
+    per_query.csv holds); reranked runs (`<run>+rerank`) when asked."""
 
     def __init__(self, service):
         from cir_demo.utils.lru import LRU
 
         self.service = service
-        self._runs: dict[str, dict] = {}
-        self._scores: dict[str, dict] = {}
-        self._lock = threading.Lock()
         self.rows = LRU(32)  # (sort, runs) -> the sorted rows: the runs never change, their rows neither
 
+    def scored(self, name: str):
+        """Run `name`'s per-query rows."""
+        return self.service.store.rows(name)
+
     def run(self, name: str) -> Mapping[str, Sequence[str]]:
-        with self._lock:
-            self._fill(name)
-            return self._runs[name]
-
-    def _fill(self, name: str) -> None:
-        if name not in self._runs:
-            self._runs[name] = self._compute(name)
-
-    def _compute(self, name: str) -> dict:
-        svc = self.service
-        if name.endswith(RERANK_SUFFIX):
-            base = name[: -len(RERANK_SUFFIX)]
-            self._fill(base)
-            rr = svc.engine.rerank_run(
-                svc.reranker_name,
-                self._runs[base],
-                self._scores.get(base),
-                top_n=svc.config.default_top_n,
-                reranker_kw=dict(svc.config.reranker_kwargs),
-            )
-            return dict(rr.run)
-        rankings = getattr(svc.engine.retriever(name), "rankings", None)
-        if rankings is not None:
-            return dict(rankings)
-        run, scores = svc.engine.run_benchmark(name, k=svc.engine.eval_depth(name))
-        self._scores[name] = scores
-        return run
+        """Run `name`'s rankings `{query id: ids best first}`."""
+        return self.service.store.ranking(name)
 
 
 def served_runs(service, owner: str = "") -> list[str]:
@@ -199,7 +174,8 @@ def failure_sort_rows(service, names: Sequence[str], stats, cache: RunRankings):
     reranker serves), over `names`."""
     import pandas as pd
 
-    from cir_demo.explorer.failures import SortContext, per_query_frame
+    from cir_demo.explorer.failures import SortContext
+    from cir_demo.store.store import rows_of
 
     ctx = SortContext(
         service.family,
@@ -214,7 +190,7 @@ def failure_sort_rows(service, names: Sequence[str], stats, cache: RunRankings):
             rows = cache.rows.get(("upload rows", name))
             if rows is None:
                 rankings = service.engine.retriever(name).rankings
-                rows = per_query_frame(service.family, name, rankings, service.benchmark.queries)
+                rows = rows_of(service.benchmark, rankings, name)
                 cache.rows.put(("upload rows", name), rows)
             parts.append(rows)
     return pd.concat(parts, ignore_index=True), ctx

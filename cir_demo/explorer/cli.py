@@ -122,26 +122,35 @@ def failure_rows(bench, paths, sort: str, fmt: str = "auto", metric: str | None 
 
 
 def failure_rows_of(bench, runs, sort: str, sources: dict | None = None):
-    """`failure_rows` of runs given as `{name: {query id: ids best first}}` (the app's /failures answers with
-    this, so its rows are the command's); `<run>+rerank` is that run reranked. `sources` names the file
-    each run came from, for errors."""
+    """`failure_rows` of runs given as `{name: {query id: ids best first}}`, each scored into its per-query
+    rows by the store (`store.rows_of`, per_query.csv's rows); `<run>+rerank` is that run reranked.
+    `sources` names the file each run came from, for errors."""
+    from cir_demo.benchmarks.schema import BenchmarkError
+    from cir_demo.store.store import rows_of
+
+    frames = {}
+    for name, run in runs.items():
+        try:
+            frames[name] = rows_of(bench, run, name)
+        except BenchmarkError as exc:  # e.g. a ranking repeating an image: named by the file it is in
+            raise BenchmarkError(f"{(sources or {}).get(name, name)}: {error_text(exc)}") from None
+    return failure_rows_from(bench, frames, sort)
+
+
+def failure_rows_from(bench, frames, sort: str):
+    """`failure_rows` of runs given as their per-query rows `{name: rows}` (`RunStore.rows`: the app's
+    /failures answers with this, so its rows are the command's and per_query.csv's)."""
     import pandas as pd
 
     from cir_demo.benchmarks.families import metric_family
     from cir_demo.benchmarks.registry import RERANK_SUFFIX
-    from cir_demo.benchmarks.schema import BenchmarkError
-    from cir_demo.explorer.failures import SortContext, per_query_frame, sort_rows
+    from cir_demo.explorer.failures import SortContext, sort_rows
     from cir_demo.explorer.queries import query_table
 
     fam = metric_family(bench.metric_family)
     views = fam.views()
-    names, frames = list(runs), []
-    for name, run in runs.items():
-        try:
-            frames.append(per_query_frame(fam, name, run, bench.queries))
-        except BenchmarkError as exc:  # e.g. a ranking repeating an image: named by the file it is in
-            raise BenchmarkError(f"{(sources or {}).get(name, name)}: {error_text(exc)}") from None
-    per_query = pd.concat(frames, ignore_index=True)
+    names = list(frames)
+    per_query = pd.concat([frames[n] for n in names], ignore_index=True)
     first = [n for n in names if not (n.endswith(RERANK_SUFFIX) and n[: -len(RERANK_SUFFIX)] in names)]
     metrics = [c for c in per_query.columns if "@" in c or c in fam.headline]
     metrics += [c for c in (*views.measures, views.finer) if c and c in per_query.columns and c not in metrics]

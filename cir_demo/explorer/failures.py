@@ -200,14 +200,6 @@ def check_sort(name: str, ctx: SortContext, choices: Sequence[SortChoice] | None
     return name
 
 
-def per_query_frame(family: MetricFamily, name: str, run: Mapping[str, Sequence[str]], queries) -> pd.DataFrame:
-    """Run `name`'s per-query rows, as `--eval` writes them to per_query.csv (the family's official
-    per-query code, its default cutoffs), with a `run` column first."""
-    df = family.metrics_module().per_query(run, queries)
-    df.insert(0, "run", name)
-    return df
-
-
 def wide(per_query: pd.DataFrame, column: str, runs: Sequence[str]) -> pd.DataFrame:
     """query_id x run of one per-query column (runs without rows are left out; one row per run and query)."""
     rows = per_query[per_query["run"].isin(runs)]

@@ -51,7 +51,7 @@ def column_stem(text: str, limit: int = 40) -> str:
     return stem or "run"
 
 
-def _taken_by_a_model(name: str) -> bool:
+def taken_by_a_model(name: str) -> bool:
     """`name` is a registered retriever's (a model's, not an earlier results file's)."""
     from cir_demo.retrievers import registry
 
@@ -72,7 +72,7 @@ def runs_problems(values: Sequence[str] | None) -> list[str]:
     problems = []
     for run in runs:
         p = Path(run.path)
-        if _taken_by_a_model(run.name) and not p.is_dir():
+        if taken_by_a_model(run.name) and not p.is_dir():
             problems.append(f"--runs {run.name}: that name is a registered retriever's; name the run with NAME=PATH")
         elif not p.exists():
             problems.append(f"--runs {run.name}: results file not found: {run.path}")

@@ -5,14 +5,14 @@ for every pair of runs."""
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import pandas as pd
 
 from cir_demo.benchmarks.families import MetricFamily
 from cir_demo.benchmarks.schema import Benchmark
+from cir_demo.store.score import RunEvaluation
 
 P_VALUE_METHOD = (
     "two-sided p-value of a paired bootstrap over paraphrase groups (each resample draws groups once for both runs)"
@@ -30,36 +30,19 @@ class RunsScored:
 
 
 def score_runs(
-    benchmark: Benchmark,
-    family: MetricFamily,
-    rankings: Mapping[str, Mapping[str, Sequence[str]]],
-    n_boot: int = 1000,
-    seed: int = 0,
+    benchmark: Benchmark, evaluations: Sequence[RunEvaluation], n_boot: int = 1000, seed: int = 0
 ) -> RunsScored:
-    """Score each run's rankings (`{query id: ids best first}`) on the benchmark and compare every pair."""
-    from cir_demo.metrics.breakdown import query_meta_frame
-    from cir_demo.metrics.headline import headline_cis, paired_headline
+    """The Report's table and every pair's paired comparison of runs scored by the store (`store.score`)."""
+    from cir_demo.store.score import paired_comparisons, report_table
 
-    mod = family.metrics_module()
-    meta = query_meta_frame(benchmark.queries) if family.strata else None
-    frames, rows = {}, []
-    for name, run in rankings.items():
-        frame = mod.per_query(dict(run), benchmark.queries)
-        if meta is not None and family.strata not in frame and family.strata in meta:
-            frame = frame.merge(meta[["query_id", family.strata]], on="query_id", how="left")
-        with warnings.catch_warnings():  # coverage is said per run where the file is loaded
-            warnings.simplefilter("ignore", category=UserWarning)
-            agg = mod.aggregate(frame, n_queries_total=len(benchmark.queries))
-        frames[name] = frame
-        scored = frame[frame["scored"]] if "scored" in frame else frame
-        row = {"run": name, **{a: agg.get(a, float("nan")) for a in family.report_aggregates()}}
-        for a, (_, lo, hi) in headline_cis(frame, family, n_boot=n_boot, seed=seed).items():
-            row[f"{a}_ci_lo"], row[f"{a}_ci_hi"] = lo, hi
-        rows.append({**row, "total_queries": int(len(scored))})
     paired = (
-        paired_headline(frames, family, n_boot=n_boot, seed=seed) if len(frames) > 1 and n_boot > 0 else pd.DataFrame()
+        paired_comparisons(benchmark, evaluations, n_boot=n_boot, seed=seed)
+        if len(evaluations) > 1 and n_boot > 0
+        else pd.DataFrame()
     )
-    return RunsScored(pd.DataFrame(rows), paired, frames, n_boot)
+    return RunsScored(
+        report_table(benchmark, evaluations), paired, {ev.name: ev.per_query for ev in evaluations}, n_boot
+    )
 
 
 def paired_display(paired: pd.DataFrame, family: MetricFamily) -> pd.DataFrame:

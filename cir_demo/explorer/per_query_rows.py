@@ -1,226 +1,105 @@
-"""The per-query rows the explorer's failure sorts read (`failures.sort_rows`), as `ExplorerService`
-gathers them: from the eval runs on disk that match the benchmark and the columns' specs, else computed
-here over the ranking `--eval` scores (never a cut one) and cached on disk."""
+"""The per-query rows the explorer's failure sorts read (`failures.sort_rows`), for the app's columns:
+each column's run from the app's `RunStore` (a stored eval run under the run's key, else the cache,
+else produced there), so they are the rows per_query.csv holds for the same run."""
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
-from typing import Callable, Mapping, Sequence
+import threading
+from typing import Callable, Sequence
 
 import pandas as pd
 
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
 from cir_demo.explorer.config import ServiceError
-from cir_demo.explorer.failures import diff_metrics, per_query_frame, sort_columns
-from cir_demo.explorer.runs import list_runs, read_eval_per_query
-
-log = logging.getLogger(__name__)
-# the code that scores a ranking into per-query rows: part of the app's per-query cache key
-SCORING_CODE = ("cir_demo.explorer.failures",)
+from cir_demo.explorer.failures import diff_metrics, sort_columns
 
 
-class PerQueryRows:
-    """`ExplorerService`'s failure statistics (it provides engine, benchmark, family, views, table,
-    config, retriever_names, reranker_name, fingerprint, sorts(), _lock, _failures, _failure_source)."""
+def rows_read(family, views) -> list[str]:
+    """The per_query.csv columns the failure sorts of `family` read (A vs B: any metric `diff_metrics`
+    names), in the order the rows keep them."""
+    return [
+        "run",
+        "query_id",
+        "group_id",
+        *dict.fromkeys(
+            [
+                *sort_columns(family, diff_metrics(family)),
+                *views.measures,
+                *([views.finer] if views.finer else []),
+            ]
+        ),
+    ]
 
-    def _spec_hashes(self) -> dict[str, str]:
-        """{column: hash of the spec its runs record}, which stored runs must match to be reused."""
-        from cir_demo.retrievers.base import spec_hash
 
-        out = {}
-        for n in self.retriever_names:
-            try:
-                out[n] = spec_hash(self.engine.run_spec(n))
-            except Exception as exc:
-                log.warning("retriever %s: %s", n, exc)
-        return out
-
-    def failure_stats(self, progress: Callable[[str], None] | None = None, need_rerank: bool = False) -> pd.DataFrame:
-        """The per-query rows the failure sorts read (`failures.sort_rows`): run, query_id, group_id, the
-        family's primary metric and its `FailureViews.measures`, for the app's retrievers.
-
-        From the latest eval run of this benchmark content with the same retriever specs when
-        there is one; the rest is computed here once (all queries, every retriever) and cached
-        on disk. Reranked deltas come from the eval run, or are computed when
-        `need_rerank` and the work is small (`max_rerank_scores`).
-        """
-        with self._lock:
-            if self._failures is not None and (
-                not need_rerank or not self.reranker_name or self._failures["run"].str.endswith(RERANK_SUFFIX).any()
-            ):
-                return self._failures
-            self._failures = self._gather_per_query(progress, need_rerank)
-            return self._failures
-
-    def forget_failures(self) -> None:
-        """Drop the cached failure measures (a new eval run was published; the next sort reads it)."""
-        with self._lock:
-            self._failures = None
-
-    @property
-    def failure_source(self) -> str:
-        return self._failure_source
+class FailureRows:
+    """The failure sorts' rows of columns `names` (and, reranked, `<name>+rerank`) from `store`,
+    keeping `columns` of them; read once, until `forget`."""
 
     max_rerank_scores = 30_000  # candidate scores the app may compute for the reranker sorts
 
-    def _reranker_hash(self) -> str | None:
-        if not self.reranker_name:
-            return None
-        try:
-            return self.engine.reranker(self.reranker_name, **dict(self.config.reranker_kwargs)).spec_hash()
-        except Exception as exc:
-            log.warning("reranker %s: %s", self.reranker_name, exc)
-            return None
+    def __init__(self, store, names: Sequence[str], columns: Sequence[str]):
+        self.store = store
+        self.names = list(names)
+        self.columns = list(columns)
+        self.frame: pd.DataFrame | None = None
+        self.source = ""
+        self._lock = threading.RLock()
 
-    def _stored_per_query(self, hashes: Mapping[str, str], rr_hash: str | None):
-        """Per-query results of the eval runs on disk that cover every query the app shows:
-        (frames, run names covered, source labels), newest runs first. Reads, never computes."""
-        parts: list[pd.DataFrame] = []
-        have: set[str] = set()
-        sources = []
-        for run in list_runs(self.benchmark.name, self.fingerprint):
-            if run.matches != "fingerprint":
-                continue
-            df = read_eval_per_query(
-                run.path, {n: h for n, h in hashes.items() if n not in have}, rr_hash, self._sort_columns()
-            )
-            if df is None or not len(df):
-                continue
-            df = df[df["query_id"].isin(set(self.table["query_id"]))]
-            # a run counts only when it covers every query the app shows (e.g. not an `--limit` eval)
-            covered = df.groupby("run")["query_id"].nunique()
-            new = sorted(set(covered[covered == len(self.table)].index) - have)
-            parts.append(df[df["run"].isin(new)])
-            have |= set(new)
-            sources.append(run.label)
-            if all(n in have for n in hashes) and (not rr_hash or all(f"{n}{RERANK_SUFFIX}" in have for n in hashes)):
-                break
-        return parts, have, sources
+    def get(self, progress: Callable[[str], None] | None = None, need_rerank: bool = False) -> pd.DataFrame:
+        """run, query_id, group_id and the sort columns of every column; reranked rows when stored, or
+        when `need_rerank` and the work is small (`max_rerank_scores`)."""
+        with self._lock:
+            if self.frame is not None and (
+                not need_rerank or not self.store.reranker or self.frame["run"].str.endswith(RERANK_SUFFIX).any()
+            ):
+                return self.frame
+            self.frame = self._gather(progress, need_rerank)
+            return self.frame
 
-    def stored_sorts(self) -> set[str]:
-        """The failure sorts whose data is on disk already (eval runs, or this app's per-query cache
-        for the first stage): they answer at once while the background run computes the rest."""
-        hashes = self._spec_hashes()
+    def forget(self) -> None:
+        """Drop the rows read (a new eval run was published; the next sort reads it)."""
+        with self._lock:
+            self.frame = None
+            self.store.forget()
+
+    def stored(self) -> tuple[bool, bool]:
+        """(every first stage is stored or cached, every reranked run is): read, never computed."""
+        hashes = self.store.spec_hashes(self.names)
         if not hashes:
-            return set()
-        rr_hash = self._reranker_hash()
-        _, have, _ = self._stored_per_query(hashes, rr_hash)
-        if not all(n in have or self._cached_per_query_path(n, h).is_file() for n, h in hashes.items()):
-            return set()
-        out = {c.name for c in self.sorts() if c.available and c.name not in ("order", "rerank_helped", "rerank_hurt")}
-        if rr_hash and all(f"{n}{RERANK_SUFFIX}" in have for n in hashes):
-            out |= {"rerank_helped", "rerank_hurt"}
-        return out
-
-    def _gather_per_query(self, progress: Callable[[str], None] | None, need_rerank: bool) -> pd.DataFrame:
-        if not self.retriever_names:
-            raise ServiceError("no retrievers are loaded, so there are no results to sort by")
-        hashes = self._spec_hashes()
-        rr_hash = self._reranker_hash()
-        parts, have, sources = self._stored_per_query(hashes, rr_hash)
-        for name in self.retriever_names:
-            if name not in have and name in hashes:
-                parts.append(self._computed_per_query(name, hashes[name], progress))
-                have.add(name)
-                sources.append(f"{name} computed here")
-        if need_rerank and rr_hash and not any(f"{n}{RERANK_SUFFIX}" in have for n in hashes):
-            cost = len(self.benchmark.queries) * len(hashes) * self.config.default_top_n
-            if cost <= self.max_rerank_scores:
-                for name in hashes:
-                    parts.append(self._computed_rerank_per_query(name, hashes[name], rr_hash, progress))
-                sources.append("reranker effect computed here")
-            else:
-                raise ServiceError(
-                    f"sorting by the reranker's effect needs reranked results for all {len(self.benchmark.queries):,} "
-                    f"queries ({cost:,} candidate scores); the app computes them in the background when it "
-                    f"starts (an eval run with {self.reranker_name}), and offers this sort once they exist"
-                )
-        self._failure_source = "; ".join(sources)
-        return pd.concat(parts, ignore_index=True)
-
-    def _cached_per_query_path(self, name: str, spec_hash: str) -> Path:
-        """The app's cache of column `name`'s rows: keyed by the benchmark, the column's spec, the depth
-        it is ranked to and the code that scores the rows (the family's per-query metrics)."""
-        from cir_demo.paths import cache_dir
-        from cir_demo.utils.code_hash import code_key
-
-        code = code_key(SCORING_CODE)["sha256"][:12]
-        folder = cache_dir() / "app" / "per_query" / self.fingerprint
-        return folder / f"{name}-{spec_hash[:16]}-k{self._eval_depth(name)}-c{code}.csv"
-
-    def _eval_depth(self, name: str) -> int:
-        """How deep `--eval` ranks for column `name` (`RetrievalEngine.eval_depth`: a results file's whole
-        ranking, a model's top DEFAULT_K), so the per-query rows here are its rows."""
-        return self.engine.eval_depth(name)
-
-    def _sort_columns(self) -> list[str]:
-        """The per_query.csv columns the failure sorts read (A vs B: any metric `diff_metrics` names)."""
-        return [
-            "run",
-            "query_id",
-            "group_id",
-            *dict.fromkeys(
-                [
-                    *sort_columns(self.family, diff_metrics(self.family)),
-                    *self.views.measures,
-                    *([self.views.finer] if self.views.finer else []),
-                ]
-            ),
-        ]
-
-    def _scored_frame(self, name: str, run: Mapping[str, Sequence[str]]) -> pd.DataFrame:
-        df = per_query_frame(self.family, name, run, self.benchmark.queries)
-        return df[[c for c in self._sort_columns() if c in df.columns]]
-
-    def _computed_per_query(self, name: str, spec_hash: str, progress) -> pd.DataFrame:
-        path = self._cached_per_query_path(name, spec_hash)
-        cached = _read_cached(path)
-        if cached is not None:
-            return cached
-
-        def report(done: int, total: int) -> None:
-            if progress:
-                progress(f"retrieving with {name}: {done:,}/{total:,} queries")
-
-        run, _ = self.engine.run_benchmark(name, k=self._eval_depth(name), progress=report)
-        df = self._scored_frame(name, run)
-        _save_optional(path, df)
-        return df
-
-    def _computed_rerank_per_query(self, name: str, spec_hash: str, rr_hash: str, progress) -> pd.DataFrame:
-        top_n = self.config.default_top_n
-        path = self._cached_per_query_path(name, spec_hash).with_suffix("")
-        path = path.with_name(f"{path.name}+{rr_hash}-top{top_n}.csv")
-        cached = _read_cached(path)
-        if cached is not None:
-            return cached
-        if progress:
-            progress(f"reranking the top {top_n} of {name} for every query")
-        run, scores = self.engine.run_benchmark(name, k=self._eval_depth(name))
-        rr = self.engine.rerank_run(
-            self.reranker_name, run, scores, top_n=top_n, reranker_kw=dict(self.config.reranker_kwargs)
+            return False, False
+        first = all(self.store.stored_rows(n) is not None for n in hashes)
+        reranked = bool(self.store.reranker_hash()) and all(
+            self.store.stored_rows(f"{n}{RERANK_SUFFIX}") is not None for n in hashes
         )
-        df = self._scored_frame(f"{name}{RERANK_SUFFIX}", rr.run)
-        _save_optional(path, df)
-        return df
+        return first, reranked
 
-
-def _read_cached(path: Path) -> pd.DataFrame | None:
-    """A per-query cache file, or None when there is none or it cannot be read (then it is computed)."""
-    if not path.is_file():
-        return None
-    try:
-        return pd.read_csv(path, dtype={"query_id": str, "group_id": str, "run": str})
-    except (OSError, ValueError):
-        return None
-
-
-def _save_optional(path: Path, df: pd.DataFrame) -> None:
-    """Write a cache file; a folder that cannot take it only costs a recomputation next start."""
-    from cir_demo.utils.io import write_text_atomic
-
-    try:
-        write_text_atomic(path, df.to_csv(index=False))
-    except OSError as exc:
-        log.warning("per-query cache %s not written: %s", path, exc)
+    def _gather(self, progress, need_rerank: bool) -> pd.DataFrame:
+        if not self.names:
+            raise ServiceError("no retrievers are loaded, so there are no results to sort by")
+        names = list(self.store.spec_hashes(self.names))
+        parts, sources = [], []
+        for name in names:
+            rows, source = self.store.rows_and_source(name, progress)
+            parts.append(rows)
+            sources.append(source if source != "computed here" else f"{name} computed here")
+        reranked = [f"{n}{RERANK_SUFFIX}" for n in names] if self.store.reranker_hash() else []
+        stored = [r for r in reranked if self.store.stored_rows(r) is not None]
+        if need_rerank and reranked and len(stored) < len(reranked):
+            cost = len(self.store.benchmark.queries) * len(names) * self.store.top_n
+            if cost > self.max_rerank_scores:
+                raise ServiceError(
+                    f"sorting by the reranker's effect needs reranked results for all "
+                    f"{len(self.store.benchmark.queries):,} queries ({cost:,} candidate scores); the app computes "
+                    f"them in the background when it starts (an eval run with {self.store.reranker}), and offers "
+                    "this sort once they exist"
+                )
+            stored = reranked
+            sources.append("reranker effect computed here")
+        for run in stored:
+            rows, source = self.store.rows_and_source(run, progress)
+            parts.append(rows)
+            if source not in sources and source != "computed here":
+                sources.append(source)
+        self.source = "; ".join(dict.fromkeys(sources))
+        frame = pd.concat(parts, ignore_index=True)
+        return frame[[c for c in self.columns if c in frame.columns]]

@@ -69,26 +69,14 @@ class PrecomputeStatus:
 
 def complete_run(service) -> Path | None:
     """A run of this benchmark content with every served column, plain and reranked, for every
-    query the app shows (then nothing needs computing). Only the run and query columns of
-    per_query.csv are read, which every metric family writes."""
-    from cir_demo.explorer.runs import list_runs, read_eval_per_query
-
-    hashes = service._spec_hashes()
-    if not hashes:
+    query the app shows, each under the key the app's store asks for (then nothing needs computing)."""
+    store = service.store
+    names = list(store.spec_hashes(service.retriever_names))
+    if not names:
         return None
-    rr_hash = service._reranker_hash()  # None when the reranker cannot load: the plain runs are all that is needed
-    wanted = set(hashes) | ({f"{n}{RERANK_SUFFIX}" for n in hashes} if rr_hash else set())
-    n_queries = len(service.table)
-    for run in list_runs(service.benchmark.name, service.fingerprint):
-        if run.matches != "fingerprint":
-            continue
-        df = read_eval_per_query(run.path, hashes, rr_hash, columns=("run", "query_id"))
-        if df is None or not len(df):
-            continue
-        covered = df[df["query_id"].isin(set(service.table["query_id"]))].groupby("run")["query_id"].nunique()
-        if all(covered.get(n, 0) == n_queries for n in wanted):
-            return run.path
-    return None
+    # without a reranker that loads, the plain runs are all that is needed
+    runs = names + ([f"{n}{RERANK_SUFFIX}" for n in names] if store.reranker_hash() else [])
+    return store.stored_folder(runs)
 
 
 def installed_shipped_run(service, root: Path) -> Path | None:
@@ -99,7 +87,10 @@ def installed_shipped_run(service, root: Path) -> Path | None:
 
     try:
         served = run_key(
-            service.fingerprint, service._spec_hashes(), service._reranker_hash(), service.config.default_top_n
+            service.fingerprint,
+            service.store.spec_hashes(service.retriever_names),
+            service.store.reranker_hash(),
+            service.config.default_top_n,
         )
         path, problems = install_shipped_run(service.benchmark, served, root)
     except Exception:  # a failed install never stops the background run that replaces it

@@ -1,103 +1,15 @@
-"""Eval run folders of a benchmark: listing, the report tab's table and plots, and reusable
-per-query results."""
+"""The Report of an eval run folder: its table, paired comparisons and plots (the folders are listed by
+`store.folders.list_runs`)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Mapping, Sequence
 
 import pandas as pd
 
 from cir_demo.benchmarks.families import MetricFamily
-from cir_demo.benchmarks.registry import BENCHMARKS, RERANK_SUFFIX
 from cir_demo.explorer.config import ServiceError
-from cir_demo.explorer.views import Report, RunSummary
-
-
-def list_runs(
-    benchmark_name: str, fingerprint: str, root: Path | None = None, extra: Sequence[str | Path] = ()
-) -> list[RunSummary]:
-    """Eval run folders (with metrics.csv) of this benchmark, newest first: those under runs/, those
-    `--eval --results-json` wrote elsewhere (cir_demo/results/run_folders.py) and the `extra` folders
-    given to the app (`--runs FOLDER`); and a run's other test splits (`<run>/compositional/`).
-
-    A copy of shipped outputs installed by other code is left out (it is not what this code
-    writes). A run matches by the benchmark fingerprint (its files' checksums and split) that
-    `run_info.json` or metrics.json names; a run of other files of a benchmark with the same name is
-    left out. Only a run that names no fingerprint (written by older code) matches by the benchmark
-    name in metrics.json or the folder name suffix `-<benchmark>` ("name"). An `extra` folder is listed
-    whatever it holds ("other" when it names another fingerprint) and comes first: the folder given to
-    `--runs` is the Report's default.
-    """
-    from cir_demo.index.prebuilt_run import stale_installed_copy
-    from cir_demo.paths import runs_dir
-    from cir_demo.results.run_folders import recorded_run_folders
-
-    root = Path(root) if root is not None else runs_dir()
-    folders = list(root.iterdir()) if root.is_dir() else []
-    folders += recorded_run_folders() if root == runs_dir() else []
-    given = {Path(f).resolve() for f in extra}
-    out, seen = [], set()
-    for d in [*folders, *given, *_split_folders([*folders, *given])]:
-        # a dot-folder is work in progress (staging, an install being written), never a run
-        if (
-            d.resolve() in seen
-            or d.name.startswith(".")
-            or not (d.is_dir() and (d / "metrics.csv").is_file())
-            or stale_installed_copy(d)
-            or (d.name in _SPLIT_FOLDERS and stale_installed_copy(d.parent))
-        ):
-            continue
-        seen.add(d.resolve())
-        is_given = d.resolve() in given
-        match = _match(d, benchmark_name, fingerprint)
-        if match == "other" and not is_given:
-            continue
-        match = match or ("given" if is_given else None)
-        if match:
-            out.append(((is_given, match == "fingerprint", d.stat().st_mtime), RunSummary(d, _label(d, root), match)))
-    out.sort(key=lambda t: (*t[0], t[1].label), reverse=True)
-    return [r for _, r in out]
-
-
-# the folders in which one `--eval` run holds its other test splits (`compositional/`): each is a run of
-# its own split (its run_info.json names that split's fingerprint)
-_SPLIT_FOLDERS = tuple(dict.fromkeys(s for spec in BENCHMARKS.values() for s in spec.eval_splits[1:]))
-
-
-def _split_folders(folders: Sequence[Path]) -> list[Path]:
-    return [
-        d / name
-        for d in folders
-        if not d.name.startswith(".")
-        for name in _SPLIT_FOLDERS
-        if (d / name / "metrics.csv").is_file()
-    ]
-
-
-def _match(d: Path, benchmark_name: str, fingerprint: str) -> str | None:
-    """ "fingerprint" (these files), "other" (another benchmark's or other files'), "name" (no fingerprint
-    recorded, same benchmark name) or None."""
-    meta = _read_json(d / "metrics.json") or {}
-    named = (_read_json(d / "run_info.json") or {}).get("benchmark_fingerprint") or meta.get("benchmark_fingerprint")
-    if named:
-        return "fingerprint" if named == fingerprint else "other"
-    if (d / "run_info.json").is_file():  # a pipeline run's record without a fingerprint: not of these files
-        return "other"
-    return "name" if meta.get("benchmark") == benchmark_name or d.name.endswith(f"-{benchmark_name}") else None
-
-
-def _label(d: Path, root: Path) -> str:
-    """The folder's name under runs/; elsewhere its last two parts (a run's server path is never shown whole)."""
-    return d.name if d.parent == root else "/".join(d.parts[-2:])
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+from cir_demo.explorer.views import Report
+from cir_demo.store.folders import RunSummary, read_json, split_folders
 
 
 def metrics_display_table(metrics: pd.DataFrame, family: MetricFamily | None = None) -> pd.DataFrame:
@@ -161,7 +73,7 @@ def load_report(run: RunSummary, family: MetricFamily | str | None = None) -> Re
         metrics = pd.read_csv(run.path / "metrics.csv")
     except (OSError, ValueError) as exc:
         raise ServiceError(f"{run.label}/metrics.csv: cannot read ({exc})") from None
-    meta = _read_json(run.path / "metrics.json") or {}
+    meta = read_json(run.path / "metrics.json") or {}
     family = family or meta.get("metric_family") or "pinpoint"
     family = metric_family(family) if isinstance(family, str) else family
     plots = sorted((run.path / "plots").glob("*.png")) if (run.path / "plots").is_dir() else []
@@ -175,7 +87,7 @@ def load_report(run: RunSummary, family: MetricFamily | str | None = None) -> Re
     plots.sort(key=lambda p: (first.index(p.name) if p.name in first else len(first), p.name))
     captions = plot_captions(family)
     info = []
-    run_info = _read_json(run.path / "run_info.json") or {}
+    run_info = read_json(run.path / "run_info.json") or {}
     if run.matches == "name":
         info.append("This run has no benchmark fingerprint; it may come from another version of the benchmark.")
     elif run.matches == "other":
@@ -189,7 +101,7 @@ def load_report(run: RunSummary, family: MetricFamily | str | None = None) -> Re
         info.append(f"Intervals: 95% bootstrap over paraphrase groups ({meta['n_boot']} resamples).")
     if (run.path / "report.md").is_file():
         info.append("Full report: report.md, with the run's tables, under Files of this run below.")
-    for split in _split_folders([run.path]):
+    for split in split_folders([run.path]):
         info.append(
             f"This run also evaluated the {split.name} test split (its files: {split.name}/ in the run "
             "folder); report.md's table 'Both test splits' puts the two side by side."
@@ -207,48 +119,3 @@ def load_report(run: RunSummary, family: MetricFamily | str | None = None) -> Re
         info,
         paired,
     )
-
-
-PER_QUERY_COLUMNS = ("run", "query_id", "group_id", "AP@10", "precision@10", "NegRecall@10", "n_neg")
-
-
-def read_eval_per_query(
-    run_dir: Path,
-    retriever_specs: Mapping[str, str],
-    reranker_hash: str | None,
-    columns: Sequence[str] = PER_QUERY_COLUMNS,
-) -> pd.DataFrame | None:
-    """per_query.csv rows (`columns` of them) of an eval run whose retrievers have the given spec hashes.
-
-    Only runs written by the pipeline (run_info.json with specs) qualify: a ranking is
-    reused only when it came from the same retriever spec. Reranked rows are kept when
-    the reranker's spec hash matches too. `columns`: those read (the failure sorts' columns of the family).
-    """
-    from cir_demo.rerank.base import spec_hash_of
-    from cir_demo.retrievers.base import spec_hash
-
-    info = _read_json(run_dir / "run_info.json")
-    if not info or not (run_dir / "per_query.csv").is_file():
-        return None
-    specs = info.get("retrievers") or {}
-    ok = [
-        n for n, h in retriever_specs.items() if n in specs and isinstance(specs[n], dict) and spec_hash(specs[n]) == h
-    ]
-    if not ok:
-        return None
-    runs = set(ok)
-    rr_spec = info.get("reranker")
-    if reranker_hash and isinstance(rr_spec, dict) and spec_hash_of(rr_spec) == reranker_hash:
-        runs |= {f"{n}{RERANK_SUFFIX}" for n in ok}
-    wanted = set(columns)
-    try:  # those of `columns` the file has: a metric it lacks is said by the sort that reads it
-        df = pd.read_csv(
-            run_dir / "per_query.csv",
-            usecols=lambda c: c in wanted,
-            dtype={"query_id": str, "group_id": str, "run": str},
-        )
-    except (OSError, ValueError):
-        return None
-    if not {"run", "query_id", "group_id"} & wanted <= set(df.columns):
-        return None
-    return df[df["run"].isin(runs)].reset_index(drop=True)

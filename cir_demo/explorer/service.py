@@ -36,11 +36,12 @@ from cir_demo.explorer.failures import (
     sort_rows,
     with_empty_marked,
 )
-from cir_demo.explorer.per_query_rows import PerQueryRows
+from cir_demo.explorer.per_query_rows import FailureRows, rows_read
 from cir_demo.explorer.images import ThumbnailStore, encode_jpeg_data_uri, thumbnail_db_path
 from cir_demo.explorer.queries import filter_choices, filter_queries, filter_value, query_table
 from cir_demo.explorer.ranking_metrics import metrics_many
-from cir_demo.explorer.runs import list_runs, load_report
+from cir_demo.explorer.runs import load_report
+from cir_demo.store.folders import list_runs
 from cir_demo.explorer.uploads import ValidatedImage
 from cir_demo.explorer.views import (
     Column,
@@ -60,7 +61,7 @@ from cir_demo.utils.lru import LRU
 log = logging.getLogger(__name__)
 
 
-class ExplorerService(PerQueryRows):
+class ExplorerService:
     """Answers the app's requests over one benchmark, its retrievers and an optional reranker."""
 
     def __init__(
@@ -97,16 +98,27 @@ class ExplorerService(PerQueryRows):
             REFERENCE_PX,
             quality=90,
         )
-        self._failures: pd.DataFrame | None = None
+        from cir_demo.store.store import RunStore
+
+        # every run the app reads (columns' per-query rows, sorts, Report numbers) comes from here
+        self.store = RunStore(
+            benchmark,
+            engine,
+            reranker,
+            self.config.reranker_kwargs,
+            self.config.default_top_n,
+            self.config.run_folders,
+        )
+        self.failure_rows = FailureRows(self.store, self.retriever_names, rows_read(self.family, self.views))
         self._sorts: list[SortChoice] | None = None
         self._checked_sorts: list[SortChoice] = []  # `_sorts` with those keeping no query marked (sorts())
         self._sorts_checked_on: pd.DataFrame | None = None  # the per-query rows they were checked on
         self._sort_memo: dict = {}  # sort name -> its (keep, key, why) over the current failure_stats rows
-        self._failure_source = ""
         self._paraphrase_tables = LRU(256)  # (intent, retrievers) -> table
         self._metrics = LRU(4096)  # (query id, ranking) -> the column's metrics
         self._query_lists = LRU(256)  # (search text, filters, limit) -> QueryList in benchmark order
         self._scored_runs: dict[tuple, object] = {}  # (results-file columns, n_boot, seed) -> paired.RunsScored
+        self._evaluations: dict[tuple, object] = {}  # (run, n_boot, seed) -> its RunEvaluation
         self._lock = threading.RLock()
         self.warnings: list[str] = []
         self.uploaded_runs: dict[str, str] = {}  # column name -> the uploaded file's name (add_file_run)
@@ -197,6 +209,34 @@ class ExplorerService(PerQueryRows):
             self._query_lists.put(key, found)
         return found
 
+    # ------------------------------------------------------------------ failure rows (from the store)
+    def failure_stats(self, progress: Callable[[str], None] | None = None, need_rerank: bool = False) -> pd.DataFrame:
+        """The per-query rows the failure sorts read (`failures.sort_rows`): run, query_id, group_id, the
+        family's primary metric and its `FailureViews.measures`, for the app's retrievers, each run read
+        from the store (`FailureRows.get`)."""
+        return self.failure_rows.get(progress, need_rerank)
+
+    def forget_failures(self) -> None:
+        """Drop the rows read (a new eval run was published; the next sort reads it)."""
+        self.failure_rows.forget()
+
+    @property
+    def failure_source(self) -> str:
+        return self.failure_rows.source
+
+    @property
+    def max_rerank_scores(self) -> int:
+        return self.failure_rows.max_rerank_scores
+
+    def stored_sorts(self) -> set[str]:
+        """The failure sorts whose data is on disk already (eval runs, or the store's cache for the first
+        stage): they answer at once while the background run computes the rest."""
+        first, reranked = self.failure_rows.stored()
+        if not first:
+            return set()
+        out = {c.name for c in self.sorts() if c.available and c.name not in ("order", "rerank_helped", "rerank_hurt")}
+        return out | ({"rerank_helped", "rerank_hurt"} if reranked else set())
+
     def sort_context(self) -> SortContext:
         return SortContext(self.family, self.table, self.retriever_names, self.modality, bool(self.reranker_name))
 
@@ -205,9 +245,9 @@ class ExplorerService(PerQueryRows):
         with whether it can return something here and why not (cir_demo/benchmarks/failure_views.py)."""
         if self._sorts is None:  # the benchmark, columns and reranker of a service never change
             self._sorts = sort_choices(self.sort_context())
-        if self._failures is None and self._all_ranking_only():
+        if self.failure_rows.frame is None and self._all_ranking_only():
             self.failure_stats()  # results files only: their per-query rows are cheap, the menu can be exact
-        rows = self._failures
+        rows = self.failure_rows.frame
         if rows is not None and self._sorts_checked_on is not rows:  # a sort keeping no query is not offered
             self._checked_sorts = with_empty_marked(self._sorts, rows, self.sort_context(), self._memo_for(rows))
             self._sorts_checked_on = rows
@@ -295,7 +335,7 @@ class ExplorerService(PerQueryRows):
                         "and --eval leaves it out of the means)"
                     )
                 asked = cq if query is None else self.engine.benchmark_query(name, query, cq.text)
-                depth = max(self._eval_depth(name), k, top_n if rerank else 0)  # the ranking --eval scores
+                depth = max(self.engine.eval_depth(name), k, top_n if rerank else 0)  # the ranking --eval scores
                 got = self.engine.search(name, [asked], k=depth)[0]
             except Exception as exc:  # reported in that column
                 got = exc
@@ -616,8 +656,9 @@ class ExplorerService(PerQueryRows):
 
     def scored_file_runs(self, n_boot: int = 1000, seed: int = 0, extra: Sequence[str] = ()):
         """The results-file columns (`--runs`, and the `extra` uploaded ones a visitor added) scored as
-        `--eval` scores them (whole rankings), with the paired comparison of every headline metric for every
-        pair (`paired.score_runs`); None without such columns. Computed once per set of columns."""
+        `--eval` scores them (whole rankings, `RunStore.evaluation`), with the paired comparison of every
+        headline metric for every pair (`paired.score_runs`); None without such columns. Computed once per
+        set of columns."""
         from cir_demo.explorer.paired import score_runs
 
         names = tuple(self.file_runs() + [n for n in extra if n in self.uploaded_runs])
@@ -626,7 +667,10 @@ class ExplorerService(PerQueryRows):
         key = (names, n_boot, seed)
         with self._lock:
             if key not in self._scored_runs:
-                self._scored_runs[key] = score_runs(
-                    self.benchmark, self.family, {n: self.engine.retriever(n).rankings for n in names}, n_boot, seed
-                )
+                evaluations = []
+                for n in names:
+                    if (n, n_boot, seed) not in self._evaluations:
+                        self._evaluations[(n, n_boot, seed)] = self.store.evaluation(n, n_boot, seed)
+                    evaluations.append(self._evaluations[(n, n_boot, seed)])
+                self._scored_runs[key] = score_runs(self.benchmark, evaluations, n_boot, seed)
             return self._scored_runs[key]

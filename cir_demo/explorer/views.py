@@ -13,6 +13,7 @@ from cir_demo.benchmarks.families import MetricFamily, metric_family
 from cir_demo.benchmarks.schema import Query
 from cir_demo.benchmarks.scoped import gallery_of, subset_of
 from cir_demo.explorer.ranking_metrics import metrics_many
+from cir_demo.store.folders import RunSummary
 
 
 @dataclass
@@ -214,15 +215,6 @@ class QueryList:
     rows: pd.DataFrame  # query_id, instruction, type, why
     total: int  # matches before the display limit
     note: str
-
-
-@dataclass
-class RunSummary:
-    path: Path
-    label: str
-    # "fingerprint" (same benchmark files), "name" (same benchmark name, no fingerprint recorded), or for a
-    # folder given to `--runs`: "given" (no record of its benchmark), "other" (another benchmark's files)
-    matches: str
 
 
 @dataclass

@@ -96,13 +96,41 @@ def run(args: argparse.Namespace) -> int:
 
         expected += (StaleIndexError,)
 
+    settings = eval_settings(args)
+
     def body() -> int:
-        if args.results_json:
+        if settings.results_json:
             from cir_demo.harness.results_files import evaluate_results_files
 
-            return evaluate_results_files(args)
+            return evaluate_results_files(settings)
         from cir_demo.harness.pipeline import run_benchmark
 
-        return run_benchmark(args)
+        return run_benchmark(settings)
 
     return report_errors(body, debug=getattr(args, "debug", False), expected=expected)
+
+
+def eval_settings(args: argparse.Namespace):
+    """The flags, unpacked once into typed settings (harness/settings.py)."""
+    from cir_demo.benchmarks.cli_args import BenchmarkChoice
+    from cir_demo.harness.settings import EvalSettings
+
+    return EvalSettings(
+        benchmark=BenchmarkChoice.from_args(args),
+        results_json=tuple(args.results_json or ()),
+        results_format=args.results_format,
+        retrievers=args.retrievers,
+        rerank=args.rerank,
+        rerank_top_n=args.rerank_top_n,
+        device=args.device,
+        trust_remote_code=bool(args.trust_remote_code),
+        dry_run=bool(args.dry_run),
+        out=args.out,
+        overwrite=bool(args.overwrite),
+        wait=bool(getattr(args, "wait", False)),
+        n_boot=args.n_boot,
+        bootstrap_seed=args.bootstrap_seed,
+        plots=not args.no_plots,
+        baseline=args.baseline,
+        preflight_flags=args,
+    )

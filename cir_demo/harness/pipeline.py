@@ -7,7 +7,6 @@ metrics together for a headless run.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import sys
@@ -19,7 +18,8 @@ import pandas as pd
 
 from cir_demo.benchmarks.families import metric_family
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
-from cir_demo.harness.evaluate import RunEvaluation, evaluate_run
+from cir_demo.harness.settings import EvalSettings
+from cir_demo.store.score import RunEvaluation, evaluate_run
 from cir_demo.preflight.request import default_reranker, retriever_names
 
 
@@ -169,58 +169,56 @@ class Stages:
         )
 
 
-def dry_run_benchmark(args: argparse.Namespace, bench, names: list[str], reranker_name: str | None, top_n: int) -> int:
+def dry_run_benchmark(settings: EvalSettings, bench, names: list[str], reranker_name: str | None, top_n: int) -> int:
     from cir_demo.preflight.dry_run import dry_run
     from cir_demo.preflight.run import model_lines
 
-    lines = model_lines(
-        names, reranker_name, bool(getattr(args, "trust_remote_code", False)), getattr(args, "device", None)
-    )
-    print(dry_run(args, bench, names, reranker_name, top_n, lines))
+    lines = model_lines(names, reranker_name, settings.trust_remote_code, settings.device)
+    print(dry_run(settings.preflight_flags, bench, names, reranker_name, top_n, lines))
     return 1 if any(ln.blocking for ln in lines) else 0
 
 
-def run_benchmark(args: argparse.Namespace) -> int:
-    from cir_demo.benchmarks.cli_args import load_benchmark_from_args
+def run_benchmark(settings: EvalSettings) -> int:
     from cir_demo.harness.splits import first_split, load_split, side_splits
     from cir_demo.harness.staging import default_out_dir, staged_run_dir
 
     stages = Stages()
-    if getattr(args, "dry_run", False):
+    if settings.dry_run:
         from cir_demo.preflight.dry_run import not_generated_note
 
-        note = not_generated_note(args)
+        note = not_generated_note(settings.preflight_flags)
         if note:
             print(note)
             return 0
     with stages("benchmark"):  # the default world: generated on a first run
-        bench = load_benchmark_from_args(args)
-        side = {split: load_split(args, split) for split in side_splits(args)}
-    names = retriever_names(args.retrievers, bench.name)
-    reranker_name = default_reranker(bench.name, getattr(args, "rerank", None))
-    top_n = getattr(args, "rerank_top_n", 20)
-    if getattr(args, "dry_run", False):  # every split's queries are counted; the corpus is encoded once
+        bench = settings.benchmark.load()
+        side = {split: load_split(settings.benchmark, split) for split in side_splits(settings.benchmark)}
+    names = retriever_names(settings.retrievers, bench.name)
+    reranker_name = default_reranker(bench.name, settings.rerank)
+    top_n = settings.rerank_top_n
+    if settings.dry_run:  # every split's queries are counted; the corpus is encoded once
         every = [q for b in (bench, *side.values()) for q in b.queries]
         return dry_run_benchmark(
-            args, dataclasses.replace(bench, queries=every) if side else bench, names, reranker_name, top_n
+            settings, dataclasses.replace(bench, queries=every) if side else bench, names, reranker_name, top_n
         )
     from cir_demo.preflight.run import check_run
 
     with stages("checks"):  # weights, opt-ins, images: before anything is created
-        bench = check_run(args, bench, names, reranker_name)
-        side = {split: check_run(args, b, names, reranker_name) for split, b in side.items()}
-    final = Path(args.out) if args.out else default_out_dir(bench.name)
+        flags = settings.preflight_flags
+        bench = check_run(flags, bench, names, reranker_name)
+        side = {split: check_run(flags, b, names, reranker_name) for split, b in side.items()}
+    final = Path(settings.out) if settings.out else default_out_dir(bench.name)
     print(f"run directory: {final} (written when complete)", flush=True)
-    with staged_run_dir(
-        final, getattr(args, "overwrite", False), reserved=not args.out, wait=getattr(args, "wait", False)
-    ) as out:
+    with staged_run_dir(final, settings.overwrite, reserved=not settings.out, wait=settings.wait) as out:
         from cir_demo.harness.splits import SplitRun
 
-        splits = [SplitRun(first_split(args, bench), bench, out)] + [SplitRun(k, b, out / k) for k, b in side.items()]
+        splits = [SplitRun(first_split(settings.benchmark, bench), bench, out)] + [
+            SplitRun(k, b, out / k) for k, b in side.items()
+        ]
         from cir_demo.utils.gc_pause import collector_paused
 
         with collector_paused():  # millions of rankings, items and rows that live to the end
-            n_files, report = _run_into(args, splits, names, reranker_name, top_n, stages)
+            n_files, report = _run_into(settings, splits, names, reranker_name, top_n, stages)
     # said only once the run is in place: the final move can still refuse or fail
     print(f"wrote {n_files} files to {final} in {stages.total():.1f} s (report: {final / report})")
     print(stages.line(), flush=True)
@@ -265,7 +263,7 @@ def small_model_threads(names: Sequence[str], reranker_name: str | None, device:
         yield
 
 
-def _run_into(args, splits, names, reranker_name, top_n, stages: Stages) -> tuple[int, Path]:
+def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stages: Stages) -> tuple[int, Path]:
     """Run every retriever (and the reranker) on every split: one engine, so one index and one set of
     corpus features serve them all (the splits share one corpus). Then each split's files and report;
     returns how many files the run holds and its report's place in it."""
@@ -283,14 +281,15 @@ def _run_into(args, splits, names, reranker_name, top_n, stages: Stages) -> tupl
     engine = RetrievalEngine(
         bench,
         names,
-        device=getattr(args, "device", None),
+        device=settings.device,
         progress=True,
-        trust_remote_code=bool(getattr(args, "trust_remote_code", False)),
+        trust_remote_code=settings.trust_remote_code,
     )
     specs: dict[str, dict] = {}
+    depths: dict[str, int] = {}  # how deep each retriever ranks: part of its runs' keys
     reranker_spec = None
     if reranker_name:  # a first run renders the corpus once for the retrievers and the reranker
-        if one_small_model_thread(names, reranker_name, getattr(args, "device", None), stages.start_load):
+        if one_small_model_thread(names, reranker_name, settings.device, stages.start_load):
             print(f"reranking on one torch thread: load average {stages.start_load:.1f} when the run began", flush=True)
         with stages("corpus features"):
             engine.prefetch_corpus_embeddings(names, reranker_name)
@@ -299,11 +298,12 @@ def _run_into(args, splits, names, reranker_name, top_n, stages: Stages) -> tupl
         with stages(f"{name}/index"):
             engine.index(name)  # build or load, with its own progress bar
         specs[name] = engine.run_spec(name)  # with its query template, stated in the report
+        depths[name] = engine.eval_depth(name)
         if reranker_name:
             reranker_spec = dict(engine.reranker(reranker_name).spec)
         for split in splits:
             _run_split(
-                args,
+                settings,
                 engine,
                 split,
                 name,
@@ -319,9 +319,9 @@ def _run_into(args, splits, names, reranker_name, top_n, stages: Stages) -> tupl
     with stages("report"):
         for split in reversed(splits):  # the first split's report holds the table of them all
             paths = _write_report(
-                args, split, splits if split is splits[0] and len(splits) > 1 else [], top_n, reranker_spec, specs
+                settings, split, splits if split is splits[0] and len(splits) > 1 else [], top_n, reranker_spec, specs
             )
-            _write_run_info(split, specs, reranker_spec, top_n, stages if split is splits[0] else None)
+            _write_run_info(split, specs, depths, reranker_spec, top_n, stages if split is splits[0] else None)
     table = pd.read_csv(paths["metrics.csv"])
     cols = [c for c in ("model", *metric_family(bench.metric_family).summary_columns()) if c in table]
     print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
@@ -334,54 +334,60 @@ def _run_into(args, splits, names, reranker_name, top_n, stages: Stages) -> tupl
 
 
 def _run_split(
-    args, engine, split, name: str, spec: dict, reranker_name, reranker_spec, top_n: int, stages: Stages, tag: str = ""
+    settings: EvalSettings,
+    engine,
+    split,
+    name: str,
+    spec: dict,
+    reranker_name,
+    reranker_spec,
+    top_n: int,
+    stages: Stages,
+    tag: str = "",
 ) -> None:
     """Retriever `name` (and the reranker) on one split's queries: results files, then evaluations."""
     from tqdm import tqdm
 
     from cir_demo.results import write_results
 
+    from cir_demo.store.store import produce_rerank, produce_run, reranked_scores
+
     bench, out = split.bench, split.out
     with (
         stages(f"{name}/retrieve{tag}"),
         tqdm(total=len(bench.queries), desc=f"retrieve {name}{tag}", unit="query") as bar,
     ):
-        run, scores = engine.run_benchmark(
-            name,
-            queries=bench.queries,
-            k=engine.eval_depth(name),
-            progress=lambda done, total: bar.update(done - bar.n),
-        )
+        run, scores = produce_run(engine, name, bench.queries, progress=lambda done, total: bar.update(done - bar.n))
     write_results(out / "results" / f"{name}.json", bench, run, scores, spec=spec)
     with stages("evaluate"):
-        base = evaluate_run(bench, run, name, n_boot=args.n_boot, seed=args.bootstrap_seed)
+        base = evaluate_run(bench, run, name, n_boot=settings.n_boot, seed=settings.bootstrap_seed)
     split.evaluations.append(base)
     if not reranker_name:
         return
     with (
         stages(f"{name}/rerank{tag}"),
-        small_model_threads([name], reranker_name, getattr(args, "device", None), load=stages.start_load),
+        small_model_threads([name], reranker_name, settings.device, load=stages.start_load),
     ):
-        rr = engine.rerank_run(reranker_name, run, scores, queries=bench.queries, top_n=top_n, progress=True)
+        rr = produce_rerank(engine, reranker_name, run, scores, top_n, queries=bench.queries, progress=True)
     rr_name = f"{name}{RERANK_SUFFIX}"
-    # a candidate without P(yes) (not reranked, or no usable score) is written as 0.0
-    rr_scores = {q: [0.0 if (p := it.p_yes) is None or p != p else p for it in its] for q, its in rr.items.items()}
     write_results(
         out / "results" / f"{rr_name}.json",
         bench,
         rr.run,
-        rr_scores,
+        reranked_scores(rr),
         spec={"retriever": spec, "reranker": reranker_spec, "top_n": top_n},
     )
     with stages("evaluate"):
-        reranked = evaluate_run(bench, rr.run, rr_name, n_boot=args.n_boot, seed=args.bootstrap_seed)
+        reranked = evaluate_run(bench, rr.run, rr_name, n_boot=settings.n_boot, seed=settings.bootstrap_seed)
     split.evaluations.append(reranked)
     split.pairs.append((base, reranked))
 
 
-def _write_run_info(split, specs: dict, reranker_spec, top_n: int, stages: Stages | None) -> None:
-    """run_info.json of one split's folder; the run's times and command line (`stages` given) at the top only."""
+def _write_run_info(split, specs: dict, depths: dict, reranker_spec, top_n: int, stages: Stages | None) -> None:
+    """run_info.json of one split's folder; the run's times and command line (`stages` given) at the top only.
+    `run_keys`: each run's key in the store (`store.recorded_keys`), which the app reads it under."""
     from cir_demo.engine import benchmark_fingerprint
+    from cir_demo.store.store import recorded_keys
     from cir_demo.utils.io import write_json_atomic
 
     bench = split.bench
@@ -392,13 +398,14 @@ def _write_run_info(split, specs: dict, reranker_spec, top_n: int, stages: Stage
         "retrievers": specs,
         "reranker": reranker_spec,
         "rerank_top_n": top_n if reranker_spec else None,
+        "run_keys": recorded_keys(bench, specs, depths, reranker_spec, top_n),
     }
     if stages is not None:
         info.update({"timings_s": stages.seconds, "wall_s": round(stages.total(), 2), "argv": sys.argv})
     write_json_atomic(split.out / "run_info.json", info)
 
 
-def _write_report(args, split, all_splits, top_n, reranker_spec, specs) -> dict:
+def _write_report(settings: EvalSettings, split, all_splits, top_n, reranker_spec, specs) -> dict:
     """report.md, metrics, breakdowns, paired comparisons and plots of one split's folder; {name: path}.
     `all_splits` (more than one): its report also gets the table of every split side by side."""
     from cir_demo.harness.report import write_outputs
@@ -409,7 +416,7 @@ def _write_report(args, split, all_splits, top_n, reranker_spec, specs) -> dict:
     sections += (
         [
             metric_family(bench.metric_family).rerank_section_maker()(
-                bench, pairs, top_n, reranker_spec or {}, n_boot=args.n_boot, seed=args.bootstrap_seed
+                bench, pairs, top_n, reranker_spec or {}, n_boot=settings.n_boot, seed=settings.bootstrap_seed
             )
         ]
         if pairs
@@ -420,9 +427,9 @@ def _write_report(args, split, all_splits, top_n, reranker_spec, specs) -> dict:
         bench,
         split.evaluations,
         split.out,
-        n_boot=args.n_boot,
-        seed=args.bootstrap_seed,
+        n_boot=settings.n_boot,
+        seed=settings.bootstrap_seed,
         extra_sections=sections,
-        plots=not args.no_plots,
-        baseline=getattr(args, "baseline", None),
+        plots=settings.plots,
+        baseline=settings.baseline,
     )

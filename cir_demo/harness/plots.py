@@ -14,7 +14,7 @@ import pandas as pd
 from cir_demo.benchmarks.families import breakdown_plot_file
 from cir_demo.benchmarks.schema import Benchmark
 from cir_demo.harness import charts, vector_charts
-from cir_demo.harness.evaluate import RunEvaluation, family_of
+from cir_demo.store.score import RunEvaluation, family_of
 
 BREAKDOWN_PLOTS = (
     ("is_single", "single_vs_two_image.png", "Single versus two-image queries"),

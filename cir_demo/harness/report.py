@@ -12,12 +12,13 @@ import numpy as np
 import pandas as pd
 
 from cir_demo.benchmarks.schema import Benchmark
-from cir_demo.harness.evaluate import (
+from cir_demo.store.score import (
     RunEvaluation,
     family_of,
     metrics_module,
     metrics_table,
     paired_comparisons,
+    written_rows,
 )
 from cir_demo.metrics.headline import p_values_as_text, strata_note
 from cir_demo.utils.csv_text import frame_csv
@@ -106,22 +107,14 @@ def write_outputs(
     check_baseline([ev.name for ev in evaluations], baseline)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    fam = family_of(benchmark)
-    table = metrics_table(benchmark, evaluations)
-    sort_col = fam.headline[fam.primary]
-    if sort_col in table:
-        table = table.sort_values(sort_col, ascending=False, kind="stable")
+    table = sorted_metrics_table(benchmark, evaluations)
     paths: dict[str, Path] = {}
 
     paths["metrics.csv"] = out / "metrics.csv"
     write_text_atomic(paths["metrics.csv"], table.to_csv(index=False, float_format="%.4f"))
 
-    per_query = pd.concat([ev.per_query.assign(run=ev.name) for ev in evaluations], ignore_index=True)
-    per_query = per_query[["run"] + [c for c in per_query.columns if c != "run"]]
+    per_query = per_query_table(evaluations)
     paths["per_query.csv"] = out / "per_query.csv"
-    # rounding first and writing floats as they are is several times faster than a per-value float_format
-    floats = per_query.select_dtypes("float").columns
-    per_query[floats] = per_query[floats].round(6)
     write_text_atomic(paths["per_query.csv"], frame_csv(per_query))
 
     breakdowns = breakdown_tables(benchmark, evaluations, n_boot=n_boot, seed=seed)
@@ -195,6 +188,41 @@ def write_outputs(
     return paths
 
 
+def sorted_metrics_table(benchmark: Benchmark, evaluations: Sequence[RunEvaluation]) -> pd.DataFrame:
+    """metrics.csv's rows: `metrics_table`, best primary headline first."""
+    fam = family_of(benchmark)
+    table = metrics_table(benchmark, evaluations)
+    sort_col = fam.headline[fam.primary]
+    return table.sort_values(sort_col, ascending=False, kind="stable") if sort_col in table else table
+
+
+def per_query_table(evaluations: Sequence[RunEvaluation]) -> pd.DataFrame:
+    """per_query.csv's rows: every run's per-query rows as the store holds them (`written_rows`)."""
+    return written_rows(pd.concat([ev.per_query.assign(run=ev.name) for ev in evaluations], ignore_index=True))
+
+
+def tex_text(
+    benchmark: Benchmark,
+    evaluations: Sequence[RunEvaluation],
+    table: pd.DataFrame,
+    paired: pd.DataFrame,
+    baseline: str | None,
+    n_boot: int,
+) -> str:
+    """report.tex, its rows in the order the runs were given (the default baseline first)."""
+    from cir_demo.harness.latex import latex_table
+
+    in_order = table.set_index("model", drop=False).loc[[ev.name for ev in evaluations]].reset_index(drop=True)
+    return latex_table(
+        benchmark.name,
+        family_of(benchmark),
+        in_order,
+        paired,
+        baseline or (evaluations[0].name if evaluations else None),
+        n_boot,
+    )
+
+
 def _write_tex(
     benchmark: Benchmark,
     evaluations: Sequence[RunEvaluation],
@@ -204,22 +232,8 @@ def _write_tex(
     n_boot: int,
     out: Path,
 ) -> Path:
-    """report.tex, its rows in the order the runs were given (the default baseline first)."""
-    from cir_demo.harness.latex import latex_table
-
-    in_order = table.set_index("model", drop=False).loc[[ev.name for ev in evaluations]].reset_index(drop=True)
     path = out / "report.tex"
-    write_text_atomic(
-        path,
-        latex_table(
-            benchmark.name,
-            family_of(benchmark),
-            in_order,
-            paired,
-            baseline or (evaluations[0].name if evaluations else None),
-            n_boot,
-        ),
-    )
+    write_text_atomic(path, tex_text(benchmark, evaluations, table, paired, baseline, n_boot))
     return path
 
 

@@ -4,30 +4,28 @@ import) and write the same run folder a full run writes.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
+from typing import Sequence
 
-from cir_demo.benchmarks.cli_args import load_benchmark_from_args
+from cir_demo.harness.settings import EvalSettings
 from cir_demo.harness.staging import default_out_dir
 
 
-def evaluate_results_files(args: argparse.Namespace) -> int:
+def evaluate_results_files(settings: EvalSettings) -> int:
     """Score every `--results-json` file on the benchmark, write the run folder, print a summary."""
     from cir_demo.utils.gc_pause import collector_paused
 
     with collector_paused(collect_after=False):  # millions of ids, rankings and queries (utils/gc_pause.py)
-        return _evaluate_results_files(args)
+        return _evaluate_results_files(settings)
 
 
-def _evaluate_results_files(args: argparse.Namespace) -> int:
-    from cir_demo.harness.evaluate import evaluate_run
+def _evaluate_results_files(settings: EvalSettings) -> int:
     from cir_demo.harness.report import write_outputs
-    from cir_demo.results import read_results
 
-    if getattr(args, "dry_run", False):
-        return _dry_run(args)
-    bench = load_benchmark_from_args(args)
+    if settings.dry_run:
+        return _dry_run(settings)
+    bench = settings.benchmark.load()
     for w in bench.warnings:
         text = str(w)
         print(text if len(text) <= 400 else text[:400] + " ...", file=sys.stderr)
@@ -36,44 +34,27 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
             f"({len(bench.warnings)} warnings reading the benchmark; `python -m cir_demo validate` lists them in full)",
             file=sys.stderr,
         )
-    evaluations = []
-    names_seen: set[str] = set()
-    paths = args.results_json
+    paths = list(settings.results_json)
     if len(paths) > 1:  # a bar for one file says nothing, and importing tqdm is a share of a short run
         from tqdm import tqdm
 
         paths = tqdm(paths, desc="evaluating results files", unit="file")
-    for path in paths:
-        rf = read_results(path, bench, fmt=args.results_format)
-        name = rf.name if rf.name not in names_seen else f"{rf.name}_{len(names_seen)}"
-        names_seen.add(name)
-        msgs = [w.message for w in rf.warnings()]
-        for m in msgs:
-            print(f"warning: {path}: {m}", file=sys.stderr)
-        ev = evaluate_run(bench, rf.run, name, n_boot=args.n_boot, seed=args.bootstrap_seed, warnings=msgs)
-        for m in ev.warnings[len(msgs) :]:  # what scoring found (e.g. queries without positives)
-            print(f"warning: {path}: {m}", file=sys.stderr)
-        ev.metrics["coverage"] = rf.coverage
-        ev.metrics["unknown_ids"] = rf.n_unknown_ids
-        ev.metrics["unknown_query_keys"] = len(rf.unknown_query_keys)
-        evaluations.append(ev)
+    evaluations = score_results_files(bench, paths, settings.results_format, settings.n_boot, settings.bootstrap_seed)
     from cir_demo.harness.latex import check_baseline
     from cir_demo.harness.staging import staged_run_dir
 
-    check_baseline([ev.name for ev in evaluations], getattr(args, "baseline", None))  # before any file is written
+    check_baseline([ev.name for ev in evaluations], settings.baseline)  # before any file is written
 
-    final = Path(args.out) if args.out else default_out_dir(bench.name)
-    with staged_run_dir(
-        final, getattr(args, "overwrite", False), reserved=not args.out, wait=getattr(args, "wait", False)
-    ) as out:
+    final = Path(settings.out) if settings.out else default_out_dir(bench.name)
+    with staged_run_dir(final, settings.overwrite, reserved=not settings.out, wait=settings.wait) as out:
         paths = write_outputs(
             bench,
             evaluations,
             out,
-            n_boot=args.n_boot,
-            seed=args.bootstrap_seed,
-            plots=not args.no_plots,
-            baseline=getattr(args, "baseline", None),
+            n_boot=settings.n_boot,
+            seed=settings.bootstrap_seed,
+            plots=settings.plots,
+            baseline=settings.baseline,
         )
     print(f"wrote {len(paths) + 1} files to {final}")  # and the run's manifest; once the run is in place
     from cir_demo.results.run_folders import record_run_folder
@@ -88,29 +69,58 @@ def _evaluate_results_files(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dry_run(args: argparse.Namespace) -> int:
+def _dry_run(settings: EvalSettings) -> int:
     """What scoring the files would write, each file read and checked; nothing is created (no world
     generated, no run folder, no results)."""
     from cir_demo.preflight.dry_run import not_generated_note
     from cir_demo.results import read_results
 
-    note = not_generated_note(args)
+    note = not_generated_note(settings.preflight_flags)
     if note:
         print(note)
         return 0
-    bench = load_benchmark_from_args(args)
-    for path in args.results_json:
-        rf = read_results(path, bench, fmt=args.results_format)
+    bench = settings.benchmark.load()
+    for path in settings.results_json:
+        rf = read_results(path, bench, fmt=settings.results_format)
         print(f"dry run: {path}: {rf.name}, {len(rf.run):,} rankings of {len(bench.queries):,} queries")
-    where = args.out or f"a new runs/<time>-{bench.name}"
+    where = settings.out or f"a new runs/<time>-{bench.name}"
     print(
-        f"dry run: would score {len(args.results_json)} results files and write the run to {where}; nothing was created"
+        f"dry run: would score {len(settings.results_json)} results files and write the run to {where}; nothing was created"
     )
     return 0
 
 
+def score_results_files(
+    bench, paths, fmt: str = "auto", n_boot: int = 1000, seed: int = 0, names: Sequence[str | None] | None = None
+) -> list:
+    """Each results file read onto the benchmark and scored by the store (`store.score.evaluate_run`),
+    with its coverage; warnings go to stderr naming the file. `names`: each run's name (None: the file's
+    own, made unique)."""
+    from cir_demo.results import read_results
+    from cir_demo.store.score import evaluate_run
+
+    evaluations = []
+    names_seen: set[str] = set()
+    for i, path in enumerate(paths):
+        rf = read_results(path, bench, fmt=fmt)
+        given = names[i] if names is not None else None
+        name = given or (rf.name if rf.name not in names_seen else f"{rf.name}_{len(names_seen)}")
+        names_seen.add(name)
+        msgs = [w.message for w in rf.warnings()]
+        for m in msgs:
+            print(f"warning: {path}: {m}", file=sys.stderr)
+        ev = evaluate_run(bench, rf.run, name, n_boot=n_boot, seed=seed, warnings=msgs)
+        for m in ev.warnings[len(msgs) :]:  # what scoring found (e.g. queries without positives)
+            print(f"warning: {path}: {m}", file=sys.stderr)
+        ev.metrics["coverage"] = rf.coverage
+        ev.metrics["unknown_ids"] = rf.n_unknown_ids
+        ev.metrics["unknown_query_keys"] = len(rf.unknown_query_keys)
+        evaluations.append(ev)
+    return evaluations
+
+
 def _summary(evaluations, bench) -> str:
-    from cir_demo.harness.evaluate import family_of
+    from cir_demo.store.score import family_of
 
     heads = family_of(bench).summary_columns()[:4]
     lines = []

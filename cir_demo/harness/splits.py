@@ -4,15 +4,15 @@ table. One corpus, so the retrievers, indexes and reranker loaded for the first 
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from cir_demo.benchmarks.cli_args import BenchmarkChoice
 from cir_demo.benchmarks.families import metric_family
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
-from cir_demo.harness.evaluate import RunEvaluation
+from cir_demo.store.score import RunEvaluation
 
 SECTION_TITLE = "Both test splits"
 
@@ -28,33 +28,28 @@ class SplitRun:
     pairs: list[tuple[RunEvaluation, RunEvaluation]] = field(default_factory=list)
 
 
-def side_splits(args: argparse.Namespace) -> list[str]:
+def side_splits(choice: BenchmarkChoice) -> list[str]:
     """The splits `--eval` evaluates beside the loaded one, each into `OUT/<split>/`: the benchmark's
     declared `eval_splits` after the first, when `--split` is not given; [] otherwise."""
     from cir_demo.benchmarks.registry import declared_defaults
 
-    spec = declared_defaults(args.benchmark)
-    if spec is None or len(spec.eval_splits) < 2 or getattr(args, "split", None) is not None:
+    spec = declared_defaults(choice.name)
+    if spec is None or len(spec.eval_splits) < 2 or choice.split is not None:
         return []
     return list(spec.eval_splits[1:])
 
 
-def first_split(args: argparse.Namespace, bench) -> str:
+def first_split(choice: BenchmarkChoice, bench) -> str:
     """The label of the split at the top of the run folder."""
     from cir_demo.benchmarks.registry import declared_defaults
 
-    spec = declared_defaults(args.benchmark)
+    spec = declared_defaults(choice.name)
     return str((bench.info or {}).get("split") or (spec.eval_splits[0] if spec and spec.eval_splits else "test"))
 
 
-def load_split(args: argparse.Namespace, split: str):
+def load_split(choice: BenchmarkChoice, split: str):
     """The benchmark the flags name, with `split` in place of its default split (cut to `--limit` as the first)."""
-    from cir_demo.benchmarks.cli_args import benchmark_kwargs
-    from cir_demo.benchmarks.registry import load_benchmark
-
-    bench = load_benchmark(args.benchmark, **{**benchmark_kwargs(args), "split": split})
-    limit = getattr(args, "limit", None)
-    return bench.limit(limit) if limit else bench
+    return choice.load(split)
 
 
 def _columns(family_name: str) -> list[str]:

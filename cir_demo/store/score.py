@@ -1,7 +1,9 @@
-"""Score runs against a benchmark: per-query tables, official aggregates, bootstrap CIs.
+"""The one scoring of a run: per-query rows by the family's official per-query code, the official
+aggregates and group-bootstrap intervals. `--eval`, the app (columns, sorts, Report), `failures`,
+the API and the Python API all score through here, so no two of them can disagree on a number.
 
-This module only consumes runs (`{query_id: [image_id, ...]}`); it never imports
-torch, so evaluating a results file stays cheap.
+This module only consumes runs (`{query_id: [image_id, ...]}`); it never imports torch, so scoring a
+results file stays cheap.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ import pandas as pd
 
 from cir_demo.benchmarks.families import MetricFamily, metric_family
 from cir_demo.benchmarks.schema import Benchmark
+
+# per_query.csv holds floats rounded to this many places; the store's rows are those rows, computed or read
+ROW_DECIMALS = 6
 
 
 @dataclass
@@ -33,6 +38,28 @@ def metrics_module(benchmark: Benchmark):
     return family_of(benchmark).metrics_module()
 
 
+def per_query_scores(benchmark: Benchmark, run: Mapping[str, Sequence[str]]) -> pd.DataFrame:
+    """The family's official per-query metrics of `run` with the queries' meta columns (group, strata,
+    categories): the rows every aggregate, interval and failure sort reads."""
+    from cir_demo.metrics.breakdown import query_meta_frame
+
+    per_query = metrics_module(benchmark).per_query(run, benchmark.queries)
+    meta = query_meta_frame(benchmark.queries)
+    extra_cols = [c for c in meta.columns if c not in per_query.columns or c == "query_id"]
+    return per_query.merge(meta[extra_cols], on="query_id", how="left")
+
+
+def written_rows(per_query: pd.DataFrame, name: str | None = None) -> pd.DataFrame:
+    """`per_query` as per_query.csv holds it: `run` (`name`, else the frame's own) first, floats rounded to
+    ROW_DECIMALS places (rounding first and writing floats as they are is several times faster than a
+    per-value float_format)."""
+    rows = per_query.assign(run=name) if name is not None else per_query
+    rows = rows[["run"] + [c for c in rows.columns if c != "run"]]
+    floats = rows.select_dtypes("float").columns
+    rows[floats] = rows[floats].round(ROW_DECIMALS)
+    return rows
+
+
 def evaluate_run(
     benchmark: Benchmark,
     run: Mapping[str, Sequence[str]],
@@ -40,14 +67,16 @@ def evaluate_run(
     n_boot: int = 1000,
     seed: int = 0,
     warnings: Sequence[str] = (),
+    per_query: pd.DataFrame | None = None,
 ) -> RunEvaluation:
-    """Official aggregates plus group-bootstrap CIs for the headline metrics."""
-    from cir_demo.metrics.breakdown import query_meta_frame
+    """Official aggregates plus group-bootstrap CIs for the headline metrics. `per_query`: the run's
+    `per_query_scores` when the caller has them already."""
     from cir_demo.metrics.headline import headline_cis
 
     fam = family_of(benchmark)
     mod = metrics_module(benchmark)
-    per_query = mod.per_query(run, benchmark.queries)
+    if per_query is None:
+        per_query = per_query_scores(benchmark, run)
     with warnings_module.catch_warnings():  # coverage is reported by the caller, per results file
         warnings_module.simplefilter("ignore", category=UserWarning)
         metrics = {"model": name, **mod.aggregate(per_query, n_queries_total=len(benchmark.queries))}
@@ -58,9 +87,6 @@ def evaluate_run(
             "every mean (as pytrec_eval, which the official code uses, leaves them out)"
         )
     warnings += getattr(mod, "run_warnings", lambda _: [])(metrics)  # a family's own caveats (CIRR: unseen set members)
-    meta = query_meta_frame(benchmark.queries)
-    extra_cols = [c for c in meta.columns if c not in per_query.columns or c == "query_id"]
-    per_query = per_query.merge(meta[extra_cols], on="query_id", how="left")
     # every headline statistic papers print (per stratum, official averages, pooled) with its interval
     ci = {name: (lo, hi) for name, (_, lo, hi) in headline_cis(per_query, fam, n_boot=n_boot, seed=seed).items()}
     return RunEvaluation(name=name, metrics=metrics, per_query=per_query, ci=ci, warnings=list(warnings))
@@ -83,6 +109,19 @@ def metrics_table(benchmark: Benchmark, evaluations: Sequence[RunEvaluation]) ->
     df = pd.DataFrame(rows)
     first = ["model"] + [c for c in official if c in df.columns and c != "model"]
     return df[first + [c for c in df.columns if c not in first]]
+
+
+def report_table(benchmark: Benchmark, evaluations: Sequence[RunEvaluation]) -> pd.DataFrame:
+    """The app's Report table of scored runs: `run`, the family's Report aggregates with their
+    intervals (`<agg>_ci_lo/_ci_hi`) and the queries scored."""
+    fam = family_of(benchmark)
+    rows = []
+    for ev in evaluations:
+        row = {"run": ev.name, **{a: ev.metrics.get(a, float("nan")) for a in fam.report_aggregates()}}
+        for agg, (lo, hi) in ev.ci.items():
+            row[f"{agg}_ci_lo"], row[f"{agg}_ci_hi"] = lo, hi
+        rows.append({**row, "total_queries": int(len(_scored(ev.per_query)))})
+    return pd.DataFrame(rows)
 
 
 def paired_comparisons(

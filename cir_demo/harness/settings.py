@@ -1,0 +1,31 @@
+"""`--eval`'s settings, typed: what harness/cli.py unpacks from its flags once (`eval_settings`), so
+the harness reads fields with their types and defaults in one place, never a Namespace."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from cir_demo.benchmarks.cli_args import BenchmarkChoice
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    benchmark: BenchmarkChoice
+    results_json: tuple[str, ...] = ()  # results files to score; empty: run the retrievers
+    results_format: str = "auto"
+    retrievers: str | None = None  # comma-separated names; None: the benchmark's declared ones
+    rerank: str | None = None  # reranker backend; None: the benchmark's declared one; "none": off
+    rerank_top_n: int = 20
+    device: str | None = None
+    trust_remote_code: bool = False
+    dry_run: bool = False
+    out: str | None = None
+    overwrite: bool = False
+    wait: bool = False  # wait for another command writing --out instead of refusing
+    n_boot: int = 1000
+    bootstrap_seed: int = 0
+    plots: bool = True
+    baseline: str | None = None
+    # the flags as parsed, for the preflight checks (preflight/), which still read a Namespace
+    preflight_flags: argparse.Namespace = field(default_factory=argparse.Namespace, compare=False)

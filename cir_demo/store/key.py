@@ -1,0 +1,76 @@
+"""The one key of a run: everything that makes its rankings and their per-query rows.
+
+A run is (benchmark, retriever spec, reranker spec, rerank depth, ranking depth). Its key holds the
+benchmark fingerprint, the spec hashes (weights and query templates included), both depths, the code
+of every module that produces or scores it (the engine and everything it imports, this package, and
+the family's metrics module, which is loaded by name and so reached by no `import` statement) and
+the versions of the libraries that change its bits. A stored eval run, a cache file or a run kept in
+memory answers a request only when its key's digest is the request's: a run ranked or reranked to
+another depth, or scored by other code, is another run.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+# what produces a run (the engine: retrievers, indexes, rerankers) and scores it (this package)
+PRODUCING_CODE = ("cir_demo.engine", "cir_demo.store")
+LIBRARIES = ("numpy", "pandas", "faiss", "torch", "open_clip", "pillow", "scipy")
+
+
+@dataclass(frozen=True)
+class RunKey:
+    fingerprint: str  # the benchmark's files and split (`engine.benchmark_fingerprint`)
+    retriever: str  # spec hash of the first stage
+    depth: int  # how deep the first stage ranks (`RetrievalEngine.eval_depth`)
+    reranker: str | None = None  # spec hash of the reranker; None: not reranked
+    top_n: int | None = None  # candidates reranked per query
+    code: str = ""  # code hash of the producing and scoring modules, the family's metrics module included
+    libraries: dict = field(default_factory=dict, hash=False, compare=False)
+
+    def digest(self) -> str:
+        """sha256 of the whole key: the name a stored or cached run is found under."""
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def code_of(metrics_module: str) -> tuple[str, dict]:
+    """(code hash, library versions) of what produces and scores a run of a family whose per-query
+    metrics live in module `metrics_module` (a family declared outside this package: its module's own
+    source joins the hash)."""
+    from cir_demo.utils.code_hash import code_key, code_text, module_file
+
+    if module_file(metrics_module) is not None:
+        key = code_key((*PRODUCING_CODE, metrics_module), LIBRARIES)
+        return key["sha256"], key["libraries"]
+    key = code_key(PRODUCING_CODE, LIBRARIES)
+    spec = importlib.util.find_spec(metrics_module)
+    origin = Path(spec.origin) if spec is not None and spec.origin else None
+    own = code_text(origin) if origin is not None and origin.is_file() else metrics_module.encode()
+    return hashlib.sha256(key["sha256"].encode() + b"\0" + own).hexdigest(), key["libraries"]
+
+
+def run_key(
+    fingerprint: str,
+    metrics_module: str,
+    retriever: str,
+    depth: int,
+    reranker: str | None = None,
+    top_n: int | None = None,
+) -> RunKey:
+    """The key of a first-stage run (`reranker` None) or of that run reranked to `top_n`."""
+    code, libraries = code_of(metrics_module)
+    return RunKey(
+        fingerprint,
+        retriever,
+        int(depth),
+        reranker,
+        int(top_n) if reranker else None,
+        code,
+        libraries,
+    )

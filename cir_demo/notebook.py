@@ -49,8 +49,13 @@ def load_benchmark(name: str = "world", **options) -> Benchmark:
 
     parser = _RaisingParser(prog="cir_demo.load_benchmark", add_help=False)
     add_benchmark_arguments(parser)
+    from cir_demo.utils.names import UnknownNameError
+
     args = parser.parse_args(["--benchmark", name, *_flags(options)])
-    return load_benchmark_from_args(args)
+    try:
+        return load_benchmark_from_args(args)
+    except UnknownNameError as exc:  # a keyword whose value names nothing (world_size="huge"): named as its flag
+        raise ValueError(f"cir_demo.load_benchmark: --{exc.kind.replace(' ', '-')}: {exc}") from None
 
 
 def _as_score_dict(run: Mapping) -> dict:
@@ -227,7 +232,7 @@ class Evaluation:
         from cir_demo.harness.latex import check_baseline
         from cir_demo.harness.report import write_outputs
         from cir_demo.results.run_folders import record_run_folder
-        from cir_demo.utils.staged_folder import staged_run_dir
+        from cir_demo.utils.owned_folder import staged_run_dir
 
         check_baseline(self.runs, baseline)
         final = Path(out)

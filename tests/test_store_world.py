@@ -46,7 +46,7 @@ def test_five_consumers_agree_on_the_world(service, tmp_path):
         assert main([*argv, "--overwrite"]) == 0
         command = pd.read_csv(csv_path, dtype={"query_id": str, "why": str}, keep_default_na=False)
         notebook = ev.failures(sort=sort)
-        answer = pd.DataFrame(failures_answer(service, cache, sort, names, None)["rows"])
+        answer = pd.DataFrame(failures_answer(service, cache, sort, names, None, columns="all")["rows"])
         for other in (command, notebook, answer):
             assert list(other["query_id"]) == list(page["query"]), sort
             assert list(other["why"]) == list(page["why"]), sort

@@ -284,6 +284,7 @@ def _run_into(args, splits, names, reranker_name, top_n, stages: Stages) -> tupl
         device=getattr(args, "device", None),
         progress=True,
         trust_remote_code=bool(getattr(args, "trust_remote_code", False)),
+        index_uri=getattr(args, "index_uri", None),
     )
     specs: dict[str, dict] = {}
     reranker_spec = None

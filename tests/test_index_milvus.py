@@ -225,3 +225,47 @@ def test_against_a_server():
     finally:  # only what this test created
         loaded.client.drop_alias(loaded.alias)
         loaded.client.drop_collection(loaded.collection)
+
+
+KILLED_BUILD = """
+import os, signal, sys
+from cir_demo.index import milvus_store
+from cir_demo.index.milvus_build import build_milvus_index
+from cir_demo.testing.tiny_index import TinyConvRetriever, tiny_benchmark
+
+r = TinyConvRetriever()
+build_milvus_index(tiny_benchmark(25, name="mv-sigkill"), r, sys.argv[1], progress=False)
+milvus_store.INSERT_ROWS = 10
+real = milvus_store.calling
+
+def dying(target, what, fn, *a, **kw):
+    if what.startswith("inserting rows 20.."):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(target, what, fn, *a, **kw)
+
+milvus_store.calling = dying
+build_milvus_index(tiny_benchmark(47, name="mv-sigkill"), r, sys.argv[1], progress=False)
+"""
+
+
+def test_a_process_killed_mid_build_leaves_the_old_one_serving(tmp_path, capsys):
+    """SIGKILL, not an exception: what Milvus Lite kept on disk is all the next build finds."""
+    import signal
+    import subprocess
+    import sys
+
+    uri = str(tmp_path / "killed.db")
+    done = subprocess.run([sys.executable, "-c", KILLED_BUILD, uri], capture_output=True, text=True, timeout=300)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    r, bench = TinyConvRetriever(), tiny_benchmark(47, name="mv-sigkill")
+    try:
+        still = build_milvus_index(tiny_benchmark(25, name="mv-sigkill"), r, uri, progress=False)
+        assert not still.built and len(still.ids) == 25  # the old collection, whole, still served
+        resumed = build_milvus_index(bench, r, uri, progress=False)
+        assert "resuming the build" in capsys.readouterr().err and resumed.built
+        assert aliases(resumed.client)[resumed.alias] == resumed.collection != still.collection
+        assert_brute_force(resumed, bench, r, 10)
+    finally:
+        from milvus_lite import server_manager_instance
+
+        server_manager_instance.release_server(uri)

@@ -22,6 +22,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -48,10 +49,15 @@ REFUSED = (
 
 
 def milvus_code() -> dict:
-    """The code key of a Milvus collection: the code that lays out and searches its rows."""
-    from cir_demo.utils.code_hash import code_key
+    """The code key of a Milvus collection: the one module that lays out, indexes and searches its rows
+    (`milvus_store`, its code without docstrings) and the libraries it writes them with. Not the
+    modules it reaches, as faiss's key is: a collection on a shared cluster is refused, not rebuilt,
+    when this differs, so an unrelated change must not refuse it."""
+    from cir_demo.utils.code_hash import code_text
+    from cir_demo.utils.versions import library_versions
 
-    return code_key(("cir_demo.index.milvus_store",), ("pymilvus", "numpy"))
+    digest = hashlib.sha256(code_text(Path(store.__file__)))
+    return {"sha256": digest.hexdigest(), "libraries": library_versions("numpy", "pymilvus")}
 
 
 def _pymilvus_major() -> str | None:
@@ -225,6 +231,7 @@ def _resume_from(client, target, name: str, key: str, dim: int, force: bool) -> 
             f"retriever gives {dim}-d; refusing to replace it (--force drops it)"
         )
     if ours and have == dim and "index_type" in manifest.params and manifest.params.get("search_params") is not None:
+        store.calling(target, f"loading {name}", client.load_collection, name)  # released by a restart
         done = store.row_count(client, target, name)
         if done == 0 or store.row_count(client, target, name, below=done) == done:  # rows 0..done-1, no gap
             return manifest, done

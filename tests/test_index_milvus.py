@@ -248,6 +248,7 @@ build_milvus_index(tiny_benchmark(47, name="mv-sigkill"), r, sys.argv[1], progre
 """
 
 
+@pytest.mark.slow  # a second process imports torch and pymilvus
 def test_a_process_killed_mid_build_leaves_the_old_one_serving(tmp_path, capsys):
     """SIGKILL, not an exception: what Milvus Lite kept on disk is all the next build finds."""
     import signal
@@ -269,3 +270,23 @@ def test_a_process_killed_mid_build_leaves_the_old_one_serving(tmp_path, capsys)
         from milvus_lite import server_manager_instance
 
         server_manager_instance.release_server(uri)
+
+
+def test_the_engine_ranks_from_milvus_as_from_faiss_and_the_app_passes_the_uri(lite, tmp_path, monkeypatch):
+    """The seam the app and --eval share: `RetrievalEngine(index_uri=...)` searches Milvus."""
+    from cir_demo.engine import RetrievalEngine
+    from cir_demo.index.milvus_build import MilvusLoadedIndex
+    from cir_demo.ui.startup import build_parser
+
+    monkeypatch.setenv("CIR_DEMO_INDEXES", str(tmp_path / "indexes"))
+    bench = tiny_benchmark(40, name="mv-engine")
+    engines = {}
+    for uri in (lite, None):
+        engines[uri] = RetrievalEngine(bench, [], progress=False, index_uri=uri)
+        engines[uri].add_retriever(TinyConvRetriever())
+    queries = [engines[None].composed(q) for q in bench.queries]
+    assert isinstance(engines[lite].index("tiny-conv"), MilvusLoadedIndex)
+    assert not isinstance(engines[None].index("tiny-conv"), MilvusLoadedIndex)
+    milvus, faiss = (engines[u].search("tiny-conv", queries, k=10) for u in (lite, None))
+    assert [r.ids for r in milvus] == [r.ids for r in faiss] and len(milvus[0].ids) == 10
+    assert build_parser().parse_args(["--index-uri", lite]).index_uri == lite  # the app's flag

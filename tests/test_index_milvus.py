@@ -213,8 +213,15 @@ def test_index_choice_by_size_follows_the_flat_limit():
 
 
 @pytest.mark.skipif(not os.environ.get("CIR_DEMO_MILVUS_URI"), reason="set CIR_DEMO_MILVUS_URI to a Milvus server")
-def test_against_a_server():
+def test_against_a_server(monkeypatch):
+    """CIR_DEMO_MILVUS_URI (and MILVUS_TOKEN for a server with authentication): build, search, fresh."""
     uri = os.environ["CIR_DEMO_MILVUS_URI"]
+    if os.environ.get("MILVUS_TOKEN"):  # a wrong token is refused in one line that does not show it
+        with monkeypatch.context() as m:
+            m.setenv("MILVUS_TOKEN", "root:not-the-password")
+            with pytest.raises(MilvusIndexError, match="refused the credentials") as exc:
+                milvus_store.connect(milvus_store.parse_uri(uri))
+            assert "not-the-password" not in str(exc.value) and "\n" not in str(exc.value)
     bench, r = tiny_benchmark(33, name=f"mv-server-{os.getpid()}"), TinyConvRetriever()
     loaded = build_milvus_index(bench, r, uri, progress=False)
     try:

@@ -261,6 +261,7 @@ def write_collection(
             say(f"Milvus at {target.shown}: resuming the build of {name} at row {start:,} of {len(ids):,}")
     store.insert_rows(client, target, name, xb, ids, start, progress)
     store.calling(target, f"flushing {name}", client.flush, name)
+    store.wait_indexed(client, target, name, len(ids))
     store.calling(target, f"loading {name}", client.load_collection, name)
     count = store.row_count(client, target, name)
     if count != len(ids):
@@ -347,8 +348,20 @@ def build_milvus_index(
     )
     move_alias(client, target, alias, name, exists=serving is not None)
     if serving is not None and serving != name:  # ours and outdated, or replaced with --force
-        store.calling(target, f"dropping the replaced {serving}", client.drop_collection, serving)
+        _drop_replaced(client, target, serving)
     return load_collection(client, target, alias, name, manifest, ids, built=True)
+
+
+def _drop_replaced(client, target, name: str) -> None:
+    """Drop the collection the alias no longer serves; when that fails (Milvus Lite refuses while its
+    background index builder still writes the collection's files), say so and go on: the new
+    collection is served already."""
+    from cir_demo.index.build import say
+
+    try:
+        store.calling(target, f"dropping the replaced collection {name}", client.drop_collection, name)
+    except MilvusIndexError as exc:
+        say(f"warning: {exc}; it is no longer served: drop it later")
 
 
 def _served_reasons(old, state: str, serving: str, retriever, ids, fingerprint) -> list[str]:

@@ -326,6 +326,21 @@ def create_vector_index(client, target: MilvusTarget, name: str, types: Sequence
     )
 
 
+def wait_indexed(client, target: MilvusTarget, name: str, n: int, poll_s: float = 1.0) -> None:
+    """Return once the server says every one of the `n` rows of `name` is indexed: a server builds
+    indexes after a flush, in the background, and until then searches sealed segments through an
+    interim index whose recall is not the requested one."""
+    import time
+
+    while True:
+        info = calling(target, f"describing the index of {name}", client.describe_index, name, VECTOR)
+        if "fail" in str(info.get("state", "")).lower():
+            raise MilvusIndexError(f"Milvus at {target.shown}: building the index of {name} failed ({info})")
+        if int(info.get("indexed_rows", n)) >= n and int(info.get("pending_index_rows", 0)) == 0:
+            return
+        time.sleep(poll_s)
+
+
 def vector_dim(client, target: MilvusTarget, name: str) -> int | None:
     """The dimension of collection `name`'s vector field (None when it has none)."""
     info = calling(target, f"describing collection {name}", client.describe_collection, name)

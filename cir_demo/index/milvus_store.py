@@ -134,6 +134,25 @@ def _refused(message: str) -> bool:
     return any(w in low for w in ("auth", "credential", "password", "token", "unauthenticated", "permission denied"))
 
 
+def _refusal(exc: BaseException, target: MilvusTarget) -> str | None:
+    """The server's words when `exc` (or the gRPC error pymilvus wraps in it) refuses the credentials."""
+    seen: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in seen and len(seen) < 8:
+        seen.append(e)
+        code = getattr(e, "code", None)
+        try:
+            status = str(code()) if callable(code) else str(code or "")
+        except Exception:  # a code() that needs a live call
+            status = ""
+        details = getattr(e, "details", None)
+        text = str(details() if callable(details) else failure_text(e, target))
+        if "UNAUTHENTICATED" in status or "PERMISSION_DENIED" in status or _refused(text):
+            return failure_text(Exception(text), target)
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def connect(target: MilvusTarget, timeout: float = 10.0):
     """A MilvusClient of `target`, its connection checked; MilvusIndexError (one line) when the server
     cannot be reached or refuses the credentials, or when pymilvus is not installed."""
@@ -161,10 +180,10 @@ def connect(target: MilvusTarget, timeout: float = 10.0):
         client = MilvusClient(uri=target.uri, token=token, timeout=timeout)
         client.list_collections()
     except Exception as exc:  # pymilvus raises its own and grpc's errors
-        line = failure_text(exc, target)
-        if _refused(line):
+        line, refused = failure_text(exc, target), _refusal(exc, target)
+        if refused:
             raise MilvusIndexError(
-                f"Milvus at {target.shown} refused the credentials ({line}); set {TOKEN_ENV} to user:password "
+                f"Milvus at {target.shown} refused the credentials ({refused}); set {TOKEN_ENV} to user:password "
                 "or an API key"
             ) from None
         if target.lite:
@@ -183,9 +202,9 @@ def calling(target: MilvusTarget, what: str, fn: Callable, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except _milvus_exception() as exc:
-        line = failure_text(exc, target)
-        if _refused(line):
-            raise MilvusIndexError(f"Milvus at {target.shown} refused {what} ({line}); check {TOKEN_ENV}") from None
+        line, refused = failure_text(exc, target), _refusal(exc, target)
+        if refused:
+            raise MilvusIndexError(f"Milvus at {target.shown} refused {what} ({refused}); check {TOKEN_ENV}") from None
         raise MilvusIndexError(f"Milvus at {target.shown}: {what} failed ({line})") from None
 
 

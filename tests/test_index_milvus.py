@@ -107,6 +107,18 @@ def test_other_code_is_refused_unless_forced(lite, client, monkeypatch):
     assert_brute_force(forced, bench, r, 5)
 
 
+def test_force_rebuilds_a_fresh_collection_under_the_other_name(lite, client):
+    bench, r = tiny_benchmark(15, name="mv-force"), TinyConvRetriever()
+    first = build_milvus_index(bench, r, lite, progress=False)
+    encoded = r.images_encoded
+    second = build_milvus_index(bench, r, lite, progress=False, force=True)
+    third = build_milvus_index(bench, r, lite, progress=False, force=True)
+    assert second.built and third.built and r.images_encoded == 3 * encoded  # encoded again each time
+    assert second.collection == first.collection + "_r" and third.collection == first.collection
+    assert aliases(client)[first.alias] == third.collection and not client.has_collection(second.collection)
+    assert_brute_force(third, bench, r, 5)
+
+
 def test_a_killed_build_leaves_the_old_one_serving_and_resumes(lite, client, monkeypatch, capsys):
     r = TinyConvRetriever()
     old = build_milvus_index(tiny_benchmark(25, name="mv-kill"), r, lite, progress=False)

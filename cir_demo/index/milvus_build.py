@@ -230,7 +230,8 @@ def _resume_from(client, target, name: str, key: str, dim: int, force: bool) -> 
             f"Milvus at {target.shown}: dimension mismatch: collection {name} holds {have}-d vectors, the "
             f"retriever gives {dim}-d; refusing to replace it (--force drops it)"
         )
-    if ours and have == dim and "index_type" in manifest.params and manifest.params.get("search_params") is not None:
+    resumable = ours and have == dim and not (force and state == COMPLETE)  # --force: a whole one is built again
+    if resumable and "index_type" in manifest.params and manifest.params.get("search_params") is not None:
         store.calling(target, f"loading {name}", client.load_collection, name)  # released by a restart
         done = store.row_count(client, target, name)
         if done == 0 or store.row_count(client, target, name, below=done) == done:  # rows 0..done-1, no gap

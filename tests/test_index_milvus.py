@@ -309,3 +309,15 @@ def test_the_engine_ranks_from_milvus_as_from_faiss_and_the_app_passes_the_uri(l
     milvus, faiss = (engines[u].search("tiny-conv", queries, k=10) for u in (lite, None))
     assert [r.ids for r in milvus] == [r.ids for r in faiss] and len(milvus[0].ids) == 10
     assert build_parser().parse_args(["--index-uri", lite]).index_uri == lite  # the app's flag
+
+
+def test_sharded_encoding_writes_the_same_collection(lite, tmp_path):
+    """`index build --sharded --index-uri`: rank 0 writes the shards' rows into Milvus (one process here)."""
+    from cir_demo.index.shard import DistContext, build_sharded_milvus
+
+    bench, r = tiny_benchmark(21, name="mv-sharded"), TinyConvRetriever()
+    loaded = build_sharded_milvus(bench, r, lite, DistContext(), shard_dir=tmp_path / "shards", progress=False)
+    assert loaded.built and loaded.manifest.num_shards == 1 and not (tmp_path / "shards").exists()
+    assert_brute_force(loaded, bench, r, 8)
+    again = build_sharded_milvus(bench, r, lite, DistContext(), shard_dir=tmp_path / "shards", progress=False)
+    assert not again.built and again.collection == loaded.collection

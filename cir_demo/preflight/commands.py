@@ -101,7 +101,7 @@ def eval_problems(args: argparse.Namespace) -> list[Line]:
     problems += fetch_flag_problems(args)
     from cir_demo.index.cli import index_uri_problems
 
-    problems += [Line("--index-uri", "blocked", p) for p in index_uri_problems(args)]
+    problems += [Line("", "blocked", p) for p in index_uri_problems(args)]
     unknown_benchmark = benchmark_name_problems(args)
     if unknown_benchmark:  # first: the retrievers and reranker below are the benchmark's defaults
         return unknown_benchmark + problems
@@ -159,7 +159,7 @@ def index_build_problems(args: argparse.Namespace) -> list[Line]:
     problems += retriever_problems([args.retriever])
     from cir_demo.index.cli import index_params, index_uri_problems, memory_budget
 
-    problems += [Line("--index-uri", "blocked", p) for p in index_uri_problems(args)]
+    problems += [Line("", "blocked", p) for p in index_uri_problems(args)]
 
     for check in (index_params, memory_budget):  # a parameter of another --kind; a budget that is not positive
         try:
@@ -202,7 +202,7 @@ def app_problems(args: argparse.Namespace) -> list[Line]:
     problems += _name_problems(args)
     from cir_demo.index.cli import index_uri_problems
 
-    problems += [Line("--index-uri", "blocked", p) for p in index_uri_problems(args)]
+    problems += [Line("", "blocked", p) for p in index_uri_problems(args)]
     return problems
 
 

@@ -321,3 +321,27 @@ def test_sharded_encoding_writes_the_same_collection(lite, tmp_path):
     assert_brute_force(loaded, bench, r, 8)
     again = build_sharded_milvus(bench, r, lite, DistContext(), shard_dir=tmp_path / "shards", progress=False)
     assert not again.built and again.collection == loaded.collection
+
+
+def test_index_params_override_the_choice_and_are_kept_in_the_manifest(lite, capsys):
+    bench, r = tiny_benchmark(18, name="mv-params"), TinyConvRetriever()
+    flat = build_milvus_index(bench, r, lite, progress=False)
+    request = '{"index_type": "HNSW", "params": {"M": 8}, "search_params": {"ef": 40}}'
+    hnsw = build_milvus_index(bench, r, lite, progress=False, index_params=request)
+    assert "index type changed: collection is FLAT, requested HNSW" in capsys.readouterr().err
+    p = hnsw.manifest.params
+    assert (p["index_type"], p["params"], p["search_params"], hnsw.manifest.choice) == (
+        "HNSW",
+        {"M": 8, "efConstruction": 200},
+        {"ef": 40},
+        "requested",
+    )
+    assert hnsw.built and hnsw.collection != flat.collection
+    assert client_index_type(hnsw) == "HNSW"
+    again = build_milvus_index(bench, r, lite, progress=False, index_params=request)
+    assert not again.built and again.collection == hnsw.collection
+    assert not build_milvus_index(bench, r, lite, progress=False).built  # no request: the HNSW one serves
+
+
+def client_index_type(loaded) -> str:
+    return loaded.client.describe_index(loaded.collection, milvus_store.VECTOR)["index_type"]

@@ -108,8 +108,10 @@ def shown_uri(uri: str) -> str:
 
 
 def _quiet_pymilvus() -> None:
-    """pymilvus logs every failed call with its traceback at ERROR; each failure here becomes one line."""
-    for name in ("pymilvus", "milvus_lite"):
+    """pymilvus logs every failed call with its traceback at ERROR; each failure here becomes one line.
+    grpc._server: Milvus Lite's in-process server logs a traceback for every call it does not implement
+    (pymilvus asks it for timestamps), which an app's log would otherwise show."""
+    for name in ("pymilvus", "milvus_lite", "grpc._server"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 

@@ -170,7 +170,8 @@ def connect(target: MilvusTarget, timeout: float = 10.0):
             import milvus_lite  # noqa: F401
         except ImportError:
             raise MilvusIndexError(
-                f"--index-uri {target.shown}: milvus-lite is not installed (pip install -r requirements.txt)"
+                f"--index-uri {target.shown}: Milvus Lite is not installed (pip install milvus-lite==3.2.2; it "
+                "requires faiss-cpu, so beside a CUDA faiss use a Milvus server instead)"
             ) from None
         parent = os.path.dirname(target.uri)
         try:

@@ -49,6 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="allow retrievers that run their model repository's code (BGE-VL, GME); never the default",
     )
+    from cir_demo.index.cli import add_index_uri_argument
+
+    add_index_uri_argument(r)
     add_dry_run_and_debug(r, "run would download, encode and rerank")
     from cir_demo.images.cli import add_fetch_arguments
 
@@ -123,6 +126,7 @@ def eval_settings(args: argparse.Namespace):
         rerank=args.rerank,
         rerank_top_n=args.rerank_top_n,
         device=args.device,
+        index_uri=getattr(args, "index_uri", None),
         trust_remote_code=bool(args.trust_remote_code),
         dry_run=bool(args.dry_run),
         out=args.out,

@@ -47,6 +47,8 @@ def _build(args: argparse.Namespace) -> int:
         return _dry_run(args, device)
     bench = check_run(args, _load_benchmark(args), [args.retriever])  # weights, opt-ins and images before any long work
     retriever = load_retriever(args.retriever, device=device, trust_remote_code=args.trust_remote_code)
+    if getattr(args, "index_uri", None):
+        return _build_milvus(args, bench, retriever, budget, ctx)
     common = dict(
         out_dir=args.out_dir,
         kind=args.kind,
@@ -77,6 +79,45 @@ def _build(args: argparse.Namespace) -> int:
         f"built {m.built_at} in {m.build_seconds:.1f} s on {m.device}"
         + (f" across {m.num_shards} processes" if m.num_shards > 1 else "")
         + (f"; faiss {m.factory}, {m.choice}" if m.choice else "")
+    )
+    return 0
+
+
+def _build_milvus(args: argparse.Namespace, bench, retriever, budget: int | None, ctx) -> int:
+    """`index build --index-uri`: the collection written (or found fresh) in Milvus, the corpus encoded
+    here or, with --sharded, by every launched process."""
+    common = dict(
+        index_params=args.index_params,
+        batch_size=args.batch_size,
+        progress=not args.no_progress,
+        force=args.force,
+        memory_budget=budget,
+    )
+    if ctx is not None:
+        from cir_demo.index.shard import build_sharded_milvus
+
+        try:
+            loaded = build_sharded_milvus(
+                bench, retriever, args.index_uri, ctx, args.shard_dir, args.keep_shards, **common
+            )
+        finally:
+            ctx.close()
+        if not ctx.is_main:
+            return 0
+    else:
+        from cir_demo.index.milvus_build import build_milvus_index
+
+        loaded = build_milvus_index(bench, retriever, args.index_uri, **common)
+    m = loaded.manifest
+    state = (
+        f"built in {m.build_seconds:.1f} s on {m.device}"
+        + (f" across {m.num_shards} processes" if m.num_shards > 1 else "")
+        if loaded.built
+        else f"fresh (built {m.built_at}; not rebuilt)"
+    )
+    print(
+        f"{loaded.location}: {m.params['index_type']} index of {m.count} images x {m.dim} dims, {state}; "
+        f"search {m.params['search_params']}, {m.choice}"
     )
     return 0
 

@@ -101,6 +101,9 @@ def eval_problems(args: argparse.Namespace) -> list[Line]:
         ],
     )
     problems += fetch_flag_problems(args)
+    from cir_demo.index.cli import index_uri_problems
+
+    problems += [Line("", "blocked", p) for p in index_uri_problems(args)]
     unknown_benchmark = benchmark_name_problems(args)
     if unknown_benchmark:  # first: the retrievers and reranker below are the benchmark's defaults
         return unknown_benchmark + problems
@@ -157,7 +160,9 @@ def index_build_problems(args: argparse.Namespace) -> list[Line]:
     )
     problems += fetch_flag_problems(args)
     problems += retriever_problems([args.retriever])
-    from cir_demo.index.cli import index_params, memory_budget
+    from cir_demo.index.cli import index_params, index_uri_problems, memory_budget
+
+    problems += [Line("", "blocked", p) for p in index_uri_problems(args)]
 
     for check in (index_params, memory_budget):  # a parameter of another --kind; a budget that is not positive
         try:
@@ -198,6 +203,9 @@ def app_problems(args: argparse.Namespace) -> list[Line]:
     problems += int_problems(args, COMMAND_INT_FLAGS[("app", None)])
     problems += positive_float_problems(args, COMMAND_POSITIVE_FLOATS[("app", None)])
     problems += _name_problems(args)
+    from cir_demo.index.cli import index_uri_problems
+
+    problems += [Line("", "blocked", p) for p in index_uri_problems(args)]
     return problems
 
 

@@ -16,6 +16,23 @@ from cir_demo.benchmarks.families import MetricFamily, metric_family
 from cir_demo.benchmarks.schema import Benchmark
 
 
+# per_query.csv holds the per-query values to this many decimals, and every aggregate, interval and table
+# is computed from the values as stored: the check of shipped outputs (harness/shipped_check.py) then
+# recomputes each of them from the file exactly (a tie or a count "helped" decided on unstored bits
+# could not be recomputed)
+ROW_DECIMALS = 6
+
+
+def stored_precision(per_query: pd.DataFrame) -> pd.DataFrame:
+    """`per_query` with its float columns rounded to `ROW_DECIMALS`, as per_query.csv stores them."""
+    floats = per_query.select_dtypes("float").columns
+    if not len(floats):
+        return per_query
+    out = per_query.copy()
+    out[floats] = out[floats].round(ROW_DECIMALS)
+    return out
+
+
 @dataclass
 class RunEvaluation:
     name: str
@@ -42,12 +59,27 @@ def evaluate_run(
     warnings: Sequence[str] = (),
 ) -> RunEvaluation:
     """Official aggregates plus group-bootstrap CIs for the headline metrics."""
+    per_query = metrics_module(benchmark).per_query(run, benchmark.queries)
+    return evaluation_of_rows(benchmark, per_query, name, n_boot=n_boot, seed=seed, warnings=warnings)
+
+
+def evaluation_of_rows(
+    benchmark: Benchmark,
+    per_query: pd.DataFrame,
+    name: str,
+    n_boot: int = 1000,
+    seed: int = 0,
+    warnings: Sequence[str] = (),
+) -> RunEvaluation:
+    """The evaluation of a run from its per-query rows (the family's `per_query`, or the rows of a
+    per_query.csv: metadata columns already there are kept): what `--eval` and the check of shipped
+    outputs (harness/shipped_check.py) derive every aggregate, interval and table from."""
     from cir_demo.metrics.breakdown import query_meta_frame
     from cir_demo.metrics.headline import headline_cis
 
     fam = family_of(benchmark)
     mod = metrics_module(benchmark)
-    per_query = mod.per_query(run, benchmark.queries)
+    per_query = stored_precision(per_query)
     with warnings_module.catch_warnings():  # coverage is reported by the caller, per results file
         warnings_module.simplefilter("ignore", category=UserWarning)
         metrics = {"model": name, **mod.aggregate(per_query, n_queries_total=len(benchmark.queries))}

@@ -113,6 +113,10 @@ def _prebuilt(args: argparse.Namespace) -> int:
 
     if args.rerun and not args.check:
         raise ValueError("--rerun goes with --check (it checks the shipped --eval outputs by running --eval again)")
+    if (args.all or args.seed is not None or args.sample is not None) and not args.check:
+        raise ValueError("--all, --seed and --sample go with --check (they choose the intents it recomputes)")
+    if args.sample is not None and args.sample < 1:
+        raise ValueError(f"--sample {args.sample}: draw at least 1 intent per split (--all: every one)")
     if args.limit and args.only != "eval":
         raise ValueError("--limit goes with --only eval (corpus embeddings are always of the whole corpus)")
     args.benchmark = args.benchmark or "world"
@@ -202,16 +206,25 @@ def _prebuilt_eval(args: argparse.Namespace, bench, names: list[str], reranker: 
 
     if not args.check:
         print(f"wrote {build_shipped_run(args, bench, names, reranker)}")
-    reasons = check_shipped_run(bench, names, reranker, rerun=args.check and args.rerun, recompute=args.check)
+    from cir_demo.harness.shipped_check import CONTENT
+
+    reasons = check_shipped_run(
+        bench,
+        names,
+        reranker,
+        rerun=args.check and args.rerun,
+        recompute=args.check,
+        sample=0 if args.all else args.sample,
+        seed=args.seed,
+    )
     what = (
-        ("byte-identical to --eval" if args.rerun else "--eval outputs, a slice recomputed from empty folders")
+        ("byte-identical to --eval" if args.rerun else "--eval outputs, every number recomputed")
         if args.check and not reasons
         else "--eval outputs"
     )
-    print(
-        f"{'stale' if reasons else 'fresh':6s} {what}: {shipped_dir(bench)}"
-        + "".join(f"\n       - {x}" for x in reasons)
-    )
+    # a number that differs from its recomputation is said apart from outputs of other code (stale)
+    state = "wrong" if any(r.startswith(CONTENT) for r in reasons) else ("stale" if reasons else "fresh")
+    print(f"{state:6s} {what}: {shipped_dir(bench)}" + "".join(f"\n       - {x}" for x in reasons))
     return int(bool(reasons))
 
 

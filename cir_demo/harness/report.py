@@ -18,6 +18,7 @@ from cir_demo.harness.evaluate import (
     metrics_module,
     metrics_table,
     paired_comparisons,
+    stored_precision,
 )
 from cir_demo.metrics.headline import strata_note
 from cir_demo.utils.csv_text import frame_csv
@@ -120,8 +121,8 @@ def write_outputs(
     per_query = per_query[["run"] + [c for c in per_query.columns if c != "run"]]
     paths["per_query.csv"] = out / "per_query.csv"
     # rounding first and writing floats as they are is several times faster than a per-value float_format
-    floats = per_query.select_dtypes("float").columns
-    per_query[floats] = per_query[floats].round(6)
+    # (the evaluations hold them rounded already: `stored_precision`)
+    per_query = stored_precision(per_query)
     write_text_atomic(paths["per_query.csv"], frame_csv(per_query))
 
     breakdowns = breakdown_tables(benchmark, evaluations, n_boot=n_boot, seed=seed)

@@ -338,7 +338,7 @@ def test_rows_forged_outside_the_draw_with_metrics_csv_at_their_mean_are_found(p
     (row,) = [r for r in metrics[1:] if r[0] == run]
     row[metrics[0].index("mAP@10")] = f"{mean:.4f}"
     _forge(directory, "metrics.csv", _csv_text(metrics))
-    assert cli_main(_check(names, "--sample", "4", "--seed", str(seed))) == 1
+    assert cli_main(_check(names, "--sample", "4", "--draw-seed", str(seed))) == 1
     out = capsys.readouterr().out
     assert "recomputed by the models" not in out  # the draw did not see them ...
     assert "metrics.json runs[" in out and "report.md line" in out  # ... the files written from them did
@@ -369,3 +369,40 @@ def test_a_forged_interval_breakdown_cell_or_report_number_is_found_whatever_the
     assert named[0].startswith("breakdowns.csv row 3 (") and " column AP@10: " in named[0]
     assert named[1].startswith("report.md line ") and f"{float(cell) + 0.05:.4f} shipped, {cell} recomputed" in named[1]
     assert named[2].startswith("compositional/paired.csv row 3 (") and " column lo: " in named[2]
+
+
+def test_run_info_must_be_what_the_key_hashes(prebuilt, tmp_path):
+    from cir_demo.harness import shipped_check
+
+    _, directory = prebuilt
+    manifest = prebuilt_run.read_shipped_manifest(directory)
+    assert shipped_check.unpack_shipped(directory, manifest, tmp_path / "run") == []
+    assert shipped_check.run_info_problems(tmp_path / "run", manifest["key"]) == []
+    info_path = tmp_path / "run" / "compositional" / "run_info.json"
+    info = json.loads(info_path.read_text())
+    info["rerank_top_n"] = 10
+    info_path.write_text(json.dumps(info))
+    assert shipped_check.run_info_problems(tmp_path / "run", manifest["key"]) == [
+        "content: compositional/run_info.json: its rerank_top_n is not what the manifest's key records"
+    ]
+
+
+@pytest.mark.parametrize(
+    "shipped, recomputed, sig6, same",
+    [
+        ("0.1454", "0.1454", False, True),
+        ("0.1454", "0.1455", False, True),  # a value on a rounding boundary prints either way
+        ("0.1454", "0.1456", False, False),
+        ("0.1775", "0.1454", False, False),
+        ("0.5", "0.500001", True, True),  # %.6g: six significant digits, trailing zeros dropped
+        ("0.6", "0.5", True, False),
+        ("0.0180442", "0.0190442", True, False),
+        ("610", "609", False, False),  # counts exactly
+        ("nan", "nan", False, True),
+        ("+0.0129", "+0.0130", False, True),
+    ],
+)
+def test_printed_numbers_agree_to_one_unit_of_their_last_place(shipped, recomputed, sig6, same):
+    from cir_demo.harness.shipped_check import same_number
+
+    assert same_number(shipped, recomputed, sig6) is same

@@ -113,9 +113,10 @@ def _prebuilt(args: argparse.Namespace) -> int:
 
     if args.rerun and not args.check:
         raise ValueError("--rerun goes with --check (it checks the shipped --eval outputs by running --eval again)")
-    if (args.all or args.seed is not None or args.sample is not None) and not args.check:
-        raise ValueError("--all, --seed and --sample go with --check (they choose the intents it recomputes)")
-    if args.sample is not None and args.sample < 1:
+    every, draw_seed, sample = (getattr(args, k, None) for k in ("all", "draw_seed", "sample"))
+    if (every or draw_seed is not None or sample is not None) and not args.check:
+        raise ValueError("--all, --draw-seed and --sample go with --check (they choose the intents it recomputes)")
+    if sample is not None and sample < 1:
         raise ValueError(f"--sample {args.sample}: draw at least 1 intent per split (--all: every one)")
     if args.limit and args.only != "eval":
         raise ValueError("--limit goes with --only eval (corpus embeddings are always of the whole corpus)")
@@ -214,8 +215,8 @@ def _prebuilt_eval(args: argparse.Namespace, bench, names: list[str], reranker: 
         reranker,
         rerun=args.check and args.rerun,
         recompute=args.check,
-        sample=0 if args.all else args.sample,
-        seed=args.seed,
+        sample=0 if getattr(args, "all", False) else getattr(args, "sample", None),
+        seed=getattr(args, "draw_seed", None),
     )
     what = (
         ("byte-identical to --eval" if args.rerun else "--eval outputs, every number recomputed")

@@ -2,15 +2,16 @@
 every number they hold is recomputed, so a forged one fails whatever records were rewritten with it.
 
 - Per-query rows (per_query.csv of each split): the rows of a sample of intents drawn at check time
-  (`SAMPLE_INTENTS` per split, from a random seed that is printed; `--seed` repeats a draw, `--all`
+  (`SAMPLE_INTENTS` per split, from a random seed that is printed; `--draw-seed` repeats a draw, `--all`
   takes every intent) are recomputed from the models in an empty data folder and compared with the
   shipped ones; every row is checked for what it must satisfy whatever the ranking (`row_problems`).
 - Everything else of each split (metrics.csv, metrics.json, paired.csv, breakdowns.csv, report.md,
   report.tex) is written again from those rows by the code `--eval` writes it with (harness/report.py,
   the report's sections) and compared number by number (`number_problems`); run_manifest.json's
   records are compared with the files.
-- Not recomputed: plots/ (images drawn from the same rows; `--check --rerun` compares them byte for
-  byte) and run_info.json, the record of the run (specs, times): its specs are what the key hashes.
+- run_info.json (the run's specs, rerank depth, benchmark) must be what the manifest's key hashes
+  (`run_info_problems`); plots/ are not drawn again (images drawn from the same rows; `--check
+  --rerun` compares them byte for byte).
 
 A forged row outside the drawn intents that still satisfies `row_problems` is found only when the draw
 includes its intent: with f of n intents forged and k drawn, it escapes with probability
@@ -430,6 +431,22 @@ def unpack_shipped(directory: Path, manifest: dict, out: Path) -> list[str]:
     return []
 
 
+def run_info_problems(run_dir: Path, key: dict) -> list[str]:
+    """run_info.json of each split against the key of the manifest: the specs (weights and query
+    templates), the reranker and its depth, the benchmark it records are those the key hashes."""
+    from cir_demo.harness.prebuilt_run_build import key_of_run
+
+    out = []
+    for info in sorted(run_dir.rglob("run_info.json")):
+        now = key_of_run(info.parent)
+        top = info.parent == run_dir  # a split's folder records its own split's fingerprint
+        for field in ("benchmark_fingerprint",) * top + ("retrievers", "reranker", "rerank_top_n"):
+            if now.get(field) != key.get(field):
+                rel = info.relative_to(run_dir).as_posix()
+                out.append(f"{CONTENT}{rel}: its {field} is not what the manifest's key records")
+    return out
+
+
 def check_numbers(
     run_dir: Path,
     names: Sequence[str],
@@ -462,7 +479,7 @@ def check_numbers(
         say(
             "recomputing the per-query rows of "
             + ", ".join(f"{len(drawn[s.label])} of {n[s.label]} intents of the {s.label} split" for s in splits)
-            + f" from the models (draw seed {seed}; --seed {seed} repeats it, --all takes every intent; "
+            + f" from the models (draw seed {seed}; --draw-seed {seed} repeats it, --all takes every intent; "
             f"one forged intent outside the draw escapes it with probability up to {escape:.0%})"
         )
         now = recomputed_rows(splits, names, reranker, int(run_info.get("rerank_top_n") or 20), drawn)
@@ -477,4 +494,4 @@ def check_numbers(
             for name in RECOMPUTED_FILES:
                 rel = split.path(name)
                 problems += file_problems(rel, run_dir / rel, Path(tmp) / rel)
-    return problems + manifest_problems(run_dir)
+    return problems + manifest_problems(run_dir) + run_info_problems(run_dir, manifest["key"])

@@ -151,7 +151,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --check: recompute the per-query rows of every intent, not of a random draw",
     )
     pb.add_argument(
-        "--seed",
+        "--draw-seed",
         type=int,
         default=None,
         help="with --check: the seed of the draw of intents (default: a new random one, printed)",

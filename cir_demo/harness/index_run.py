@@ -154,6 +154,11 @@ def _prebuilt(args: argparse.Namespace) -> int:
 
     if args.rerun and not args.check:
         raise ValueError("--rerun goes with --check (it checks the shipped --eval outputs by running --eval again)")
+    every, draw_seed, sample = (getattr(args, k, None) for k in ("all", "draw_seed", "sample"))
+    if (every or draw_seed is not None or sample is not None) and not args.check:
+        raise ValueError("--all, --draw-seed and --sample go with --check (they choose the intents it recomputes)")
+    if sample is not None and sample < 1:
+        raise ValueError(f"--sample {args.sample}: draw at least 1 intent per split (--all: every one)")
     if args.limit and args.only != "eval":
         raise ValueError("--limit goes with --only eval (corpus embeddings are always of the whole corpus)")
     args.benchmark = args.benchmark or "world"
@@ -245,16 +250,25 @@ def _prebuilt_eval(args: argparse.Namespace, bench, names: list[str], reranker: 
 
     if not args.check:
         print(f"wrote {build_shipped_run(args, bench, names, reranker)}")
-    reasons = check_shipped_run(bench, names, reranker, rerun=args.check and args.rerun, recompute=args.check)
+    from cir_demo.harness.shipped_check import CONTENT
+
+    reasons = check_shipped_run(
+        bench,
+        names,
+        reranker,
+        rerun=args.check and args.rerun,
+        recompute=args.check,
+        sample=0 if getattr(args, "all", False) else getattr(args, "sample", None),
+        seed=getattr(args, "draw_seed", None),
+    )
     what = (
-        ("byte-identical to --eval" if args.rerun else "--eval outputs, a slice recomputed from empty folders")
+        ("byte-identical to --eval" if args.rerun else "--eval outputs, every number recomputed")
         if args.check and not reasons
         else "--eval outputs"
     )
-    print(
-        f"{'stale' if reasons else 'fresh':6s} {what}: {shipped_dir(bench)}"
-        + "".join(f"\n       - {x}" for x in reasons)
-    )
+    # a number that differs from its recomputation is said apart from outputs of other code (stale)
+    state = "wrong" if any(r.startswith(CONTENT) for r in reasons) else ("stale" if reasons else "fresh")
+    print(f"{state:6s} {what}: {shipped_dir(bench)}" + "".join(f"\n       - {x}" for x in reasons))
     return int(bool(reasons))
 
 

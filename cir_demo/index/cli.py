@@ -154,8 +154,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--check",
         action="store_true",
         help="only say whether the prebuilt files match the benchmark, the weights, the code and the "
-        "libraries, and whether a slice of the embeddings and of the --eval outputs recomputed "
-        "from an empty data folder gives the shipped content (exit 1 if not)",
+        "libraries, and whether their content is what is computed now: a slice of the embeddings "
+        "re-encoded, and every number of the --eval outputs recomputed (the per-query rows of intents "
+        "drawn at random from the models in an empty data folder, every other file from the rows; "
+        "exit 1 if not)",
+    )
+    pb.add_argument(
+        "--all",
+        action="store_true",
+        help="with --check: recompute the per-query rows of every intent, not of a random draw",
+    )
+    pb.add_argument(
+        "--draw-seed",
+        type=int,
+        default=None,
+        help="with --check: the seed of the draw of intents (default: a new random one, printed)",
+    )
+    pb.add_argument(
+        "--sample",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --check: intents drawn per split (default 24)",
     )
     pb.add_argument(
         "--rerun",

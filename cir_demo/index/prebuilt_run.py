@@ -223,6 +223,14 @@ def shipped_problems(directory: Path, served: Mapping | None = None) -> list[str
     return stored_problems(directory, manifest) + key
 
 
+def read_stored(directory: Path, name: str, record: Mapping) -> bytes | None:
+    """The content of shipped file `name` (decompressed), or None when it does not match its record's sha256."""
+    (stored,) = record["stored"]
+    data = (directory / stored).read_bytes()
+    data = lzma.decompress(data) if stored != name else data
+    return data if hashlib.sha256(data).hexdigest() == record["sha256"] else None
+
+
 def install_shipped_run(
     benchmark, served: Mapping, runs_root: Path, root: Path | None = None
 ) -> tuple[Path | None, list[str]]:
@@ -241,11 +249,11 @@ def install_shipped_run(
         return target, []
     with new_dir_beside(target) as tmp:
         for name, record in manifest["files"].items():
-            (stored,) = record["stored"]
-            data = (directory / stored).read_bytes()
-            data = lzma.decompress(data) if stored != name else data
-            if hashlib.sha256(data).hexdigest() != record["sha256"]:
-                return None, [f"damaged: {directory / stored}: its content does not match the manifest's sha256"]
+            data = read_stored(directory, name, record)
+            if data is None:
+                return None, [
+                    f"damaged: {directory / stored_name(name)}: its content does not match the manifest's sha256"
+                ]
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp / name).write_bytes(data)
         (tmp / INSTALLED_MARK).write_text(json.dumps(manifest, indent=1), encoding="utf-8")

@@ -29,6 +29,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from cir_demo.index.first_query import FIELD as FIRST_QUERY_FIELD
 from cir_demo.index.manifest import MANIFEST_FILE, new_dir_beside, safe_component
 from cir_demo.paths import REPO_ROOT
 from cir_demo.utils.code_hash import code_text
@@ -163,9 +164,12 @@ def stored_name(name: str) -> str:
     return name + ".xz" if name.endswith(COMPRESSED_SUFFIXES) else name
 
 
-def pack_run(run_dir: Path, out: Path, key: dict, command: list[str], provenance: dict) -> Path:
+def pack_run(
+    run_dir: Path, out: Path, key: dict, command: list[str], provenance: dict, first_query: dict | None = None
+) -> Path:
     """Write the shipped form of run folder `run_dir` (all but `LEFT_OUT`) with its manifest into `out`,
-    replacing it as a whole (refused, before any work, when `out` holds a file its manifest does not record)."""
+    replacing it as a whole (refused, before any work, when `out` holds a file its manifest does not record).
+    `first_query`: the manifest's field of the query the app's first visit opens (`index.first_query`)."""
     from cir_demo.index.manifest import replace_dir
     from cir_demo.integrity import file_record, refuse_unrecorded_files
     from cir_demo.utils.io import write_json_atomic
@@ -198,6 +202,7 @@ def pack_run(run_dir: Path, out: Path, key: dict, command: list[str], provenance
                 "command": command,
                 "provenance": provenance,
                 "files": files,
+                **({FIRST_QUERY_FIELD: first_query} if first_query is not None else {}),
             },
         )
         replace_dir(tmp, out)

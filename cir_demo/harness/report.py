@@ -116,14 +116,6 @@ def write_outputs(
     paths["metrics.csv"] = out / "metrics.csv"
     write_text_atomic(paths["metrics.csv"], table.to_csv(index=False, float_format="%.4f"))
 
-    per_query = pd.concat([ev.per_query.assign(run=ev.name) for ev in evaluations], ignore_index=True)
-    per_query = per_query[["run"] + [c for c in per_query.columns if c != "run"]]
-    paths["per_query.csv"] = out / "per_query.csv"
-    # rounding first and writing floats as they are is several times faster than a per-value float_format
-    floats = per_query.select_dtypes("float").columns
-    per_query[floats] = per_query[floats].round(6)
-    write_text_atomic(paths["per_query.csv"], frame_csv(per_query))
-
     breakdowns = breakdown_tables(benchmark, evaluations, n_boot=n_boot, seed=seed)
     if breakdowns:
         long = pd.concat([t.assign(field=f) for f, t in breakdowns.items()], ignore_index=True)
@@ -140,6 +132,15 @@ def write_outputs(
             lambda: write_plots(benchmark, evaluations, breakdowns, out / "plots", n_boot=n_boot, seed=seed),
             f"plots of {out}",
         )
+
+    # written while the plots are drawn beside (the child reads the evaluations, not this table)
+    per_query = pd.concat([ev.per_query.assign(run=ev.name) for ev in evaluations], ignore_index=True)
+    per_query = per_query[["run"] + [c for c in per_query.columns if c != "run"]]
+    paths["per_query.csv"] = out / "per_query.csv"
+    # rounding first and writing floats as they are is several times faster than a per-value float_format
+    floats = per_query.select_dtypes("float").columns
+    per_query[floats] = per_query[floats].round(6)
+    write_text_atomic(paths["per_query.csv"], frame_csv(per_query))
 
     paired = (
         paired_comparisons(benchmark, evaluations, n_boot=n_boot, seed=seed)

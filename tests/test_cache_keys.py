@@ -165,3 +165,34 @@ def test_the_worlds_pixel_fingerprint_follows_the_renderer_code(clone_package):
         f.write("\nPAINTED_OTHERWISE = True\n")
     code_hash.code_sha256.cache_clear()
     assert pixels_fingerprint("0" * 64) != before
+
+
+def test_a_hash_memoised_by_file_stats_is_recomputed_when_a_file_changes(tmp_path, monkeypatch):
+    """`memo_by_stats` gives what hashing the files gives (sha256 of their bytes here, computed by the
+    test): computed once, read back while every file stats the same, computed again after an edit and
+    when its memo is unreadable."""
+    import hashlib
+
+    from cir_demo.utils.code_hash import memo_by_stats
+
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
+    files = [tmp_path / "a.py", tmp_path / "b.py"]
+    for i, f in enumerate(files):
+        f.write_text(f"x = {i}\n")
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
+
+    def expected():
+        return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
+
+    assert memo_by_stats("t", files, compute) == expected() and len(calls) == 1
+    assert memo_by_stats("t", files, compute) == expected() and len(calls) == 1  # read back
+    files[1].write_text("x = 7\n")  # the same size
+    st = files[1].stat()
+    os.utime(files[1], ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert memo_by_stats("t", files, compute) == expected() and len(calls) == 2
+    (tmp_path / "cache" / "code-hash" / "t.json").write_text("{not json")
+    assert memo_by_stats("t", files, compute) == expected() and len(calls) == 3

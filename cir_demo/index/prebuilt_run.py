@@ -32,7 +32,7 @@ from typing import Mapping
 from cir_demo.index.first_query import FIELD as FIRST_QUERY_FIELD
 from cir_demo.index.manifest import MANIFEST_FILE, new_dir_beside, safe_component
 from cir_demo.paths import REPO_ROOT
-from cir_demo.utils.code_hash import code_text
+from cir_demo.utils.code_hash import code_text, memo_by_stats
 
 RUN_FOLDER = "eval"  # under the benchmark's prebuilt folder
 INSTALLED_MARK = "prebuilt.json"  # in an installed copy: the manifest it was installed from
@@ -49,16 +49,24 @@ RUN_RECORD_KEYS = ("timings_s", "wall_s", "argv")
 
 @functools.lru_cache(maxsize=1)
 def output_code_sha256() -> str:
-    """sha256 over the path and code (`code_text`) of every cir_demo module that shapes `--eval` outputs."""
+    """sha256 over the path and code (`code_text`) of every cir_demo module that shapes `--eval` outputs
+    (kept by `memo_by_stats` for the next process while no file changes)."""
     package = REPO_ROOT / "cir_demo"
-    digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        rel = path.relative_to(package)
-        if rel.parts[0] in NOT_OUTPUT_CODE or "__pycache__" in rel.parts:
-            continue
-        digest.update(rel.as_posix().encode() + b"\0")
-        digest.update(code_text(path) + b"\0")
-    return digest.hexdigest()
+    paths = [
+        path
+        for path in sorted(package.rglob("*.py"))
+        if path.relative_to(package).parts[0] not in NOT_OUTPUT_CODE
+        and "__pycache__" not in path.relative_to(package).parts
+    ]
+
+    def compute() -> str:
+        digest = hashlib.sha256()
+        for path in paths:
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+            digest.update(code_text(path) + b"\0")
+        return digest.hexdigest()
+
+    return memo_by_stats("eval-output-code", paths, compute)
 
 
 def output_libraries() -> dict:

@@ -173,7 +173,7 @@ def test_a_hash_memoised_by_file_stats_is_recomputed_when_a_file_changes(tmp_pat
     when its memo is unreadable."""
     import hashlib
 
-    from cir_demo.utils.code_hash import memo_by_stats
+    from cir_demo.utils.stat_memo import memo_by_stats
 
     monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
     files = [tmp_path / "a.py", tmp_path / "b.py"]

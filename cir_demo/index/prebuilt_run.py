@@ -32,7 +32,8 @@ from typing import Mapping
 from cir_demo.index.first_query import FIELD as FIRST_QUERY_FIELD
 from cir_demo.index.manifest import MANIFEST_FILE, new_dir_beside, safe_component
 from cir_demo.paths import REPO_ROOT
-from cir_demo.utils.code_hash import code_text, memo_by_stats
+from cir_demo.utils.code_hash import code_text
+from cir_demo.utils.stat_memo import memo_by_stats
 
 RUN_FOLDER = "eval"  # under the benchmark's prebuilt folder
 INSTALLED_MARK = "prebuilt.json"  # in an installed copy: the manifest it was installed from

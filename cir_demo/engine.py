@@ -46,11 +46,8 @@ def benchmark_fingerprint(benchmark: Benchmark) -> str:
     info = benchmark.info or {}
     key = info.get("corpus_fingerprint") or info.get("checksum")
     if not key:
-        h = hashlib.sha256()
-        for i in benchmark.corpus_ids:
-            h.update(i.encode())
-            h.update(b"\n")
-        key = h.hexdigest()
+        ids = list(benchmark.corpus_ids)  # each id and a newline, hashed in one call (PinPoint: 110k ids)
+        key = hashlib.sha256(("\n".join(ids) + "\n").encode() if ids else b"").hexdigest()
     # another query set over the same content (the world's compositional split): its runs, score and
     # per-query caches are its own
     query_set = info.get("query_set")

@@ -286,15 +286,17 @@ def test_the_corpus_embeddings_follow_the_encoders_code(clone_package):
     assert encoder_code() != clip
 
 
-def test_the_apps_per_query_rows_and_stored_benchmarks_follow_their_code(clone_package):
+def test_the_stores_runs_and_stored_benchmarks_follow_their_code(clone_package):
+    """The run store's key reaches the family's metrics module (loaded by name, no import reaches it)."""
     from cir_demo.benchmarks.load_cache import cache_key
-    from cir_demo.explorer.per_query_rows import SCORING_CODE
+    from cir_demo.store.key import code_of
 
-    rows, stored = code_hash.code_key(SCORING_CODE), cache_key("pinpoint", [])
-    change_a_number(clone_package / "explorer" / "failures.py")  # NOT_RANKED
+    rows, stored = code_of("cir_demo.metrics.pinpoint")[0], cache_key("pinpoint", [])
+    change_a_number(clone_package / "metrics" / "pinpoint.py")
     change_a_number(clone_package / "benchmarks" / "pinpoint.py")
     code_hash.code_sha256.cache_clear()
-    assert code_hash.code_key(SCORING_CODE) != rows and cache_key("pinpoint", []) != stored
+    code_of.cache_clear()
+    assert code_of("cir_demo.metrics.pinpoint")[0] != rows and cache_key("pinpoint", []) != stored
 
 
 def test_a_text_proxys_descriptions_follow_the_request_they_answer(monkeypatch):
@@ -322,11 +324,10 @@ KEY_TESTS = {
         "test_a_changed_judge_module_changes_the_judges_keys_and_nothing_else",
         "test_a_clone_with_a_changed_judge_gives_on_a_warm_folder_what_it_gives_on_an_empty_one",
     ],
-    "app": [
-        "test_the_worlds_pixel_fingerprint_follows_the_renderer_code",  # thumbnails/, pixels/
-        "test_the_apps_per_query_rows_and_stored_benchmarks_follow_their_code",  # per_query/
-    ],
-    "benchmarks": ["test_the_apps_per_query_rows_and_stored_benchmarks_follow_their_code"],
+    "app": ["test_the_worlds_pixel_fingerprint_follows_the_renderer_code"],  # thumbnails/, pixels/
+    "store": ["test_the_stores_runs_and_stored_benchmarks_follow_their_code"],
+    "benchmarks": ["test_the_stores_runs_and_stored_benchmarks_follow_their_code"],
+    "code-hash": ["test_a_hash_memoised_by_file_stats_is_recomputed_when_a_file_changes"],
     "text_proxy": ["test_a_text_proxys_descriptions_follow_the_request_they_answer"],
 }
 
@@ -346,3 +347,34 @@ def test_every_cache_folder_the_code_creates_has_a_key_test():
     defined = set(re.findall(r"^def (test_\w+)", Path(__file__).read_text(), re.M))
     missing = [t for tests in KEY_TESTS.values() for t in tests if t not in defined]
     assert not missing, f"KEY_TESTS names tests that do not exist: {missing}"
+
+
+def test_a_hash_memoised_by_file_stats_is_recomputed_when_a_file_changes(tmp_path, monkeypatch):
+    """`memo_by_stats` gives what hashing the files gives (sha256 of their bytes here, computed by the
+    test): computed once, read back while every file stats the same, computed again after an edit and
+    when its memo is unreadable."""
+    import hashlib
+
+    from cir_demo.utils.stat_memo import memo_by_stats
+
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
+    files = [tmp_path / "a.py", tmp_path / "b.py"]
+    for i, f in enumerate(files):
+        f.write_text(f"x = {i}\n")
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
+
+    def expected():
+        return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
+
+    assert memo_by_stats("t", files, compute) == expected() and len(calls) == 1
+    assert memo_by_stats("t", files, compute) == expected() and len(calls) == 1  # read back
+    files[1].write_text("x = 7\n")  # the same size
+    st = files[1].stat()
+    os.utime(files[1], ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert memo_by_stats("t", files, compute) == expected() and len(calls) == 2
+    (tmp_path / "cache" / "code-hash" / "t.json").write_text("{not json")
+    assert memo_by_stats("t", files, compute) == expected() and len(calls) == 3

@@ -6,6 +6,7 @@ background run; stale or damaged ones are never served and the background run co
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import lzma
 import shutil
@@ -410,3 +411,54 @@ def test_printed_numbers_agree_to_one_unit_of_their_last_place(shipped, recomput
     from cir_demo.harness.shipped_check import same_number
 
     assert same_number(shipped, recomputed, sig6) is same
+
+
+def test_the_first_query_is_chosen_when_shipping_and_read_at_start_or_computed_without(prebuilt, monkeypatch):
+    """`index prebuilt` records, per set of the shipped first-stage runs, the query a first visit opens:
+    the one a loop over the shipped per_query.csv finds (runs differ most on AP@10, one scoring; the
+    earliest). The app reads it without reading any per-query row; from outputs without the field
+    (written before it existed) the same query is computed from the shipped rows."""
+    from itertools import combinations
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from cir_demo.explorer import first_view
+
+    names, directory = prebuilt
+    manifest = json.loads((directory / "manifest.json").read_text())
+    rows = pd.read_csv(
+        io.BytesIO(lzma.decompress((directory / "per_query.csv.xz").read_bytes())), dtype={"query_id": str}
+    )
+    ap = {(r, q): v for r, q, v in zip(rows["run"], rows["query_id"], rows["AP@10"])}
+    service = build_tiny_service(names)
+    order = list(service.table["query_id"])
+
+    def loop(runs):
+        chosen, widest = order[0], -1.0
+        for q in order:
+            values = [ap[r, q] for r in runs if (r, q) in ap]
+            spread = max(values) - min(values) if values else 0.0
+            if values and max(values) > 0 and (spread > 0 or len(runs) == 1) and spread > widest:
+                chosen, widest = q, spread
+        return chosen
+
+    field = manifest["first_query"]
+    assert field["primary"] == "AP@10"
+    sets = [runs for size in (1, 2) for runs in combinations(names, size)]
+    assert {",".join(sorted(runs)): loop(runs) for runs in sets} == field["by_runs"]
+    assert len({loop(runs) for runs in sets}) > 1  # the sets' choices differ: each is its own
+
+    def no_rows(*a, **k):
+        raise AssertionError("per-query rows read for the first view")
+
+    with monkeypatch.context() as m:
+        m.setattr(first_view, "shipped_rows", no_rows)
+        m.setattr(service, "failure_stats", no_rows)
+        m.setattr(service, "stored_sorts", lambda: set())
+        assert first_view.first_query(service, SimpleNamespace(state="running", ready_sorts=())) == loop(names)
+    del manifest["first_query"]  # outputs written before the field: computed from the shipped rows
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setattr(service, "stored_sorts", lambda: set())
+    assert first_view.first_query(service, SimpleNamespace(state="later", ready_sorts=())) == loop(names)
+    service.engine.close()

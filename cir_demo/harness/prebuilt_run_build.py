@@ -107,7 +107,25 @@ def build_shipped_run(args: argparse.Namespace, bench, names: list[str], reranke
             "eval_seconds": round(time.perf_counter() - started, 1),
             "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
-        return pack_run(out, shipped_dir(bench), key_of_run(out), [*EVAL_COMMAND, *flags], provenance)
+        return pack_run(
+            out,
+            shipped_dir(bench),
+            key_of_run(out),
+            [*EVAL_COMMAND, *flags],
+            provenance,
+            first_query_of_run(out, bench, names),
+        )
+
+
+def first_query_of_run(run_dir: Path, bench, names: list[str]) -> dict:
+    """The shipped manifest's choice of the query the app's first visit opens, per set of these first-stage
+    runs (`index.first_query`), so that a cold start's first page need not compute it."""
+    from cir_demo.harness.evaluate import family_of
+    from cir_demo.index.first_query import first_query_field, read_per_query
+
+    primary = family_of(bench).primary
+    order = [q.query_id for q in bench.queries]
+    return first_query_field(read_per_query(run_dir, primary), primary, names, order)
 
 
 def served_key(bench, names: list[str], reranker: str | None, top_n: int = 20) -> dict:

@@ -109,8 +109,10 @@ def test_eval_matches_the_reference_loop(tmp_path, seed):
     )
     got = json.loads((tmp_path / "out" / "metrics.json").read_text())["runs"][0]["metrics"]
     ref = reference_icir(db, queries, scores)
+    # means of per-query values as per_query.csv stores them (6 decimals: store/score.py ROW_DECIMALS), so
+    # within half a unit of the 6th decimal of the reference loop's unrounded mean
     for name, value in ref.items():
-        assert abs(got[name] - value) <= 1e-9, name
+        assert abs(got[name] - value) <= 5e-7 + 1e-12, name
     assert got["mAP"] != got["mmAP"] and 0 < got["minmAP"] < got["mmAP"]
 
 

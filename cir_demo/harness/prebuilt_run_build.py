@@ -120,7 +120,7 @@ def build_shipped_run(args: argparse.Namespace, bench, names: list[str], reranke
 def first_query_of_run(run_dir: Path, bench, names: list[str]) -> dict:
     """The shipped manifest's choice of the query the app's first visit opens, per set of these first-stage
     runs (`index.first_query`), so that a cold start's first page need not compute it."""
-    from cir_demo.harness.evaluate import family_of
+    from cir_demo.store.score import family_of
     from cir_demo.index.first_query import first_query_field, read_per_query
 
     primary = family_of(bench).primary

@@ -36,6 +36,8 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
+from cir_demo.harness.settings import EvalSettings
+
 SAMPLE_INTENTS = 24  # intents per split whose per-query rows are recomputed from the models
 CONTENT = "content: "  # the prefix of a problem with a shipped number (not with its key or records)
 SLACK = 2e-6  # rows are stored to 6 decimals: what is computed from them moves by a few 1e-7
@@ -57,22 +59,23 @@ class SplitCheck:
         return f"{self.folder}/{name}" if self.folder else name
 
 
-def eval_args(flags: Sequence[str]) -> argparse.Namespace:
+def eval_settings_of(flags: Sequence[str]) -> EvalSettings:
+    """The settings `--eval` with these flags runs with (unpacked as its command unpacks them)."""
     from cir_demo.harness import cli as eval_cli
 
     parser = argparse.ArgumentParser(prog="eval")
     eval_cli.add_arguments(parser)
-    return parser.parse_args(list(flags))
+    return eval_cli.eval_settings(parser.parse_args(list(flags)))
 
 
-def load_splits(args: argparse.Namespace) -> list[SplitCheck]:
+def load_splits(settings: EvalSettings) -> list[SplitCheck]:
     """The splits of the shipped run, as `--eval` with its flags loads them."""
-    from cir_demo.benchmarks.cli_args import load_benchmark_from_args
     from cir_demo.harness.splits import first_split, load_split, side_splits
 
-    bench = load_benchmark_from_args(args)
-    out = [SplitCheck(first_split(args, bench), "", bench)]
-    return out + [SplitCheck(s, s, load_split(args, s)) for s in side_splits(args)]
+    choice = settings.benchmark
+    bench = choice.load()
+    out = [SplitCheck(first_split(choice, bench), "", bench)]
+    return out + [SplitCheck(s, s, load_split(choice, s)) for s in side_splits(choice)]
 
 
 def run_order(names: Sequence[str], reranker: str | None) -> list[str]:
@@ -249,7 +252,7 @@ def sample_problems(split: SplitCheck, shipped_text: str, recomputed_text: str) 
 
 # --------------------------------------------------------------------------- everything else, from the rows
 def rewrite_from_rows(
-    splits: Sequence[SplitCheck], runs: Sequence[str], run_info: dict, args: argparse.Namespace, out: Path
+    splits: Sequence[SplitCheck], runs: Sequence[str], run_info: dict, settings: EvalSettings, out: Path
 ) -> None:
     """Write every file of every split again from the shipped (verified) rows, into `out` as `--eval`
     lays them out: the evaluations, then report.py's writer with the report's sections."""
@@ -265,7 +268,7 @@ def rewrite_from_rows(
         run = SplitRun(split.label, split.bench, out / split.folder if split.folder else out)
         for name in runs:
             rows = split.rows[split.rows["run"] == name].drop(columns="run").reset_index(drop=True)
-            ev = evaluation_of_rows(split.bench, rows, name, n_boot=args.n_boot, seed=args.bootstrap_seed)
+            ev = evaluation_of_rows(split.bench, rows, name, n_boot=settings.n_boot, seed=settings.bootstrap_seed)
             run.evaluations.append(ev)
         by_name = {ev.name: ev for ev in run.evaluations}
         run.pairs = [(by_name[n], by_name[n + RERANK_SUFFIX]) for n in by_name if n + RERANK_SUFFIX in by_name]
@@ -275,17 +278,19 @@ def rewrite_from_rows(
         sections = [both_splits_section(done)] if split is done[0] and len(done) > 1 else []
         if split.pairs:
             maker = metric_family(split.bench.metric_family).rerank_section_maker()
-            sections.append(maker(split.bench, split.pairs, top_n, spec, n_boot=args.n_boot, seed=args.bootstrap_seed))
+            sections.append(
+                maker(split.bench, split.pairs, top_n, spec, n_boot=settings.n_boot, seed=settings.bootstrap_seed)
+            )
         sections += query_text_section(run_info.get("retrievers") or {})
         write_outputs(
             split.bench,
             split.evaluations,
             split.out,
-            n_boot=args.n_boot,
-            seed=args.bootstrap_seed,
+            n_boot=settings.n_boot,
+            seed=settings.bootstrap_seed,
             extra_sections=sections,
             plots=False,
-            baseline=getattr(args, "baseline", None),
+            baseline=settings.baseline,
         )
 
 
@@ -461,12 +466,12 @@ def check_numbers(
     from cir_demo.harness.prebuilt_run_build import EVAL_COMMAND, empty_data_folder
 
     manifest = json.loads((run_dir / "prebuilt.json").read_text(encoding="utf-8"))
-    args = eval_args(manifest["command"][len(EVAL_COMMAND) :])
+    settings = eval_settings_of(manifest["command"][len(EVAL_COMMAND) :])
     run_info = json.loads((run_dir / "run_info.json").read_text(encoding="utf-8"))
     runs = run_order(names, reranker)
     seed = secrets.randbelow(2**31) if seed is None else seed
     with empty_data_folder():
-        splits = load_splits(args)
+        splits = load_splits(settings)
         problems = []
         for split in splits:
             split.rows = read_rows(run_dir / split.path("per_query.csv"))
@@ -489,7 +494,7 @@ def check_numbers(
     if problems:
         return problems
     with tempfile.TemporaryDirectory(prefix="cir-demo-shipped-rows-") as tmp:
-        rewrite_from_rows(splits, runs, run_info, args, Path(tmp))
+        rewrite_from_rows(splits, runs, run_info, settings, Path(tmp))
         for split in splits:
             for name in RECOMPUTED_FILES:
                 rel = split.path(name)

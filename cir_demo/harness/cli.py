@@ -114,6 +114,7 @@ def eval_settings(args: argparse.Namespace):
     """The flags, unpacked once into typed settings (harness/settings.py)."""
     from cir_demo.benchmarks.cli_args import BenchmarkChoice
     from cir_demo.harness.settings import EvalSettings
+    from cir_demo.images.cli import fetch_settings
 
     return EvalSettings(
         benchmark=BenchmarkChoice.from_args(args),
@@ -132,5 +133,6 @@ def eval_settings(args: argparse.Namespace):
         bootstrap_seed=args.bootstrap_seed,
         plots=not args.no_plots,
         baseline=args.baseline,
-        preflight_flags=args,
+        fetch_images=bool(args.fetch_images),
+        fetch=fetch_settings(args),
     )

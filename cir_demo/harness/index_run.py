@@ -15,18 +15,34 @@ def _load_benchmark(args: argparse.Namespace, name: str | None = None):
     return load_benchmark_from_args(args, name)
 
 
+def run_request(args: argparse.Namespace):
+    """`index build`'s flags the pre-run checks and the dry run read, unpacked once (preflight/request.py)."""
+    from cir_demo.benchmarks.cli_args import BenchmarkChoice
+    from cir_demo.images.cli import fetch_settings
+    from cir_demo.preflight.request import RunRequest
+
+    return RunRequest(
+        BenchmarkChoice.from_args(args),
+        device=args.device,
+        trust_remote_code=bool(args.trust_remote_code),
+        fetch_images=bool(args.fetch_images),
+        fetch=fetch_settings(args),
+    )
+
+
 def _dry_run(args: argparse.Namespace, device: str | None) -> int:
     """What the build would download and encode, and how long it would take here; creates nothing."""
     from cir_demo.preflight.dry_run import dry_run, not_generated_note
     from cir_demo.preflight.run import model_lines
 
-    note = not_generated_note(args)
+    request = run_request(args)
+    note = not_generated_note(request.benchmark)
     if note:
         print(note)
         return 0
     bench = _load_benchmark(args)
-    lines = model_lines([args.retriever], None, args.trust_remote_code, device)
-    print(dry_run(args, bench, [args.retriever], None, 0, lines, batch_size=args.batch_size))
+    lines = model_lines([args.retriever], None, request.trust_remote_code, device)
+    print(dry_run(request, bench, [args.retriever], None, 0, lines, batch_size=args.batch_size))
     return 1 if any(ln.blocking for ln in lines) else 0
 
 
@@ -45,7 +61,8 @@ def _build(args: argparse.Namespace) -> int:
         device = device or ctx.device
     if args.dry_run:
         return _dry_run(args, device)
-    bench = check_run(args, _load_benchmark(args), [args.retriever])  # weights, opt-ins and images before any long work
+    # weights, opt-ins and images before any long work
+    bench = check_run(run_request(args), _load_benchmark(args), [args.retriever])
     retriever = load_retriever(args.retriever, device=device, trust_remote_code=args.trust_remote_code)
     common = dict(
         out_dir=args.out_dir,

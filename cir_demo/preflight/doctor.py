@@ -52,6 +52,7 @@ def _requested(args: argparse.Namespace) -> tuple[list[str], str | None, bool]:
 def doctor_lines(args: argparse.Namespace) -> tuple[list[Line], bool]:
     """(lines, can start). Without an explicit retriever list off the world, the run can start
     when the benchmark and at least one retriever are ready."""
+    from cir_demo.benchmarks.cli_args import BenchmarkChoice
     from cir_demo.preflight.checks import benchmark_lines, device_line, reranker_lines, retriever_lines
     from cir_demo.retrievers.registry import get_config
 
@@ -59,7 +60,7 @@ def doctor_lines(args: argparse.Namespace) -> tuple[list[Line], bool]:
     for n in names:
         get_config(n)
     lines = [device_line(args.device)]
-    _, blines = benchmark_lines(args)
+    _, blines = benchmark_lines(BenchmarkChoice.from_args(args, args.benchmark or "world"))
     lines += blines
     model: list[Line] = []
     for n in names:

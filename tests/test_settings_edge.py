@@ -1,0 +1,158 @@
+"""A command's flags are unpacked once, at its edge, into typed settings: no module below the CLI
+modules takes an argparse Namespace or reads one with `getattr(args, ...)`.
+
+The edge: every `cli.py` / `cli_args.py` / `*_cli.py`, the package's `cli.py`, the app's entry (ui/),
+and the `add_arguments` and `run` of each command's module (cir_demo/cli.py's COMMANDS and RUNNERS).
+A function elsewhere that has a parameter annotated `Namespace`, a parameter named `args`, or calls
+`getattr(args, ...)` is a finding. PENDING lists those still waiting for their settings, each with
+its reason (`*`: every function of a module); it may only shrink (a listed function that no longer reads a Namespace must leave it)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "cir_demo"
+
+# (module path from the repository root, function) -> why it still reads the Namespace
+PENDING: dict[tuple[str, str], str] = {
+    **{
+        (
+            "cir_demo/preflight/flags.py",
+            f,
+        ): "the flag range tables check the raw flags by name before any settings exist"
+        for f in (
+            "_int_problem",
+            "int_problems",
+            "benchmark_name_problems",
+            "port_problems",
+            "positive_float_problems",
+            "fetch_flag_problems",
+            "benchmark_flag_problems",
+            "world_size_problems",
+            "split_problems",
+            "command_flag_problems",
+        )
+    },
+    (
+        "cir_demo/preflight/flags.py",
+        "settle_port",
+    ): "ui/startup.py passes the app's Namespace (changed by another helper)",
+    **{
+        ("cir_demo/preflight/folders.py", f): "checks `--out` of the generic commands by their flag names"
+        for f in ("world_out_problem", "fetch_report_problems", "command_out_problems")
+    },
+    **{
+        ("cir_demo/preflight/commands.py", f): "eval's, index's and the app's flag checks run on the raw flags"
+        for f in ("eval_problems", "index_build_problems", "index_problems", "app_problems", "_name_problems")
+    },
+    **{
+        ("cir_demo/preflight/doctor.py", f): "the doctor's own flags; next: a DoctorSettings"
+        for f in ("_requested", "doctor_lines")
+    },
+    **{
+        ("cir_demo/harness/index_run.py", f): "index build/status/list/prebuilt: next, an IndexSettings"
+        for f in (
+            "_load_benchmark",
+            "run_request",
+            "_dry_run",
+            "_build",
+            "_status",
+            "_list",
+            "_prebuilt",
+            "_prebuilt_world",
+            "_prebuilt_embeddings",
+            "_prebuilt_eval",
+        )
+    },
+    # "*": every function of the module (its functions are being renamed by another change)
+    ("cir_demo/harness/prebuilt_run_build.py", "*"): "being reworked with index/prebuilt by another change",
+}
+
+
+def _pending(finding: tuple[str, str]) -> bool:
+    return finding in PENDING or (finding[0], "*") in PENDING
+
+
+def _edge_functions() -> set[tuple[str, str]]:
+    """The `add_arguments` and `run` of every command's module: where a command's flags arrive."""
+    from cir_demo.cli import COMMANDS, RUNNERS
+
+    modules = {m for m, _ in COMMANDS.values()} | set(RUNNERS.values())
+    return {(module.replace(".", "/") + ".py", fn) for module in modules for fn in ("add_arguments", "run", "main")}
+
+
+def _edge_module(rel: str) -> bool:
+    name = rel.rsplit("/", 1)[-1]
+    return (
+        name in ("cli.py", "cli_args.py", "__main__.py") or name.endswith("_cli.py") or rel.startswith("cir_demo/ui/")
+    )
+
+
+def findings_in(source: str, rel: str) -> set[tuple[str, str]]:
+    """(module, function) for each function of `source` that takes or reads a Namespace."""
+    found: set[tuple[str, str]] = set()
+
+    def visit(node: ast.AST, function: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = function
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = child.name if function is None else function  # a nested function is its outer one's
+                params = child.args.posonlyargs + child.args.args + child.args.kwonlyargs
+                if any(
+                    p.arg == "args" or (p.annotation is not None and "Namespace" in ast.unparse(p.annotation))
+                    for p in params
+                ):
+                    found.add((rel, name))
+            elif (
+                isinstance(child, ast.Call)
+                and isinstance(child.func, ast.Name)
+                and child.func.id == "getattr"
+                and child.args
+                and isinstance(child.args[0], ast.Name)
+                and child.args[0].id == "args"
+            ):
+                found.add((rel, function or "<module>"))
+            visit(child, name)
+
+    visit(ast.parse(source), None)
+    return found
+
+
+def package_findings() -> set[tuple[str, str]]:
+    edge = _edge_functions()
+    found: set[tuple[str, str]] = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if not _edge_module(rel):
+            found |= {f for f in findings_in(path.read_text(encoding="utf-8"), rel) if f not in edge}
+    return found
+
+
+def test_no_namespace_below_the_cli_edge():
+    new = sorted(f for f in package_findings() if not _pending(f))
+    assert not new, (
+        "these functions take or read an argparse Namespace below the CLI edge; unpack the flags once "
+        f"in the command's cli module into typed settings and pass those: {new}"
+    )
+
+
+def test_pending_only_shrinks():
+    found = package_findings()
+    gone = sorted(p for p in PENDING if p not in found and not (p[1] == "*" and any(f[0] == p[0] for f in found)))
+    assert not gone, f"no longer read a Namespace: remove them from PENDING: {gone}"
+
+
+def test_the_checker_finds_each_form():
+    """The checker itself: an annotated parameter, a parameter named args, a getattr, a nested function."""
+    source = (
+        "import argparse\n"
+        "def a(x: argparse.Namespace): pass\n"
+        "def b(args): pass\n"
+        "def c(s):\n    return getattr(args, 'out', None)\n"
+        "def d(settings):\n    def inner():\n        return getattr(args, 'x')\n    return inner\n"
+        "def e(settings, *args): return settings\n"
+        "def f(settings): return getattr(settings, 'out')\n"
+    )
+    assert findings_in(source, "m.py") == {("m.py", "a"), ("m.py", "b"), ("m.py", "c"), ("m.py", "d")}

@@ -83,11 +83,12 @@ def run(args: argparse.Namespace) -> int:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from cir_demo.benchmarks.schema import BenchmarkError
     from cir_demo.preflight.commands import eval_problems, report
+    from cir_demo.preflight.flags import GivenFlags
     from cir_demo.errors import report_errors
     from cir_demo.integrity import DamagedFileError
     from cir_demo.paths import DataFolderError
 
-    problems = eval_problems(args)  # before any work: nothing is created when a flag is wrong
+    problems = eval_problems(GivenFlags.of(vars(args)))  # before any work: nothing is created when a flag is wrong
     if problems:
         return report(problems)
     expected: tuple[type[BaseException], ...] = (BenchmarkError, DamagedFileError, DataFolderError, PermissionError)

@@ -29,10 +29,6 @@ PENDING: dict[tuple[str, str], str] = {
         for f in ("index_build_problems", "index_problems")
     },
     **{
-        ("cir_demo/preflight/doctor.py", f): "the doctor's own flags; next: a DoctorSettings"
-        for f in ("_requested", "doctor_lines")
-    },
-    **{
         ("cir_demo/harness/index_run.py", f): "index build/status/list/prebuilt: next, an IndexSettings"
         for f in (
             "_load_benchmark",

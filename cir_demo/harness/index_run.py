@@ -23,6 +23,7 @@ def run_request(args: argparse.Namespace):
 
     return RunRequest(
         BenchmarkChoice.from_args(args),
+        retrievers=args.retriever,
         device=args.device,
         trust_remote_code=bool(args.trust_remote_code),
         fetch_images=bool(args.fetch_images),

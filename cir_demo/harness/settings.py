@@ -34,4 +34,12 @@ class EvalSettings:
     @property
     def run_request(self) -> RunRequest:
         """What the checks before the run and the dry run read (preflight/)."""
-        return RunRequest(self.benchmark, self.device, self.trust_remote_code, self.fetch_images, self.fetch)
+        return RunRequest(
+            self.benchmark,
+            retrievers=self.retrievers,
+            rerank=self.rerank,
+            device=self.device,
+            trust_remote_code=self.trust_remote_code,
+            fetch_images=self.fetch_images,
+            fetch=self.fetch,
+        )

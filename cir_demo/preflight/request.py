@@ -16,9 +16,12 @@ from cir_demo.images.benchmark_fetch import FetchSettings
 @dataclass(frozen=True)
 class RunRequest:
     """What the checks before a run (`run.check_run`) and its dry run read: typed, built once by the
-    command from its flags (`--eval`: `EvalSettings.run_request`; `index build`: harness/index_run.py)."""
+    command from its flags (`--eval`: `EvalSettings.run_request`; `index build`: harness/index_run.py;
+    `doctor`: preflight/doctor.py)."""
 
     benchmark: BenchmarkChoice
+    retrievers: str | None = None  # `--retrievers` as given (comma-separated); None: the benchmark's defaults
+    rerank: str | None = None  # the reranker backend as given ("none": off); None: the benchmark's default
     device: str | None = None
     trust_remote_code: bool = False
     fetch_images: bool = False  # fetch the missing images first (`--fetch-images`)

@@ -43,7 +43,6 @@ def build_settings(args: argparse.Namespace) -> IndexBuild:
     or a budget that is not positive."""
     from cir_demo.images.cli import fetch_settings
     from cir_demo.index.cli import index_params, memory_budget
-    from cir_demo.preflight.request import RunRequest
 
     request = RunRequest(
         BenchmarkChoice.from_args(args),

@@ -16,6 +16,11 @@ from cir_demo.results import FORMAT_CHOICES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    import dataclasses
+
+    from cir_demo.harness.settings import EvalSettings
+
+    default = {f.name: f.default for f in dataclasses.fields(EvalSettings)}  # the defaults, written once there
     add_benchmark_arguments(p)
     r = p.add_argument_group("what to evaluate")
     r.add_argument(
@@ -27,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     r.add_argument(
         "--results-format",
-        default="auto",
+        default=default["results_format"],
         choices=FORMAT_CHOICES,
         help="read every --results-json file in this format instead of detecting it",
     )
@@ -42,7 +47,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="rerank every run's top n with this reranker backend and report both "
         "(default on the world: world-verifier; 'none' disables)",
     )
-    r.add_argument("--rerank-top-n", type=int, default=20, help="candidates reranked per query (default 20)")
+    r.add_argument(
+        "--rerank-top-n",
+        type=int,
+        default=default["rerank_top_n"],
+        help=f"candidates reranked per query (default {default['rerank_top_n']})",
+    )
     r.add_argument("--device", default=None, help="torch device for models (default: cuda when available, else cpu)")
     r.add_argument(
         "--trust-remote-code",
@@ -65,8 +75,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from cir_demo.utils.owned_folder import add_wait_argument
 
     add_wait_argument(o)
-    o.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals (0 disables)")
-    o.add_argument("--bootstrap-seed", type=int, default=0)
+    o.add_argument(
+        "--n-boot",
+        type=int,
+        default=default["n_boot"],
+        help="bootstrap resamples for confidence intervals (0 disables)",
+    )
+    o.add_argument("--bootstrap-seed", type=int, default=default["bootstrap_seed"])
     o.add_argument("--no-plots", action="store_true")
     o.add_argument(
         "--baseline",

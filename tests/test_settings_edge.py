@@ -126,3 +126,14 @@ def test_the_checker_finds_each_form():
         "def f(settings): return getattr(settings, 'out')\n"
     )
     assert findings_in(source, "m.py") == {("m.py", "a"), ("m.py", "b"), ("m.py", "c"), ("m.py", "d")}
+
+
+def test_eval_without_flags_unpacks_to_the_settings_defaults():
+    """The defaults live in the settings types: `eval` with no flags unpacks to EvalSettings' own defaults
+    (FetchSettings' for the fetch flags); an argparse default written apart from them would differ."""
+    from cir_demo.cli import build_parser
+    from cir_demo.harness.cli import eval_settings
+    from cir_demo.harness.settings import EvalSettings
+
+    settings = eval_settings(build_parser().parse_args(["eval"]))
+    assert settings == EvalSettings(benchmark=settings.benchmark)  # fetch included: FetchSettings compares by value

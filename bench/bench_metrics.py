@@ -3,6 +3,7 @@
     python bench/bench_metrics.py --official-script /tmp/pinpoint/evaluate.py \
         --parquet pinpoint_licensed.parquet --corpus-ids index_signatures.txt
     python bench/bench_metrics.py --official-script /tmp/pinpoint/evaluate.py   # synthetic, same size
+    python bench/bench_metrics.py --official-script ... --old /tmp/base     # another checkout beside
 
 Writes one results file (rankings of `--length` distinct items for every query:
 positives, explicit negatives and ids outside the judgments mixed), then times
@@ -135,7 +136,7 @@ def time_ours(run, queries, repeats: int) -> dict:
     }
 
 
-CPU_SECONDS: dict[str, list[float]] = {"official": [], "ours": [], "first_official": [], "first_ours": []}
+CPU_SECONDS: dict[str, list[float]] = {"official": [], "ours": [], "old": [], "first_official": [], "first_ours": []}
 _RUNS = [0]  # runs started so far
 
 
@@ -166,9 +167,12 @@ def paired_whole_process(
     pairs: int,
     benchmark_cache: Path,
     bytecode_cache: Path | None,
+    old: list[str] | None = None,
 ) -> dict:
     """Alternating paired runs; pair i runs official first when i is even, ours first when odd.
 
+    `old`: the same command of another checkout (`--old`), run third in every pair (first when ours runs
+    first) and reported as its own ratio to the official script, side by side with ours.
     Ours stores its validated benchmark in `benchmark_cache` (empty at first): the first run
     validates the files (as any first run does), the timed ones replay it (as any repeated run does).
     With `bytecode_cache`, both programs' modules are compiled once into it (by the first pair);
@@ -183,24 +187,48 @@ def paired_whole_process(
     # cold file cache, and our first run also validates and stores the benchmark: reported, not counted
     first_official = _timed(official, official_cwd, env, "first_official")
     first_ours = _timed(ours, REPO, env, "first_ours")
-    t_off, t_ours, loads = [], [], []
+    if old is not None:
+        _timed(old, Path(old[1]).parent, env)  # its bytecode compiled, its benchmark stored: not counted
+    t_off, t_ours, t_old, loads = [], [], [], []
     for i in range(pairs):
         loads.append(os.getloadavg()[0])
         if i % 2 == 0:
             a = _timed(official, official_cwd, env, "official")
             b = _timed(ours, REPO, env, "ours")
-        else:
+        if old is not None:
+            t_old.append(_timed(old, Path(old[1]).parent, env, "old"))
+        if i % 2 == 1:
             b = _timed(ours, REPO, env, "ours")
             a = _timed(official, official_cwd, env, "official")
         t_off.append(a)
         t_ours.append(b)
         print(
             f"pair {i + 1}: official {a:.2f} s, ours {b:.2f} s, ratio {b / a:.2f}; CPU "
-            f"{CPU_SECONDS['official'][-1]:.2f} s vs {CPU_SECONDS['ours'][-1]:.2f} s (load {loads[-1]:.1f})",
+            f"{CPU_SECONDS['official'][-1]:.2f} s vs {CPU_SECONDS['ours'][-1]:.2f} s (load {loads[-1]:.1f})"
+            + (f"; old {t_old[-1]:.2f} s, CPU {CPU_SECONDS['old'][-1]:.2f} s" if old is not None else ""),
             file=sys.stderr,
         )
     ratios = [b / a for a, b in zip(t_off, t_ours)]
     cpu_ratios = [b / a for a, b in zip(CPU_SECONDS["official"], CPU_SECONDS["ours"])]
+    if old is not None:
+        return {
+            **_old_summary(t_off, t_old),
+            **_summary(t_off, t_ours, ratios, cpu_ratios, loads, first_official, first_ours),
+        }
+    return _summary(t_off, t_ours, ratios, cpu_ratios, loads, first_official, first_ours)
+
+
+def _old_summary(t_off: list[float], t_old: list[float]) -> dict:
+    """The other checkout's runs beside the official script's of the same pairs."""
+    return {
+        "old_s": t_old,
+        "old_cpu_s": CPU_SECONDS["old"],
+        "old_ratio_median": statistics.median(b / a for a, b in zip(t_off, t_old)),
+        "old_cpu_ratio_median": statistics.median(b / a for a, b in zip(CPU_SECONDS["official"], CPU_SECONDS["old"])),
+    }
+
+
+def _summary(t_off, t_ours, ratios, cpu_ratios, loads, first_official, first_ours) -> dict:
     return {
         # CPU seconds (user + system) are what a busy shared machine distorts least; wall is what the issue asks
         "official_cpu_s": CPU_SECONDS["official"],
@@ -224,6 +252,14 @@ def paired_whole_process(
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _old_command(ours: list[str], old: Path | None, tmp: Path) -> list[str] | None:
+    """Our command run from checkout `old` (its own app.py, its own output folders)."""
+    if old is None:
+        return None
+    cmd = [str(Path(old).resolve() / "app.py") if c == str(REPO / "app.py") else c for c in ours]
+    return [c.replace(str(tmp / "ours"), str(tmp / "old")) for c in cmd]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parquet", type=Path, help="real PinPoint ground truth (default: synthetic, same size)")
@@ -234,6 +270,9 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="timed pairs (median reported)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="also write the summary JSON here")
+    parser.add_argument(
+        "--old", type=Path, help="another checkout (e.g. the previous main): its --eval runs in every pair too"
+    )
     parser.add_argument(
         "--no-bytecode-cache",
         action="store_true",
@@ -306,6 +345,7 @@ def main(argv=None) -> int:
                     args.repeats,
                     tmp / "benchmark_cache",
                     None if args.no_bytecode_cache else tmp / "bytecode",
+                    _old_command(ours, args.old, tmp),
                 )
             )
             theirs = pd.read_csv(tmp / "official_metrics.csv").iloc[0]

@@ -61,7 +61,8 @@ def main(argv=None) -> int:
         return fusion.encode_images([render_image(i, world=test.world) for i in test.bench.corpus_ids])
 
     sha = fusion.spec["weights"]["sha256"][:16]
-    corpus = cached_array(test.world.manifest["checksum"], f"test-corpus-emb-{sha}", corpus_emb)
+    code = (type(fusion).__module__,)  # the retriever's encode, with the code it reaches
+    corpus = cached_array(test.world.manifest["checksum"], f"test-corpus-emb-{sha}", corpus_emb, code, ("torch",))
     ref_imgs = {qi: tuple(render_image(r, world=test.world) for r in queries[qi].reference_ids) for qi in pick}
     qv = fusion.encode_queries([ComposedQuery(ref_imgs[qi], queries[qi].instruction) for qi in pick])
     idx, _ = ev.top_k(qv, corpus, args.top_n)

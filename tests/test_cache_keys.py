@@ -4,12 +4,15 @@ project whose judge scores otherwise gives on a warm data folder exactly what it
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cir_demo.utils import code_hash
@@ -19,6 +22,25 @@ REPO = Path(__file__).resolve().parent.parent
 NEGATED = (
     "\n_plain_logits = WorldJudge.logits\nWorldJudge.logits = lambda self, *a, **k: -_plain_logits(self, *a, **k)\n"
 )
+
+
+def change_a_number(path: Path) -> str:
+    """Change the first number written in the code of `path` (a constant on the computation's path, not
+    a comment: `code_text` keeps it) by one; returns what changed, for a failure message."""
+    source, before = path.read_text(), code_hash.code_text(path)
+    numbers = [
+        n
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Constant) and type(n.value) in (int, float) and n.lineno == n.end_lineno
+    ]
+    assert numbers, f"{path}: no number to change"
+    n = min(numbers, key=lambda n: (n.lineno, n.col_offset))
+    lines = source.splitlines(keepends=True)
+    line = lines[n.lineno - 1]
+    lines[n.lineno - 1] = line[: n.col_offset] + repr(n.value + 1) + line[n.end_col_offset :]
+    path.write_text("".join(lines))
+    assert code_hash.code_text(path) != before  # the hash sees it
+    return f"{path.name}:{n.lineno} {n.value!r} -> {n.value + 1!r}"
 
 
 @pytest.fixture
@@ -157,11 +179,202 @@ def test_the_worlds_pixel_fingerprint_follows_the_renderer_code(clone_package):
 
     before = pixels_fingerprint("0" * 64)
     assert pixels_fingerprint("1" * 64) != before  # another world's content
-    with open(clone_package / "world" / "generate.py", "a") as f:
-        f.write("\n# not on the pixels' path\n")
+    change_a_number(clone_package / "world" / "generate.py")  # a constant of the scene generator, not the renderer
     code_hash.code_sha256.cache_clear()
     assert pixels_fingerprint("0" * 64) == before
-    with open(clone_package / "world" / "render" / "paint.py", "a") as f:
-        f.write("\nPAINTED_OTHERWISE = True\n")
+    change_a_number(clone_package / "world" / "render" / "palette.py")  # RENDER_SIZE, SUPERSAMPLE, ...
     code_hash.code_sha256.cache_clear()
     assert pixels_fingerprint("0" * 64) != before
+
+
+# --------------------------------------------------------------------------- the caches of training
+@pytest.fixture
+def counted_renders(monkeypatch):
+    """How many times the world's renderer ran (a cache miss renders, a hit does not)."""
+    from cir_demo.world import loader
+
+    calls = []
+    plain = loader.render_batch
+    monkeypatch.setattr(loader, "render_batch", lambda *a, **k: calls.append(1) or plain(*a, **k))
+    return calls
+
+
+def test_the_train_pixels_are_rendered_again_when_code_on_their_path_changes(
+    clone_package, seeded_cache, counted_renders
+):
+    from cir_demo.training.data import world_pixels
+    from cir_demo.world.loader import open_world
+
+    world = open_world(size="tiny", progress=False)
+    ids = sorted(world.manifest.get("test_corpus_ids") or [])[:3] or ["w-te-000000"]
+    first = world_pixels(world, ids, "test-corpus", progress=False)
+    assert np.array_equal(world_pixels(world, ids, "test-corpus", progress=False), first)
+    assert len(counted_renders) == 1  # the second read was the cache's
+    change_a_number(clone_package / "explorer" / "failures.py")  # off the pixels' path: still a hit
+    code_hash.code_sha256.cache_clear()
+    world_pixels(world, ids, "test-corpus", progress=False)
+    assert len(counted_renders) == 1
+    changed = change_a_number(clone_package / "world" / "render" / "palette.py")
+    code_hash.code_sha256.cache_clear()
+    world_pixels(world, ids, "test-corpus", progress=False)
+    assert len(counted_renders) == 2, f"{changed}: the renderer changed, the warm folder replayed old pixels"
+
+
+@pytest.mark.parametrize(
+    "edited", ["training/world_clip.py", "models/preprocess.py", "world/render/palette.py"]
+)  # the encoder's code, the pixels' preprocessing, the renderer
+def test_the_test_corpus_embeddings_are_computed_again_when_code_on_their_path_changes(
+    clone_package, tmp_path, monkeypatch, edited
+):
+    from cir_demo.training.data import cached_array
+    from cir_demo.training.world_clip import ENCODE_CODE, ENCODE_LIBRARIES
+
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
+    computed = []
+
+    def encode():
+        computed.append(1)
+        return np.full((2, 3), len(computed), np.float32)
+
+    def corpus():  # as training/evaluate.py's `clip_embeddings` keeps them
+        return cached_array("c" * 64, "test-corpus-emb-weights", encode, ENCODE_CODE, ENCODE_LIBRARIES)
+
+    assert corpus()[0, 0] == 1 and corpus()[0, 0] == 1 and len(computed) == 1
+    changed = change_a_number(clone_package / edited)
+    code_hash.code_sha256.cache_clear()
+    assert corpus()[0, 0] == 2, f"{changed}: the old embeddings were replayed"
+
+
+def test_the_judges_stage_1_cnn_is_trained_again_when_code_on_its_path_changes(clone_package):
+    from types import SimpleNamespace
+
+    from cir_demo.models.world_judge import JudgeArch
+    from cir_demo.training.judge_start import judge_cnn_path
+
+    cfg = SimpleNamespace(cnn_epochs=1, cnn_batch=8, cnn_lr=1e-3, seed=0, cnn_max_steps=2)
+    kept = judge_cnn_path("c" * 64, JudgeArch(), cfg)  # the stage-1 cache is a hit when this file exists
+    assert judge_cnn_path("c" * 64, JudgeArch(), cfg) == kept
+    assert judge_cnn_path("c" * 64, JudgeArch(), SimpleNamespace(**{**vars(cfg), "cnn_lr": 2e-3})) != kept
+    for edited in ("training/world_judge.py", "models/world_judge.py", "world/render/palette.py"):
+        changed = change_a_number(clone_package / edited)  # the trainer, the network, the pixels
+        code_hash.code_sha256.cache_clear()
+        now = judge_cnn_path("c" * 64, JudgeArch(), cfg)
+        assert now != kept, f"{changed}: the old CNN would be reused"
+        kept = now
+
+
+# --------------------------------------------------------------------------- every other cache folder
+def test_the_generated_world_follows_the_generator_code(clone_package):
+    from cir_demo.world.shipped import generator_sha256
+
+    before = generator_sha256(clone_package / "world")
+    change_a_number(clone_package / "world" / "generate.py")  # MAX_NEGATIVES
+    generator_sha256.cache_clear()
+    assert generator_sha256(clone_package / "world") != before  # a warm world folder is a miss (world_problems)
+
+
+def test_the_corpus_embeddings_follow_the_encoders_code(clone_package):
+    from cir_demo.retrievers.openclip import encoder_code
+
+    clip = encoder_code()
+    judge = code_hash.code_key(("cir_demo.models.world_judge",))  # the judge's image features (world_verifier)
+    change_a_number(clone_package / "models" / "world_judge.py")  # GRID
+    code_hash.code_sha256.cache_clear()
+    assert code_hash.code_key(("cir_demo.models.world_judge",)) != judge and encoder_code() == clip
+    change_a_number(clone_package / "retrievers" / "openclip.py")
+    code_hash.code_sha256.cache_clear()
+    assert encoder_code() != clip
+
+
+def test_the_stores_runs_and_stored_benchmarks_follow_their_code(clone_package):
+    """The run store's key reaches the family's metrics module (loaded by name, no import reaches it)."""
+    from cir_demo.benchmarks.load_cache import cache_key
+    from cir_demo.store.key import code_of
+
+    rows, stored = code_of("cir_demo.metrics.pinpoint")[0], cache_key("pinpoint", [])
+    change_a_number(clone_package / "metrics" / "pinpoint.py")
+    change_a_number(clone_package / "benchmarks" / "pinpoint.py")
+    code_hash.code_sha256.cache_clear()
+    code_of.cache_clear()
+    assert code_of("cir_demo.metrics.pinpoint")[0] != rows and cache_key("pinpoint", []) != stored
+
+
+def test_a_text_proxys_descriptions_follow_the_request_they_answer(monkeypatch):
+    """A description is the remote model's answer to one request: keyed by the request (model, prompts,
+    images, sampling), which the code's prompt constants make; a changed prompt asks again."""
+    from cir_demo.retrievers import text_proxy
+
+    args = ("gpt-x", "make it red", ["sha256:0"], "short", 1, 0.0, 64, 512)
+    before = text_proxy.cache_key(*args)
+    monkeypatch.setattr(text_proxy, "SYSTEM_PROMPT", text_proxy.SYSTEM_PROMPT + " Be brief.")
+    assert text_proxy.cache_key(*args) != before
+
+
+# Every folder the code keeps under the data folder's cache/, and the tests above that change the code on
+# its path and see its key change (a cache whose key differs is recomputed, never replayed)
+KEY_TESTS = {
+    "world": ["test_the_generated_world_follows_the_generator_code"],
+    "world_models": [
+        "test_the_train_pixels_are_rendered_again_when_code_on_their_path_changes",
+        "test_the_test_corpus_embeddings_are_computed_again_when_code_on_their_path_changes",
+        "test_the_judges_stage_1_cnn_is_trained_again_when_code_on_its_path_changes",
+    ],
+    "embeddings": ["test_the_corpus_embeddings_follow_the_encoders_code"],
+    "rerank": [
+        "test_a_changed_judge_module_changes_the_judges_keys_and_nothing_else",
+        "test_a_clone_with_a_changed_judge_gives_on_a_warm_folder_what_it_gives_on_an_empty_one",
+    ],
+    "app": ["test_the_worlds_pixel_fingerprint_follows_the_renderer_code"],  # thumbnails/, pixels/
+    "store": ["test_the_stores_runs_and_stored_benchmarks_follow_their_code"],
+    "benchmarks": ["test_the_stores_runs_and_stored_benchmarks_follow_their_code"],
+    "code-hash": ["test_a_hash_memoised_by_file_stats_is_recomputed_when_a_file_changes"],
+    "text_proxy": ["test_a_text_proxys_descriptions_follow_the_request_they_answer"],
+}
+
+
+def test_every_cache_folder_the_code_creates_has_a_key_test():
+    """The audit: every `cache_dir() / "<folder>"` in the package's code (and the pixel cache's folder)
+    is listed in KEY_TESTS with tests of this module that exist; a new cache folder fails here until a
+    test changes the code on its path and sees a recompute."""
+    found = {}
+    for path in sorted((REPO / "cir_demo").rglob("*.py")):
+        for folder in re.findall(r'cache_dir\(\)\s*/\s*"([^"/]+)', path.read_text()):
+            found.setdefault(folder, []).append(path.relative_to(REPO).as_posix())
+    assert {"world_models", "rerank", "embeddings"} <= set(found), "the scan finds the known folders"
+    uncovered = {f: where for f, where in found.items() if f not in KEY_TESTS}
+    assert not uncovered, f"cache folders without a key test (add one to KEY_TESTS): {uncovered}"
+    assert set(KEY_TESTS) <= set(found), f"KEY_TESTS lists folders no code creates: {set(KEY_TESTS) - set(found)}"
+    defined = set(re.findall(r"^def (test_\w+)", Path(__file__).read_text(), re.M))
+    missing = [t for tests in KEY_TESTS.values() for t in tests if t not in defined]
+    assert not missing, f"KEY_TESTS names tests that do not exist: {missing}"
+
+
+def test_a_hash_memoised_by_file_stats_is_recomputed_when_a_file_changes(tmp_path, monkeypatch):
+    """`memo_by_stats` gives what hashing the files gives (sha256 of their bytes here, computed by the
+    test): computed once, read back while every file stats the same, computed again after an edit and
+    when its memo is unreadable."""
+    import hashlib
+
+    from cir_demo.utils.stat_memo import memo_by_stats
+
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
+    files = [tmp_path / "a.py", tmp_path / "b.py"]
+    for i, f in enumerate(files):
+        f.write_text(f"x = {i}\n")
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
+
+    def expected():
+        return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
+
+    assert memo_by_stats("t", files, compute) == expected() and len(calls) == 1
+    assert memo_by_stats("t", files, compute) == expected() and len(calls) == 1  # read back
+    files[1].write_text("x = 7\n")  # the same size
+    st = files[1].stat()
+    os.utime(files[1], ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert memo_by_stats("t", files, compute) == expected() and len(calls) == 2
+    (tmp_path / "cache" / "code-hash" / "t.json").write_text("{not json")
+    assert memo_by_stats("t", files, compute) == expected() and len(calls) == 3

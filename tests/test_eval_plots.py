@@ -80,3 +80,41 @@ def test_eval_plots_are_png_svg_and_pdf(kind, tmp_path):
         assert pdf.startswith(b"%PDF-") and pdf.rstrip().endswith(b"%%EOF")
     report = (out / "report.md").read_text()
     assert "![recall_at_k](plots/recall_at_k.png)" in report or "![map_at_k](plots/map_at_k.png)" in report
+
+
+def test_the_vector_files_draw_what_the_png_shows(tmp_path):
+    """One drawing, three files: every bar the SVG draws is painted in its series' colour at the same place
+    in the PNG, its length in proportion to its value (NaN: no bar); the PDF's cross-reference table points
+    at each of its objects and its page sets every label; a second drawing gives the same bytes."""
+    import re
+    import zlib
+
+    from cir_demo.harness import charts
+
+    cats, values = ["alpha", "beta (n=3)", "gamma"], {"A": [0.2, 0.5, 0.8], "B": [0.4, float("nan"), 0.1]}
+    png, svg, pdf = charts.bar_chart_files(tmp_path / "b.png", cats, values, "Title", "value")
+    assert [p.suffix for p in (png, svg, pdf)] == [".png", ".svg", ".pdf"]
+    root = ET.parse(svg).getroot()
+    im = Image.open(png).convert("RGB")
+    scale = float(root.get("viewBox").split()[2]) / im.width
+    for colour, (name, vals) in zip(charts.PALETTE, values.items()):
+        rects = [r for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("fill") == colour]
+        legend = max(rects, key=lambda r: float(r.get("x")))  # the legend's square, right of the plot
+        bars = [r for r in rects if r is not legend]
+        shown = [v for v in vals if v == v]
+        assert len(bars) == len(shown), name
+        widths = [float(r.get("width")) for r in sorted(bars, key=lambda r: float(r.get("y")))]
+        assert widths == pytest.approx([w * widths[0] / shown[0] for w in shown], rel=0.02), name
+        for r in bars:
+            cx = (float(r.get("x")) + float(r.get("width")) / 2) / scale
+            cy = (float(r.get("y")) + float(r.get("height")) / 2) / scale
+            assert "#%02x%02x%02x" % im.getpixel((int(cx), int(cy))) == colour, (name, cx, cy)
+    data = pdf.read_bytes()
+    xref = int(data.rsplit(b"startxref", 1)[1].split()[0])
+    offsets = [int(line[:10]) for line in data[xref:].splitlines()[3:8]]
+    assert [data[o : o + 8] for o in offsets] == [f"{i} 0 obj\n".encode() for i in range(1, 6)]
+    page = zlib.decompress(re.search(rb"stream\n(.*)\nendstream", data, re.S).group(1))
+    for label in (b"(alpha)", rb"(beta \(n=3\))", b"(gamma)", b"(Title)", b"(value)", b"(A)", b"(B)"):
+        assert label + b" Tj" in page, label
+    again = charts.bar_chart_files(tmp_path / "c.png", cats, values, "Title", "value")
+    assert [p.read_bytes() for p in again] == [p.read_bytes() for p in (png, svg, pdf)]

@@ -6,6 +6,7 @@ background run; stale or damaged ones are never served and the background run co
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import lzma
 import shutil
@@ -28,7 +29,9 @@ def shipped(tiny_setup, one_torch_thread):
     built = root / "shipped-prebuilt"
     mp = pytest.MonkeyPatch()
     mp.setenv("CIR_DEMO_PREBUILT", str(built))
-    try:
+    try:  # the corpus embeddings first, as the repository ships them: no check encodes the corpus again
+        embeddings = ["index", "prebuilt", *TINY[:4], "--only", "embeddings", "--retrievers", ",".join(names)]
+        assert cli_main([*embeddings, "--rerank", VERIFIER, "--no-progress"]) == 0
         assert (
             cli_main(
                 [
@@ -108,12 +111,15 @@ def test_shipped_outputs_are_byte_identical_to_what_eval_writes(prebuilt, capsys
     # the world's compositional test split, evaluated beside the test split, ships too (its rankings do not)
     assert {"compositional/per_query.csv", "compositional/run_info.json"} <= set(manifest["files"])
     assert not any(n.startswith("compositional/results/") for n in manifest["files"])
-    assert cli_main(check) == 0  # the slice recomputed from an empty data folder is what is shipped
-    assert "a slice recomputed from empty folders" in capsys.readouterr().out
+    assert cli_main([*check, "--sample", "4"]) == 0  # every number recomputed, the rows of 4 intents drawn
+    out = capsys.readouterr().out
+    assert "4 of 20 intents of the test split" in out and "4 of 20 intents of the compositional split" in out
+    assert "draw seed " in out and "fresh  --eval outputs, every number recomputed" in out
     metrics = lzma.decompress((directory / "metrics.csv.xz").read_bytes())
     _rewrite(directory, "metrics.csv", metrics.replace(b"0.", b"0.9", 1))
     assert cli_main(check) == 1  # the records agree, the content does not: metrics.csv is its rows' mean
-    assert "metrics.csv: " in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "wrong " in out and "metrics.csv row 2 (" in out and "recomputed from the rows" in out
 
 
 def test_the_check_recomputes_a_slice_and_finds_edited_rows_and_a_changed_judge(prebuilt, capsys, monkeypatch):
@@ -136,7 +142,7 @@ def test_the_check_recomputes_a_slice_and_finds_edited_rows_and_a_changed_judge(
     monkeypatch.setattr(TinyVerifier, "score_logits", lambda self, *a: -plain(self, *a))  # same code hash
     assert cli_main(check) == 1
     out = capsys.readouterr().out
-    assert "+rerank query w0000" in out and "recomputed from an empty data folder" in out
+    assert "+rerank query w0000" in out and "recomputed by the models" in out
     monkeypatch.setattr(TinyVerifier, "score_logits", plain)
     rows = lzma.decompress((directory / "per_query.csv.xz").read_bytes()).decode().splitlines()
     cells = rows[1].split(",")
@@ -144,7 +150,7 @@ def test_the_check_recomputes_a_slice_and_finds_edited_rows_and_a_changed_judge(
     cells[column] = str(int(cells[column]) + 1)  # one count of the first query, every record rewritten
     _rewrite(directory, "per_query.csv", "\n".join([rows[0], ",".join(cells), *rows[2:]]).encode() + b"\n")
     assert cli_main(check) == 1
-    assert f"query {cells[1]}: n_neg is {cells[column]} shipped" in capsys.readouterr().out
+    assert f"query {cells[1]}: n_neg differs between runs" in capsys.readouterr().out
 
 
 def test_the_comparison_with_eval_names_every_changed_file_and_ignores_the_run_record(prebuilt, tmp_path):
@@ -264,3 +270,195 @@ def test_the_committed_default_world_outputs_match_their_records():
         data = lzma.decompress(data) if stored_name != name else data
         assert (len(data), hashlib.sha256(data).hexdigest()) == (record["size"], record["sha256"]), name
     assert {"per_query.csv", "metrics.csv", "report.md", "run_info.json"} <= set(manifest["files"])
+
+
+# --------------------------------------------------------------------------- forged numbers, records rewritten
+def _check(names, *extra) -> list[str]:
+    return [
+        "index",
+        "prebuilt",
+        *TINY,
+        "--only",
+        "eval",
+        "--retrievers",
+        ",".join(names),
+        "--rerank",
+        VERIFIER,
+        "--check",
+        *extra,
+    ]
+
+
+def _forge(directory, name: str, data: bytes) -> None:
+    """Replace shipped file `name` by `data` with every record of it rewritten: the run's own
+    run_manifest.json and the shipped manifest (what a careful forger does)."""
+    run_manifest = json.loads(_shipped_text(directory, "run_manifest.json"))
+    run_manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    _rewrite(directory, "run_manifest.json", json.dumps(run_manifest, indent=2).encode())
+    _rewrite(directory, name, data)
+
+
+def _shipped_text(directory, name: str) -> str:
+    return lzma.decompress((directory / f"{name}.xz").read_bytes()).decode()
+
+
+def _table(text: str) -> list[list[str]]:
+    import csv
+    import io
+
+    return list(csv.reader(io.StringIO(text)))
+
+
+def _csv_text(table: list[list[str]]) -> bytes:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(table)
+    return buf.getvalue().encode()
+
+
+def test_rows_forged_outside_the_draw_with_metrics_csv_at_their_mean_are_found(prebuilt, capsys):
+    """The issue's forgery: one run's AP@10 raised on rows of intents the draw leaves out (each row still
+    as its hit counts allow, so only a recomputation from the models could tell it by the row alone),
+    metrics.csv set to the new mean, every record rewritten: the files written from the rows disagree."""
+    from cir_demo.harness.shipped_check import draw
+
+    names, directory = prebuilt
+    seed, run = 7, f"{names[0]}+rerank"
+    table = _table(_shipped_text(directory, "per_query.csv"))
+    col = {c: i for i, c in enumerate(table[0])}
+    drawn = set(draw([r[col["group_id"]] for r in table[1:]], 4, seed, "test"))
+    forged = 0
+    for r in table[1:]:
+        hits, n_pos = round(float(r[col["precision@10"]]) * 10), int(r[col["n_pos"]])
+        best = round(hits / max(min(n_pos, 10), 1), 6)
+        if r[col["run"]] == run and r[col["group_id"]] not in drawn and hits and float(r[col["AP@10"]]) < best:
+            r[col["AP@10"]], forged = repr(best), forged + 1
+    assert forged >= 3, "the tiny run must leave rows to forge"
+    _forge(directory, "per_query.csv", _csv_text(table))
+    scored = [r for r in table[1:] if r[col["run"]] == run and r[col["scored"]] == "True"]
+    mean = sum(float(r[col["AP@10"]]) for r in scored) / len(scored)
+    metrics = _table(_shipped_text(directory, "metrics.csv"))
+    (row,) = [r for r in metrics[1:] if r[0] == run]
+    row[metrics[0].index("mAP@10")] = f"{mean:.4f}"
+    _forge(directory, "metrics.csv", _csv_text(metrics))
+    assert cli_main(_check(names, "--sample", "4", "--draw-seed", str(seed))) == 1
+    out = capsys.readouterr().out
+    assert "recomputed by the models" not in out  # the draw did not see them ...
+    assert "metrics.json runs[" in out and "report.md line" in out  # ... the files written from them did
+
+
+def test_a_forged_interval_breakdown_cell_or_report_number_is_found_whatever_the_key_says(
+    prebuilt, capsys, monkeypatch
+):
+    """A compositional interval strengthened in paired.csv, a breakdowns.csv cell, a number of report.md's
+    headline table, every record rewritten, from outputs of other code (stale): each is named apart."""
+    names, directory = prebuilt
+    paired = _table(_shipped_text(directory, "compositional/paired.csv"))
+    paired[2][paired[0].index("lo")] = f"{float(paired[2][paired[0].index('lo')]) + 0.01:.6g}"
+    _forge(directory, "compositional/paired.csv", _csv_text(paired))
+    breakdowns = _table(_shipped_text(directory, "breakdowns.csv"))
+    breakdowns[2][breakdowns[0].index("AP@10")] = f"{float(breakdowns[2][breakdowns[0].index('AP@10')]) + 0.01:.6g}"
+    _forge(directory, "breakdowns.csv", _csv_text(breakdowns))
+    report = _shipped_text(directory, "report.md")
+    line = next(x for x in report.splitlines() if x.startswith(f"| {names[0]}+rerank | "))
+    cell = line.split(" | ")[1].split()[0]
+    _forge(directory, "report.md", report.replace(line, line.replace(cell, f"{float(cell) + 0.05:.4f}", 1)).encode())
+    monkeypatch.setattr(prebuilt_run, "output_code_sha256", lambda: "0" * 64)  # the code changed since
+    assert cli_main(_check(names, "--sample", "2")) == 1
+    out = capsys.readouterr().out
+    assert "wrong " in out and "- code changed" in out
+    named = [x.split("content: ")[1] for x in out.splitlines() if "content: " in x]
+    assert len(named) == 3, out
+    assert named[0].startswith("breakdowns.csv row 3 (") and " column AP@10: " in named[0]
+    assert named[1].startswith("report.md line ") and f"{float(cell) + 0.05:.4f} shipped, {cell} recomputed" in named[1]
+    assert named[2].startswith("compositional/paired.csv row 3 (") and " column lo: " in named[2]
+
+
+def test_run_info_must_be_what_the_key_hashes(prebuilt, tmp_path):
+    from cir_demo.harness import shipped_check
+
+    _, directory = prebuilt
+    manifest = prebuilt_run.read_shipped_manifest(directory)
+    assert shipped_check.unpack_shipped(directory, manifest, tmp_path / "run") == []
+    assert shipped_check.run_info_problems(tmp_path / "run", manifest["key"]) == []
+    info_path = tmp_path / "run" / "compositional" / "run_info.json"
+    info = json.loads(info_path.read_text())
+    info["rerank_top_n"] = 10
+    info_path.write_text(json.dumps(info))
+    assert shipped_check.run_info_problems(tmp_path / "run", manifest["key"]) == [
+        "content: compositional/run_info.json: its rerank_top_n is not what the manifest's key records"
+    ]
+
+
+@pytest.mark.parametrize(
+    "shipped, recomputed, sig6, same",
+    [
+        ("0.1454", "0.1454", False, True),
+        ("0.1454", "0.1455", False, True),  # a value on a rounding boundary prints either way
+        ("0.1454", "0.1456", False, False),
+        ("0.1775", "0.1454", False, False),
+        ("0.5", "0.500001", True, True),  # %.6g: six significant digits, trailing zeros dropped
+        ("0.6", "0.5", True, False),
+        ("0.0180442", "0.0190442", True, False),
+        ("610", "609", False, False),  # counts exactly
+        ("nan", "nan", False, True),
+        ("+0.0129", "+0.0130", False, True),
+    ],
+)
+def test_printed_numbers_agree_to_one_unit_of_their_last_place(shipped, recomputed, sig6, same):
+    from cir_demo.harness.shipped_check import same_number
+
+    assert same_number(shipped, recomputed, sig6) is same
+
+
+def test_the_first_query_is_chosen_when_shipping_and_read_at_start_or_computed_without(prebuilt, monkeypatch):
+    """`index prebuilt` records, per set of the shipped first-stage runs, the query a first visit opens:
+    the one a loop over the shipped per_query.csv finds (runs differ most on AP@10, one scoring; the
+    earliest). The app reads it without reading any per-query row; from outputs without the field
+    (written before it existed) the same query is computed from the shipped rows."""
+    from itertools import combinations
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from cir_demo.explorer import first_view
+
+    names, directory = prebuilt
+    manifest = json.loads((directory / "manifest.json").read_text())
+    rows = pd.read_csv(
+        io.BytesIO(lzma.decompress((directory / "per_query.csv.xz").read_bytes())), dtype={"query_id": str}
+    )
+    ap = {(r, q): v for r, q, v in zip(rows["run"], rows["query_id"], rows["AP@10"])}
+    service = build_tiny_service(names)
+    order = list(service.table["query_id"])
+
+    def loop(runs):
+        chosen, widest = order[0], -1.0
+        for q in order:
+            values = [ap[r, q] for r in runs if (r, q) in ap]
+            spread = max(values) - min(values) if values else 0.0
+            if values and max(values) > 0 and (spread > 0 or len(runs) == 1) and spread > widest:
+                chosen, widest = q, spread
+        return chosen
+
+    field = manifest["first_query"]
+    assert field["primary"] == "AP@10"
+    sets = [runs for size in (1, 2) for runs in combinations(names, size)]
+    assert {",".join(sorted(runs)): loop(runs) for runs in sets} == field["by_runs"]
+    assert len({loop(runs) for runs in sets}) > 1  # the sets' choices differ: each is its own
+
+    def no_rows(*a, **k):
+        raise AssertionError("per-query rows read for the first view")
+
+    with monkeypatch.context() as m:
+        m.setattr(first_view, "shipped_rows", no_rows)
+        m.setattr(service, "failure_stats", no_rows)
+        m.setattr(service, "stored_sorts", lambda: set())
+        assert first_view.first_query(service, SimpleNamespace(state="running", ready_sorts=())) == loop(names)
+    del manifest["first_query"]  # outputs written before the field: computed from the shipped rows
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.setattr(service, "stored_sorts", lambda: set())
+    assert first_view.first_query(service, SimpleNamespace(state="later", ready_sorts=())) == loop(names)
+    service.engine.close()

@@ -92,3 +92,16 @@ def test_depths_are_part_of_a_runs_key(code_copy):
     assert len({top10["A+rerank"], top20["A+rerank"], deeper["A+rerank"]}) == 3
     other = recorded_keys(bench, spec, {"A": 50}, {**rr, "weights": "v"}, 10)
     assert other["A"] == top10["A"] and other["A+rerank"] != top10["A+rerank"]
+
+
+def test_a_run_searched_in_another_index_is_another_run():
+    """A Milvus index ranks ties in its own order: a run searched there never answers for FAISS's, and the
+    key names the server without its credentials."""
+    from cir_demo.store.key import index_label, run_key
+
+    faiss_key = run_key("fp", "cir_demo.metrics.cirr", "spec", 50)
+    lite = run_key("fp", "cir_demo.metrics.cirr", "spec", 50, index=index_label("corpus.db"))
+    server = run_key("fp", "cir_demo.metrics.cirr", "spec", 50, index=index_label("https://u:secret@host:19530"))
+    assert len({faiss_key.digest(), lite.digest(), server.digest()}) == 3
+    assert index_label(None) == faiss_key.index == "faiss"
+    assert "secret" not in server.index and server.index == "milvus:https://host:19530"

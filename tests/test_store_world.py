@@ -41,9 +41,9 @@ def test_five_consumers_agree_on_the_world(service, tmp_path):
     assert {"worst", "negatives", "spread", f"diff:{names[0]},{names[1]}"} <= set(sorts)
     for sort in sorts:
         page = service.sorted_queries(sort, limit=100_000).rows
-        csv_path = tmp_path / "failures.csv"
+        csv_path = tmp_path / f"failures-{sort.replace(':', '-').replace(',', '-')}.csv"
         argv = ["failures", *TINY, "--results-json", *map(str, files), "--sort", sort, "--out", str(csv_path)]
-        assert main([*argv, "--overwrite"]) == 0
+        assert main(argv) == 0
         command = pd.read_csv(csv_path, dtype={"query_id": str, "why": str}, keep_default_na=False)
         notebook = ev.failures(sort=sort)
         answer = pd.DataFrame(failures_answer(service, cache, sort, names, None, columns="all")["rows"])

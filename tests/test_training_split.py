@@ -7,8 +7,11 @@ same audit, so a leak would not go unnoticed."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +32,17 @@ def world():
     return open_world(size="tiny", seed=0, progress=False, part="full")  # generated before anything is recorded
 
 
+def _in_forked_worker(fn) -> None:
+    """`fn()` in a forked child process (as a fork-based worker pool runs it), waited for."""
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        try:
+            fn()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
 def test_the_audit_sees_test_split_reads(world):
     from cir_demo.world.loader import load_world
 
@@ -40,7 +54,8 @@ def test_the_audit_sees_test_split_reads(world):
 
 def test_the_audit_sees_every_kind_of_access_wherever_the_name(world, tmp_path):
     """Each access a name-based check missed: a dot-prefixed copy of a test file, an embedding cache
-    read as a numpy memmap, a score cache over SQLite, a FAISS index, a stat of a test file."""
+    read as a numpy memmap, a score cache over SQLite, a FAISS index, a stat of a test file; and reads
+    by a forked worker and by a new Python process the recorded code starts."""
     import faiss
 
     from cir_demo.paths import cache_dir, indexes_dir
@@ -72,6 +87,13 @@ def test_the_audit_sees_every_kind_of_access_wherever_the_name(world, tmp_path):
         "faiss.read_index": lambda: faiss.read_index(str(index)),
         "os.stat": lambda: embeddings.exists(),
         "os.stat (a test-side pixel cache)": lambda: pixels.is_file(),
+        "open in a forked worker": lambda: _in_forked_worker(hidden.read_bytes),
+        "open in a new Python process": lambda: subprocess.run(
+            [sys.executable, "-c", f"open({str(hidden)!r}, 'rb').read()"], check=True, timeout=60
+        ),
+        "a listing in a new Python process": lambda: subprocess.run(
+            [sys.executable, "-c", f"import os; os.listdir({str(embeddings.parent)!r})"], check=True, timeout=60
+        ),
     }
     try:
         for what, read in reads.items():

@@ -165,7 +165,11 @@ def test_no_run_file_is_served_by_path_and_one_limit_for_all(demo):
         def launch(self, **kw):
             seen["launch"] = kw
 
+        def block_thread(self):
+            seen["held"] = True
+
     ui_app.launch_app(Stub(), concurrency=3)
+    assert seen["held"] and seen["launch"]["prevent_thread_lock"]  # held after the MCP tools are adapted
     assert not seen["launch"].get("allowed_paths")
     assert seen["queue"]["default_concurrency_limit"] == 3
     groups = {f.concurrency_id for f in demo.fns.values() if f.fn is not None}

@@ -60,15 +60,13 @@ def test_each_breakdown_plot_caption_names_the_metric_on_its_axis(tmp_path, monk
     from cir_demo.harness import plots
 
     from cir_demo.benchmarks.families import breakdown_plot_file
-    from cir_demo.harness import vector_charts
 
     drawn = {}
     monkeypatch.setattr(
         charts,
-        "bar_chart",
-        lambda path, cats, series, title, xlabel, intervals=None: drawn.setdefault(path.name, xlabel) and path,
+        "bar_chart_files",
+        lambda path, cats, series, title, xlabel, intervals=None: [drawn.setdefault(path.name, xlabel) and path],
     )
-    monkeypatch.setattr(vector_charts, "bar_chart", lambda path, *a, **k: [])
     for fam in FAMILIES.values():
         monkeypatch.setattr(plots, "family_of", lambda _b, fam=fam: dataclasses.replace(fam, plots=()))
         drawn.clear()

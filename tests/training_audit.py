@@ -7,7 +7,18 @@ What is recorded: Python's audit events for opening a file (`open`, numpy's load
 included), listing a folder (`os.listdir`, `os.scandir`), connecting to SQLite (`sqlite3.connect`),
 copying, renaming and removing; and, for the reads no audit event reports, `os.stat` (`Path.exists`,
 `is_file`), faiss's `read_index` and safetensors' `load_file`, wrapped while recording. (The world's
-integrity check sizes the files of its own test part: that stat alone is let through.)
+integrity check sizes the files of its own test part: that stat alone is let through.) The same is
+recorded in the processes the recorded code starts: a forked worker inherits the hook and the wrappers
+and appends what it sees to a log file the recording reads back; a new Python process (a subprocess,
+a spawned multiprocessing worker) installs the hook from the `sitecustomize` module this recording puts
+first on PYTHONPATH, and logs its audit events there too.
+
+What it cannot see: a read that raises no Python audit event and goes through no wrapped entry point:
+native readers that open files themselves (pyarrow's file system and datasets, faiss or safetensors
+called otherwise than through the wrapped functions, torch's C++ loaders given a file name, a memory
+map's pages read after the mapping was opened: the opening is seen); a new Python process's `os.stat`
+(only its audit events); a Python started with -S or -I (no sitecustomize), or a child that is not
+Python at all. Training reads none of these today (the world's tables are JSON lines and .npy files).
 
 What counts as test data is decided by where it lies, never by its name (`TestLocations`): the files
 the world's test part is made of (the world's own part table, `disk.PARTS["test"]`), every other file
@@ -28,6 +39,35 @@ import pytest
 
 _EVENTS: list[tuple[str, str]] = []  # (event, path) while recording
 _RECORDING: list[bool] = [False]
+_OWNER = [os.getpid()]  # the recording process; a forked worker's list dies with it, so it logs instead
+_LOG: list[str | None] = [None]  # the file the processes the recorded code starts append their events to
+_LOG_ENV = "CIR_DEMO_AUDIT_LOG"
+_IN_LOG = [False]  # writing the log raises an `open` event itself
+# installed in every new Python process started while recording (its folder first on PYTHONPATH)
+SITECUSTOMIZE = """
+import os, sys
+_log = os.environ.get("%s")
+if _log:
+    _busy = [False]
+    _paths = %r
+    def _hook(event, args):
+        if _busy[0] or not args or not (event in _paths or event == "os.rename"):
+            return
+        value = args[1] if event == "os.rename" else args[_paths[event]]
+        if isinstance(value, bytes):
+            value = value.decode(errors="replace")
+        if not isinstance(value, (str, os.PathLike)):
+            return
+        _busy[0] = True
+        try:
+            fd = os.open(_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            kind = "rename" if event == "os.rename" else event
+            os.write(fd, ("%%s\\t%%s\\n" %% (kind, os.path.abspath(os.fspath(value)))).encode())
+            os.close(fd)
+        finally:
+            _busy[0] = False
+    sys.addaudithook(_hook)
+"""
 # audit event -> the position of its path argument
 _PATH_EVENTS = {
     "open": 0,
@@ -48,16 +88,32 @@ def _path(value) -> str | None:
     return None  # a file descriptor, or a folder listing of "."
 
 
+def _note(kind: str, path: str) -> None:
+    """Record one access: in the recording process's list, or, in a forked worker, in the log."""
+    if os.getpid() == _OWNER[0]:
+        _EVENTS.append((kind, path))
+        return
+    if _IN_LOG[0] or _LOG[0] is None:
+        return
+    _IN_LOG[0] = True
+    try:
+        fd = os.open(_LOG[0], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.write(fd, f"{kind}\t{path}\n".encode())
+        os.close(fd)
+    finally:
+        _IN_LOG[0] = False
+
+
 def _hook(event: str, args) -> None:
-    if not _RECORDING[0]:
+    if not _RECORDING[0] or _IN_LOG[0]:
         return
     if event == "os.rename":
-        _EVENTS.append(("rename", _path(args[1]) or ""))
-        _EVENTS.append(("rename-from", _path(args[0]) or ""))
+        _note("rename", _path(args[1]) or "")
+        _note("rename-from", _path(args[0]) or "")
     elif event in _PATH_EVENTS and args:
         path = _path(args[_PATH_EVENTS[event]])
         if path is not None:
-            _EVENTS.append((event, path))
+            _note(event, path)
 
 
 sys.addaudithook(_hook)  # hooks cannot be removed; this one only records while a caller asks it to
@@ -66,33 +122,49 @@ sys.addaudithook(_hook)  # hooks cannot be removed; this one only records while 
 def _recording(kind: str, fn):
     def wrapped(path, *a, **k):
         p = _path(path)
-        if _RECORDING[0] and p is not None:
-            _EVENTS.append((kind, p))
+        if _RECORDING[0] and p is not None and not _IN_LOG[0]:
+            _note(kind, p)
         return fn(path, *a, **k)
 
     return wrapped
 
 
 def recorded(fn):
-    """(what `fn()` returned, the (event, absolute path) accesses recorded while it ran)."""
+    """(what `fn()` returned, the (event, absolute path) accesses recorded while it ran, by it and by
+    the processes it started)."""
+    import tempfile
+
     _EVENTS.clear()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(os, "stat", _recording("os.stat", os.stat))
-        try:
-            import faiss
-
-            mp.setattr(faiss, "read_index", _recording("faiss.read_index", faiss.read_index))
-        except ImportError:
-            pass
-        import safetensors.torch
-
-        mp.setattr(safetensors.torch, "load_file", _recording("safetensors.load_file", safetensors.torch.load_file))
-        _RECORDING[0] = True
-        try:
-            out = fn()
-        finally:
-            _RECORDING[0] = False
+    with tempfile.TemporaryDirectory(prefix="cir-demo-audit-") as tmp, pytest.MonkeyPatch.context() as mp:
+        (Path(tmp) / "sitecustomize.py").write_text(SITECUSTOMIZE % (_LOG_ENV, _PATH_EVENTS))
+        log = Path(tmp) / "children.log"
+        _LOG[0], _OWNER[0] = str(log), os.getpid()
+        mp.setenv(_LOG_ENV, str(log))
+        mp.setenv("PYTHONPATH", os.pathsep.join(p for p in (tmp, os.environ.get("PYTHONPATH")) if p))
+        out = _recording_in(mp, fn)
+        if log.is_file():
+            _EVENTS.extend(tuple(line.split("\t", 1)) for line in log.read_text().splitlines() if "\t" in line)
+        _LOG[0] = None
     return out, list(_EVENTS)
+
+
+def _recording_in(mp, fn):
+    """`fn()` with the wrappers of the reads no audit event reports in place, recording."""
+    mp.setattr(os, "stat", _recording("os.stat", os.stat))
+    try:
+        import faiss
+
+        mp.setattr(faiss, "read_index", _recording("faiss.read_index", faiss.read_index))
+    except ImportError:
+        pass
+    import safetensors.torch
+
+    mp.setattr(safetensors.torch, "load_file", _recording("safetensors.load_file", safetensors.torch.load_file))
+    _RECORDING[0] = True
+    try:
+        return fn()
+    finally:
+        _RECORDING[0] = False
 
 
 @dataclass

@@ -71,6 +71,7 @@ class ServiceConfig:
     limit_groups: int | None = None
     device: str | None = None
     allow_stale: bool = False
+    index_uri: str | None = None  # the corpus indexes in Milvus (`--index-uri`); None: faiss files
     trust_remote_code: bool = False  # retrievers that run model-repo code (BGE-VL, GME): explicit opt-in only
     warm_thumbnails: bool = True  # a background process fills the thumbnail and pixel caches
     pixel_cache: bool = True  # serve exact pixels from the PNG cache instead of re-rendering

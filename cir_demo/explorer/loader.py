@@ -399,6 +399,7 @@ def build_service(
         names,
         device=config.device,
         allow_stale=config.allow_stale,
+        index_uri=config.index_uri,
         progress=True,
         trust_remote_code=config.trust_remote_code,
         encode_reranker_corpus=False,

@@ -280,6 +280,8 @@ class PrecomputeJob:
             argv += ["--device", service.config.device]
         if service.config.trust_remote_code:
             argv.append("--trust-remote-code")
+        if service.config.index_uri and not service.config.index_uri.strip().endswith(".db"):
+            argv += ["--index-uri", service.config.index_uri]  # a Milvus Lite folder opens in one process only
         return argv
 
     def _run(self, argv: list[str], cwd: Path) -> None:

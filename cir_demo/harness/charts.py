@@ -1,9 +1,10 @@
-"""Small PNG charts drawn with Pillow: grouped horizontal bars and a labelled scatter.
+"""Small charts drawn with Pillow: grouped horizontal bars, a labelled scatter and lines over cutoffs,
+each as PNG and, from the same drawing calls (`vector_charts.Recorder`), as SVG and PDF.
 
 The report needs a handful of simple charts. matplotlib takes longer to import
 and to draw them than the whole PinPoint evaluation takes, so we draw them
-directly: Pillow's built-in scalable font, no global state, one image per
-call. Bars run horizontally so that long category names stay readable.
+directly: Pillow's built-in scalable font, no global state, one drawing per
+call for all formats. Bars run horizontally so that long category names stay readable.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ import math
 from pathlib import Path
 from typing import Sequence
 
+from cir_demo.harness import vector_charts
 from cir_demo.utils.io import atomic_path
 
 # matplotlib's "tab10" colours: familiar, and distinguishable for most colour-blind readers
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 INK, GRID, BG = "#222222", "#dddddd", "white"
 SCALE = 2  # drawn at twice the size for crisp text
+ALL_FORMATS = ("png", *vector_charts.VECTOR_FORMATS)
 
 
 def _fonts():
@@ -86,12 +89,24 @@ def _fit(draw, text: str, font, width: int) -> str:
     return text + "…"
 
 
-def _save(img, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    img = img.resize((img.width // SCALE, img.height // SCALE), resample=4)  # LANCZOS
-    with atomic_path(path) as tmp:
-        img.save(tmp, format="PNG", optimize=False)
-    return path
+def _canvas(width: int, height: int):
+    """(image, its recording draw): alpha fills blend over what is drawn below them."""
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", (width, height), BG)
+    return img, vector_charts.Recorder(ImageDraw.Draw(img, "RGBA"), (width, height), SCALE)
+
+
+def _save(img, rec, path: Path, formats: Sequence[str] = ("png",)) -> list[Path]:
+    """`path` (PNG) and the vector formats beside it, each asked for in `formats`."""
+    out = []
+    if "png" in formats:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        small = img.resize((img.width // SCALE, img.height // SCALE), resample=4)  # LANCZOS
+        with atomic_path(path) as tmp:
+            small.save(tmp, format="PNG", optimize=False)
+        out.append(path)
+    return out + vector_charts.save(rec, path, [f for f in formats if f != "png"])
 
 
 def _legend(draw, names: Sequence[str], x: int, y: int, font) -> int:
@@ -112,7 +127,21 @@ def bar_chart(
     xlabel: str,
     intervals: dict[str, Sequence[tuple[float, float]]] | None = None,
 ) -> Path:
-    """Grouped horizontal bars: one group per category, one bar per series (NaN: no bar), optional CI whiskers."""
+    """Grouped horizontal bars as PNG (`bar_chart_files`)."""
+    return bar_chart_files(path, categories, series, title, xlabel, intervals, ("png",))[0]
+
+
+def bar_chart_files(
+    path: Path,
+    categories: Sequence[str],
+    series: dict[str, Sequence[float]],
+    title: str,
+    xlabel: str,
+    intervals: dict[str, Sequence[tuple[float, float]]] | None = None,
+    formats: Sequence[str] = ALL_FORMATS,
+) -> list[Path]:
+    """Grouped horizontal bars: one group per category, one bar per series (NaN: no bar), optional CI
+    whiskers; as `path` and its other `formats`."""
     from PIL import Image, ImageDraw
 
     small, big = _fonts()
@@ -127,8 +156,7 @@ def bar_chart(
     left, top = label_w + 20 * SCALE, 40 * SCALE
     width = left + plot_w + 20 * SCALE + legend_w
     height = top + group_h * n_cat + 50 * SCALE
-    img = Image.new("RGB", (width, height), BG)
-    draw = ImageDraw.Draw(img)
+    img, draw = _canvas(width, height)
     draw.text((left, 10 * SCALE), title, fill=INK, font=big)
 
     values = [v for vs in series.values() for v in vs if v is not None and math.isfinite(v)]
@@ -175,7 +203,7 @@ def bar_chart(
         [x_of(0.0) if lo <= 0 <= hi else left, top, x_of(0.0) if lo <= 0 <= hi else left, bottom], fill=INK, width=SCALE
     )
     _legend(draw, names, left + plot_w + 20 * SCALE, top, small)
-    return _save(img, path)
+    return _save(img, draw, path, formats)
 
 
 def scatter_chart(
@@ -184,15 +212,13 @@ def scatter_chart(
     title: str,
     xlabel: str,
     ylabel: str,
-) -> Path:
-    """One labelled dot per name at (x, y)."""
-    from PIL import Image, ImageDraw
-
+    formats: Sequence[str] = ("png",),
+) -> list[Path]:
+    """One labelled dot per name at (x, y); as `path` and its other `formats`."""
     small, big = _fonts()
     plot_w, plot_h = 460 * SCALE, 320 * SCALE
     left, top = 60 * SCALE, 56 * SCALE
-    img = Image.new("RGB", (left + plot_w + 40 * SCALE, top + plot_h + 50 * SCALE), BG)
-    draw = ImageDraw.Draw(img)
+    img, draw = _canvas(left + plot_w + 40 * SCALE, top + plot_h + 50 * SCALE)
     draw.text((left, 6 * SCALE), title, fill=INK, font=big)
     xs = [x for x, _ in points.values() if math.isfinite(x)]
     ys = [y for _, y in points.values() if math.isfinite(y)]
@@ -233,4 +259,78 @@ def scatter_chart(
                 width=SCALE,
             )
         draw.text((lx, ly), name, fill=INK, font=small)
-    return _save(img, path)
+    return _save(img, draw, path, formats)
+
+
+def line_chart_files(
+    path: Path,
+    ks: Sequence[int],
+    series: dict[str, Sequence[float]],
+    title: str,
+    ylabel: str,
+    bands: dict[str, Sequence[tuple[float, float]]] | None = None,
+    formats: Sequence[str] = ALL_FORMATS,
+) -> list[Path]:
+    """One line per run over the cutoffs k (log-scaled when they span a decade), its 95% interval
+    shaded; as `path` and its other `formats`."""
+    small, big = _fonts()
+    probe = _canvas(1, 1)[1]
+    legend_w = max([_text_w(probe, n, small) for n in series] + [0]) + 30 * SCALE
+    plot_w, plot_h = 420 * SCALE, 280 * SCALE
+    left, top = 60 * SCALE, 56 * SCALE
+    img, draw = _canvas(left + plot_w + 20 * SCALE + legend_w, top + plot_h + 50 * SCALE)
+    draw.text((left, 6 * SCALE), title, fill=INK, font=big)
+    values = [v for vs in series.values() for v in vs if _finite(v)]
+    values += [b for band in (bands or {}).values() for pair in band for b in pair if _finite(b)]
+    yt = nice_ticks(min(values + [0.0]), max(values + [0.0]))
+    log = len(ks) > 1 and max(ks) / max(min(ks), 1) >= 10
+    at = [math.log10(max(k, 1e-9)) if log else float(k) for k in ks]
+    lo, hi = (min(at), max(at)) if len(at) > 1 and max(at) > min(at) else (at[0] - 1, at[0] + 1)
+
+    def pos(i: int, y: float) -> tuple[float, float]:
+        pad = 0.04 * plot_w
+        x = left + pad + (at[i] - lo) / (hi - lo) * (plot_w - 2 * pad)
+        return x, top + plot_h - (y - yt[0]) / (yt[-1] - yt[0]) * plot_h
+
+    for t in yt:
+        _, y = pos(0, t)
+        draw.line([left, y, left + plot_w, y], fill=GRID, width=SCALE)
+        s = _fmt(t, _step(yt))
+        draw.text((left - 6 * SCALE - _text_w(draw, s, small), y - 8 * SCALE), s, fill=INK, font=small)
+    last_right = -math.inf
+    for i, k in enumerate(ks):
+        x, _ = pos(i, yt[0])
+        draw.line([x, top, x, top + plot_h], fill=GRID, width=SCALE)
+        s, w = str(k), _text_w(draw, str(k), small)
+        if x - w / 2 > last_right + 2 * SCALE:  # crowded cutoffs on a log scale: every label that fits
+            draw.text((x - w / 2, top + plot_h + 4 * SCALE), s, fill=INK, font=small)
+            last_right = x + w / 2
+    for i, (name, band) in enumerate((bands or {}).items()):
+        upper = [pos(j, hi_) for j, (_, hi_) in enumerate(band) if _finite(hi_)]
+        lower = [pos(j, lo_) for j, (lo_, _) in enumerate(band) if _finite(lo_)]
+        if len(upper) > 1 and len(upper) == len(lower):
+            draw.polygon(
+                [c for p in upper + lower[::-1] for c in p], fill=_colour(list(series).index(name)), opacity=0.2
+            )
+    for i, (name, vals) in enumerate(series.items()):
+        points = [pos(j, v) for j, v in enumerate(vals) if _finite(v)]
+        if len(points) > 1:
+            draw.line([c for p in points for c in p], fill=_colour(i), width=SCALE)
+        for px, py in points:
+            draw.ellipse([px - 3 * SCALE, py - 3 * SCALE, px + 3 * SCALE, py + 3 * SCALE], fill=_colour(i))
+    draw.rectangle([left, top, left + plot_w, top + plot_h], outline=INK, width=SCALE)
+    xlabel = "k (cutoff)" + (", log scale" if log else "")
+    draw.text(
+        (left + plot_w / 2 - _text_w(draw, xlabel, small) / 2, top + plot_h + 24 * SCALE), xlabel, fill=INK, font=small
+    )
+    draw.text((left - 40 * SCALE, top - 20 * SCALE), ylabel, fill=INK, font=small)
+    _legend(draw, list(series), left + plot_w + 20 * SCALE, top, small)
+    return _save(img, draw, path, formats)
+
+
+def _finite(v) -> bool:
+    return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _colour(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]

@@ -59,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="allow retrievers that run their model repository's code (BGE-VL, GME); never the default",
     )
+    from cir_demo.index.cli import add_index_uri_argument
+
+    add_index_uri_argument(r)
     add_dry_run_and_debug(r, "run would download, encode and rerank")
     from cir_demo.images.cli import add_fetch_arguments
 
@@ -98,12 +101,15 @@ def run(args: argparse.Namespace) -> int:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from cir_demo.benchmarks.schema import BenchmarkError
     from cir_demo.preflight.commands import eval_problems, report
+    from cir_demo.index.cli import index_uri_problems
     from cir_demo.preflight.flags import GivenFlags
     from cir_demo.errors import report_errors
     from cir_demo.integrity import DamagedFileError
     from cir_demo.paths import DataFolderError
 
-    problems = eval_problems(GivenFlags.of(vars(args)))  # before any work: nothing is created when a flag is wrong
+    problems = eval_problems(
+        GivenFlags.of(vars(args)), index_uri_problems(args)
+    )  # before any work: nothing is created when a flag is wrong
     if problems:
         return report(problems)
     expected: tuple[type[BaseException], ...] = (BenchmarkError, DamagedFileError, DataFolderError, PermissionError)
@@ -140,6 +146,7 @@ def eval_settings(args: argparse.Namespace):
         rerank=args.rerank,
         rerank_top_n=args.rerank_top_n,
         device=args.device,
+        index_uri=getattr(args, "index_uri", None),
         trust_remote_code=bool(args.trust_remote_code),
         dry_run=bool(args.dry_run),
         out=args.out,

@@ -36,6 +36,8 @@ class IndexBuild:
     keep_shards: bool = False
     params: dict = field(default_factory=dict)  # the --kind parameters given (index.cli.index_params)
     memory_budget: int | None = None  # bytes
+    index_uri: str | None = None  # a Milvus URI (--index-uri); None: a faiss index under --out-dir
+    index_params: str | None = None  # --index-params (JSON), for a Milvus index
 
 
 def build_settings(args: argparse.Namespace) -> IndexBuild:
@@ -66,6 +68,8 @@ def build_settings(args: argparse.Namespace) -> IndexBuild:
         keep_shards=bool(args.keep_shards),
         params=index_params(args),
         memory_budget=memory_budget(args),
+        index_uri=args.index_uri,
+        index_params=args.index_params,
     )
 
 
@@ -101,6 +105,8 @@ def _build(build: IndexBuild) -> int:
     # weights, opt-ins and images before any long work
     bench = check_run(build.request, _load_benchmark(build.request.benchmark), [build.retriever])
     retriever = load_retriever(build.retriever, device=device, trust_remote_code=build.request.trust_remote_code)
+    if build.index_uri:
+        return _build_milvus(build, bench, retriever, ctx)
     common = dict(
         out_dir=build.out_dir,
         kind=build.kind,
@@ -131,6 +137,45 @@ def _build(build: IndexBuild) -> int:
         f"built {m.built_at} in {m.build_seconds:.1f} s on {m.device}"
         + (f" across {m.num_shards} processes" if m.num_shards > 1 else "")
         + (f"; faiss {m.factory}, {m.choice}" if m.choice else "")
+    )
+    return 0
+
+
+def _build_milvus(build: IndexBuild, bench, retriever, ctx) -> int:
+    """`index build --index-uri`: the collection written (or found fresh) in Milvus, the corpus encoded
+    here or, with --sharded, by every launched process."""
+    common = dict(
+        index_params=build.index_params,
+        batch_size=build.batch_size,
+        progress=build.progress,
+        force=build.force,
+        memory_budget=build.memory_budget,
+    )
+    if ctx is not None:
+        from cir_demo.index.shard import build_sharded_milvus
+
+        try:
+            loaded = build_sharded_milvus(
+                bench, retriever, build.index_uri, ctx, build.shard_dir, build.keep_shards, **common
+            )
+        finally:
+            ctx.close()
+        if not ctx.is_main:
+            return 0
+    else:
+        from cir_demo.index.milvus_build import build_milvus_index
+
+        loaded = build_milvus_index(bench, retriever, build.index_uri, **common)
+    m = loaded.manifest
+    state = (
+        f"built in {m.build_seconds:.1f} s on {m.device}"
+        + (f" across {m.num_shards} processes" if m.num_shards > 1 else "")
+        if loaded.built
+        else f"fresh (built {m.built_at}; not rebuilt)"
+    )
+    print(
+        f"{loaded.location}: {m.params['index_type']} index of {m.count} images x {m.dim} dims, {state}; "
+        f"search {m.params['search_params']}, {m.choice}"
     )
     return 0
 
@@ -168,6 +213,11 @@ def _prebuilt(args: argparse.Namespace) -> int:
 
     if args.rerun and not args.check:
         raise ValueError("--rerun goes with --check (it checks the shipped --eval outputs by running --eval again)")
+    every, draw_seed, sample = (getattr(args, k, None) for k in ("all", "draw_seed", "sample"))
+    if (every or draw_seed is not None or sample is not None) and not args.check:
+        raise ValueError("--all, --draw-seed and --sample go with --check (they choose the intents it recomputes)")
+    if sample is not None and sample < 1:
+        raise ValueError(f"--sample {args.sample}: draw at least 1 intent per split (--all: every one)")
     if args.limit and args.only != "eval":
         raise ValueError("--limit goes with --only eval (corpus embeddings are always of the whole corpus)")
     args.benchmark = args.benchmark or "world"
@@ -259,16 +309,25 @@ def _prebuilt_eval(args: argparse.Namespace, bench, names: list[str], reranker: 
 
     if not args.check:
         print(f"wrote {build_shipped_run(args, bench, names, reranker)}")
-    reasons = check_shipped_run(bench, names, reranker, rerun=args.check and args.rerun, recompute=args.check)
+    from cir_demo.harness.shipped_check import CONTENT
+
+    reasons = check_shipped_run(
+        bench,
+        names,
+        reranker,
+        rerun=args.check and args.rerun,
+        recompute=args.check,
+        sample=0 if getattr(args, "all", False) else getattr(args, "sample", None),
+        seed=getattr(args, "draw_seed", None),
+    )
     what = (
-        ("byte-identical to --eval" if args.rerun else "--eval outputs, a slice recomputed from empty folders")
+        ("byte-identical to --eval" if args.rerun else "--eval outputs, every number recomputed")
         if args.check and not reasons
         else "--eval outputs"
     )
-    print(
-        f"{'stale' if reasons else 'fresh':6s} {what}: {shipped_dir(bench)}"
-        + "".join(f"\n       - {x}" for x in reasons)
-    )
+    # a number that differs from its recomputation is said apart from outputs of other code (stale)
+    state = "wrong" if any(r.startswith(CONTENT) for r in reasons) else ("stale" if reasons else "fresh")
+    print(f"{state:6s} {what}: {shipped_dir(bench)}" + "".join(f"\n       - {x}" for x in reasons))
     return int(bool(reasons))
 
 

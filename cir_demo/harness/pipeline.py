@@ -284,6 +284,7 @@ def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stage
         device=settings.device,
         progress=True,
         trust_remote_code=settings.trust_remote_code,
+        index_uri=settings.index_uri,
     )
     specs: dict[str, dict] = {}
     depths: dict[str, int] = {}  # how deep each retriever ranks: part of its runs' keys
@@ -321,7 +322,9 @@ def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stage
             paths = _write_report(
                 settings, split, splits if split is splits[0] and len(splits) > 1 else [], top_n, reranker_spec, specs
             )
-            _write_run_info(split, specs, depths, reranker_spec, top_n, stages if split is splits[0] else None)
+            _write_run_info(
+                split, specs, depths, reranker_spec, top_n, stages if split is splits[0] else None, settings.index_uri
+            )
     table = pd.read_csv(paths["metrics.csv"])
     cols = [c for c in ("model", *metric_family(bench.metric_family).summary_columns()) if c in table]
     print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
@@ -383,7 +386,9 @@ def _run_split(
     split.pairs.append((base, reranked))
 
 
-def _write_run_info(split, specs: dict, depths: dict, reranker_spec, top_n: int, stages: Stages | None) -> None:
+def _write_run_info(
+    split, specs: dict, depths: dict, reranker_spec, top_n: int, stages: Stages | None, index_uri: str | None = None
+) -> None:
     """run_info.json of one split's folder; the run's times and command line (`stages` given) at the top only.
     `run_keys`: each run's key in the store (`store.recorded_keys`), which the app reads it under."""
     from cir_demo.engine import benchmark_fingerprint
@@ -398,7 +403,7 @@ def _write_run_info(split, specs: dict, depths: dict, reranker_spec, top_n: int,
         "retrievers": specs,
         "reranker": reranker_spec,
         "rerank_top_n": top_n if reranker_spec else None,
-        "run_keys": recorded_keys(bench, specs, depths, reranker_spec, top_n),
+        "run_keys": recorded_keys(bench, specs, depths, reranker_spec, top_n, index_uri),
     }
     if stages is not None:
         info.update({"timings_s": stages.seconds, "wall_s": round(stages.total(), 2), "argv": sys.argv})

@@ -1,7 +1,7 @@
-"""Report plots: each as PNG (bars and scatters drawn with Pillow by `charts`, the fast path the Report
-shows) and as SVG and PDF for papers (`vector_charts`, matplotlib's object API; never opens a window):
-the family's own plots, the metric-at-k curves of every run with 95% intervals, and one breakdown plot
-per metadata field and plotted metric (`MetricFamily.plot_metrics`)."""
+"""Report plots: each as PNG (the Report shows it) and as SVG and PDF for papers, the three from one
+drawing (`charts`, Pillow; `vector_charts` writes the vector files from the same calls): the family's
+own plots, the metric-at-k curves of every run with 95% intervals, and one breakdown plot per metadata
+field and plotted metric (`MetricFamily.plot_metrics`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pandas as pd
 
 from cir_demo.benchmarks.families import breakdown_plot_file
 from cir_demo.benchmarks.schema import Benchmark
-from cir_demo.harness import charts, vector_charts
+from cir_demo.harness import charts
 from cir_demo.store.score import RunEvaluation, family_of
 
 BREAKDOWN_PLOTS = (
@@ -31,10 +31,7 @@ _AT_K = re.compile(r"^(?P<name>[A-Za-z_]+)@(?P<k>\d+)$")
 
 def bars(path: Path, categories, series, title, xlabel, intervals=None) -> list[Path]:
     """A bar chart as PNG, SVG and PDF."""
-    return [
-        charts.bar_chart(path, categories, series, title, xlabel, intervals),
-        *vector_charts.bar_chart(path, categories, series, title, xlabel, intervals),
-    ]
+    return charts.bar_chart_files(path, categories, series, title, xlabel, intervals)
 
 
 def _paths(files: Sequence[Path]) -> dict[str, Path]:
@@ -54,8 +51,7 @@ def precision_vs_safety(benchmark: Benchmark, evaluations: Sequence[RunEvaluatio
         "NegRecall@10 (explicit negatives in the top 10; lower is safer)",
         "mAP@10 (higher is better)",
     )
-    png = charts.scatter_chart(out_dir / "precision_vs_safety.png", *args)
-    return _paths([png, *vector_charts.scatter_chart(png, *args)])
+    return _paths(charts.scatter_chart(out_dir / "precision_vs_safety.png", *args, formats=charts.ALL_FORMATS))
 
 
 def paraphrase_sensitivity(
@@ -141,7 +137,7 @@ def k_curves(
         label += pooled if name == "Recall" else ""
         out.update(
             _paths(
-                vector_charts.line_chart(
+                charts.line_chart_files(
                     out_dir / fname,
                     entry["ks"],
                     entry["series"],

@@ -2,11 +2,11 @@
 building them runs `--eval` of the benchmark's defaults in this process, exactly as `python app.py
 --eval` with the same flags does, in an empty temporary data folder (`empty_data_folder`: no cached
 score, feature or embedding of any earlier run can stand in for a computed one), and packs the run;
-`--check` says whether they match the benchmark, the weights, the code and the libraries, and
-recomputes a slice (the first `SLICE_INTENTS` intents) in an empty data folder and compares its
-per-query rows with the shipped ones, so a shipped file whose records were rewritten, or outputs of
-other code, are found; `--check --rerun` runs the whole `--eval` again and compares every shipped
-file with what it wrote, byte for byte."""
+`--check` says whether they match the benchmark, the weights, the code and the libraries (their key),
+and, apart from that, recomputes every number they hold (harness/shipped_check.py: the rows of intents
+drawn at check time from the models in an empty data folder, every other file from the rows), so a
+shipped number forged with its records rewritten is found; `--check --rerun` runs the whole `--eval`
+again and compares every shipped file with what it wrote, byte for byte."""
 
 from __future__ import annotations
 
@@ -25,9 +25,7 @@ from typing import Iterator
 
 EVAL_COMMAND = ["python", "-m", "cir_demo", "eval"]
 DATA_ENV = ("CIR_DEMO_DATA", "CIR_DEMO_CACHE", "CIR_DEMO_INDEXES", "CIR_DEMO_RUNS", "CIR_DEMO_BENCHMARK_CACHE")
-SLICE_INTENTS = 5  # intents of the recomputed slice: every retriever, the reranker and both test splits
-PER_QUERY_FILES = ("per_query.csv", "compositional/per_query.csv")
-SLICE_TOLERANCE = 1e-6  # per-query metrics; a reranker's last bits depend on its batch, a changed rank does not
+ROW_TOLERANCE = 1e-6  # per-query metrics; a reranker's last bits depend on its batch, a changed rank does not
 
 
 @contextlib.contextmanager
@@ -109,7 +107,25 @@ def build_shipped_run(args: argparse.Namespace, bench, names: list[str], reranke
             "eval_seconds": round(time.perf_counter() - started, 1),
             "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
-        return pack_run(out, shipped_dir(bench), key_of_run(out), [*EVAL_COMMAND, *flags], provenance)
+        return pack_run(
+            out,
+            shipped_dir(bench),
+            key_of_run(out),
+            [*EVAL_COMMAND, *flags],
+            provenance,
+            first_query_of_run(out, bench, names),
+        )
+
+
+def first_query_of_run(run_dir: Path, bench, names: list[str]) -> dict:
+    """The shipped manifest's choice of the query the app's first visit opens, per set of these first-stage
+    runs (`index.first_query`), so that a cold start's first page need not compute it."""
+    from cir_demo.harness.evaluate import family_of
+    from cir_demo.index.first_query import first_query_field, read_per_query
+
+    primary = family_of(bench).primary
+    order = [q.query_id for q in bench.queries]
+    return first_query_field(read_per_query(run_dir, primary), primary, names, order)
 
 
 def served_key(bench, names: list[str], reranker: str | None, top_n: int = 20) -> dict:
@@ -165,40 +181,48 @@ def _results_part(info: dict) -> dict:
     return out
 
 
-def check_shipped_run(bench, names: list[str], reranker: str | None, rerun: bool, recompute: bool = True) -> list[str]:
-    """Why the benchmark's shipped outputs are not current ([] = they are): their key and records, then
-    (`recompute`) the per-query rows of a slice recomputed in an empty data folder; `rerun`: the whole
-    `--eval` instead of the slice, every file compared byte for byte."""
-    from cir_demo.index.prebuilt_run import install_shipped_run, read_shipped_manifest, shipped_dir, shipped_problems
+def check_shipped_run(
+    bench,
+    names: list[str],
+    reranker: str | None,
+    rerun: bool,
+    recompute: bool = True,
+    sample: int | None = None,
+    seed: int | None = None,
+) -> list[str]:
+    """Why the benchmark's shipped outputs are not current ([] = they are): their records, their key
+    (stale for this code, weights or libraries), then (`recompute`) every number recomputed
+    (`shipped_check.check_numbers`: `sample` intents per split drawn with `seed`, None: its default
+    sample and a random seed; `sample` 0: every intent), whatever the key says, its problems
+    prefixed `shipped_check.CONTENT`; `rerun`: the whole `--eval` again, every file compared byte for byte."""
+    from cir_demo.harness import shipped_check
+    from cir_demo.index.manifest import MANIFEST_FILE
+    from cir_demo.index.prebuilt_run import key_problems, read_shipped_manifest, shipped_dir, shipped_problems
+    from cir_demo.integrity import stored_problems
 
-    directory = shipped_dir(bench)
-    problems = shipped_problems(directory, served_key(bench, names, reranker))
-    if problems or not (recompute or rerun):
+    directory, served = shipped_dir(bench), served_key(bench, names, reranker)
+    problems = shipped_problems(directory, served)
+    if not (recompute or rerun) or not (directory / MANIFEST_FILE).is_file():
         return problems
-    flags = read_shipped_manifest(directory)["command"][len(EVAL_COMMAND) :]
+    try:
+        manifest = read_shipped_manifest(directory)
+    except ValueError:
+        return problems
+    if stored_problems(directory, manifest):
+        return stored_problems(directory, manifest)
+    stale = key_problems(manifest["key"], served)  # said apart from the numbers, which are checked anyway
+    flags = manifest["command"][len(EVAL_COMMAND) :]
     with tempfile.TemporaryDirectory(prefix="cir-demo-shipped-check-") as tmp:
-        installed, problems = install_shipped_run(bench, served_key(bench, names, reranker), Path(tmp) / "runs")
+        installed = Path(tmp) / "shipped"
+        problems = shipped_check.unpack_shipped(directory, manifest, installed)
         if problems:
             return problems
+        if not rerun:
+            size = shipped_check.SAMPLE_INTENTS if sample is None else (sample or None)
+            return stale + shipped_check.check_numbers(installed, names, reranker, size, seed)
         with empty_data_folder():
-            if not rerun:
-                problems = aggregate_differences(installed)
-                if not problems:
-                    run_eval(slice_flags(flags), Path(tmp) / "slice")
-                    problems = slice_differences(installed, Path(tmp) / "slice")
-                return problems
             run_eval(flags, Path(tmp) / "run")
-        return differences(installed, Path(tmp) / "run")
-
-
-def slice_flags(flags: list[str], intents: int = SLICE_INTENTS) -> list[str]:
-    """The shipped run's `--eval` flags limited to its first `intents` intents."""
-    out = list(flags)
-    if "--limit" in out:
-        at = out.index("--limit") + 1
-        out[at] = str(min(int(out[at]), intents))
-        return out
-    return [*out, "--limit", str(intents)]
+        return stale + differences(installed, Path(tmp) / "run")
 
 
 def _per_query_rows(data: str, path: str) -> dict[tuple[str, str], dict[str, str]]:
@@ -217,67 +241,4 @@ def _same_value(a: str | None, b: str | None) -> bool:
         x, y = float(a), float(b)
     except (TypeError, ValueError):
         return False
-    return math.isclose(x, y, rel_tol=SLICE_TOLERANCE, abs_tol=SLICE_TOLERANCE)
-
-
-# metrics.csv column -> per_query.csv column whose mean over the scored queries it is (metrics.csv
-# rounds to 4 decimals)
-MEAN_OF = {
-    **{f"{m}@{k}": f"{m}@{k}" for m in ("recall", "precision", "NegRecall") for k in (1, 5, 10, 50)},
-    **{f"mAP@{k}{s}": f"AP@{k}{s}" for k in (1, 5, 10, 50) for s in ("", "_noNeg")},
-}
-ROUNDING = 6e-5
-
-
-def aggregate_differences(run_dir: Path) -> list[str]:
-    """The metrics.csv cells of run folder `run_dir` (and of its split folders) that are not the mean of
-    the per-query rows beside them: per_query.csv is what the slice checks, metrics.csv follows from it."""
-    out = []
-    for name in PER_QUERY_FILES:
-        metrics = run_dir / Path(name).with_name("metrics.csv")
-        if not ((run_dir / name).is_file() and metrics.is_file()):
-            continue
-        rows = _per_query_rows((run_dir / name).read_text(encoding="utf-8"), str(run_dir / name)).values()
-        for line in csv.DictReader(io.StringIO(metrics.read_text(encoding="utf-8"))):
-            scored = [r for r in rows if r["run"] == line.get("model") and r.get("scored") == "True"]
-            for column, per_query in MEAN_OF.items():
-                if not scored or column not in line or per_query not in scored[0]:
-                    continue
-                mean = math.fsum(float(r[per_query]) for r in scored) / len(scored)
-                if not abs(float(line[column]) - mean) <= ROUNDING:
-                    out.append(
-                        f"{metrics.relative_to(run_dir)}: {line['model']} {column} is {line[column]}, the mean "
-                        f"of its {len(scored)} per-query rows is {mean:.4f}"
-                    )
-    return out
-
-
-def slice_differences(shipped: Path, written: Path) -> list[str]:
-    """The per-query rows of the recomputed slice (run folder `written`) that the shipped outputs
-    (installed run folder `shipped`) lack or hold other values for; [] = every slice row is shipped as
-    computed now."""
-    out = []
-    for name in PER_QUERY_FILES:
-        if not (written / name).is_file():
-            continue
-        if not (shipped / name).is_file():
-            out.append(f"{name}: written by --eval, not shipped")
-            continue
-        have = _per_query_rows((shipped / name).read_text(encoding="utf-8"), str(shipped / name))
-        now = _per_query_rows((written / name).read_text(encoding="utf-8"), str(written / name))
-        for key, row in now.items():
-            old = have.get(key)
-            bad = [c for c in row if old is None or not _same_value(old.get(c), row[c])]
-            if bad:
-                out.append(
-                    f"{name}: run {key[0]} query {key[1]}: "
-                    + (
-                        "not shipped"
-                        if old is None
-                        else f"{bad[0]} is {old.get(bad[0])} shipped, {row[bad[0]]} recomputed from an empty data folder"
-                        + (f" (and {len(bad) - 1} more columns)" if len(bad) > 1 else "")
-                    )
-                )
-    if not out and not any((written / n).is_file() for n in PER_QUERY_FILES):
-        out.append(f"the recomputed slice wrote no {PER_QUERY_FILES[0]}")
-    return out
+    return math.isclose(x, y, rel_tol=ROW_TOLERANCE, abs_tol=ROW_TOLERANCE)

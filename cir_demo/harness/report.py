@@ -113,10 +113,6 @@ def write_outputs(
     paths["metrics.csv"] = out / "metrics.csv"
     write_text_atomic(paths["metrics.csv"], table.to_csv(index=False, float_format="%.4f"))
 
-    per_query = per_query_table(evaluations)
-    paths["per_query.csv"] = out / "per_query.csv"
-    write_text_atomic(paths["per_query.csv"], frame_csv(per_query))
-
     breakdowns = breakdown_tables(benchmark, evaluations, n_boot=n_boot, seed=seed)
     if breakdowns:
         long = pd.concat([t.assign(field=f) for f, t in breakdowns.items()], ignore_index=True)
@@ -133,6 +129,11 @@ def write_outputs(
             lambda: write_plots(benchmark, evaluations, breakdowns, out / "plots", n_boot=n_boot, seed=seed),
             f"plots of {out}",
         )
+
+    # written while the plots are drawn beside (the child reads the evaluations, not this table)
+    per_query = per_query_table(evaluations)
+    paths["per_query.csv"] = out / "per_query.csv"
+    write_text_atomic(paths["per_query.csv"], frame_csv(per_query))
 
     paired = (
         paired_comparisons(benchmark, evaluations, n_boot=n_boot, seed=seed)

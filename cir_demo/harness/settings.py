@@ -19,6 +19,7 @@ class EvalSettings:
     rerank: str | None = None  # reranker backend; None: the benchmark's declared one; "none": off
     rerank_top_n: int = 20
     device: str | None = None
+    index_uri: str | None = None  # a Milvus URI (.db: Milvus Lite; http(s)://: a server); None: FAISS
     trust_remote_code: bool = False
     dry_run: bool = False
     out: str | None = None

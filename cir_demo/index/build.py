@@ -618,13 +618,21 @@ def say_once(message: str) -> None:
         say(message)
 
 
-def ensure_index(benchmark, retriever, allow_stale: bool = False, **kw) -> LoadedIndex:
+def ensure_index(benchmark, retriever, allow_stale: bool = False, index_uri: str | None = None, **kw) -> LoadedIndex:
     """Load the fresh index of (benchmark, retriever), building it on first use or when stale.
 
     With allow_stale=True a stale index on disk is served as is (its
     `stale_reasons` say what is off) instead of being rebuilt; a missing one is
     still built. kind defaults to None here: any kind on disk is accepted.
+    `index_uri`: the index lives in Milvus there instead (`milvus_build`; None: faiss on disk).
     """
+    if index_uri:
+        from cir_demo.index.milvus_build import build_milvus_index
+
+        keep = ("batch_size", "progress", "force", "memory_budget", "index_params")
+        return build_milvus_index(
+            benchmark, retriever, index_uri, allow_stale=allow_stale, **{k: v for k, v in kw.items() if k in keep}
+        )
     kw.setdefault("kind", None)
     if allow_stale:
         out_dir = Path(kw.get("out_dir") or default_index_dir(benchmark, retriever))

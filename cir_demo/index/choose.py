@@ -15,7 +15,7 @@ The rules (after the FAISS wiki's "Guidelines to choose an index" and autofaiss'
   At equal nprobe it finds what IVF over float32 lists finds, several times faster.
 - When that does not fit the memory budget: the re-ranking on 8-bit scalar-quantised vectors
   (refine_bits 8: d + d/8 + 8 bytes each, 3.6x smaller at 768-d).
-- When even that does not fit: ValueError naming the sizes (shard the corpus: docs/indexes.md).
+- When even that does not fit: ValueError naming the sizes (move the index to Milvus: docs/indexes.md).
 """
 
 from __future__ import annotations
@@ -87,8 +87,8 @@ def choose_index(n: int, d: int, memory_budget: int | None = None) -> IndexChoic
         return small
     raise ValueError(
         f"an index of {size} vectors needs at least {_gib(small.memory_bytes)} even compressed, over "
-        f"the memory budget of {_gib(budget)}: raise --memory-budget or shard the corpus "
-        "(docs/indexes.md, beyond one machine)"
+        f"the memory budget of {_gib(budget)}: raise --memory-budget or keep the index in Milvus (--index-uri; "
+        "docs/indexes.md, beyond one machine)"
     )
 
 

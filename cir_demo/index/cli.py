@@ -2,6 +2,7 @@
 harness/index_run.py, above the pre-run checks of preflight/).
 
     python -m cir_demo index build --benchmark world --retriever R [--kind auto|flat|ivf_hnsw|...] [--force]
+    python -m cir_demo index build --benchmark world --retriever R --index-uri indexes/milvus.db [--index-params JSON]
     accelerate launch --num_processes 4 -m cir_demo index build --sharded --benchmark B --retriever R
     python -m cir_demo index status [--benchmark B] [--retriever R]
     python -m cir_demo index list
@@ -81,7 +82,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=[8, 32],
         help="ivfpq: re-rank on float32 (32, default) or 8-bit scalar-quantised (8) vectors",
     )
-    b.add_argument("--force", action="store_true", help="rebuild even when the index is fresh")
+    add_index_uri_argument(b)
+    b.add_argument(
+        "--index-params",
+        metavar="JSON",
+        help='with --index-uri: the Milvus index, e.g. \'{"index_type": "HNSW", "params": {"M": 16}, '
+        '"search_params": {"ef": 64}}\' (default: FLAT up to the flat limit, else HNSW or IVF_SQ8; '
+        "DISKANN or GPU_CAGRA where the server offers them)",
+    )
+    b.add_argument(
+        "--force",
+        action="store_true",
+        help="rebuild even when the index is fresh; with --index-uri also replace a collection other code "
+        "or another spec built",
+    )
     b.add_argument("--batch-size", type=int, default=64, help="images per encoder call (default 64)")
     b.add_argument("--device", default=None, help="encoder device (default: cuda when available, else cpu)")
     b.add_argument("--trust-remote-code", action="store_true", help="allow retrievers that run model-repo code")
@@ -140,8 +154,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--check",
         action="store_true",
         help="only say whether the prebuilt files match the benchmark, the weights, the code and the "
-        "libraries, and whether a slice of the embeddings and of the --eval outputs recomputed "
-        "from an empty data folder gives the shipped content (exit 1 if not)",
+        "libraries, and whether their content is what is computed now: a slice of the embeddings "
+        "re-encoded, and every number of the --eval outputs recomputed (the per-query rows of intents "
+        "drawn at random from the models in an empty data folder, every other file from the rows; "
+        "exit 1 if not)",
+    )
+    pb.add_argument(
+        "--all",
+        action="store_true",
+        help="with --check: recompute the per-query rows of every intent, not of a random draw",
+    )
+    pb.add_argument(
+        "--draw-seed",
+        type=int,
+        default=None,
+        help="with --check: the seed of the draw of intents (default: a new random one, printed)",
+    )
+    pb.add_argument(
+        "--sample",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --check: intents drawn per split (default 24)",
     )
     pb.add_argument(
         "--rerun",
@@ -156,6 +190,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     pb.add_argument("--batch-size", type=int, default=64, help="images per encoder call (default 64, as index builds)")
     pb.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_index_uri_argument(p) -> None:
+    """--index-uri, shared by `index build`, `--eval` and the app."""
+    p.add_argument(
+        "--index-uri",
+        metavar="URI",
+        help="keep the corpus indexes in Milvus: a path ending in .db (embedded Milvus Lite, one process "
+        "at a time) or http(s)://host:port (a Milvus server or cluster; token from $MILVUS_TOKEN). "
+        "Default: faiss files under indexes/ (docs/indexes.md, beyond one machine)",
+    )
+
+
+FAISS_ONLY = ("kind", "out_dir", "nlist", "nprobe", "train_size", "M", "ef_construction", "ef_search", "pq_m")
+FAISS_ONLY += ("k_factor", "refine_bits")
+
+
+def index_uri_problems(args: argparse.Namespace) -> list[str]:
+    """One line per --index-uri/--index-params problem: a URI that is neither a .db path nor
+    http(s)://host:port, parameters that are not JSON, faiss flags beside a Milvus index."""
+    uri, params = getattr(args, "index_uri", None), getattr(args, "index_params", None)
+    if uri is None:
+        return ["--index-params goes with --index-uri (a Milvus index); faiss takes --kind"] if params else []
+    from cir_demo.index.milvus_store import index_request, parse_uri
+
+    out = []
+    for check, value in ((parse_uri, uri), (index_request, params)):
+        try:
+            check(value)
+        except ValueError as exc:
+            out.append(str(exc))
+    faiss = [f"--{a.replace('_', '-')}" for a in FAISS_ONLY if getattr(args, a, None) not in (None, False)]
+    if faiss:
+        out.append(f"{', '.join(faiss)}: faiss flags; a Milvus index (--index-uri) takes --index-params JSON")
+    return out
 
 
 _IVF = {"nlist": "nlist", "nprobe": "nprobe", "train_size": "train_size"}

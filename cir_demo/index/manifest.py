@@ -310,6 +310,10 @@ def kind_reasons(manifest: IndexManifest) -> list[str]:
     build or set (a manifest from another version, or edited by hand); [] when they are fine."""
     from cir_demo.index.kinds import INDEX_KINDS, resolve_params
 
+    if manifest.kind == "milvus":  # a Milvus collection's manifest (index/milvus_build.py)
+        from cir_demo.index.milvus_build import milvus_param_reasons
+
+        return milvus_param_reasons(manifest)
     if manifest.kind not in INDEX_KINDS:
         return [f"index kind unknown: {manifest.kind!r} is none of {', '.join(INDEX_KINDS)}"]
     try:

@@ -29,9 +29,11 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from cir_demo.index.first_query import FIELD as FIRST_QUERY_FIELD
 from cir_demo.index.manifest import MANIFEST_FILE, new_dir_beside, safe_component
 from cir_demo.paths import REPO_ROOT
 from cir_demo.utils.code_hash import code_text
+from cir_demo.utils.stat_memo import memo_by_stats
 
 RUN_FOLDER = "eval"  # under the benchmark's prebuilt folder
 INSTALLED_MARK = "prebuilt.json"  # in an installed copy: the manifest it was installed from
@@ -48,16 +50,24 @@ RUN_RECORD_KEYS = ("timings_s", "wall_s", "argv")
 
 @functools.lru_cache(maxsize=1)
 def output_code_sha256() -> str:
-    """sha256 over the path and code (`code_text`) of every cir_demo module that shapes `--eval` outputs."""
+    """sha256 over the path and code (`code_text`) of every cir_demo module that shapes `--eval` outputs
+    (kept by `memo_by_stats` for the next process while no file changes)."""
     package = REPO_ROOT / "cir_demo"
-    digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        rel = path.relative_to(package)
-        if rel.parts[0] in NOT_OUTPUT_CODE or "__pycache__" in rel.parts:
-            continue
-        digest.update(rel.as_posix().encode() + b"\0")
-        digest.update(code_text(path) + b"\0")
-    return digest.hexdigest()
+    paths = [
+        path
+        for path in sorted(package.rglob("*.py"))
+        if path.relative_to(package).parts[0] not in NOT_OUTPUT_CODE
+        and "__pycache__" not in path.relative_to(package).parts
+    ]
+
+    def compute() -> str:
+        digest = hashlib.sha256()
+        for path in paths:
+            digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+            digest.update(code_text(path) + b"\0")
+        return digest.hexdigest()
+
+    return memo_by_stats("eval-output-code", paths, compute)
 
 
 def output_libraries() -> dict:
@@ -163,9 +173,12 @@ def stored_name(name: str) -> str:
     return name + ".xz" if name.endswith(COMPRESSED_SUFFIXES) else name
 
 
-def pack_run(run_dir: Path, out: Path, key: dict, command: list[str], provenance: dict) -> Path:
+def pack_run(
+    run_dir: Path, out: Path, key: dict, command: list[str], provenance: dict, first_query: dict | None = None
+) -> Path:
     """Write the shipped form of run folder `run_dir` (all but `LEFT_OUT`) with its manifest into `out`,
-    replacing it as a whole (refused, before any work, when `out` holds a file its manifest does not record)."""
+    replacing it as a whole (refused, before any work, when `out` holds a file its manifest does not record).
+    `first_query`: the manifest's field of the query the app's first visit opens (`index.first_query`)."""
     from cir_demo.index.manifest import replace_dir
     from cir_demo.integrity import file_record, refuse_unrecorded_files
     from cir_demo.utils.io import write_json_atomic
@@ -198,6 +211,7 @@ def pack_run(run_dir: Path, out: Path, key: dict, command: list[str], provenance
                 "command": command,
                 "provenance": provenance,
                 "files": files,
+                **({FIRST_QUERY_FIELD: first_query} if first_query is not None else {}),
             },
         )
         replace_dir(tmp, out)
@@ -223,6 +237,14 @@ def shipped_problems(directory: Path, served: Mapping | None = None) -> list[str
     return stored_problems(directory, manifest) + key
 
 
+def read_stored(directory: Path, name: str, record: Mapping) -> bytes | None:
+    """The content of shipped file `name` (decompressed), or None when it does not match its record's sha256."""
+    (stored,) = record["stored"]
+    data = (directory / stored).read_bytes()
+    data = lzma.decompress(data) if stored != name else data
+    return data if hashlib.sha256(data).hexdigest() == record["sha256"] else None
+
+
 def install_shipped_run(
     benchmark, served: Mapping, runs_root: Path, root: Path | None = None
 ) -> tuple[Path | None, list[str]]:
@@ -241,11 +263,11 @@ def install_shipped_run(
         return target, []
     with new_dir_beside(target) as tmp:
         for name, record in manifest["files"].items():
-            (stored,) = record["stored"]
-            data = (directory / stored).read_bytes()
-            data = lzma.decompress(data) if stored != name else data
-            if hashlib.sha256(data).hexdigest() != record["sha256"]:
-                return None, [f"damaged: {directory / stored}: its content does not match the manifest's sha256"]
+            data = read_stored(directory, name, record)
+            if data is None:
+                return None, [
+                    f"damaged: {directory / stored_name(name)}: its content does not match the manifest's sha256"
+                ]
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             (tmp / name).write_bytes(data)
         (tmp / INSTALLED_MARK).write_text(json.dumps(manifest, indent=1), encoding="utf-8")

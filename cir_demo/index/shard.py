@@ -341,3 +341,69 @@ def build_sharded(
             status = traceback.format_exc(limit=3)
     _raise_if_failed(ctx.all_gather(status), "merging shards on rank 0")
     return loaded if loaded is not None else load_index(out_dir, retriever, ids, corpus_fingerprint=fingerprint)
+
+
+class _BuildNeeded(Exception):
+    """Raised where rank 0 would encode: the collection is not fresh."""
+
+
+def _build_needed():
+    raise _BuildNeeded
+
+
+def build_sharded_milvus(
+    benchmark,
+    retriever,
+    uri: str,
+    context: DistContext,
+    shard_dir: str | Path | None = None,
+    keep_shards: bool = False,
+    batch_size: int = 64,
+    progress: bool = True,
+    **kw,
+):
+    """`build_milvus_index` with the encoding split across the processes of `context`: rank 0 checks the
+    collection, every rank encodes its shard (into `shard_dir`, default a hidden folder under the
+    indexes folder), rank 0 merges and writes the collection and returns it loaded (the others None)."""
+    from cir_demo.index.milvus_build import build_milvus_index
+
+    ctx = context
+    ids = corpus_ids_of(benchmark)
+    plan = None
+    if ctx.is_main:
+        try:
+            build_milvus_index(benchmark, retriever, uri, embeddings=_build_needed, progress=progress, **kw)
+            plan = {"build": False, "error": None}
+        except _BuildNeeded:
+            plan = {"build": True, "error": None}
+        except Exception as exc:  # tell the other ranks instead of leaving them waiting
+            plan = {"error": f"{type(exc).__name__}: {exc}"}
+    plan = ctx.broadcast(plan)
+    if plan["error"]:
+        raise ShardedBuildError(f"sharded build into Milvus: {plan['error']}")
+    if plan["build"]:
+        where = default_index_dir(benchmark, retriever)
+        shard_dir = (
+            Path(shard_dir)
+            if shard_dir
+            else shard_dir_for(where, retriever.spec_hash(), corpus_checksum(ids), ctx.world_size)
+        )
+        status = None
+        try:
+            encode_shard(benchmark, retriever, shard_dir, ctx.rank, ctx.world_size, batch_size, progress)
+        except Exception:
+            status = traceback.format_exc(limit=3)
+        _raise_if_failed(ctx.all_gather(status), "encoding shards")
+    loaded, status = None, None
+    if ctx.is_main:
+        try:
+            merged = lambda: merge_shards(shard_dir, ids, ctx.world_size, retriever.spec_hash(), retriever.dim)  # noqa: E731
+            loaded = build_milvus_index(
+                benchmark, retriever, uri, embeddings=merged, progress=progress, num_shards=ctx.world_size, **kw
+            )
+            if plan["build"] and not keep_shards:
+                remove_shards(shard_dir, ctx.world_size)
+        except Exception:
+            status = traceback.format_exc(limit=3)
+    _raise_if_failed(ctx.all_gather(status), "writing the collection on rank 0")
+    return loaded  # None on the other ranks: a Milvus Lite folder is open in one process only

@@ -88,8 +88,9 @@ def _out_problems(
     return [problem] if problem else []
 
 
-def eval_problems(flags: GivenFlags) -> list[Line]:
-    """Everything `--eval` would trip on later, found now."""
+def eval_problems(flags: GivenFlags, index_uri: Sequence[str] = ()) -> list[Line]:
+    """Everything `--eval` would trip on later, found now. `index_uri`: the --index-uri problems
+    (index/cli.py's `index_uri_problems`, which the edge runs on its flags)."""
     from cir_demo.paths import runs_dir
 
     problems = data_folder_problems() + benchmark_flag_problems(flags)
@@ -102,6 +103,7 @@ def eval_problems(flags: GivenFlags) -> list[Line]:
         ],
     )
     problems += fetch_flag_problems(flags)
+    problems += [Line("", "blocked", p) for p in index_uri]
     unknown_benchmark = benchmark_name_problems(flags)
     if unknown_benchmark:  # first: the retrievers and reranker below are the benchmark's defaults
         return unknown_benchmark + problems
@@ -159,7 +161,9 @@ def index_build_problems(args: argparse.Namespace) -> list[Line]:
     )
     problems += fetch_flag_problems(flags)
     problems += retriever_problems([args.retriever])
-    from cir_demo.index.cli import index_params, memory_budget
+    from cir_demo.index.cli import index_params, index_uri_problems, memory_budget
+
+    problems += [Line("", "blocked", p) for p in index_uri_problems(args)]
 
     for check in (index_params, memory_budget):  # a parameter of another --kind; a budget that is not positive
         try:
@@ -192,10 +196,12 @@ def index_problems(args: argparse.Namespace) -> list[Line]:
 
 def app_problems(args: argparse.Namespace) -> list[Line]:
     """`python app.py`'s flags (ui/startup.py hands over its Namespace): `app_flag_problems`."""
-    return app_flag_problems(GivenFlags.of(vars(args)))
+    from cir_demo.index.cli import index_uri_problems
+
+    return app_flag_problems(GivenFlags.of(vars(args)), index_uri_problems(args))
 
 
-def app_flag_problems(flags: GivenFlags) -> list[Line]:
+def app_flag_problems(flags: GivenFlags, index_uri: Sequence[str] = ()) -> list[Line]:
     """`python app.py`: every flag before the server opens a socket (the flag table row ("app", None)
     in preflight/flags.py; a new flag's range is one row there). Retriever and reranker names are
     checked ("did you mean"); their weights are not: the app serves the columns that load."""
@@ -206,6 +212,7 @@ def app_flag_problems(flags: GivenFlags) -> list[Line]:
     problems += int_problems(flags, COMMAND_INT_FLAGS[("app", None)])
     problems += positive_float_problems(flags, COMMAND_POSITIVE_FLOATS[("app", None)])
     problems += _name_problems(flags)
+    problems += [Line("", "blocked", p) for p in index_uri]
     return problems
 
 

@@ -32,6 +32,7 @@ class RunKey:
     top_n: int | None = None  # candidates reranked per query
     code: str = ""  # code hash of the producing and scoring modules, the family's metrics module included
     libraries: dict = field(default_factory=dict, hash=False, compare=False)
+    index: str = "faiss"  # where the first stage searches (`index_label`): another engine ranks ties otherwise
 
     def digest(self) -> str:
         """sha256 of the whole key: the name a stored or cached run is found under."""
@@ -55,6 +56,16 @@ def code_of(metrics_module: str) -> tuple[str, dict]:
     return hashlib.sha256(key["sha256"].encode() + b"\0" + own).hexdigest(), key["libraries"]
 
 
+def index_label(index_uri: str | None) -> str:
+    """The index a run's first stage searches, as its key names it: "faiss", or the Milvus URI shown
+    without credentials."""
+    if not index_uri:
+        return "faiss"
+    from cir_demo.index.milvus_store import shown_uri
+
+    return f"milvus:{shown_uri(index_uri)}"
+
+
 def run_key(
     fingerprint: str,
     metrics_module: str,
@@ -62,6 +73,7 @@ def run_key(
     depth: int,
     reranker: str | None = None,
     top_n: int | None = None,
+    index: str = "faiss",
 ) -> RunKey:
     """The key of a first-stage run (`reranker` None) or of that run reranked to `top_n`."""
     code, libraries = code_of(metrics_module)
@@ -73,4 +85,5 @@ def run_key(
         int(top_n) if reranker else None,
         code,
         libraries,
+        index,
     )

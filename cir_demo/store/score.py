@@ -17,8 +17,21 @@ import pandas as pd
 from cir_demo.benchmarks.families import MetricFamily, metric_family
 from cir_demo.benchmarks.schema import Benchmark
 
-# per_query.csv holds floats rounded to this many places; the store's rows are those rows, computed or read
+# per_query.csv holds the per-query values to this many decimals, and every aggregate, interval and table
+# is computed from the values as stored: the check of shipped outputs (harness/shipped_check.py) then
+# recomputes each of them from the file exactly (a tie or a count "helped" decided on unstored bits
+# could not be recomputed)
 ROW_DECIMALS = 6
+
+
+def stored_precision(per_query: pd.DataFrame) -> pd.DataFrame:
+    """`per_query` with its float columns rounded to `ROW_DECIMALS`, as per_query.csv stores them."""
+    floats = per_query.select_dtypes("float").columns
+    if not len(floats):
+        return per_query
+    out = per_query.copy()
+    out[floats] = out[floats].round(ROW_DECIMALS)
+    return out
 
 
 @dataclass
@@ -71,12 +84,32 @@ def evaluate_run(
 ) -> RunEvaluation:
     """Official aggregates plus group-bootstrap CIs for the headline metrics. `per_query`: the run's
     `per_query_scores` when the caller has them already."""
+    if per_query is None:
+        per_query = per_query_scores(benchmark, run)
+    return evaluation_of_rows(benchmark, per_query, name, n_boot=n_boot, seed=seed, warnings=warnings)
+
+
+def evaluation_of_rows(
+    benchmark: Benchmark,
+    per_query: pd.DataFrame,
+    name: str,
+    n_boot: int = 1000,
+    seed: int = 0,
+    warnings: Sequence[str] = (),
+) -> RunEvaluation:
+    """The evaluation of a run from its per-query rows (`per_query_scores`, or the rows of a
+    per_query.csv: metadata columns already there are kept): what `--eval` and the check of shipped
+    outputs (harness/shipped_check.py) derive every aggregate, interval and table from."""
+    from cir_demo.metrics.breakdown import query_meta_frame
     from cir_demo.metrics.headline import headline_cis
 
     fam = family_of(benchmark)
     mod = metrics_module(benchmark)
-    if per_query is None:
-        per_query = per_query_scores(benchmark, run)
+    meta = query_meta_frame(benchmark.queries)
+    extra_cols = [c for c in meta.columns if c not in per_query.columns or c == "query_id"]
+    if len(extra_cols) > 1:  # rows read from a file without the queries' meta columns
+        per_query = per_query.merge(meta[extra_cols], on="query_id", how="left")
+    per_query = stored_precision(per_query)
     with warnings_module.catch_warnings():  # coverage is reported by the caller, per results file
         warnings_module.simplefilter("ignore", category=UserWarning)
         metrics = {"model": name, **mod.aggregate(per_query, n_queries_total=len(benchmark.queries))}

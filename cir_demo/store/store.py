@@ -20,7 +20,7 @@ import pandas as pd
 from cir_demo.benchmarks.families import metric_family
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
 from cir_demo.benchmarks.schema import Benchmark
-from cir_demo.store.key import RunKey, run_key
+from cir_demo.store.key import RunKey, index_label, run_key
 from cir_demo.store.score import RunEvaluation, evaluate_run, per_query_scores, written_rows
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,13 @@ class RunStore:
         if base != run and rr is None:
             return None
         return run_key(
-            self.fingerprint, self.family.module, h, self.engine.eval_depth(base), rr, self.top_n if rr else None
+            self.fingerprint,
+            self.family.module,
+            h,
+            self.engine.eval_depth(base),
+            rr,
+            self.top_n if rr else None,
+            index_label(getattr(self.engine, "index_uri", None)),
         )
 
     # ------------------------------------------------------------------ rankings
@@ -281,7 +287,12 @@ def _save_optional(path: Path, df: pd.DataFrame) -> None:
 
 
 def recorded_keys(
-    benchmark: Benchmark, specs: Mapping[str, dict], depths: Mapping[str, int], reranker_spec: dict | None, top_n: int
+    benchmark: Benchmark,
+    specs: Mapping[str, dict],
+    depths: Mapping[str, int],
+    reranker_spec: dict | None,
+    top_n: int,
+    index_uri: str | None = None,
 ) -> dict[str, str]:
     """{run name: key digest} of an eval run's runs (each retriever with spec `specs[name]` ranked
     `depths[name]` deep; reranked by `reranker_spec` to `top_n` when given): what run_info.json
@@ -292,9 +303,11 @@ def recorded_keys(
 
     fp, module = benchmark_fingerprint(benchmark), metric_family(benchmark.metric_family).module
     rr = spec_hash_of(reranker_spec) if reranker_spec else None
-    out = {}
+    out, index = {}, index_label(index_uri)
     for name, spec in specs.items():
-        out[name] = run_key(fp, module, spec_hash(spec), depths[name]).digest()
+        out[name] = run_key(fp, module, spec_hash(spec), depths[name], index=index).digest()
         if rr:
-            out[f"{name}{RERANK_SUFFIX}"] = run_key(fp, module, spec_hash(spec), depths[name], rr, top_n).digest()
+            out[f"{name}{RERANK_SUFFIX}"] = run_key(
+                fp, module, spec_hash(spec), depths[name], rr, top_n, index
+            ).digest()
     return out

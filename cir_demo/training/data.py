@@ -4,7 +4,9 @@ Pixels: every world image is rendered at the app's size (160 px) and shrunk by t
 open_clip eval transform the retriever uses at serve time (`pixel_transform`), minus its final
 ToTensor/Normalize; the uint8 result is cached as .npy under
 `cache_dir()/world_models/<world checksum>/`. So train-time and serve-time pixels are identical
-by construction (tests check it), and normalising is `(x / 255 - mean) / std`.
+by construction (tests check it), and normalising is `(x / 255 - mean) / std`. Every file of that
+folder is keyed by the code and libraries that make it (`code_tag`, cir_demo/utils/code_hash.py): a
+changed renderer, preprocessing or model is a cache miss, never a replay of old values.
 
 Heavy libraries (torch, open_clip) are imported inside functions. The pixel preprocessing itself lives in
 `cir_demo/models/preprocess.py`, shared with the serving code.
@@ -13,6 +15,7 @@ Heavy libraries (torch, open_clip) are imported inside functions. The pixel prep
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +26,18 @@ import numpy as np
 from cir_demo.models.preprocess import PREPROCESS, preprocess_key, to_model_pixels
 
 RENDER_CHUNK = 512
+# The code that makes the pixels (this module reaches the renderer and the preprocessing) and the libraries
+# that draw them; every array cached beside them derives from them, so its key holds this code too.
+PIXEL_CODE = ("cir_demo.training.data",)
+PIXEL_LIBRARIES = ("numpy", "pillow")
+
+
+def code_tag(code: Sequence[str], libraries: Sequence[str] = ()) -> str:
+    """A file-name part naming `code_key(code, libraries)` (12 hex digits of its sha256)."""
+    from cir_demo.utils.code_hash import code_key
+
+    key = code_key(tuple(code), tuple(libraries))
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def pixel_cache_dir(world_checksum: str) -> Path:
@@ -36,14 +51,17 @@ def world_pixels(
 ) -> np.ndarray:
     """uint8 model-input pixels of `image_ids` (rendered at 160 px, resized), cached on disk.
 
-    The cache key is the world checksum, `split_name`, the preprocessing and the id list.
+    The cache key is the world checksum, `split_name`, the preprocessing, the id list and the code and
+    libraries that render and resize (`PIXEL_CODE`).
     """
     from cir_demo.utils.io import atomic_path
     from cir_demo.world.loader import render_batch
 
     ids = list(image_ids)
     id_hash = hashlib.sha256("\n".join(ids).encode()).hexdigest()[:12]
-    path = pixel_cache_dir(world.manifest["checksum"]) / f"{split_name}-{preprocess_key(preprocess)}-{id_hash}.npy"
+    path = pixel_cache_dir(world.manifest["checksum"]) / (
+        f"{split_name}-{preprocess_key(preprocess)}-{id_hash}-{code_tag(PIXEL_CODE, PIXEL_LIBRARIES)}.npy"
+    )
     if path.is_file():
         arr = np.load(path, allow_pickle=False)
         if arr.shape[0] == len(ids):
@@ -65,11 +83,16 @@ def world_pixels(
     return out
 
 
-def cached_array(world_checksum: str, name: str, compute) -> np.ndarray:
-    """`compute()` cached as `<pixel cache dir>/<name>.npy` (name must identify its inputs)."""
+def cached_array(
+    world_checksum: str, name: str, compute, code: Sequence[str], libraries: Sequence[str] = ()
+) -> np.ndarray:
+    """`compute()` cached as `<pixel cache dir>/<name>-<code tag>.npy`: `name` must identify its inputs
+    (weights), `code` the modules that compute it (the pixels' code, `PIXEL_CODE`, is added: the arrays
+    kept here are computed from the pixels) and `libraries` those that change its bits."""
     from cir_demo.utils.io import atomic_path
 
-    path = pixel_cache_dir(world_checksum) / f"{name}.npy"
+    tag = code_tag((*PIXEL_CODE, *code), (*PIXEL_LIBRARIES, *libraries))
+    path = pixel_cache_dir(world_checksum) / f"{name}-{tag}.npy"
     if path.is_file():
         return np.load(path, allow_pickle=False)
     arr = np.asarray(compute())

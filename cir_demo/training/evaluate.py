@@ -109,14 +109,18 @@ def clip_embeddings(
     """world-CLIP embeddings of the test corpus, references and query texts; cached on disk
     under the world's pixel cache when `cache_key` (the weights' sha256) is given."""
     from cir_demo.training.data import cached_array
-    from cir_demo.training.world_clip import encode_pixels, encode_texts
+    from cir_demo.training.world_clip import ENCODE_CODE, ENCODE_LIBRARIES, encode_pixels, encode_texts
 
     def corpus():
         return encode_pixels(model, test.corpus_pixels, progress=progress, desc="encode test corpus")
 
     checksum = test.world.manifest["checksum"]
     return {
-        "corpus": cached_array(checksum, f"test-corpus-emb-{cache_key}", corpus) if cache_key else corpus(),
+        "corpus": (
+            cached_array(checksum, f"test-corpus-emb-{cache_key}", corpus, ENCODE_CODE, ENCODE_LIBRARIES)
+            if cache_key
+            else corpus()
+        ),
         "refs": encode_pixels(model, test.ref_pixels),
         "texts": encode_texts(model, tokenizer, test.query_texts()),
     }

@@ -40,22 +40,16 @@ def starting_judge(train, pixels, clip_dir: Path, cfg, from_judge: Path | None, 
 def _judge_cnn(train, pixels, arch, cfg, progress: bool):
     """Stage 1 (the judge's CNN), kept in the pixel cache keyed by its config and the world: an
     interrupted or repeated run resumes at stage 2."""
-    import hashlib
-
     import torch
     from safetensors.torch import load_file, save_file
 
     from cir_demo.models.world_judge import build_image_encoder
-    from cir_demo.training.data import pixel_cache_dir
     from cir_demo.training.world_judge import train_cnn
     from cir_demo.utils.io import atomic_path
 
     if cfg.cnn_from:
         return _cnn_from(Path(cfg.cnn_from), arch)
-    stage1 = {k: getattr(cfg, k) for k in ("cnn_epochs", "cnn_batch", "cnn_lr", "seed", "cnn_max_steps")}
-    eyes = {k: arch.to_json()[k] for k in ("image_size", "channels", "feat_dim")}  # what the CNN depends on
-    key = hashlib.sha256(json.dumps([stage1, eyes], sort_keys=True).encode()).hexdigest()[:16]
-    path = pixel_cache_dir(train.world.manifest["checksum"]) / f"judge-cnn-{key}.safetensors"
+    path = judge_cnn_path(train.world.manifest["checksum"], arch, cfg)
     info_path = path.with_suffix(".json")
     if path.is_file() and info_path.is_file():
         cnn = build_image_encoder(arch)
@@ -69,6 +63,25 @@ def _judge_cnn(train, pixels, arch, cfg, progress: bool):
         tmp.write_text(json.dumps(info), encoding="utf-8")
     torch.manual_seed(cfg.seed)
     return cnn, info
+
+
+# The code that trains the stage-1 CNN (and reaches the pixels' code and the judge's network) and the
+# libraries that compute it: a changed trainer, network or renderer trains again, never reuses a CNN
+CNN_CODE = ("cir_demo.training.world_judge", "cir_demo.training.data")
+CNN_LIBRARIES = ("torch", "numpy", "safetensors")
+
+
+def judge_cnn_path(world_checksum: str, arch, cfg) -> Path:
+    """Where stage 1's CNN is kept: keyed by its config, the architecture it depends on, the world and the
+    code and libraries that train it (`CNN_CODE`)."""
+    import hashlib
+
+    from cir_demo.training.data import code_tag, pixel_cache_dir
+
+    stage1 = {k: getattr(cfg, k) for k in ("cnn_epochs", "cnn_batch", "cnn_lr", "seed", "cnn_max_steps")}
+    eyes = {k: arch.to_json()[k] for k in ("image_size", "channels", "feat_dim")}  # what the CNN depends on
+    key = hashlib.sha256(json.dumps([stage1, eyes], sort_keys=True).encode()).hexdigest()[:16]
+    return pixel_cache_dir(world_checksum) / f"judge-cnn-{key}-{code_tag(CNN_CODE, CNN_LIBRARIES)}.safetensors"
 
 
 def _cnn_from(folder: Path, arch):

@@ -115,7 +115,7 @@ def _clip_train_embeddings(clip_dir: Path, train, progress: bool):
     """Frozen world-CLIP: (model, tokenizer, train image embeddings, text encoder fn, clip manifest)."""
     from cir_demo.retrievers.base import render_markers
     from cir_demo.training.data import cached_array, world_pixels
-    from cir_demo.training.world_clip import encode_pixels, encode_texts, load_world_clip
+    from cir_demo.training.world_clip import ENCODE_CODE, ENCODE_LIBRARIES, encode_pixels, encode_texts, load_world_clip
 
     clip_manifest = json.loads((clip_dir / "manifest.json").read_text(encoding="utf-8"))
     model, tokenizer, _ = load_world_clip(clip_dir, clip_manifest["model_name"])
@@ -125,7 +125,9 @@ def _clip_train_embeddings(clip_dir: Path, train, progress: bool):
         pixels = world_pixels(train.world, train.image_ids, "train", progress=progress)
         return encode_pixels(model, pixels, progress=progress, desc="encode train images (world-CLIP)")
 
-    img = cached_array(train.world.manifest["checksum"], f"train-emb-{clip_sha[:16]}", train_emb)
+    img = cached_array(
+        train.world.manifest["checksum"], f"train-emb-{clip_sha[:16]}", train_emb, ENCODE_CODE, ENCODE_LIBRARIES
+    )
 
     def text_fn(texts):
         return encode_texts(model, tokenizer, [render_markers(t, "words") for t in texts])
@@ -514,7 +516,7 @@ def _compositional_validation(
     import numpy as np
 
     from cir_demo.training.data import cached_array, intent_examples, validation_row, world_pixels
-    from cir_demo.training.world_clip import encode_pixels
+    from cir_demo.training.world_clip import ENCODE_CODE, ENCODE_LIBRARIES, encode_pixels
     from cir_demo.training.world_judge import JudgeData, patch_features
     from cir_demo.world.loader import load_validation
 
@@ -527,7 +529,9 @@ def _compositional_validation(
     def val_emb():
         return encode_pixels(clip_model, pixels, progress=progress, desc="encode validation images (world-CLIP)")
 
-    vimg = cached_array(val.world.manifest["checksum"], f"validation-emb-{clip_sha[:16]}", val_emb)
+    vimg = cached_array(
+        val.world.manifest["checksum"], f"validation-emb-{clip_sha[:16]}", val_emb, ENCODE_CODE, ENCODE_LIBRARIES
+    )
     feats = np.concatenate([train_feats, patch_features(cnn, pixels, desc="judge features of the validation images")])
     examples = intent_examples(val, seed=data_seed, row_of=validation_row(len(train.world.train_scenes)))
     fs = fusion_first_stage(examples, np.concatenate([img, vimg]), text_fn, cfg.first_stage_k)

@@ -35,6 +35,10 @@ MODEL_NAME = "world-clip"
 WEIGHTS_NAME = "world_clip.safetensors"
 PAD, UNK, EOS = "[PAD]", "[UNK]", "[EOS]"  # ids 0, 1, 2 (open_clip's default pad_id 0 / eos_id 2)
 _WORD_RE = re.compile(r"\w+|[^\w\s]")
+# What an embedding cached from `encode_pixels` is keyed by (`training.data.cached_array`): this module's
+# code (and what it reaches: the model, open_clip's wrapper) and the libraries that compute it
+ENCODE_CODE = (__name__,)
+ENCODE_LIBRARIES = ("torch", "numpy", "open_clip")
 
 
 @dataclass

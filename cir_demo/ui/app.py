@@ -528,6 +528,7 @@ def config_from_args(args: argparse.Namespace) -> ServiceConfig:
         limit_groups=args.limit,
         device=args.device,
         allow_stale=args.allow_stale,
+        index_uri=getattr(args, "index_uri", None),
         trust_remote_code=args.trust_remote_code,
         warm_thumbnails=not args.no_thumbnail_warmer,
         threads=args.threads,

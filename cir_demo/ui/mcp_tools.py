@@ -136,8 +136,10 @@ def _base64_bytes(text: str) -> bytes | None:
 def _answer_structured(low) -> None:
     """Wrap the MCP server's tool-call handler: a result whose text is a JSON object also carries it as
     `structuredContent`; an error's text quotes no input beyond 100 characters."""
-    from mcp import types
-
+    try:
+        from mcp import types  # gradio's MCP server runs only where the optional `mcp` package is installed
+    except ImportError:
+        return
     inner = low.request_handlers[types.CallToolRequest]
     if getattr(inner, "_cir_demo_json", False):
         return

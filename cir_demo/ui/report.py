@@ -291,7 +291,7 @@ def wire_upload(ui: ReportUI, retrievers, get_service: Callable[[], ExplorerServ
     that cannot be used is one line beside the upload, and the tables keep what they showed."""
 
     @guarded("Adding your results file")  # the outer net; what the file did is answered inside
-    def on_file(path, mine, chosen, request: gr.Request):
+    def on_file(path, mine, chosen, request: gr.Request = None):  # gradio passes the visitor's request
         try:
             service = get_service()
             note, mine = add_run(service, path, list(mine or []), getattr(request, "session_hash", None) or "")

@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--allow-stale", action="store_true", help="serve stale indexes (with a warning) instead of rebuilding"
     )
+    from cir_demo.index.cli import add_index_uri_argument
+
+    add_index_uri_argument(m)
     m.add_argument(
         "--threads",
         type=int,

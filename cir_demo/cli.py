@@ -63,14 +63,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: command {args.command!r} is unavailable: {args._missing}", file=sys.stderr)
         return 2
     from cir_demo.preflight.commands import report
-    from cir_demo.preflight.flags import command_flag_problems
+    from cir_demo.preflight.flags import GivenFlags, command_flag_problems
     from cir_demo.preflight.folders import command_out_problems
     from cir_demo.paths import DataFolderError
     from cir_demo.utils.owned_folder import FolderInTheWay
 
     # --benchmark, --world-seed, --limit: the same rule for every command; the numeric flags of world
     # and train, and the --out folders of world generate and train (eval and index check all their flags themselves)
-    problems = [] if args.command in ("eval", "index") else command_flag_problems(args) + command_out_problems(args)
+    flags = GivenFlags.of(vars(args))  # what the checks read: the flags as parsed, read-only
+    problems = [] if args.command in ("eval", "index") else command_flag_problems(flags) + command_out_problems(flags)
     if problems:
         return report(problems)
     try:

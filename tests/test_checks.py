@@ -350,11 +350,9 @@ def test_world_render_checks_every_image_id_before_creating_out(tmp_path, capsys
 
 def test_every_world_size_and_fold_passes_the_size_check_and_others_are_named():
     """The sizes a command accepts are generate.SIZES: each base size and each of its held-out folds."""
-    import argparse
-
-    from cir_demo.preflight.flags import world_size_problems
+    from cir_demo.preflight.flags import GivenFlags, world_size_problems
 
     for size in ("tiny", "default", "tiny-fold1", "default-fold1"):
-        assert world_size_problems(argparse.Namespace(world_size=size), "world_size") == []
-    (line,) = world_size_problems(argparse.Namespace(world_size="default-fold9"), "world_size")
+        assert world_size_problems(GivenFlags.of({"world_size": size}), "world_size") == []
+    (line,) = world_size_problems(GivenFlags.of({"world_size": "default-fold9"}), "world_size")
     assert "default-fold9" in str(line) and "default-fold1" in str(line)

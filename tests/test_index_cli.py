@@ -39,8 +39,8 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("CIR_DEMO_INDEXES", str(tmp_path / "indexes"))
     state = {"seed": 0, "n": 20, "loaded": []}
 
-    def load_benchmark(args, name=None):
-        return tiny_benchmark(state["n"], name=name or args.benchmark)
+    def load_benchmark(choice, name=None):
+        return tiny_benchmark(state["n"], name=name or choice.name)
 
     def load_retriever(name, device=None, trust_remote_code=False, **kw):
         r = TinyConvRetriever(seed=state["seed"], name=name)

@@ -113,9 +113,8 @@ def test_results_outputs_are_not_replaced_without_overwrite(dirs, capsys, comman
 
 
 def test_images_fetch_report_replaces_only_an_earlier_report(dirs, capsys):
-    import argparse
-
     from cir_demo.images.fetch import REPORT_HEADER
+    from cir_demo.preflight.flags import GivenFlags
     from cir_demo.preflight.folders import fetch_report_problems
 
     mine = dirs / "failed.tsv"
@@ -127,9 +126,9 @@ def test_images_fetch_report_replaces_only_an_earlier_report(dirs, capsys):
     assert mine.read_text() == "my table\n"
     earlier = dirs / "earlier.tsv"
     earlier.write_text(REPORT_HEADER + "w1\tHTTP 404\n")
-    args = argparse.Namespace(command="images", images_command="fetch", report=str(earlier))
-    assert fetch_report_problems(args) == []
-    assert fetch_report_problems(argparse.Namespace(**{**vars(args), "report": str(dirs / "new.tsv")})) == []
+    given = {"command": "images", "images_command": "fetch", "report": str(earlier)}
+    assert fetch_report_problems(GivenFlags.of(given)) == []
+    assert fetch_report_problems(GivenFlags.of({**given, "report": str(dirs / "new.tsv")})) == []
 
 
 def test_a_fetch_removes_only_the_partial_files_its_atomic_writes_leave(tmp_path):

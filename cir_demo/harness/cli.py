@@ -16,6 +16,11 @@ from cir_demo.results import FORMAT_CHOICES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    import dataclasses
+
+    from cir_demo.harness.settings import EvalSettings
+
+    default = {f.name: f.default for f in dataclasses.fields(EvalSettings)}  # the defaults, written once there
     add_benchmark_arguments(p)
     r = p.add_argument_group("what to evaluate")
     r.add_argument(
@@ -27,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     r.add_argument(
         "--results-format",
-        default="auto",
+        default=default["results_format"],
         choices=FORMAT_CHOICES,
         help="read every --results-json file in this format instead of detecting it",
     )
@@ -42,7 +47,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="rerank every run's top n with this reranker backend and report both "
         "(default on the world: world-verifier; 'none' disables)",
     )
-    r.add_argument("--rerank-top-n", type=int, default=20, help="candidates reranked per query (default 20)")
+    r.add_argument(
+        "--rerank-top-n",
+        type=int,
+        default=default["rerank_top_n"],
+        help=f"candidates reranked per query (default {default['rerank_top_n']})",
+    )
     r.add_argument("--device", default=None, help="torch device for models (default: cuda when available, else cpu)")
     r.add_argument(
         "--trust-remote-code",
@@ -68,8 +78,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from cir_demo.utils.owned_folder import add_wait_argument
 
     add_wait_argument(o)
-    o.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals (0 disables)")
-    o.add_argument("--bootstrap-seed", type=int, default=0)
+    o.add_argument(
+        "--n-boot",
+        type=int,
+        default=default["n_boot"],
+        help="bootstrap resamples for confidence intervals (0 disables)",
+    )
+    o.add_argument("--bootstrap-seed", type=int, default=default["bootstrap_seed"])
     o.add_argument("--no-plots", action="store_true")
     o.add_argument(
         "--baseline",
@@ -86,11 +101,15 @@ def run(args: argparse.Namespace) -> int:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from cir_demo.benchmarks.schema import BenchmarkError
     from cir_demo.preflight.commands import eval_problems, report
+    from cir_demo.index.cli import index_uri_problems
+    from cir_demo.preflight.flags import GivenFlags
     from cir_demo.errors import report_errors
     from cir_demo.integrity import DamagedFileError
     from cir_demo.paths import DataFolderError
 
-    problems = eval_problems(args)  # before any work: nothing is created when a flag is wrong
+    problems = eval_problems(
+        GivenFlags.of(vars(args)), index_uri_problems(args)
+    )  # before any work: nothing is created when a flag is wrong
     if problems:
         return report(problems)
     expected: tuple[type[BaseException], ...] = (BenchmarkError, DamagedFileError, DataFolderError, PermissionError)
@@ -117,6 +136,7 @@ def eval_settings(args: argparse.Namespace):
     """The flags, unpacked once into typed settings (harness/settings.py)."""
     from cir_demo.benchmarks.cli_args import BenchmarkChoice
     from cir_demo.harness.settings import EvalSettings
+    from cir_demo.images.cli import fetch_settings
 
     return EvalSettings(
         benchmark=BenchmarkChoice.from_args(args),
@@ -136,5 +156,6 @@ def eval_settings(args: argparse.Namespace):
         bootstrap_seed=args.bootstrap_seed,
         plots=not args.no_plots,
         baseline=args.baseline,
-        preflight_flags=args,
+        fetch_images=bool(args.fetch_images),
+        fetch=fetch_settings(args),
     )

@@ -6,64 +6,122 @@ weights, opt-ins, images) or prints its dry run, and only then encodes a corpus.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from dataclasses import dataclass, field
+
+from cir_demo.benchmarks.cli_args import BenchmarkChoice
+from cir_demo.preflight.request import RunRequest
 
 
-def _load_benchmark(args: argparse.Namespace, name: str | None = None):
-    from cir_demo.benchmarks.cli_args import load_benchmark_from_args
-
-    return load_benchmark_from_args(args, name)
-
-
-def _dry_run(args: argparse.Namespace, device: str | None) -> int:
-    """What the build would download and encode, and how long it would take here; creates nothing."""
-    from cir_demo.preflight.dry_run import dry_run, not_generated_note
-    from cir_demo.preflight.run import model_lines
-
-    note = not_generated_note(args)
-    if note:
-        print(note)
-        return 0
-    bench = _load_benchmark(args)
-    lines = model_lines([args.retriever], None, args.trust_remote_code, device)
-    print(dry_run(args, bench, [args.retriever], None, 0, lines, batch_size=args.batch_size))
-    return 1 if any(ln.blocking for ln in lines) else 0
+def _load_benchmark(choice: BenchmarkChoice, name: str | None = None):
+    """The benchmark `choice` names (`name` in its place when given)."""
+    return (dataclasses.replace(choice, name=name) if name else choice).load()
 
 
-def _build(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class IndexBuild:
+    """`index build`'s flags, typed: unpacked once by `build_settings`."""
+
+    request: RunRequest  # the benchmark, the device, the remote-code opt-in, the image fetch
+    retriever: str
+    out_dir: str | None = None
+    kind: str | None = None
+    batch_size: int = 64
+    progress: bool = True
+    force: bool = False
+    dry_run: bool = False
+    sharded: bool = False
+    shard_dir: str | None = None
+    keep_shards: bool = False
+    params: dict = field(default_factory=dict)  # the --kind parameters given (index.cli.index_params)
+    memory_budget: int | None = None  # bytes
+    index_uri: str | None = None  # a Milvus URI (--index-uri); None: a faiss index under --out-dir
+    index_params: str | None = None  # --index-params (JSON), for a Milvus index
+
+
+def build_settings(args: argparse.Namespace) -> IndexBuild:
+    """`index build`'s flags, unpacked once; a ValueError (one line) for a parameter of another --kind
+    or a budget that is not positive."""
+    from cir_demo.images.cli import fetch_settings
     from cir_demo.index.cli import index_params, memory_budget
-    from cir_demo.preflight.run import check_run
-    from cir_demo.retrievers.registry import load_retriever
 
-    params, budget = index_params(args), memory_budget(args)  # a wrong flag fails before any work
-    device = args.device
-    ctx = None
-    if args.sharded:
-        from cir_demo.index.shard import distributed_context
-
-        ctx = distributed_context()
-        device = device or ctx.device
-    if args.dry_run:
-        return _dry_run(args, device)
-    bench = check_run(args, _load_benchmark(args), [args.retriever])  # weights, opt-ins and images before any long work
-    retriever = load_retriever(args.retriever, device=device, trust_remote_code=args.trust_remote_code)
-    if getattr(args, "index_uri", None):
-        return _build_milvus(args, bench, retriever, budget, ctx)
-    common = dict(
+    request = RunRequest(
+        BenchmarkChoice.from_args(args),
+        retrievers=args.retriever,
+        device=args.device,
+        trust_remote_code=bool(args.trust_remote_code),
+        fetch_images=bool(args.fetch_images),
+        fetch=fetch_settings(args),
+    )
+    return IndexBuild(
+        request,
+        args.retriever,
         out_dir=args.out_dir,
         kind=args.kind,
         batch_size=args.batch_size,
         progress=not args.no_progress,
-        force=args.force,
-        memory_budget=budget,
-        **params,
+        force=bool(args.force),
+        dry_run=bool(args.dry_run),
+        sharded=bool(args.sharded),
+        shard_dir=args.shard_dir,
+        keep_shards=bool(args.keep_shards),
+        params=index_params(args),
+        memory_budget=memory_budget(args),
+        index_uri=args.index_uri,
+        index_params=args.index_params,
     )
-    if args.sharded:
+
+
+def _dry_run(build: IndexBuild, device: str | None) -> int:
+    """What the build would download and encode, and how long it would take here; creates nothing."""
+    from cir_demo.preflight.dry_run import dry_run, not_generated_note
+    from cir_demo.preflight.run import model_lines
+
+    request = build.request
+    note = not_generated_note(request.benchmark)
+    if note:
+        print(note)
+        return 0
+    bench = _load_benchmark(request.benchmark)
+    lines = model_lines([build.retriever], None, request.trust_remote_code, device)
+    print(dry_run(request, bench, [build.retriever], None, 0, lines, batch_size=build.batch_size))
+    return 1 if any(ln.blocking for ln in lines) else 0
+
+
+def _build(build: IndexBuild) -> int:
+    from cir_demo.preflight.run import check_run
+    from cir_demo.retrievers.registry import load_retriever
+
+    device = build.request.device
+    ctx = None
+    if build.sharded:
+        from cir_demo.index.shard import distributed_context
+
+        ctx = distributed_context()
+        device = device or ctx.device
+    if build.dry_run:
+        return _dry_run(build, device)
+    # weights, opt-ins and images before any long work
+    bench = check_run(build.request, _load_benchmark(build.request.benchmark), [build.retriever])
+    retriever = load_retriever(build.retriever, device=device, trust_remote_code=build.request.trust_remote_code)
+    if build.index_uri:
+        return _build_milvus(build, bench, retriever, ctx)
+    common = dict(
+        out_dir=build.out_dir,
+        kind=build.kind,
+        batch_size=build.batch_size,
+        progress=build.progress,
+        force=build.force,
+        memory_budget=build.memory_budget,
+        **build.params,
+    )
+    if build.sharded:
         from cir_demo.index.shard import build_sharded
 
         try:
             loaded = build_sharded(
-                bench, retriever, context=ctx, shard_dir=args.shard_dir, keep_shards=args.keep_shards, **common
+                bench, retriever, context=ctx, shard_dir=build.shard_dir, keep_shards=build.keep_shards, **common
             )
         finally:
             ctx.close()
@@ -83,22 +141,22 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _build_milvus(args: argparse.Namespace, bench, retriever, budget: int | None, ctx) -> int:
+def _build_milvus(build: IndexBuild, bench, retriever, ctx) -> int:
     """`index build --index-uri`: the collection written (or found fresh) in Milvus, the corpus encoded
     here or, with --sharded, by every launched process."""
     common = dict(
-        index_params=args.index_params,
-        batch_size=args.batch_size,
-        progress=not args.no_progress,
-        force=args.force,
-        memory_budget=budget,
+        index_params=build.index_params,
+        batch_size=build.batch_size,
+        progress=build.progress,
+        force=build.force,
+        memory_budget=build.memory_budget,
     )
     if ctx is not None:
         from cir_demo.index.shard import build_sharded_milvus
 
         try:
             loaded = build_sharded_milvus(
-                bench, retriever, args.index_uri, ctx, args.shard_dir, args.keep_shards, **common
+                bench, retriever, build.index_uri, ctx, build.shard_dir, build.keep_shards, **common
             )
         finally:
             ctx.close()
@@ -107,7 +165,7 @@ def _build_milvus(args: argparse.Namespace, bench, retriever, budget: int | None
     else:
         from cir_demo.index.milvus_build import build_milvus_index
 
-        loaded = build_milvus_index(bench, retriever, args.index_uri, **common)
+        loaded = build_milvus_index(bench, retriever, build.index_uri, **common)
     m = loaded.manifest
     state = (
         f"built in {m.build_seconds:.1f} s on {m.device}"
@@ -122,22 +180,23 @@ def _build_milvus(args: argparse.Namespace, bench, retriever, budget: int | None
     return 0
 
 
-def _status(args: argparse.Namespace) -> int:
+def _status(request: RunRequest, verify: bool) -> int:
     from cir_demo.index.status import index_status, status_lines
 
+    choice = request.benchmark
     rows = index_status(
-        args.benchmark,
-        args.retriever,
-        lambda name: _load_benchmark(args, name),
-        args.device,
-        args.trust_remote_code,
-        args.verify,
+        choice.name,
+        request.retrievers,
+        lambda name: _load_benchmark(choice, name),
+        request.device,
+        request.trust_remote_code,
+        verify,
     )
-    print("\n".join(status_lines(rows, args.benchmark)))
+    print("\n".join(status_lines(rows, choice.name)))
     return 1 if any(state in ("stale", "damaged") for _, state, _ in rows) else 0
 
 
-def _list(args: argparse.Namespace) -> int:
+def _list() -> int:
     from cir_demo.index.status import listing_lines
 
     print("\n".join(listing_lines()))
@@ -167,7 +226,7 @@ def _prebuilt(args: argparse.Namespace) -> int:
         bad = _prebuilt_world(args) if args.only in (None, "world") else 0
         if args.only == "world":
             return 1 if bad else 0
-        bench = _load_benchmark(args)
+        bench = _load_benchmark(BenchmarkChoice.from_args(args))
         names = retriever_names(args.retrievers, bench.name)
         reranker = default_reranker(bench.name, args.rerank)
         bad += _prebuilt_embeddings(args, bench, names, reranker) if args.only != "eval" else 0
@@ -286,8 +345,22 @@ def run(args: argparse.Namespace) -> int:
     problems = index_problems(args)  # before any work: a wrong flag costs nothing and creates nothing
     if problems:
         return report(problems)
+    actions = {
+        "build": lambda: _build(build_settings(args)),
+        "status": lambda: _status(
+            RunRequest(
+                BenchmarkChoice.from_args(args),
+                retrievers=args.retriever,
+                device=args.device,
+                trust_remote_code=bool(args.trust_remote_code),
+            ),
+            bool(args.verify),
+        ),
+        "list": _list,
+        "prebuilt": lambda: _prebuilt(args),
+    }
     return report_errors(
-        lambda: {"build": _build, "status": _status, "list": _list, "prebuilt": _prebuilt}[action](args),
+        actions[action],
         debug=getattr(args, "debug", False),
         expected=(
             ValueError,

@@ -174,7 +174,7 @@ def dry_run_benchmark(settings: EvalSettings, bench, names: list[str], reranker_
     from cir_demo.preflight.run import model_lines
 
     lines = model_lines(names, reranker_name, settings.trust_remote_code, settings.device)
-    print(dry_run(settings.preflight_flags, bench, names, reranker_name, top_n, lines))
+    print(dry_run(settings.run_request, bench, names, reranker_name, top_n, lines))
     return 1 if any(ln.blocking for ln in lines) else 0
 
 
@@ -186,7 +186,7 @@ def run_benchmark(settings: EvalSettings) -> int:
     if settings.dry_run:
         from cir_demo.preflight.dry_run import not_generated_note
 
-        note = not_generated_note(settings.preflight_flags)
+        note = not_generated_note(settings.benchmark)
         if note:
             print(note)
             return 0
@@ -204,9 +204,9 @@ def run_benchmark(settings: EvalSettings) -> int:
     from cir_demo.preflight.run import check_run
 
     with stages("checks"):  # weights, opt-ins, images: before anything is created
-        flags = settings.preflight_flags
-        bench = check_run(flags, bench, names, reranker_name)
-        side = {split: check_run(flags, b, names, reranker_name) for split, b in side.items()}
+        request = settings.run_request
+        bench = check_run(request, bench, names, reranker_name)
+        side = {split: check_run(request, b, names, reranker_name) for split, b in side.items()}
     final = Path(settings.out) if settings.out else default_out_dir(bench.name)
     print(f"run directory: {final} (written when complete)", flush=True)
     with staged_run_dir(final, settings.overwrite, reserved=not settings.out, wait=settings.wait) as out:

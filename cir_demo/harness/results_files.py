@@ -75,7 +75,7 @@ def _dry_run(settings: EvalSettings) -> int:
     from cir_demo.preflight.dry_run import not_generated_note
     from cir_demo.results import read_results
 
-    note = not_generated_note(settings.preflight_flags)
+    note = not_generated_note(settings.benchmark)
     if note:
         print(note)
         return 0

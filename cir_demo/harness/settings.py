@@ -3,10 +3,11 @@ the harness reads fields with their types and defaults in one place, never a Nam
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
 
 from cir_demo.benchmarks.cli_args import BenchmarkChoice
+from cir_demo.images.benchmark_fetch import FetchSettings
+from cir_demo.preflight.request import RunRequest
 
 
 @dataclass(frozen=True)
@@ -28,5 +29,18 @@ class EvalSettings:
     bootstrap_seed: int = 0
     plots: bool = True
     baseline: str | None = None
-    # the flags as parsed, for the preflight checks (preflight/), which still read a Namespace
-    preflight_flags: argparse.Namespace = field(default_factory=argparse.Namespace, compare=False)
+    fetch_images: bool = False  # fetch the benchmark's missing images before the run
+    fetch: FetchSettings = field(default_factory=FetchSettings)
+
+    @property
+    def run_request(self) -> RunRequest:
+        """What the checks before the run and the dry run read (preflight/)."""
+        return RunRequest(
+            self.benchmark,
+            retrievers=self.retrievers,
+            rerank=self.rerank,
+            device=self.device,
+            trust_remote_code=self.trust_remote_code,
+            fetch_images=self.fetch_images,
+            fetch=self.fetch,
+        )

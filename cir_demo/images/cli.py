@@ -25,9 +25,19 @@ def add_fetch_arguments(p: argparse.ArgumentParser, fetch_flag: bool = False) ->
             action="store_true",
             help="download the benchmark's missing images first (as `python -m cir_demo images fetch`)",
         )
-    g.add_argument("--fetch-workers", type=int, default=16, help="parallel downloads (default 16)")
-    g.add_argument("--fetch-retries", type=int, default=3, help="retries per image for transient failures (default 3)")
-    g.add_argument("--fetch-timeout", type=float, default=20.0, help="seconds per request (default 20)")
+    from cir_demo.images.benchmark_fetch import FetchSettings
+
+    d = FetchSettings()
+    g.add_argument("--fetch-workers", type=int, default=d.workers, help=f"parallel downloads (default {d.workers})")
+    g.add_argument(
+        "--fetch-retries",
+        type=int,
+        default=d.retries,
+        help=f"retries per image for transient failures (default {d.retries})",
+    )
+    g.add_argument(
+        "--fetch-timeout", type=float, default=d.timeout, help=f"seconds per request (default {d.timeout:g})"
+    )
     g.add_argument(
         "--url-pattern",
         help="fetch from this address instead, with {id} for the image id (a mirror, e.g. http://host/{id}.jpg)",
@@ -52,13 +62,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
+def fetch_settings(args: argparse.Namespace):
+    """The fetch flags (`add_fetch_arguments`, `--report`, `--no-progress`), unpacked once."""
+    from cir_demo.images.benchmark_fetch import FetchSettings
+
+    return FetchSettings(
+        workers=args.fetch_workers,
+        retries=args.fetch_retries,
+        timeout=args.fetch_timeout,
+        url_pattern=args.url_pattern,
+        report=getattr(args, "report", None),  # images fetch only
+        progress=not getattr(args, "no_progress", False),
+    )
+
+
 def _fetch(args: argparse.Namespace) -> int:
     from cir_demo.benchmarks.cli_args import load_benchmark_from_args
 
     bench = load_benchmark_from_args(args)
     from cir_demo.images.benchmark_fetch import fetch_for
 
-    report = fetch_for(bench, args, progress=not args.no_progress)
+    report = fetch_for(bench, fetch_settings(args))
     print(report.summary())
     transient = {i: r for i, r in report.failed.items() if i not in report.permanent}
     if transient:
@@ -72,17 +96,18 @@ def _fetch(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from cir_demo.benchmarks.cli_args import load_benchmark_from_args
+    from cir_demo.benchmarks.cli_args import BenchmarkChoice
     from cir_demo.images.coverage import fetch_command, image_coverage
 
-    bench = load_benchmark_from_args(args)
+    choice = BenchmarkChoice.from_args(args)
+    bench = choice.load()
     cov = image_coverage(bench)
     if cov is None:
         print(f"benchmark {bench.name!r}: images are generated on demand; nothing to fetch")
         return 0
     print(cov.describe())
     if cov.missing:
-        print(f"{cov.n_missing} missing" + (f"; fetch them with `{fetch_command(args)}`" if cov.fetchable else ""))
+        print(f"{cov.n_missing} missing" + (f"; fetch them with `{fetch_command(choice)}`" if cov.fetchable else ""))
         return 1
     return 0
 

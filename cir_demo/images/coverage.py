@@ -8,12 +8,11 @@ queries whose references are all present (the coverage is stated, never silent).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import shlex
 from dataclasses import dataclass, field
 
-from cir_demo.benchmarks.cli_args import LOADER_ARGS
+from cir_demo.benchmarks.cli_args import LOADER_ARGS, BenchmarkChoice
 
 
 @dataclass
@@ -111,34 +110,33 @@ def coverage_line(bench, kept) -> str:
     )
 
 
-def benchmark_flags(args: argparse.Namespace) -> str:
-    """The benchmark-selection flags of `args`, as a user would type them (for fix commands)."""
-    parts = ["--benchmark", str(getattr(args, "benchmark", None) or "world")]
-    flag_of = {attr: "--" + attr.replace("_", "-") for attr in LOADER_ARGS.values()}
-    for attr in LOADER_ARGS.values():
-        value = getattr(args, attr, None)
+def benchmark_flags(choice: BenchmarkChoice) -> str:
+    """The benchmark-selection flags of `choice`, as a user would type them (for fix commands)."""
+    parts = ["--benchmark", choice.name]
+    for key, attr in LOADER_ARGS.items():
+        value = choice.kwargs.get(key)
         if value is not None:
-            parts += [flag_of[attr], str(value)]
+            parts += ["--" + attr.replace("_", "-"), str(value)]
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def fetch_command(args: argparse.Namespace) -> str:
-    return f"python -m cir_demo images fetch {benchmark_flags(args)}"
+def fetch_command(choice: BenchmarkChoice) -> str:
+    return f"python -m cir_demo images fetch {benchmark_flags(choice)}"
 
 
-def missing_images_parts(cov: ImageCoverage, args: argparse.Namespace) -> tuple[str, str]:
+def missing_images_parts(cov: ImageCoverage, choice: BenchmarkChoice) -> tuple[str, str]:
     """(what is missing and where we looked, the fix)."""
     from cir_demo.benchmarks.registry import image_source
 
-    source = image_source(str(getattr(args, "benchmark", None) or ""))
+    source = image_source(choice.name)
     fix = (
-        f"fetch them with `{fetch_command(args)}` (or add --fetch-images to this command)"
+        f"fetch them with `{fetch_command(choice)}` (or add --fetch-images to this command)"
         if cov.fetchable
         else (f"{source} " if source else "") + "put them in the folder given by --image-dir"
     )
     return f"{cov.n_missing} benchmark images are missing: {cov.describe()}", fix
 
 
-def missing_images_message(cov: ImageCoverage, args: argparse.Namespace) -> str:
+def missing_images_message(cov: ImageCoverage, choice: BenchmarkChoice) -> str:
     """One line: how many are missing, where we looked, and the fix."""
-    return "; ".join(missing_images_parts(cov, args))
+    return "; ".join(missing_images_parts(cov, choice))

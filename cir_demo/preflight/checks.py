@@ -10,10 +10,10 @@ preflight/: the flag and folder checks (`flags`, `folders`, `commands`) return b
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass
 
+from cir_demo.benchmarks.cli_args import BenchmarkChoice
 from cir_demo.preflight.weights import WeightsSource
 
 BLOCKING = ("missing", "blocked")
@@ -170,23 +170,20 @@ def reranker_lines(backend: str, **kw) -> list[Line]:
 
 
 # --------------------------------------------------------------------------- benchmark
-def pending_generation_of(args: argparse.Namespace):
-    """What loading the benchmark the flags name would generate first (the world, not generated yet), or None."""
-    from cir_demo.benchmarks.cli_args import benchmark_kwargs
+def pending_generation_of(choice: BenchmarkChoice):
+    """What loading the benchmark `choice` names would generate first (the world, not generated yet), or None."""
     from cir_demo.benchmarks.registry import pending_generation
 
-    return pending_generation(getattr(args, "benchmark", None) or "world", benchmark_kwargs(args))
+    return pending_generation(choice.name, choice.kwargs)
 
 
-def benchmark_lines(args: argparse.Namespace, load: bool = True):
+def benchmark_lines(choice: BenchmarkChoice, load: bool = True):
     """(benchmark or None, lines). A world not generated yet is not generated here."""
-    from cir_demo.benchmarks.cli_args import load_benchmark_from_args
     from cir_demo.errors import user_message
-    from cir_demo.images.coverage import image_coverage, missing_images_parts
+    from cir_demo.images.coverage import benchmark_flags, image_coverage, missing_images_parts
 
-    name = getattr(args, "benchmark", None) or "world"
-    item = f"benchmark {name}"
-    pending = pending_generation_of(args)
+    item = f"benchmark {choice.name}"
+    pending = pending_generation_of(choice)
     if pending is not None:
         return None, [
             Line(item, "ready", f"{pending.what} is not generated yet; the run generates it first ({pending.seconds})")
@@ -194,7 +191,7 @@ def benchmark_lines(args: argparse.Namespace, load: bool = True):
     if not load:
         return None, []
     try:
-        bench = load_benchmark_from_args(args)
+        bench = choice.load()
     except Exception as exc:  # noqa: BLE001 - a benchmark that cannot load is a line, not a crash
         msg = user_message(exc)
         if msg is None:
@@ -204,7 +201,7 @@ def benchmark_lines(args: argparse.Namespace, load: bool = True):
                 item,
                 "blocked",
                 msg.splitlines()[0] + (" ..." if "\n" in msg else ""),
-                f"`python -m cir_demo validate {' '.join(_flags(args))}` lists every problem",
+                f"`python -m cir_demo validate {benchmark_flags(choice)}` lists every problem",
             )
         ]
     lines = [Line(item, "ready", f"{len(bench.queries)} queries, {len(bench.corpus_ids)} corpus images")]
@@ -215,18 +212,12 @@ def benchmark_lines(args: argparse.Namespace, load: bool = True):
         lines.append(Line("images", "ready", cov.describe()))
     else:
         any_present = cov.corpus_present > 0
-        detail, fix = missing_images_parts(cov, args)
+        detail, fix = missing_images_parts(cov, choice)
         status = "warning" if any_present else "missing"
         if any_present:
             detail += "; a run proceeds on the images present, with the coverage stated"
         lines.append(Line("images", status, detail, fix))
     return bench, lines
-
-
-def _flags(args: argparse.Namespace) -> list[str]:
-    from cir_demo.images.coverage import benchmark_flags
-
-    return [benchmark_flags(args)]
 
 
 def render_table(lines: list[Line]) -> str:

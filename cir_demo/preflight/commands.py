@@ -18,6 +18,7 @@ from cir_demo.preflight.checks import Line
 from cir_demo.preflight.flags import (
     COMMAND_INT_FLAGS,
     COMMAND_POSITIVE_FLOATS,
+    GivenFlags,
     benchmark_flag_problems,
     benchmark_name_problems,
     fetch_flag_problems,
@@ -87,61 +88,61 @@ def _out_problems(
     return [problem] if problem else []
 
 
-def eval_problems(args: argparse.Namespace) -> list[Line]:
-    """Everything `--eval` would trip on later, found now."""
+def eval_problems(flags: GivenFlags, index_uri: Sequence[str] = ()) -> list[Line]:
+    """Everything `--eval` would trip on later, found now. `index_uri`: the --index-uri problems
+    (index/cli.py's `index_uri_problems`, which the edge runs on its flags)."""
     from cir_demo.paths import runs_dir
 
-    problems = data_folder_problems() + benchmark_flag_problems(args)
+    problems = data_folder_problems() + benchmark_flag_problems(flags)
     problems += int_problems(
-        args,
+        flags,
         [
             ("n_boot", 0, "a non-negative number of resamples (0 disables)"),
             ("bootstrap_seed", 0, "a non-negative integer"),
             ("rerank_top_n", 1, "a positive number of candidates"),
         ],
     )
-    problems += fetch_flag_problems(args)
-    from cir_demo.index.cli import index_uri_problems
-
-    problems += [Line("", "blocked", p) for p in index_uri_problems(args)]
-    unknown_benchmark = benchmark_name_problems(args)
+    problems += fetch_flag_problems(flags)
+    problems += [Line("", "blocked", p) for p in index_uri]
+    unknown_benchmark = benchmark_name_problems(flags)
     if unknown_benchmark:  # first: the retrievers and reranker below are the benchmark's defaults
         return unknown_benchmark + problems
-    if getattr(args, "results_json", None):
+    if flags.get("results_json"):
         problems += [
             Line(f"--results-json {f}", "blocked", "not a file" if Path(f).exists() else "file not found")
-            for f in args.results_json
+            for f in flags.get("results_json")
             if not Path(f).is_file()
         ]
     else:
         from cir_demo.preflight.request import default_reranker, retriever_names
 
         try:
-            names = retriever_names(args.retrievers, args.benchmark)
+            names = retriever_names(flags.get("retrievers"), flags.get("benchmark"))
         except ValueError as exc:
             problems.append(Line("", "blocked", str(exc)))
         else:
             problems += retriever_problems(names)
-        reranker = default_reranker(args.benchmark, getattr(args, "rerank", None))
+        reranker = default_reranker(flags.get("benchmark"), flags.get("rerank"))
         if reranker:
             problems += reranker_problems(reranker)
     return problems + _out_problems(
-        getattr(args, "out", None),
+        flags.get("out"),
         "--out",
         runs_dir,
         "runs folder",
         run=True,
-        overwrite=getattr(args, "overwrite", False),
-        wait=getattr(args, "wait", False),
+        overwrite=bool(flags.get("overwrite")),
+        wait=bool(flags.get("wait")),
     )
 
 
 def index_build_problems(args: argparse.Namespace) -> list[Line]:
     from cir_demo.paths import indexes_dir
 
-    problems = benchmark_name_problems(args) + data_folder_problems() + benchmark_flag_problems(args)
+    flags = GivenFlags.of(vars(args))
+    problems = benchmark_name_problems(flags) + data_folder_problems() + benchmark_flag_problems(flags)
     problems += int_problems(
-        args,
+        flags,
         [
             (a, 1, "a positive integer")
             for a in (
@@ -158,7 +159,7 @@ def index_build_problems(args: argparse.Namespace) -> list[Line]:
             )
         ],
     )
-    problems += fetch_flag_problems(args)
+    problems += fetch_flag_problems(flags)
     problems += retriever_problems([args.retriever])
     from cir_demo.index.cli import index_params, index_uri_problems, memory_budget
 
@@ -169,7 +170,7 @@ def index_build_problems(args: argparse.Namespace) -> list[Line]:
             check(args)
         except ValueError as exc:
             problems.append(Line("", "blocked", str(exc)))
-    out_dir = getattr(args, "out_dir", None)
+    out_dir = flags.get("out_dir")
     problems += _out_problems(out_dir, "--out-dir", indexes_dir, "indexes folder")
     if out_dir and not problems:
         from cir_demo.index.manifest import index_folder_problem
@@ -185,41 +186,47 @@ def index_problems(args: argparse.Namespace) -> list[Line]:
     action = args.index_command
     if action == "build":
         return index_build_problems(args)
+    flags = GivenFlags.of(vars(args))
     return (
-        benchmark_name_problems(args)
+        benchmark_name_problems(flags)
         + data_folder_problems()
-        + (benchmark_flag_problems(args) if action in ("status", "prebuilt") else [])
+        + (benchmark_flag_problems(flags) if action in ("status", "prebuilt") else [])
     )
 
 
 def app_problems(args: argparse.Namespace) -> list[Line]:
+    """`python app.py`'s flags (ui/startup.py hands over its Namespace): `app_flag_problems`."""
+    from cir_demo.index.cli import index_uri_problems
+
+    return app_flag_problems(GivenFlags.of(vars(args)), index_uri_problems(args))
+
+
+def app_flag_problems(flags: GivenFlags, index_uri: Sequence[str] = ()) -> list[Line]:
     """`python app.py`: every flag before the server opens a socket (the flag table row ("app", None)
     in preflight/flags.py; a new flag's range is one row there). Retriever and reranker names are
     checked ("did you mean"); their weights are not: the app serves the columns that load."""
-    problems = benchmark_name_problems(args)
+    problems = benchmark_name_problems(flags)
     if problems:
         return problems
-    problems = data_folder_problems() + benchmark_flag_problems(args) + port_problems(args)
-    problems += int_problems(args, COMMAND_INT_FLAGS[("app", None)])
-    problems += positive_float_problems(args, COMMAND_POSITIVE_FLOATS[("app", None)])
-    problems += _name_problems(args)
-    from cir_demo.index.cli import index_uri_problems
-
-    problems += [Line("", "blocked", p) for p in index_uri_problems(args)]
+    problems = data_folder_problems() + benchmark_flag_problems(flags) + port_problems(flags)
+    problems += int_problems(flags, COMMAND_INT_FLAGS[("app", None)])
+    problems += positive_float_problems(flags, COMMAND_POSITIVE_FLOATS[("app", None)])
+    problems += _name_problems(flags)
+    problems += [Line("", "blocked", p) for p in index_uri]
     return problems
 
 
-def _name_problems(args: argparse.Namespace) -> list[Line]:
+def _name_problems(flags: GivenFlags) -> list[Line]:
     from cir_demo.retrievers.registry import get_config
     from cir_demo.utils.names import UnknownNameError
 
     problems: list[Line] = []
-    for name in [n.strip() for n in (getattr(args, "retrievers", None) or "").split(",") if n.strip()]:
+    for name in [n.strip() for n in (flags.get("retrievers") or "").split(",") if n.strip()]:
         try:
             get_config(name)
         except UnknownNameError as exc:
             problems.append(Line("--retrievers", "blocked", str(exc)))
-    reranker = getattr(args, "reranker", None)
+    reranker = flags.get("reranker")
     if reranker and reranker.lower() != "none":
         from cir_demo.rerank import BACKENDS
 

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import argparse
 
+from typing import TYPE_CHECKING
+
 from cir_demo.preflight.checks import Line
+
+if TYPE_CHECKING:
+    from cir_demo.preflight.request import RunRequest
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,42 +33,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show the traceback of a failure")
 
 
-def _requested(args: argparse.Namespace) -> tuple[list[str], str | None, bool]:
+def _requested(request: RunRequest) -> tuple[list[str], str | None, bool]:
     """(retrievers, reranker, explicit): what the doctor checks."""
     from cir_demo.benchmarks.registry import declared_defaults
     from cir_demo.retrievers.registry import family_module, list_retrievers
 
-    bench = args.benchmark or "world"
-    spec = declared_defaults(bench)
+    spec = declared_defaults(request.benchmark.name)
     defaults = list(spec.default_retrievers) if spec else []
-    if args.retrievers:
-        names = [n.strip() for n in args.retrievers.split(",") if n.strip()]
+    if request.retrievers:
+        names = [n.strip() for n in request.retrievers.split(",") if n.strip()]
     elif defaults:
         names = defaults
     else:
         names = [r["name"] for r in list_retrievers() if getattr(family_module(r["family"]), "RUNS_MODEL", True)]
-    if args.reranker:
-        reranker = None if args.reranker.lower() == "none" else args.reranker
+    if request.rerank:
+        reranker = None if request.rerank.lower() == "none" else request.rerank
     else:
         reranker = spec.default_reranker if spec else None
-    return names, reranker, bool(args.retrievers) or bool(defaults)
+    return names, reranker, bool(request.retrievers) or bool(defaults)
 
 
-def doctor_lines(args: argparse.Namespace) -> tuple[list[Line], bool]:
+def doctor_lines(request: RunRequest) -> tuple[list[Line], bool]:
     """(lines, can start). Without an explicit retriever list off the world, the run can start
     when the benchmark and at least one retriever are ready."""
     from cir_demo.preflight.checks import benchmark_lines, device_line, reranker_lines, retriever_lines
     from cir_demo.retrievers.registry import get_config
 
-    names, reranker, explicit = _requested(args)
+    names, reranker, explicit = _requested(request)
     for n in names:
         get_config(n)
-    lines = [device_line(args.device)]
-    _, blines = benchmark_lines(args)
+    lines = [device_line(request.device)]
+    _, blines = benchmark_lines(request.benchmark)
     lines += blines
     model: list[Line] = []
     for n in names:
-        model += retriever_lines(n, trust_remote_code=args.trust_remote_code)
+        model += retriever_lines(n, trust_remote_code=request.trust_remote_code)
     if reranker:
         model += reranker_lines(reranker)
     lines += model
@@ -77,11 +81,21 @@ def doctor_lines(args: argparse.Namespace) -> tuple[list[Line], bool]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cir_demo.benchmarks.cli_args import BenchmarkChoice
     from cir_demo.errors import report_errors
     from cir_demo.preflight.checks import render_table
+    from cir_demo.preflight.request import RunRequest
+
+    request = RunRequest(  # the flags, unpacked once: the run the doctor checks
+        BenchmarkChoice.from_args(args, args.benchmark or "world"),
+        retrievers=args.retrievers,
+        rerank=args.reranker,
+        device=args.device,
+        trust_remote_code=bool(args.trust_remote_code),
+    )
 
     def body() -> int:
-        lines, ok = doctor_lines(args)
+        lines, ok = doctor_lines(request)
         print(render_table(lines))
         n_block = sum(ln.blocking for ln in lines)
         print(

@@ -6,11 +6,12 @@ index, cache or run folder is written.
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass, field
 
+from cir_demo.benchmarks.cli_args import BenchmarkChoice
 from cir_demo.preflight.checks import Line
+from cir_demo.preflight.request import RunRequest
 
 SAMPLE = 8  # images (and queries) in the measured batch
 
@@ -56,7 +57,7 @@ def _present(bench, ids, n: int) -> list[str]:
     return out
 
 
-def plan_retriever(plan: Plan, bench, name: str, line: Line, args: argparse.Namespace, batch_size: int) -> None:
+def plan_retriever(plan: Plan, bench, name: str, line: Line, request: RunRequest, batch_size: int) -> None:
     """Encode counts for one retriever, and their time when its weights are here."""
     from cir_demo.engine import RetrievalEngine
     from cir_demo.index.build import corpus_ids_of, default_index_dir, rebuild_reasons
@@ -73,9 +74,9 @@ def plan_retriever(plan: Plan, bench, name: str, line: Line, args: argparse.Name
     engine = RetrievalEngine(
         bench,
         [name],
-        device=getattr(args, "device", None),
+        device=request.device,
         progress=False,
-        trust_remote_code=bool(getattr(args, "trust_remote_code", False)),
+        trust_remote_code=request.trust_remote_code,
     )
     retriever = engine.retriever(name)
     if is_ranking_only(retriever):
@@ -111,7 +112,7 @@ def plan_retriever(plan: Plan, bench, name: str, line: Line, args: argparse.Name
     )
 
 
-def plan_reranker(plan: Plan, bench, backend: str, line: Line, n_runs: int, top_n: int, args) -> None:
+def plan_reranker(plan: Plan, bench, backend: str, line: Line, n_runs: int, top_n: int, request: RunRequest) -> None:
     from cir_demo.engine import RetrievalEngine
     from cir_demo.rerank import RerankRequest
     from cir_demo.rerank.rerank import score_candidates
@@ -131,8 +132,8 @@ def plan_reranker(plan: Plan, bench, backend: str, line: Line, n_runs: int, top_
         plan.add(f"reranker {backend}: score {pairs} pairs (time unknown: no images here to measure on)")
         plan.unknown.append(backend)
         return
-    engine = RetrievalEngine(bench, [], device=getattr(args, "device", None), progress=False)
-    reranker = _plain_reranker(backend, args)
+    engine = RetrievalEngine(bench, [], device=request.device, progress=False)
+    reranker = _plain_reranker(backend, request.device)
     q = queries[0]
     req = RerankRequest(tuple(engine.open_image(r) for r in q.reference_ids), q.reference_ids, q.instruction)
     rate = _rate(lambda: score_candidates(req, ids, engine.open_image, reranker), len(ids))
@@ -144,20 +145,19 @@ def plan_reranker(plan: Plan, bench, backend: str, line: Line, n_runs: int, top_
     )
 
 
-def _plain_reranker(backend: str, args):
+def _plain_reranker(backend: str, device: str | None):
     """The reranker without the engine's shared-embedding hook (which would encode the corpus)."""
     from cir_demo.rerank import load_reranker
 
-    device = getattr(args, "device", None)
     return load_reranker(backend, **({"device": device} if device else {}))
 
 
-def not_generated_note(args: argparse.Namespace) -> str | None:
+def not_generated_note(choice: BenchmarkChoice) -> str | None:
     """Loading a benchmark whose data is generated on first load (the world) generates it when missing,
     which a dry run must not do: say so instead."""
     from cir_demo.preflight.checks import pending_generation_of
 
-    pending = pending_generation_of(args)
+    pending = pending_generation_of(choice)
     if pending is None:
         return None
     return (
@@ -168,7 +168,7 @@ def not_generated_note(args: argparse.Namespace) -> str | None:
 
 
 def dry_run(
-    args: argparse.Namespace,
+    request: RunRequest,
     bench,
     names,
     reranker: str | None,
@@ -212,10 +212,10 @@ def dry_run(
             by_item[ln.item] = ln
     for name in names:
         line = by_item.get(f"retriever {name}") or Line(name, "ready", "")
-        plan_retriever(plan, bench, name, line, args, batch_size)
+        plan_retriever(plan, bench, name, line, request, batch_size)
     if reranker:
         line = by_item.get(f"reranker {reranker}") or Line(reranker, "ready", "")
-        plan_reranker(plan, bench, reranker, line, len(names), top_n, args)
+        plan_reranker(plan, bench, reranker, line, len(names), top_n, request)
     total = f"estimated time: about {_fmt_s(plan.seconds)}"
     if plan.unknown:
         total += f" plus the parts that could not be measured ({', '.join(plan.unknown)})"

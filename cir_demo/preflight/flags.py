@@ -1,15 +1,39 @@
 """Numeric flags and names checked before any work: ranges (`--n-boot -5`), world sizes.
 
 Each problem is a blocking `Line` whose item is the flag with its value; `commands.report`
-prints them. Unset flags pass (argparse defaults are valid).
+prints them. Unset flags pass (argparse defaults are valid). The checks read `GivenFlags`, the
+flags as parsed, which each command's edge hands over once (`GivenFlags.of(vars(flags))`).
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
 
 from cir_demo.preflight.checks import Line
+
+
+@dataclass(frozen=True)
+class GivenFlags:
+    """A command's flags as parsed, read-only, by attribute name (`--fetch-workers`: "fetch_workers"):
+    what the checks before any work read, since they check each flag's raw value by its name (the
+    runs read their typed settings). A flag the command does not have reads as None (unset)."""
+
+    values: Mapping[str, Any]
+    command: str | None = None
+    action: str | None = None  # the subcommand (`world generate`: "generate")
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> GivenFlags:
+        command = values.get("command")
+        action = values.get(f"{command}_command") if command else None
+        return cls(MappingProxyType(dict(values)), command, action)
+
+    def get(self, attr: str) -> Any:
+        return self.values.get(attr)
+
 
 SEED = "a non-negative integer"
 FETCH_INT_FLAGS = [("fetch_workers", 1, "a positive integer"), ("fetch_retries", 0, "a non-negative integer")]
@@ -19,10 +43,8 @@ def _flag(attr: str) -> str:
     return f"--{attr.replace('_', '-')}"
 
 
-def _int_problem(
-    args: argparse.Namespace, attr: str, minimum: int, what: str, maximum: int | None = None
-) -> Line | None:
-    value = getattr(args, attr, None)
+def _int_problem(flags: GivenFlags, attr: str, minimum: int, what: str, maximum: int | None = None) -> Line | None:
+    value = flags.get(attr)
     if value is None or (
         not isinstance(value, bool)
         and isinstance(value, int)
@@ -34,14 +56,14 @@ def _int_problem(
     return Line(f"{_flag(attr)} {value}", "blocked", f"must be {what} ({bounds})")
 
 
-def int_problems(args: argparse.Namespace, table: Sequence[tuple]) -> list[Line]:
+def int_problems(flags: GivenFlags, table: Sequence[tuple]) -> list[Line]:
     """`--flag` range problems for (attribute, minimum, description[, maximum]) rows (unset flags pass)."""
-    return [p for row in table if (p := _int_problem(args, *row))]
+    return [p for row in table if (p := _int_problem(flags, *row))]
 
 
-def benchmark_name_problems(args: argparse.Namespace) -> list[Line]:
+def benchmark_name_problems(flags: GivenFlags) -> list[Line]:
     """An unknown `--benchmark` ("did you mean"): checked first, since the other checks read its defaults."""
-    name = getattr(args, "benchmark", None)
+    name = flags.get("benchmark")
     if name is None:
         return []
     from cir_demo.benchmarks.registry import get_spec
@@ -91,19 +113,19 @@ def _bind_problem(host: str, port: int) -> str | None:
     return None
 
 
-def port_problems(args: argparse.Namespace) -> list[Line]:
+def port_problems(flags: GivenFlags) -> list[Line]:
     """`--port` (else `$GRADIO_SERVER_PORT`) in 0-65535 and free on the interface the app listens on
     (`--server-name`, else `$GRADIO_SERVER_NAME`), which must be one of this machine's."""
     import os
 
-    problems = int_problems(args, [("port", 0, "a port number", 65535)])
-    port, item = getattr(args, "port", None), "--port"
+    problems = int_problems(flags, [("port", 0, "a port number", 65535)])
+    port, item = flags.get("port"), "--port"
     if port is None:
         port, problems = _port_from_env()
         item = PORT_ENV
     if problems:
         return problems
-    host, host_item = getattr(args, "server_name", None), "--server-name"
+    host, host_item = flags.get("server_name"), "--server-name"
     if not host:
         host, host_item = os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1", "GRADIO_SERVER_NAME="
     reason = _bind_problem(host, 0)  # the interface first: a port is free only on a host this machine has
@@ -154,34 +176,34 @@ def settle_port(args: argparse.Namespace) -> None:
     os.environ[PORT_ENV] = str(port)
 
 
-def positive_float_problems(args: argparse.Namespace, attrs: Sequence[str]) -> list[Line]:
+def positive_float_problems(flags: GivenFlags, attrs: Sequence[str]) -> list[Line]:
     """`--flag` problems for floats that must be > 0 (unset flags pass)."""
     out = []
     for attr in attrs:
-        value = getattr(args, attr, None)
+        value = flags.get(attr)
         if value is not None and not (isinstance(value, (int, float)) and value > 0):
             out.append(Line(f"{_flag(attr)} {value}", "blocked", "must be a positive number (> 0)"))
     return out
 
 
-def fetch_flag_problems(args: argparse.Namespace) -> list[Line]:
+def fetch_flag_problems(flags: GivenFlags) -> list[Line]:
     """`--fetch-workers`, `--fetch-retries`, `--fetch-timeout` (eval, index build and images fetch)."""
-    return int_problems(args, FETCH_INT_FLAGS) + positive_float_problems(args, ["fetch_timeout"])
+    return int_problems(flags, FETCH_INT_FLAGS) + positive_float_problems(flags, ["fetch_timeout"])
 
 
-def benchmark_flag_problems(args: argparse.Namespace) -> list[Line]:
+def benchmark_flag_problems(flags: GivenFlags) -> list[Line]:
     return (
         int_problems(
-            args, [("world_seed", 0, "a non-negative integer"), ("limit", 1, "a positive number of paraphrase groups")]
+            flags, [("world_seed", 0, "a non-negative integer"), ("limit", 1, "a positive number of paraphrase groups")]
         )
-        + split_problems(args)
-        + world_size_problems(args, "world_size")
+        + split_problems(flags)
+        + world_size_problems(flags, "world_size")
     )
 
 
-def world_size_problems(args: argparse.Namespace, attr: str) -> list[Line]:
+def world_size_problems(flags: GivenFlags, attr: str) -> list[Line]:
     """`--world-size` / `--size` not a world size (generate.SIZES: a size and its folds)."""
-    size = getattr(args, attr, None)
+    size = flags.get(attr)
     if size is None:
         return []
     from cir_demo.world.generate import SIZES
@@ -193,14 +215,14 @@ def world_size_problems(args: argparse.Namespace, attr: str) -> list[Line]:
     return [Line(_flag(attr), "blocked", str(UnknownNameError("world size", size, SIZES)))]
 
 
-def split_problems(args: argparse.Namespace) -> list[Line]:
+def split_problems(flags: GivenFlags) -> list[Line]:
     """`--split` not among the splits the benchmark declares (benchmarks that declare none check it on loading)."""
-    split = getattr(args, "split", None)
+    split = flags.get("split")
     if split is None:
         return []
     from cir_demo.benchmarks.registry import declared_defaults
 
-    name = getattr(args, "benchmark", None)
+    name = flags.get("benchmark")
     spec = declared_defaults(name) if name else None
     if spec is None or not spec.splits or split in spec.splits:
         return []
@@ -250,13 +272,13 @@ COMMAND_POSITIVE_FLOATS: dict[tuple[str, str | None], list[str]] = {
 }
 
 
-def command_flag_problems(args: argparse.Namespace) -> list[Line]:
+def command_flag_problems(flags: GivenFlags) -> list[Line]:
     """Range problems of the numeric flags of a command other than eval and index (and every
     command's `--world-seed` / `--limit`), and an unknown world size: checked before anything is created."""
-    key = (args.command, getattr(args, f"{args.command}_command", None))
-    problems = benchmark_name_problems(args) + benchmark_flag_problems(args)
-    problems += int_problems(args, COMMAND_INT_FLAGS.get(key, []))
-    problems += positive_float_problems(args, COMMAND_POSITIVE_FLOATS.get(key, []))
-    if args.command == "world":  # every other command's `--world-size` is checked with the benchmark flags
-        problems += world_size_problems(args, "size")
+    key = (flags.command, flags.action)
+    problems = benchmark_name_problems(flags) + benchmark_flag_problems(flags)
+    problems += int_problems(flags, COMMAND_INT_FLAGS.get(key, []))
+    problems += positive_float_problems(flags, COMMAND_POSITIVE_FLOATS.get(key, []))
+    if flags.command == "world":  # every other command's `--world-size` is checked with the benchmark flags
+        problems += world_size_problems(flags, "size")
     return problems

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from cir_demo.preflight.checks import Line
+from cir_demo.preflight.flags import GivenFlags
 
 
 def data_folder_problems() -> list[Line]:
@@ -118,15 +119,20 @@ def run_dir_problem(
     return Line(f"{flag} {path}", "blocked", why) if why else problem
 
 
-def world_out_problem(args) -> Line | None:
+def world_out_problem(flags: GivenFlags) -> Line | None:
     """`world generate --out`: an intact world of that size and seed there is left as it is (nothing
     written); otherwise the folder is written whole, as a run's (--force moves an earlier one aside)."""
     from cir_demo.world.disk import world_problems
 
-    out = Path(args.out)
-    if not args.force and out.is_dir() and not out.is_symlink() and not world_problems(out, args.size, args.seed):
+    out, force = Path(flags.get("out")), bool(flags.get("force"))
+    if (
+        not force
+        and out.is_dir()
+        and not out.is_symlink()
+        and not world_problems(out, flags.get("size"), flags.get("seed"))
+    ):
         return None
-    return run_dir_problem(out, "--out", args.force, "--force", args.wait)
+    return run_dir_problem(out, "--out", force, "--force", bool(flags.get("wait")))
 
 
 def _weights_names(manifest: dict):
@@ -202,12 +208,12 @@ def file_out_problems(paths: list[Path], overwrite: bool, flag: str = "--out", w
     return [Line(f"{flag} {p}", "blocked", why) for p in paths if (why := file_write_problem(p, overwrite, wait))]
 
 
-def fetch_report_problems(args) -> list[Line]:
+def fetch_report_problems(flags: GivenFlags) -> list[Line]:
     """`images fetch --report F`: an existing F is replaced only when an earlier fetch wrote it (its header)."""
     from cir_demo.images.fetch import REPORT_HEADER
 
-    report = getattr(args, "report", None)
-    if (args.command, getattr(args, "images_command", None)) != ("images", "fetch") or not report:
+    report = flags.get("report")
+    if (flags.command, flags.action) != ("images", "fetch") or not report:
         return []
     path = Path(report)
     if path.is_dir():
@@ -224,20 +230,21 @@ def fetch_report_problems(args) -> list[Line]:
     return [Line(f"--report {path}", "blocked", "exists and is not a report of an earlier fetch", "name a new file")]
 
 
-def command_out_problems(args) -> list[Line]:
+def command_out_problems(flags: GivenFlags) -> list[Line]:
     """The `--out` of a command that writes one: a folder (MANIFEST_OUT, RUN_OUT) or a file (FILE_OUT)."""
-    key = (args.command, getattr(args, f"{args.command}_command", None))
-    out = getattr(args, "out", None)
+    key = (flags.command, flags.action)
+    out = flags.get("out")
+    overwrite, wait = bool(flags.get("overwrite")), bool(flags.get("wait"))
     if not out:
-        return fetch_report_problems(args)
+        return fetch_report_problems(flags)
     if key == ("world", "generate"):
-        problem = world_out_problem(args)
+        problem = world_out_problem(flags)
     elif key in MANIFEST_OUT:
         problem = manifest_folder_problem(Path(out), "--out", *MANIFEST_OUT[key])
     elif key in RUN_OUT:
-        problem = run_dir_problem(Path(out), "--out", args.overwrite, wait=getattr(args, "wait", False))
+        problem = run_dir_problem(Path(out), "--out", overwrite, wait=wait)
     elif key in FILE_OUT:
-        return file_out_problems(FILE_OUT[key](Path(out)), args.overwrite, wait=getattr(args, "wait", False))
+        return file_out_problems(FILE_OUT[key](Path(out)), overwrite, wait=wait)
     else:
         return []
     return [problem] if problem else []

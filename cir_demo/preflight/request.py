@@ -1,11 +1,31 @@
 """What a run asks for: the retrievers and the reranker, from its flags or the benchmark's
-declared defaults (`default_retrievers`, `default_reranker` in cir_demo/benchmarks/registry.py).
+declared defaults (`default_retrievers`, `default_reranker` in cir_demo/benchmarks/registry.py),
+and the settings the pre-run checks and the dry run read (`RunRequest`).
 The pre-run checks and the run itself read the same answer.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from cir_demo.benchmarks.cli_args import BenchmarkChoice
 from cir_demo.benchmarks.registry import declared_defaults
+from cir_demo.images.benchmark_fetch import FetchSettings
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What the checks before a run (`run.check_run`) and its dry run read: typed, built once by the
+    command from its flags (`--eval`: `EvalSettings.run_request`; `index build`: harness/index_run.py;
+    `doctor`: preflight/doctor.py)."""
+
+    benchmark: BenchmarkChoice
+    retrievers: str | None = None  # `--retrievers` as given (comma-separated); None: the benchmark's defaults
+    rerank: str | None = None  # the reranker backend as given ("none": off); None: the benchmark's default
+    device: str | None = None
+    trust_remote_code: bool = False
+    fetch_images: bool = False  # fetch the missing images first (`--fetch-images`)
+    fetch: FetchSettings = field(default_factory=FetchSettings)
 
 
 def retriever_names(requested: str | None, benchmark_name: str) -> list[str]:

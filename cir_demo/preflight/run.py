@@ -8,11 +8,11 @@ problem, each naming its fix.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from cir_demo.errors import UserError
 from cir_demo.preflight.checks import Line, device_line, reranker_lines, retriever_lines
+from cir_demo.preflight.request import RunRequest
 
 
 def model_lines(names, reranker: str | None, trust_remote_code: bool, device: str | None) -> list[Line]:
@@ -41,7 +41,7 @@ def say(lines: list[Line], stream=None) -> None:
             print(f"note: {ln.message()}", file=stream or sys.stderr, flush=True)
 
 
-def images_for_run(bench, args: argparse.Namespace, stream=None):
+def images_for_run(bench, request: RunRequest, stream=None):
     """The benchmark a run can do with its images: fetched first with --fetch-images, then
     cut to the images present (coverage stated); a UserError when none are present."""
     from cir_demo.images.coverage import (
@@ -56,18 +56,18 @@ def images_for_run(bench, args: argparse.Namespace, stream=None):
     cov = image_coverage(bench)
     if cov is None or cov.complete:
         return bench
-    if getattr(args, "fetch_images", False) and cov.fetchable:
+    if request.fetch_images and cov.fetchable:
         from cir_demo.images.benchmark_fetch import fetch_for
 
-        report = fetch_for(bench, args, progress=not getattr(args, "no_progress", False))
+        report = fetch_for(bench, request.fetch)
         print(f"fetch: {report.summary()}", file=stream, flush=True)
         cov = image_coverage(bench)
         if cov.complete:
             return bench
-        detail, _ = missing_images_parts(cov, args)
+        detail, _ = missing_images_parts(cov, request.benchmark)
         message = f"{detail}; the ids that could not be fetched and why: {report.report_path}"
     else:
-        message = missing_images_message(cov, args)
+        message = missing_images_message(cov, request.benchmark)
     kept = restrict_to_present(bench, cov)
     if not kept.corpus_ids or not kept.queries:
         raise UserError(message)
@@ -76,13 +76,13 @@ def images_for_run(bench, args: argparse.Namespace, stream=None):
     return kept
 
 
-def check_run(args: argparse.Namespace, bench, names, reranker: str | None = None):
+def check_run(request: RunRequest, bench, names, reranker: str | None = None):
     """All checks for a run, cheap ones first; returns the benchmark to run (maybe cut to its images)."""
     from cir_demo.images.benchmark_fetch import check_fetch_arguments
 
-    if getattr(args, "fetch_images", False):
-        check_fetch_arguments(args)
-    lines = model_lines(names, reranker, bool(getattr(args, "trust_remote_code", False)), getattr(args, "device", None))
+    if request.fetch_images:
+        check_fetch_arguments(request.fetch)
+    lines = model_lines(names, reranker, request.trust_remote_code, request.device)
     raise_on_blocking(lines)
     say(lines)
-    return images_for_run(bench, args)
+    return images_for_run(bench, request)

@@ -551,8 +551,9 @@ def served_split_kwargs(config: ServiceConfig) -> dict:
 def _fetch_images(args: argparse.Namespace) -> int:
     from cir_demo.benchmarks.cli_args import load_benchmark_from_args
     from cir_demo.images.benchmark_fetch import fetch_for
+    from cir_demo.images.cli import fetch_settings
 
-    report = fetch_for(load_benchmark_from_args(args), args)
+    report = fetch_for(load_benchmark_from_args(args), fetch_settings(args))
     print(f"fetch: {report.summary()}", flush=True)
     return 0
 

@@ -36,10 +36,6 @@ PENDING: dict[tuple[str, str], str] = {
         ): "index prebuilt: reworked with harness/prebuilt_run_build.py by another change"
         for f in ("_prebuilt", "_prebuilt_world", "_prebuilt_embeddings", "_prebuilt_eval")
     },
-    (
-        "cir_demo/harness/shipped_check.py",
-        "*",
-    ): "index prebuilt --check's eval re-run: reworked with prebuilt by another change",
     # "*": every function of the module (its functions are being renamed by another change)
     ("cir_demo/harness/prebuilt_run_build.py", "*"): "being reworked with index/prebuilt by another change",
 }

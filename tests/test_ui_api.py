@@ -343,9 +343,9 @@ def test_every_sort_the_page_offers_is_failures_order_and_the_failures_commands(
         page = svc.sorted_queries(sort, limit=10**6)
         assert [r["query_id"] for r in got["rows"]] == list(page.rows["query"]), sort
         assert [r["why"] for r in got["rows"]] == list(page.rows["why"]), sort
-        csv = tmp_path / "failures.csv"
+        csv = tmp_path / f"failures-{offered.index(sort)}.csv"  # a new file each: nothing set aside
         argv = ["failures", "--benchmark", "cirr", "--root", str(root / "cirr"), "--results-json", str(pa), str(pb)]
-        assert cli([*argv, "--sort", sort, "--out", str(csv), "--overwrite"]) == 0, sort
+        assert cli([*argv, "--sort", sort, "--out", str(csv)]) == 0, sort
         want = pd.read_csv(csv, dtype={"query_id": str}, keep_default_na=False)
         assert [r["query_id"] for r in got["rows"]] == list(want["query_id"]), sort
 

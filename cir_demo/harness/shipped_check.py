@@ -198,7 +198,8 @@ def recomputed_rows(
     computes them (harness/pipeline.py: retrieve to the eval depth, rerank the top `top_n`, score)."""
     from cir_demo.benchmarks.registry import RERANK_SUFFIX
     from cir_demo.engine import RetrievalEngine
-    from cir_demo.store.score import evaluate_run
+    from cir_demo.store.score import evaluate_run, written_rows
+    from cir_demo.store.store import produce_rerank, produce_run
     from cir_demo.utils.csv_text import frame_csv
 
     engine = RetrievalEngine(splits[0].bench, list(names), device="cpu")
@@ -210,18 +211,15 @@ def recomputed_rows(
             keep = {q.query_id for q in split.bench.queries if q.group_id in set(drawn[split.label])}
             sub = split.bench.subset(keep)
             frames = []
-            for name in names:
-                run, scores = engine.run_benchmark(name, queries=sub.queries, k=engine.eval_depth(name))
-                frames.append(evaluate_run(sub, run, name, n_boot=0).per_query.assign(run=name))
+            for name in names:  # produced as the store produces every run (store/store.py)
+                run, scores = produce_run(engine, name, queries=sub.queries)
+                frames.append(written_rows(evaluate_run(sub, run, name, n_boot=0).per_query, name))
                 if reranker:
-                    rr = engine.rerank_run(reranker, run, scores, queries=sub.queries, top_n=top_n)
+                    rr = produce_rerank(engine, reranker, run, scores, top_n, queries=sub.queries)
                     frames.append(
-                        evaluate_run(sub, rr.run, name + RERANK_SUFFIX, n_boot=0).per_query.assign(
-                            run=name + RERANK_SUFFIX
-                        )
+                        written_rows(evaluate_run(sub, rr.run, name, n_boot=0).per_query, name + RERANK_SUFFIX)
                     )
-            rows = pd.concat(frames, ignore_index=True)
-            out[split.label] = frame_csv(rows[["run"] + [c for c in rows.columns if c != "run"]])
+            out[split.label] = frame_csv(pd.concat(frames, ignore_index=True))
     finally:
         engine.close()
     return out

@@ -101,14 +101,15 @@ def test_a_refused_runs_file_shows_visitors_none_of_its_content(dirs, bench):
 # --------------------------------------------------------------------------- case 10
 def test_port_0_takes_a_free_port_before_gradio_is_imported(dirs, monkeypatch):
     from cir_demo.benchmarks import generate_aside
-    from cir_demo.preflight.commands import app_problems
+    from cir_demo.preflight.commands import app_flag_problems
+    from cir_demo.preflight.flags import GivenFlags
     from cir_demo.ui.startup import build_parser, prepare
 
     monkeypatch.setattr(generate_aside, "generate_aside", lambda *a, **k: None)
     monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)
-    assert app_problems(build_parser().parse_args(["--port", "0"])) == []
+    assert app_flag_problems(GivenFlags.of(vars(build_parser().parse_args(["--port", "0"])))) == []
     startup = prepare(["--port", "0"])
-    port = startup.args.port
+    port = startup.settings.port
     assert 0 < port <= 65535 and os.environ["GRADIO_SERVER_PORT"] == str(port)
     with socket.socket() as s:  # free: the server can bind it
         s.bind(("127.0.0.1", port))

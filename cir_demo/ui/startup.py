@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Sequence
 
 from cir_demo.ui.settings import AppSettings
@@ -28,8 +28,6 @@ class Startup:
 def prepare(argv: Sequence[str] | None = None) -> Startup | int:
     """The parsed flags, every one checked before any work and before the server opens a socket, and the
     data generation begun; an exit status instead when a flag is wrong (its lines printed)."""
-    import dataclasses
-
     from cir_demo.benchmarks.generate_aside import generate_aside
     from cir_demo.index.cli import index_flags, index_uri_problems
     from cir_demo.preflight.checks import Line
@@ -48,7 +46,7 @@ def prepare(argv: Sequence[str] | None = None) -> Startup | int:
     from cir_demo.preflight.flags import settle_port
 
     # before gradio's import, which reads $GRADIO_SERVER_PORT
-    settings = dataclasses.replace(settings, port=settle_port(settings.port, settings.server_name))
+    settings = replace(settings, port=settle_port(settings.port, settings.server_name))
     startup = Startup(settings, generate_aside(settings.benchmark.name, dict(settings.benchmark.kwargs)))
     from cir_demo.explorer.own_runs import runs_problems  # imports the explorer (~1 s): the child runs meanwhile
 

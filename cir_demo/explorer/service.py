@@ -25,7 +25,7 @@ from cir_demo.explorer.config import (
     filter_fields,
 )
 from cir_demo.explorer.failure_lists import FailureLists
-from cir_demo.explorer.failures import SortChoice, SortContext
+from cir_demo.explorer.failures import SortChoice
 from cir_demo.explorer.images import ThumbnailStore, thumbnail_db_path
 from cir_demo.explorer.queries import filter_choices, filter_value, query_table
 from cir_demo.explorer.run_reports import RunReports
@@ -197,15 +197,8 @@ class ExplorerService:
     def failure_source(self) -> str:
         return self.lists.rows.source
 
-    @property
-    def max_rerank_scores(self) -> int:
-        return self.lists.rows.max_rerank_scores
-
     def stored_sorts(self) -> set[str]:
         return self.lists.stored_sorts()
-
-    def sort_context(self) -> SortContext:
-        return self.lists.context()
 
     def sorts(self) -> list[SortChoice]:
         return self.lists.sorts()

@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -52,6 +52,12 @@ def benchmark_fingerprint(benchmark: Benchmark) -> str:
     # per-query caches are its own
     query_set = info.get("query_set")
     return f"{benchmark.name}-{str(key)[:16]}" + (f"-{query_set}" if query_set else "")
+
+
+def results_depth(rankings: Mapping[str, Sequence[str]]) -> int:
+    """How deep a run read from a results file ranks: the file's longest ranking (so it is scored whole),
+    at least DEFAULT_K. Part of the run's key in the store, whoever reads the file."""
+    return max(DEFAULT_K, max(map(len, rankings.values()), default=0))
 
 
 class RetrievalEngine:
@@ -244,7 +250,7 @@ class RetrievalEngine:
         results file's whole ranking (its longest; as `--eval --results-json` scores the file), else
         DEFAULT_K. The app's columns and failure sorts rank this deep too."""
         rankings = getattr(self.retriever(name), "rankings", None)
-        return max(DEFAULT_K, max(map(len, rankings.values()), default=0)) if rankings is not None else DEFAULT_K
+        return results_depth(rankings) if rankings is not None else DEFAULT_K
 
     def run_benchmark(
         self,

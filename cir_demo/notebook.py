@@ -81,8 +81,8 @@ def evaluate(
     """Score `runs` ({name: what}) on `benchmark` as `--eval` scores them. Each value is a results file
     (any format `--eval --results-json` reads), a run dict in memory (`{query: [ids best first]}` or
     `{query: {image: score}}`, e.g. ranx's `Run.to_dict()`; a ranx Run itself) or a registered retriever's
-    name (run on the benchmark here, as `--eval --retrievers` runs it)."""
-    from cir_demo.harness.results_files import score_results_files
+    name (its run read from the store: a stored eval run under the run's key, else the cache, else run on
+    the benchmark here, as `--eval --retrievers` runs it, and cached)."""
     from cir_demo.retrievers.registry import get_config
 
     if not runs:
@@ -106,16 +106,10 @@ def evaluate(
                 f"evaluate: run {name!r}: {str(value)[:100]!r} is neither a results file, a run dict nor a "
                 "registered retriever's name"
             )
-    rankings = _model_rankings(benchmark, sorted(set(models.values())), device)
-    for name, model in models.items():  # a model's run is scored as its results file is
-        path = Path(folder.name) / f"{len(paths)}.json"
-        path.write_text(json.dumps(_as_score_dict(rankings[model])), encoding="utf-8")
-        paths[name] = path
+    evaluations = _file_evaluations(benchmark, paths, results_format, n_boot, seed)
+    evaluations.update(_model_evaluations(benchmark, models, n_boot, seed, device))
     order = list(runs)
-    evaluations = score_results_files(
-        benchmark, [paths[n] for n in order], results_format, n_boot, seed, names=list(order)
-    )
-    return Evaluation(benchmark, evaluations, {n: paths[n] for n in order}, n_boot, seed, folder)
+    return Evaluation(benchmark, [evaluations[n] for n in order], paths, n_boot, seed, folder, models, device)
 
 
 def _registered(get_config, name: str) -> bool:
@@ -126,16 +120,60 @@ def _registered(get_config, name: str) -> bool:
     return True
 
 
+def _file_evaluations(benchmark: Benchmark, paths: Mapping[str, Path], fmt: str, n_boot: int, seed: int) -> dict:
+    """{name: evaluation} of results files, their rows read from the store as `--eval` reads them."""
+    from cir_demo.harness.results_files import score_results_files
+    from cir_demo.store.store import RunStore
+
+    if not paths:
+        return {}
+    names = list(paths)
+    scored = score_results_files(
+        benchmark, [paths[n] for n in names], fmt, n_boot, seed, names=names, store=RunStore(benchmark)
+    )
+    return dict(zip(names, scored))
+
+
+def _model_evaluations(
+    benchmark: Benchmark, models: Mapping[str, str], n_boot: int, seed: int, device: str | None
+) -> dict:
+    """{name: evaluation} of retrievers' runs, their rows read from the store (`RunStore.rows`: a stored
+    eval run under the run's key, else the cache, else produced here at `--eval`'s depth and cached)."""
+    if not models:
+        return {}
+    from cir_demo.engine import RetrievalEngine
+    from cir_demo.store.score import evaluation_of_rows
+    from cir_demo.store.store import RunStore
+
+    engine = RetrievalEngine(benchmark, sorted(set(models.values())), device=device, progress=False)
+    try:
+        store = RunStore(benchmark, engine)
+        out = {}
+        for name, model in models.items():
+            rows = store.rows(model).assign(run=name)
+            ev = evaluation_of_rows(benchmark, rows, name, n_boot=n_boot, seed=seed)
+            # as a results file of the run would be scored: the run ranks every query, with known ids
+            ev.metrics.update(coverage=rows["query_id"].nunique() / len(benchmark.queries), unknown_ids=0)
+            ev.metrics["unknown_query_keys"] = 0
+            key = store.key(model)
+            ev.key = key.digest() if key is not None else None
+            out[name] = ev
+        return out
+    finally:
+        engine.close()
+
+
 def _model_rankings(benchmark: Benchmark, names: list[str], device: str | None) -> dict[str, dict]:
-    """Each retriever's run on the benchmark, produced as the store produces it (`--eval`'s depth)."""
+    """Each retriever's run on the benchmark, from the store's engine (`--eval`'s depth)."""
     if not names:
         return {}
     from cir_demo.engine import RetrievalEngine
-    from cir_demo.store.store import produce_run
+    from cir_demo.store.store import RunStore
 
     engine = RetrievalEngine(benchmark, names, device=device, progress=False)
     try:
-        return {n: produce_run(engine, n)[0] for n in names}
+        store = RunStore(benchmark, engine)
+        return {n: store.ranking(n) for n in names}
     finally:
         engine.close()
 
@@ -143,15 +181,29 @@ def _model_rankings(benchmark: Benchmark, names: list[str], device: str | None) 
 class Evaluation:
     """Runs scored on one benchmark: the tables `--eval` writes, as DataFrames (see the module doc)."""
 
-    def __init__(self, benchmark, evaluations, paths, n_boot, seed, folder=None):
+    def __init__(self, benchmark, evaluations, paths, n_boot, seed, folder=None, models=None, device=None):
         self.benchmark = benchmark
         self.evaluations = list(evaluations)
-        self.paths = dict(paths)  # run -> the results file it was read from (written here for dicts, models)
+        self._paths = dict(paths)  # run -> the results file it was read from (written here for dicts)
+        self.models = dict(models or {})  # run -> the retriever whose run it is (read from the store)
         self.n_boot = n_boot
         self.seed = seed
+        self._device = device
         self._folder = folder  # kept while the evaluation lives: the files of in-memory runs
         self._paired: pd.DataFrame | None = None
         self._service = None
+
+    @property
+    def paths(self) -> dict[str, Path]:
+        """{run: its results file}: a retriever's run is written to one when first asked for (`show`)."""
+        missing = [n for n in self.models if n not in self._paths]
+        if missing:
+            rankings = _model_rankings(self.benchmark, sorted({self.models[n] for n in missing}), self._device)
+            for name in missing:
+                path = Path(self._folder.name) / f"model-{len(self._paths)}.json"
+                path.write_text(json.dumps(_as_score_dict(rankings[self.models[name]])), encoding="utf-8")
+                self._paths[name] = path
+        return {n: self._paths[n] for n in self.runs}
 
     @property
     def runs(self) -> list[str]:
@@ -212,10 +264,12 @@ class Evaluation:
         return out.reset_index(drop=True)
 
     def failures(self, sort: str = "worst", metric: str | None = None, top: int | None = None) -> pd.DataFrame:
-        """The rows `python -m cir_demo failures --sort SORT` writes for these runs, in its order."""
-        from cir_demo.explorer.cli import failure_rows
+        """The rows `python -m cir_demo failures --sort SORT` writes for these runs, in its order (sorted from
+        the runs' per-query rows, as the store gave them: nothing is scored again)."""
+        from cir_demo.explorer.cli import failure_rows_from, with_metric
 
-        rows = failure_rows(self.benchmark, [f"{n}={p}" for n, p in self.paths.items()], sort, metric=metric)
+        frames = {ev.name: ev.per_query for ev in self.evaluations}
+        rows = failure_rows_from(self.benchmark, frames, with_metric(sort, metric))
         return rows.head(top) if top is not None else rows
 
     def to_latex(self, baseline: str | None = None) -> str:
@@ -231,6 +285,7 @@ class Evaluation:
         """The `--eval` run folder of these runs at `out` (new, empty, or an earlier run with `overwrite`)."""
         from cir_demo.harness.latex import check_baseline
         from cir_demo.harness.report import write_outputs
+        from cir_demo.harness.results_files import write_run_info
         from cir_demo.results.run_folders import record_run_folder
         from cir_demo.utils.owned_folder import staged_run_dir
 
@@ -246,6 +301,7 @@ class Evaluation:
                 plots=plots,
                 baseline=baseline,
             )
+            write_run_info(self.benchmark, self.evaluations, folder)  # the runs' keys: the app reads them
         record_run_folder(final)
         return final
 

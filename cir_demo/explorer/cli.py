@@ -108,33 +108,24 @@ INTEGER_COLUMNS = ("target_rank", "subset_rank", "reference_rank", "n_gt", "gt_f
 
 def failure_rows(bench, paths, sort: str, fmt: str = "auto", metric: str | None = None):
     """The queries in the order of `sort` with `why` and every run's per-query columns (see the module doc).
-    `paths`: `FILE` or `NAME=FILE` values; `metric`: what a diff:A,B sort compares (default the primary)."""
+    `paths`: `FILE` or `NAME=FILE` values; `metric`: what a diff:A,B sort compares (default the primary).
+    Each file's rows are the store's (`RunStore.file_rows`: an eval run of the file, else the cache,
+    else scored here): per_query.csv's rows."""
+    from cir_demo.benchmarks.schema import BenchmarkError
     from cir_demo.explorer.own_runs import parse_run_args
     from cir_demo.results.files import read_results
+    from cir_demo.store.store import RunStore
 
-    runs, sources = {}, {}
+    store, frames = RunStore(bench), {}
     for arg in parse_run_args(paths):
         rf = read_results(arg.path, bench, fmt=fmt)
         for w in rf.warnings():
             print(f"warning: {arg.path}: {w.message}", file=sys.stderr)
-        runs[arg.name], sources[arg.name] = rf.run, arg.path
-    return failure_rows_of(bench, runs, with_metric(sort, metric), sources)
-
-
-def failure_rows_of(bench, runs, sort: str, sources: dict | None = None):
-    """`failure_rows` of runs given as `{name: {query id: ids best first}}`, each scored into its per-query
-    rows by the store (`store.rows_of`, per_query.csv's rows); `<run>+rerank` is that run reranked.
-    `sources` names the file each run came from, for errors."""
-    from cir_demo.benchmarks.schema import BenchmarkError
-    from cir_demo.store.store import rows_of
-
-    frames = {}
-    for name, run in runs.items():
         try:
-            frames[name] = rows_of(bench, run, name)
+            frames[arg.name] = store.file_rows(arg.name, rf)[0]
         except BenchmarkError as exc:  # e.g. a ranking repeating an image: named by the file it is in
-            raise BenchmarkError(f"{(sources or {}).get(name, name)}: {error_text(exc)}") from None
-    return failure_rows_from(bench, frames, sort)
+            raise BenchmarkError(f"{arg.path}: {error_text(exc)}") from None
+    return failure_rows_from(bench, frames, with_metric(sort, metric))
 
 
 def failure_rows_from(bench, frames, sort: str):

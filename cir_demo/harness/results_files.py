@@ -56,6 +56,7 @@ def _evaluate_results_files(settings: EvalSettings) -> int:
             plots=settings.plots,
             baseline=settings.baseline,
         )
+        paths["run_info.json"] = write_run_info(bench, evaluations, out)
     print(f"wrote {len(paths) + 1} files to {final}")  # and the run's manifest; once the run is in place
     from cir_demo.results.run_folders import record_run_folder
 
@@ -91,14 +92,23 @@ def _dry_run(settings: EvalSettings) -> int:
 
 
 def score_results_files(
-    bench, paths, fmt: str = "auto", n_boot: int = 1000, seed: int = 0, names: Sequence[str | None] | None = None
+    bench,
+    paths,
+    fmt: str = "auto",
+    n_boot: int = 1000,
+    seed: int = 0,
+    names: Sequence[str | None] | None = None,
+    store=None,
 ) -> list:
-    """Each results file read onto the benchmark and scored by the store (`store.score.evaluate_run`),
-    with its coverage; warnings go to stderr naming the file. `names`: each run's name (None: the file's
-    own, made unique)."""
+    """Each results file read onto the benchmark, its per-query rows read from the store (a stored eval
+    run or the cache under the file's key, else scored and cached: `RunStore.file_rows`), its aggregates
+    and intervals from those rows, with its coverage; warnings go to stderr naming the file. `names`: each
+    run's name (None: the file's own, made unique). Each evaluation's `key` is its run's in the store."""
     from cir_demo.results import read_results
-    from cir_demo.store.score import evaluate_run
+    from cir_demo.store.score import evaluation_of_rows
+    from cir_demo.store.store import RunStore, results_file_key
 
+    store = store or RunStore(bench)
     evaluations = []
     names_seen: set[str] = set()
     for i, path in enumerate(paths):
@@ -109,14 +119,33 @@ def score_results_files(
         msgs = [w.message for w in rf.warnings()]
         for m in msgs:
             print(f"warning: {path}: {m}", file=sys.stderr)
-        ev = evaluate_run(bench, rf.run, name, n_boot=n_boot, seed=seed, warnings=msgs)
+        key = results_file_key(bench, rf)
+        rows, _ = store.file_rows(name, rf, key)
+        ev = evaluation_of_rows(bench, rows, name, n_boot=n_boot, seed=seed, warnings=msgs)
         for m in ev.warnings[len(msgs) :]:  # what scoring found (e.g. queries without positives)
             print(f"warning: {path}: {m}", file=sys.stderr)
         ev.metrics["coverage"] = rf.coverage
         ev.metrics["unknown_ids"] = rf.n_unknown_ids
         ev.metrics["unknown_query_keys"] = len(rf.unknown_query_keys)
+        ev.key = key.digest()
         evaluations.append(ev)
     return evaluations
+
+
+def write_run_info(bench, evaluations, out: Path) -> Path:
+    """run_info.json of an eval run of results files: its benchmark and `run_keys`, each run's key in the
+    store (`RunEvaluation.key`), under which the app (`--runs`), `failures` and the Python API read its
+    rows instead of scoring the files again."""
+    from cir_demo.engine import benchmark_fingerprint
+    from cir_demo.utils.io import write_json_atomic
+
+    info = {
+        "benchmark": bench.name,
+        "benchmark_fingerprint": benchmark_fingerprint(bench),
+        "run_keys": {ev.name: ev.key for ev in evaluations if ev.key},
+    }
+    write_json_atomic(out / "run_info.json", info)
+    return out / "run_info.json"
 
 
 def _summary(evaluations, bench) -> str:

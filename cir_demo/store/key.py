@@ -56,6 +56,29 @@ def code_of(metrics_module: str) -> tuple[str, dict]:
     return hashlib.sha256(key["sha256"].encode() + b"\0" + own).hexdigest(), key["libraries"]
 
 
+# the index label of a run read from a results file: it searches no index, whatever the app serves others from
+NO_INDEX = "none"
+
+
+def is_results_file(spec: dict) -> bool:
+    """Whether a retriever's spec is a results file's (rankings read, not computed)."""
+    from cir_demo.retrievers.precomputed import FAMILY
+
+    return spec.get("family") == FAMILY and bool(spec.get("sha256"))
+
+
+def first_stage_hash(spec: dict) -> str:
+    """The first stage's part of a run's key. A results file's is what makes its rankings, its content's
+    sha256 and the format it is read in, never its name or where it lies: `--eval --results-json`, the
+    app's `--runs` columns, `failures` and the Python API reading one file meet under one key. Any other
+    retriever's is its whole spec's hash."""
+    from cir_demo.retrievers.base import spec_hash
+
+    if is_results_file(spec):
+        return spec_hash({"family": spec["family"], "sha256": spec["sha256"], "format": spec.get("format")})
+    return spec_hash(spec)
+
+
 def index_label(index_uri: str | None) -> str:
     """The index a run's first stage searches, as its key names it: "faiss", or the Milvus URI shown
     without credentials."""

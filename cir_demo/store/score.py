@@ -41,6 +41,7 @@ class RunEvaluation:
     per_query: pd.DataFrame  # one row per matched query, metric columns + group_id + meta
     ci: dict[str, tuple[float, float]] = field(default_factory=dict)  # aggregate name -> (lo, hi)
     warnings: list[str] = field(default_factory=list)
+    key: str | None = None  # the digest of the run's key in the store, when it has one (run_info.json's run_keys)
 
 
 def family_of(benchmark: Benchmark) -> MetricFamily:

@@ -20,7 +20,7 @@ import pandas as pd
 from cir_demo.benchmarks.families import metric_family
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
 from cir_demo.benchmarks.schema import Benchmark
-from cir_demo.store.key import RunKey, index_label, run_key
+from cir_demo.store.key import NO_INDEX, RunKey, first_stage_hash, index_label, is_results_file, run_key
 from cir_demo.store.score import RunEvaluation, evaluate_run, per_query_scores, written_rows
 
 log = logging.getLogger(__name__)
@@ -65,12 +65,13 @@ def stored_run_keys(run_dir: Path) -> dict[str, str]:
 
 class RunStore:
     """The runs of one benchmark served by one engine: first stages, and reranked by `reranker` to
-    `top_n` (`name + RERANK_SUFFIX`). Thread-safe; a run is produced at most once per store."""
+    `top_n` (`name + RERANK_SUFFIX`); and results files read elsewhere (`file_rows`: no engine needed).
+    Thread-safe; a run is produced at most once per store."""
 
     def __init__(
         self,
         benchmark: Benchmark,
-        engine,
+        engine=None,
         reranker: str | None = None,
         reranker_kw: Mapping | None = None,
         top_n: int = 20,
@@ -94,18 +95,27 @@ class RunStore:
 
     @property
     def fingerprint(self) -> str:
-        return self.engine.fingerprint
+        if self.engine is not None:
+            return self.engine.fingerprint
+        from cir_demo.engine import benchmark_fingerprint
+
+        return benchmark_fingerprint(self.benchmark)
 
     # ------------------------------------------------------------------ keys
-    def spec_hash(self, name: str) -> str | None:
-        """Spec hash of retriever `name` (None, logged, when its spec cannot be read)."""
-        from cir_demo.retrievers.base import spec_hash
-
+    def run_spec(self, name: str) -> dict | None:
+        """What retriever `name`'s run records (`engine.run_spec`); None, logged, when it cannot be read."""
         try:
-            return spec_hash(self.engine.run_spec(name))
+            return self.engine.run_spec(name)
         except Exception as exc:  # noqa: BLE001 - a column that cannot load is said in that column
             log.warning("retriever %s: %s", name, exc)
             return None
+
+    def spec_hash(self, name: str) -> str | None:
+        """Spec hash of retriever `name` (None when its spec cannot be read)."""
+        from cir_demo.retrievers.base import spec_hash
+
+        spec = self.run_spec(name)
+        return None if spec is None else spec_hash(spec)
 
     def spec_hashes(self, names: Sequence[str]) -> dict[str, str]:
         return {n: h for n in names if (h := self.spec_hash(n)) is not None}
@@ -122,20 +132,21 @@ class RunStore:
     def key(self, run: str) -> RunKey | None:
         """The key of run `run` (`<retriever>` or `<retriever>+rerank`); None when its spec cannot be read."""
         base = run[: -len(RERANK_SUFFIX)] if run.endswith(RERANK_SUFFIX) else run
-        h = self.spec_hash(base)
-        if h is None:
+        spec = self.run_spec(base)
+        if spec is None:
             return None
         rr = self.reranker_hash() if base != run else None
         if base != run and rr is None:
             return None
+        index = NO_INDEX if is_results_file(spec) else index_label(getattr(self.engine, "index_uri", None))
         return run_key(
             self.fingerprint,
             self.family.module,
-            h,
+            first_stage_hash(spec),
             self.engine.eval_depth(base),
             rr,
             self.top_n if rr else None,
-            index_label(getattr(self.engine, "index_uri", None)),
+            index,
         )
 
     # ------------------------------------------------------------------ rankings
@@ -177,17 +188,29 @@ class RunStore:
         with self._lock:
             if run in self._rows:
                 return self._rows[run]
-            key = self.key(run)
-            found = self._stored(run, key) if key is not None else None
-            if found is None and key is not None:
-                cached = _read_rows(self.cache_path(run, key)) if self.cache else None
-                found = (cached, "cache") if cached is not None else None
-            if found is None:
-                found = (rows_of(self.benchmark, self.ranking(run, progress), run), "computed here")
-                if key is not None and self.cache:
-                    _save_optional(self.cache_path(run, key), found[0])
-            self._rows[run] = found
-            return found
+            self._rows[run] = self._rows_under(run, self.key(run), lambda: self.ranking(run, progress))
+            return self._rows[run]
+
+    def file_rows(self, name: str, results, key: RunKey | None = None) -> tuple[pd.DataFrame, str]:
+        """(rows, source) of a results file read onto the benchmark (`results.ResultsFile`) as run `name`:
+        from a stored eval run or the cache under the file's key (`results_file_key`; `key` when the
+        caller has it), else scored here and cached. `--eval --results-json`, `failures` and the Python
+        API read files through here."""
+        key = key or results_file_key(self.benchmark, results)
+        with self._lock:
+            return self._rows_under(name, key, lambda: results.run)
+
+    def _rows_under(self, run: str, key: RunKey | None, ranking: Callable[[], Mapping]) -> tuple[pd.DataFrame, str]:
+        """Run `run`'s rows stored under `key`, else cached, else scored from `ranking()` and cached."""
+        found = self._stored(run, key) if key is not None else None
+        if found is None and key is not None and self.cache:
+            cached = _read_rows(self.cache_path(run, key))
+            found = (_named(cached, run), "cache") if cached is not None else None
+        if found is None:
+            found = (rows_of(self.benchmark, ranking(), run), "computed here")
+            if key is not None and self.cache:
+                _save_optional(self.cache_path(run, key), found[0])
+        return found
 
     def stored_rows(self, run: str) -> pd.DataFrame | None:
         """Run `run`'s rows when an eval run or the cache holds them (read, never computed), else None."""
@@ -199,7 +222,7 @@ class RunStore:
                 return None
             found = self._stored(run, key)
             if found is None and self.cache and (cached := _read_rows(self.cache_path(run, key))) is not None:
-                found = (cached, "cache")
+                found = (_named(cached, run), "cache")
             if found is not None:
                 self._rows[run] = found
             return None if found is None else found[0]
@@ -224,10 +247,10 @@ class RunStore:
             self._files.clear()
 
     def cache_path(self, run: str, key: RunKey) -> Path:
+        """The cache file of the run under `key`, whatever it is named (its rows are renamed on reading)."""
         from cir_demo.paths import cache_dir
-        from cir_demo.index.manifest import safe_component
 
-        return cache_dir() / "store" / self.fingerprint / f"{safe_component(run)}-{key.digest()[:20]}.csv"
+        return cache_dir() / "store" / self.fingerprint / f"{key.digest()[:32]}.csv"
 
     def _folders(self):
         """The eval run folders of this benchmark, newest first (listed again each time: a run published
@@ -253,15 +276,35 @@ class RunStore:
         return rows.loc[rows["run"] == run, "query_id"].nunique() == len(self.benchmark.queries)
 
     def _stored(self, run: str, key: RunKey) -> tuple[pd.DataFrame, str] | None:
+        """Run `run`'s rows from the newest eval run recording a run under `key`: under this name first,
+        else under another (a results file named otherwise there), renamed."""
         digest = key.digest()
         for folder in self._folders():
-            if stored_run_keys(folder.path).get(run) != digest:
-                continue
-            rows = self._per_query_file(folder.path)
-            if rows is None or not self._covers(rows, run):
-                continue
-            return rows[rows["run"] == run].reset_index(drop=True), folder.label
+            names = sorted((n for n, d in stored_run_keys(folder.path).items() if d == digest), key=lambda n: n != run)
+            rows = self._per_query_file(folder.path) if names else None
+            for name in names if rows is not None else ():
+                if self._covers(rows, name):
+                    return _named(rows[rows["run"] == name].reset_index(drop=True), run), folder.label
         return None
+
+
+def _named(rows: pd.DataFrame, run: str) -> pd.DataFrame:
+    """`rows` of one run as run `run`'s (the `run` column)."""
+    return rows if (rows["run"] == run).all() else rows.assign(run=run)
+
+
+def results_file_key(benchmark: Benchmark, results) -> RunKey:
+    """The key of the run a results file (`results.ResultsFile`, read onto `benchmark`) holds: the key
+    a store gives the file served as a column (`--runs`, `RunStore.key`), so every reader of it meets."""
+    from cir_demo.engine import benchmark_fingerprint, results_depth
+    from cir_demo.retrievers.precomputed import FAMILY
+    from cir_demo.utils.io import sha256_file
+
+    spec = {"family": FAMILY, "sha256": sha256_file(results.path), "format": results.format}
+    module = metric_family(benchmark.metric_family).module
+    return run_key(
+        benchmark_fingerprint(benchmark), module, first_stage_hash(spec), results_depth(results.run), index=NO_INDEX
+    )
 
 
 def _read_rows(path: Path, columns: Sequence[str] | None = None) -> pd.DataFrame | None:
@@ -299,15 +342,15 @@ def recorded_keys(
     records, so that a store finds them."""
     from cir_demo.engine import benchmark_fingerprint
     from cir_demo.rerank.base import spec_hash_of
-    from cir_demo.retrievers.base import spec_hash
 
     fp, module = benchmark_fingerprint(benchmark), metric_family(benchmark.metric_family).module
     rr = spec_hash_of(reranker_spec) if reranker_spec else None
-    out, index = {}, index_label(index_uri)
+    out = {}
     for name, spec in specs.items():
-        out[name] = run_key(fp, module, spec_hash(spec), depths[name], index=index).digest()
+        index = NO_INDEX if is_results_file(spec) else index_label(index_uri)
+        out[name] = run_key(fp, module, first_stage_hash(spec), depths[name], index=index).digest()
         if rr:
             out[f"{name}{RERANK_SUFFIX}"] = run_key(
-                fp, module, spec_hash(spec), depths[name], rr, top_n, index
+                fp, module, first_stage_hash(spec), depths[name], rr, top_n, index
             ).digest()
     return out

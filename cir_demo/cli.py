@@ -37,7 +37,10 @@ COMMANDS = {
     ),
     "failures": ("cir_demo.explorer.cli", "the app's failure sorts over results files, as a CSV (one row per query)"),
 }
-RUNNERS = {"index": "cir_demo.harness.index_run"}  # command -> module with run, where not its COMMANDS module
+RUNNERS = {
+    "index": "cir_demo.harness.index_run",
+    "rerank": "cir_demo.harness.rerank_run",
+}  # command -> module with run, where not its COMMANDS module
 
 
 def build_parser() -> argparse.ArgumentParser:

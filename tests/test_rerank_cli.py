@@ -8,6 +8,7 @@ import json
 import pytest
 
 
+from cir_demo.harness.rerank_run import run as rerank_command
 from cir_demo.rerank import cli
 from cir_demo.testing.tiny_qwen import build_tiny_qwen2_5_vl
 
@@ -51,7 +52,7 @@ def test_rerank_cli_writes_results_details_and_uses_cache(tmp_path, monkeypatch,
         "--cache",
         str(tmp_path / "scores.sqlite"),
     ]
-    assert cli.run(parse(argv)) == 0
+    assert rerank_command(parse(argv)) == 0
     assert "0 from cache" in capsys.readouterr().out
 
     reranked = read_results(out, bench)
@@ -70,7 +71,7 @@ def test_rerank_cli_writes_results_details_and_uses_cache(tmp_path, monkeypatch,
         assert margins == sorted(margins, reverse=True)
         assert all(it["first_stage_score"] == pytest.approx(scores[qid][it["first_stage_rank"]]) for it in items)
 
-    assert cli.run(parse([*argv, "--overwrite"])) == 0  # second run: every score from the cache
+    assert rerank_command(parse([*argv, "--overwrite"])) == 0  # second run: every score from the cache
     assert f"{5 * len(run)} from cache" in capsys.readouterr().out
     assert read_results(out, bench).run == reranked.run
 
@@ -96,7 +97,7 @@ def test_rerank_cli_reports_bad_backend(tmp_path, monkeypatch, capsys):
         "--backend",
         "qwen-vl",
     ]
-    assert cli.run(parse(argv)) == 2
+    assert rerank_command(parse(argv)) == 2
     assert "did you mean" in capsys.readouterr().err.lower()
 
 
@@ -117,3 +118,30 @@ def test_backend_args_parse():
     )
     kw = cli.backend_kwargs(args)
     assert kw["top_logprobs"] == 5 and kw["yes_token"] == "yes" and kw["base_url"].startswith("http://")
+
+
+def test_the_command_reranks_as_the_store_does(tiny_setup, tmp_path, monkeypatch, capsys):
+    """The command reranks through the store (`store.produce_rerank`) into the benchmark's score cache,
+    which `--eval` and the app read: the store reranking the same run afterwards scores no candidate
+    again and orders every query as the command wrote it."""
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
+    from cir_demo.benchmarks.registry import load_benchmark
+    from cir_demo.engine import RetrievalEngine
+    from cir_demo.results import read_results, write_results
+    from cir_demo.store.store import produce_rerank
+    from cir_demo.testing.explorer import VERIFIER
+
+    bench = load_benchmark("world", size="tiny").limit(3)
+    first = {q.query_id: bench.corpus_ids[i : i + 8] for i, q in enumerate(bench.queries)}
+    path = write_results(tmp_path / "first.json", bench, first)
+    out = tmp_path / "reranked.json"
+    argv = ["--benchmark", "world", "--world-size", "tiny", "--limit", "3", "--results-json", str(path)]
+    assert rerank_command(parse([*argv, "--out", str(out), "--top-n", "4", "--backend", VERIFIER])) == 0
+    assert "0 from cache" in capsys.readouterr().out
+    engine = RetrievalEngine(bench, [], progress=False)
+    try:
+        again = produce_rerank(engine, VERIFIER, first, None, 4)
+    finally:
+        engine.close()
+    assert again.stats["from_cache"] == 4 * len(first)
+    assert read_results(out, bench).run == again.run

@@ -428,6 +428,9 @@ def test_a_runs_apps_first_failures_scores_the_files_once_and_a_restart_reads_th
     argv = ["--benchmark", "cirr", "--root", str(root / "cirr"), "--runs", f"A={pa}", f"B={pb}", "--reranker", "none"]
     args = build_parser().parse_args([*argv, "--no-thumbnail-warmer"])
     monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))  # an empty data folder's cache
+    monkeypatch.setenv(
+        "CIR_DEMO_RUNS", str(tmp_path / "runs")
+    )  # and runs (the fixture's --eval of the files is not found)
 
     def first_failures(svc):
         try:

@@ -8,14 +8,13 @@ Writes the reranked results file (same official format; `_spec` holds the
 first-stage spec and the reranker spec with its exact prompt template) and,
 beside it, `<out>.rerank.json` with every candidate's first-stage rank and
 score, P(yes), new rank and flag. Scores are cached on disk (see --cache), so
-a second run costs nothing.
+a second run costs nothing. The command runs in harness/rerank_run.py: it reranks as the run store
+does (`store.produce_rerank`), through the engine, above this package's layer.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -44,7 +43,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     r.add_argument("--overwrite", action="store_true", help="replace an existing --out file and its details")
     r.add_argument("--top-n", type=int, default=20, help="candidates reranked per query (default 20)")
-    r.add_argument("--cache", help="score cache file (default: <cache dir>/rerank/scores.sqlite)")
+    r.add_argument(
+        "--cache",
+        help="score cache file (default: the benchmark's, <cache dir>/rerank/<benchmark fingerprint>.sqlite, "
+        "which --eval and the app read and write too)",
+    )
     r.add_argument("--no-cache", action="store_true", help="do not read or write the score cache")
     b = p.add_argument_group("backend")
     b.add_argument("--backend", default="qwen2.5-vl", help=f"one of {', '.join(BACKENDS)} (default: qwen2.5-vl, local)")
@@ -91,51 +94,3 @@ def backend_kwargs(args: argparse.Namespace) -> dict:
 
     kw = {flag: getattr(args, flag) for flag in backend_class(args.backend).FLAGS if getattr(args, flag) is not None}
     return {**kw, **parse_backend_args(args.backend_arg)}
-
-
-def run(args: argparse.Namespace) -> int:
-    from cir_demo.benchmarks.schema import BenchmarkError
-    from cir_demo.benchmarks.cli_args import load_benchmark_from_args
-    from cir_demo.rerank import ScoreCache, load_reranker
-    from cir_demo.rerank.results_file import rerank_results_file
-    from cir_demo.results import read_results
-    from cir_demo.utils.names import UnknownNameError
-
-    try:
-        bench = load_benchmark_from_args(args)
-        first = read_results(args.results_json, bench, fmt=args.results_format)
-    except (BenchmarkError, UnknownNameError, TypeError, FileNotFoundError) as exc:
-        from cir_demo.errors import print_error
-
-        print_error(exc)  # a results file's problems say "error:" once each
-        return 2
-    if bench.images is None:
-        print(f"error: benchmark {bench.name!r} has no images; the reranker needs pixels", file=sys.stderr)
-        return 2
-    try:
-        reranker = load_reranker(args.backend, **backend_kwargs(args))
-    except (ValueError, TypeError, FileNotFoundError, UnknownNameError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    out = Path(args.out)
-    from cir_demo.utils.owned_folder import writing_files
-
-    with writing_files([out, out.with_name(out.stem + ".rerank.json")], args.overwrite):  # earlier ones kept aside
-        result, details = rerank_results_file(
-            bench, first, reranker, out, args.top_n, cache=None if args.no_cache else ScoreCache(args.cache)
-        )
-    s = result.stats
-    print(
-        f"reranked {s['queries']} queries (top {args.top_n}): {s['candidates_scored']} candidates, "
-        f"{s['from_cache']} from cache, {s['tokens_missing']} tokens missing, {s['errors']} errors, "
-        f"{s['seconds']:.1f} s"
-    )
-    print(f"wrote {out} and {details}")
-    if s["errors"]:
-        print(
-            f"warning: {s['errors']} candidates could not be scored and kept their first-stage slots; "
-            "run again to retry them (errors are not cached)",
-            file=sys.stderr,
-        )
-        return 1
-    return 0

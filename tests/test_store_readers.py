@@ -140,3 +140,21 @@ def test_the_python_api_reads_a_retrievers_run_from_the_store(service, tmp_path,
     deeper = cd.evaluate(bench, {"X": name}, n_boot=20)
     assert produced.n == 2
     pd.testing.assert_frame_equal(deeper.per_query, first.per_query)
+
+
+def test_a_subset_of_the_queries_is_another_run(cirr_eval, tmp_path, monkeypatch):
+    """A file's rows scored on the first groups only (`--limit`: the benchmark's files, so its fingerprint,
+    are the same) never answer for every query: the whole benchmark's are scored, as from nothing."""
+    from cir_demo.explorer.cli import failure_rows, failure_rows_from
+
+    _, bench, pa, _, _ = cirr_eval
+    for var in ("CIR_DEMO_CACHE", "CIR_DEMO_RUNS"):  # an empty data folder: no eval run, no cache
+        monkeypatch.setenv(var, str(tmp_path / var))
+    calls = scorer(monkeypatch, bench)
+    few = bench.limit(2)
+    assert len(failure_rows(few, [str(pa)], "worst")) == len(few.queries) < len(bench.queries)
+    got = failure_rows(bench, [str(pa)], "worst")
+    assert calls.n == 2
+    pd.testing.assert_frame_equal(got, failure_rows_from(bench, {"A": cold_rows(bench, pa, "A")}, "worst"))
+    failure_rows(bench, [str(pa)], "worst")
+    assert calls.n == 3  # the oracle's scoring; the third read came from the cache

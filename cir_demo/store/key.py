@@ -33,6 +33,8 @@ class RunKey:
     code: str = ""  # code hash of the producing and scoring modules, the family's metrics module included
     libraries: dict = field(default_factory=dict, hash=False, compare=False)
     index: str = "faiss"  # where the first stage searches (`index_label`): another engine ranks ties otherwise
+    # the query ids ranked (`query_set_hash`): a `--limit` subset of the benchmark has its files' fingerprint
+    queries: str = ""
 
     def digest(self) -> str:
         """sha256 of the whole key: the name a stored or cached run is found under."""
@@ -79,6 +81,14 @@ def first_stage_hash(spec: dict) -> str:
     return spec_hash(spec)
 
 
+def query_set_hash(benchmark) -> str:
+    """sha256 (16 hex digits) of the benchmark's query ids: the run of a subset of its queries (`--limit`,
+    the app's `limit_groups`) is another run, though the benchmark's files, and so its fingerprint, are
+    the same."""
+    ids = sorted(q.query_id for q in benchmark.queries)
+    return hashlib.sha256(("\n".join(ids) + "\n").encode()).hexdigest()[:16]
+
+
 def index_label(index_uri: str | None) -> str:
     """The index a run's first stage searches, as its key names it: "faiss", or the Milvus URI shown
     without credentials."""
@@ -97,8 +107,10 @@ def run_key(
     reranker: str | None = None,
     top_n: int | None = None,
     index: str = "faiss",
+    queries: str = "",
 ) -> RunKey:
-    """The key of a first-stage run (`reranker` None) or of that run reranked to `top_n`."""
+    """The key of a first-stage run (`reranker` None) or of that run reranked to `top_n`, of the queries
+    `queries` names (`query_set_hash`)."""
     code, libraries = code_of(metrics_module)
     return RunKey(
         fingerprint,
@@ -109,4 +121,5 @@ def run_key(
         code,
         libraries,
         index,
+        queries,
     )

@@ -20,7 +20,15 @@ import pandas as pd
 from cir_demo.benchmarks.families import metric_family
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
 from cir_demo.benchmarks.schema import Benchmark
-from cir_demo.store.key import NO_INDEX, RunKey, first_stage_hash, index_label, is_results_file, run_key
+from cir_demo.store.key import (
+    NO_INDEX,
+    RunKey,
+    first_stage_hash,
+    index_label,
+    is_results_file,
+    query_set_hash,
+    run_key,
+)
 from cir_demo.store.score import RunEvaluation, evaluate_run, per_query_scores, written_rows
 
 log = logging.getLogger(__name__)
@@ -92,6 +100,7 @@ class RunStore:
         # holds several runs, asked for one by one
         self._files: dict[Path, tuple[tuple, pd.DataFrame | None]] = {}
         self._lock = threading.RLock()
+        self._queries = query_set_hash(benchmark)
 
     @property
     def fingerprint(self) -> str:
@@ -147,6 +156,7 @@ class RunStore:
             rr,
             self.top_n if rr else None,
             index,
+            self._queries,
         )
 
     # ------------------------------------------------------------------ rankings
@@ -303,7 +313,12 @@ def results_file_key(benchmark: Benchmark, results) -> RunKey:
     spec = {"family": FAMILY, "sha256": sha256_file(results.path), "format": results.format}
     module = metric_family(benchmark.metric_family).module
     return run_key(
-        benchmark_fingerprint(benchmark), module, first_stage_hash(spec), results_depth(results.run), index=NO_INDEX
+        benchmark_fingerprint(benchmark),
+        module,
+        first_stage_hash(spec),
+        results_depth(results.run),
+        index=NO_INDEX,
+        queries=query_set_hash(benchmark),
     )
 
 
@@ -345,12 +360,11 @@ def recorded_keys(
 
     fp, module = benchmark_fingerprint(benchmark), metric_family(benchmark.metric_family).module
     rr = spec_hash_of(reranker_spec) if reranker_spec else None
-    out = {}
+    out, queries = {}, query_set_hash(benchmark)
     for name, spec in specs.items():
         index = NO_INDEX if is_results_file(spec) else index_label(index_uri)
-        out[name] = run_key(fp, module, first_stage_hash(spec), depths[name], index=index).digest()
+        first = first_stage_hash(spec)
+        out[name] = run_key(fp, module, first, depths[name], index=index, queries=queries).digest()
         if rr:
-            out[f"{name}{RERANK_SUFFIX}"] = run_key(
-                fp, module, first_stage_hash(spec), depths[name], rr, top_n, index
-            ).digest()
+            out[f"{name}{RERANK_SUFFIX}"] = run_key(fp, module, first, depths[name], rr, top_n, index, queries).digest()
     return out

@@ -41,7 +41,7 @@ def test_kept_draws_give_the_replicates_of_fresh_draws(monkeypatch):
     and the memo stays within its byte budget, the oldest draws dropped first."""
     rng = np.random.default_rng(7)
     monkeypatch.setattr(bootstrap, "_DRAW_MEMO", type(bootstrap._DRAW_MEMO)())
-    monkeypatch.setattr(bootstrap, "_DRAW_MEMO_BYTES", 700 * 300 * 2)  # room for two (n_boot 700, 300 groups)
+    monkeypatch.setattr(bootstrap, "_DRAW_MEMO_BYTES", 700 * 300 * 8 * 2)  # room for two (n_boot 700, 300 groups)
     cases = [
         (rng.random((n, m)), rng.integers(1, 6, n).astype(float), seed)
         for n, m, seed in [(300, 1, 0), (300, 3, 0), (300, 2, 1), (120, 1, 0), (300, 1, 0)]

@@ -117,6 +117,9 @@ def write_outputs(
     # the evaluations only; the breakdown plots are drawn beside the rest once the breakdowns are known
     from cir_demo.utils.beside import beside
 
+    if plots:  # imported here once, not by each of the two children that draw (0.1-0.2 CPU s each)
+        from PIL import Image, ImageDraw, ImageFont  # noqa: F401
+
     first = beside(
         lambda: _write_beside_breakdowns(evaluations, benchmark, out, plots, n_boot, seed), f"plots of {out}"
     )

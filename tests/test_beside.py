@@ -44,11 +44,19 @@ def test_eval_outputs_are_the_same_bytes_with_plots_written_inline(tmp_path, mon
     run_b = {"query_00001": ["img9"], "query_00002": ["img3", "img2", "img1"], "query_00003": ["img0", "img6"]}
     evs = [evaluate_run(bench, run_a, "a", n_boot=100), evaluate_run(bench, run_b, "b", n_boot=100)]
     forked = write_outputs(bench, evs, tmp_path / "forked", n_boot=100)
+    plain = write_outputs(bench, evs, tmp_path / "forked-no-plots", n_boot=100, plots=False)
     monkeypatch.setattr(beside_module.multiprocessing, "get_all_start_methods", lambda: ["spawn"])
     inline = write_outputs(bench, evs, tmp_path / "inline", n_boot=100)
-    assert sorted(forked) == sorted(inline) and any(k.startswith("plots/") for k in forked)
+    assert list(forked) == list(inline) and any(k.startswith("plots/") for k in forked)
     for name in forked:
         assert forked[name].read_bytes() == inline[name].read_bytes(), name
+    # without plots the child writes per_query.csv alone; report.md then lists no plot
+    assert list(plain) == [k for k in inline if not k.startswith("plots/")]
+    for name in plain:
+        if name != "report.md":
+            assert plain[name].read_bytes() == inline[name].read_bytes(), name
+    assert "plots/" in inline["report.md"].read_text() and "plots/" not in plain["report.md"].read_text()
+    assert not (tmp_path / "forked-no-plots" / "plots").exists()
 
 
 def test_off_the_main_thread_it_runs_inline():

@@ -378,3 +378,49 @@ def test_a_hash_memoised_by_file_stats_is_recomputed_when_a_file_changes(tmp_pat
     assert memo_by_stats("t", files, compute) == expected() and len(calls) == 2
     (tmp_path / "cache" / "code-hash" / "t.json").write_text("{not json")
     assert memo_by_stats("t", files, compute) == expected() and len(calls) == 3
+
+
+def test_a_code_hash_memoised_by_stats_is_the_parsed_one(tmp_path, monkeypatch):
+    """`code_sha256_by_stats` gives `code_sha256` of a fresh parse (the oracle: the lru cache cleared),
+    reads it back without parsing while no file of the package changes, and follows an edit of a reached
+    module and a module newly imported (a file added) into the walk."""
+    from cir_demo.utils.stat_memo import code_sha256_by_stats
+
+    package = tmp_path / "cir_demo"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from cir_demo import b\nx = 1\n")
+    (package / "b.py").write_text("y = 2\n")
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(code_hash, "PACKAGE_DIR", package)
+
+    def parsed():
+        code_hash.code_sha256.cache_clear()
+        code_hash.code_modules.cache_clear()
+        return code_hash.code_sha256(("cir_demo.a",))
+
+    def bump(path: Path, text: str):
+        path.write_text(text)
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+
+    try:
+        first = parsed()
+        code_hash.code_sha256.cache_clear()
+        assert code_sha256_by_stats(["cir_demo.a"]) == first
+        code_hash.code_sha256.cache_clear()
+        monkeypatch.setattr(code_hash.ast, "parse", lambda *a, **k: pytest.fail("parsed again"))
+        assert code_sha256_by_stats(["cir_demo.a"]) == first  # read back: no syntax tree built
+        monkeypatch.undo()
+        monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
+        monkeypatch.setattr(code_hash, "PACKAGE_DIR", package)
+        bump(package / "b.py", "y = 3\n")  # the same size: only the modification time tells
+        second = parsed()
+        assert second != first and code_sha256_by_stats(["cir_demo.a"]) == second
+        (package / "c.py").write_text("z = 4\n")
+        bump(package / "a.py", "from cir_demo import b, c\nx = 1\n")
+        third = parsed()
+        assert third != second and code_sha256_by_stats(["cir_demo.a"]) == third
+    finally:
+        code_hash.code_sha256.cache_clear()
+        code_hash.code_modules.cache_clear()

@@ -35,6 +35,32 @@ def test_replicates_match_a_naive_loop_over_the_same_draws():
         assert got[b] == pytest.approx(rows.mean(), abs=1e-12)
 
 
+def test_kept_draws_give_the_replicates_of_fresh_draws(monkeypatch):
+    """Bootstraps with one seed over one number of groups reuse the draws (`_draw_counts`): each call equals,
+    bit for bit, the same call on an emptied memo (several chunks of replicates; other sums, other columns),
+    and the memo stays within its byte budget, the oldest draws dropped first."""
+    rng = np.random.default_rng(7)
+    monkeypatch.setattr(bootstrap, "_DRAW_MEMO", type(bootstrap._DRAW_MEMO)())
+    monkeypatch.setattr(bootstrap, "_DRAW_MEMO_BYTES", 700 * 300 * 8 * 2)  # room for two (n_boot 700, 300 groups)
+    cases = [
+        (rng.random((n, m)), rng.integers(1, 6, n).astype(float), seed)
+        for n, m, seed in [(300, 1, 0), (300, 3, 0), (300, 2, 1), (120, 1, 0), (300, 1, 0)]
+    ]
+    for sums, sizes, seed in cases:
+        kept = bootstrap.group_bootstrap_means(sums, sizes, 700, seed)
+        saved = bootstrap._DRAW_MEMO.copy()
+        bootstrap._DRAW_MEMO.clear()
+        fresh = bootstrap.group_bootstrap_means(sums, sizes, 700, seed)
+        bootstrap._DRAW_MEMO.clear()
+        bootstrap._DRAW_MEMO.update(saved)
+        assert kept.tobytes() == fresh.tobytes()
+        assert sum(c.nbytes for v in bootstrap._DRAW_MEMO.values() for c in v) <= bootstrap._DRAW_MEMO_BYTES
+    assert list(bootstrap._DRAW_MEMO) == [
+        (120, 700, 0),
+        (300, 700, 0),
+    ]  # (300, 700, 1) dropped, (300, 700, 0) used last
+
+
 def test_ci_contains_the_mean_and_is_seeded():
     values, groups = correlated_values()
     mean, lo, hi = bootstrap_ci(values, groups, n_boot=500, seed=1)

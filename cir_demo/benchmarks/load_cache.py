@@ -37,9 +37,14 @@ def cache_key(kind: str, files: Sequence[Path], params: Sequence[Any] = ()) -> s
     """sha256 over the format, the Python version (marshal's), the code of loader `kind`
     (`cir_demo.benchmarks.<kind>` and every module it imports, `cir_demo.utils.code_hash`) and the
     libraries it reads with, `params` and each file's path and bytes."""
-    from cir_demo.utils.code_hash import code_key
+    from cir_demo.utils.stat_memo import code_sha256_by_stats
+    from cir_demo.utils.versions import library_versions
 
-    code = code_key((__name__, f"cir_demo.benchmarks.{kind}"), ("pyarrow", "pandas", "numpy"))
+    # what `code_hash.code_key` holds, its hash read back while no source file changed (utils/stat_memo.py)
+    code = {
+        "sha256": code_sha256_by_stats((__name__, f"cir_demo.benchmarks.{kind}")),
+        "libraries": library_versions("numpy", "pandas", "pyarrow"),
+    }
     h = hashlib.sha256(f"{FORMAT}\0{sys.version_info[:2]}\0{kind}\0".encode())
     h.update(json.dumps(code, sort_keys=True).encode() + b"\0")
     for p in params:

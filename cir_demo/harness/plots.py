@@ -160,15 +160,36 @@ def write_plots(
 ) -> dict[str, Path]:
     """The metric family's own plots, the metric-at-k curves, then one breakdown plot per field and plotted
     metric; each as PNG, SVG and PDF (file name -> path)."""
+    paths = write_run_plots(benchmark, evaluations, out_dir, n_boot=n_boot, seed=seed)
+    paths.update(write_breakdown_plots(benchmark, evaluations, breakdowns, out_dir))
+    return paths
+
+
+def write_run_plots(
+    benchmark: Benchmark, evaluations: Sequence[RunEvaluation], out_dir: Path, n_boot: int = 1000, seed: int = 0
+) -> dict[str, Path]:
+    """`write_plots`' first part, which reads the evaluations only: the family's own plots and the
+    metric-at-k curves (drawn while the breakdowns are computed)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    if not evaluations:
+        return paths
+    for plot in family_of(benchmark).plot_makers():
+        paths.update(plot(benchmark, evaluations, out_dir))
+    if any(len(ev.per_query) for ev in evaluations):
+        paths.update(k_curves(benchmark, evaluations, out_dir, n_boot=n_boot, seed=seed))
+    return paths
+
+
+def write_breakdown_plots(
+    benchmark: Benchmark, evaluations: Sequence[RunEvaluation], breakdowns: dict[str, pd.DataFrame], out_dir: Path
+) -> dict[str, Path]:
+    """`write_plots`' second part: one breakdown plot per field and plotted metric."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
     if not evaluations:
         return paths
     fam = family_of(benchmark)
-    for plot in fam.plot_makers():
-        paths.update(plot(benchmark, evaluations, out_dir))
-    if any(len(ev.per_query) for ev in evaluations):
-        paths.update(k_curves(benchmark, evaluations, out_dir, n_boot=n_boot, seed=seed))
     metrics = fam.plotted_metrics()
     for field_, fname, title in BREAKDOWN_PLOTS:
         tab = breakdowns.get(field_)

@@ -106,9 +106,10 @@ def evaluation_of_rows(
 
     fam = family_of(benchmark)
     mod = metrics_module(benchmark)
-    meta = query_meta_frame(benchmark.queries)
-    extra_cols = [c for c in meta.columns if c not in per_query.columns or c == "query_id"]
-    if len(extra_cols) > 1:  # rows read from a file without the queries' meta columns
+    meta_columns = {"group_id"}.union(*(q.meta for q in benchmark.queries))
+    if not meta_columns <= set(per_query.columns):  # rows read from a file without the queries' meta columns
+        meta = query_meta_frame(benchmark.queries)
+        extra_cols = [c for c in meta.columns if c not in per_query.columns or c == "query_id"]
         per_query = per_query.merge(meta[extra_cols], on="query_id", how="left")
     per_query = stored_precision(per_query)
     with warnings_module.catch_warnings():  # coverage is reported by the caller, per results file

@@ -35,3 +35,46 @@ def test_runs_and_report(tiny_setup, tmp_path):
     assert rep.metrics.loc[0, "NegRecall@10"] == "0.1000"
     assert rep.plots[0][0].name == "per_category.png" and "category" in rep.plots[0][1]
     assert any("fingerprint" in i for i in load_report(runs[2]).info)
+
+
+def test_a_report_is_read_again_only_when_its_files_change(tmp_path):
+    """`ExplorerService.report` keeps a Report read once (every page load shows one) under the state of the
+    files it was read from (`report_key`): the same object while they stand, and after a file is replaced,
+    added or removed, what a cold `load_report` reads (the oracle)."""
+    from types import SimpleNamespace
+
+    from cir_demo.explorer.runs import report_key
+    from cir_demo.explorer.service import ExplorerService
+    from cir_demo.utils.lru import LRU
+
+    run = tmp_path / "runs" / "20240101-000000-world"
+    run.mkdir(parents=True)
+
+    def write_metrics(value: float) -> None:  # atomically, as --eval publishes: same size, maybe same mtime
+        staged = run / ".metrics.csv.tmp"
+        pd.DataFrame({"model": ["m"], "mAP@10": [value]}).to_csv(staged, index=False)
+        os.replace(staged, run / "metrics.csv")
+
+    write_metrics(0.25)
+    (run / "run_info.json").write_text(json.dumps({"benchmark_fingerprint": "fp"}))
+    fake = SimpleNamespace(
+        runs=lambda: list_runs("world", "fp", tmp_path / "runs"),
+        _reports=LRU(16),
+        family=None,
+        benchmark=SimpleNamespace(name="world"),
+    )
+    first = ExplorerService.report(fake)
+    assert ExplorerService.report(fake) is first  # unchanged files: read once
+    assert ExplorerService.report(fake, first.run.label) is first
+    before = report_key(fake.runs()[0])
+    write_metrics(0.75)
+    assert report_key(fake.runs()[0]) != before
+    changed = ExplorerService.report(fake)
+    assert changed.metrics.equals(load_report(fake.runs()[0]).metrics)
+    assert changed.metrics.loc[0, "mAP@10"] == "0.7500" and first.metrics.loc[0, "mAP@10"] == "0.2500"
+    (run / "plots").mkdir()
+    Image.new("RGB", (4, 4)).save(run / "plots" / "per_category.png")
+    with_plot = ExplorerService.report(fake)
+    assert [p.name for p, _ in with_plot.plots] == ["per_category.png"] and changed.plots == []
+    (run / "plots" / "per_category.png").unlink()
+    assert ExplorerService.report(fake).plots == []

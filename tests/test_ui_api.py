@@ -520,8 +520,9 @@ def test_every_mcp_tool_answers_json_and_takes_a_file_as_a_path_or_base64(servic
 
 # =========================================================================== the load bench
 def test_load_bench_drives_the_endpoints_and_the_page_without_an_error(world_api, tmp_path):
-    """bench/bench_load.py, briefly, against the launched app: it takes every input from the app's own API
-    description and answers, so a change to an endpoint or the page load fails here, not in a bench run."""
+    """bench/bench_load.py, briefly, against the launched app (visitors and one gradio_client script): it takes
+    every input from the app's own API description and answers, so a change to an endpoint or the page load
+    fails here, not in a bench run."""
     import subprocess
     import sys
     from pathlib import Path
@@ -545,6 +546,8 @@ def test_load_bench_drives_the_endpoints_and_the_page_without_an_error(world_api
             "1",
             "--burst",
             "0",
+            "--api-clients",
+            "1",
             "--out",
             str(out),
         ],
@@ -557,4 +560,5 @@ def test_load_bench_drives_the_endpoints_and_the_page_without_an_error(world_api
     load = json.loads(out.read_text())["load"]
     assert load["errors"] == 0, load["error_examples"]
     actions = {"query", "query (other phrasing)", "query reranked", "search", "failures", "image", "page load"}
+    actions |= {"api /query", "api /search", "api /failures", "api /evaluate"}  # the gradio_client script
     assert actions <= {name for name, stats in load["per_action"].items() if stats["n"] >= 1}, load["per_action"]

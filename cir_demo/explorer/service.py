@@ -40,7 +40,7 @@ from cir_demo.explorer.per_query_rows import FailureRows, rows_read
 from cir_demo.explorer.images import ThumbnailStore, encode_jpeg_data_uri, thumbnail_db_path
 from cir_demo.explorer.queries import filter_choices, filter_queries, filter_value, query_table
 from cir_demo.explorer.ranking_metrics import metrics_many
-from cir_demo.explorer.runs import load_report
+from cir_demo.explorer.runs import load_report, report_key
 from cir_demo.store.folders import list_runs
 from cir_demo.explorer.uploads import ValidatedImage
 from cir_demo.explorer.views import (
@@ -88,6 +88,10 @@ class ExplorerService:
         self.filter_fields = filter_fields(self.views)  # the common filters, then the family's
         self.table = query_table(benchmark, self.filter_fields)
         self._filter_choices = filter_choices(self.table, self.filter_fields)
+        # what every page load checks a link against, read off the table once (it never changes)
+        self.query_ids = frozenset(self.table["query_id"])
+        sizes = self.table.groupby("group_id")["query_id"].transform("count")
+        self.group_sizes = dict(zip(self.table["query_id"].tolist(), sizes.tolist()))
         fp = engine.fingerprint
         self.tiles = ThumbnailStore(
             engine.open_image, thumbnail_db_path(fp, TILE_PX) if thumbnails_on_disk else None, TILE_PX
@@ -117,6 +121,7 @@ class ExplorerService:
         self._paraphrase_tables = LRU(256)  # (intent, retrievers) -> table
         self._metrics = LRU(4096)  # (query id, ranking) -> the column's metrics
         self._query_lists = LRU(256)  # (search text, filters, limit) -> QueryList in benchmark order
+        self._reports = LRU(16)  # report_key(run) -> its Report
         self._scored_runs: dict[tuple, object] = {}  # (results-file columns, n_boot, seed) -> paired.RunsScored
         self._evaluations: dict[tuple, object] = {}  # (run, n_boot, seed) -> its RunEvaluation
         self._lock = threading.RLock()
@@ -301,13 +306,14 @@ class ExplorerService:
         """The query list in the order of sort `sort` (a `sorts()` name, e.g. "worst" or "diff:A,B")."""
         return self.find_queries(text, filters, sort, limit, progress)
 
-    def query_view(self, query_id: str) -> QueryView:
+    def query_view(self, query_id: str, thumbnails: bool = True) -> QueryView:
+        """`thumbnails`: False leaves the reference thumbnails out (None): an API answer sends ids, not pictures."""
         q = self.query(query_id)
         paraphrases = []
         for i, p in enumerate(self.benchmark.paraphrases(query_id)):
             form = str(p.meta.get("paraphrase_form") or f"phrasing {i + 1}").replace("_", " ")
             paraphrases.append(Paraphrase(p.query_id, form, p.instruction))
-        thumbs = self.references.get_many(list(q.reference_ids))
+        thumbs = self.references.get_many(list(q.reference_ids)) if thumbnails else {}
         meta = q.meta
         facts = [("query", q.query_id), ("intent", q.group_id)]
         for key, label in self.filter_fields.items():
@@ -315,7 +321,7 @@ class ExplorerService:
             if value is not None:
                 facts.append((label, filter_value(key, value)))
         facts.append(("judgments", self.views.judgments_line(q)))
-        return QueryView(q, paraphrases, [thumbs[r] for r in q.reference_ids], facts)
+        return QueryView(q, paraphrases, [thumbs.get(r) for r in q.reference_ids], facts)
 
     # ------------------------------------------------------------------ retrieval
     def _search_columns(
@@ -342,7 +348,11 @@ class ExplorerService:
             out[name] = (got, time.perf_counter() - t0)
         return out
 
-    def _column(self, name: str, searched, cq, query: Query | None, k: int, rerank: bool, top_n: int) -> Column:
+    def _column(
+        self, name: str, searched, cq, query: Query | None, k: int, rerank: bool, top_n: int, thumbnails: bool = True
+    ) -> Column:
+        """`thumbnails`: False leaves the tiles' thumbnails out (None); on the procedural world a thumbnail not
+        rendered before costs a render, most of an uncached view's CPU, and an API answer sends ids only."""
         t0 = time.perf_counter()
         ranking, search_s = searched
         col = Column(name, self.modality.get(name, "composed"))
@@ -370,7 +380,7 @@ class ExplorerService:
             if scope_note:
                 col.note = f"{col.note}; {scope_note}" if col.note else scope_note
             ids, scores = [ids[i] for i in shown], [scores[i] for i in shown]
-            thumbs = self.tiles.get_many(ids[:k])
+            thumbs = self.tiles.get_many(ids[:k]) if thumbnails else {}
             for r, (image_id, score) in enumerate(zip(ids[:k], scores[:k]), 1):
                 judged = "positive" if image_id in pos else "negative" if image_id in neg else None
                 py, flag, was_reranked, p_near = p_yes.get(image_id, (None, None, False, None))
@@ -429,9 +439,11 @@ class ExplorerService:
         rerank: bool = False,
         top_n: int = 20,
         instruction: str | None = None,
+        thumbnails: bool = True,
     ) -> Comparison:
         """Each retriever's top k for a benchmark query (optionally with another instruction),
-        with per-column AP@10, precision@10 and NegRecall@10 against the intent's judgments."""
+        with per-column AP@10, precision@10 and NegRecall@10 against the intent's judgments.
+        `thumbnails`: False leaves every thumbnail out (None), for answers that send image ids only."""
         q = self.query(query_id)
         names = self.check_retrievers(retrievers)
         k = self._check_k(k)
@@ -442,18 +454,18 @@ class ExplorerService:
         searched = self._search_columns(cq, names, k, rerank, top_n, q)
         if rerank and len(names) > 1:
             self._prescore(cq, searched, top_n)
-        columns = [self._column(n, searched[n], cq, q, k, rerank, top_n) for n in names]
+        columns = [self._column(n, searched[n], cq, q, k, rerank, top_n, thumbnails) for n in names]
         fill_metrics(columns, q, self.family, self._metrics)
         for col in columns:
             col.where = where_line(col, k, q, self.views)
-        refs = self.references.get_many(list(q.reference_ids))
+        refs = self.references.get_many(list(q.reference_ids)) if thumbnails else {}
         labels = [
             f"Reference image {i + 1} ({r})" if len(q.reference_ids) > 1 else f"Reference image ({r})"
             for i, r in enumerate(q.reference_ids)
         ]
         return Comparison(
             cq.text,
-            [refs[r] for r in q.reference_ids],
+            [refs.get(r) for r in q.reference_ids],
             labels,
             columns,
             k,
@@ -492,8 +504,10 @@ class ExplorerService:
         k: int = 10,
         rerank: bool = False,
         top_n: int = 20,
+        thumbnails: bool = True,
     ) -> Comparison:
-        """Each retriever's top k in the loaded corpus for uploaded reference image(s) + an instruction."""
+        """Each retriever's top k in the loaded corpus for uploaded reference image(s) + an instruction;
+        `thumbnails`: as `compare` takes it."""
         from cir_demo.retrievers.base import ComposedQuery
 
         if not 1 <= len(images) <= 2:
@@ -511,7 +525,7 @@ class ExplorerService:
         searched = self._search_columns(cq, names, k, rerank, top_n)
         if rerank and len(names) > 1:
             self._prescore(cq, searched, top_n)
-        columns = [self._column(n, searched[n], cq, None, k, rerank, top_n) for n in names]
+        columns = [self._column(n, searched[n], cq, None, k, rerank, top_n, thumbnails) for n in names]
         notes = [f"{v.name}: {n}" for v in images for n in v.notes]
         if self.upload_note:
             notes.insert(0, self.upload_note)
@@ -521,7 +535,7 @@ class ExplorerService:
         ]
         return Comparison(
             cq.text,
-            [encode_jpeg_data_uri(v.image, REFERENCE_PX, 90) for v in images],
+            [encode_jpeg_data_uri(v.image, REFERENCE_PX, 90) if thumbnails else None for v in images],
             labels,
             columns,
             k,
@@ -600,15 +614,20 @@ class ExplorerService:
         return list_runs(self.benchmark.name, self.fingerprint, extra=self.config.run_folders)
 
     def report(self, label: str | None = None) -> Report | None:
+        """The Report of run `label` (default: the latest), read again only when its files changed
+        (`report_key`): every page load shows one. Its tables are shared between callers: read-only."""
         runs = self.runs()
         if not runs:
             return None
-        if label is None:
-            return load_report(runs[0], self.family)
-        for r in runs:
-            if r.label == label:
-                return load_report(r, self.family)
-        raise ServiceError(f"no eval run {label!r} for benchmark {self.benchmark.name!r}")
+        run = runs[0] if label is None else next((r for r in runs if r.label == label), None)
+        if run is None:
+            raise ServiceError(f"no eval run {label!r} for benchmark {self.benchmark.name!r}")
+        key = report_key(run)
+        report = self._reports.get(key)
+        if report is None:
+            report = load_report(run, self.family)
+            self._reports.put(key, report)
+        return report
 
     def file_runs(self) -> list[str]:
         """The columns served from `--runs` results files, in column order."""

@@ -84,16 +84,13 @@ def initial_state(service: ExplorerService, params: dict[str, str], pending=None
     `first_view.first_query` chooses (the runs disagree on it, one of them ranks a judged image)."""
     from cir_demo.explorer.first_view import first_query
 
-    table = service.table
-    sizes = table.groupby("group_id")["query_id"].transform("count")
-    group_sizes = dict(zip(table["query_id"], sizes))
-    default_query = first_query(service, pending) if len(table) else None
+    default_query = first_query(service, pending) if service.query_ids else None
     sorts = service.offered_sorts()  # A vs B under each metric the "compare by" menu offers
     return resolve_state(
         decode_state(params),
         service.benchmark.name,
-        set(table["query_id"]),
-        group_sizes,
+        service.query_ids,
+        service.group_sizes,
         service.retriever_names,
         service.reranker_name is not None,
         default_query,

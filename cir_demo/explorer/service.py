@@ -92,6 +92,7 @@ class ExplorerService:
         self.query_ids = frozenset(self.table["query_id"])
         sizes = self.table.groupby("group_id")["query_id"].transform("count")
         self.group_sizes = dict(zip(self.table["query_id"].tolist(), sizes.tolist()))
+        self.n_intents = len({q.group_id for q in benchmark.queries})  # the status line says it on every poll
         fp = engine.fingerprint
         self.tiles = ThumbnailStore(
             engine.open_image, thumbnail_db_path(fp, TILE_PX) if thumbnails_on_disk else None, TILE_PX
@@ -150,7 +151,7 @@ class ExplorerService:
         size = (b.info or {}).get("size")
         name = f"{b.name} ({size})" if size else b.name
         return (
-            f"{name}: {len(b.queries):,} queries in {len(b.groups()):,} intents, {len(b.corpus_ids):,} corpus images; "
+            f"{name}: {len(b.queries):,} queries in {self.n_intents:,} intents, {len(b.corpus_ids):,} corpus images; "
             f"retrievers: {', '.join(self.retriever_names) or 'none'}; reranker: {self.reranker_name or 'off'}"
         )
 

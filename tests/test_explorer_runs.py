@@ -66,6 +66,7 @@ def test_a_report_is_read_again_only_when_its_files_change(tmp_path):
     first = ExplorerService.report(fake)
     assert ExplorerService.report(fake) is first  # unchanged files: read once
     assert ExplorerService.report(fake, first.run.label) is first
+    assert ExplorerService.report(fake, None, fake.runs()) is first  # the caller's listing, not a second one
     before = report_key(fake.runs()[0])
     write_metrics(0.75)
     assert report_key(fake.runs()[0]) != before

@@ -614,10 +614,11 @@ class ExplorerService:
     def runs(self) -> list[RunSummary]:
         return list_runs(self.benchmark.name, self.fingerprint, extra=self.config.run_folders)
 
-    def report(self, label: str | None = None) -> Report | None:
+    def report(self, label: str | None = None, runs: list[RunSummary] | None = None) -> Report | None:
         """The Report of run `label` (default: the latest), read again only when its files changed
-        (`report_key`): every page load shows one. Its tables are shared between callers: read-only."""
-        runs = self.runs()
+        (`report_key`): every page load shows one. Its tables are shared between callers: read-only.
+        `runs`: `runs()` as the caller just listed them (listing reads every run folder's JSON)."""
+        runs = self.runs() if runs is None else runs
         if not runs:
             return None
         run = runs[0] if label is None else next((r for r in runs if r.label == label), None)

@@ -30,7 +30,7 @@ def main(mode: str) -> None:
     from cir_demo.ui.startup import prepare
 
     startup = prepare(["--no-thumbnail-warmer"])
-    config = ui_app.config_from_args(startup.args)
+    config = ui_app.config_from_settings(startup.settings)
     loader = ServiceLoader(config, start=False, world_child=startup.world_child)
     loader.start()
     service = loader.wait(None)

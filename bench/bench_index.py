@@ -312,7 +312,7 @@ def bench_encode(res, args):
     import torch
     from PIL import Image
 
-    from cir_demo.index.build import encode_corpus
+    from cir_demo.index.corpus_encode import encode_corpus
 
     torch.set_num_threads(args.threads)
     if args.retriever:

@@ -318,7 +318,8 @@ class RetrievalEngine:
         image features in one pass (each image rendered or decoded once) into the shared caches."""
         if self.benchmark.images is None:
             return
-        from cir_demo.index.build import corpus_ids_of, prefetch_corpus_embeddings
+        from cir_demo.index.corpus_encode import corpus_ids_of
+        from cir_demo.index.embedding_cache import prefetch_corpus_embeddings
         from cir_demo.rerank import load_reranker
 
         encoders = [r for r in (self.retriever(n) for n in names) if getattr(r, "image_spec", None)]
@@ -339,7 +340,8 @@ class RetrievalEngine:
             return False
         if self.benchmark.images is None:
             return False
-        from cir_demo.index.build import cached_encode_corpus, corpus_ids_of, stored_corpus_embeddings
+        from cir_demo.index.corpus_encode import corpus_ids_of
+        from cir_demo.index.embedding_cache import cached_encode_corpus, stored_corpus_embeddings
 
         ids = corpus_ids_of(self.benchmark)
         if self.encode_reranker_corpus:

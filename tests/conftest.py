@@ -73,7 +73,7 @@ LONGEST_GROUPS = (
     "test_index_prebuilt",
     "test_bench_latency",
     "default_world",
-    "test_explorer_consistency",
+    "test_explorer_metric_oracle",
     "test_harness_pipeline",
     "test_world_judge",
     "test_explorer_precompute",

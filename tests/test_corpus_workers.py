@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cir_demo.index import build as build_mod
-from cir_demo.index.build import encode_corpus, opened_batches
+from cir_demo.index import corpus_encode as build_mod
+from cir_demo.index.corpus_encode import encode_corpus, opened_batches
 from cir_demo.testing.tiny_index import TinyConvRetriever
 from cir_demo.world.loader import load_world, render_image, render_images
 
@@ -124,7 +124,7 @@ def test_cpu_encoders_get_one_torch_thread_beside_the_render_workers(tiny_world,
 
 WORKERS_OF_A_KILLED_PARENT = r"""
 import os, sys, time
-from cir_demo.index import build
+from cir_demo.index import corpus_encode as build
 build.usable_cpus = lambda: 2
 
 class Blocking:

@@ -117,7 +117,7 @@ def _score_gaps(a, b) -> list[float]:
 def test_only_the_world_models_on_a_busy_cpu_get_one_thread(monkeypatch, torch_threads):
     import os
 
-    from cir_demo.index.build import usable_cpus
+    from cir_demo.index.corpus_encode import usable_cpus
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "getloadavg", lambda: (usable_cpus() + 1.0, 0.0, 0.0))  # not busy: threads stay

@@ -20,7 +20,7 @@ from cir_demo.cli import main
 from cir_demo.explorer import ServiceError, SortContext, query_table, sort_choices, sort_rows
 from cir_demo.explorer.views import REFERENCE_MARK, protocol_scope
 
-from test_explorer_consistency import world_export
+from test_explorer_metric_oracle import world_export
 
 
 def write_ranked(path: Path, rankings: dict[str, list[str]]) -> Path:

@@ -19,7 +19,7 @@ from cir_demo.cli import main
 from cir_demo.explorer import ServiceConfig, build_service
 from cir_demo.ui.components import column_html
 
-from test_explorer_consistency import world_export
+from test_explorer_metric_oracle import world_export
 
 
 def _h(*parts: str) -> str:

@@ -38,14 +38,13 @@ def test_runs_and_report(tiny_setup, tmp_path):
 
 
 def test_a_report_is_read_again_only_when_its_files_change(tmp_path):
-    """`ExplorerService.report` keeps a Report read once (every page load shows one) under the state of the
+    """`RunReports.report` (the service's) keeps a Report read once (every page load shows one) under the state of the
     files it was read from (`report_key`): the same object while they stand, and after a file is replaced,
     added or removed, what a cold `load_report` reads (the oracle)."""
     from types import SimpleNamespace
 
+    from cir_demo.explorer.run_reports import RunReports
     from cir_demo.explorer.runs import report_key
-    from cir_demo.explorer.service import ExplorerService
-    from cir_demo.utils.lru import LRU
 
     run = tmp_path / "runs" / "20240101-000000-world"
     run.mkdir(parents=True)
@@ -57,25 +56,21 @@ def test_a_report_is_read_again_only_when_its_files_change(tmp_path):
 
     write_metrics(0.25)
     (run / "run_info.json").write_text(json.dumps({"benchmark_fingerprint": "fp"}))
-    fake = SimpleNamespace(
-        runs=lambda: list_runs("world", "fp", tmp_path / "runs"),
-        _reports=LRU(16),
-        family=None,
-        benchmark=SimpleNamespace(name="world"),
-    )
-    first = ExplorerService.report(fake)
-    assert ExplorerService.report(fake) is first  # unchanged files: read once
-    assert ExplorerService.report(fake, first.run.label) is first
-    assert ExplorerService.report(fake, None, fake.runs()) is first  # the caller's listing, not a second one
-    before = report_key(fake.runs()[0])
+    reports = RunReports(SimpleNamespace(name="world"), "fp", (), None, None, None)
+    reports.runs = lambda: list_runs("world", "fp", tmp_path / "runs")  # this folder, not the data folder's
+    first = reports.report()
+    assert reports.report() is first  # unchanged files: read once
+    assert reports.report(first.run.label) is first
+    assert reports.report(None, reports.runs()) is first  # the caller's listing, not a second one
+    before = report_key(reports.runs()[0])
     write_metrics(0.75)
-    assert report_key(fake.runs()[0]) != before
-    changed = ExplorerService.report(fake)
-    assert changed.metrics.equals(load_report(fake.runs()[0]).metrics)
+    assert report_key(reports.runs()[0]) != before
+    changed = reports.report()
+    assert changed.metrics.equals(load_report(reports.runs()[0]).metrics)
     assert changed.metrics.loc[0, "mAP@10"] == "0.7500" and first.metrics.loc[0, "mAP@10"] == "0.2500"
     (run / "plots").mkdir()
     Image.new("RGB", (4, 4)).save(run / "plots" / "per_category.png")
-    with_plot = ExplorerService.report(fake)
+    with_plot = reports.report()
     assert [p.name for p, _ in with_plot.plots] == ["per_category.png"] and changed.plots == []
     (run / "plots" / "per_category.png").unlink()
-    assert ExplorerService.report(fake).plots == []
+    assert reports.report().plots == []

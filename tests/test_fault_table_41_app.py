@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import socket
-import threading
 import types
 from pathlib import Path
 
@@ -60,26 +59,17 @@ def _eval(argv: list[str], capsys) -> tuple[int, list[str]]:
 # --------------------------------------------------------------------------- case 6
 def test_an_upload_named_by_a_browser_becomes_a_usable_column(dirs, bench):
     from cir_demo.explorer.own_runs import column_stem
-    from cir_demo.explorer.service import ExplorerService
+    from cir_demo.explorer.served_columns import ServedColumns
     from cir_demo.retrievers import registry
 
     assert column_stem("results (1)") == "results_1"
     assert column_stem("  ") == "run" and column_stem("été.v2") == "t_.v2"
     path = _run_dict(bench, dirs / "results (1).json")
     added = []
-    service = types.SimpleNamespace(
-        benchmark=bench,
-        _lock=threading.Lock(),
-        uploaded_runs={},
-        modality={},
-        max_uploaded_runs=16,
-        _upload_owners={},
-        max_upload_owners=64,
-        engine=types.SimpleNamespace(add_retriever=added.append, drop_retriever=None),
-    )
-    column, _ = ExplorerService.add_file_run(service, path, Path(path).stem)
+    service = ServedColumns(bench, types.SimpleNamespace(add_retriever=added.append, drop_retriever=None), [])
+    column, _ = service.add_file_run(path, Path(path).stem)
     assert column.startswith("results_1-") and registry.get_config(column)["family"] == "precomputed"
-    assert len(added) == 1 and service.uploaded_runs == {column: "results (1).json"}
+    assert len(added) == 1 and service.uploaded == {column: "results (1).json"}
 
 
 # --------------------------------------------------------------------------- case 9
@@ -101,14 +91,15 @@ def test_a_refused_runs_file_shows_visitors_none_of_its_content(dirs, bench):
 # --------------------------------------------------------------------------- case 10
 def test_port_0_takes_a_free_port_before_gradio_is_imported(dirs, monkeypatch):
     from cir_demo.benchmarks import generate_aside
-    from cir_demo.preflight.commands import app_problems
+    from cir_demo.preflight.commands import app_flag_problems
+    from cir_demo.preflight.flags import GivenFlags
     from cir_demo.ui.startup import build_parser, prepare
 
     monkeypatch.setattr(generate_aside, "generate_aside", lambda *a, **k: None)
     monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)
-    assert app_problems(build_parser().parse_args(["--port", "0"])) == []
+    assert app_flag_problems(GivenFlags.of(vars(build_parser().parse_args(["--port", "0"])))) == []
     startup = prepare(["--port", "0"])
-    port = startup.args.port
+    port = startup.settings.port
     assert 0 < port <= 65535 and os.environ["GRADIO_SERVER_PORT"] == str(port)
     with socket.socket() as s:  # free: the server can bind it
         s.bind(("127.0.0.1", port))

@@ -150,7 +150,7 @@ def corpus_opened_in_threads(monkeypatch):
     """The corpus opened in this process's loader threads, as on a one-CPU machine, not in render
     workers (tests/test_corpus_workers.py checks those give the same bits): the renderer's in-process
     cache (1,024 images) keeps the tiny corpus, so of the two passes below only the first renders it."""
-    from cir_demo.index import build
+    from cir_demo.index import corpus_encode as build
 
     monkeypatch.setattr(build, "_opening_workers", lambda images, n_batches: 0)
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from cir_demo.index import build as build_mod
-from cir_demo.index.build import build_corpus_index, encode_corpus, ensure_index
+from cir_demo.index.build import build_corpus_index, ensure_index
+from cir_demo.index.corpus_encode import encode_corpus
 from cir_demo.index.faiss_index import brute_force_search, index_kind
 from cir_demo.index.manifest import (
     IDS_FILE,

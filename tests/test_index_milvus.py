@@ -186,17 +186,17 @@ def test_dimension_mismatch_and_bad_flags_are_one_line(lite, monkeypatch):
     for uri, part in (("ftp://h:1", "not a Milvus URI"), ("index.faiss", "ending in .db"), ("", "got nothing")):
         with pytest.raises(ValueError, match=part):
             milvus_store.parse_uri(uri)
-    from cir_demo.index.cli import index_uri_problems
+    from cir_demo.index.cli import index_flags, index_uri_problems
 
     args = argparse.Namespace(index_uri=lite, index_params='{"index_type": "IVF_PQQ"}', kind="flat", nlist=None)
-    problems = index_uri_problems(args)
+    problems = index_uri_problems(index_flags(args))
     assert any("index_type must be one of" in p for p in problems) and any(
         p.startswith("--kind: faiss") for p in problems
     )
-    assert index_uri_problems(argparse.Namespace(index_uri=None, index_params="{}")) == [
+    assert index_uri_problems(index_flags(argparse.Namespace(index_uri=None, index_params="{}"))) == [
         "--index-params goes with --index-uri (a Milvus index); faiss takes --kind"
     ]
-    assert "not valid JSON" in index_uri_problems(argparse.Namespace(index_uri=lite, index_params="{x"))[0]
+    assert "not valid JSON" in index_uri_problems(index_flags(argparse.Namespace(index_uri=lite, index_params="{x")))[0]
 
 
 def test_unreachable_server_is_one_line_without_credentials(monkeypatch):

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from cir_demo.index import build as index_build
+from cir_demo.index import build as index_build, embedding_cache
 from cir_demo.index.prebuilt import EMBEDDINGS_FILE, image_encoder, prebuilt_dir, prebuilt_problems, read_prebuilt
 
 WORLD_RETRIEVERS = ("world-clip-image", "world-clip-text", "world-clip-fusion", "world-clip-slerp", "world-cir")
@@ -158,8 +158,8 @@ def test_damaged_or_stale_prebuilt_files_are_refused_and_the_corpus_encoded(tiny
     # served through the index build: the flipped file is refused, said once, and the corpus encoded
     flipped = tmp_path / "flipped"
     encodes = []
-    real_encode = index_build.encode_corpus
-    monkeypatch.setattr(index_build, "encode_corpus", lambda *a, **k: encodes.append(1) or real_encode(*a, **k))
+    real_encode = embedding_cache.encode_corpus
+    monkeypatch.setattr(embedding_cache, "encode_corpus", lambda *a, **k: encodes.append(1) or real_encode(*a, **k))
     monkeypatch.setenv("CIR_DEMO_PREBUILT", str(flipped))
     monkeypatch.setenv("CIR_DEMO_INDEXES", str(tmp_path / "indexes"))
     shutil.rmtree(root / "cache" / "embeddings", ignore_errors=True)

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from cir_demo.index import build as index_build
+from cir_demo.index import embedding_cache as index_build
 from cir_demo.index.prebuilt import (
     CODES_FILE,
     SCALES_FILE,

@@ -8,7 +8,7 @@ import dataclasses
 
 import numpy as np
 
-from cir_demo.index import build as index_build
+from cir_demo.index import build as index_build, embedding_cache
 
 N_CORPUS = 100
 
@@ -30,8 +30,8 @@ def test_recipes_share_corpus_embeddings(tmp_path, monkeypatch):
     bench = small_tiny_world()
     weights = build_tiny_open_clip(tmp_path)
     calls = []
-    real_encode = index_build.encode_corpus
-    monkeypatch.setattr(index_build, "encode_corpus", lambda *a, **k: calls.append(1) or real_encode(*a, **k))
+    real_encode = embedding_cache.encode_corpus
+    monkeypatch.setattr(embedding_cache, "encode_corpus", lambda *a, **k: calls.append(1) or real_encode(*a, **k))
     names = ["share-fusion", "share-image"]
     try:
         for name, recipe in zip(names, ("early_fusion", "image_only")):
@@ -83,16 +83,16 @@ def test_prefetch_encodes_several_image_towers_in_one_pass_equal_to_separate_enc
             def __getattr__(self, item):
                 return getattr(bench, item)
 
-        assert index_build.prefetch_corpus_embeddings(Bench(), ids, encoders, progress=False) == [
+        assert embedding_cache.prefetch_corpus_embeddings(Bench(), ids, encoders, progress=False) == [
             e.name for e in encoders
         ]
         assert sorted(opened) == sorted(ids)  # one pass
         for e in encoders:
-            cached = index_build.cached_encode_corpus(bench, ids, e, progress=False)
+            cached = embedding_cache.cached_encode_corpus(bench, ids, e, progress=False)
             np.testing.assert_allclose(
-                cached, index_build.encode_corpus(bench.images, ids, e, progress=False), atol=1e-6
+                cached, embedding_cache.encode_corpus(bench.images, ids, e, progress=False), atol=1e-6
             )
-        assert index_build.prefetch_corpus_embeddings(Bench(), ids, encoders, progress=False) == []  # all cached
+        assert embedding_cache.prefetch_corpus_embeddings(Bench(), ids, encoders, progress=False) == []  # all cached
     finally:
         for name in registered:
             registry.unregister(name)

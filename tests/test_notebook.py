@@ -6,7 +6,10 @@ draws the app's grids without images; and the README's "In a notebook" section r
 from __future__ import annotations
 
 import io
+import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -91,6 +94,12 @@ def test_show_draws_the_apps_grids_without_images(ev, cirr_eval):
     for run in ("A", "B"):
         assert run in text
     assert "<img" not in html  # no images here: grey tiles with the image ids
+    key = bench.results_key(q.query_id)
+    a, b = (json.loads(p.read_text())[key] for p in cirr_eval[2:4])
+    for ranked in (a, sorted(b, key=lambda i: -b[i])):  # each run's official top 10: the reference deleted
+        top = [x for x in ranked if x != q.reference_ids[0]][:10]
+        assert all(f" {x} " in text or f">{x}<" in html for x in top), top
+        assert (q.target_id in top) <= ("target" in text)
     top = ev.failures(sort="worst").iloc[0]
     assert str(top["query_id"]) in set(ev.per_query["query_id"].astype(str))
 
@@ -111,21 +120,48 @@ def readme_notebook_code() -> str:
     return "\n".join(blocks)
 
 
-def installed_from(cwd: Path, env: dict) -> Path | None:
-    """The `cir_demo/__init__.py` a Python started in `cwd` imports (None: none is installed)."""
-    done = subprocess.run(
-        [sys.executable, "-c", "import cir_demo; print(cir_demo.__file__)"], cwd=cwd, env=env, capture_output=True
-    )
-    return Path(done.stdout.decode().strip()).resolve() if done.returncode == 0 else None
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """A folder holding the package as pip installs it from the repository's pyproject.toml (the set-up's
+    `-e .` finds the same packages and data files), built from a copy of the sources (nothing is written
+    into the repository) without the network: a Python given only this folder imports `cir_demo` from it."""
+    root = tmp_path_factory.mktemp("installed")
+    src = root / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE", "requirements.txt"):
+        shutil.copy(REPO / name, src / name)
+    shutil.copytree(REPO / "cir_demo", src / "cir_demo", ignore=shutil.ignore_patterns("__pycache__"))
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index"]
+    done = subprocess.run([*pip, "--target", str(root / "site"), str(src)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return root / "site"
 
 
-def test_the_set_up_installs_the_package():
+def only_installed(site: Path) -> dict:
+    """The environment of a Python that finds cir_demo in `site` only (never the repository's folder)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**env, "PYTHONPATH": str(site)}
+
+
+def test_the_set_up_installs_the_package(installed, tmp_path):
     """README's set-up and CI's (`pip install -r requirements-dev.txt` at the repository root) install the
-    package itself, so `import cir_demo` works from any folder; `import cir_demo` loads no heavy library."""
+    package itself, and what pyproject.toml installs imports from any folder with its data files (the
+    retrievers' configs); `import cir_demo` loads no heavy library."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert "python -m pip install -r requirements.txt -e . &&" in readme
     dev = [ln.split("#")[0].strip() for ln in (REPO / "requirements-dev.txt").read_text().splitlines()]
     assert "-e ." in dev
+    code = (
+        "import sys, cir_demo as cd; from cir_demo.retrievers.registry import get_config; "
+        "get_config('world-cir'); "
+        "print(cd.__file__); print(sorted({'torch', 'gradio'} & set(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=only_installed(installed), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    where, heavy = done.stdout.strip().splitlines()[-2:]
+    assert Path(where).resolve() == (installed / "cir_demo" / "__init__.py").resolve() and heavy == "[]"
     done = subprocess.run(
         [sys.executable, "-c", "import sys, cir_demo; print(sorted({'pandas', 'numpy', 'torch'} & set(sys.modules)))"],
         cwd=REPO,
@@ -135,25 +171,25 @@ def test_the_set_up_installs_the_package():
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
-def test_readme_notebook_section_runs_as_written(cirr_eval, tmp_path):
-    """From another folder (the package is found as installed, not from the working folder), with the
-    section's inputs: cirr/ (the CIRR export), a.json and b.trec."""
+def test_readme_notebook_section_runs_as_written(cirr_eval, installed, tmp_path):
+    """From another folder, with the package found where pip installed it (never the repository's folder),
+    and the section's inputs: cirr/ (the CIRR export), a.json and b.trec."""
     root, bench, pa, pb, _ = cirr_eval
-    import shutil
-
     shutil.copytree(root / "cirr", tmp_path / "cirr")
     shutil.copy(pa, tmp_path / "a.json")
-    b = __import__("json").loads(pb.read_text())
+    b = json.loads(pb.read_text())
     with open(tmp_path / "b.trec", "w") as f:
         for q, scored in b.items():
             for r, (img, s) in enumerate(sorted(scored.items(), key=lambda t: -t[1])):
                 f.write(f"{q} Q0 {img} {r + 1} {s} B\n")
     code = readme_notebook_code()
-    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}
-    if installed_from(tmp_path, env) != REPO / "cir_demo" / "__init__.py":  # the set-up was not run on this venv
-        env["PYTHONPATH"] = str(REPO)
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=only_installed(installed),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "out" / "metrics.csv").is_file()

@@ -5,44 +5,17 @@ The edge: every `cli.py` / `cli_args.py` / `*_cli.py`, the package's `cli.py`, t
 and the `add_arguments`, `run` and `*_settings` (the unpacking) of each command's module
 (cir_demo/cli.py's COMMANDS and RUNNERS).
 A function elsewhere that has a parameter annotated `Namespace`, a parameter named `args`, or calls
-`getattr(args, ...)` is a finding. PENDING lists those still waiting for their settings, each with
-its reason (`*`: every function of a module); it may only shrink (a listed function that no longer reads a Namespace must leave it)."""
+`getattr(args, ...)` is a finding, and there are none."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "cir_demo"
-
-# (module path from the repository root, function) -> why it still reads the Namespace
-PENDING: dict[tuple[str, str], str] = {
-    **{
-        (module, f): "ui/startup.py passes the app's Namespace (being changed by another helper)"
-        for module, f in (
-            ("cir_demo/preflight/flags.py", "settle_port"),
-            ("cir_demo/preflight/commands.py", "app_problems"),
-        )
-    },
-    **{
-        ("cir_demo/preflight/commands.py", f): "index/cli.py's index_params and memory_budget read the Namespace"
-        for f in ("index_build_problems", "index_problems")
-    },
-    **{
-        (
-            "cir_demo/harness/index_run.py",
-            f,
-        ): "index prebuilt: reworked with harness/prebuilt_run_build.py by another change"
-        for f in ("_prebuilt", "_prebuilt_world", "_prebuilt_embeddings", "_prebuilt_eval")
-    },
-    # "*": every function of the module (its functions are being renamed by another change)
-    ("cir_demo/harness/prebuilt_run_build.py", "*"): "being reworked with index/prebuilt by another change",
-}
-
-
-def _pending(finding: tuple[str, str]) -> bool:
-    return finding in PENDING or (finding[0], "*") in PENDING
 
 
 def _edge_function(rel: str, function: str, command_modules: set[str]) -> bool:
@@ -101,17 +74,11 @@ def package_findings() -> set[tuple[str, str]]:
 
 
 def test_no_namespace_below_the_cli_edge():
-    new = sorted(f for f in package_findings() if not _pending(f))
-    assert not new, (
+    found = sorted(package_findings())
+    assert not found, (
         "these functions take or read an argparse Namespace below the CLI edge; unpack the flags once "
-        f"in the command's cli module into typed settings and pass those: {new}"
+        f"in the command's cli module into typed settings and pass those: {found}"
     )
-
-
-def test_pending_only_shrinks():
-    found = package_findings()
-    gone = sorted(p for p in PENDING if p not in found and not (p[1] == "*" and any(f[0] == p[0] for f in found)))
-    assert not gone, f"no longer read a Namespace: remove them from PENDING: {gone}"
 
 
 def test_the_checker_finds_each_form():
@@ -137,3 +104,53 @@ def test_eval_without_flags_unpacks_to_the_settings_defaults():
 
     settings = eval_settings(build_parser().parse_args(["eval"]))
     assert settings == EvalSettings(benchmark=settings.benchmark)  # fetch included: FetchSettings compares by value
+
+
+def test_the_app_without_flags_unpacks_to_the_settings_defaults():
+    """`python app.py` with no flags: AppSettings' own defaults (the parser reads them from there)."""
+    from cir_demo.ui.settings import AppSettings
+    from cir_demo.ui.startup import app_settings, build_parser
+
+    settings = app_settings(build_parser().parse_args([]))
+    assert settings.benchmark.name == "world" and settings == AppSettings(benchmark=settings.benchmark)
+
+
+def test_index_commands_without_flags_unpack_to_the_settings_defaults():
+    """`index build` and `index prebuilt` with only their required flags: IndexBuild's and
+    PrebuiltSettings' defaults (index/cli.py's parser sits below harness/, so its defaults are written
+    there too: this holds the two together)."""
+    from cir_demo.benchmarks.cli_args import BenchmarkChoice
+    from cir_demo.cli import build_parser
+    from cir_demo.harness.index_run import IndexBuild, PrebuiltSettings, build_settings, prebuilt_settings
+
+    parse = build_parser().parse_args
+    assert prebuilt_settings(parse(["index", "prebuilt"])) == PrebuiltSettings(BenchmarkChoice("world"))
+    build = build_settings(parse(["index", "build", "--benchmark", "world", "--retriever", "r"]))
+    assert build == IndexBuild(build.request, "r")
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--rerun"], "--rerun goes with --check"),
+        (["--all"], "--all, --draw-seed and --sample go with --check"),
+        (["--draw-seed", "3"], "--all, --draw-seed and --sample go with --check"),
+        (["--sample", "3"], "--all, --draw-seed and --sample go with --check"),
+        (["--check", "--sample", "0"], "--sample 0: draw at least 1"),
+        (["--check", "--limit", "2"], "--limit goes with --only eval"),
+    ],
+)
+def test_index_prebuilt_refuses_a_flag_without_the_one_it_goes_with(argv, flag, capsys):
+    """Refused as before any work, in one line naming the flags (the settings' unpacking checks them)."""
+    from cir_demo.cli import main
+
+    assert main(["index", "prebuilt", "--world-size", "tiny", *argv]) == 1
+    assert capsys.readouterr().err.splitlines() == [f"error: {flag}" + ERRORS[flag]]
+
+
+ERRORS = {
+    "--rerun goes with --check": " (it checks the shipped --eval outputs by running --eval again)",
+    "--all, --draw-seed and --sample go with --check": " (they choose the intents it recomputes)",
+    "--sample 0: draw at least 1": " intent per split (--all: every one)",
+    "--limit goes with --only eval": " (corpus embeddings are always of the whole corpus)",
+}

@@ -1,8 +1,9 @@
 """The run store (cir_demo/store/): a run is read from its cache only under its whole key. On a copy of
 the code, a changed metric formula in the family's metrics module (loaded by name, never imported by
 an `import` statement) makes a warm data folder recompute, and the new rows are an empty folder's;
-a change in code that neither produces nor scores a run keeps the cache. Runs reranked or ranked to
-another depth have other keys (a stored eval run with them is never read: test_explorer_failures.py,
+a change in code that neither produces nor scores a run keeps the cache. A reranked run cached at one
+rerank depth never answers for another: that depth is produced again, as an empty folder would. Runs
+reranked or ranked to another depth have other keys (a stored eval run with them is never read: test_explorer_failures.py,
 test_eval_compositional_split.py)."""
 
 from __future__ import annotations
@@ -105,3 +106,37 @@ def test_a_run_searched_in_another_index_is_another_run():
     assert len({faiss_key.digest(), lite.digest(), server.digest()}) == 3
     assert index_label(None) == faiss_key.index == "faiss"
     assert "secret" not in server.index and server.index == "milvus:https://host:19530"
+
+
+def test_a_changed_rerank_depth_recomputes_a_warm_folder(service, tmp_path, monkeypatch):
+    """The tiny world's reranked run cached at top 3 answers top 3 only: at top 5 a warm folder produces it
+    again, equal to an empty folder's. Oracle (a naive scan of the rankings): below the rerank depth each
+    reranked ranking is the first stage's, within it the same images."""
+    import pandas as pd
+
+    from cir_demo.store.store import RunStore
+    from cir_demo.testing.explorer import VERIFIER
+
+    name = service.retriever_names[0]
+    run = f"{name}+rerank"
+
+    def read(top_n: int, folder: Path):
+        monkeypatch.setenv("CIR_DEMO_CACHE", str(folder))
+        store = RunStore(service.benchmark, service.engine, VERIFIER, {}, top_n)
+        rows, source = store.rows_and_source(run)
+        return store, rows, source
+
+    warm = tmp_path / "warm"
+    three, _, source = read(3, warm)
+    assert source == "computed here"
+    assert read(3, warm)[2] == "cache"
+    five, rows, source = read(5, warm)
+    assert source == "computed here"
+    pd.testing.assert_frame_equal(rows, read(5, tmp_path / "empty")[1])
+    first = three.ranking(name)
+    for store, depth in ((three, 3), (five, 5)):
+        reranked = store.ranking(run)
+        assert set(reranked) == set(first)
+        for q, ids in reranked.items():
+            assert ids[depth:] == first[q][depth:] and sorted(ids[:depth]) == sorted(first[q][:depth]), (depth, q)
+    assert three.ranking(run) != five.ranking(run)  # the depths' runs differ: one cannot stand for the other

@@ -229,6 +229,32 @@ def test_query_gives_each_items_judgment_the_column_metrics_and_the_paraphrases(
         assert set(col["metrics"]) == set(service.family.shown)
 
 
+def test_the_readmes_api_snippet_runs_as_written(world_api, service, capsys):
+    """README's "Use via API" block against the launched app (its address the only change): the query it
+    names exists, its reference comes back as a local PNG, and that file searched gives the first column's
+    ids, the service's own search of the same image."""
+    import re
+    from pathlib import Path
+
+    _, url = world_api
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Use via API", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert "http://127.0.0.1:7860/" in code
+    scope: dict = {}
+    exec(compile(code.replace("http://127.0.0.1:7860/", url), "README.md", "exec"), scope)
+    printed = capsys.readouterr().out.strip().splitlines()[-1]
+    reference = Path(scope["reference"])
+    assert reference.is_file() and Image.open(reference).format == "PNG"
+    q = service.benchmark.query(scope["view"]["query"]["query_id"])
+    upload = validate_upload(str(reference))
+    own = service.search_uploads([upload], "the same object in red", None, k=10).columns[0]
+    assert (
+        printed == str([t.image_id for t in own.tiles])
+        and q.reference_ids[0] == scope["view"]["query"]["reference_ids"][0]
+    )
+
+
 @pytest.mark.parametrize("sort", ["rerank_helped", "rerank_hurt"])
 def test_reranker_failures_agree_with_the_reranked_query_view(world_api, service, sort):
     """/failures reranks every query in one batch; /query reranks one: a row's numbers are that query's
@@ -400,12 +426,15 @@ def test_failures_answers_the_key_columns_in_a_few_thousand_characters_from_the_
             rank = rows.loc[(run, row["query_id"]), "target_rank"]
             assert row[f"{run}/target_rank"] == (None if rank != rank else int(rank))
 
-    class NoRankings(answers.RunRankings):
-        def run(self, name):
-            raise AssertionError(f"{name}'s rankings recomputed")
+    def no_rankings(name, progress=None):
+        raise AssertionError(f"{name}'s rankings recomputed")
 
     svc.failure_stats()  # the page's rows, as the Explore list has them
-    got = answers.failures_answer(svc, NoRankings(svc), "diff:A,B:Recall@5", None, 5)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(svc.store, "ranking", no_rankings)
+        got = answers.failures_answer(svc, answers.RunRankings(svc), "diff:A,B:Recall@5", None, 5)
+        every = answers.failures_answer(svc, answers.RunRankings(svc), "worst", None, 3, columns="all")
+    assert len(every["columns"]) > len(got["columns"]) and len(every["rows"]) == 3
     assert got["columns"][2:] == [
         "A/Recall@1",
         "A/target_rank",
@@ -418,6 +447,42 @@ def test_failures_answers_the_key_columns_in_a_few_thousand_characters_from_the_
         client.predict("worst", columns="every", api_name="/failures")
 
 
+def test_a_runs_apps_first_failures_scores_the_files_once_and_a_restart_reads_them(cirr_api, tmp_path, monkeypatch):
+    """An app started with `--runs` on an empty data folder: its first /failures scores the two files (their
+    rankings read, no search) in seconds of CPU; the same app started again reads those rows from the store's
+    cache (nothing produced or scored again) and answers the same rows."""
+    import time
+
+    from cir_demo.explorer import api as answers
+    from cir_demo.explorer import build_service
+    from cir_demo.store import store as store_module
+    from cir_demo.ui.startup import build_parser
+
+    _, _, _, pa, pb, _, root = cirr_api
+    argv = ["--benchmark", "cirr", "--root", str(root / "cirr"), "--runs", f"A={pa}", f"B={pb}", "--reranker", "none"]
+    args = build_parser().parse_args([*argv, "--no-thumbnail-warmer"])
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))  # an empty data folder's cache
+
+    def first_failures(svc):
+        try:
+            started = time.process_time()
+            got = answers.failures_answer(svc, answers.RunRankings(svc), "worst", None, None)
+            return got, time.process_time() - started, svc.failure_source  # CPU time: the load does not count
+        finally:
+            svc.engine.close()
+
+    first, seconds, source = first_failures(build_service(ui_app.config_from_args(args)))
+    assert source == "A computed here; B computed here" and seconds < 5, (source, seconds)
+
+    def produced(*a, **k):
+        raise AssertionError("a run produced or scored again")
+
+    monkeypatch.setattr(store_module, "produce_run", produced)
+    monkeypatch.setattr(store_module, "rows_of", produced)
+    again, _, source = first_failures(build_service(ui_app.config_from_args(args)))
+    assert source == "cache" and again == first and first["total"] == len(cirr_api[2].queries)
+
+
 def test_two_clients_uploads_are_their_own(cirr_api, tmp_path, monkeypatch):
     """A results file one client sends to /evaluate is a run of its session only: another client cannot
     name it, is not told its name and, uploading more than it may keep, evicts only its own."""
@@ -426,7 +491,7 @@ def test_two_clients_uploads_are_their_own(cirr_api, tmp_path, monkeypatch):
 
     first, svc, bench, pa, pb, _, _ = cirr_api
     second = Client(first.src, verbose=False)
-    monkeypatch.setattr(svc, "max_uploaded_runs", 2)
+    monkeypatch.setattr(svc.columns, "max_uploaded_runs", 2)
     mine = first.predict(handle_file(str(pa)), "mine", api_name="/evaluate")["run"]
     query = bench.queries[0].query_id
     assert first.predict(query, [mine], api_name="/query")["columns"][0]["retriever"] == mine

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from cir_demo.benchmarks.registry import RERANK_SUFFIX
 from cir_demo.explorer.config import ServiceError
@@ -142,12 +142,19 @@ class RunRankings:
         self.rows = LRU(32)  # (sort, runs) -> the sorted rows: the runs never change, their rows neither
 
     def scored(self, name: str):
-        """Run `name`'s per-query rows."""
-        return self.service.store.rows(name)
+        """Run `name`'s whole per-query rows (per_query.csv's): the store's for a column the app serves (read,
+        never produced again, where an eval run or the cache holds them), an upload's scored from its file
+        once."""
+        base = name[: -len(RERANK_SUFFIX)] if name.endswith(RERANK_SUFFIX) else name
+        if base in self.service.retriever_names:
+            return self.service.store.rows(name)
+        rows = self.rows.get(("upload rows", name))
+        if rows is None:
+            from cir_demo.store.store import rows_of
 
-    def run(self, name: str) -> Mapping[str, Sequence[str]]:
-        """Run `name`'s rankings `{query id: ids best first}`."""
-        return self.service.store.ranking(name)
+            rows = rows_of(self.service.benchmark, self.service.engine.retriever(name).rankings, name)
+            self.rows.put(("upload rows", name), rows)
+        return rows
 
 
 def served_runs(service, owner: str = "") -> list[str]:
@@ -176,7 +183,6 @@ def failure_sort_rows(service, names: Sequence[str], stats, cache: RunRankings):
     import pandas as pd
 
     from cir_demo.explorer.failures import SortContext
-    from cir_demo.store.store import rows_of
 
     ctx = SortContext(
         service.family,
@@ -186,14 +192,7 @@ def failure_sort_rows(service, names: Sequence[str], stats, cache: RunRankings):
         bool(service.reranker_name),
     )
     parts = [] if stats is None else [stats]
-    for name in names:
-        if name not in service.retriever_names:  # an upload: its file's rankings, scored once
-            rows = cache.rows.get(("upload rows", name))
-            if rows is None:
-                rankings = service.engine.retriever(name).rankings
-                rows = rows_of(service.benchmark, rankings, name)
-                cache.rows.put(("upload rows", name), rows)
-            parts.append(rows)
+    parts += [cache.scored(name) for name in names if name not in service.retriever_names]  # uploads
     return pd.concat(parts, ignore_index=True), ctx
 
 
@@ -273,10 +272,10 @@ def failure_columns(service, cache: RunRankings, rows, per_query, names: Sequenc
     numbers, null where there is none (the CSV's empty cell)."""
     import pandas as pd
 
-    from cir_demo.explorer.cli import INTEGER_COLUMNS, failure_rows_of
+    from cir_demo.explorer.cli import INTEGER_COLUMNS, failure_rows_from
 
     if columns == "all":
-        full = failure_rows_of(service.benchmark, {n: cache.run(n) for n in names}, "benchmark")
+        full = failure_rows_from(service.benchmark, {n: cache.scored(n) for n in names}, "benchmark")
         full = full.drop(columns=["why"]).set_index("query_id").reindex(rows["query_id"]).reset_index(drop=True)
         out = rows.join(full)
     else:

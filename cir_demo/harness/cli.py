@@ -101,14 +101,14 @@ def run(args: argparse.Namespace) -> int:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from cir_demo.benchmarks.schema import BenchmarkError
     from cir_demo.preflight.commands import eval_problems, report
-    from cir_demo.index.cli import index_uri_problems
+    from cir_demo.index.cli import index_flags, index_uri_problems
     from cir_demo.preflight.flags import GivenFlags
     from cir_demo.errors import report_errors
     from cir_demo.integrity import DamagedFileError
     from cir_demo.paths import DataFolderError
 
     problems = eval_problems(
-        GivenFlags.of(vars(args)), index_uri_problems(args)
+        GivenFlags.of(vars(args)), index_uri_problems(index_flags(args))
     )  # before any work: nothing is created when a flag is wrong
     if problems:
         return report(problems)
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
 
         return run_benchmark(settings)
 
-    return report_errors(body, debug=getattr(args, "debug", False), expected=expected)
+    return report_errors(body, debug=args.debug, expected=expected)
 
 
 def eval_settings(args: argparse.Namespace):
@@ -146,12 +146,12 @@ def eval_settings(args: argparse.Namespace):
         rerank=args.rerank,
         rerank_top_n=args.rerank_top_n,
         device=args.device,
-        index_uri=getattr(args, "index_uri", None),
+        index_uri=args.index_uri,
         trust_remote_code=bool(args.trust_remote_code),
         dry_run=bool(args.dry_run),
         out=args.out,
         overwrite=bool(args.overwrite),
-        wait=bool(getattr(args, "wait", False)),
+        wait=bool(args.wait),
         n_boot=args.n_boot,
         bootstrap_seed=args.bootstrap_seed,
         plots=not args.no_plots,

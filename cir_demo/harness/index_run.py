@@ -44,7 +44,7 @@ def build_settings(args: argparse.Namespace) -> IndexBuild:
     """`index build`'s flags, unpacked once; a ValueError (one line) for a parameter of another --kind
     or a budget that is not positive."""
     from cir_demo.images.cli import fetch_settings
-    from cir_demo.index.cli import index_params, memory_budget
+    from cir_demo.index.cli import index_flags, index_params, memory_budget
 
     request = RunRequest(
         BenchmarkChoice.from_args(args),
@@ -54,6 +54,7 @@ def build_settings(args: argparse.Namespace) -> IndexBuild:
         fetch_images=bool(args.fetch_images),
         fetch=fetch_settings(args),
     )
+    index = index_flags(args)
     return IndexBuild(
         request,
         args.retriever,
@@ -66,10 +67,10 @@ def build_settings(args: argparse.Namespace) -> IndexBuild:
         sharded=bool(args.sharded),
         shard_dir=args.shard_dir,
         keep_shards=bool(args.keep_shards),
-        params=index_params(args),
-        memory_budget=memory_budget(args),
-        index_uri=args.index_uri,
-        index_params=args.index_params,
+        params=index_params(index),
+        memory_budget=memory_budget(index),
+        index_uri=index.index_uri,
+        index_params=index.index_params,
     )
 
 
@@ -203,7 +204,54 @@ def _list() -> int:
     return 0
 
 
-def _prebuilt(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class PrebuiltSettings:
+    """`index prebuilt`'s flags, typed: unpacked once by `prebuilt_settings`, which refuses a flag that
+    goes with another one not given (`--rerun` without `--check`)."""
+
+    benchmark: BenchmarkChoice  # --benchmark (default "world"), its loader flags and --limit
+    retrievers: str | None = None  # comma-separated; None: the benchmark's defaults, as --eval runs them
+    rerank: str | None = None  # the reranker backend ("none": off); None: the benchmark's default
+    only: str | None = None  # "world", "embeddings" or "eval"; None: all three, in that order
+    check: bool = False
+    every: bool = False  # --all: with --check, the rows of every intent recomputed, not of a draw
+    draw_seed: int | None = None
+    sample: int | None = None  # intents drawn per split; None: the check's default
+    rerun: bool = False
+    in_data_folder: bool = False
+    batch_size: int = 64
+    progress: bool = True
+
+
+def prebuilt_settings(args: argparse.Namespace) -> PrebuiltSettings:
+    """`index prebuilt`'s flags, unpacked once; a ValueError (one line, naming the flags) for a flag
+    given without the one it goes with."""
+    settings = PrebuiltSettings(
+        BenchmarkChoice.from_args(args, args.benchmark or "world"),
+        retrievers=args.retrievers,
+        rerank=args.rerank,
+        only=args.only,
+        check=bool(args.check),
+        every=bool(args.all),
+        draw_seed=args.draw_seed,
+        sample=args.sample,
+        rerun=bool(args.rerun),
+        in_data_folder=bool(args.in_data_folder),
+        batch_size=args.batch_size,
+        progress=not args.no_progress,
+    )
+    if settings.rerun and not settings.check:
+        raise ValueError("--rerun goes with --check (it checks the shipped --eval outputs by running --eval again)")
+    if (settings.every or settings.draw_seed is not None or settings.sample is not None) and not settings.check:
+        raise ValueError("--all, --draw-seed and --sample go with --check (they choose the intents it recomputes)")
+    if settings.sample is not None and settings.sample < 1:
+        raise ValueError(f"--sample {settings.sample}: draw at least 1 intent per split (--all: every one)")
+    if settings.benchmark.limit and settings.only != "eval":
+        raise ValueError("--limit goes with --only eval (corpus embeddings are always of the whole corpus)")
+    return settings
+
+
+def _prebuilt(settings: PrebuiltSettings) -> int:
     """Rebuild (or with --check, only check) what indexes/prebuilt/ commits: the corpus embeddings and
     the complete --eval outputs."""
     import contextlib
@@ -211,55 +259,45 @@ def _prebuilt(args: argparse.Namespace) -> int:
     from cir_demo.harness.prebuilt_run_build import empty_data_folder
     from cir_demo.preflight.request import default_reranker, retriever_names
 
-    if args.rerun and not args.check:
-        raise ValueError("--rerun goes with --check (it checks the shipped --eval outputs by running --eval again)")
-    every, draw_seed, sample = (getattr(args, k, None) for k in ("all", "draw_seed", "sample"))
-    if (every or draw_seed is not None or sample is not None) and not args.check:
-        raise ValueError("--all, --draw-seed and --sample go with --check (they choose the intents it recomputes)")
-    if sample is not None and sample < 1:
-        raise ValueError(f"--sample {args.sample}: draw at least 1 intent per split (--all: every one)")
-    if args.limit and args.only != "eval":
-        raise ValueError("--limit goes with --only eval (corpus embeddings are always of the whole corpus)")
-    args.benchmark = args.benchmark or "world"
+    only = settings.only
     # built in an empty data folder: no cached score, feature or embedding can stand in for a computed one
-    with empty_data_folder() if not (args.check or args.in_data_folder) else contextlib.nullcontext():
-        bad = _prebuilt_world(args) if args.only in (None, "world") else 0
-        if args.only == "world":
+    with empty_data_folder() if not (settings.check or settings.in_data_folder) else contextlib.nullcontext():
+        bad = _prebuilt_world(settings) if only in (None, "world") else 0
+        if only == "world":
             return 1 if bad else 0
-        bench = _load_benchmark(BenchmarkChoice.from_args(args))
-        names = retriever_names(args.retrievers, bench.name)
-        reranker = default_reranker(bench.name, args.rerank)
-        bad += _prebuilt_embeddings(args, bench, names, reranker) if args.only != "eval" else 0
-        if args.only != "embeddings":
-            bad += _prebuilt_eval(args, bench, names, reranker)
+        bench = _load_benchmark(settings.benchmark)
+        names = retriever_names(settings.retrievers, bench.name)
+        reranker = default_reranker(bench.name, settings.rerank)
+        bad += _prebuilt_embeddings(settings, bench, names, reranker) if only != "eval" else 0
+        if only != "embeddings":
+            bad += _prebuilt_eval(settings, bench, names, reranker)
     return 1 if bad else 0
 
 
-def _prebuilt_world(args: argparse.Namespace) -> int:
+def _prebuilt_world(settings: PrebuiltSettings) -> int:
     """Write (unless --check) and check the world's shipped test part; written first: the embeddings and
     the --eval outputs are of the world it holds."""
     from datetime import datetime, timezone
 
-    from cir_demo.benchmarks.cli_args import benchmark_kwargs
     from cir_demo.index.prebuilt import code_version
     from cir_demo.world.pack import pack_world
     from cir_demo.world.shipped import shipped_problems, shipped_world_dir
 
-    kwargs = benchmark_kwargs(args)
-    if args.benchmark != "world" or kwargs.get("root"):
+    name, kwargs = settings.benchmark.name, settings.benchmark.kwargs
+    if name != "world" or kwargs.get("root"):
         raise ValueError(
             "--only world: only the offline world generated from its size and seed (no --root) ships "
-            f"its test part, not {args.benchmark!r}" + (" at --root" if kwargs.get("root") else "")
+            f"its test part, not {name!r}" + (" at --root" if kwargs.get("root") else "")
         )
     size, seed = kwargs.get("size", "default"), kwargs.get("seed", 0)
     out = shipped_world_dir(size, seed)
-    if not args.check:
+    if not settings.check:
         pack_world(
             size,
             seed,
             out,
             {"code": code_version(), "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds")},
-            progress=not args.no_progress,
+            progress=settings.progress,
         )
         print(f"wrote {out}")
     reasons = shipped_problems(out, size, seed)
@@ -267,7 +305,7 @@ def _prebuilt_world(args: argparse.Namespace) -> int:
     return int(bool(reasons))
 
 
-def _prebuilt_embeddings(args: argparse.Namespace, bench, names: list[str], reranker: str | None) -> int:
+def _prebuilt_embeddings(settings: PrebuiltSettings, bench, names: list[str], reranker: str | None) -> int:
     """The corpus rows of the retrievers' image towers and of the reranker's image features (the world
     judge's, as int8 codes), which --eval would otherwise encode on a fresh clone."""
     from cir_demo.index.build import corpus_ids_of
@@ -281,8 +319,8 @@ def _prebuilt_embeddings(args: argparse.Namespace, bench, names: list[str], rera
         judge = load_reranker(reranker)
         if getattr(judge, "image_spec", None) and hasattr(judge, "encode_images"):  # as the engine shares them
             retrievers.append(judge)
-    if not args.check:
-        for d in build_prebuilt(bench, retrievers, batch_size=args.batch_size, progress=not args.no_progress):
+    if not settings.check:
+        for d in build_prebuilt(bench, retrievers, batch_size=settings.batch_size, progress=settings.progress):
             print(f"wrote {d}")
     ids, bad, sliced = corpus_ids_of(bench), 0, {}
     for r in retrievers:
@@ -291,9 +329,10 @@ def _prebuilt_embeddings(args: argparse.Namespace, bench, names: list[str], rera
             print(f"{r.name}: no image_spec, nothing prebuilt")
             continue
         reasons = prebuilt_problems(prebuilt_dir(bench, tower), bench, tower, ids)
-        if args.check and not reasons:  # one re-encoded slice per image tower (the recipes share one)
+        if settings.check and not reasons:  # one re-encoded slice per image tower (the recipes share one)
             if tower.spec_hash() not in sliced:
-                sliced[tower.spec_hash()] = slice_problems(bench, r, ids, prebuilt_dir(bench, tower), args.batch_size)
+                folder = prebuilt_dir(bench, tower)
+                sliced[tower.spec_hash()] = slice_problems(bench, r, ids, folder, settings.batch_size)
             reasons = sliced[tower.spec_hash()]
         bad += bool(reasons)
         print(
@@ -303,26 +342,26 @@ def _prebuilt_embeddings(args: argparse.Namespace, bench, names: list[str], rera
     return bad
 
 
-def _prebuilt_eval(args: argparse.Namespace, bench, names: list[str], reranker: str | None) -> int:
+def _prebuilt_eval(settings: PrebuiltSettings, bench, names: list[str], reranker: str | None) -> int:
     from cir_demo.harness.prebuilt_run_build import build_shipped_run, check_shipped_run
     from cir_demo.index.prebuilt_run import shipped_dir
 
-    if not args.check:
-        print(f"wrote {build_shipped_run(args, bench, names, reranker)}")
+    if not settings.check:
+        print(f"wrote {build_shipped_run(settings.benchmark, bench, names, reranker, settings.in_data_folder)}")
     from cir_demo.harness.shipped_check import CONTENT
 
     reasons = check_shipped_run(
         bench,
         names,
         reranker,
-        rerun=args.check and args.rerun,
-        recompute=args.check,
-        sample=0 if getattr(args, "all", False) else getattr(args, "sample", None),
-        seed=getattr(args, "draw_seed", None),
+        rerun=settings.check and settings.rerun,
+        recompute=settings.check,
+        sample=0 if settings.every else settings.sample,
+        seed=settings.draw_seed,
     )
     what = (
-        ("byte-identical to --eval" if args.rerun else "--eval outputs, every number recomputed")
-        if args.check and not reasons
+        ("byte-identical to --eval" if settings.rerun else "--eval outputs, every number recomputed")
+        if settings.check and not reasons
         else "--eval outputs"
     )
     # a number that differs from its recomputation is said apart from outputs of other code (stale)
@@ -340,9 +379,12 @@ def run(args: argparse.Namespace) -> int:
     from cir_demo.index.manifest import StaleIndexError
     from cir_demo.index.shard import ShardedBuildError
     from cir_demo.integrity import DamagedFileError
+    from cir_demo.index.cli import index_flags
     from cir_demo.preflight.commands import index_problems, report
+    from cir_demo.preflight.flags import GivenFlags
 
-    problems = index_problems(args)  # before any work: a wrong flag costs nothing and creates nothing
+    # before any work: a wrong flag costs nothing and creates nothing
+    problems = index_problems(GivenFlags.of({**vars(args), "command": "index"}), index_flags(args))
     if problems:
         return report(problems)
     actions = {
@@ -357,11 +399,11 @@ def run(args: argparse.Namespace) -> int:
             bool(args.verify),
         ),
         "list": _list,
-        "prebuilt": lambda: _prebuilt(args),
+        "prebuilt": lambda: _prebuilt(prebuilt_settings(args)),
     }
     return report_errors(
         actions[action],
-        debug=getattr(args, "debug", False),
+        debug=bool(getattr(args, "debug", False)),  # `index list` has no --debug
         expected=(
             ValueError,
             KeyError,

@@ -227,7 +227,7 @@ def run_benchmark(settings: EvalSettings) -> int:
 
 def machine_busy(load: float) -> bool:
     """A 1-minute load average above the CPUs + 1: other work already fills the machine."""
-    from cir_demo.index.build import usable_cpus
+    from cir_demo.index.corpus_encode import usable_cpus
 
     return load > usable_cpus() + 1
 

@@ -21,7 +21,10 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from cir_demo.benchmarks.cli_args import BenchmarkChoice
 
 EVAL_COMMAND = ["python", "-m", "cir_demo", "eval"]
 DATA_ENV = ("CIR_DEMO_DATA", "CIR_DEMO_CACHE", "CIR_DEMO_INDEXES", "CIR_DEMO_RUNS", "CIR_DEMO_BENCHMARK_CACHE")
@@ -47,13 +50,13 @@ def empty_data_folder() -> Iterator[Path]:
                     os.environ[k] = v
 
 
-def eval_flags(args: argparse.Namespace, names: list[str], reranker: str | None) -> list[str]:
+def eval_flags(choice: BenchmarkChoice, names: list[str], reranker: str | None) -> list[str]:
     """The `--eval` flags of the shipped run: the benchmark's, its retrievers and reranker, every other
     flag at its default (as the app's background run)."""
-    from cir_demo.benchmarks.cli_args import benchmark_flags, benchmark_kwargs
+    from cir_demo.benchmarks.cli_args import benchmark_flags
 
     return [
-        *benchmark_flags(args.benchmark, benchmark_kwargs(args), getattr(args, "limit", None)),
+        *benchmark_flags(choice.name, choice.kwargs, choice.limit),
         "--retrievers",
         ",".join(names),
         "--rerank",
@@ -87,17 +90,20 @@ def key_of_run(run_dir: Path) -> dict:
     )
 
 
-def build_shipped_run(args: argparse.Namespace, bench, names: list[str], reranker: str | None) -> Path:
-    """Run `--eval` and write its outputs as the benchmark's shipped run; refuses when the code changed
-    while it ran (the key names the code the outputs came from)."""
+def build_shipped_run(
+    choice: BenchmarkChoice, bench, names: list[str], reranker: str | None, in_data_folder: bool = False
+) -> Path:
+    """Run `--eval` on the benchmark `choice` selects (`bench`, loaded) and write its outputs as the
+    benchmark's shipped run, in an empty data folder unless `in_data_folder`; refuses when the code
+    changed while it ran (the key names the code the outputs came from)."""
     from cir_demo.index.prebuilt import code_version
     from cir_demo.index.prebuilt_run import output_code_sha256, pack_run, shipped_dir
 
-    flags = eval_flags(args, names, reranker)
+    flags = eval_flags(choice, names, reranker)
     code = output_code_sha256()
     with tempfile.TemporaryDirectory(prefix="cir-demo-shipped-") as tmp:
         out, started = Path(tmp) / "run", time.perf_counter()
-        with empty_data_folder() if not getattr(args, "in_data_folder", False) else contextlib.nullcontext():
+        with empty_data_folder() if not in_data_folder else contextlib.nullcontext():
             run_eval(flags, out)
         output_code_sha256.cache_clear()
         if output_code_sha256() != code:

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if any(s < 0 for s in args.seeds) or len(set(args.seeds)) != len(args.seeds):
         print(f"error: --seeds must be distinct non-negative integers, got {args.seeds}", file=sys.stderr)
         return 2
-    with folder_lock(Path(args.out), getattr(args, "wait", False)):  # one record at a time in --out
+    with folder_lock(Path(args.out), args.wait):  # one record at a time in --out
         return _run(args)
 
 

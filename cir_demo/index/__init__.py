@@ -3,7 +3,8 @@
 Importing this package imports neither faiss nor torch; they load when used.
 """
 
-from cir_demo.index.build import build_corpus_index, default_index_dir, encode_corpus, ensure_index
+from cir_demo.index.build import build_corpus_index, default_index_dir, ensure_index
+from cir_demo.index.corpus_encode import encode_corpus
 from cir_demo.index.faiss_index import brute_force_search, build_index, recall_at_k, search
 from cir_demo.index.manifest import (
     IndexManifest,

@@ -12,6 +12,9 @@ harness/index_run.py, above the pre-run checks of preflight/).
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
 
 from cir_demo.benchmarks.cli_args import add_dry_run_and_debug
 
@@ -207,10 +210,37 @@ FAISS_ONLY = ("kind", "out_dir", "nlist", "nprobe", "train_size", "M", "ef_const
 FAISS_ONLY += ("k_factor", "refine_bits")
 
 
-def index_uri_problems(args: argparse.Namespace) -> list[str]:
+@dataclass(frozen=True)
+class IndexFlags:
+    """The index flags a command was given (`index build`, `--eval`, the app), typed: unpacked once at
+    its edge by `index_flags`, and what the checks before any work (`index_uri_problems`,
+    `index_params`, `memory_budget`) and the build read."""
+
+    index_uri: str | None = None  # --index-uri: a Milvus URI; None: faiss files
+    index_params: str | None = None  # --index-params (JSON), for a Milvus index
+    memory_budget: float | None = None  # --memory-budget, GiB as given
+    faiss: Mapping[str, Any] = field(default_factory=dict)  # the FAISS_ONLY flags set (not None, not False)
+
+    @property
+    def kind(self) -> str | None:
+        return self.faiss.get("kind")
+
+
+def index_flags(args: argparse.Namespace) -> IndexFlags:
+    """A command's index flags, unpacked once (a command without one of them reads it as not given)."""
+    given = {a: v for a in FAISS_ONLY if (v := getattr(args, a, None)) is not None and v is not False}
+    return IndexFlags(
+        getattr(args, "index_uri", None),
+        getattr(args, "index_params", None),
+        getattr(args, "memory_budget", None),
+        MappingProxyType(given),
+    )
+
+
+def index_uri_problems(flags: IndexFlags) -> list[str]:
     """One line per --index-uri/--index-params problem: a URI that is neither a .db path nor
     http(s)://host:port, parameters that are not JSON, faiss flags beside a Milvus index."""
-    uri, params = getattr(args, "index_uri", None), getattr(args, "index_params", None)
+    uri, params = flags.index_uri, flags.index_params
     if uri is None:
         return ["--index-params goes with --index-uri (a Milvus index); faiss takes --kind"] if params else []
     from cir_demo.index.milvus_store import index_request, parse_uri
@@ -221,7 +251,7 @@ def index_uri_problems(args: argparse.Namespace) -> list[str]:
             check(value)
         except ValueError as exc:
             out.append(str(exc))
-    faiss = [f"--{a.replace('_', '-')}" for a in FAISS_ONLY if getattr(args, a, None) not in (None, False)]
+    faiss = [f"--{a.replace('_', '-')}" for a in FAISS_ONLY if flags.faiss.get(a) not in (None, False)]
     if faiss:
         out.append(f"{', '.join(faiss)}: faiss flags; a Milvus index (--index-uri) takes --index-params JSON")
     return out
@@ -238,25 +268,24 @@ PARAM_FLAGS = {
 }
 
 
-def index_params(args: argparse.Namespace) -> dict:
+def index_params(flags: IndexFlags) -> dict:
     """The `--kind` parameters given on the command line, by their index name; ValueError for one that
     does not apply to the kind."""
-    chosen = PARAM_FLAGS.get(args.kind, {})
-    flags = {attr for table in PARAM_FLAGS.values() for attr in table}
-    wrong = [
-        f"--{attr.replace('_', '-')}" for attr in sorted(flags - set(chosen)) if getattr(args, attr, None) is not None
-    ]
+    kind = flags.kind
+    chosen = PARAM_FLAGS.get(kind, {})
+    every = {attr for table in PARAM_FLAGS.values() for attr in table}
+    wrong = [f"--{attr.replace('_', '-')}" for attr in sorted(every - set(chosen)) if attr in flags.faiss]
     if wrong:
         raise ValueError(
-            f"{', '.join(wrong)} do(es) not apply to --kind {args.kind or '(not given)'}"
-            + ("; name the kind with --kind" if args.kind in (None, "auto") else "")
+            f"{', '.join(wrong)} do(es) not apply to --kind {kind or '(not given)'}"
+            + ("; name the kind with --kind" if kind in (None, "auto") else "")
         )
-    return {param: getattr(args, attr) for attr, param in chosen.items() if getattr(args, attr, None) is not None}
+    return {param: flags.faiss[attr] for attr, param in chosen.items() if attr in flags.faiss}
 
 
-def memory_budget(args: argparse.Namespace) -> int | None:
+def memory_budget(flags: IndexFlags) -> int | None:
     """--memory-budget in bytes (None: the default); ValueError for one that is not positive."""
-    value = getattr(args, "memory_budget", None)
+    value = flags.memory_budget
     if value is None:
         return None
     if not value > 0:

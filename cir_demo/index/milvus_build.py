@@ -255,7 +255,7 @@ def write_collection(
         manifest.factory = f"milvus {index_type} {json.dumps(build, sort_keys=True)}"
         _put_manifest(client, target, name, manifest, BUILDING)
     else:
-        from cir_demo.index.build import say
+        from cir_demo.index.corpus_encode import say
 
         manifest.params, manifest.factory = prior.params, prior.factory
         if start < len(ids):
@@ -296,7 +296,8 @@ def build_milvus_index(
     served (see the module doc). `index_params`: `--index-params` (JSON). `embeddings`: the corpus rows
     (or what returns them, called only when a build is needed: a sharded encoding), else they are
     encoded (or read from the embedding cache)."""
-    from cir_demo.index.build import benchmark_index_name, corpus_fingerprint, corpus_ids_of, require_encoder
+    from cir_demo.index.corpus_encode import corpus_ids_of, require_encoder
+    from cir_demo.index.manifest import benchmark_index_name, corpus_fingerprint
 
     require_encoder(retriever)
     ids = corpus_ids_of(benchmark)
@@ -318,7 +319,7 @@ def build_milvus_index(
             except MilvusIndexError as exc:  # rows lost or ids changed: built again
                 reasons.append(f"damaged: {exc}")
         _refuse_foreign(target, alias, serving, old, reasons, force)
-        from cir_demo.index.build import say
+        from cir_demo.index.corpus_encode import say
 
         say(f"Milvus at {target.shown}: rebuilding {alias} ({'; '.join(reasons + changes)[:500]})")
     d = int(retriever.dim)
@@ -357,7 +358,7 @@ def _drop_replaced(client, target, name: str) -> None:
     """Drop the collection the alias no longer serves; when that fails (Milvus Lite refuses while its
     background index builder still writes the collection's files), say so and go on: the new
     collection is served already."""
-    from cir_demo.index.build import say
+    from cir_demo.index.corpus_encode import say
 
     try:
         store.calling(target, f"dropping the replaced collection {name}", client.drop_collection, name)

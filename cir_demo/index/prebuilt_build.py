@@ -1,5 +1,5 @@
 """Writing and checking the repository's prebuilt corpus embeddings (`python -m cir_demo index prebuilt`):
-the corpus encoded once per image tower (cir_demo/index/build.py) and written where
+the corpus encoded once per image tower (cir_demo/index/corpus_encode.py) and written where
 cir_demo/index/prebuilt.py reads it, and a slice re-encoded to check a committed folder."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from cir_demo.index.build import corpus_ids_of, encode_corpus_with
+from cir_demo.index.corpus_encode import corpus_ids_of, encode_corpus_with
 from cir_demo.index.prebuilt import (
     CODES_FILE,
     EMBEDDINGS_FILE,

@@ -38,19 +38,23 @@ import numpy as np
 
 from cir_demo.index.build import (
     AUTO,
-    corpus_fingerprint,
-    corpus_ids_of,
     default_index_dir,
-    encode_corpus,
     make_manifest,
     plan_rebuild,
     rebuild_reasons,
-    require_encoder,
     requested_params,
     write_built_index,
 )
 from cir_demo.index.choose import default_memory_budget
-from cir_demo.index.manifest import LoadedIndex, build_lock, corpus_checksum, load_index, refuse_foreign
+from cir_demo.index.corpus_encode import corpus_ids_of, encode_corpus, require_encoder
+from cir_demo.index.manifest import (
+    LoadedIndex,
+    build_lock,
+    corpus_checksum,
+    corpus_fingerprint,
+    load_index,
+    refuse_foreign,
+)
 from cir_demo.utils.io import atomic_path, write_json_atomic
 
 SHARD_FORMAT = 1

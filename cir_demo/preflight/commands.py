@@ -8,10 +8,9 @@ and exits 2 before it creates a file or spends a minute (`report`).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from cir_demo.errors import USAGE_EXIT
 from cir_demo.preflight.checks import Line
@@ -27,6 +26,9 @@ from cir_demo.preflight.flags import (
     positive_float_problems,
 )
 from cir_demo.preflight.folders import creatable_dir_problem, data_folder_problems, run_dir_problem
+
+if TYPE_CHECKING:
+    from cir_demo.index.cli import IndexFlags
 
 
 def report(problems: Iterable[Line], file=None) -> int:
@@ -136,10 +138,10 @@ def eval_problems(flags: GivenFlags, index_uri: Sequence[str] = ()) -> list[Line
     )
 
 
-def index_build_problems(args: argparse.Namespace) -> list[Line]:
+def index_build_problems(flags: GivenFlags, index: IndexFlags) -> list[Line]:
+    """`index build`: `flags` as parsed, `index` its index flags typed (index/cli.py's `index_flags`)."""
     from cir_demo.paths import indexes_dir
 
-    flags = GivenFlags.of(vars(args))
     problems = benchmark_name_problems(flags) + data_folder_problems() + benchmark_flag_problems(flags)
     problems += int_problems(
         flags,
@@ -160,14 +162,14 @@ def index_build_problems(args: argparse.Namespace) -> list[Line]:
         ],
     )
     problems += fetch_flag_problems(flags)
-    problems += retriever_problems([args.retriever])
+    problems += retriever_problems([flags.get("retriever")])
     from cir_demo.index.cli import index_params, index_uri_problems, memory_budget
 
-    problems += [Line("", "blocked", p) for p in index_uri_problems(args)]
+    problems += [Line("", "blocked", p) for p in index_uri_problems(index)]
 
     for check in (index_params, memory_budget):  # a parameter of another --kind; a budget that is not positive
         try:
-            check(args)
+            check(index)
         except ValueError as exc:
             problems.append(Line("", "blocked", str(exc)))
     out_dir = flags.get("out_dir")
@@ -181,24 +183,15 @@ def index_build_problems(args: argparse.Namespace) -> list[Line]:
     return problems
 
 
-def index_problems(args: argparse.Namespace) -> list[Line]:
+def index_problems(flags: GivenFlags, index: IndexFlags) -> list[Line]:
     """`index build|status|list|prebuilt`: a wrong flag costs nothing and creates nothing."""
-    action = args.index_command
-    if action == "build":
-        return index_build_problems(args)
-    flags = GivenFlags.of(vars(args))
+    if flags.action == "build":
+        return index_build_problems(flags, index)
     return (
         benchmark_name_problems(flags)
         + data_folder_problems()
-        + (benchmark_flag_problems(flags) if action in ("status", "prebuilt") else [])
+        + (benchmark_flag_problems(flags) if flags.action in ("status", "prebuilt") else [])
     )
-
-
-def app_problems(args: argparse.Namespace) -> list[Line]:
-    """`python app.py`'s flags (ui/startup.py hands over its Namespace): `app_flag_problems`."""
-    from cir_demo.index.cli import index_uri_problems
-
-    return app_flag_problems(GivenFlags.of(vars(args)), index_uri_problems(args))
 
 
 def app_flag_problems(flags: GivenFlags, index_uri: Sequence[str] = ()) -> list[Line]:

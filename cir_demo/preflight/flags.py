@@ -7,7 +7,6 @@ flags as parsed, which each command's edge hands over once (`GivenFlags.of(vars(
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Mapping, Sequence
@@ -157,23 +156,24 @@ def port_problems(flags: GivenFlags) -> list[Line]:
     ]
 
 
-def settle_port(args: argparse.Namespace) -> None:
-    """After `port_problems` passed: `--port` given, `$GRADIO_SERVER_PORT` set to it (gradio parses the
-    variable when it is imported, and a value like `abc` would stop that import though the flag overrides
-    it); `--port 0`, a free port the system picks on the interface the app listens on."""
+def settle_port(port: int | None, server_name: str | None) -> int | None:
+    """After `port_problems` passed, the port the app serves on (None: gradio's choice): `--port` given,
+    `$GRADIO_SERVER_PORT` set to it (gradio parses the variable when it is imported, and a value like
+    `abc` would stop that import though the flag overrides it); `--port 0`, a free port the system picks
+    on the interface the app listens on (`--server-name`, else `$GRADIO_SERVER_NAME`)."""
     import os
     import socket
 
-    port = getattr(args, "port", None)
     if port is None:
-        return
+        return None
     if port == 0:
-        host = getattr(args, "server_name", None) or os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1"
+        host = server_name or os.environ.get("GRADIO_SERVER_NAME") or "127.0.0.1"
         family = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]
         with socket.socket(family, socket.SOCK_STREAM) as probe:
             probe.bind((host, 0))
-            args.port = port = probe.getsockname()[1]
+            port = probe.getsockname()[1]
     os.environ[PORT_ENV] = str(port)
+    return port
 
 
 def positive_float_problems(flags: GivenFlags, attrs: Sequence[str]) -> list[Line]:

@@ -104,7 +104,7 @@ class Retriever(abc.ABC):
 
         Retrievers that share an image tower (the recipes of one CLIP, a combiner
         over its features) return the same dict, so their corpus embeddings are
-        computed once (`cir_demo.index.build`); None means never share.
+        computed once (`cir_demo.index.embedding_cache`); None means never share.
         """
         return None
 

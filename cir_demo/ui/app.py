@@ -26,7 +26,8 @@ from cir_demo.ui.controls import CONTROLS_JS
 from cir_demo.ui.components import loading_html, md_escape, notes_markdown
 from cir_demo.ui.guard import guarded
 from cir_demo.ui.session_copies import bound_session_copies
-from cir_demo.ui.startup import Startup, build_parser, prepare  # noqa: F401 (build_parser: the command line)
+from cir_demo.ui.settings import AppSettings
+from cir_demo.ui.startup import Startup, app_settings, build_parser, prepare  # noqa: F401 (build_parser: the command line)
 from cir_demo.ui.state import HUB_ORIGIN, ParsedState, decode_state, resolve_state
 
 log = logging.getLogger("cir_demo.ui")
@@ -520,30 +521,32 @@ def launch_app(
 
 
 # ------------------------------------------------------------------ command line
-def config_from_args(args: argparse.Namespace) -> ServiceConfig:
-    from cir_demo.benchmarks.cli_args import benchmark_kwargs
-
-    kwargs = benchmark_kwargs(args)
-    retrievers = tuple(r.strip() for r in args.retrievers.split(",") if r.strip()) if args.retrievers else None
+def config_from_settings(settings: AppSettings) -> ServiceConfig:
+    """The explorer's configuration of the app's settings; ServiceError, ValueError for a bad `--runs`."""
     from cir_demo.explorer.own_runs import parse_run_args
 
-    runs = parse_run_args(args.runs or [])
+    runs = parse_run_args(list(settings.runs))
     return ServiceConfig(
         runs=tuple((r.name, r.path) for r in runs),
         run_folders=tuple(r.path for r in runs if os.path.isdir(r.path)),
-        benchmark=args.benchmark,
-        benchmark_kwargs=kwargs,
-        retrievers=retrievers,
-        reranker=args.reranker,
-        reranker_kwargs={"model": args.reranker_model} if args.reranker_model else {},
-        limit_groups=args.limit,
-        device=args.device,
-        allow_stale=args.allow_stale,
-        index_uri=getattr(args, "index_uri", None),
-        trust_remote_code=args.trust_remote_code,
-        warm_thumbnails=not args.no_thumbnail_warmer,
-        threads=args.threads,
+        benchmark=settings.benchmark.name,
+        benchmark_kwargs=dict(settings.benchmark.kwargs),
+        retrievers=settings.retrievers,
+        reranker=settings.reranker,
+        reranker_kwargs={"model": settings.reranker_model} if settings.reranker_model else {},
+        limit_groups=settings.benchmark.limit,
+        device=settings.device,
+        allow_stale=settings.allow_stale,
+        index_uri=settings.index_uri,
+        trust_remote_code=settings.trust_remote_code,
+        warm_thumbnails=settings.thumbnail_warmer,
+        threads=settings.threads,
     )
+
+
+def config_from_args(args: argparse.Namespace) -> ServiceConfig:
+    """`config_from_settings` of a parsed command line (`build_parser`)."""
+    return config_from_settings(app_settings(args))
 
 
 def served_split_kwargs(config: ServiceConfig) -> dict:
@@ -559,12 +562,10 @@ def served_split_kwargs(config: ServiceConfig) -> dict:
     return kwargs
 
 
-def _fetch_images(args: argparse.Namespace) -> int:
-    from cir_demo.benchmarks.cli_args import load_benchmark_from_args
+def _fetch_images(settings: AppSettings) -> int:
     from cir_demo.images.benchmark_fetch import fetch_for
-    from cir_demo.images.cli import fetch_settings
 
-    report = fetch_for(load_benchmark_from_args(args), fetch_settings(args))
+    report = fetch_for(settings.benchmark.load(), settings.fetch)
     print(f"fetch: {report.summary()}", flush=True)
     return 0
 
@@ -588,19 +589,19 @@ def main(argv: Sequence[str] | None = None, started: float | None = None, startu
     startup = prepare(argv) if startup is None else startup
     if isinstance(startup, int):
         return startup
-    args = startup.args
-    configure_log(args.debug)
+    settings = startup.settings
+    configure_log(settings.debug)
     t0 = time.perf_counter() if started is None else started
     try:
-        config = config_from_args(args)
+        config = config_from_settings(settings)
     except (KeyError, ValueError, ServiceError) as exc:
         startup.stop()
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.fetch_images:  # before the page: the explorer then opens the images from disk
+    if settings.fetch_images:  # before the page: the explorer then opens the images from disk
         from cir_demo.errors import report_errors
 
-        rc = report_errors(lambda: _fetch_images(args))
+        rc = report_errors(lambda: _fetch_images(settings))
         if rc:
             startup.stop()
             return rc
@@ -613,18 +614,18 @@ def main(argv: Sequence[str] | None = None, started: float | None = None, startu
     # background eval run, which could not load the runs' columns by name anyway
     precompute = PrecomputeJob(
         benchmark_flags(config.benchmark, served_split_kwargs(config), config.limit_groups),
-        enabled=not (args.no_precompute or args.runs),
+        enabled=settings.precompute and not settings.runs,
     )
     demo = create_app(loader, precompute)
     launch_app(
         demo,
-        args.server_name,
-        args.port,
-        args.share,
-        args.queue_size,
-        args.concurrency,
+        settings.server_name,
+        settings.port,
+        settings.share,
+        settings.queue_size,
+        settings.concurrency,
         prevent_thread_lock=True,
-        mcp=args.mcp or None,
+        mcp=settings.mcp or None,
     )
     # Load after the server is up: the loader's imports would otherwise hold the GIL while the
     # page and its assets are being served.

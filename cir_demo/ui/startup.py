@@ -7,13 +7,15 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Sequence
+
+from cir_demo.ui.settings import AppSettings
 
 
 @dataclass
 class Startup:
-    args: argparse.Namespace
+    settings: AppSettings  # the flags, typed and checked (`--port 0`: the port chosen)
     world_child: subprocess.Popen | None = None  # generating the benchmark's data (None: nothing to generate)
 
     def stop(self) -> None:
@@ -26,37 +28,71 @@ class Startup:
 def prepare(argv: Sequence[str] | None = None) -> Startup | int:
     """The parsed flags, every one checked before any work and before the server opens a socket, and the
     data generation begun; an exit status instead when a flag is wrong (its lines printed)."""
-    from cir_demo.benchmarks.cli_args import benchmark_kwargs
     from cir_demo.benchmarks.generate_aside import generate_aside
+    from cir_demo.index.cli import index_flags, index_uri_problems
     from cir_demo.preflight.checks import Line
-    from cir_demo.preflight.commands import app_problems, report
+    from cir_demo.preflight.commands import app_flag_problems, report
+    from cir_demo.preflight.flags import GivenFlags
 
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    problems = app_problems(args)
+    problems = app_flag_problems(GivenFlags.of(vars(args)), index_uri_problems(index_flags(args)))
     if problems:
         return report(problems)
-    problem = mcp_problem() if mcp_asked(args) else None
+    settings = app_settings(args)
+    problem = mcp_problem() if mcp_asked(settings.mcp) else None
     if problem:
         print(f"error: --mcp (or GRADIO_MCP_SERVER=True): {problem}", file=sys.stderr)
         return 2
     from cir_demo.preflight.flags import settle_port
 
-    settle_port(args)  # before gradio's import, which reads $GRADIO_SERVER_PORT
-    startup = Startup(args, generate_aside(args.benchmark, benchmark_kwargs(args)))
+    # before gradio's import, which reads $GRADIO_SERVER_PORT
+    settings = replace(settings, port=settle_port(settings.port, settings.server_name))
+    startup = Startup(settings, generate_aside(settings.benchmark.name, dict(settings.benchmark.kwargs)))
     from cir_demo.explorer.own_runs import runs_problems  # imports the explorer (~1 s): the child runs meanwhile
 
-    problems = [Line("", "blocked", p) for p in runs_problems(args.runs)]  # --runs: files the explorer reads
+    problems = [Line("", "blocked", p) for p in runs_problems(settings.runs)]  # --runs: files the explorer reads
     if problems:
         startup.stop()
         return report(problems)
     return startup
 
 
-def mcp_asked(args: argparse.Namespace) -> bool:
-    """`--mcp`, or gradio's own switch for it set in the environment (a Space's variable)."""
+def app_settings(args: argparse.Namespace) -> AppSettings:
+    """The app's flags, unpacked once (after their checks: `app_flag_problems`)."""
+    from cir_demo.benchmarks.cli_args import BenchmarkChoice
+    from cir_demo.images.cli import fetch_settings
+
+    retrievers = tuple(r.strip() for r in args.retrievers.split(",") if r.strip()) if args.retrievers else None
+    return AppSettings(
+        BenchmarkChoice.from_args(args),
+        retrievers=retrievers,
+        runs=tuple(args.runs or ()),
+        reranker=args.reranker,
+        reranker_model=args.reranker_model,
+        device=args.device,
+        trust_remote_code=bool(args.trust_remote_code),
+        allow_stale=bool(args.allow_stale),
+        index_uri=args.index_uri,
+        threads=args.threads,
+        fetch_images=bool(args.fetch_images),
+        fetch=fetch_settings(args),
+        server_name=args.server_name,
+        port=args.port,
+        share=bool(args.share),
+        queue_size=args.queue_size,
+        concurrency=args.concurrency,
+        mcp=bool(args.mcp),
+        precompute=not args.no_precompute,
+        thumbnail_warmer=not args.no_thumbnail_warmer,
+        debug=bool(args.debug),
+    )
+
+
+def mcp_asked(flag: bool) -> bool:
+    """`--mcp` (`flag`), or gradio's own switch for it set in the environment (a Space's variable)."""
     import os
 
-    return bool(getattr(args, "mcp", False)) or os.environ.get("GRADIO_MCP_SERVER", "").lower() == "true"
+    return flag or os.environ.get("GRADIO_MCP_SERVER", "").lower() == "true"
 
 
 def mcp_problem() -> str | None:
@@ -83,6 +119,7 @@ def mcp_problem() -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    default = {f.name: f.default for f in fields(AppSettings)}  # the defaults, written once there
     p = argparse.ArgumentParser(
         prog="python app.py",
         description="The CIR failure explorer (Gradio). Runs on the offline world by default; "
@@ -124,8 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--threads",
         type=int,
-        default=1,
-        help="torch CPU threads per request while serving (default 1: fastest for single queries; "
+        default=default["threads"],
+        help=f"torch CPU threads per request while serving (default {default['threads']}: fastest for single queries; "
         "index builds use all cores)",
     )
     m.add_argument(
@@ -146,8 +183,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=int, default=None, help="port (default: $GRADIO_SERVER_PORT, else 7860 or the next free one)"
     )
     s.add_argument("--share", action="store_true", help="also serve through a temporary public gradio.live link")
-    s.add_argument("--queue-size", type=int, default=32, help="requests waiting at most; more are refused (default 32)")
-    s.add_argument("--concurrency", type=int, default=2, help="requests worked on at once (default 2)")
+    s.add_argument(
+        "--queue-size",
+        type=int,
+        default=default["queue_size"],
+        help=f"requests waiting at most; more are refused (default {default['queue_size']})",
+    )
+    s.add_argument(
+        "--concurrency",
+        type=int,
+        default=default["concurrency"],
+        help=f"requests worked on at once (default {default['concurrency']})",
+    )
     s.add_argument(
         "--mcp",
         action="store_true",

@@ -11,7 +11,9 @@ ready, and measures it. Every input comes from the app itself: the queries from 
 order), their phrasings from /query, a reference image from /image. Each API visitor repeats what a
 script does: open a query, swap to another phrasing of it, rerank it (when the app has a reranker),
 search with an image, list the worst failures, fetch an image; each page visitor (`--page-visitors`,
-default a quarter) opens the page again and again. The report gives p50/p95 per action and overall,
+default a quarter) opens the page again and again; beside them `--api-clients` scripts (default 4, through
+gradio_client) call /query reranked, /search, /failures and /evaluate (a results file built from the app's
+own answers). A started app is measured once it has said its failure sorts are ready (`--settle`). The report gives p50/p95 per action and overall,
 errors, the machine's load average, the CPU the bench and the server used, and the server's RSS (over time
 with --rss-every). Then `--burst` visitors (default 60) fire one request each at once: beyond the queue
 they must get a clean "queue is full" refusal, never an error of another kind.
@@ -53,17 +55,33 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
-def start_app(app_args: list[str], port: int) -> subprocess.Popen:
+SETTLED = "failure sorts and report:"  # the app's line once the background run's outputs are installed or started
+
+
+def start_app(app_args: list[str], port: int, settle_s: float = 300.0) -> subprocess.Popen:
+    """Start the app and wait until the explorer is ready, then up to `settle_s` more for its line on the
+    failure sorts (the shipped outputs installed, or the background run started): the load measures the
+    steady state, not a /failures that computes a whole run because it came before the install."""
     cmd = [sys.executable, "app.py", "--port", str(port), *app_args]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    ready, settled = threading.Event(), threading.Event()
+
+    def read() -> None:
+        for line in iter(proc.stdout.readline, ""):
+            if not settled.is_set():
+                sys.stderr.write(f"[app] {line}")
+            if "explorer ready" in line:
+                ready.set()
+            if ready.is_set() and SETTLED in line:
+                settled.set()
+
+    threading.Thread(target=read, daemon=True).start()
     deadline = time.monotonic() + 1800
-    for line in iter(proc.stdout.readline, ""):
-        sys.stderr.write(f"[app] {line}")
-        if "explorer ready" in line:
-            break
+    while not ready.wait(1.0):
         if time.monotonic() > deadline or proc.poll() is not None:
             raise SystemExit("the app did not become ready")
-    threading.Thread(target=lambda: [None for _ in iter(proc.stdout.readline, "")], daemon=True).start()
+    if not settled.wait(settle_s):  # no background run (--no-precompute, --runs): no such line comes
+        sys.stderr.write(f"[bench] no '{SETTLED}' line within {settle_s:.0f} s of ready: measuring anyway\n")
     return proc
 
 
@@ -168,7 +186,7 @@ class GradioClientVisitor:
 
 
 PAGE_EVENT = "on_ready"  # the page load's second step (the first only polls the load status)
-ENDPOINTS = ("search", "query", "failures", "image")
+ENDPOINTS = ("search", "query", "failures", "image", "evaluate")
 
 
 class AppInfo:
@@ -191,6 +209,7 @@ class AppInfo:
         self.image_id = ""
         self.image: dict | None = None
         self.image_bytes = b""
+        self.results: dict[str, dict[str, float]] = {}  # a run dict of the app's own first column, for /evaluate
 
     def ordered(self, endpoint: str, kwargs: dict) -> list:
         """The values in the endpoint's parameter order, the app's defaults where none is given."""
@@ -214,8 +233,10 @@ class AppInfo:
             qid = row["query_id"]
             if qid in seen:
                 continue
-            answer = visitor.call("query", query_id=qid, k=1)
+            answer = visitor.call("query", query_id=qid, k=10)
             group = [p["query_id"] for p in answer["paraphrases"]] or [qid]
+            ranked = answer["columns"][0]["results"]
+            self.results[qid] = {r["image_id"]: float(len(ranked) - i) for i, r in enumerate(ranked)}
             seen += group
             self.groups.append(group)
             if not self.image_id:
@@ -262,6 +283,36 @@ class Visitor:
         return out
 
 
+class ApiClient(Visitor):
+    """A script on the named endpoints through gradio_client (`--api-clients`): one round is a reranked
+    query, a search, the worst failures and an /evaluate of a results file (the app's own first column on
+    the queries it was asked, a run dict), as a notebook driving the Space does."""
+
+    def __init__(self, url: str, app: AppInfo, seed: int):
+        import tempfile
+
+        self.client = GradioClientVisitor(url, app, seed)
+        self.app, self.is_page = app, False
+        self.rng = random.Random(seed)
+        self.image = self.client.upload(app.image_bytes, "reference.png")
+        folder = Path(tempfile.mkdtemp(prefix="bench_load_api_"))
+        self.results_file = folder / f"script{seed}.json"
+        self.results_file.write_text(json.dumps(app.results))
+
+    def actions(self):
+        from gradio_client import handle_file
+
+        group = self.rng.choice(self.app.groups)
+        call = self.client.client.predict
+        image = handle_file(self.image["path"])
+        return [
+            ("api /query", lambda: call(query_id=self.rng.choice(group), rerank=self.app.rerank, api_name="/query")),
+            ("api /search", lambda: call(image=image, instruction=self.rng.choice(WORDS), api_name="/search")),
+            ("api /failures", lambda: call(sort="worst", top=20, api_name="/failures")),
+            ("api /evaluate", lambda: call(results_file=handle_file(str(self.results_file)), api_name="/evaluate")),
+        ]
+
+
 def is_refusal(exc: BaseException) -> bool:
     return isinstance(exc, Refused) or bool(re.search(r"queue is full|too many|429", str(exc), re.I))
 
@@ -296,6 +347,7 @@ def load_phase(
     client: str = "raw",
     page_visitors: int = 0,
     min_rounds: int = 0,
+    api_clients: int = 0,
 ) -> dict:
     """`think`: seconds a visitor pauses after each action (0: back to back); `rss_every`: seconds
     between samples of the server's RSS (0: none); the first `page_visitors` of the visitors load the page; each visitor does all its actions at least
@@ -307,15 +359,19 @@ def load_phase(
     refusals = 0
     lock = threading.Lock()
     # every visitor opens the page first (timed apart: it prepares the whole page); the clock of
-    # the load phase starts when all have, so the actions measured are the steady state
-    connected = threading.Barrier(visitors + 1)
+    # the load phase starts when all have, so the actions measured are the steady state; the
+    # `api_clients` scripts (gradio_client) join the visitors
+    connected = threading.Barrier(visitors + api_clients + 1)
     stop_at = [float("inf")]
 
     def run(i: int) -> None:
         nonlocal refusals
         t = time.perf_counter()
         try:
-            v = Visitor(url, app, seed=i, client=client, page=i < page_visitors)
+            if i >= visitors:
+                v = ApiClient(url, app, seed=i)
+            else:
+                v = Visitor(url, app, seed=i, client=client, page=i < page_visitors)
         except Exception as exc:  # noqa: BLE001 - counted, reported
             v = None
             with lock:
@@ -347,7 +403,7 @@ def load_phase(
                 if think:
                     time.sleep(think)
 
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(visitors)]
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(visitors + api_clients)]
     for t in threads:
         t.start()
     connected.wait()
@@ -383,6 +439,7 @@ def load_phase(
     return {
         "visitors": visitors,
         "page_visitors": min(page_visitors, visitors),
+        "api_clients": api_clients,
         "duration_s": duration,
         "requests": len(measured),
         "errors": len(errors),
@@ -463,6 +520,18 @@ def main(argv=None) -> int:
         default=0,
         help="each visitor does all its actions at least this many times, past --duration if need be",
     )
+    p.add_argument(
+        "--api-clients",
+        type=int,
+        default=4,
+        help="gradio_client scripts calling /query (reranked), /search, /failures and /evaluate beside the visitors",
+    )
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=300.0,
+        help="seconds to wait after 'explorer ready' for the app's failure-sorts line before the load (default 300)",
+    )
     p.add_argument("--think", type=float, default=0.0, help="seconds each visitor pauses after an action (default 0)")
     p.add_argument(
         "--rss-every",
@@ -483,7 +552,7 @@ def main(argv=None) -> int:
     url = args.url
     if url is None:
         port = free_port()
-        proc = start_app(app_args, port)
+        proc = start_app(app_args, port, args.settle)
         url = f"http://127.0.0.1:{port}/"
     try:
         app = AppInfo(url)
@@ -505,6 +574,7 @@ def main(argv=None) -> int:
                 args.client,
                 pages,
                 args.min_rounds,
+                args.api_clients,
             ),
         }
         if proc is not None:

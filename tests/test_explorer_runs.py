@@ -35,3 +35,42 @@ def test_runs_and_report(tiny_setup, tmp_path):
     assert rep.metrics.loc[0, "NegRecall@10"] == "0.1000"
     assert rep.plots[0][0].name == "per_category.png" and "category" in rep.plots[0][1]
     assert any("fingerprint" in i for i in load_report(runs[2]).info)
+
+
+def test_a_report_is_read_again_only_when_its_files_change(tmp_path):
+    """`RunReports.report` (the service's) keeps a Report read once (every page load shows one) under the state of the
+    files it was read from (`report_key`): the same object while they stand, and after a file is replaced,
+    added or removed, what a cold `load_report` reads (the oracle)."""
+    from types import SimpleNamespace
+
+    from cir_demo.explorer.run_reports import RunReports
+    from cir_demo.explorer.runs import report_key
+
+    run = tmp_path / "runs" / "20240101-000000-world"
+    run.mkdir(parents=True)
+
+    def write_metrics(value: float) -> None:  # atomically, as --eval publishes: same size, maybe same mtime
+        staged = run / ".metrics.csv.tmp"
+        pd.DataFrame({"model": ["m"], "mAP@10": [value]}).to_csv(staged, index=False)
+        os.replace(staged, run / "metrics.csv")
+
+    write_metrics(0.25)
+    (run / "run_info.json").write_text(json.dumps({"benchmark_fingerprint": "fp"}))
+    reports = RunReports(SimpleNamespace(name="world"), "fp", (), None, None, None)
+    reports.runs = lambda: list_runs("world", "fp", tmp_path / "runs")  # this folder, not the data folder's
+    first = reports.report()
+    assert reports.report() is first  # unchanged files: read once
+    assert reports.report(first.run.label) is first
+    assert reports.report(None, reports.runs()) is first  # the caller's listing, not a second one
+    before = report_key(reports.runs()[0])
+    write_metrics(0.75)
+    assert report_key(reports.runs()[0]) != before
+    changed = reports.report()
+    assert changed.metrics.equals(load_report(reports.runs()[0]).metrics)
+    assert changed.metrics.loc[0, "mAP@10"] == "0.7500" and first.metrics.loc[0, "mAP@10"] == "0.2500"
+    (run / "plots").mkdir()
+    Image.new("RGB", (4, 4)).save(run / "plots" / "per_category.png")
+    with_plot = reports.report()
+    assert [p.name for p, _ in with_plot.plots] == ["per_category.png"] and changed.plots == []
+    (run / "plots" / "per_category.png").unlink()
+    assert reports.report().plots == []

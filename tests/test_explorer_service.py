@@ -258,3 +258,28 @@ def test_columns_and_paraphrase_table_rank_the_templated_text_as_eval_does(tiny_
     finally:
         svc.engine.close()
         registry.unregister("tiny-ui-templated")
+
+
+@pytest.mark.parametrize("rerank", [False, True])
+def test_views_without_thumbnails_rank_alike_and_open_no_image(service, monkeypatch, rerank):
+    """The API's answers leave thumbnails out (`thumbnails=False`): the same columns, rankings, metrics and
+    reranker answers as the page's view with thumbnails (the oracle), and no tile or reference image opened
+    for them (on the world each costs a render)."""
+    names = service.retriever_names[:2]
+    query = service.benchmark.queries[17]
+    opened = []
+    for store in (service.tiles, service.references):
+        get_many = store.get_many
+        monkeypatch.setattr(store, "get_many", lambda ids, _g=get_many: opened.append(list(ids)) or _g(ids))
+    bare = service.compare(query.query_id, names, k=10, rerank=rerank, top_n=15, thumbnails=False)
+    view = service.query_view(query.query_id, thumbnails=False)
+    assert opened == []
+    assert bare.reference_thumbs == [None] * len(query.reference_ids) and view.reference_thumbs == bare.reference_thumbs
+    shown = service.compare(query.query_id, names, k=10, rerank=rerank, top_n=15)
+    assert opened  # the page's view does open them
+    for a, b in zip(bare.columns, shown.columns):
+        assert a.ranking == b.ranking and a.metrics == b.metrics and a.first_stage_metrics == b.first_stage_metrics
+        assert [(t.image_id, t.rank, t.p_yes, t.first_stage_rank) for t in a.tiles] == [
+            (t.image_id, t.rank, t.p_yes, t.first_stage_rank) for t in b.tiles
+        ]
+        assert all(t.thumb is None for t in a.tiles) and all(t.thumb.startswith("data:image") for t in b.tiles)

@@ -168,3 +168,30 @@ def test_a_config_s_unreadable_file_is_one_line_in_loading_and_in_the_listing(tm
     finally:
         for name in ("bad-run", "gone-run", "good-run"):
             registry.unregister(name)
+
+
+def test_has_agrees_with_rank_and_builds_no_suggestion(tmp_path, monkeypatch):
+    """`has` is asked once per benchmark query when a partial file is scored: it answers as `rank` does (the
+    oracle: a query `rank` finds, under its own or its official PinPoint id, and no other), without matching
+    the query against every ranked id for a "did you mean" answer; `rank` of a missing one still gives it."""
+    import difflib
+
+    ids = {f"{i:05d}": {"retrieved_items": ["a"]} for i in range(1, 40)}
+    r = PrecomputedRetriever.from_file(_write(tmp_path, "pp.json", ids))
+    asked = ["00001", "query_00002", "7", "00040", "query_00099", "x"]
+
+    def by_rank(q):
+        try:
+            r.rank(q, 1)
+        except UnknownNameError:
+            return False
+        return True
+
+    oracle = [by_rank(q) for q in asked]
+    assert oracle == [True, True, True, False, False, False]
+    calls = []
+    monkeypatch.setattr(difflib, "get_close_matches", lambda *a, **k: calls.append(a) or [])
+    assert [r.has(q) for q in asked] == oracle and calls == []
+    with pytest.raises(UnknownNameError, match="unknown query id in pp.json 'x'"):
+        r.rank("x", 1)
+    assert calls  # the error still looks for close names

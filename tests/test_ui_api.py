@@ -113,6 +113,40 @@ def test_the_endpoints_share_the_pages_queue_limit(service):
     assert all(f.concurrency_id == ui_app.WORK_GROUP and f.queue is not False for f in public)
 
 
+def test_two_api_calls_are_worked_on_at_once(world_api, service, monkeypatch):
+    """With `--concurrency 2` (the default), two clients' /query calls run at the same time, not one after
+    the other: each waits at a two-party barrier inside the endpoint, which only opens when both are in it
+    (one at a time, the first would time out and its call fail). Their answers are the service's own."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gradio_client import Client
+
+    from cir_demo.explorer import api as answers
+
+    _, url = world_api
+    both_in = threading.Barrier(2, timeout=60)
+    threads = set()
+    original = answers.query_answer
+
+    def meeting(*args, **kwargs):
+        threads.add(threading.get_ident())
+        both_in.wait()  # BrokenBarrierError after 60 s alone: the calls were serialised
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(answers, "query_answer", meeting)
+    ids = [service.benchmark.queries[i].query_id for i in (3, 9)]
+    clients = [Client(url, verbose=False) for _ in ids]
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda c, q: c.predict(q, k=5, api_name="/query"), clients, ids))
+    assert len(threads) == 2 and not both_in.broken
+    for answer, qid in zip(got, ids):
+        own = service.compare(qid, None, k=5)
+        assert [[r["image_id"] for r in c["results"]] for c in answer["columns"]] == [
+            [t.image_id for t in c.tiles] for c in own.columns
+        ]
+
+
 # =========================================================================== /search
 def test_search_ranks_as_the_service_does_for_the_same_upload(world_api, service, tmp_path):
     client, _ = world_api
@@ -588,8 +622,9 @@ def test_every_mcp_tool_answers_json_and_takes_a_file_as_a_path_or_base64(servic
 
 # =========================================================================== the load bench
 def test_load_bench_drives_the_endpoints_and_the_page_without_an_error(world_api, tmp_path):
-    """bench/bench_load.py, briefly, against the launched app: it takes every input from the app's own API
-    description and answers, so a change to an endpoint or the page load fails here, not in a bench run."""
+    """bench/bench_load.py, briefly, against the launched app (visitors and one gradio_client script): it takes
+    every input from the app's own API description and answers, so a change to an endpoint or the page load
+    fails here, not in a bench run."""
     import subprocess
     import sys
     from pathlib import Path
@@ -613,6 +648,8 @@ def test_load_bench_drives_the_endpoints_and_the_page_without_an_error(world_api
             "1",
             "--burst",
             "0",
+            "--api-clients",
+            "1",
             "--out",
             str(out),
         ],
@@ -625,4 +662,5 @@ def test_load_bench_drives_the_endpoints_and_the_page_without_an_error(world_api
     load = json.loads(out.read_text())["load"]
     assert load["errors"] == 0, load["error_examples"]
     actions = {"query", "query (other phrasing)", "query reranked", "search", "failures", "image", "page load"}
+    actions |= {"api /query", "api /search", "api /failures", "api /evaluate"}  # the gradio_client script
     assert actions <= {name for name, stats in load["per_action"].items() if stats["n"] >= 1}, load["per_action"]

@@ -170,6 +170,32 @@ def test_page_load_with_a_bad_link_explains_and_falls_back(demo, service):
     assert by_id["cir-retrievers"]["value"] == [service.retriever_names[0]]
 
 
+def test_the_background_work_starts_after_the_first_view_or_its_wait(service):
+    """A cold start's background work (the shipped outputs' install, else the run) waits for the first page
+    view to be prepared, so it does not share the GIL with it; with no visitor it starts after the wait.
+    Observed by a recorder of the calls, not by timing."""
+    import threading
+
+    d = ui_app.create_app(service)
+    calls = []
+
+    class Recorder:
+        def start_for(self, svc):
+            calls.append((svc is service, d.cir_first_view.is_set()))
+
+    waiting = threading.Thread(target=ui_app.start_after_first_view, args=(d, Recorder(), service, 600.0))
+    waiting.start()
+    assert not d.cir_first_view.is_set() and calls == []
+    load_page(d, {})
+    waiting.join(120)
+    assert not waiting.is_alive() and calls == [(True, True)]  # started, and only once the view was prepared
+    nobody = ui_app.create_app(service)
+    calls.clear()
+    d = nobody
+    ui_app.start_after_first_view(nobody, Recorder(), service, wait_s=0.01)
+    assert calls == [(True, False)]  # nobody came: started after the wait all the same
+
+
 def test_page_load_while_loading_shows_progress_then_the_view(service):
     class SlowLoader:
         def __init__(self):

@@ -290,7 +290,8 @@ class Benchmark:
         return out
 
     def paraphrases(self, query_id: str) -> list[Query]:
-        return [q for q in self.queries if q.group_id == self.query(query_id).group_id]
+        group = self.query(query_id).group_id  # looked up once, not once per query scanned
+        return [q for q in self.queries if q.group_id == group]
 
     def meta_fields(self) -> list[str]:
         present = set()

@@ -92,7 +92,8 @@ def search_answer(
 ) -> dict[str, Any]:
     """Each retriever's top `k` of the loaded corpus for uploaded reference image(s) and an instruction."""
     started = time.perf_counter()
-    cmp = service.search_uploads(images, instruction, retrievers, k=k, rerank=rerank, top_n=top_n)
+    # no thumbnails: the answer names each image by id (/image sends one), rendering tiles it never sends
+    cmp = service.search_uploads(images, instruction, retrievers, k=k, rerank=rerank, top_n=top_n, thumbnails=False)
     return {"benchmark": service.benchmark.name, **comparison_answer(cmp, started)}
 
 
@@ -105,8 +106,8 @@ def query_answer(
     started = time.perf_counter()
     if retrievers:
         check_runs(service, retrievers, owner, noun="retriever")
-    cmp = service.compare(query_id, retrievers, k=k, rerank=rerank, top_n=top_n)
-    view = service.query_view(query_id)
+    cmp = service.compare(query_id, retrievers, k=k, rerank=rerank, top_n=top_n, thumbnails=False)  # ids only
+    view = service.query_view(query_id, thumbnails=False)
     q = view.query
     query = {
         "query_id": q.query_id,
@@ -324,7 +325,8 @@ def image_of(service, image_id: str):
     bench = service.benchmark
     if not isinstance(image_id, str) or not image_id:
         raise ServiceError("image_id: give an image id (e.g. one of a ranking's image_id values)")
-    if image_id not in set(bench.corpus_ids) and not any(image_id in q.reference_ids for q in bench.queries):
+    # the corpus by its set (no set built per call); only an id outside it is looked for among the references
+    if image_id not in bench.corpus_set and not any(image_id in q.reference_ids for q in bench.queries):
         raise ServiceError(f"image_id: {image_id[:80]!r} is not an image of {bench.name!r}")
     try:
         return service.engine.open_image(image_id)

@@ -85,7 +85,11 @@ class ColumnSearch:
             out[name] = (got, time.perf_counter() - t0)
         return out
 
-    def _column(self, name: str, searched, cq, query: Query | None, k: int, rerank: bool, top_n: int) -> Column:
+    def _column(
+        self, name: str, searched, cq, query: Query | None, k: int, rerank: bool, top_n: int, thumbnails: bool = True
+    ) -> Column:
+        """`thumbnails`: False leaves the tiles' thumbnails out (None); on the procedural world a thumbnail not
+        rendered before costs a render, most of an uncached view's CPU, and an API answer sends ids only."""
         t0 = time.perf_counter()
         ranking, search_s = searched
         col = Column(name, self.columns.modality.get(name, "composed"))
@@ -113,7 +117,7 @@ class ColumnSearch:
             if scope_note:
                 col.note = f"{col.note}; {scope_note}" if col.note else scope_note
             ids, scores = [ids[i] for i in shown], [scores[i] for i in shown]
-            thumbs = self.tiles.get_many(ids[:k])
+            thumbs = self.tiles.get_many(ids[:k]) if thumbnails else {}
             for r, (image_id, score) in enumerate(zip(ids[:k], scores[:k]), 1):
                 judged = "positive" if image_id in pos else "negative" if image_id in neg else None
                 py, flag, was_reranked, p_near = p_yes.get(image_id, (None, None, False, None))
@@ -172,9 +176,11 @@ class ColumnSearch:
         rerank: bool = False,
         top_n: int = 20,
         instruction: str | None = None,
+        thumbnails: bool = True,
     ) -> Comparison:
         """Each retriever's top k for a benchmark query (optionally with another instruction),
-        with per-column AP@10, precision@10 and NegRecall@10 against the intent's judgments."""
+        with per-column AP@10, precision@10 and NegRecall@10 against the intent's judgments.
+        `thumbnails`: False leaves every thumbnail out (None), for answers that send image ids only."""
         names = self.columns.check(retrievers)
         k = self._check_k(k)
         self._check_rerank(rerank, top_n)
@@ -184,18 +190,18 @@ class ColumnSearch:
         searched = self._search_columns(cq, names, k, rerank, top_n, q)
         if rerank and len(names) > 1:
             self._prescore(cq, searched, top_n)
-        columns = [self._column(n, searched[n], cq, q, k, rerank, top_n) for n in names]
+        columns = [self._column(n, searched[n], cq, q, k, rerank, top_n, thumbnails) for n in names]
         fill_metrics(columns, q, self.family, self._metrics)
         for col in columns:
             col.where = where_line(col, k, q, self.views)
-        refs = self.references.get_many(list(q.reference_ids))
+        refs = self.references.get_many(list(q.reference_ids)) if thumbnails else {}
         labels = [
             f"Reference image {i + 1} ({r})" if len(q.reference_ids) > 1 else f"Reference image ({r})"
             for i, r in enumerate(q.reference_ids)
         ]
         return Comparison(
             cq.text,
-            [refs[r] for r in q.reference_ids],
+            [refs.get(r) for r in q.reference_ids],
             labels,
             columns,
             k,
@@ -228,8 +234,10 @@ class ColumnSearch:
         k: int = 10,
         rerank: bool = False,
         top_n: int = 20,
+        thumbnails: bool = True,
     ) -> Comparison:
-        """Each retriever's top k in the loaded corpus for uploaded reference image(s) + an instruction."""
+        """Each retriever's top k in the loaded corpus for uploaded reference image(s) + an instruction;
+        `thumbnails`: as `compare` takes it."""
         from cir_demo.retrievers.base import ComposedQuery
 
         if not 1 <= len(images) <= 2:
@@ -247,7 +255,7 @@ class ColumnSearch:
         searched = self._search_columns(cq, names, k, rerank, top_n)
         if rerank and len(names) > 1:
             self._prescore(cq, searched, top_n)
-        columns = [self._column(n, searched[n], cq, None, k, rerank, top_n) for n in names]
+        columns = [self._column(n, searched[n], cq, None, k, rerank, top_n, thumbnails) for n in names]
         notes = [f"{v.name}: {n}" for v in images for n in v.notes]
         if self.upload_note:
             notes.insert(0, self.upload_note)
@@ -257,7 +265,7 @@ class ColumnSearch:
         ]
         return Comparison(
             cq.text,
-            [encode_jpeg_data_uri(v.image, REFERENCE_PX, 90) for v in images],
+            [encode_jpeg_data_uri(v.image, REFERENCE_PX, 90) if thumbnails else None for v in images],
             labels,
             columns,
             k,

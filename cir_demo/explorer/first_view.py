@@ -33,13 +33,13 @@ def first_query(service, pending=None) -> str | None:
     (`shipped_choice`), else `telling_query` over the service's per-query rows when they are on disk or
     in memory, else over the shipped rows; on a benchmark where no query tells, its first query.
     `pending`: the background run's status; the choice is made again when its state changes."""
-    order = list(service.table["query_id"])
-    if not order:
-        return None
     state = getattr(pending, "state", None)
     known = _chosen.get(service)
-    if known is not None and known[0] == state:
+    if known is not None and known[0] == state:  # every page load asks: the order is not listed again
         return known[1]
+    order = service.table["query_id"].tolist()
+    if not order:
+        return None
     ready = pending is not None and (state == "done" or "worst" in getattr(pending, "ready_sorts", ()))
     chosen = shipped_choice(service, order) or computed_choice(service, ready, order)
     _chosen[service] = (state, chosen or order[0])

@@ -53,7 +53,7 @@ class PrecomputeStatus:
 
     def text(self) -> str:
         if self.state == "waiting":
-            return "failure sorts and report: waiting for the explorer to load"
+            return "failure sorts and report: starting after the explorer and the first view are ready"
         if self.state == "running":
             by = f" {FOLLOWING}" if self.detail == FOLLOWING else ""
             return f"failure sorts and report: being computed in the background{by} ({self.progress() or 'starting'})"

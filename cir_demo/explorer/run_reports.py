@@ -7,10 +7,11 @@ import threading
 from typing import Sequence
 
 from cir_demo.explorer.config import ServiceError
-from cir_demo.explorer.runs import load_report
+from cir_demo.explorer.runs import load_report, report_key
 from cir_demo.explorer.served_columns import ServedColumns
 from cir_demo.explorer.views import Report, RunSummary
 from cir_demo.store.folders import list_runs
+from cir_demo.utils.lru import LRU
 
 
 class RunReports:
@@ -27,20 +28,27 @@ class RunReports:
         self._scored_runs: dict[tuple, object] = {}  # (results-file columns, n_boot, seed) -> paired.RunsScored
         self._evaluations: dict[tuple, object] = {}  # (run, n_boot, seed) -> its RunEvaluation
         self._lock = threading.RLock()
+        self._reports = LRU(16)  # report_key(run) -> its Report
 
     def runs(self) -> list[RunSummary]:
         return list_runs(self.benchmark.name, self.fingerprint, extra=self.run_folders)
 
-    def report(self, label: str | None = None) -> Report | None:
-        runs = self.runs()
+    def report(self, label: str | None = None, runs: list[RunSummary] | None = None) -> Report | None:
+        """The Report of run `label` (default: the latest), read again only when its files changed
+        (`report_key`): every page load shows one. Its tables are shared between callers: read-only.
+        `runs`: `runs()` as the caller just listed them (listing reads every run folder's JSON)."""
+        runs = self.runs() if runs is None else runs
         if not runs:
             return None
-        if label is None:
-            return load_report(runs[0], self.family)
-        for r in runs:
-            if r.label == label:
-                return load_report(r, self.family)
-        raise ServiceError(f"no eval run {label!r} for benchmark {self.benchmark.name!r}")
+        run = runs[0] if label is None else next((r for r in runs if r.label == label), None)
+        if run is None:
+            raise ServiceError(f"no eval run {label!r} for benchmark {self.benchmark.name!r}")
+        key = report_key(run)
+        report = self._reports.get(key)
+        if report is None:
+            report = load_report(run, self.family)
+            self._reports.put(key, report)
+        return report
 
     def scored_file_runs(self, n_boot: int = 1000, seed: int = 0, extra: Sequence[str] = ()):
         """The results-file columns (`--runs`, and the `extra` uploaded ones a visitor added) scored as

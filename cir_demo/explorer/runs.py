@@ -64,6 +64,32 @@ def plot_captions(family: MetricFamily) -> dict[str, str]:
     return out
 
 
+# every file or folder of a run folder `load_report` reads (the plots folder: its listing)
+REPORT_SOURCES = ("metrics.csv", "metrics.json", "run_info.json", "paired.csv", "report.md", "plots")
+
+
+def report_key(run: RunSummary) -> tuple:
+    """The state of everything `load_report` reads of `run`, so a Report read once is read again only when
+    one of them changed: the folder's own (a file added, removed or atomically replaced, a split folder
+    added), each source's (modification time, size, inode; None when absent) and the plots' names (a
+    folder's time can stay the same across two changes within one clock tick)."""
+    import os
+
+    def state(path) -> tuple | None:
+        try:
+            st = path.lstat()  # a link planted in place of a file is another state
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    try:
+        plots = tuple(sorted(os.listdir(run.path / "plots")))
+    except OSError:
+        plots = None
+    sources = tuple(state(run.path / n) for n in REPORT_SOURCES)
+    return (str(run.path), run.label, run.matches, state(run.path), sources, plots)
+
+
 def load_report(run: RunSummary, family: MetricFamily | str | None = None) -> Report:
     """The metrics table (with CIs), paired comparisons and plots of one eval run folder."""
     from cir_demo.benchmarks.families import metric_family

@@ -59,6 +59,11 @@ class ExplorerService:
         self.filter_fields = filter_fields(self.views)  # the common filters, then the family's
         self.table = query_table(benchmark, self.filter_fields)
         self._filter_choices = filter_choices(self.table, self.filter_fields)
+        # what every page load checks a link against, read off the table once (it never changes)
+        self.query_ids = frozenset(self.table["query_id"])
+        sizes = self.table.groupby("group_id")["query_id"].transform("count")
+        self.group_sizes = dict(zip(self.table["query_id"].tolist(), sizes.tolist()))
+        self.n_intents = len({q.group_id for q in benchmark.queries})  # the status line says it on every poll
         fp = engine.fingerprint
         self.tiles = ThumbnailStore(
             engine.open_image, thumbnail_db_path(fp, TILE_PX) if thumbnails_on_disk else None, TILE_PX
@@ -129,7 +134,7 @@ class ExplorerService:
         size = (b.info or {}).get("size")
         name = f"{b.name} ({size})" if size else b.name
         return (
-            f"{name}: {len(b.queries):,} queries in {len(b.groups()):,} intents, {len(b.corpus_ids):,} corpus images; "
+            f"{name}: {len(b.queries):,} queries in {self.n_intents:,} intents, {len(b.corpus_ids):,} corpus images; "
             f"retrievers: {', '.join(self.retriever_names) or 'none'}; reranker: {self.reranker_name or 'off'}"
         )
 
@@ -145,13 +150,14 @@ class ExplorerService:
         except KeyError:
             raise ServiceError(f"benchmark {self.benchmark.name!r} has no query {query_id!r}") from None
 
-    def query_view(self, query_id: str) -> QueryView:
+    def query_view(self, query_id: str, thumbnails: bool = True) -> QueryView:
+        """`thumbnails`: False leaves the reference thumbnails out (None): an API answer sends ids, not pictures."""
         q = self.query(query_id)
         paraphrases = []
         for i, p in enumerate(self.benchmark.paraphrases(query_id)):
             form = str(p.meta.get("paraphrase_form") or f"phrasing {i + 1}").replace("_", " ")
             paraphrases.append(Paraphrase(p.query_id, form, p.instruction))
-        thumbs = self.references.get_many(list(q.reference_ids))
+        thumbs = self.references.get_many(list(q.reference_ids)) if thumbnails else {}
         meta = q.meta
         facts = [("query", q.query_id), ("intent", q.group_id)]
         for key, label in self.filter_fields.items():
@@ -159,7 +165,7 @@ class ExplorerService:
             if value is not None:
                 facts.append((label, filter_value(key, value)))
         facts.append(("judgments", self.views.judgments_line(q)))
-        return QueryView(q, paraphrases, [thumbs[r] for r in q.reference_ids], facts)
+        return QueryView(q, paraphrases, [thumbs.get(r) for r in q.reference_ids], facts)
 
     # ------------------------------------------------------------------ the query list and its sorts
     def find_queries(
@@ -221,8 +227,9 @@ class ExplorerService:
         rerank: bool = False,
         top_n: int = 20,
         instruction: str | None = None,
+        thumbnails: bool = True,
     ) -> Comparison:
-        return self.search.compare(self.query(query_id), retrievers, k, rerank, top_n, instruction)
+        return self.search.compare(self.query(query_id), retrievers, k, rerank, top_n, instruction, thumbnails)
 
     def search_uploads(
         self,
@@ -232,8 +239,9 @@ class ExplorerService:
         k: int = 10,
         rerank: bool = False,
         top_n: int = 20,
+        thumbnails: bool = True,
     ) -> Comparison:
-        return self.search.search_uploads(images, instruction, retrievers, k, rerank, top_n)
+        return self.search.search_uploads(images, instruction, retrievers, k, rerank, top_n, thumbnails)
 
     def paraphrase_table(
         self, query_id: str, retrievers: Sequence[str] | None = None, shown: bool = False
@@ -247,8 +255,8 @@ class ExplorerService:
     def runs(self) -> list[RunSummary]:
         return self.reports.runs()
 
-    def report(self, label: str | None = None) -> Report | None:
-        return self.reports.report(label)
+    def report(self, label: str | None = None, runs: list[RunSummary] | None = None) -> Report | None:
+        return self.reports.report(label, runs)
 
     def scored_file_runs(self, n_boot: int = 1000, seed: int = 0, extra: Sequence[str] = ()):
         return self.reports.scored_file_runs(n_boot, seed, extra)

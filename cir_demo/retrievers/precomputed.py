@@ -98,23 +98,29 @@ class PrecomputedRetriever(RankingOnlyRetriever):
     def query_ids(self) -> list[str]:
         return list(self.rankings)
 
-    def _key(self, query_id: str) -> str:
+    def _found(self, query_id: str) -> str | None:
+        """The file's key of `query_id`, None when it ranks no such query."""
         if query_id in self.rankings:
             return query_id
-        norm = normalize_pinpoint_query_id(query_id) if self.format == "pinpoint" else None
-        if norm is not None and norm in self.rankings:
-            return norm
-        raise UnknownNameError(
-            f"query id in {Path(self.spec.get('path', self.name)).name}", query_id, self.rankings.keys()
-        )
+        try:
+            norm = normalize_pinpoint_query_id(query_id) if self.format == "pinpoint" else None
+        except ValueError:
+            return None
+        return norm if norm is not None and norm in self.rankings else None
+
+    def _key(self, query_id: str) -> str:
+        key = self._found(query_id)
+        if key is None:
+            raise UnknownNameError(
+                f"query id in {Path(self.spec.get('path', self.name)).name}", query_id, self.rankings.keys()
+            )
+        return key
 
     def has(self, query_id: str) -> bool:
-        """Whether the file ranks this query (a query left out of a run is not an error: it is not scored)."""
-        try:
-            self._key(query_id)
-        except (UnknownNameError, ValueError):
-            return False
-        return True
+        """Whether the file ranks this query (a query left out of a run is not an error: it is not scored).
+        Asked once per benchmark query when a run is scored: no "did you mean" error is built for a query
+        the file leaves out (matching it against every ranked id cost seconds per partial file)."""
+        return self._found(query_id) is not None
 
     def rank(self, query_id: str, k: int) -> tuple[list[str], list[float]]:
         if k < 0:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import sys
+import threading
 import time
 from typing import Any, Sequence
 
@@ -85,16 +86,13 @@ def initial_state(service: ExplorerService, params: dict[str, str], pending=None
     `first_view.first_query` chooses (the runs disagree on it, one of them ranks a judged image)."""
     from cir_demo.explorer.first_view import first_query
 
-    table = service.table
-    sizes = table.groupby("group_id")["query_id"].transform("count")
-    group_sizes = dict(zip(table["query_id"], sizes))
-    default_query = first_query(service, pending) if len(table) else None
+    default_query = first_query(service, pending) if service.query_ids else None
     sorts = service.offered_sorts()  # A vs B under each metric the "compare by" menu offers
     return resolve_state(
         decode_state(params),
         service.benchmark.name,
-        set(table["query_id"]),
-        group_sizes,
+        service.query_ids,
+        service.group_sizes,
         service.retriever_names,
         service.reranker_name is not None,
         default_query,
@@ -265,6 +263,8 @@ def create_app(
             by_name.update(follow)
         outputs = [status, ex.loading, ex.body, *by_name.values()]
 
+        # set once a page view has been prepared: `main` starts the background work after it (or a timeout)
+        demo.cir_first_view = threading.Event()
         _wire_page_load(demo, loader, precompute, status, ex, by_name, outputs, get_service, get_pending)
         if precompute is not None:
             _wire_background_run(loader, status, ex, rp, get_service, get_pending, *follow.values())
@@ -273,6 +273,16 @@ def create_app(
         api.add_endpoints(demo, get_service)
     demo.cir_loader = loader  # for launch helpers and tests
     return bound_session_copies(demo)
+
+
+FIRST_VIEW_WAIT_S = 15.0  # how long a cold start holds the background work back for a first visitor's view
+
+
+def start_after_first_view(demo: gr.Blocks, precompute, service: ExplorerService, wait_s: float = FIRST_VIEW_WAIT_S):
+    """Start the background run (`precompute.start_for`: at low priority, or the shipped outputs installed)
+    once a page view has been prepared (`demo.cir_first_view`), or after `wait_s` when none was asked for."""
+    demo.cir_first_view.wait(wait_s)
+    precompute.start_for(service)
 
 
 def _wire_page_load(
@@ -327,6 +337,7 @@ def _wire_page_load(
         started = time.perf_counter()
         values = initial_outputs(service, params, get_pending())
         log.info("page view prepared in %.2f s", time.perf_counter() - started)
+        demo.cir_first_view.set()
         update = {by_name[k]: v for k, v in values.items() if k in by_name}
         update[status] = status_markdown(service, loader.status(), get_pending())
         update[ex.loading] = gr.update(visible=False)
@@ -628,7 +639,11 @@ def main(argv: Sequence[str] | None = None, started: float | None = None, startu
         service = loader.wait(None)
         print(f"explorer ready {time.perf_counter() - t0:.1f} s after start: {service.summary()}", flush=True)
         precompute.on_done(service.forget_failures)
-        precompute.start_for(service)  # after the explorer is usable, at low priority (or shipped outputs installed)
+        # A cold start's first visitor is waiting for their view, which needs neither the shipped outputs
+        # nor the run (the first query is read from the shipped manifest): installing the outputs (hashing
+        # the code, decompressing, writing) would share the GIL with it, so it starts once that view is
+        # prepared, or after FIRST_VIEW_WAIT_S when nobody came.
+        start_after_first_view(demo, precompute, service)
         if precompute.status().text():
             print(f"{precompute.status().text()}; {time.perf_counter() - t0:.1f} s after start", flush=True)
     except ServiceError as exc:

@@ -381,7 +381,7 @@ def show_report(service: ExplorerService, label: str | None = None, pending=None
             **own_runs_outputs(service, None, extra),
         }
     label = label if label in choices else choices[0]
-    report = service.report(label)
+    report = service.report(label, runs)
     own_plots = own_run_plots(service, extra)
     # folder names and run_info values are whatever is on disk: escaped, never rendered
     lines = [f"Run **{md_escape(report.run.label)}**."] + [md_escape(hide_paths(i)) for i in report.info]

@@ -107,41 +107,57 @@ def test_library_versions_are_part_of_the_key(monkeypatch):
     assert code_hash.code_key(("cir_demo.models.world_clip",), ("numpy",)) != before
 
 
-def _eval(repo: Path, cache: Path, out: Path) -> bytes:
-    """`--eval` of world-CLIP + the world judge on 4 intents of the tiny world, run by the code in `repo`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CIR_DEMO_")}
-    env.update(
+EVAL_ARGS = [
+    "eval",
+    "--benchmark",
+    "world",
+    "--world-size",
+    "tiny",
+    "--split",
+    "test",
+    "--limit",
+    "4",
+    "--retrievers",
+    "world-clip-image",
+    "--rerank",
+    "world-verifier",
+    "--no-plots",
+]
+
+
+def _eval_env(cache: Path, out: Path) -> dict:
+    """The data folders of an `_eval` (set in place of every CIR_DEMO_ variable of this process)."""
+    return dict(
         CIR_DEMO_CACHE=str(cache),
         CIR_DEMO_INDEXES=str(out.parent / f"{out.name}-indexes"),
         CIR_DEMO_RUNS=str(out.parent / f"{out.name}-runs"),
         CIR_DEMO_PREBUILT=str(out.parent / "none"),
         CIR_DEMO_BENCHMARK_CACHE=str(cache / "benchmarks"),
-        HF_HUB_OFFLINE="1",
-        OMP_NUM_THREADS="1",
     )
-    cmd = [
-        sys.executable,
-        "-m",
-        "cir_demo",
-        "eval",
-        "--benchmark",
-        "world",
-        "--world-size",
-        "tiny",
-        "--split",
-        "test",
-        "--limit",
-        "4",
-        "--retrievers",
-        "world-clip-image",
-        "--rerank",
-        "world-verifier",
-        "--no-plots",
-        "--out",
-        str(out),
-    ]
+
+
+def _eval(repo: Path, cache: Path, out: Path) -> bytes:
+    """`--eval` of world-CLIP + the world judge on 4 intents of the tiny world, run by the code in `repo`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CIR_DEMO_")}
+    env.update(_eval_env(cache, out), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "cir_demo", *EVAL_ARGS, "--out", str(out)]
     done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
+    return (out / "per_query.csv").read_bytes()
+
+
+def _eval_here(cache: Path, out: Path) -> bytes:
+    """`_eval` of this code, in this process: only a clone's code needs a process of its own (and a
+    torch import, most of a tiny run's CPU)."""
+    from cir_demo.cli import main
+    from cir_demo.utils.threads import torch_threads
+
+    with pytest.MonkeyPatch.context() as mp, torch_threads(1):
+        for var in [k for k in os.environ if k.startswith("CIR_DEMO_")]:
+            mp.delenv(var)
+        for var, value in _eval_env(cache, out).items():
+            mp.setenv(var, value)
+        assert main([*EVAL_ARGS, "--out", str(out)]) == 0
     return (out / "per_query.csv").read_bytes()
 
 
@@ -153,7 +169,7 @@ def test_a_clone_with_a_changed_judge_gives_on_a_warm_folder_what_it_gives_on_an
         f.write(NEGATED)
     warm = tmp_path / "warm"
     shutil.copytree(tiny_world_seed, warm)  # the world and the corpus features of this code
-    unchanged = _eval(REPO, warm, tmp_path / "unchanged")  # and now this code's scores too
+    unchanged = _eval_here(warm, tmp_path / "unchanged")  # and now this code's scores too
     empty = tmp_path / "empty"
     shutil.copytree(tiny_world_seed / "world", empty / "world")  # the world's files only: data, not results
     on_empty = _eval(clone, empty, tmp_path / "clone-empty")

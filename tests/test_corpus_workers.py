@@ -89,7 +89,9 @@ def test_cpu_encoders_get_one_torch_thread_beside_the_render_workers(tiny_world,
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     judge = load_reranker("world-verifier")
-    ids = list(tiny_world.corpus_ids)
+    # three batches of 64, the last one short: two render workers, each batch's threads seen (the whole
+    # corpus, 874 images, checks nothing more and costs over 10 CPU s in renders and judge encodings)
+    ids = list(tiny_world.corpus_ids)[:160]
     threads_seen = []
     encode = judge.encode_images
     monkeypatch.setattr(
@@ -101,9 +103,10 @@ def test_cpu_encoders_get_one_torch_thread_beside_the_render_workers(tiny_world,
     torch.set_num_threads(2)
     try:
         fast = encode_corpus(tiny_world.images, ids, judge, batch_size=64, progress=False)
-        assert set(threads_seen) == {1} and torch.get_num_threads() == 2  # set for the pass, then given back
+        assert threads_seen == [1, 1, 1] and torch.get_num_threads() == 2  # set for the pass, then given back
+        assert build_mod._opening_workers(tiny_world.images, 3) == 2  # the pass above opened in workers
         plain = encode([tiny_world.images.open(i) for i in ids], 64)
-        assert len(ids) > 500 and fast.shape == plain.shape and np.array_equal(fast, plain)
+        assert fast.shape == plain.shape == (160, plain.shape[1]) and np.array_equal(fast, plain)
         cases = [
             (ThreadsOnly(tiny_world.images), "cpu", None),  # no render workers
             (tiny_world.images, "cuda", None),  # not a CPU encoder

@@ -95,3 +95,26 @@ def test_render_size_and_errors():
     assert render_scene(s, 224).size == (224, 224)
     with pytest.raises(ValueError, match="render size"):
         render_scene(s, 8)
+
+
+def test_rendered_images_are_shared_by_content_never_across_worlds(tmp_path):
+    """`render_image` keeps renders by the world's content checksum: a copy of a world in another folder
+    gets the same pixels (from the cache), a world of another seed its own, for the very same image id.
+    Oracle: `render_scene` of each world's own scene."""
+    import shutil
+
+    from cir_demo.world.loader import open_world, render_image
+
+    a = open_world(tmp_path / "a", size="tiny", seed=0, progress=False)
+    shutil.copytree(a.root, tmp_path / "copy")
+    copy = open_world(tmp_path / "copy", size="tiny", seed=0, progress=False)
+    other = open_world(tmp_path / "b", size="tiny", seed=1, progress=False)
+    image_id = "w-te-000000"  # the first corpus image: in the other seed's world another scene
+    assert copy.root != a.root and other.manifest["checksum"] != a.manifest["checksum"]
+    assert other.scene(image_id) != a.scene(image_id)
+    for world in (a, copy, other, a):
+        got = np.asarray(render_image(image_id, world=world))
+        assert np.array_equal(got, np.asarray(render_scene(world.scene(image_id), RENDER_SIZE))), world.root
+    assert not np.array_equal(
+        np.asarray(render_image(image_id, world=a)), np.asarray(render_image(image_id, world=other))
+    )

@@ -64,7 +64,7 @@ class WorldData:
 
     @property
     def key(self) -> str:
-        # The checksum keeps render caches apart when a folder is regenerated in-process.
+        # The checksum keeps the worlds opened in a process apart when a folder is regenerated in-process.
         return f"{self.root.resolve()}#{self.manifest.get('checksum', '')[:16]}"
 
     @property
@@ -158,9 +158,15 @@ def scene_of(image_id: str, world: WorldData | None = None) -> Scene:
     return (world or current_world()).scene(image_id)
 
 
+# A render is a function of the scene, which the world's content checksum fixes: worlds of one content in
+# other folders (a copy of a data folder, a fresh generation in an empty one) share their renders in a
+# process. The world that asked last renders a miss (its scenes are those of every world of that key).
+_RENDER_WORLDS: dict[str, WorldData] = {}
+
+
 @functools.lru_cache(maxsize=1024)
-def _render_cached(world_key: str, image_id: str, size: int):
-    return render_scene(_WORLDS[world_key].scene(image_id), size)
+def _render_cached(render_key: str, image_id: str, size: int):
+    return render_scene(_RENDER_WORLDS[render_key].scene(image_id), size)
 
 
 def pixels_fingerprint(checksum: str) -> str:
@@ -181,7 +187,10 @@ def pixels_fingerprint(checksum: str) -> str:
 def render_image(image_id: str, size: int | None = None, world: WorldData | None = None):
     """The image `image_id` as an RGB PIL image (rendered on demand, LRU-cached; a fresh copy)."""
     world = world or current_world()
-    return _render_cached(world.key, image_id, int(size or RENDER_SIZE)).copy()
+    checksum = world.manifest.get("checksum", "")
+    key = f"content#{checksum}" if checksum else world.key
+    _RENDER_WORLDS[key] = world
+    return _render_cached(key, image_id, int(size or RENDER_SIZE)).copy()
 
 
 def render_images(root: str, image_ids: Sequence[str]) -> list:

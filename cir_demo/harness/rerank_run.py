@@ -46,27 +46,26 @@ def run(args: argparse.Namespace) -> int:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
             try:
-                return _rerank(args, bench, first, engine, kw)
+                return _rerank(bench, first, engine, kw, args.backend, args.top_n, Path(args.out), args.overwrite)
             finally:
                 reranker.close()
         finally:
             engine.close()
 
 
-def _rerank(args: argparse.Namespace, bench, first, engine, kw: dict) -> int:
+def _rerank(bench, first, engine, kw: dict, backend: str, top_n: int, out: Path, overwrite: bool) -> int:
     from cir_demo.rerank.results_file import write_reranked_file
     from cir_demo.store.store import produce_rerank
     from cir_demo.utils.owned_folder import writing_files
 
-    out = Path(args.out)
-    with writing_files([out, out.with_name(out.stem + ".rerank.json")], args.overwrite):  # earlier ones kept aside
+    with writing_files([out, out.with_name(out.stem + ".rerank.json")], overwrite):  # earlier ones kept aside
         result = produce_rerank(
-            engine, args.backend, first.run, first.scores or None, args.top_n, bench.queries, kw, progress=True
+            engine, backend, first.run, first.scores or None, top_n, bench.queries, kw, progress=True
         )
         details = write_reranked_file(bench, first, result, out)
     s = result.stats
     print(
-        f"reranked {s['queries']} queries (top {args.top_n}): {s['candidates_scored']} candidates, "
+        f"reranked {s['queries']} queries (top {top_n}): {s['candidates_scored']} candidates, "
         f"{s['from_cache']} from cache, {s['tokens_missing']} tokens missing, {s['errors']} errors, "
         f"{s['seconds']:.1f} s"
     )

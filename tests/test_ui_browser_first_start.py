@@ -109,7 +109,7 @@ def test_first_visit_background_run_every_sort_and_report(fresh_app, browser):
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(url)
     page.wait_for_selector("#cir-results li.cir-tile")  # the explorer is usable before the run
-    wait_text(page, "#cir-status", "failure sorts and report: waiting")
+    wait_text(page, "#cir-status", "failure sorts and report: starting after")
 
     # ---- before the run: every failure sort says it is being computed; choosing one keeps order
     page.locator("#cir-sort input").click()

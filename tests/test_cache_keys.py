@@ -440,3 +440,20 @@ def test_a_code_hash_memoised_by_stats_is_the_parsed_one(tmp_path, monkeypatch):
     finally:
         code_hash.code_sha256.cache_clear()
         code_hash.code_modules.cache_clear()
+
+
+def test_a_runs_code_key_is_the_code_key_of_its_modules(tmp_path, monkeypatch):
+    """The run store's key (read back by file stats) holds what `code_key` gives on a fresh parse of the
+    producing modules and the family's metrics module, with the same library versions, on a cold memo and
+    on a warm one."""
+    from cir_demo.store.key import LIBRARIES, PRODUCING_CODE, code_of
+
+    monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "cache"))
+    code_hash.code_sha256.cache_clear()
+    code_hash.code_modules.cache_clear()
+    expected = code_hash.code_key((*PRODUCING_CODE, "cir_demo.metrics.cirr"), LIBRARIES)
+    for _ in range(2):  # cold memo, then read back
+        code_of.cache_clear()
+        code_hash.code_sha256.cache_clear()
+        assert code_of("cir_demo.metrics.cirr") == (expected["sha256"], expected["libraries"])
+    assert (tmp_path / "cache" / "code-hash").is_dir()

@@ -46,16 +46,20 @@ def code_of(metrics_module: str) -> tuple[str, dict]:
     """(code hash, library versions) of what produces and scores a run of a family whose per-query
     metrics live in module `metrics_module` (a family declared outside this package: its module's own
     source joins the hash)."""
-    from cir_demo.utils.code_hash import code_key, code_text, module_file
+    from cir_demo.utils.code_hash import code_text, module_file
+    from cir_demo.utils.stat_memo import code_sha256_by_stats
+    from cir_demo.utils.versions import library_versions
 
+    # `code_key`'s value, read back while no source file of the package changed: every results file's
+    # run key needs it, and parsing the ~70 modules it reaches is a quarter of a results file's `--eval`
+    libraries = library_versions(*sorted(set(LIBRARIES)))
     if module_file(metrics_module) is not None:
-        key = code_key((*PRODUCING_CODE, metrics_module), LIBRARIES)
-        return key["sha256"], key["libraries"]
-    key = code_key(PRODUCING_CODE, LIBRARIES)
+        return code_sha256_by_stats((*PRODUCING_CODE, metrics_module)), libraries
+    code = code_sha256_by_stats(PRODUCING_CODE)
     spec = importlib.util.find_spec(metrics_module)
     origin = Path(spec.origin) if spec is not None and spec.origin else None
     own = code_text(origin) if origin is not None and origin.is_file() else metrics_module.encode()
-    return hashlib.sha256(key["sha256"].encode() + b"\0" + own).hexdigest(), key["libraries"]
+    return hashlib.sha256(code.encode() + b"\0" + own).hexdigest(), libraries
 
 
 # the index label of a run read from a results file: it searches no index, whatever the app serves others from

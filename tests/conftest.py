@@ -112,20 +112,42 @@ def audited_training(tmp_path_factory):
     return train(tmp_path_factory.mktemp("audited_training"))
 
 
+# The caches `tiny_setup` shares between modules: keyed on their content (the world's generator, the
+# models' weights and code, the pixels' code), costly to fill (the corpus encoded and its images warmed),
+# and never a source of what a test reads as a result. Per-query rows, reranker scores, runs and the rest
+# are each module's own, so that no module sees what another computed before it (in any order).
+TINY_SHARED_CACHES = ("world", "embeddings", "app")
+
+
+@pytest.fixture(scope="session")
+def tiny_shared(tmp_path_factory):
+    """The folder of this process that `tiny_setup` modules share: the tiny models' weights, the caches
+    of `TINY_SHARED_CACHES`, the indexes built from those embeddings, and the runs computed once for
+    several modules (`browser_support.run_tiny_eval`)."""
+    shared = tmp_path_factory.getbasetemp() / "ui_shared"
+    for name in TINY_SHARED_CACHES:
+        (shared / "cache" / name).mkdir(parents=True, exist_ok=True)
+    return shared
+
+
 @pytest.fixture(scope="module")
-def tiny_setup(tmp_path_factory):
-    """Environment (cache, indexes, runs under one shared temp folder) and the tiny models of
-    `cir_demo.testing.explorer` registered; yields (root folder, retriever names)."""
+def tiny_setup(tmp_path_factory, tiny_shared):
+    """Environment (a cache, indexes and a runs folder of this module's, in which the shared caches of
+    `tiny_shared` are linked) and the tiny models of `cir_demo.testing.explorer` registered; yields
+    (this module's root folder, retriever names)."""
     import torch
     from cir_demo.testing.explorer import register_tiny_models, unregister_tiny_models
 
     threads = torch.get_num_threads()  # the service sets 1 while serving; give the next module its setting back
-    root = tmp_path_factory.getbasetemp() / "ui_shared"
+    root = tmp_path_factory.mktemp("ui_module")
+    for name in TINY_SHARED_CACHES:
+        (root / "cache" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "cache" / name).symlink_to(tiny_shared / "cache" / name, target_is_directory=True)
     mp = pytest.MonkeyPatch()
     mp.setenv("CIR_DEMO_CACHE", str(root / "cache"))
-    mp.setenv("CIR_DEMO_INDEXES", str(root / "indexes"))
+    mp.setenv("CIR_DEMO_INDEXES", str(tiny_shared / "indexes"))
     mp.setenv("CIR_DEMO_RUNS", str(root / "runs"))
-    names = register_tiny_models(root / "models")
+    names = register_tiny_models(tiny_shared / "models")
     yield root, names
     unregister_tiny_models(names)
     mp.undo()

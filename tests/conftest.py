@@ -28,6 +28,12 @@ atexit.register(shutil.rmtree, os.environ["CIR_DEMO_DATA"], True)
 
 import pytest  # noqa: E402
 
+# gradio without its type-stub writer, as the app imports it (cir_demo/ui/gradio_import.py): test modules
+# import gradio before cir_demo.ui, and the writer is half of an import's CPU in each worker.
+from cir_demo.ui.gradio_import import install as _install_gradio_import  # noqa: E402
+
+_install_gradio_import()
+
 
 # `python -m pytest` runs on two pytest-xdist workers (pytest.ini: `-n 2 --dist loadgroup
 # --no-loadscope-reorder`), each with its own session fixtures and data root. Every test is in one

@@ -413,7 +413,7 @@ def test_a_code_hash_memoised_by_stats_is_the_parsed_one(tmp_path, monkeypatch):
     def parsed():
         code_hash.code_sha256.cache_clear()
         code_hash.code_modules.cache_clear()
-        code_hash._parsed.cache_clear()  # the per-source parses too: a fresh parse of every file
+        code_hash.code_text.cache_clear()  # conftest.py's parse per source too: a fresh parse of every file
         return code_hash.code_sha256(("cir_demo.a",))
 
     def bump(path: Path, text: str):
@@ -426,7 +426,7 @@ def test_a_code_hash_memoised_by_stats_is_the_parsed_one(tmp_path, monkeypatch):
         code_hash.code_sha256.cache_clear()
         assert code_sha256_by_stats(["cir_demo.a"]) == first
         code_hash.code_sha256.cache_clear()
-        code_hash._parsed.cache_clear()  # so that only the stats memo can answer without a parse
+        code_hash.code_text.cache_clear()  # so that only the stats memo can answer without a parse
         monkeypatch.setattr(code_hash.ast, "parse", lambda *a, **k: pytest.fail("parsed again"))
         assert code_sha256_by_stats(["cir_demo.a"]) == first  # read back: no syntax tree built
         monkeypatch.undo()
@@ -442,19 +442,3 @@ def test_a_code_hash_memoised_by_stats_is_the_parsed_one(tmp_path, monkeypatch):
     finally:
         code_hash.code_sha256.cache_clear()
         code_hash.code_modules.cache_clear()
-
-
-def test_a_source_is_parsed_once_per_content_whatever_its_file_stats(tmp_path, monkeypatch):
-    """`code_text` keeps one parse per distinct source in a process: the same bytes again are not parsed,
-    and a file edited in place with its size and modification time kept is parsed again (the oracle:
-    ast's own dump of the edited source)."""
-    path = tmp_path / "m.py"
-    path.write_text('"""Doc."""\nx = 1\n')
-    first = code_hash.code_text(path)
-    st = path.stat()
-    path.write_text('"""Doc."""\nx = 2\n')
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    expected = ast.dump(ast.parse("x = 2\n"), annotate_fields=True, include_attributes=False).encode()
-    assert code_hash.code_text(path) == expected != first
-    monkeypatch.setattr(code_hash.ast, "parse", lambda *a, **k: pytest.fail("parsed again"))
-    assert code_hash.code_text(path) == expected

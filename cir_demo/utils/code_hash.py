@@ -56,36 +56,21 @@ def _imported_names(name: str, path: Path) -> list[str]:
     """Every module `import` statements in `path` may name (relative ones resolved); `from a import b`
     gives both `a` and `a.b` (b may be a submodule); the caller keeps those that are files."""
     is_package = path.name == "__init__.py"
+    tree = ast.parse(path.read_bytes(), filename=str(path))
     out = []
-    for level, module, names in _parsed(path.read_bytes(), str(path))[1]:
-        if level is None:
-            out += names
-            continue
-        if level:
-            anchor = name.split(".")
-            anchor = anchor[: len(anchor) - level + (1 if is_package else 0)]
-            base = ".".join(anchor + ([module] if module else []))
-        else:
-            base = module or ""
-        out.append(base)
-        out += [f"{base}.{alias}" for alias in names if alias != "*"]
-    return out
-
-
-@functools.lru_cache(maxsize=None)
-def _parsed(source: bytes, filename: str) -> tuple[bytes, tuple]:
-    """(`code_text` of a Python source, its import statements as (level or None for `import a`, module,
-    names)): one parse per distinct source in a process, keyed by the bytes themselves, so an edited
-    file is parsed again whatever its modification time says. Many keys share modules (a few MB in all)."""
-    tree = ast.parse(source, filename=filename)
-    imports = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            imports.append((None, None, tuple(alias.name for alias in node.names)))
+            out += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            imports.append((node.level, node.module, tuple(alias.name for alias in node.names)))
-    text = ast.dump(_without_docstrings(tree), annotate_fields=True, include_attributes=False).encode()
-    return text, tuple(imports)
+            if node.level:
+                anchor = name.split(".")
+                anchor = anchor[: len(anchor) - node.level + (1 if is_package else 0)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            out.append(base)
+            out += [f"{base}.{alias.name}" for alias in node.names if alias.name != "*"]
+    return out
 
 
 def _parents(name: str) -> list[str]:
@@ -133,7 +118,8 @@ def code_text(path: Path) -> bytes:
     data file beside the code, e.g. JSON templates: its bytes, line ends normalised)."""
     if path.suffix != ".py":
         return path.read_bytes().replace(b"\r\n", b"\n")
-    return _parsed(path.read_bytes(), str(path))[0]
+    tree = _without_docstrings(ast.parse(path.read_bytes(), filename=str(path)))
+    return ast.dump(tree, annotate_fields=True, include_attributes=False).encode()
 
 
 @functools.lru_cache(maxsize=None)

@@ -170,23 +170,34 @@ def screenshot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full)
 
 
-def run_tiny_eval(names, groups: int) -> None:
+def run_tiny_eval(names, groups: int, shared) -> None:
     """A real `--eval` run of the tiny world's first `groups` intents with the tiny models and verifier
-    (the Report tab and the failure sorts read it), into the runs folder; once per session: the browser
-    modules share that folder (conftest.py's `tiny_setup`), so a later module finds the run there. Of the
-    test split only, the one the app serves, as the app's own background run computes it
+    (the Report tab and the failure sorts read it), copied into the runs folder; computed once per
+    session, into the runs of `shared` (conftest.py's `tiny_shared`), so a later module copies it from
+    there. Of the test split only, the one the app serves, as the app's own background run computes it
     (`served_split_kwargs`): the compositional split's reranking, evaluation and report
     are read by no test here."""
-    import argparse
     import hashlib
+    import shutil
+
+    from cir_demo.paths import runs_dir
+
+    name = f"tiny-eval-{groups}-{hashlib.sha256(','.join(names).encode()).hexdigest()[:8]}"
+    computed = shared / "runs" / name
+    if not (computed / "metrics.csv").is_file():
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("CIR_DEMO_RUNS", str(shared / "runs"))
+            _tiny_eval(names, groups, computed)
+    if not (runs_dir() / name / "metrics.csv").is_file():
+        shutil.copytree(computed, runs_dir() / name)
+
+
+def _tiny_eval(names, groups: int, out) -> None:
+    import argparse
 
     from cir_demo.harness import cli as eval_cli
-    from cir_demo.paths import runs_dir
     from cir_demo.testing.explorer import VERIFIER
 
-    out = runs_dir() / f"tiny-eval-{groups}-{hashlib.sha256(','.join(names).encode()).hexdigest()[:8]}"
-    if (out / "metrics.csv").is_file():
-        return
     parser = argparse.ArgumentParser()
     eval_cli.add_arguments(parser)
     args = parser.parse_args(

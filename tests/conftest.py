@@ -28,6 +28,51 @@ atexit.register(shutil.rmtree, os.environ["CIR_DEMO_DATA"], True)
 
 import pytest  # noqa: E402
 
+# gradio without its type-stub writer, as the app imports it (cir_demo/ui/gradio_import.py): test modules
+# import gradio before cir_demo.ui, and the writer is half of an import's CPU in each worker.
+from cir_demo.ui.gradio_import import install as _install_gradio_import  # noqa: E402
+
+_install_gradio_import()
+
+
+def _parse_each_source_once() -> None:
+    """`cir_demo.utils.code_hash` parses every module it hashes, for each set of roots and again after
+    each `cache_clear`; the tests' many processes-worth of runs hash the same modules hundreds of times.
+    In this process each distinct source is parsed once (keyed by the file's bytes, so an edit is seen
+    whatever its stats say), for the same results. Done here, not in the package: every code key holds
+    code_hash.py's own code, so changing it would make every shipped file stale. `cache_clear` on either
+    wrapper forgets the parses (test_cache_keys.py's oracle of a fresh parse)."""
+    import functools
+    from pathlib import Path
+
+    from cir_demo.utils import code_hash
+
+    text, imports = code_hash.code_text, code_hash._imported_names
+
+    @functools.lru_cache(maxsize=None)
+    def text_of(path: str, source: bytes) -> bytes:
+        return text(Path(path))
+
+    @functools.lru_cache(maxsize=None)
+    def imports_of(name: str, path: str, source: bytes) -> tuple:
+        return tuple(imports(name, Path(path)))
+
+    def code_text(path):
+        return text_of(str(path), Path(path).read_bytes())
+
+    def imported_names(name, path):
+        return list(imports_of(name, str(path), Path(path).read_bytes()))
+
+    def cache_clear() -> None:
+        text_of.cache_clear()
+        imports_of.cache_clear()
+
+    code_text.cache_clear = imported_names.cache_clear = cache_clear
+    code_hash.code_text, code_hash._imported_names = code_text, imported_names
+
+
+_parse_each_source_once()  # before any module binds code_text by name (cir_demo/world/shipped.py)
+
 
 # `python -m pytest` runs on two pytest-xdist workers (pytest.ini: `-n 2 --dist loadgroup
 # --no-loadscope-reorder`), each with its own session fixtures and data root. Every test is in one
@@ -112,20 +157,42 @@ def audited_training(tmp_path_factory):
     return train(tmp_path_factory.mktemp("audited_training"))
 
 
+# The caches `tiny_setup` shares between modules: keyed on their content (the world's generator, the
+# models' weights and code, the pixels' code), costly to fill (the corpus encoded and its images warmed),
+# and never a source of what a test reads as a result. Per-query rows, reranker scores, runs and the rest
+# are each module's own, so that no module sees what another computed before it (in any order).
+TINY_SHARED_CACHES = ("world", "embeddings", "app")
+
+
+@pytest.fixture(scope="session")
+def tiny_shared(tmp_path_factory):
+    """The folder of this process that `tiny_setup` modules share: the tiny models' weights, the caches
+    of `TINY_SHARED_CACHES`, the indexes built from those embeddings, and the runs computed once for
+    several modules (`browser_support.run_tiny_eval`)."""
+    shared = tmp_path_factory.getbasetemp() / "ui_shared"
+    for name in TINY_SHARED_CACHES:
+        (shared / "cache" / name).mkdir(parents=True, exist_ok=True)
+    return shared
+
+
 @pytest.fixture(scope="module")
-def tiny_setup(tmp_path_factory):
-    """Environment (cache, indexes, runs under one shared temp folder) and the tiny models of
-    `cir_demo.testing.explorer` registered; yields (root folder, retriever names)."""
+def tiny_setup(tmp_path_factory, tiny_shared):
+    """Environment (a cache, indexes and a runs folder of this module's, in which the shared caches of
+    `tiny_shared` are linked) and the tiny models of `cir_demo.testing.explorer` registered; yields
+    (this module's root folder, retriever names)."""
     import torch
     from cir_demo.testing.explorer import register_tiny_models, unregister_tiny_models
 
     threads = torch.get_num_threads()  # the service sets 1 while serving; give the next module its setting back
-    root = tmp_path_factory.getbasetemp() / "ui_shared"
+    root = tmp_path_factory.mktemp("ui_module")
+    for name in TINY_SHARED_CACHES:
+        (root / "cache" / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / "cache" / name).symlink_to(tiny_shared / "cache" / name, target_is_directory=True)
     mp = pytest.MonkeyPatch()
     mp.setenv("CIR_DEMO_CACHE", str(root / "cache"))
-    mp.setenv("CIR_DEMO_INDEXES", str(root / "indexes"))
+    mp.setenv("CIR_DEMO_INDEXES", str(tiny_shared / "indexes"))
     mp.setenv("CIR_DEMO_RUNS", str(root / "runs"))
-    names = register_tiny_models(root / "models")
+    names = register_tiny_models(tiny_shared / "models")
     yield root, names
     unregister_tiny_models(names)
     mp.undo()

@@ -413,6 +413,7 @@ def test_a_code_hash_memoised_by_stats_is_the_parsed_one(tmp_path, monkeypatch):
     def parsed():
         code_hash.code_sha256.cache_clear()
         code_hash.code_modules.cache_clear()
+        code_hash.code_text.cache_clear()  # conftest.py's parse per source too: a fresh parse of every file
         return code_hash.code_sha256(("cir_demo.a",))
 
     def bump(path: Path, text: str):
@@ -425,6 +426,7 @@ def test_a_code_hash_memoised_by_stats_is_the_parsed_one(tmp_path, monkeypatch):
         code_hash.code_sha256.cache_clear()
         assert code_sha256_by_stats(["cir_demo.a"]) == first
         code_hash.code_sha256.cache_clear()
+        code_hash.code_text.cache_clear()  # so that only the stats memo can answer without a parse
         monkeypatch.setattr(code_hash.ast, "parse", lambda *a, **k: pytest.fail("parsed again"))
         assert code_sha256_by_stats(["cir_demo.a"]) == first  # read back: no syntax tree built
         monkeypatch.undo()

@@ -448,8 +448,7 @@ def test_example_callback_writes_world_references(demo, service, tmp_path, monke
 
 # =========================================================================== report callback
 def test_report_callback(demo, service, tmp_path, monkeypatch):
-    # A runs folder of its own: the shared one (tiny_setup's) holds the browser modules' eval run
-    # when they ran first in this process (pytest-xdist orders a worker's modules its own way).
+    # A runs folder of this test's own: the module's (tiny_setup's) holds what its other tests wrote.
     root = tmp_path
     monkeypatch.setenv("CIR_DEMO_RUNS", str(root / "runs"))
     out = wired(demo, "on_show").fn(None)

@@ -31,9 +31,9 @@ GROUPS = 6  # paraphrase groups served (and evaluated): small, so the eval run t
 
 
 @pytest.fixture(scope="module")
-def app_url(tiny_setup):
+def app_url(tiny_setup, tiny_shared):
     root, names = tiny_setup
-    run_tiny_eval(names, GROUPS)  # a real eval run: the Report tab and the failure sorts read it
+    run_tiny_eval(names, GROUPS, tiny_shared)  # a real eval run: the Report tab and the failure sorts read it
     service = build_tiny_service(names, limit_groups=GROUPS)
     with served(service) as url:
         yield url, service

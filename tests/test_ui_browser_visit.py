@@ -39,11 +39,11 @@ document.getElementById("space").src = %(app_url)r + location.search;
 
 
 @pytest.fixture(scope="module")
-def visit_app(tiny_setup):
+def visit_app(tiny_setup, tiny_shared):
     from cir_demo.ui import app as ui_app
 
     root, names = tiny_setup
-    run_tiny_eval(names, GROUPS)  # a real run for the Report tab
+    run_tiny_eval(names, GROUPS, tiny_shared)  # a real run for the Report tab
     service = build_tiny_service(names, limit_groups=GROUPS)
     app_port, parent_port = free_port(), free_port()
     app_url = f"http://127.0.0.1:{app_port}/"

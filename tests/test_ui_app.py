@@ -431,6 +431,7 @@ def test_example_callback_writes_world_references(demo, service, tmp_path, monke
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what a click leaves in the temporary directory
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))  # the served folder lies in gradio's cache
     monkeypatch.setattr(served_files, "_FOLDER", [])
     monkeypatch.setattr(atexit, "register", lambda fn, *args: None)
     f1, f2, text = wired(demo, "on_example").fn()
@@ -441,9 +442,37 @@ def test_example_callback_writes_world_references(demo, service, tmp_path, monke
     assert all(served_files._FOLDER[0] in Path(f).parents for f in (f1, f2))
     left = sorted(tmp_path.rglob("*"))
     assert wired(demo, "on_example").fn() == (f1, f2, text)
-    assert sorted(tmp_path.rglob("*")) == left and [p.name for p in tmp_path.iterdir()] == [
-        served_files._FOLDER[0].name
-    ]
+    assert sorted(tmp_path.rglob("*")) == left and [p.name for p in tmp_path.iterdir()] == ["gradio"]
+    assert [p.name for p in (tmp_path / "gradio").iterdir()] == [served_files._FOLDER[0].name]
+
+
+def test_served_files_are_handed_out_as_they_are(tmp_path, monkeypatch):
+    """A file of the served folder (the Report's downloads, a world run's ~15 MB, named by every page
+    load) is handed out by gradio without reading it: no hash of its bytes, no copy. The oracle is
+    gradio's own path for any other file: hashed and copied into its cache."""
+    import asyncio
+
+    from gradio import processing_utils
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
+    monkeypatch.setattr(served_files, "_FOLDER", [])
+    monkeypatch.setattr(atexit, "register", lambda fn, *args: None)
+    hashed = []
+    real = processing_utils.hash_file
+    monkeypatch.setattr(processing_utils, "hash_file", lambda path, *a: hashed.append(Path(path)) or real(path, *a))
+    served = served_files.served_folder() / "per_query.csv"
+    served.write_text("x" * 10_000)
+    elsewhere = tmp_path / "elsewhere.csv"
+    elsewhere.write_text("y" * 100)
+    block = gr.File()
+
+    def handed(path: Path) -> str:
+        data = gr.FileData(path=str(path)).model_dump()
+        return asyncio.run(processing_utils.async_move_files_to_cache(data, block, postprocess=True))["path"]
+
+    assert handed(served) == str(served) and hashed == []
+    copy = handed(elsewhere)
+    assert hashed == [elsewhere] and Path(copy) != elsewhere and Path(copy).read_text() == "y" * 100
 
 
 # =========================================================================== report callback

@@ -104,7 +104,7 @@ class ExploreUI:
 
 def create_ui() -> ExploreUI:
     """Three blocks: the query and its controls (`cir-side`), the retrievers' rows (`cir-main`) and the
-    query list (`cir-find`); app.PAGE_CSS lays them out: on a laptop the rows take the right of the
+    query list (`cir-find`); launch.PAGE_CSS lays them out: on a laptop the rows take the right of the
     first screen and the list goes under the query; on a phone they stack (query, rows, list)."""
     loading = gr.HTML(components.loading_html("starting", "", 0.0), elem_id="cir-loading", css_template=components.CSS)
     with gr.Row(equal_height=False, visible=False, elem_id="cir-explore-body") as body:

@@ -29,6 +29,7 @@ from cir_demo.ui.launch import STATUS_GROUP, WORK_GROUP, launch_app  # noqa: F40
 from cir_demo.ui.session_copies import bound_session_copies
 from cir_demo.ui.settings import AppSettings
 from cir_demo.ui.startup import Startup, app_settings, build_parser, prepare  # noqa: F401 (build_parser: the command line)
+from cir_demo.ui.tables import frames_as_tables
 from cir_demo.ui.state import HUB_ORIGIN, ParsedState, decode_state, resolve_state
 
 log = logging.getLogger("cir_demo.ui")
@@ -337,7 +338,8 @@ def _wire_page_load(
         values = initial_outputs(service, params, get_pending())
         log.info("page view prepared in %.2f s", time.perf_counter() - started)
         demo.cir_first_view.set()
-        update = {by_name[k]: v for k, v in values.items() if k in by_name}
+        # the tables as gradio's dicts, built here: off gradio's event loop, which every visitor shares
+        update = frames_as_tables({by_name[k]: v for k, v in values.items() if k in by_name})
         update[status] = status_markdown(service, loader.status(), get_pending())
         update[ex.loading] = gr.update(visible=False)
         update[ex.body] = gr.update(visible=True)

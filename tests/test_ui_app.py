@@ -970,3 +970,18 @@ def test_page_load_tables_are_what_gradio_makes_of_the_frames(service):
     assert converted[table]["visible"] is True and sent(converted[table]["value"]) == sent(mixed)
     assert converted[markdown] == "text"
     assert frames_as_tables({markdown: mixed})[markdown] is mixed  # a frame for another component: as it is
+
+
+def test_list_columns_read_facts_of_each_services_own_table(service):
+    """`table_facts` (read once per query table) against the table read directly, for the service's table
+    and for tables without types or without two-image queries seen after it (never another table's facts)."""
+    from cir_demo.explorer import NO_VALUE
+
+    def direct(table):
+        return bool((table["intent_category"] != NO_VALUE).any()), bool(len(table) and table["n_refs"].max() > 1)
+
+    table = service.table
+    plain = table.assign(intent_category=NO_VALUE, n_refs=1)
+    for t in (table, plain, table.assign(n_refs=1), table, plain):
+        assert explore.table_facts(t) == direct(t)
+    assert direct(table) == (True, True) and direct(plain) == (False, False)

@@ -475,3 +475,30 @@ def test_validate_command_prints_counts_and_exit_codes(tmp_path, capsys):
     assert "INVALID" in out and "queries.jsonl, line 1 (q1), field 'reference_ids'" in out
     assert main(["validate", "--benchmark", "nosuch"]) == 2
     assert "unknown benchmark" in capsys.readouterr().err
+
+
+def test_paraphrases_are_the_group_in_benchmark_order():
+    """`Benchmark.paraphrases` (indexed once) against a scan of every query (the oracle), groups
+    interleaved in file order; a list of queries replaced or grown is indexed again."""
+    import random
+
+    from cir_demo.benchmarks.schema import Benchmark, Judgments, Query
+
+    rng = random.Random(0)
+    queries = [Query(f"q{i}", ("a",), f"text {i}", f"g{rng.randrange(7)}", Judgments(("b",))) for i in range(60)]
+    bench = Benchmark("b", "pinpoint", list(queries), ["a", "b"])
+
+    def scan(qid):
+        group = bench.query(qid).group_id
+        return [q for q in bench.queries if q.group_id == group]
+
+    for q in queries:
+        assert bench.paraphrases(q.query_id) == scan(q.query_id)
+    bench.paraphrases("q0").clear()  # a caller's copy
+    assert bench.paraphrases("q0") == scan("q0") != []
+    extra = Query("q60", ("a",), "text", queries[0].group_id, Judgments(("b",)))
+    bench.queries.append(extra)
+    bench._by_id[extra.query_id] = extra
+    assert bench.paraphrases("q0") == scan("q0") and bench.paraphrases("q0")[-1] is extra
+    bench.queries = queries[:10]
+    assert all(bench.paraphrases(q.query_id) == scan(q.query_id) for q in queries[:10])

@@ -108,3 +108,32 @@ def test_prescore_fills_the_cache_the_rerank_reads(engine, tmp_path):
         assert [it.candidate_id for it in items[:6]] == [
             ranking.ids[i] for i in sorted(range(6), key=lambda i: -margins[i])
         ]
+
+
+def assert_brute_force(ranking, ids, scores, where=""):
+    assert ranking.scores == pytest.approx(list(scores), abs=1e-5), where
+    unique = [i for i, s in enumerate(scores) if np.sum(np.abs(scores - s) < 1e-5) == 1]
+    assert len(unique) > len(ids) // 2 and [ranking.ids[i] for i in unique] == [ids[i] for i in unique], where
+
+
+def test_one_query_cache_answers_the_brute_force_ranking(engine, monkeypatch):
+    """One query at a time (the app) is searched once per (retriever, text, references, depth): the answer
+    served from the cache is the brute-force ranking; a caller editing its copy changes no later answer;
+    another depth or another instruction is searched, never answered from another key."""
+    name = engine.retriever_names[0]
+    q = engine.benchmark.queries[3]
+    first = engine.search(name, [engine.composed(q)], k=12)[0]
+    first.ids.reverse()
+    first.scores.clear()
+    index = engine.index(name)
+    searched = []
+    real = index.search
+    monkeypatch.setattr(index, "search", lambda xq, k: searched.append(k) or real(xq, k))
+    again = engine.search(name, [engine.composed(q)], k=12)[0]
+    assert searched == []  # from the cache
+    assert_brute_force(again, *brute_force(engine, name, engine.composed(q), 12), "cached")
+    other = engine.composed(q, instruction=q.instruction + " in red")
+    for cq, k in ((engine.composed(q), 7), (other, 12)):
+        got = engine.search(name, [cq], k=k)[0]
+        assert_brute_force(got, *brute_force(engine, name, cq, k), (cq.text, k))
+    assert searched == [7, 12]

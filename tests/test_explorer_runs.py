@@ -74,3 +74,48 @@ def test_a_report_is_read_again_only_when_its_files_change(tmp_path):
     assert [p.name for p, _ in with_plot.plots] == ["per_category.png"] and changed.plots == []
     (run / "plots" / "per_category.png").unlink()
     assert reports.report().plots == []
+
+
+def test_a_runs_match_is_read_again_when_its_records_change(tmp_path, monkeypatch):
+    """`list_runs` keeps each folder's match under the state of metrics.json and run_info.json (every page
+    load lists the runs): after a record is replaced (atomically, same size), written or removed, the
+    listing is what a cold read gives (the oracle: the memo emptied)."""
+    from cir_demo.store import folders
+
+    runs_root = tmp_path / "runs"
+    run = runs_root / "20240101-000000-world"
+    run.mkdir(parents=True)
+    (run / "metrics.csv").write_text("model,mAP@10\nm,0.25\n")
+
+    def record(name: str, fp: str) -> None:
+        staged = run / f".{name}.tmp"
+        staged.write_text(json.dumps({"benchmark_fingerprint": fp}))
+        os.replace(staged, run / name)
+
+    def listed() -> list:
+        return [(r.label, r.matches) for r in list_runs("world", "fp1", runs_root)]
+
+    def cold() -> list:
+        monkeypatch.setattr(folders, "_MATCHES", folders.LRU(8))
+        return listed()
+
+    steps = [
+        lambda: None,  # no record: matched by the folder's name
+        lambda: record("run_info.json", "fp1"),
+        lambda: record("run_info.json", "fp2"),  # same size, maybe the same mtime: another file
+        lambda: (run / "run_info.json").unlink(),
+        lambda: record("metrics.json", "fp1"),
+    ]
+    seen = []
+    for step in steps:
+        step()
+        warm = listed()
+        assert listed() == warm == cold(), step
+        seen.append(warm)
+    assert seen == [
+        [(run.name, "name")],
+        [(run.name, "fingerprint")],
+        [],
+        [(run.name, "name")],
+        [(run.name, "fingerprint")],
+    ]

@@ -17,6 +17,7 @@ from PIL import Image
 
 from cir_demo.explorer import validate_upload
 from cir_demo.ui import app as ui_app
+from cir_demo.ui import launch
 
 PUBLIC = {"/search", "/query", "/failures", "/evaluate", "/image"}
 
@@ -107,7 +108,7 @@ def test_view_api_lists_exactly_the_endpoints_with_described_parameters(world_ap
 def test_the_endpoints_share_the_pages_queue_limit(service):
     """The API's calls wait in the same concurrency group as the page's (`--concurrency` bounds both)."""
     demo = ui_app.create_app(service)
-    ui_app.share_one_limit(demo)
+    launch.share_one_limit(demo)
     public = [f for f in demo.fns.values() if f.api_visibility == "public"]
     assert sorted(f"/{f.api_name}" for f in public) == sorted(PUBLIC)
     assert all(f.concurrency_id == ui_app.WORK_GROUP and f.queue is not False for f in public)

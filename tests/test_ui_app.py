@@ -150,9 +150,9 @@ def test_page_load_opens_the_linked_view(demo, service):
     assert results.count('<li class="cir-tile') == 5 * len(names)
     assert "P(yes)" in results
     assert "world (tiny)" in plain(by_id["cir-status"])
-    listed = by_id["cir-query-list"]["value"]
-    assert isinstance(listed, pd.DataFrame) and len(listed) == len(service.table)
-    assert by_id["cir-query-list"]["column_widths"] == explore.list_widths(listed.columns)
+    listed = by_id["cir-query-list"]["value"]  # as gradio's Dataframe takes it (ui/tables.py)
+    assert set(listed) == {"headers", "data"} and len(listed["data"]) == len(service.table)
+    assert by_id["cir-query-list"]["column_widths"] == explore.list_widths(listed["headers"])
     assert by_id["cir-loading"]["visible"] is False and by_id["cir-explore-body"]["visible"] is True
     assert by_id["cir-link-note"] == ""  # a good link: nothing to say
 
@@ -431,6 +431,7 @@ def test_example_callback_writes_world_references(demo, service, tmp_path, monke
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what a click leaves in the temporary directory
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))  # the served folder lies in gradio's cache
     monkeypatch.setattr(served_files, "_FOLDER", [])
     monkeypatch.setattr(atexit, "register", lambda fn, *args: None)
     f1, f2, text = wired(demo, "on_example").fn()
@@ -441,9 +442,37 @@ def test_example_callback_writes_world_references(demo, service, tmp_path, monke
     assert all(served_files._FOLDER[0] in Path(f).parents for f in (f1, f2))
     left = sorted(tmp_path.rglob("*"))
     assert wired(demo, "on_example").fn() == (f1, f2, text)
-    assert sorted(tmp_path.rglob("*")) == left and [p.name for p in tmp_path.iterdir()] == [
-        served_files._FOLDER[0].name
-    ]
+    assert sorted(tmp_path.rglob("*")) == left and [p.name for p in tmp_path.iterdir()] == ["gradio"]
+    assert [p.name for p in (tmp_path / "gradio").iterdir()] == [served_files._FOLDER[0].name]
+
+
+def test_served_files_are_handed_out_as_they_are(tmp_path, monkeypatch):
+    """A file of the served folder (the Report's downloads, a world run's ~15 MB, named by every page
+    load) is handed out by gradio without reading it: no hash of its bytes, no copy. The oracle is
+    gradio's own path for any other file: hashed and copied into its cache."""
+    import asyncio
+
+    from gradio import processing_utils
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
+    monkeypatch.setattr(served_files, "_FOLDER", [])
+    monkeypatch.setattr(atexit, "register", lambda fn, *args: None)
+    hashed = []
+    real = processing_utils.hash_file
+    monkeypatch.setattr(processing_utils, "hash_file", lambda path, *a: hashed.append(Path(path)) or real(path, *a))
+    served = served_files.served_folder() / "per_query.csv"
+    served.write_text("x" * 10_000)
+    elsewhere = tmp_path / "elsewhere.csv"
+    elsewhere.write_text("y" * 100)
+    block = gr.File()
+
+    def handed(path: Path) -> str:
+        data = gr.FileData(path=str(path)).model_dump()
+        return asyncio.run(processing_utils.async_move_files_to_cache(data, block, postprocess=True))["path"]
+
+    assert handed(served) == str(served) and hashed == []
+    copy = handed(elsewhere)
+    assert hashed == [elsewhere] and Path(copy) != elsewhere and Path(copy).read_text() == "y" * 100
 
 
 # =========================================================================== report callback
@@ -768,7 +797,7 @@ def test_telemetry_only_when_the_operator_asks(service, monkeypatch, setting, se
 def test_queue_analytics_summary_is_not_rebuilt_per_event(monkeypatch):
     """Gradio rebuilds a pandas summary of up to 10,000 events after every event unless told not to;
     an operator's own setting is kept."""
-    from cir_demo.ui.app import QUEUE_ANALYTICS_ENV, quiet_queue_analytics
+    from cir_demo.ui.launch import QUEUE_ANALYTICS_ENV, quiet_queue_analytics
 
     monkeypatch.delenv("GRADIO_ANALYTICS_CACHE_FREQUENCY", raising=False)
     monkeypatch.setenv("GRADIO_ANALYTICS_MAX_EVENTS", "50")
@@ -912,3 +941,46 @@ def test_first_query_from_the_shipped_outputs_before_any_run(service, tmp_path, 
         )
         # a background run's state of its own: the choice is made again, not read from an earlier page
         assert first_query(service, SimpleNamespace(state=f"running-{n}", ready_sorts=frozenset())) == expected
+
+
+def test_page_load_tables_are_what_gradio_makes_of_the_frames(service):
+    """The page load hands gradio its tables as dicts built in the callback (`frames_as_tables`): what gradio
+    sends of each is what it makes of the pandas frame itself (the oracle), for every table of a page
+    load and a frame with text, missing values, integers, floats, booleans; an empty one; other outputs
+    untouched."""
+    import json
+
+    from cir_demo.ui.tables import frames_as_tables, table_value
+
+    def sent(value) -> str:
+        return json.dumps(gr.Dataframe().postprocess(value).model_dump(), sort_keys=True)
+
+    out = ui_app.initial_outputs(service, {})
+    frames = {k: v["value"] for k, v in out.items() if isinstance(v, dict) and isinstance(v.get("value"), pd.DataFrame)}
+    assert {"list", "view:table"} <= set(frames), sorted(frames)  # the Report's, once a run exists
+    mixed = pd.DataFrame(
+        {"id": ["a", None, "c"], "n": [1, 2, 3], "x": [0.5, float("nan"), 2.0], "ok": [True, False, True]}
+    ).astype({"id": "str"})  # the app's text columns: missing is NaN
+    frames.update(mixed=mixed, empty=mixed.iloc[:0], text=pd.DataFrame({"why": ["é ✓", "", "x"]}))
+    for name, frame in frames.items():
+        assert sent(table_value(frame)) == sent(frame), name
+    table, markdown = gr.Dataframe(), gr.Markdown()
+    converted = frames_as_tables({table: gr.update(value=mixed, visible=True), markdown: "text"})
+    assert converted[table]["visible"] is True and sent(converted[table]["value"]) == sent(mixed)
+    assert converted[markdown] == "text"
+    assert frames_as_tables({markdown: mixed})[markdown] is mixed  # a frame for another component: as it is
+
+
+def test_list_columns_read_facts_of_each_services_own_table(service):
+    """`table_facts` (read once per query table) against the table read directly, for the service's table
+    and for tables without types or without two-image queries seen after it (never another table's facts)."""
+    from cir_demo.explorer import NO_VALUE
+
+    def direct(table):
+        return bool((table["intent_category"] != NO_VALUE).any()), bool(len(table) and table["n_refs"].max() > 1)
+
+    table = service.table
+    plain = table.assign(intent_category=NO_VALUE, n_refs=1)
+    for t in (table, plain, table.assign(n_refs=1), table, plain):
+        assert explore.table_facts(t) == direct(t)
+    assert direct(table) == (True, True) and direct(plain) == (False, False)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from cir_demo.benchmarks.registry import BENCHMARKS
+from cir_demo.utils.lru import LRU
 
 
 @dataclass
@@ -80,7 +81,31 @@ def split_folders(folders: Sequence[Path]) -> list[Path]:
     ]
 
 
+# (folder, benchmark name, fingerprint, the two files' states) -> `_match`: every page load lists the runs,
+# and a world run's metrics.json (~100 KB) parsed again each time was most of the listing's CPU
+_MATCHES = LRU(1024)
+
+
+def _file_state(path: Path) -> tuple | None:
+    """What changes when a file is written (atomic writes replace it: a new inode), None when absent."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def _match(d: Path, benchmark_name: str, fingerprint: str) -> str | None:
+    """`_read_match`, read again only when metrics.json or run_info.json changed."""
+    key = (str(d), benchmark_name, fingerprint, _file_state(d / "metrics.json"), _file_state(d / "run_info.json"))
+    found = _MATCHES.get(key)
+    if found is None:
+        found = (_read_match(d, benchmark_name, fingerprint),)
+        _MATCHES.put(key, found)
+    return found[0]
+
+
+def _read_match(d: Path, benchmark_name: str, fingerprint: str) -> str | None:
     """ "fingerprint" (these files), "other" (another benchmark's or other files'), "name" (no fingerprint
     recorded, same benchmark name) or None."""
     meta = read_json(d / "metrics.json") or {}

@@ -25,9 +25,11 @@ from cir_demo.ui import api, explore, report, upload
 from cir_demo.ui.controls import CONTROLS_JS
 from cir_demo.ui.components import loading_html, md_escape, notes_markdown
 from cir_demo.ui.guard import guarded
+from cir_demo.ui.launch import STATUS_GROUP, WORK_GROUP, launch_app  # noqa: F401 (WORK_GROUP: tests read it here)
 from cir_demo.ui.session_copies import bound_session_copies
 from cir_demo.ui.settings import AppSettings
 from cir_demo.ui.startup import Startup, app_settings, build_parser, prepare  # noqa: F401 (build_parser: the command line)
+from cir_demo.ui.tables import frames_as_tables
 from cir_demo.ui.state import HUB_ORIGIN, ParsedState, decode_state, resolve_state
 
 log = logging.getLogger("cir_demo.ui")
@@ -50,8 +52,6 @@ VIEW_KEYS = (
     "top_n",
 )  # view_outputs order
 LOAD_POLL_S = 0.25
-WORK_GROUP = "cir-work"  # every callback that computes shares one concurrency limit (share_one_limit)
-STATUS_GROUP = "cir-status"  # the load-status poll: unlimited, it only reads a status
 PRECOMPUTE_POLL_S = 2.0  # how often a page asks how far the background run is
 CALL_TIMEOUT_S = 600.0  # a callback waits this long for loading to finish (first run builds indexes)
 
@@ -338,7 +338,8 @@ def _wire_page_load(
         values = initial_outputs(service, params, get_pending())
         log.info("page view prepared in %.2f s", time.perf_counter() - started)
         demo.cir_first_view.set()
-        update = {by_name[k]: v for k, v in values.items() if k in by_name}
+        # the tables as gradio's dicts, built here: off gradio's event loop, which every visitor shares
+        update = frames_as_tables({by_name[k]: v for k, v in values.items() if k in by_name})
         update[status] = status_markdown(service, loader.status(), get_pending())
         update[ex.loading] = gr.update(visible=False)
         update[ex.body] = gr.update(visible=True)
@@ -408,116 +409,6 @@ def _wire_background_run(
         concurrency_limit=None,
         concurrency_id=STATUS_GROUP,
     )
-
-
-def share_one_limit(demo: gr.Blocks) -> None:
-    """Put every Python callback except the load-status poll into one concurrency group, so
-    `--concurrency` bounds the callbacks running at once across the whole app (gradio applies
-    a limit per event listener otherwise: six listeners x 2)."""
-    for fn in demo.fns.values():
-        if fn.fn is not None and fn.concurrency_id != STATUS_GROUP:
-            fn.concurrency_id = WORK_GROUP
-            fn.concurrency_limit = "default"
-
-
-# Gradio's queue rebuilds a pandas summary of its last 10,000 events after every event, for a
-# monitoring page this app does not enable: a cost per request that grows with the number served
-# (docs/benchmarks.md, "Load test and memory"). Summarise once per million events and
-# keep the last thousand (bounded memory); read when the queue is created.
-QUEUE_ANALYTICS_ENV = {"GRADIO_ANALYTICS_CACHE_FREQUENCY": "1000000", "GRADIO_ANALYTICS_MAX_EVENTS": "1000"}
-
-
-def quiet_queue_analytics() -> None:
-    """Set `QUEUE_ANALYTICS_ENV` unless the operator set those variables."""
-    for name, value in QUEUE_ANALYTICS_ENV.items():
-        os.environ.setdefault(name, value)
-
-
-# Page-wide rules for gradio's own components (the app's HTML is styled by components.CSS):
-# a compact header, so that the retrievers' rows start high on the first screen; the Explore tab's three
-# blocks in a grid: the query and its controls at the left, the rows at the right of the first screen,
-# the query list under the query (on a phone, under the rows);
-# the Report's downloads are read-only, so gradio's "Remove this file" buttons are not offered;
-# the query list reads in the page's font (its monospace made the table twice its column's width);
-# table cells break between words, never inside one ("coverage" went down letter by letter);
-# the Report's plots are shown whole with their captions below them (gradio's gallery cell cropped
-# the first plot and laid its caption over the axis label).
-PAGE_CSS = """
-#cir-intro h1 { font-size: 1.4rem; margin: 0 12px 0 0; display: inline; }
-#cir-intro p { font-size: 0.9rem; margin: 0; display: inline; }
-#cir-status { font-size: 0.82rem; }
-#cir-status p { margin: 0; }
-#cir-explore-body:not(.hide) { display: grid !important; grid-template-columns: minmax(300px, 2fr) minmax(0, 5fr);
-                               grid-template-rows: auto minmax(0, 1fr); align-items: start; }
-#cir-side { grid-column: 1; grid-row: 1; }
-#cir-main { grid-column: 2; grid-row: 1 / span 2; }
-#cir-find { grid-column: 1; grid-row: 2; }
-@media (max-width: 900px) {
-  #cir-explore-body:not(.hide) { grid-template-columns: minmax(0, 1fr); grid-template-rows: none; }
-  #cir-side, #cir-main, #cir-find { grid-column: 1; grid-row: auto; }
-}
-#cir-report-files .label-clear-button { display: none; }
-#cir-query-list [role=gridcell] *, #cir-query-list [role=columnheader] *,
-#cir-report-metrics [role=gridcell] *, #cir-report-metrics [role=columnheader] * { font-family: var(--font); }
-#cir-report-plots .grid-wrap { height: auto !important; max-height: none !important; }
-#cir-report-plots .thumbnail-item { height: auto !important; aspect-ratio: auto !important; display: flex;
-                                    flex-direction: column; }
-#cir-report-plots .grid-container { margin-top: 12px; }
-#cir-report-plots .thumbnail-item img { height: auto !important; width: auto !important; max-width: 100%;
-                                        max-height: 720px; margin: 0 auto; }
-#cir-report-plots .thumbnail-item .caption-label { position: static !important; transform: none !important;
-                                                   max-width: 100%; white-space: normal; }
-#cir-report-metrics [role=gridcell] *, #cir-report-metrics [role=columnheader] *,
-#cir-query-list [role=gridcell] *, #cir-query-list [role=columnheader] * { word-break: normal; overflow-wrap: normal; }
-"""
-
-
-MAX_FILE_SIZE = "25mb"  # an upload, from the page or an API client
-
-
-def launch_app(
-    demo: gr.Blocks,
-    server_name: str | None = None,
-    port: int | None = None,
-    share: bool = False,
-    queue_size: int = 32,
-    concurrency: int = 2,
-    prevent_thread_lock: bool = False,
-    quiet: bool = False,
-    mcp: bool | None = None,
-):
-    """Queue (bounded, so many visitors cannot exhaust memory) and launch. No data folder is
-    served by path (report plots are sent as images), so nothing under runs/ reaches a visitor.
-    The API endpoints share the page's queue, concurrency group and upload limit. `mcp`: serve them as
-    MCP tools too (None: as gradio's GRADIO_MCP_SERVER says, off when unset)."""
-    share_one_limit(demo)
-    quiet_queue_analytics()
-    demo.queue(max_size=queue_size, default_concurrency_limit=concurrency)
-    # `_frontend=False` skips gradio's one check that its new server answers a HEAD request on localhost
-    # within 3 s (for notebooks that need a share link; gradio 6.31 gates only that check on it): on a
-    # machine busy with other jobs the server can be slower than that, and the app would end with "When
-    # localhost is not accessible, a shareable link must be created" although it serves.
-    launched = demo.launch(
-        server_name=server_name,
-        server_port=port,
-        share=share,
-        show_error=True,
-        prevent_thread_lock=True,  # the MCP tools are adapted below, then the thread is held as asked
-        quiet=quiet,
-        css=PAGE_CSS,
-        max_file_size=MAX_FILE_SIZE,
-        footer_links=["api", "settings"],
-        mcp_server=mcp or None,
-        _frontend=False,
-    )
-    if getattr(demo, "mcp_error", None):  # gradio serves on without its MCP server, saying nothing
-        log.warning("MCP tools not served: %s", hide_paths(demo.mcp_error))
-    from cir_demo.ui.mcp_tools import serve_tools_as_json
-
-    serve_tools_as_json(demo)  # JSON answers, files as a path, a URL or base64 (cir_demo/ui/mcp_tools.py)
-    if not prevent_thread_lock:
-        demo.block_thread()
-    return launched
 
 
 # ------------------------------------------------------------------ command line

@@ -104,7 +104,7 @@ class ExploreUI:
 
 def create_ui() -> ExploreUI:
     """Three blocks: the query and its controls (`cir-side`), the retrievers' rows (`cir-main`) and the
-    query list (`cir-find`); app.PAGE_CSS lays them out: on a laptop the rows take the right of the
+    query list (`cir-find`); launch.PAGE_CSS lays them out: on a laptop the rows take the right of the
     first screen and the list goes under the query; on a phone they stack (query, rows, list)."""
     loading = gr.HTML(components.loading_html("starting", "", 0.0), elem_id="cir-loading", css_template=components.CSS)
     with gr.Row(equal_height=False, visible=False, elem_id="cir-explore-body") as body:
@@ -278,20 +278,36 @@ def list_queries(
         info += f". Results from: {components.md_escape(service.failure_source)}"
     if waiting:
         info = f"{waiting}.  \n{info}"
-    return {"table": shown_columns(service, found.rows), "ids": list(found.rows["query"]), "info": info}
+    # tolist(), not list(): iterating a text column steps through pyarrow one cell at a time (~3 ms a page load)
+    return {"table": shown_columns(service, found.rows), "ids": found.rows["query"].tolist(), "info": info}
 
 
 def shown_columns(service: ExplorerService, rows: pd.DataFrame) -> pd.DataFrame:
     """The list's columns that say something here: no "why" in benchmark order, no "type" on a benchmark
     without intent types (CIRR, FashionIQ, ...), no "refs" where every query has one reference image."""
     empty = []
+    has_types, has_two_refs = table_facts(service.table)
     if "why" in rows and not rows["why"].astype(str).str.len().any():
         empty.append("why")
-    if "type" in rows and not (service.table["intent_category"] != NO_VALUE).any():
+    if "type" in rows and not has_types:
         empty.append("type")
-    if "refs" in rows and len(service.table) and service.table["n_refs"].max() <= 1:
+    if "refs" in rows and not has_two_refs:
         empty.append("refs")
     return rows.drop(columns=empty)
+
+
+_TABLE_FACTS: list[tuple] = []  # (table, *its facts) of the last few query tables seen
+
+
+def table_facts(table: pd.DataFrame) -> tuple[bool, bool]:
+    """(any query with an intent type, any with two reference images) of a service's query table, which is
+    fixed for the service's life: read once, not over every query at each listing (each page load)."""
+    for seen, *facts in _TABLE_FACTS:
+        if seen is table:
+            return tuple(facts)
+    facts = (bool((table["intent_category"] != NO_VALUE).any()), bool(len(table) and table["n_refs"].max() > 1))
+    _TABLE_FACTS[:] = [(table, *facts), *_TABLE_FACTS[:3]]
+    return facts
 
 
 def list_update(rows: pd.DataFrame) -> dict:

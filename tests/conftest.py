@@ -107,21 +107,26 @@ def shared_group(item) -> str:
 # pytest.ini's `--no-loadscope-reorder` turns it off) would hand the 2-test groups of the two
 # first-start apps out last. Every other group follows in file order.
 LONGEST_GROUPS = (
-    "train_pixels",
     "tiny_eval",
-    "space_app",
-    "test_ui_browser_first_start",
+    "train_pixels",
+    "test_cache_keys",
+    "test_prebuilt_run",
     "test_faults",
-    "test_gradio_import",
-    "test_world_shipped",
-    "test_corpus_workers",
-    "test_index_prebuilt",
-    "test_bench_latency",
     "default_world",
-    "test_explorer_metric_oracle",
+    "test_ui_browser_first_start",
+    "space_app",
+    "test_ui_api",
+    "test_code_shape",
+    "test_output_folders",
     "test_harness_pipeline",
-    "test_world_judge",
-    "test_explorer_precompute",
+    "test_bench_latency",
+    "test_explorer_own_runs",
+    "test_index_milvus",
+    "test_explorer_per_query_truth",
+    "test_gradio_import",
+    "test_index_shard",
+    "test_engine",
+    "test_preflight",
 )
 
 

@@ -137,3 +137,28 @@ def test_one_query_cache_answers_the_brute_force_ranking(engine, monkeypatch):
         got = engine.search(name, [cq], k=k)[0]
         assert_brute_force(got, *brute_force(engine, name, cq, k), (cq.text, k))
     assert searched == [7, 12]
+
+
+def test_images_opened_beside_are_those_the_store_opens(engine):
+    """A run's reference images opened in a forked child (`open_images_beside`) are cached as the very
+    pixels the image store gives (the oracle: the store asked directly); one that cannot be opened is left
+    to fail where it is needed, with the store's own error."""
+    from cir_demo.engine import RetrievalEngine
+
+    fresh = RetrievalEngine(engine.benchmark, engine.retriever_names, progress=False)
+    ids = list(dict.fromkeys(r for q in engine.benchmark.queries[:12] for r in q.reference_ids))
+    adopt = fresh.open_images_beside(ids + ["no-such-image"])
+    adopt()
+    adopt()  # a second call waits for nothing
+    store = engine.benchmark.images
+    for image_id in ids:
+        cached = fresh._images.get(image_id)
+        direct = store.open(image_id)
+        assert cached is not None and cached.mode == direct.mode and cached.tobytes() == direct.tobytes()
+        assert fresh.open_image(image_id) is cached  # served from the cache, not opened again
+    assert fresh._images.get("no-such-image") is None
+    with pytest.raises(KeyError) as direct_error:
+        store.open("no-such-image")
+    with pytest.raises(KeyError) as later_error:
+        fresh.open_image("no-such-image")
+    assert str(later_error.value) == str(direct_error.value)

@@ -201,6 +201,38 @@ def test_cache_hit_avoids_rescoring_and_persists(tmp_path):
         assert got["b"].p_yes == 0.2 and got["b"].logit_yes == pytest.approx(math.log(0.2))
 
 
+def test_a_held_cache_answers_as_the_database_does(tmp_path):
+    """`hold` serves a spec's scores from memory: every lookup equals the same lookup read from the
+    database by a second, unheld connection (the oracle), for rows stored before the hold and after it,
+    across queries, references and specs; errors are never held, and the counters agree."""
+    table = {c: (0.05 * (i + 1), None) for i, c in enumerate("abcdefgh")}
+    table["c"] = (None, FLAG_TOKENS_MISSING)
+    table["d"] = (None, "error: timeout")
+    rr, other = ScriptedReranker(table), ScriptedReranker(table, name="other-spec")
+    requests = [REQ, RerankRequest(["i1", "i2"], ["r1", "r2"], "make it red"), RerankRequest(["x"], ["r2"], "blue")]
+    path = tmp_path / "scores.sqlite"
+    with ScoreCache(path) as cache, ScoreCache(path) as oracle:
+        rerank(REQ, list("abcd"), None, load_image, rr, top_n=4, cache=cache)  # stored before the hold
+        rerank(REQ, list("abcd"), None, load_image, other, top_n=4, cache=cache)
+        cache.hold(rr.spec_hash())
+        rerank(requests[1], list("bcdefg"), None, load_image, rr, top_n=5, cache=cache)  # after it
+        rerank(REQ, list("abcdefgh"), None, load_image, rr, top_n=8, cache=cache)
+        rerank(requests[2], list("abcdefgh"), None, load_image, other, top_n=3, cache=cache)
+        hits, misses = cache.hits, cache.misses
+        asked = 0
+        for spec in (rr.spec_hash(), other.spec_hash()):
+            for request in requests:
+                got = cache.get_many(spec, request.instruction, request.reference_ids, list("abcdefghz"))
+                want = oracle.get_many(spec, request.instruction, request.reference_ids, list("abcdefghz"))
+                assert got == want and "d" not in got and "z" not in got
+                asked += 9
+        assert len(cache.get_many(rr.spec_hash(), REQ.instruction, REQ.reference_ids, list("abcdefgh"))) == 7
+        assert cache.hits + cache.misses == hits + misses + asked + 8 and cache.hits > hits
+        # scores served from memory are flagged as cached, as from the database
+        items = rerank(REQ, list("abcdefgh"), None, load_image, rr, top_n=8, cache=cache)
+        assert [it.from_cache for it in items] == [it.candidate_id != "d" for it in items]
+
+
 def test_cache_key_parts_all_matter(tmp_path):
     table = {"a": (0.7, None)}
     with ScoreCache(tmp_path / "s.sqlite") as cache:
@@ -426,3 +458,26 @@ def test_cache_keeps_p_near_and_upgrades_an_old_cache(tmp_path):
         cache.put_many("h", "q", ["r"], [CandidateScore("new", 0.5, 0.0, 0.0, None, 0.875)])
     with ScoreCache(path) as cache:
         assert cache.get_many("h", "q", ["r"], ["new"])["new"].p_near == 0.875
+
+
+def test_scores_from_logits_are_the_logistic_of_each_row_bit_for_bit():
+    """P(yes) and P(near) of every row, converted in one call for many queries' candidates, equal
+    `sigmoid` of that row's margin and near logit taken one value at a time (the oracle), to the bit:
+    the stored scores of an eval depend on it; a non-finite row is an error flag."""
+    import numpy as np
+
+    from cir_demo.rerank.base import scores_from_logits, sigmoid
+
+    rng = np.random.default_rng(7)
+    logits = rng.standard_normal((500, 3)) * rng.choice([1e-3, 1.0, 8.0, 60.0], size=(500, 1))
+    logits[:4] = [[0.0, 0.0, 0.0], [800.0, -800.0, -900.0], [-40.0, 40.0, 50.0], [1e-300, -1e-300, -0.0]]
+    logits[9, 1] = np.nan
+    ids = [f"c{i}" for i in range(len(logits))]
+    for width in (3, 2):
+        got = scores_from_logits(ids, logits[:, :width])
+        for s, row in zip(got, logits[:, :width].tolist()):
+            if not np.isfinite(row).all():
+                assert s.p_yes is None and s.flag.startswith("error: non-finite")
+                continue
+            assert s.flag is None and (s.logit_yes, s.logit_no) == (row[0], row[1])
+            assert s.p_yes == sigmoid(row[0] - row[1]) and s.p_near == (sigmoid(row[2]) if width == 3 else None)

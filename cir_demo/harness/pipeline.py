@@ -289,6 +289,8 @@ def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stage
         trust_remote_code=settings.trust_remote_code,
         index_uri=settings.index_uri,
     )
+    # every split's reference images, opened on the other core while this one loads the corpus features
+    references = engine.open_images_beside([r for s in splits for q in s.bench.queries for r in q.reference_ids])
     specs: dict[str, dict] = {}
     depths: dict[str, int] = {}  # how deep each retriever ranks: part of its runs' keys
     reranker_spec = None
@@ -298,9 +300,12 @@ def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stage
         with stages("corpus features"):
             engine.prefetch_corpus_embeddings(names, reranker_name)
             engine.reranker(reranker_name)  # loaded with the corpus features it reads
+        # each retriever's reranking asks for every query's scores, mostly scored for an earlier one already
+        engine.score_cache.hold(engine.reranker(reranker_name).spec_hash())
     for name in names:
         with stages(f"{name}/index"):
             engine.index(name)  # build or load, with its own progress bar
+        references()  # waits for them the first time only
         specs[name] = engine.run_spec(name)  # with its query template, stated in the report
         depths[name] = engine.eval_depth(name)
         if reranker_name:

@@ -321,9 +321,10 @@ class WorldVerifierReranker(LogitPairReranker):
         for _, ids, images in items:
             self._check_lengths(ids, images)
         logits = self._logits(items)
+        scores = scores_from_logits([i for _, ids, _ in items for i in ids], logits)  # rows are independent
         out, pos = [], 0
         for _, ids, _ in items:
-            out.append(scores_from_logits(ids, logits[pos : pos + len(ids)]) if ids else [])
+            out.append(scores[pos : pos + len(ids)])
             pos += len(ids)
         return out
 

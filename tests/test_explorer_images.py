@@ -84,6 +84,27 @@ def test_image_warmer_fills_reference_tile_and_pixel_files(tiny_setup, tmp_path)
     assert cached.counts == {"cached": 3, "opened": 0}
 
 
+def test_a_warmer_whose_app_is_gone_renders_nothing(tiny_setup, tmp_path):
+    """The app names itself in the warmer's payload: a warmer that starts after its app stopped (adopted by
+    another process) opens no image, where reading its parent at start would let it render the corpus."""
+    import os
+
+    tiles = tmp_path / "tiles.sqlite"
+    payload = {
+        "benchmark": "world",
+        "kwargs": {"size": "tiny"},
+        "limit_groups": 3,
+        "limit": 24,
+        "nice": False,
+        "parent": os.getppid() + 1_000_000,  # no process's pid: the app that started it is gone
+        "jobs": [{"what": "corpus", "targets": [{"db_path": str(tiles), "kind": "jpeg", "size": 24, "quality": 80}]}],
+    }
+    _warm_main(json.dumps(payload))
+    assert not tiles.exists()
+    _warm_main(json.dumps({**payload, "parent": os.getppid(), "limit": 2}))  # the same payload, its app alive
+    assert tiles.exists()
+
+
 def test_the_warmer_process_is_reaped_when_done(tiny_setup, tmp_path):
     """A finished warmer leaves no zombie behind for the app's lifetime."""
     import sys

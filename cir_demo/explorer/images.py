@@ -270,7 +270,11 @@ def _warm_main(payload: str) -> None:  # entry point of the warmer process
             os.nice(19)  # never compete with the app for the CPU
         except OSError:
             pass
-    parent = os.getppid()
+    # the app names itself: read here, the parent may already be gone (an app stopped as it became ready)
+    # and this process adopted, and the warmer would then outlive it with the whole corpus to render
+    parent = args.get("parent", os.getppid())
+    if os.getppid() != parent:
+        return
     from cir_demo.benchmarks.registry import load_benchmark
 
     bench = load_benchmark(args["benchmark"], **args["kwargs"])
@@ -301,6 +305,7 @@ def start_image_warmer(config: ServiceConfig, jobs: Sequence[dict], limit: int =
             "limit_groups": config.limit_groups,
             "jobs": jobs,
             "limit": limit,
+            "parent": os.getpid(),
         },
         default=str,
     )

@@ -90,18 +90,12 @@ def test_a_warmer_whose_app_is_gone_renders_nothing(tiny_setup, tmp_path):
     import os
 
     tiles = tmp_path / "tiles.sqlite"
-    payload = {
-        "benchmark": "world",
-        "kwargs": {"size": "tiny"},
-        "limit_groups": 3,
-        "limit": 24,
-        "nice": False,
-        "parent": os.getppid() + 1_000_000,  # no process's pid: the app that started it is gone
-        "jobs": [{"what": "corpus", "targets": [{"db_path": str(tiles), "kind": "jpeg", "size": 24, "quality": 80}]}],
-    }
-    _warm_main(json.dumps(payload))
+    target = {"db_path": str(tiles), "kind": "jpeg", "size": 24, "quality": 80}
+    payload = dict(benchmark="world", kwargs={"size": "tiny"}, limit_groups=1, limit=2, nice=False)
+    payload["jobs"] = [{"what": "corpus", "targets": [target]}]
+    _warm_main(json.dumps({**payload, "parent": os.getppid() + 1_000_000}))  # no such pid: its app is gone
     assert not tiles.exists()
-    _warm_main(json.dumps({**payload, "parent": os.getppid(), "limit": 2}))  # the same payload, its app alive
+    _warm_main(json.dumps({**payload, "parent": os.getppid()}))  # the same payload, its app alive
     assert tiles.exists()
 
 

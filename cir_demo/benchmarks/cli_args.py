@@ -55,6 +55,8 @@ def add_benchmark_arguments(
     g.add_argument("--world-seed", type=int, default=None, help="offline world seed (default 0)")
     if limit:
         g.add_argument("--limit", type=int, default=None, help="only the first N paraphrase groups")
+    else:
+        p.set_defaults(limit=None)  # every command's benchmark flags unpack alike (`BenchmarkChoice.from_args`)
     return g
 
 
@@ -70,7 +72,8 @@ def add_dry_run_and_debug(g, would: str) -> None:
 
 def benchmark_kwargs(args: argparse.Namespace) -> dict:
     """The loader keywords the flags in `args` set."""
-    return {k: getattr(args, attr) for k, attr in LOADER_ARGS.items() if getattr(args, attr, None) is not None}
+    given = vars(args)  # every attribute is there: `add_benchmark_arguments` adds them all
+    return {k: given[attr] for k, attr in LOADER_ARGS.items() if given[attr] is not None}
 
 
 def benchmark_flags(benchmark: str, kwargs: dict, limit: int | None = None) -> list[str]:
@@ -109,7 +112,7 @@ class BenchmarkChoice:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, name: str | None = None) -> BenchmarkChoice:
-        return cls(name or args.benchmark, benchmark_kwargs(args), getattr(args, "limit", None))
+        return cls(name or args.benchmark, benchmark_kwargs(args), args.limit)
 
     @property
     def split(self) -> str | None:

@@ -371,7 +371,7 @@ def _prebuilt_eval(settings: PrebuiltSettings, bench, names: list[str], reranker
 
 
 def run(args: argparse.Namespace) -> int:
-    action = getattr(args, "index_command", None)
+    action = args.index_command
     if action is None:
         print("usage: python -m cir_demo index {build,status,list,prebuilt} ... (see --help)", file=sys.stderr)
         return 2
@@ -403,7 +403,7 @@ def run(args: argparse.Namespace) -> int:
     }
     return report_errors(
         actions[action],
-        debug=bool(getattr(args, "debug", False)),  # `index list` has no --debug
+        debug=bool(args.debug),
         expected=(
             ValueError,
             KeyError,

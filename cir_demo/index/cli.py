@@ -32,6 +32,7 @@ def _add_benchmark_args(p: argparse.ArgumentParser, required: bool, limit: bool 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(debug=False)  # the actions without --debug (list, prebuilt) report errors without traceback
     sub = p.add_subparsers(dest="index_command", metavar="ACTION")
 
     b = sub.add_parser("build", help="encode a benchmark's corpus and write its index (skipped when fresh)")

@@ -117,20 +117,12 @@ def scores_from_logits(candidate_ids: Sequence[str], logits: np.ndarray) -> list
         )
     finite = np.isfinite(logits).all(axis=1).tolist()
     out = []
-    exp = math.exp
-    # `sigmoid` written out (the same operations): a reranked eval converts ~400,000 rows here
     for cid, row, ok in zip(candidate_ids, logits.tolist(), finite):  # Python floats: exact, and cheap per row
         if not ok:
             out.append(CandidateScore(cid, None, None, None, f"{FLAG_ERROR_PREFIX}non-finite logits {tuple(row)}"))
-            continue
-        ly, ln = row[0], row[1]
-        x = ly - ln
-        p_yes = 1.0 / (1.0 + exp(-x)) if x >= 0 else (e := exp(x)) / (1.0 + e)
-        p_near = None
-        if len(row) == 3:
-            x = row[2]
-            p_near = 1.0 / (1.0 + exp(-x)) if x >= 0 else (e := exp(x)) / (1.0 + e)
-        out.append(CandidateScore(cid, p_yes, ly, ln, None, p_near))
+        else:
+            ly, ln = row[0], row[1]
+            out.append(CandidateScore(cid, sigmoid(ly - ln), ly, ln, None, sigmoid(row[2]) if len(row) == 3 else None))
     return out
 
 

@@ -184,30 +184,13 @@ def assemble(
     rank_weight: float = 0.0,
 ) -> list[RerankedItem]:
     """Every candidate in its new order: the scored block reordered, the rest as it was."""
-    block_scores = [scores[c] for c in block]
-    order = order_top_block(block_scores, near_miss_penalty, rank_weight)
+    order = order_top_block([scores[c] for c in block], near_miss_penalty, rank_weight)
     n = len(block)
     head = list(ids[:n])
     first_rank = {c: r for r, c in enumerate(head if head == list(block) else ids)}
-    fs = first_stage_scores
-    # `_item` of each scored candidate, built in one pass (an eval builds ~760,000 of them)
     items = [
-        RerankedItem(
-            cid,
-            r0,
-            None if fs is None else float(fs[r0]),
-            s.p_yes,
-            new_rank,
-            s.flag,
-            s.logit_yes,
-            s.logit_no,
-            s.p_near,
-            True,
-            cid in from_cache,
-        )
-        for new_rank, i in enumerate(order)
-        for cid, s in ((block[i], block_scores[i]),)
-        for r0 in (first_rank[cid],)
+        _item(cid, first_rank[cid], first_stage_scores, new_rank, scores.get(cid), cid in from_cache)
+        for new_rank, cid in enumerate(block[i] for i in order)
     ]
     tail = list(ids[n:])
     if any(c in scores or c in from_cache for c in tail):  # scores beyond the block: item by item

@@ -72,8 +72,8 @@ def add_dry_run_and_debug(g, would: str) -> None:
 
 def benchmark_kwargs(args: argparse.Namespace) -> dict:
     """The loader keywords the flags in `args` set."""
-    given = vars(args)  # every attribute is there: `add_benchmark_arguments` adds them all
-    return {k: given[attr] for k, attr in LOADER_ARGS.items() if given[attr] is not None}
+    given = vars(args)  # a flag its command does not define is not given
+    return {k: given[attr] for k, attr in LOADER_ARGS.items() if given.get(attr) is not None}
 
 
 def benchmark_flags(benchmark: str, kwargs: dict, limit: int | None = None) -> list[str]:

@@ -277,6 +277,20 @@ def test_list_callback_filters_sorts_and_reports_counts(demo, service):
     assert ids == [] and "**0** matching" in info
 
 
+def test_the_report_comes_when_its_tab_opens(demo, service):
+    """A page view leaves the Report (its run's table, plots and downloads) to the tab's opening; opening
+    it shows what `report.show_report` gives for the service (the oracle: called directly)."""
+    report_ids = {b._id for b in demo.blocks.values() if (getattr(b, "elem_id", None) or "").startswith("cir-report")}
+    final = load_page(demo, {})[-1]
+    assert report_ids and not report_ids & {c._id for c in final}
+    [tab] = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "cir-tab-report"]
+    [opened] = [f for f in demo.fns.values() if (tab._id, "select") in f.targets]
+    shown = dict(zip(report.OUTPUTS, opened.fn(None, [])))
+    expected = report.show_report(service, None, None)
+    assert shown["info"] == expected["info"] and shown["columns"] == expected["columns"]
+    assert shown["run"] == expected["run"] and shown["files"] == expected["files"]
+
+
 def test_background_run_poll_never_undoes_a_sort_picked_meanwhile(service):
     """A poll's reply can arrive after a sort the visitor picked since the poll was sent (seen in CI:
     the first poll set the dropdown back to benchmark order). Only the poll that finds the run done

@@ -8,7 +8,7 @@ import gradio as gr
 import pytest
 from gradio.state_holder import SessionState
 
-from cir_demo.ui.session_copies import bound_session_copies
+from cir_demo.ui.session_copies import LeanSession, LeanSessions, bound_session_copies, lean_sessions
 
 
 def radio_app():
@@ -24,8 +24,8 @@ def radio_app():
     return demo, radio
 
 
-def run_events(demo, n):
-    state = SessionState(demo)
+def run_events(demo, n, session=SessionState):
+    state = session(demo)
     fn = demo.fns[0]
     choice, outputs = "a", []
 
@@ -63,3 +63,36 @@ def test_the_explorer_drops_stray_session_blocks(service):
 
     demo = create_app(service)
     assert getattr(demo.preprocess_data, "__wrapped__", None) is not None
+
+
+def test_a_lean_session_answers_as_gradios_own_without_config_copies():
+    """Oracle: gradio's own SessionState on the same events. The lean session keeps no config copy per
+    event, and a deep link still gets each page component's latest config."""
+    demo, radio = radio_app()
+    bound_session_copies(demo)
+    own, own_outputs = run_events(demo, 12)
+    demo2, radio2 = radio_app()
+    bound_session_copies(demo2)
+    lean, lean_outputs = run_events(demo2, 12, session=LeanSession)
+    assert lean_outputs == own_outputs
+    assert lean.config_values == {}
+    latest = lean.blocks_config.blocks[radio2._id]
+    assert latest.choices == own.blocks_config.blocks[radio._id].choices
+    linked = {c["id"]: c for c in lean.components}
+    # every page component, as gradio's copies hold them (the two pages' ids differ by an offset)
+    assert [linked[k]["type"] for k in sorted(linked)] == [
+        own.config_values[k]["type"] for k in sorted(own.config_values)
+    ]
+    assert linked[radio2._id]["props"]["choices"] == own.config_values[radio._id]["props"]["choices"]
+
+
+def test_a_launched_app_keeps_lean_sessions():
+    demo, _ = radio_app()
+    demo.queue()
+    demo.launch(prevent_thread_lock=True, quiet=True, server_name="127.0.0.1")
+    try:
+        lean_sessions(demo)
+        holder = demo.server_app.state_holder
+        assert isinstance(holder, LeanSessions) and isinstance(holder["some-session"], LeanSession)
+    finally:
+        demo.close()

@@ -249,7 +249,8 @@ def failures_answer(
         rows, _ = sort_rows(service.table, per_query, sort, ctx)
         rows = rows[["query_id", "why"]].reset_index(drop=True)
         reranked = [f"{n}{RERANK_SUFFIX}" for n in names if reranking]
-        shown = [n for n in [*names, *reranked] if n in set(per_query["run"])]
+        present = set(per_query["run"].unique())  # once, not per run: a whole column of rows each time
+        shown = [n for n in [*names, *reranked] if n in present]
         found = (stats, shown, failure_columns(service, cache, rows, per_query, shown, sort, columns))
         cache.rows.put(key, found)
     _, shown, rows = found

@@ -105,9 +105,12 @@ def run_status_key(pending) -> str:
     return f"{pending.state}:{pending.done}/{pending.total}:{pending.detail}"
 
 
-def initial_outputs(service: ExplorerService, params: dict[str, str], pending=None) -> dict[str, Any]:
+def initial_outputs(
+    service: ExplorerService, params: dict[str, str], pending=None, with_report: bool = True
+) -> dict[str, Any]:
     """Everything the page shows once the service is ready, by name (see `create_app` for the mapping).
-    `pending`: the background run's status (None: no background run)."""
+    `pending`: the background run's status (None: no background run); `with_report`: the Report tab's
+    outputs too (a page view leaves them to the tab's opening: `report.wire`)."""
     parsed = initial_state(service, params, pending)
     s = parsed.state
     out: dict[str, Any] = {}
@@ -141,13 +144,13 @@ def initial_outputs(service: ExplorerService, params: dict[str, str], pending=No
     models = [n for n in service.retriever_names if n not in service.file_runs()]  # a results file answers no upload
     out["upload:retrievers"] = gr.update(choices=models, value=models[:MAX_COLUMNS])
     out["upload:rerank"] = explore.rerank_controls(service)["rerank"]
-    rep = report.show_report(service, None, pending)
     out["sort"] = explore.sort_update(service, pending, s.sort if s.sort != "order" else None)  # a linked sort
     out["compare"] = explore.compare_update(service, s.sort)
     if pending is not None:  # what the page now shows of the background run: the poll goes on from here
         out["run:seen_ready"], out["run:seen_key"] = pending.ready, run_status_key(pending)
         out["run:timer"] = gr.Timer(active=not pending.ready)
-    out.update({f"report:{k}": v for k, v in rep.items()})
+    if with_report:
+        out.update({f"report:{k}": v for k, v in report.show_report(service, None, pending).items()})
     return out
 
 
@@ -195,11 +198,11 @@ def create_app(
                 ex = explore.create_ui()
             with gr.Tab("Try your own", id="upload", elem_id="cir-tab-upload"):
                 up = upload.create_ui()
-            with gr.Tab("Report", id="report", elem_id="cir-tab-report"):
+            with gr.Tab("Report", id="report", elem_id="cir-tab-report") as report_tab:
                 rp = report.create_ui()
         explore.wire(ex, get_service, get_pending, parent_origin)
         upload.wire(up, get_service)
-        report.wire(rp, get_service, get_pending)
+        report.wire(rp, get_service, get_pending, report_tab)
 
         by_name: dict[str, Any] = {f"filter:{k}": c for k, c in ex.filters.items()}
         by_name.update(
@@ -335,7 +338,9 @@ def _wire_page_load(
             precompute.start_for(service)  # a reload retries a failed background run
         params = dict(request.query_params) if request is not None else {}
         started = time.perf_counter()
-        values = initial_outputs(service, params, get_pending())
+        # the Report's outputs (its run's table, plots and downloads: a third of a page view's work, most of
+        # it on gradio's event loop) come when its tab is opened, which most visits never do
+        values = initial_outputs(service, params, get_pending(), with_report=False)
         log.info("page view prepared in %.2f s", time.perf_counter() - started)
         demo.cir_first_view.set()
         # the tables as gradio's dicts, built here: off gradio's event loop, which every visitor shares

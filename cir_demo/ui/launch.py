@@ -10,6 +10,7 @@ import os
 import gradio as gr
 
 from cir_demo.explorer.public_text import hide_paths
+from cir_demo.ui.session_copies import lean_sessions
 
 log = logging.getLogger("cir_demo.ui")
 
@@ -79,6 +80,11 @@ PAGE_CSS = """
 """
 
 
+# How often a queued visitor is told its place in the queue. gradio's default ("auto") tells every waiting
+# event each time one starts: with 20 visitors waiting, twenty messages per request, each written to its
+# stream on the event loop every visitor shares (a quarter of its work under load, docs/benchmarks.md).
+STATUS_UPDATE_S = 1.0
+
 MAX_FILE_SIZE = "25mb"  # an upload, from the page or an API client
 
 
@@ -99,7 +105,7 @@ def launch_app(
     MCP tools too (None: as gradio's GRADIO_MCP_SERVER says, off when unset)."""
     share_one_limit(demo)
     quiet_queue_analytics()
-    demo.queue(max_size=queue_size, default_concurrency_limit=concurrency)
+    demo.queue(max_size=queue_size, default_concurrency_limit=concurrency, status_update_rate=STATUS_UPDATE_S)
     # `_frontend=False` skips gradio's one check that its new server answers a HEAD request on localhost
     # within 3 s (for notebooks that need a share link; gradio 6.31 gates only that check on it): on a
     # machine busy with other jobs the server can be slower than that, and the app would end with "When
@@ -117,6 +123,7 @@ def launch_app(
         mcp_server=mcp or None,
         _frontend=False,
     )
+    lean_sessions(demo)  # no per-session config copies for deep links (session_copies.LeanSession)
     if getattr(demo, "mcp_error", None):  # gradio serves on without its MCP server, saying nothing
         log.warning("MCP tools not served: %s", hide_paths(demo.mcp_error))
     from cir_demo.ui.mcp_tools import serve_tools_as_json

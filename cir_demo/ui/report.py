@@ -540,8 +540,11 @@ def plot_copies(plots) -> list[tuple[str, str]]:
 
 
 def wire(
-    ui: ReportUI, get_service: Callable[[], ExplorerService], get_pending: Callable[[], Any] = lambda: None
+    ui: ReportUI, get_service: Callable[[], ExplorerService], get_pending: Callable[[], Any] = lambda: None, tab=None
 ) -> None:
+    """The run picker and refresh; `tab`: the Report's tab, whose opening shows the report (a page view
+    does not prepare it)."""
+
     @guarded("Loading the report")
     def on_show(label, mine=()):
         try:
@@ -553,6 +556,8 @@ def wire(
     outputs = ui.outputs()
     ui.run.input(on_show, [ui.run, ui.my_runs], outputs, trigger_mode="always_last")
     ui.refresh.click(on_show, [ui.run, ui.my_runs], outputs)
+    if tab is not None:
+        tab.select(on_show, [ui.run, ui.my_runs], outputs)
 
 
 def open_pair(service: ExplorerService, pair: str | None, k, rerank, top_n, pending=None) -> dict[str, Any]:

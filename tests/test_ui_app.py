@@ -155,6 +155,12 @@ def test_page_load_opens_the_linked_view(demo, service):
     assert by_id["cir-query-list"]["column_widths"] == explore.list_widths(listed["headers"])
     assert by_id["cir-loading"]["visible"] is False and by_id["cir-explore-body"]["visible"] is True
     assert by_id["cir-link-note"] == ""  # a good link: nothing to say
+    choices = service.filter_choices()  # the oracle: the benchmark's values per filter
+    shown = [k for k in explore.filter_fields() if len(choices.get(k, [])) > 1]
+    assert shown and [k for k in explore.filter_fields() if f"cir-filter-{k}" in by_id] == shown  # the rest stay hidden
+    for key in shown:
+        assert by_id[f"cir-filter-{key}"]["choices"] == [explore.ANY, *choices[key]]
+        assert by_id[f"cir-filter-{key}"]["visible"] is True
 
 
 def test_page_load_with_a_bad_link_explains_and_falls_back(demo, service):

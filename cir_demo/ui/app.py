@@ -115,9 +115,10 @@ def initial_outputs(
     s = parsed.state
     out: dict[str, Any] = {}
     choices = service.filter_choices()
-    for key in filter_fields():  # the dropdowns create_ui made: every family's filters
+    for key in filter_fields():  # the dropdowns create_ui made (hidden): every family's filters
         values = choices.get(key, [])
-        out[f"filter:{key}"] = gr.update(choices=[explore.ANY, *values], value=explore.ANY, visible=len(values) > 1)
+        if len(values) > 1:  # one that filters nothing stays as the page has it: each update costs gradio a component
+            out[f"filter:{key}"] = gr.update(choices=[explore.ANY, *values], value=explore.ANY, visible=True)
     listing = explore.list_queries(service, "", {}, s.sort, pending)
     out.update({"list": explore.list_update(listing["table"]), "ids": listing["ids"], "list_info": listing["info"]})
     names = list(s.retrievers) if s.retrievers else service.retriever_names[:MAX_COLUMNS]

@@ -153,9 +153,9 @@ def create_ui() -> ExploreUI:
             )  # the loaded family's headline metrics, once it is loaded
             with gr.Accordion("Filters", open=False, elem_id="cir-filters") as filter_box:
                 filters = {
-                    key: gr.Dropdown([ANY], value=ANY, label=label, elem_id=f"cir-filter-{key}")
+                    key: gr.Dropdown([ANY], value=ANY, label=label, elem_id=f"cir-filter-{key}", visible=False)
                     for key, label in filter_fields().items()
-                }  # those of every family; hidden when empty
+                }  # those of every family, shown by the page view where the benchmark has values to filter by
             list_info = gr.Markdown(elem_id="cir-list-info")
             query_list = gr.Dataframe(
                 headers=LIST_COLUMNS,

@@ -8,7 +8,7 @@ import gradio as gr
 import pytest
 from gradio.state_holder import SessionState
 
-from cir_demo.ui.session_copies import LeanSession, LeanSessions, bound_session_copies, lean_sessions
+from cir_demo.ui.session_copies import LeanSession, LeanSessions, bound_session_copies
 
 
 def radio_app():
@@ -86,13 +86,15 @@ def test_a_lean_session_answers_as_gradios_own_without_config_copies():
     assert linked[radio2._id]["props"]["choices"] == own.config_values[radio._id]["props"]["choices"]
 
 
-def test_a_launched_app_keeps_lean_sessions():
+def test_a_launched_app_keeps_lean_sessions_and_tells_the_queue_once_a_second():
+    from cir_demo.ui import launch
+
     demo, _ = radio_app()
-    demo.queue()
-    demo.launch(prevent_thread_lock=True, quiet=True, server_name="127.0.0.1")
+    launch.launch_app(demo, "127.0.0.1", None, prevent_thread_lock=True, quiet=True)
     try:
-        lean_sessions(demo)
         holder = demo.server_app.state_holder
         assert isinstance(holder, LeanSessions) and isinstance(holder["some-session"], LeanSession)
+        # gradio's "auto" would tell every waiting event its place at each start
+        assert not demo._queue.live_updates and demo._queue.update_intervals == launch.STATUS_UPDATE_S
     finally:
         demo.close()

@@ -375,13 +375,24 @@ def _first_stages(engine, jobs, stages: Stages, ahead: bool):
         for job in jobs:
             yield job, _first_stage(engine, stages, *job)
         return
-    pool = ThreadPoolExecutor(1, thread_name_prefix="first-stages")
+    pool = ThreadPoolExecutor(1, thread_name_prefix="first-stages", initializer=_one_search_thread)
     try:
         futures = [pool.submit(_first_stage, engine, stages, *job) for job in jobs]  # one worker: in order
         for job, future in zip(jobs, futures):
             yield job, future.result()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _one_search_thread() -> None:
+    """faiss's OpenMP threads (its BLAS's too) to one in the calling thread only (OpenMP's thread count
+    is a per-thread setting): beside the reranker's lanes a second search thread only waits for a core.
+    A search's results are the same bits on any count."""
+    try:
+        import faiss
+    except ImportError:  # no faiss index to search (Milvus)
+        return
+    faiss.omp_set_num_threads(1)
 
 
 def _first_stage(engine, stages: Stages, name: str, split, tag: str):

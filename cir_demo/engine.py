@@ -454,9 +454,11 @@ class RetrievalEngine:
         top_n: int = 20,
         reranker_kw: dict | None = None,
         progress: bool = False,
+        lanes: int = 1,
     ):
         """Rerank the top `top_n` of every query's ranking in `run` (the benchmark's queries by default),
-        the queries' candidates scored in batches through the score cache. Returns a `RunRerank`."""
+        the queries' candidates scored in batches through the score cache, `lanes` batches at once where
+        the backend allows it (`parallel_batches`). Returns a `RunRerank`."""
         from cir_demo.rerank import rerank_run
 
         reranker = self.reranker(backend, **(reranker_kw or {}))
@@ -472,6 +474,7 @@ class RetrievalEngine:
             cache=self.score_cache,
             run_scores=scores,
             progress=progress,
+            lanes=lanes if reranker.parallel_batches else 1,
         )
 
     def prescore(self, backend: str, query, candidate_ids: Sequence[str], reranker_kw: dict | None = None) -> None:

@@ -1,7 +1,7 @@
-"""`--eval` with the world's own models runs torch on one CPU thread (faster on a shared machine) and
-writes the same rankings, metrics and tables as with two threads (the judge's P(yes) to its last stored
-decimal); OMP_NUM_THREADS, when set, keeps the user's choice; the load
-that decides is the machine's before the run began."""
+"""`--eval` with the world's own models reranks on one torch thread per batch, a batch per core on a
+quiet machine and one at a time on a busy one, and writes the same rankings, metrics and tables as with
+two threads inside each batch (the judge's P(yes) to its last stored decimal); OMP_NUM_THREADS, when
+set, keeps the user's choice; the load that decides is the machine's before the run began."""
 
 from __future__ import annotations
 
@@ -66,6 +66,15 @@ def test_one_thread_and_two_write_the_same_bytes(tmp_path, monkeypatch, torch_th
     monkeypatch.setattr("os.getloadavg", lambda: (64.0, 0.0, 0.0))  # a busy machine: one thread
     _eval(tmp_path / "one")
     assert seen and seen[0] == 1 and torch_threads.get_num_threads() == 2  # set for the run, then given back
+    monkeypatch.setattr("os.getloadavg", lambda: (0.0, 0.0, 0.0))  # a quiet one: a lane per core, one thread each
+    seen.clear()
+    _eval(tmp_path / "lanes")
+    assert seen and seen[0] == 1 and torch_threads.get_num_threads() == 2
+    every = sorted(p.relative_to(tmp_path / "one") for p in (tmp_path / "one").rglob("*") if p.is_file())
+    assert [str(f) for f in every if (tmp_path / "one" / f).read_bytes() != (tmp_path / "lanes" / f).read_bytes()] == [
+        "run_info.json",
+        "run_manifest.json",
+    ]  # one thread each way: the same bits, timings aside
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     seen.clear()
     _eval(tmp_path / "two")
@@ -114,38 +123,40 @@ def _score_gaps(a, b) -> list[float]:
     return [abs(a - b)] if isinstance(a, (int, float)) and not isinstance(a, bool) else []
 
 
-def test_only_the_world_models_on_a_busy_cpu_get_one_thread(monkeypatch, torch_threads):
+def test_the_world_models_rerank_on_one_torch_thread_per_lane(monkeypatch, torch_threads):
     import os
 
+    from cir_demo.harness.pipeline import MAX_LANES
     from cir_demo.index.corpus_encode import usable_cpus
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(os, "getloadavg", lambda: (usable_cpus() + 1.0, 0.0, 0.0))  # not busy: threads stay
-    with small_model_threads(["world-cir"], "world-verifier", None):
-        assert torch_threads.get_num_threads() == 2
+    monkeypatch.setattr(os, "getloadavg", lambda: (usable_cpus() + 1.0, 0.0, 0.0))  # not busy: a lane per core
+    with small_model_threads(["world-cir"], "world-verifier", None) as lanes:
+        assert torch_threads.get_num_threads() == 1 and lanes == min(MAX_LANES, usable_cpus())
     monkeypatch.setattr(os, "getloadavg", lambda: (usable_cpus() + 1.5, 0.0, 0.0))  # busy
-    cases = {
-        (("world-clip-image", "world-cir"), "world-verifier", None): 1,
-        (("world-clip-image",), None, "cpu"): 1,
-        (("world-clip-image",), "world-verifier", "cuda"): 2,
-        (("world-clip-image", "metaclip2-h14-fusion"), "world-verifier", None): 2,
-        (("world-cir",), "qwen2.5-vl", None): 2,
+    cases = {  # (threads, lanes)
+        (("world-clip-image", "world-cir"), "world-verifier", None): (1, 1),
+        (("world-clip-image",), None, "cpu"): (1, 1),
+        (("world-clip-image",), "world-verifier", "cuda"): (2, 1),
+        (("world-clip-image", "metaclip2-h14-fusion"), "world-verifier", None): (2, 1),
+        (("world-cir",), "qwen2.5-vl", None): (2, 1),
     }
-    for (names, reranker, device), threads in cases.items():
-        with small_model_threads(names, reranker, device):
-            assert torch_threads.get_num_threads() == threads, (names, reranker, device)
+    for (names, reranker, device), want in cases.items():
+        with small_model_threads(names, reranker, device) as lanes:
+            assert (torch_threads.get_num_threads(), lanes) == want, (names, reranker, device)
         assert torch_threads.get_num_threads() == 2
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    with small_model_threads(["world-cir"], "world-verifier", None):
-        assert torch_threads.get_num_threads() == 2
+    with small_model_threads(["world-cir"], "world-verifier", None) as lanes:
+        assert torch_threads.get_num_threads() == 2 and lanes == 1
 
 
-def test_the_runs_own_load_never_makes_the_reranking_one_thread(tmp_path, monkeypatch, torch_threads, seeded_cache):
+def test_the_runs_own_load_never_makes_the_reranking_one_lane(tmp_path, monkeypatch, torch_threads, seeded_cache):
     """The load average is read when the run begins: the run's render workers and threads, which raise
     it later (here: busy from the second reading on), do not count as other work."""
     import contextlib
 
     from cir_demo.harness import pipeline
+    from cir_demo.index.corpus_encode import usable_cpus
 
     readings = iter([0.5])  # the first reading, when the run begins: a quiet machine
     monkeypatch.setattr("os.getloadavg", lambda: (next(readings, 64.0), 0.0, 0.0))
@@ -154,10 +165,10 @@ def test_the_runs_own_load_never_makes_the_reranking_one_thread(tmp_path, monkey
 
     @contextlib.contextmanager
     def spy(*args, **kw):
-        with original(*args, **kw):
-            seen.append(torch_threads.get_num_threads())
-            yield
+        with original(*args, **kw) as lanes:
+            seen.append(lanes)
+            yield lanes
 
     monkeypatch.setattr(pipeline, "small_model_threads", spy)
     _eval(tmp_path / "run")
-    assert seen and set(seen) == {2}  # both retrievers reranked on the runner's two threads
+    assert seen and set(seen) == {min(pipeline.MAX_LANES, usable_cpus())}  # both retrievers: a lane per core

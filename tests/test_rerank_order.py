@@ -219,6 +219,7 @@ def test_a_held_cache_answers_as_the_database_does(tmp_path):
         rerank(REQ, list("abcdefgh"), None, load_image, rr, top_n=8, cache=cache)
         rerank(requests[2], list("abcdefgh"), None, load_image, other, top_n=3, cache=cache)
         hits, misses = cache.hits, cache.misses
+        cache.flush()  # the held spec's rows are written behind: on disk now, for the oracle to read
         asked = 0
         for spec in (rr.spec_hash(), other.spec_hash()):
             for request in requests:
@@ -231,6 +232,23 @@ def test_a_held_cache_answers_as_the_database_does(tmp_path):
         # scores served from memory are flagged as cached, as from the database
         items = rerank(REQ, list("abcdefgh"), None, load_image, rr, top_n=8, cache=cache)
         assert [it.from_cache for it in items] == [it.candidate_id != "d" for it in items]
+
+
+def test_a_held_cache_writes_every_row_behind_and_close_waits_for_them(tmp_path):
+    """Rows of a held spec reach the disk on a thread of their own: reopened after `close`, the database
+    holds every row stored, as many as were put (the oracle: the rows counted here), each as given."""
+    path = tmp_path / "scores.sqlite"
+    put = []
+    with ScoreCache(path) as cache:
+        cache.hold("h")
+        for q in range(40):
+            scores = [CandidateScore(f"c{i}", i / 50, 0.1 * q, -0.1 * i, None, None) for i in range(50)]
+            assert cache.put_queries("h", [(f"text {q}", [f"r{q}"], scores)]) == 50
+            put += [(f"text {q}", f"r{q}", s) for s in scores]
+    with ScoreCache(path) as reopened:
+        assert len(reopened) == len(put) == 2000
+        for text, ref, s in put[::97]:
+            assert reopened.get_many("h", text, [ref], [s.candidate_id]) == {s.candidate_id: s}
 
 
 def test_cache_key_parts_all_matter(tmp_path):

@@ -98,6 +98,76 @@ def test_committed_verifier_scores(images):
     assert "no text prompt" in rr.prompt_text(RerankRequest((images[0],), ("x",), "red"))
 
 
+def test_judge_lanes_send_the_batches_one_lane_sends_and_give_the_same_run(seeded_cache, tmp_path, monkeypatch):
+    """Oracle: the same run reranked one chunk at a time. With three lanes, each chunk is scored on its
+    own thread while the next ones are looked up; a pair a chunk still in flight scores (a repeated
+    query in the next chunk) is a cache hit as it is one chunk at a time, so the judge is sent the very
+    same batches, and every score, order, flag and count is the same."""
+    import dataclasses
+    import threading
+
+    monkeypatch.setenv("CIR_DEMO_INDEXES", str(tmp_path / "indexes"))
+    from cir_demo.engine import RetrievalEngine
+    from cir_demo.rerank import rerank_run
+    from cir_demo.rerank.cache import ScoreCache
+    from cir_demo.world import load_world
+
+    bench = load_world(size="tiny", seed=0, progress=False)
+    engine = RetrievalEngine(bench, ["world-clip-fusion"], progress=False)
+    first = bench.queries[:8]
+    run, scores = engine.run_benchmark("world-clip-fusion", first, k=12)
+    # each query again under another id, right after it: chunks of 3 put most repeats in the next chunk
+    queries = [x for q in first for x in (q, dataclasses.replace(q, query_id=q.query_id + "-again"))]
+    run.update({q.query_id + "-again": run[q.query_id] for q in first})
+    scores.update({q.query_id + "-again": scores[q.query_id] for q in first})
+    judge = engine.reranker("world-verifier")
+    assert judge.parallel_batches
+    sent, threads, lock = [], set(), threading.Lock()
+    score_batch = judge.score_batch
+
+    def recording(items):
+        with lock:
+            sent[-1].append(sorted((r.instruction, tuple(r.reference_ids), tuple(ids)) for r, ids, _ in items))
+            threads.add(threading.get_ident())
+        return score_batch(items)
+
+    monkeypatch.setattr(judge, "score_batch", recording)
+    out = {}
+    for lanes in (1, 3):
+        sent.append([])
+        with ScoreCache(tmp_path / f"lanes{lanes}.sqlite") as cache:
+            out[lanes] = rerank_run(
+                queries,
+                run,
+                engine.open_image,
+                judge,
+                top_n=10,
+                cache=cache,
+                run_scores=scores,
+                progress=False,
+                chunk_size=3,
+                lanes=lanes,
+            )
+            stored = sorted(
+                cache._db.execute(
+                    "SELECT instruction, reference_ids, candidate_id, p_yes, logit_yes, logit_no, p_near FROM scores"
+                )
+            )
+        out[lanes].stored = stored
+    one, three = out[1], out[3]
+    # chunks [q0 q0' q1] [q1' q2 q2'] ... [q7']: the last is all hits, q1' q4' q7' are the next chunk's
+    assert sorted(sent[0]) == sorted(sent[1]) and len(sent[0]) == 5
+    assert len(threads) > 1  # the lanes did run on threads of their own
+    assert one.run == three.run and one.stored == three.stored and len(one.stored) == 8 * 10
+    assert {q: [it.to_dict() for it in its] for q, its in one.items.items()} == {
+        q: [it.to_dict() for it in its] for q, its in three.items.items()
+    }
+    hits = sum(it.from_cache for its in one.items.values() for it in its)
+    assert hits == 3 * 10 and {k: v for k, v in one.stats.items() if k != "seconds"} == {
+        k: v for k, v in three.stats.items() if k != "seconds"
+    }
+
+
 def test_world_cir_shares_world_clip_corpus_embeddings_and_the_judge_has_its_own():
     from cir_demo.rerank import load_reranker
     from cir_demo.retrievers.registry import load_retriever

@@ -253,17 +253,29 @@ def one_small_model_thread(
 
 @contextlib.contextmanager
 def small_model_threads(names: Sequence[str], reranker_name: str | None, device: str | None, load: float | None = None):
-    """One torch thread meanwhile where `one_small_model_thread` says so. The judge's scores are the
-    same bits either way (tests/test_eval_threads.py), so the choice changes no output. Not for
-    retrieval: world-CLIP's query vectors differ in their last bits in a process whose torch started
-    on one thread."""
-    if not one_small_model_thread(names, reranker_name, device, load):
-        yield
-        return
+    """The run's model threads: yields how many reranker batches to score at once (`rerank_run`'s lanes;
+    more than one also computes the first stages ahead, `_first_stages`). The offline world's small
+    models run torch on one thread per batch: on a machine busy with other work
+    (`one_small_model_thread`) one batch at a time; on a quiet CPU one batch per core (up to
+    `MAX_LANES`) beside the first stages, which keeps both cores busier than two torch threads inside
+    each batch's small operations. Their outputs are the same bits on one torch thread or two
+    (tests/test_eval_threads.py), so the choice changes no output. OMP_NUM_THREADS, when set, is the
+    user's choice: left alone, one lane."""
+    import os
+
+    from cir_demo.index.corpus_encode import usable_cpus
     from cir_demo.utils.threads import torch_threads
 
+    small = all(n.startswith("world-") for n in names) and reranker_name in (None, "world-verifier")
+    if not small or (device or "cpu") != "cpu" or "OMP_NUM_THREADS" in os.environ:
+        yield 1
+        return
+    lanes = 1 if one_small_model_thread(names, reranker_name, device, load) else min(MAX_LANES, usable_cpus())
     with torch_threads(1):
-        yield
+        yield lanes
+
+
+MAX_LANES = 4  # beyond a few, the lanes wait on the one thread that looks up and orders their results
 
 
 def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stages: Stages) -> tuple[int, Path]:
@@ -308,9 +320,14 @@ def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stage
         references()  # waits for them the first time only
         specs[name] = engine.run_spec(name)  # with its query template, stated in the report
         depths[name] = engine.eval_depth(name)
-        if reranker_name:
-            reranker_spec = dict(engine.reranker(reranker_name).spec)
-        for split in splits:
+    if reranker_name:
+        reranker_spec = dict(engine.reranker(reranker_name).spec)
+    jobs = [(name, split, "" if split is splits[0] else f" ({split.label})") for name in names for split in splits]
+    with (
+        small_model_threads(names, reranker_name, settings.device, load=stages.start_load) as lanes,
+        contextlib.closing(_first_stages(engine, jobs, stages, ahead=lanes > 1)) as first_stages,
+    ):
+        for (name, split, tag), (run, scores) in first_stages:
             _run_split(
                 settings,
                 engine,
@@ -321,7 +338,10 @@ def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stage
                 reranker_spec,
                 top_n,
                 stages,
-                tag="" if split is splits[0] else f" ({split.label})",
+                run,
+                scores,
+                lanes,
+                tag,
             )
     engine.close()
 
@@ -344,6 +364,51 @@ def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stage
     return n_files, paths["report.md"].relative_to(out)
 
 
+def _first_stages(engine, jobs, stages: Stages, ahead: bool):
+    """((retriever, split, tag), (run, scores)) of each job in order. `ahead`: computed in order on a
+    thread of their own, ahead of the caller, who meanwhile writes, scores and reranks the runs before:
+    each retriever still ranks the same queries in the same batches, in the same order, on the same
+    torch threads (one), so every run is the same; the models' work then fills both cores."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not ahead:
+        for job in jobs:
+            yield job, _first_stage(engine, stages, *job)
+        return
+    pool = ThreadPoolExecutor(1, thread_name_prefix="first-stages", initializer=_one_search_thread)
+    try:
+        futures = [pool.submit(_first_stage, engine, stages, *job) for job in jobs]  # one worker: in order
+        for job, future in zip(jobs, futures):
+            yield job, future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _one_search_thread() -> None:
+    """faiss's OpenMP threads (its BLAS's too) to one in the calling thread only (OpenMP's thread count
+    is a per-thread setting): beside the reranker's lanes a second search thread only waits for a core.
+    A search's results are the same bits on any count."""
+    try:
+        import faiss
+    except ImportError:  # no faiss index to search (Milvus)
+        return
+    faiss.omp_set_num_threads(1)
+
+
+def _first_stage(engine, stages: Stages, name: str, split, tag: str):
+    """Retriever `name`'s (run, scores) on one split's queries."""
+    from tqdm import tqdm
+
+    from cir_demo.store.store import produce_run
+
+    queries = split.bench.queries
+    with (
+        stages(f"{name}/retrieve{tag}"),
+        tqdm(total=len(queries), desc=f"retrieve {name}{tag}", unit="query") as bar,
+    ):
+        return produce_run(engine, name, queries, progress=lambda done, total: bar.update(done - bar.n))
+
+
 def _run_split(
     settings: EvalSettings,
     engine,
@@ -354,32 +419,26 @@ def _run_split(
     reranker_spec,
     top_n: int,
     stages: Stages,
+    run: dict,
+    scores: dict,
+    lanes: int = 1,
     tag: str = "",
 ) -> None:
-    """Retriever `name` (and the reranker) on one split's queries: results files, then evaluations."""
-    from tqdm import tqdm
-
+    """Retriever `name`'s run on one split's queries (and the reranker's): results files, then evaluations."""
     from cir_demo.results import write_results
-
-    from cir_demo.store.store import produce_rerank, produce_run, reranked_scores
+    from cir_demo.store.store import produce_rerank, reranked_scores
 
     bench, out = split.bench, split.out
-    with (
-        stages(f"{name}/retrieve{tag}"),
-        tqdm(total=len(bench.queries), desc=f"retrieve {name}{tag}", unit="query") as bar,
-    ):
-        run, scores = produce_run(engine, name, bench.queries, progress=lambda done, total: bar.update(done - bar.n))
     write_results(out / "results" / f"{name}.json", bench, run, scores, spec=spec)
     with stages("evaluate"):
         base = evaluate_run(bench, run, name, n_boot=settings.n_boot, seed=settings.bootstrap_seed)
     split.evaluations.append(base)
     if not reranker_name:
         return
-    with (
-        stages(f"{name}/rerank{tag}"),
-        small_model_threads([name], reranker_name, settings.device, load=stages.start_load),
-    ):
-        rr = produce_rerank(engine, reranker_name, run, scores, top_n, queries=bench.queries, progress=True)
+    with stages(f"{name}/rerank{tag}"):
+        rr = produce_rerank(
+            engine, reranker_name, run, scores, top_n, queries=bench.queries, progress=True, lanes=lanes
+        )
     rr_name = f"{name}{RERANK_SUFFIX}"
     write_results(
         out / "results" / f"{rr_name}.json",

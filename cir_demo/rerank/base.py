@@ -150,6 +150,9 @@ class Reranker(abc.ABC):
     # rank for backends that set them (from their manifest, and part of their spec); 0, 0: P(yes) alone
     near_miss_penalty: float = 0.0
     first_stage_rank_weight: float = 0.0
+    # Whether `score_batch` may run on several threads at once, each batch's scores the same bits as
+    # alone (`rerank_run(lanes=...)`): a CPU model on one torch thread per call, for instance
+    parallel_batches: bool = False
 
     @classmethod
     def weights(cls, **kw) -> list:

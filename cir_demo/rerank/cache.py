@@ -12,6 +12,7 @@ Scores flagged as errors are never stored: a timeout may succeed next time.
 from __future__ import annotations
 
 import json
+import queue
 import sqlite3
 import threading
 import time
@@ -80,7 +81,9 @@ class ScoreCache:
         self.path = Path(path) if path is not None else default_cache_path()
         self.warning: str | None = None
         self.in_memory = False
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the database connection
+        self._memory_lock = threading.Lock()  # the held rows and the counters
+        self._writes: queue.Queue | None = None  # rows the writer thread stores, once a spec is held
         self.hits = 0
         self.misses = 0
         # spec hash -> {(instruction, reference ids key): {candidate id: stored row}}: see `hold`
@@ -147,20 +150,45 @@ class ScoreCache:
     # ------------------------------------------------------------------ reads
     def hold(self, spec_hash: str) -> None:
         """Serve `spec_hash`'s scores from memory from now on: the rows stored now are read once, and those
-        this object stores later are kept too (still written to disk). For a run that reranks the same
-        queries once per retriever (`--eval`): ~38,000 lookups, most of them hits, then cost no query.
-        Rows another process stores meanwhile are not seen (a miss: scored again, as without a cache)."""
-        with self._lock:
+        this object stores later are kept too. For a run that reranks the same queries once per retriever
+        (`--eval`): ~38,000 lookups, most of them hits, then cost no query. From the first hold, stored
+        rows are written to disk by a thread of their own, each batch still in one transaction, so the
+        run goes on meanwhile (`flush` waits for them; reads from disk and `close` do). Rows another
+        process stores meanwhile are not seen (a miss: scored again, as without a cache)."""
+        with self._memory_lock:
             if spec_hash in self._held:
                 return
-            held: dict[tuple[str, str], dict[str, tuple]] = {}
+        self.flush()
+        held: dict[tuple[str, str], dict[str, tuple]] = {}
+        with self._lock:
             for instruction, refs, cid, *row in self._db.execute(
                 "SELECT instruction, reference_ids, candidate_id, p_yes, logit_yes, logit_no, flag, p_near FROM scores "
                 "WHERE spec_hash=?",
                 (spec_hash,),
             ):
                 held.setdefault((instruction, refs), {})[cid] = tuple(row)
+        with self._memory_lock:
             self._held[spec_hash] = held
+            if self._writes is None:
+                self._writes = queue.Queue()
+                threading.Thread(
+                    target=self._write_behind, args=(self._writes,), name="score-cache", daemon=True
+                ).start()
+
+    def _write_behind(self, writes: queue.Queue) -> None:
+        while (rows := writes.get()) is not None:
+            try:
+                self._store(rows)
+            except Exception as exc:  # a cache never stops a run: these scores are computed again next time
+                self._warn(f"could not store {len(rows)} scores ({exc})")
+            finally:
+                writes.task_done()
+        writes.task_done()
+
+    def flush(self) -> None:
+        """Wait until every row stored so far is on disk (rows of a held spec are written behind)."""
+        if self._writes is not None:
+            self._writes.join()
 
     def get_many(
         self, spec_hash: str, instruction: str, reference_ids: Sequence[str], candidate_ids: Sequence[str]
@@ -169,7 +197,7 @@ class ScoreCache:
         refs = _refs_key(reference_ids)
         wanted = list(dict.fromkeys(str(c) for c in candidate_ids))
         found: dict[str, CandidateScore] = {}
-        with self._lock:
+        with self._memory_lock:
             held = self._held.get(spec_hash)
             if held is not None:
                 rows = held.get((instruction, refs), {})
@@ -180,6 +208,8 @@ class ScoreCache:
                 self.hits += len(found)
                 self.misses += len(wanted) - len(found)
                 return found
+        self.flush()
+        with self._lock:
             for start in range(0, len(wanted), _MAX_VARS):
                 chunk = wanted[start : start + _MAX_VARS]
                 marks = ",".join("?" * len(chunk))
@@ -190,6 +220,7 @@ class ScoreCache:
                 ).fetchall()
                 for cid, p, ly, ln, flag, p_near in rows:
                     found[cid] = CandidateScore(cid, p, ly, ln, flag, p_near)
+        with self._memory_lock:
             self.hits += len(found)
             self.misses += len(wanted) - len(found)
         return found
@@ -216,6 +247,19 @@ class ScoreCache:
         ]
         if not rows:
             return 0
+        with self._memory_lock:
+            held = self._held.get(spec_hash)
+            for _, instruction, refs, cid, p, ly, ln, flag, _, p_near in rows if held is not None else ():
+                held.setdefault((instruction, refs), {})[cid] = (p, ly, ln, flag, p_near)
+            writes = self._writes
+        if writes is not None:
+            writes.put(rows)
+        else:
+            self._store(rows)
+        return len(rows)
+
+    def _store(self, rows: list) -> None:
+        """Rows into the database, in one transaction."""
         with self._lock:
             try:
                 with self._db:
@@ -225,11 +269,6 @@ class ScoreCache:
                 self._fall_back(exc)
                 with self._db:
                     self._db.executemany(_INSERT, rows)
-            held = self._held.get(spec_hash)
-            if held is not None:
-                for _, instruction, refs, cid, p, ly, ln, flag, _, p_near in rows:
-                    held.setdefault((instruction, refs), {})[cid] = (p, ly, ln, flag, p_near)
-        return len(rows)
 
     def register_spec(self, spec_hash: str, spec: dict) -> None:
         """Keep the full spec beside its hash so the cache can be read without the code that made it."""
@@ -250,10 +289,16 @@ class ScoreCache:
         return json.loads(row[0]) if row else None
 
     def __len__(self) -> int:
+        self.flush()
         with self._lock:
             return int(self._db.execute("SELECT COUNT(*) FROM scores").fetchone()[0])
 
     def close(self) -> None:
+        """Every row written (`flush`), then the database closed."""
+        if self._writes is not None:
+            self._writes.put(None)
+            self._writes.join()
+            self._writes = None
         with self._lock:
             self._db.close()
 

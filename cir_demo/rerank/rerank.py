@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import ChainMap, Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from itertools import repeat
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -94,8 +95,32 @@ def score_candidates_batch(
     """`score_candidates` for several queries, with the misses of all of them scored in one
     `reranker.score_batch` call (a backend that batches across queries is then much faster)."""
     spec_hash = spec_hash or reranker.spec_hash()
+    batch = _look_up(items, load_image, reranker, cache, spec_hash)
+    return _settle(batch, _score_misses(reranker, batch), reranker, cache, spec_hash)
+
+
+@dataclass
+class _Batch:
+    """One call's queries after the cache: what was found, what is still to score, and what an earlier
+    batch still in flight will score (`pending`: index in `results` -> {candidate id: the pair's key})."""
+
+    items: Sequence[tuple[RerankRequest, Sequence[str]]]
+    results: list[tuple[dict[str, CandidateScore], set[str]]]
+    work: list[tuple[int, list[str], list[Any]]]  # (item index, ids to score, their images)
+    pending: dict[int, dict[str, tuple]] = field(default_factory=dict)
+
+
+def _pair_key(request: RerankRequest, cid: str) -> tuple:
+    """What the score cache keys a pair by (its backend aside)."""
+    return request.instruction, tuple(request.reference_ids), cid
+
+
+def _look_up(items, load_image, reranker: Reranker, cache, spec_hash: str, in_flight: Mapping | None = None) -> _Batch:
+    """Each query's cached scores and the misses to score (their images loaded). `in_flight`: pairs an
+    earlier batch is scoring now, counted as found in the cache, as they would be once it is stored."""
     results: list[tuple[dict[str, CandidateScore], set[str]]] = []
-    work: list[tuple[int, list[str], list[Any]]] = []  # (item index, ids to score, their images)
+    work: list[tuple[int, list[str], list[Any]]] = []
+    pending: dict[int, dict[str, tuple]] = {}
     for i, (request, candidate_ids) in enumerate(items):
         cached: dict[str, CandidateScore] = {}
         if cache is not None and candidate_ids:
@@ -104,6 +129,9 @@ def score_candidates_batch(
         todo_ids, todo_images = [], []
         for cid in candidate_ids:
             if cid in scores:
+                continue
+            if in_flight and (key := _pair_key(request, cid)) in in_flight:
+                pending.setdefault(i, {})[cid] = key
                 continue
             try:
                 image = load_image(cid) if reranker.needs_image(cid) else None
@@ -115,8 +143,29 @@ def score_candidates_batch(
         results.append((scores, set(cached)))
         if todo_ids:
             work.append((i, todo_ids, todo_images))
+    return _Batch(items, results, work, pending)
+
+
+def _score_misses(reranker: Reranker, batch: _Batch) -> list:
+    """The reranker's score lists of the batch's misses (no cache, no shared state of the caller)."""
+    if not batch.work:
+        return []
+    return reranker.score_batch([(batch.items[i][0], ids, images) for i, ids, images in batch.work])
+
+
+def _settle(
+    batch: _Batch,
+    fresh_lists,
+    reranker: Reranker,
+    cache,
+    spec_hash: str,
+    scored: Mapping | None = None,
+    load_image=None,
+):
+    """The batch's results with its fresh scores (stored in the cache) and its pending pairs' scores
+    (from `scored`, served as cache hits)."""
+    results, work = batch.results, batch.work
     if work:
-        fresh_lists = reranker.score_batch([(items[i][0], ids, images) for i, ids, images in work])
         if len(fresh_lists) != len(work):
             raise RuntimeError(
                 f"reranker {reranker.spec.get('backend')!r} returned {len(fresh_lists)} score lists "
@@ -133,10 +182,23 @@ def score_candidates_batch(
             cache.put_queries(
                 spec_hash,
                 [
-                    (items[i][0].instruction, items[i][0].reference_ids, fresh)
+                    (batch.items[i][0].instruction, batch.items[i][0].reference_ids, fresh)
                     for (i, _, _), fresh in zip(work, fresh_lists)
                 ],
             )
+    for i, keys in batch.pending.items():
+        again = []
+        for cid, key in keys.items():
+            if scored[key].is_error:  # never stored, so scored again here, as after the earlier batch
+                again.append(cid)
+                continue
+            results[i][0][cid] = scored[key]
+            results[i][1].add(cid)
+        if again:
+            request = batch.items[i][0]
+            found, hits = score_candidates_batch([(request, again)], load_image, reranker, cache, spec_hash)[0]
+            results[i][0].update(found)
+            results[i][1].update(hits)
     return results
 
 
@@ -227,6 +289,23 @@ def _floats(values) -> list[float]:
     return [float(v) for v in values]
 
 
+def _prepare(q, run, run_scores, load_image, reranker: Reranker, top_n: int):
+    """(query, its request, its ranked ids, their first-stage scores) for one query of a run."""
+    try:
+        refs = [load_image(r) if reranker.needs_image(r) else None for r in q.reference_ids]
+    except Exception as exc:
+        raise RuntimeError(
+            f"query {q.query_id}: cannot load reference image(s) {list(q.reference_ids)}: {exc}"
+        ) from exc
+    scores = None if run_scores is None else run_scores.get(q.query_id)
+    return (
+        q,
+        RerankRequest(refs, q.reference_ids, q.instruction),
+        _check_ranking(run[q.query_id], scores, top_n),
+        scores,
+    )
+
+
 @dataclass
 class RunRerank:
     """A reranked run: the new ranking, each query's items, and the spec that made them."""
@@ -258,10 +337,12 @@ def rerank_run(
     run_scores: Mapping[str, Sequence[float]] | None = None,
     progress: bool = True,
     chunk_size: int = 32,
+    lanes: int = 1,
 ) -> RunRerank:
     """Rerank every query of `run`. `queries` are objects with query_id, reference_ids
     and instruction (e.g. `cir_demo.benchmarks.schema.Query`); queries without a
-    ranking in `run` are skipped."""
+    ranking in `run` are skipped. `lanes`: chunks of queries scored at once, on as many threads, for a
+    backend whose `score_batch` may run on several threads at once (see `parallel_batches`)."""
     from tqdm import tqdm
 
     todo = [q for q in queries if q.query_id in run]
@@ -272,23 +353,15 @@ def rerank_run(
     if cache is not None and todo and top_n:
         cache.register_spec(spec_hash, reranker.spec)
     bar = tqdm(total=len(todo), desc=f"rerank top {top_n}", unit="query", disable=not progress)
-    # Queries go to the reranker in chunks, so a backend that batches across queries can.
-    for start in range(0, len(todo), chunk_size):
-        chunk = todo[start : start + chunk_size]
-        prepared = []
-        for q in chunk:
-            try:
-                refs = [load_image(r) if reranker.needs_image(r) else None for r in q.reference_ids]
-            except Exception as exc:
-                raise RuntimeError(
-                    f"query {q.query_id}: cannot load reference image(s) {list(q.reference_ids)}: {exc}"
-                ) from exc
-            scores = None if run_scores is None else run_scores.get(q.query_id)
-            ids = _check_ranking(run[q.query_id], scores, top_n)
-            prepared.append((q, RerankRequest(refs, q.reference_ids, q.instruction), ids, scores))
-        scored = score_candidates_batch(
-            [(request, ids[:top_n]) for _, request, ids, _ in prepared], load_image, reranker, cache, spec_hash
+
+    def finish(prepared, batch: _Batch, fresh) -> None:
+        fresh = fresh.result() if isinstance(fresh, Future) else fresh
+        scored = _settle(batch, fresh, reranker, cache, spec_hash, ChainMap(*recent), load_image)
+        recent.append(
+            {_pair_key(batch.items[i][0], sc.candidate_id): sc for (i, _, _), f in zip(batch.work, fresh) for sc in f}
         )
+        for key in recent[-1]:
+            in_flight.discard(key)
         for (q, _, ids, scores), (cand_scores, from_cache) in zip(prepared, scored):
             its = assemble(
                 ids,
@@ -301,7 +374,37 @@ def rerank_run(
             )
             items[q.query_id] = its
             new_run[q.query_id] = [it.candidate_id for it in its]
-        bar.update(len(chunk))
+        bar.update(len(prepared))
+
+    # Queries go to the reranker in chunks, so a backend that batches across queries can. With `lanes`
+    # > 1, that many chunks are scored at once on worker threads: each chunk is looked up in the cache
+    # in order, a pair that a chunk still in flight scores counting as found (as it would be once
+    # stored), so every chunk sends the reranker the very batch it sends without lanes.
+    lanes = max(1, int(lanes))
+    pool = ThreadPoolExecutor(lanes, thread_name_prefix="rerank-lane") if lanes > 1 else None
+    flight: deque = deque()  # (prepared, batch, fresh score lists or their future), oldest first
+    recent: deque = deque(maxlen=lanes)  # {pair key: score} of the chunks settled last
+    in_flight: set = set()  # pair keys the chunks in flight score
+    try:
+        for start in range(0, len(todo), chunk_size):
+            prepared = [
+                _prepare(q, run, run_scores, load_image, reranker, top_n) for q in todo[start : start + chunk_size]
+            ]
+            asked = [(request, ids[:top_n]) for _, request, ids, _ in prepared]
+            batch = _look_up(asked, load_image, reranker, cache, spec_hash, in_flight if cache is not None else None)
+            if pool is None:
+                finish(prepared, batch, _score_misses(reranker, batch))
+                continue
+            if cache is not None:
+                in_flight.update(_pair_key(batch.items[i][0], cid) for i, ids, _ in batch.work for cid in ids)
+            flight.append((prepared, batch, pool.submit(_score_misses, reranker, batch)))
+            if len(flight) >= lanes:
+                finish(*flight.popleft())
+        while flight:
+            finish(*flight.popleft())
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     bar.close()
     flat = [it for its in items.values() for it in its[:top_n] if it.reranked]  # only the block is scored
     stats = {

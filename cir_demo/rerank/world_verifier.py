@@ -83,6 +83,9 @@ def read_judge_manifest(weights: Path) -> tuple[dict, str]:
 
 class WorldVerifierReranker(LogitPairReranker):
     backend = "world-verifier"
+    # rows of a batch depend only on that batch (the probes memo is locked; the corpus keys/values are
+    # built once under the lock) and on no torch thread count (tests/test_eval_threads.py)
+    parallel_batches = True
 
     @classmethod
     def weights(cls, **kw) -> list:
@@ -138,6 +141,7 @@ class WorldVerifierReranker(LogitPairReranker):
             "features": FEATURES,  # stored (indexes/prebuilt) as int8 codes and scales
         }
         self._lock = threading.Lock()
+        self._probe_lock = threading.Lock()  # the probes memos, shared by batches scored at once
         self._row: dict[str, int] = {}  # image id -> row of self._feats
         self._feats = np.zeros((0, self.dim), np.float32)
         self._memory = None  # cross-attention keys/values of every row of self._feats, built on first use
@@ -260,6 +264,10 @@ class WorldVerifierReranker(LogitPairReranker):
     def _query_probes(self, requests: Sequence[RerankRequest]):
         """((q, probes, width), (q, n_props) reference-1 properties or None) for each request; memoised
         for requests whose references are known ids."""
+        with self._probe_lock:
+            return self._probes_of(requests)
+
+    def _probes_of(self, requests: Sequence[RerankRequest]):
         import torch
 
         known = lambda i: i in self._row or i in self._remembered  # noqa: E731

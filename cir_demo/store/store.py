@@ -41,10 +41,20 @@ def produce_run(engine, name: str, queries=None, progress: Callable[[int, int], 
     return engine.run_benchmark(name, queries=queries, k=engine.eval_depth(name), progress=progress)
 
 
-def produce_rerank(engine, reranker: str, run, scores, top_n: int, queries=None, reranker_kw=None, progress=False):
-    """The reranked run (`RunRerank`) of `run`: its top `top_n` per query reordered by `reranker`."""
+def produce_rerank(
+    engine, reranker: str, run, scores, top_n: int, queries=None, reranker_kw=None, progress=False, lanes: int = 1
+):
+    """The reranked run (`RunRerank`) of `run`: its top `top_n` per query reordered by `reranker` (`lanes`
+    batches scored at once, where the backend allows it: the same result)."""
     return engine.rerank_run(
-        reranker, run, scores, queries=queries, top_n=top_n, reranker_kw=dict(reranker_kw or {}), progress=progress
+        reranker,
+        run,
+        scores,
+        queries=queries,
+        top_n=top_n,
+        reranker_kw=dict(reranker_kw or {}),
+        progress=progress,
+        lanes=lanes,
     )
 
 

@@ -113,13 +113,20 @@ def write_outputs(
     paths["metrics.csv"] = out / "metrics.csv"
     write_text_atomic(paths["metrics.csv"], table.to_csv(index=False, float_format="%.4f"))
 
-    # on the other core, while the breakdowns' bootstraps run here: per_query.csv and the plots that read
-    # the evaluations only; the breakdown plots are drawn beside the rest once the breakdowns are known
+    # on the other core, while the breakdowns' bootstraps run here: the paired comparisons, and per_query.csv
+    # with the plots that read the evaluations only; the breakdown plots are drawn beside the rest once the
+    # breakdowns are known
     from cir_demo.utils.beside import beside
 
     if plots:  # imported here once, not by each of the two children that draw (0.1-0.2 CPU s each)
         from PIL import Image, ImageDraw, ImageFont  # noqa: F401
 
+    # the paired bootstraps of every pair of runs (the longest part) in a child of their own, too
+    pairs = (
+        beside(lambda: paired_comparisons(benchmark, evaluations, n_boot=n_boot, seed=seed), f"paired of {out}")
+        if len(evaluations) > 1 and n_boot > 0
+        else None
+    )  # --n-boot 0: no intervals, no tests
     first = beside(
         lambda: _write_beside_breakdowns(evaluations, benchmark, out, plots, n_boot, seed), f"plots of {out}"
     )
@@ -139,11 +146,7 @@ def write_outputs(
         )
     paths["per_query.csv"] = out / "per_query.csv"  # written by `first`
 
-    paired = (
-        paired_comparisons(benchmark, evaluations, n_boot=n_boot, seed=seed)
-        if len(evaluations) > 1 and n_boot > 0
-        else pd.DataFrame()
-    )  # --n-boot 0: no intervals, no tests
+    paired = pairs.result() if pairs is not None else pd.DataFrame()
     if len(paired):
         paths["paired.csv"] = out / "paired.csv"
         write_text_atomic(paths["paired.csv"], p_values_as_text(paired).to_csv(index=False, float_format="%.6g"))

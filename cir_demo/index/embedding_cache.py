@@ -104,19 +104,23 @@ def prefetch_corpus_embeddings(
     """Encode the corpus once for every encoder (one per image spec) whose embedding cache is missing or
     damaged, opening each image once, and write their caches; returns the names encoded. Only worth it
     for two or more: a retriever's image tower and a reranker's image features on a first run."""
-    todo, seen = [], set()
+    from concurrent.futures import ThreadPoolExecutor
+
+    towers: dict = {}  # embedding cache path -> (encoder, what is wrong with the cache there)
+    seen: set = set()
     for encoder in encoders:
         path = embedding_cache_path(benchmark, encoder, ids)
         if path is None or path in seen:
             continue
         seen.add(path)
-        problem = None
-        if path.exists():
-            problem = _read_embedding_cache(path, (len(ids), int(encoder.dim)))[1]
-            if not problem:
-                continue
-        if _prebuilt_rows(benchmark, encoder, ids) is None:  # the prebuilt ones are read again when used
-            todo.append((encoder, path, problem))
+        problem = _read_embedding_cache(path, (len(ids), int(encoder.dim)))[1] if path.exists() else None
+        if problem or not path.exists():
+            towers[path] = (encoder, problem)
+    # the towers' prebuilt files read side by side (decompressing and hashing release the GIL); the prebuilt
+    # rows are read again when used
+    with ThreadPoolExecutor(max(1, min(2, len(towers)))) as pool:
+        prebuilt = list(pool.map(lambda e: _prebuilt_rows(benchmark, e, ids), [e for e, _ in towers.values()]))
+    todo = [(e, path, problem) for (path, (e, problem)), rows in zip(towers.items(), prebuilt) if rows is None]
     if len(todo) < 2:
         return []
     for _, _, problem in todo:

@@ -74,6 +74,36 @@ def _parse_each_source_once() -> None:
 _parse_each_source_once()  # before any module binds code_text by name (cir_demo/world/shipped.py)
 
 
+SHARED_TOKENIZERS: dict = {}  # (model name, its registered config, arguments) -> open_clip's SimpleTokenizer
+
+
+def each_tokenizer_built_once(plain):
+    """open_clip's `get_tokenizer` (`plain`) as the tiny-model modules use it (`tiny_setup`): open_clip
+    builds its BPE tokenizer anew (about 75 ms: the vocabulary read and merged) for every model it loads,
+    and these tests load the tiny open_clip models hundreds of times. A model name of open_clip's own
+    registry gets one `SimpleTokenizer` per (name, its registered config, arguments) for the session,
+    shared: it holds nothing but its settings and a memo of its own encodings, so a load tokenizes
+    exactly as with a fresh one. Other names and other kinds of tokenizer are built each time."""
+    import json
+
+    import open_clip
+    from open_clip.tokenizer import SimpleTokenizer
+
+    def get_tokenizer(model_name: str = "", *args, **kwargs):
+        if ":" in model_name:  # hf-hub:, local-dir: read their config from elsewhere
+            return plain(model_name, *args, **kwargs)
+        config = json.dumps(open_clip.get_model_config(model_name), sort_keys=True, default=str)
+        key = (model_name, config, repr(args), repr(sorted(kwargs.items())))
+        if key not in SHARED_TOKENIZERS:
+            tokenizer = plain(model_name, *args, **kwargs)
+            if type(tokenizer) is not SimpleTokenizer:
+                return tokenizer
+            SHARED_TOKENIZERS[key] = tokenizer
+        return SHARED_TOKENIZERS[key]
+
+    return get_tokenizer
+
+
 # `python -m pytest` runs on two pytest-xdist workers (pytest.ini: `-n 2 --dist loadgroup
 # --no-loadscope-reorder`), each with its own session fixtures and data root. Every test is in one
 # xdist group, run on one worker: its module's (module fixtures are built once, as without xdist), or,
@@ -198,6 +228,9 @@ def tiny_setup(tmp_path_factory, tiny_shared):
     mp.setenv("CIR_DEMO_INDEXES", str(tiny_shared / "indexes"))
     mp.setenv("CIR_DEMO_RUNS", str(root / "runs"))
     names = register_tiny_models(tiny_shared / "models")
+    import open_clip
+
+    mp.setattr(open_clip, "get_tokenizer", each_tokenizer_built_once(open_clip.get_tokenizer))
     yield root, names
     unregister_tiny_models(names)
     mp.undo()

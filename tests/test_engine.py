@@ -162,3 +162,25 @@ def test_images_opened_beside_are_those_the_store_opens(engine):
     with pytest.raises(KeyError) as later_error:
         fresh.open_image("no-such-image")
     assert str(later_error.value) == str(direct_error.value)
+
+
+def test_the_tiny_modules_tokenizer_is_built_once_and_tokenizes_as_a_fresh_one(engine, tiny_setup):
+    """conftest.py's `each_tokenizer_built_once` (installed by `tiny_setup`) against open_clip's own
+    `get_tokenizer`, which builds a new tokenizer on each call."""
+    import open_clip
+    import torch
+    from open_clip import factory
+
+    _, names = tiny_setup
+    model = "cir-demo-tiny-clip"  # the tiny models' open_clip config (cir_demo/testing/tiny_retrievers.py)
+    shared = open_clip.get_tokenizer(model)
+    assert open_clip.get_tokenizer(model) is shared
+    assert all(engine.retriever(name).encoder.tokenizer is shared for name in names)  # each recipe's load
+    fresh = factory.get_tokenizer(model)
+    assert fresh is not shared
+    texts = ["make it red", "the bag of <img1> in the colour of <img2>", "", "red " * 100]
+    for _ in range(2):  # the second time from the shared one's own memo of its encodings
+        assert torch.equal(shared(texts), fresh(texts))
+    shorter = open_clip.get_tokenizer(model, context_length=16)
+    assert shorter is not shared and shorter(texts).shape == (4, 16)
+    assert torch.equal(shorter(texts), factory.get_tokenizer(model, context_length=16)(texts))

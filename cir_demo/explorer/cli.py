@@ -148,14 +148,15 @@ def failure_rows_from(bench, frames, sort: str):
     ctx = SortContext(fam, query_table(bench), first, {n: "composed" for n in first}, reranked=len(first) < len(names))
     rows, _ = sort_rows(ctx.table, per_query, sort, ctx)
     out = rows[["query_id", "why"]].reset_index(drop=True)
+    columns = {}  # joined once: a column inserted at a time copies the frame's blocks each time
     for name in names:
         own = per_query[per_query["run"] == name].set_index("query_id").reindex(out["query_id"])
         for m in metrics:
             values = own[m]
             if m in INTEGER_COLUMNS:  # ranks and counts: integers, empty when there is none
                 values = values.map(lambda v: "" if v != v else str(int(v)))
-            out[f"{name}/{m}"] = values.to_numpy()
-    return out
+            columns[f"{name}/{m}"] = values.to_numpy()
+    return pd.concat([out, pd.DataFrame(columns, index=out.index)], axis=1)
 
 
 def with_metric(sort: str, metric: str | None) -> str:

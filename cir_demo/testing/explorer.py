@@ -52,10 +52,8 @@ class TinyVerifier(LogitPairReranker):
     def _pixels(self, image):
         """The 32 px input of `image`, kept per content: the tests score the same few hundred images
         thousands of times, and the resize is most of a score's CPU (digesting the pixels is a third of it)."""
-        from cir_demo.retrievers.dual_encoder import _pixels_digest
-
         memo = self.__dict__.setdefault("_pixel_memo", {})
-        key = _pixels_digest(image)
+        key = _pixels_key(image)
         if key is None or key not in memo:
             arr = np.asarray(image.convert("RGB").resize((32, 32)), dtype=np.float32) / 255.0
             if key is None:
@@ -74,6 +72,17 @@ class TinyVerifier(LogitPairReranker):
         with torch.inference_mode():
             text = self.words(torch.tensor([ids]))
             return (self.net(x) + text).double().numpy()
+
+
+def _pixels_key(image) -> bytes | None:
+    """A PIL image's identity by content (mode, size, pixels), None for anything else. SHA-256: OpenSSL
+    computes it with the CPU's SHA instructions where they exist (half BLAKE2's CPU on a 160 px image
+    here), and every candidate of every score is keyed."""
+    if not hasattr(image, "tobytes") or not hasattr(image, "mode"):
+        return None
+    digest = hashlib.sha256(f"{image.mode}{image.size}".encode())
+    digest.update(image.tobytes())
+    return digest.digest()
 
 
 def register_tiny_models(folder: Path) -> list[str]:

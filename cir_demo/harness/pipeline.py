@@ -235,20 +235,27 @@ def machine_busy(load: float) -> bool:
     return load > usable_cpus() + 1
 
 
-def one_small_model_thread(
-    names: Sequence[str], reranker_name: str | None, device: str | None, load: float | None = None
-) -> bool:
-    """Whether reranking with the offline world's own small models runs torch on one thread: on the
-    CPU of a machine already busy with other work (`machine_busy`), unless OMP_NUM_THREADS says
-    otherwise. There a second thread only spins for its core, while on a quiet machine it shortens
-    the stage (docs/benchmarks.md, "Costs behind code choices"). `load`: the load average before
-    the run began (`Stages.start_load`), so that the run's own render workers and threads, which raise
-    the load average while it runs, never count as other work; None: read it now."""
+def small_models_on_cpu(names: Sequence[str], reranker_name: str | None, device: str | None) -> bool:
+    """Whether the run's models are the offline world's own small ones, on the CPU, with torch's threads
+    not set by the user (OMP_NUM_THREADS)."""
     import os
 
     small = all(n.startswith("world-") for n in names) and reranker_name in (None, "world-verifier")
+    return small and (device or "cpu") == "cpu" and "OMP_NUM_THREADS" not in os.environ
+
+
+def one_small_model_thread(
+    names: Sequence[str], reranker_name: str | None, device: str | None, load: float | None = None
+) -> bool:
+    """Whether the offline world's own small models run one batch at a time on one torch thread: on
+    the CPU of a machine already busy with other work (`machine_busy`), unless OMP_NUM_THREADS says
+    otherwise. There a second thread only spins for its core. `load`: the load average before the run
+    began (`Stages.start_load`), so that the run's own render workers and threads, which raise the load
+    average while it runs, never count as other work; None: read it now."""
+    import os
+
     busy = machine_busy(os.getloadavg()[0] if load is None else load)
-    return small and busy and (device or "cpu") == "cpu" and "OMP_NUM_THREADS" not in os.environ
+    return busy and small_models_on_cpu(names, reranker_name, device)
 
 
 @contextlib.contextmanager
@@ -261,13 +268,10 @@ def small_model_threads(names: Sequence[str], reranker_name: str | None, device:
     each batch's small operations. Their outputs are the same bits on one torch thread or two
     (tests/test_eval_threads.py), so the choice changes no output. OMP_NUM_THREADS, when set, is the
     user's choice: left alone, one lane."""
-    import os
-
     from cir_demo.index.corpus_encode import usable_cpus
     from cir_demo.utils.threads import torch_threads
 
-    small = all(n.startswith("world-") for n in names) and reranker_name in (None, "world-verifier")
-    if not small or (device or "cpu") != "cpu" or "OMP_NUM_THREADS" in os.environ:
+    if not small_models_on_cpu(names, reranker_name, device):
         yield 1
         return
     lanes = 1 if one_small_model_thread(names, reranker_name, device, load) else min(MAX_LANES, usable_cpus())

@@ -357,11 +357,15 @@ def rerank_run(
     def finish(prepared, batch: _Batch, fresh) -> None:
         fresh = fresh.result() if isinstance(fresh, Future) else fresh
         scored = _settle(batch, fresh, reranker, cache, spec_hash, ChainMap(*recent), load_image)
-        recent.append(
-            {_pair_key(batch.items[i][0], sc.candidate_id): sc for (i, _, _), f in zip(batch.work, fresh) for sc in f}
-        )
-        for key in recent[-1]:
-            in_flight.discard(key)
+        if pool is not None and cache is not None:  # what the chunks after it may have counted as found
+            recent.append(
+                {
+                    _pair_key(batch.items[i][0], sc.candidate_id): sc
+                    for (i, _, _), f in zip(batch.work, fresh)
+                    for sc in f
+                }
+            )
+            in_flight.difference_update(recent[-1])
         for (q, _, ids, scores), (cand_scores, from_cache) in zip(prepared, scored):
             its = assemble(
                 ids,

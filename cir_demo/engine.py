@@ -19,6 +19,7 @@ from cir_demo.benchmarks.schema import Benchmark, Query
 from cir_demo.utils.lru import LRU
 
 DEFAULT_K = 50
+SEARCH_BLOCK = 1024  # queries per index search in a whole run (`run_benchmark`)
 _ASK = object()  # `benchmark_query`'s template not given: look it up
 
 
@@ -315,13 +316,16 @@ class RetrievalEngine:
         if hasattr(retriever, "has"):  # a results file: its queries only (the others are not scored), no image
             queries = [q for q in queries if retriever.has(q.query_id)]
         template = self.query_template(name)  # once per run, not once per query
-        for start in range(0, len(queries), batch_size):
-            chunk = queries[start : start + batch_size]
+        # encoded `batch_size` at a time, searched a block at a time: one exact search of many queries
+        # costs less than several of a batch each (faiss's top-k selection per call)
+        block = batch_size * max(1, SEARCH_BLOCK // batch_size)
+        for start in range(0, len(queries), block):
+            chunk = queries[start : start + block]
             composed = [self.benchmark_query(name, q, template=template) for q in chunk]
             for q, r in zip(chunk, self.search(name, composed, k=k, batch_size=batch_size)):
                 run[q.query_id], scores[q.query_id] = r.ids, r.scores
             if progress:
-                progress(min(start + batch_size, len(queries)), len(queries))
+                progress(min(start + block, len(queries)), len(queries))
         return run, scores
 
     def benchmark_query(self, name: str, query: Query, instruction: str | None = None, template: Any = _ASK):

@@ -97,11 +97,13 @@ def build_model(model_config: dict, weights: str | Path, device: str = "cpu"):
 
         def encode_text(self, tokens):
             cast = self.transformer.resblocks[0].mlp.c_fc.weight.dtype
-            x = self.token_embedding(tokens).to(cast)
-            x = x + self.positional_embedding.to(cast)
-            x = self.transformer(x, attn_mask=self.attn_mask)
-            x = self.ln_final(x)
             idx = (tokens == self.eos_id).int().argmax(dim=-1)
+            # causal attention: no position after the batch's last end-of-text token reaches a pooled one
+            n = int(idx.max()) + 1 if len(idx) else 1
+            x = self.token_embedding(tokens[:, :n]).to(cast)
+            x = x + self.positional_embedding[:n].to(cast)
+            x = self.transformer(x, attn_mask=self.attn_mask[:n, :n])
+            x = self.ln_final(x)
             return x[torch.arange(x.shape[0], device=x.device), idx] @ self.text_projection
 
     model = Clip()

@@ -11,6 +11,8 @@ import contextlib
 import dataclasses
 import sys
 import time
+import functools
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
@@ -160,6 +162,10 @@ class Stages:
         finally:
             self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - t, 3)
 
+    def add(self, name: str, seconds: float) -> None:
+        """`seconds` of stage `name` spent elsewhere (the worker process's)."""
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + seconds, 3)
+
     def total(self) -> float:
         return time.perf_counter() - self.t0
 
@@ -258,25 +264,36 @@ def one_small_model_thread(
     return busy and small_models_on_cpu(names, reranker_name, device)
 
 
+def quiet_lanes(names: Sequence[str], reranker_name: str | None, device: str | None, load: float | None = None) -> int:
+    """How many reranker batches `small_model_threads` scores at once: one per core (up to `MAX_LANES`)
+    for the offline world's small models on a quiet CPU, else 1."""
+    from cir_demo.index.corpus_encode import usable_cpus
+
+    if not small_models_on_cpu(names, reranker_name, device) or one_small_model_thread(
+        names, reranker_name, device, load
+    ):
+        return 1
+    return min(MAX_LANES, usable_cpus())
+
+
 @contextlib.contextmanager
 def small_model_threads(names: Sequence[str], reranker_name: str | None, device: str | None, load: float | None = None):
     """The run's model threads: yields how many reranker batches to score at once (`rerank_run`'s lanes;
-    more than one also computes the first stages ahead, `_first_stages`). The offline world's small
+    more than one also computes the first stages ahead, `_first_stages`, and writes and scores the runs in
+    a worker process, `RunOutputs`). The offline world's small
     models run torch on one thread per batch: on a machine busy with other work
     (`one_small_model_thread`) one batch at a time; on a quiet CPU one batch per core (up to
     `MAX_LANES`) beside the first stages, which keeps both cores busier than two torch threads inside
     each batch's small operations. Their outputs are the same bits on one torch thread or two
     (tests/test_eval_threads.py), so the choice changes no output. OMP_NUM_THREADS, when set, is the
     user's choice: left alone, one lane."""
-    from cir_demo.index.corpus_encode import usable_cpus
     from cir_demo.utils.threads import torch_threads
 
     if not small_models_on_cpu(names, reranker_name, device):
         yield 1
         return
-    lanes = 1 if one_small_model_thread(names, reranker_name, device, load) else min(MAX_LANES, usable_cpus())
     with torch_threads(1):
-        yield lanes
+        yield quiet_lanes(names, reranker_name, device, load)
 
 
 MAX_LANES = 4  # beyond a few, the lanes wait on the one thread that looks up and orders their results
@@ -286,9 +303,8 @@ def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stage
     """Run every retriever (and the reranker) on every split: one engine, so one index and one set of
     corpus features serve them all (the splits share one corpus). Then each split's files and report;
     returns how many files the run holds and its report's place in it."""
-    from cir_demo.engine import RetrievalEngine
+    from cir_demo.harness.run_outputs import RunOutputs, can_fork_worker
 
-    bench, out = splits[0].bench, splits[0].out
     for s in splits:
         print(
             f"benchmark {s.bench.name}"
@@ -297,6 +313,21 @@ def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stage
             f"retrievers: {', '.join(names)}; reranker: {reranker_name or 'none'}",
             flush=True,
         )
+    worker = None  # forked before the engine starts any thread
+    if quiet_lanes(names, reranker_name, settings.device, stages.start_load) > 1 and can_fork_worker():
+        worker = RunOutputs([(s.bench, s.out) for s in splits], n_boot=settings.n_boot, seed=settings.bootstrap_seed)
+    try:
+        return _run_with(settings, splits, names, reranker_name, top_n, stages, worker)
+    finally:
+        if worker is not None:
+            worker.close()
+
+
+def _run_with(settings: EvalSettings, splits, names, reranker_name, top_n, stages: Stages, worker) -> tuple[int, Path]:
+    """`_run_into` with its worker process (`RunOutputs`, or None: every run written and scored in line)."""
+    from cir_demo.engine import RetrievalEngine
+
+    bench, out = splits[0].bench, splits[0].out
     engine = RetrievalEngine(
         bench,
         names,
@@ -332,6 +363,7 @@ def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stage
         contextlib.closing(_first_stages(engine, jobs, stages, ahead=lanes > 1)) as first_stages,
     ):
         for (name, split, tag), (run, scores) in first_stages:
+            outputs = None if worker is None else functools.partial(worker.submit, splits.index(split))
             _run_split(
                 settings,
                 engine,
@@ -346,13 +378,24 @@ def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stage
                 scores,
                 lanes,
                 tag,
+                outputs,
             )
+            _raise_failed_outputs(splits)  # a results file that cannot be written stops the run now
+        settle_outputs(splits, stages)
     engine.close()
 
     with stages("report"):
-        for split in reversed(splits):  # the first split's report holds the table of them all
-            paths = _write_report(
-                settings, split, splits if split is splits[0] and len(splits) > 1 else [], top_n, reranker_spec, specs
+        computed = worker.finish() if worker is not None else [(None, None)] * len(splits)
+        for split, (paired, breakdowns) in reversed(list(zip(splits, computed))):  # the first split's report
+            paths = _write_report(  # holds the table of them all
+                settings,
+                split,
+                splits if split is splits[0] and len(splits) > 1 else [],
+                top_n,
+                reranker_spec,
+                specs,
+                paired,
+                breakdowns,
             )
             _write_run_info(
                 split, specs, depths, reranker_spec, top_n, stages if split is splits[0] else None, settings.index_uri
@@ -368,13 +411,18 @@ def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stage
     return n_files, paths["report.md"].relative_to(out)
 
 
+def _raise_failed_outputs(splits) -> None:
+    for split in splits:
+        for item in split.evaluations:
+            if isinstance(item, Future) and item.done() and item.exception() is not None:
+                item.result()
+
+
 def _first_stages(engine, jobs, stages: Stages, ahead: bool):
     """((retriever, split, tag), (run, scores)) of each job in order. `ahead`: computed in order on a
     thread of their own, ahead of the caller, who meanwhile writes, scores and reranks the runs before:
     each retriever still ranks the same queries in the same batches, in the same order, on the same
     torch threads (one), so every run is the same; the models' work then fills both cores."""
-    from concurrent.futures import ThreadPoolExecutor
-
     if not ahead:
         for job in jobs:
             yield job, _first_stage(engine, stages, *job)
@@ -427,15 +475,15 @@ def _run_split(
     scores: dict,
     lanes: int = 1,
     tag: str = "",
+    outputs=None,
 ) -> None:
-    """Retriever `name`'s run on one split's queries (and the reranker's): results files, then evaluations."""
-    from cir_demo.results import write_results
+    """Retriever `name`'s run on one split's queries (and the reranker's): results files, then evaluations.
+    `outputs`: submits a run to the worker process that writes and scores it while this thread reranks
+    the next (`RunOutputs.submit` of the split); the split then holds their futures (`settle_outputs`)."""
     from cir_demo.store.store import produce_rerank, reranked_scores
 
     bench, out = split.bench, split.out
-    write_results(out / "results" / f"{name}.json", bench, run, scores, spec=spec)
-    with stages("evaluate"):
-        base = evaluate_run(bench, run, name, n_boot=settings.n_boot, seed=settings.bootstrap_seed)
+    base = _run_outputs(outputs, settings, stages, bench, out, name, run, lambda: scores, spec)
     split.evaluations.append(base)
     if not reranker_name:
         return
@@ -444,17 +492,43 @@ def _run_split(
             engine, reranker_name, run, scores, top_n, queries=bench.queries, progress=True, lanes=lanes
         )
     rr_name = f"{name}{RERANK_SUFFIX}"
-    write_results(
-        out / "results" / f"{rr_name}.json",
-        bench,
-        rr.run,
-        reranked_scores(rr),
-        spec={"retriever": spec, "reranker": reranker_spec, "top_n": top_n},
+    rr_spec = {"retriever": spec, "reranker": reranker_spec, "top_n": top_n}
+    reranked = _run_outputs(
+        outputs, settings, stages, bench, out, rr_name, rr.run, lambda: reranked_scores(rr), rr_spec
     )
-    with stages("evaluate"):
-        reranked = evaluate_run(bench, rr.run, rr_name, n_boot=settings.n_boot, seed=settings.bootstrap_seed)
     split.evaluations.append(reranked)
     split.pairs.append((base, reranked))
+
+
+def _run_outputs(outputs, settings: EvalSettings, stages: Stages, bench, out: Path, name: str, run, scores, spec):
+    """Run `name`'s results file, then its evaluation: now, or (`outputs` given) in the worker process, as
+    a future. `scores`: a callable giving the run's scores."""
+    if outputs is not None:
+        return outputs(name, run, scores(), spec)
+    from cir_demo.results import write_results
+
+    write_results(out / "results" / f"{name}.json", bench, run, scores(), spec=spec)
+    with stages("evaluate"):
+        return evaluate_run(bench, run, name, n_boot=settings.n_boot, seed=settings.bootstrap_seed)
+
+
+def settle_outputs(splits, stages: Stages) -> None:
+    """Each split's evaluations and pairs in place of the futures `_run_split` left (in their order); the
+    worker's evaluation seconds into the "evaluate" stage."""
+    settled: dict[int, object] = {}
+
+    def value(item):
+        if not isinstance(item, Future):
+            return item
+        if id(item) not in settled:
+            ev, seconds = item.result()
+            stages.add("evaluate", seconds)
+            settled[id(item)] = ev
+        return settled[id(item)]
+
+    for split in splits:
+        split.evaluations[:] = [value(ev) for ev in split.evaluations]
+        split.pairs[:] = [(value(a), value(b)) for a, b in split.pairs]
 
 
 def _write_run_info(
@@ -481,9 +555,12 @@ def _write_run_info(
     write_json_atomic(split.out / "run_info.json", info)
 
 
-def _write_report(settings: EvalSettings, split, all_splits, top_n, reranker_spec, specs) -> dict:
+def _write_report(
+    settings: EvalSettings, split, all_splits, top_n, reranker_spec, specs, paired=None, breakdowns=None
+) -> dict:
     """report.md, metrics, breakdowns, paired comparisons and plots of one split's folder; {name: path}.
-    `all_splits` (more than one): its report also gets the table of every split side by side."""
+    `all_splits` (more than one): its report also gets the table of every split side by side. `paired`,
+    `breakdowns`: the worker's (`RunOutputs.finish`), when it computed them."""
     from cir_demo.harness.report import write_outputs
     from cir_demo.harness.splits import both_splits_section
 
@@ -508,4 +585,6 @@ def _write_report(settings: EvalSettings, split, all_splits, top_n, reranker_spe
         extra_sections=sections,
         plots=settings.plots,
         baseline=settings.baseline,
+        paired=paired,
+        breakdowns_by_run=breakdowns,
     )

@@ -59,34 +59,44 @@ def linguistic_sensitivity(benchmark: Benchmark, evaluations: Sequence[RunEvalua
 
 
 def breakdown_tables(
-    benchmark: Benchmark, evaluations: Sequence[RunEvaluation], n_boot: int, seed: int = 0
+    benchmark: Benchmark,
+    evaluations: Sequence[RunEvaluation],
+    n_boot: int,
+    seed: int = 0,
+    parts: Sequence[dict[str, pd.DataFrame]] | None = None,
 ) -> dict[str, pd.DataFrame]:
-    """Field -> long table (run, value, n_queries, n_groups, metric mean/lo/hi) over every metadata field."""
+    """Field -> long table (run, value, n_queries, n_groups, metric mean/lo/hi) over every metadata field.
+    `parts`: each evaluation's `breakdown_parts`, when computed already."""
+    if parts is None:
+        parts = [breakdown_parts(benchmark, ev, n_boot=n_boot, seed=seed) for ev in evaluations]
+    out: dict[str, pd.DataFrame] = {}
+    for field_ in benchmark.meta_fields():
+        found = [part[field_] for part in parts if field_ in part]
+        if found:
+            out[field_] = pd.concat(found, ignore_index=True)
+    return out
+
+
+def breakdown_parts(benchmark: Benchmark, ev: RunEvaluation, n_boot: int, seed: int = 0) -> dict[str, pd.DataFrame]:
+    """One run's rows of `breakdown_tables`, field -> table: each run's bootstraps depend on that run alone,
+    so they may be computed as the run comes."""
     from cir_demo.metrics.breakdown import breakdown
 
-    fam = family_of(benchmark)
-    metrics = list(fam.headline)
-    out: dict[str, pd.DataFrame] = {}
+    metrics = list(family_of(benchmark).headline)
     fields = benchmark.meta_fields()
-    # the scored rows of each run, with only the columns a breakdown reads: selected once, not once per field
-    scored_rows = []
-    for ev in evaluations:
-        pq = ev.per_query
-        pq = pq[[c for c in pq.columns if c in ("query_id", "group_id", *fields, *metrics)]][
-            pq["scored"].to_numpy(dtype=bool) if "scored" in pq else slice(None)
-        ]
-        scored_rows.append(pq)
+    # only the scored rows and the columns a breakdown reads: selected once, not once per field
+    pq = ev.per_query
+    pq = pq[[c for c in pq.columns if c in ("query_id", "group_id", *fields, *metrics)]][
+        pq["scored"].to_numpy(dtype=bool) if "scored" in pq else slice(None)
+    ]
+    present = [m for m in metrics if m in pq]
+    out: dict[str, pd.DataFrame] = {}
     for field_ in fields:
-        parts = []
-        for ev, pq in zip(evaluations, scored_rows):
-            present = [m for m in metrics if m in pq]
-            if field_ not in pq or not present:
-                continue
-            tab = breakdown(pq, None, field_, present, n_boot=n_boot, seed=seed)
-            tab.insert(0, "run", ev.name)
-            parts.append(tab)
-        if parts:
-            out[field_] = pd.concat(parts, ignore_index=True)
+        if field_ not in pq or not present:
+            continue
+        tab = breakdown(pq, None, field_, present, n_boot=n_boot, seed=seed)
+        tab.insert(0, "run", ev.name)
+        out[field_] = tab
     return out
 
 
@@ -99,9 +109,12 @@ def write_outputs(
     extra_sections: Sequence[str] = (),
     plots: bool = True,
     baseline: str | None = None,
+    paired: pd.DataFrame | None = None,
+    breakdowns_by_run: Sequence[dict[str, pd.DataFrame]] | None = None,
 ) -> dict[str, Path]:
     """metrics.csv, metrics.json, per_query.csv, breakdowns.csv, paired.csv, report.md, report.tex (marks
-    against `baseline`, default the first run) and plots/ (PNG, SVG, PDF)."""
+    against `baseline`, default the first run) and plots/ (PNG, SVG, PDF). `paired` (`paired_comparisons`)
+    and `breakdowns_by_run` (each evaluation's `breakdown_parts`): given when computed already."""
     from cir_demo.harness.latex import check_baseline
 
     check_baseline([ev.name for ev in evaluations], baseline)
@@ -124,13 +137,13 @@ def write_outputs(
     # the paired bootstraps of every pair of runs (the longest part) in a child of their own, too
     pairs = (
         beside(lambda: paired_comparisons(benchmark, evaluations, n_boot=n_boot, seed=seed), f"paired of {out}")
-        if len(evaluations) > 1 and n_boot > 0
+        if len(evaluations) > 1 and n_boot > 0 and paired is None
         else None
     )  # --n-boot 0: no intervals, no tests
     first = beside(
         lambda: _write_beside_breakdowns(evaluations, benchmark, out, plots, n_boot, seed), f"plots of {out}"
     )
-    breakdowns = breakdown_tables(benchmark, evaluations, n_boot=n_boot, seed=seed)
+    breakdowns = breakdown_tables(benchmark, evaluations, n_boot=n_boot, seed=seed, parts=breakdowns_by_run)
     if breakdowns:
         long = pd.concat([t.assign(field=f) for f, t in breakdowns.items()], ignore_index=True)
         long = long[["field"] + [c for c in long.columns if c != "field"]]
@@ -146,7 +159,10 @@ def write_outputs(
         )
     paths["per_query.csv"] = out / "per_query.csv"  # written by `first`
 
-    paired = pairs.result() if pairs is not None else pd.DataFrame()
+    if pairs is not None:
+        paired = pairs.result()
+    elif paired is None or not (len(evaluations) > 1 and n_boot > 0):
+        paired = pd.DataFrame()
     if len(paired):
         paths["paired.csv"] = out / "paired.csv"
         write_text_atomic(paths["paired.csv"], p_values_as_text(paired).to_csv(index=False, float_format="%.6g"))

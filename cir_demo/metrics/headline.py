@@ -181,23 +181,39 @@ def paired_headline(
     official averages first, then the pooled means (the primary first), then each stratum's.
     Columns: a, b, metric, n_queries, diff (= b - a), lo, hi, p_value, mean_a, mean_b, n_groups, n_boot."""
     names = list(per_query)
+    return paired_table(
+        [
+            paired_pair_rows(a, per_query[a], b, per_query[b], family, n_boot=n_boot, seed=seed, alpha=alpha)
+            for i, a in enumerate(names)
+            for b in names[i + 1 :]
+        ]
+    )
+
+
+def paired_pair_rows(
+    a: str, per_query_a: pd.DataFrame, b: str, per_query_b: pd.DataFrame, family, n_boot: int, seed: int, alpha=0.05
+) -> list[dict]:
+    """`paired_headline`'s rows of one pair of runs ([] when they share no scored query): each pair's
+    bootstrap depends on that pair alone, so pairs may be computed as their runs come and joined by
+    `paired_table` in `paired_headline`'s order."""
     primary_first = [family.primary] + [c for c in family.headline if c != family.primary]
-    rows = []
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            fa, fb = (_scored(per_query[n]) for n in (a, b))
-            cols = [m for m in primary_first if m in fa.columns and m in fb.columns]
-            if not cols or not set(fa["query_id"]) & set(fb["query_id"]):
-                continue
-            pooled = [
-                {**r, "metric": family.headline[r["metric"]]}
-                for r in compare_runs(fa, fb, cols, n_boot=n_boot, alpha=alpha, seed=seed).to_dict("records")
-            ]
-            derived = _derived_paired(fa, fb, family, cols, n_boot, seed, alpha)
-            first = [r for r in derived if "/" not in r["metric"]]
-            strata = [r for r in derived if "/" in r["metric"]]
-            rows += [{"a": a, "b": b, **r} for r in (*first, *pooled, *strata)]
-    table = pd.DataFrame(rows)
+    fa, fb = _scored(per_query_a), _scored(per_query_b)
+    cols = [m for m in primary_first if m in fa.columns and m in fb.columns]
+    if not cols or not set(fa["query_id"]) & set(fb["query_id"]):
+        return []
+    pooled = [
+        {**r, "metric": family.headline[r["metric"]]}
+        for r in compare_runs(fa, fb, cols, n_boot=n_boot, alpha=alpha, seed=seed).to_dict("records")
+    ]
+    derived = _derived_paired(fa, fb, family, cols, n_boot, seed, alpha)
+    first = [r for r in derived if "/" not in r["metric"]]
+    strata = [r for r in derived if "/" in r["metric"]]
+    return [{"a": a, "b": b, **r} for r in (*first, *pooled, *strata)]
+
+
+def paired_table(pair_rows: Sequence[list[dict]]) -> pd.DataFrame:
+    """The table of `paired_pair_rows` of each pair, in the given order."""
+    table = pd.DataFrame([r for rows in pair_rows for r in rows])
     if not len(table):
         return table
     return table[

@@ -140,43 +140,13 @@ _each_tiny_world_part_generated_once()
 
 
 def _each_scene_rendered_once() -> None:
-    """The world's renderer as the loader calls it (`render_scene(scene, size)`: the corpus opened for an
-    encode, thumbnails, a reranker's candidates, training pixels), its pictures kept for the whole run in
-    `WORLD_PARTS_MEMO`'s folder: the tests encode the tiny world's corpus in a dozen fresh data folders
-    and processes (forked workers that open the images included), and rendering is most of an encode's
-    CPU. A picture is a function of the scene (every field of the frozen `Scene` is in its repr), the
-    size and the renderer's code and libraries (`pixels_fingerprint`'s code key), which name its file;
-    reading it back gives the same RGB pixels. The modules about the world itself render every time."""
-    import hashlib
+    """The world's pictures rendered once per run (render_memo.py), in `WORLD_PARTS_MEMO`'s folder; the
+    modules about the world itself render every time."""
+    from render_memo import install
 
-    import numpy as np
-    from PIL import Image
-
-    from cir_demo.utils.code_hash import code_key
     from cir_demo.world import loader
 
-    plain = loader.render_scene
-    code = []
-
-    def render_scene(scene, size=loader.RENDER_SIZE):
-        memo = WORLD_PARTS_MEMO["folder"]
-        if memo is None or not WORLD_PARTS_MEMO["on"]:
-            return plain(scene, size)
-        if not code:
-            code.append(code_key(("cir_demo.world.render",), ("numpy", "pillow")))
-        name = hashlib.sha256(f"{code[0]}\0{int(size)}\0{scene!r}".encode()).hexdigest()[:32]
-        path = memo / "renders" / f"{name}.npy"
-        try:
-            return Image.fromarray(np.load(path, allow_pickle=False))
-        except (OSError, ValueError):  # not rendered yet in this run (or being written)
-            image = plain(scene, size)
-            path.parent.mkdir(exist_ok=True)
-            part = path.with_name(f".{name}.{os.getpid()}.npy")
-            np.save(part, np.asarray(image))
-            os.replace(part, path)
-            return image
-
-    loader.render_scene = render_scene
+    install(loader, lambda: WORLD_PARTS_MEMO["folder"] if WORLD_PARTS_MEMO["on"] else None)
 
 
 _each_scene_rendered_once()

@@ -74,6 +74,100 @@ def _parse_each_source_once() -> None:
 _parse_each_source_once()  # before any module binds code_text by name (cir_demo/world/shipped.py)
 
 
+# The folder where generated tiny worlds are kept for the whole run (both xdist workers; set by the session
+# fixture `world_parts_memo`), and whether the running test uses it: not in the modules about the
+# generator (`GENERATOR_MODULE_PREFIX`).
+WORLD_PARTS_MEMO: dict = {"folder": None, "on": False}
+GENERATOR_MODULE_PREFIX = "test_world_"
+
+
+def _each_tiny_world_part_generated_once() -> None:
+    """Dozens of tests run the real code in an empty data folder, which generates the tiny world there
+    again (its test part, or the whole world for training): the same bytes every time for this code
+    (disk.py: same size and seed give byte-identical files). Here the first generation of each (part,
+    `world_key`: generator code, version, numpy, Python; and the size's settings) is kept in a folder of
+    this run, and a later generation into an empty folder copies its files in the order `write_world`
+    writes them (manifest last). Only into an empty folder (beside the generation lock): a folder with a
+    damaged or other world is adopted or regenerated as before. Done here, not in the package: the
+    generator's code is in every world's key. The modules about the generator itself generate every time."""
+    import fcntl
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from cir_demo.world import disk
+    from cir_demo.world.files import DATA_FILES, MANIFEST, TEST_FILES, TEST_MANIFEST
+
+    plain = disk._generate_part
+    written = {"test": (*TEST_FILES, TEST_MANIFEST), "full": (*DATA_FILES, TEST_MANIFEST, MANIFEST)}
+
+    def generate_part(root, size, seed, part, progress):
+        memo, root = WORLD_PARTS_MEMO["folder"], Path(root)
+        if (
+            memo is None
+            or not WORLD_PARTS_MEMO["on"]
+            or size != "tiny"
+            or any(p.name != disk.LOCK_FILE for p in root.iterdir())
+        ):
+            return plain(root, size, seed, part, progress)
+        from dataclasses import asdict
+
+        from cir_demo.world.generate import SIZES
+        from cir_demo.world.shipped import world_key
+
+        key = {**world_key(size, seed), "part": part, "config": asdict(SIZES[size])}
+        kept = memo / hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:24]
+        with open(f"{kept}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not kept.is_dir():
+                manifest = plain(root, size, seed, part, progress)
+                partial = kept.with_suffix(".partial")
+                shutil.rmtree(partial, ignore_errors=True)
+                partial.mkdir(parents=True)
+                for name in written[part]:
+                    shutil.copyfile(root / name, partial / name)
+                partial.rename(kept)
+                return manifest
+        for name in written[part]:  # into a hidden name, then renamed: a reader never sees half a file
+            shutil.copyfile(kept / name, root / f".{name}.copy")
+            os.replace(root / f".{name}.copy", root / name)
+        return disk.read_manifest(root, disk.PARTS[part][0])
+
+    disk._generate_part = generate_part
+
+
+_each_tiny_world_part_generated_once()
+
+
+def _each_scene_rendered_once() -> None:
+    """The world's pictures rendered once per run (render_memo.py), in `WORLD_PARTS_MEMO`'s folder; the
+    modules about the world itself render every time."""
+    from render_memo import install
+
+    from cir_demo.world import loader
+
+    install(loader, lambda: WORLD_PARTS_MEMO["folder"] if WORLD_PARTS_MEMO["on"] else None)
+
+
+_each_scene_rendered_once()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def world_parts_memo(tmp_path_factory):
+    """The folder of this run (shared by the xdist workers) that keeps the generated tiny worlds."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this run's, never another's
+    (shared / "world_parts").mkdir(exist_ok=True)
+    WORLD_PARTS_MEMO["folder"] = shared / "world_parts"
+    yield
+    WORLD_PARTS_MEMO["folder"] = None
+
+
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures are set up, which may generate a world
+def pytest_runtest_setup(item):
+    WORLD_PARTS_MEMO["on"] = not item.module.__name__.startswith(GENERATOR_MODULE_PREFIX)
+
+
 SHARED_TOKENIZERS: dict = {}  # (model name, its registered config, arguments) -> open_clip's SimpleTokenizer
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from cir_demo.utils import code_hash
+from conftest import WORLD_PARTS_MEMO
 
 REPO = Path(__file__).resolve().parent.parent
 # appended to a clone's world_judge_net.py: the judge's scores negated (a judge whose code changed)
@@ -151,6 +152,11 @@ for env, argv in json.loads(sys.argv[1]):
         try:
             os.environ.update(env)
             from cir_demo.cli import main
+            if os.environ.get("TESTS_RENDER_MEMO"):  # the run's pictures (render_memo.py), keyed by this code
+                sys.path.insert(0, os.environ["TESTS_DIR"])
+                from render_memo import install
+                from cir_demo.world import loader
+                install(loader, lambda: os.environ["TESTS_RENDER_MEMO"])
             code = main(argv)
         finally:  # as the interpreter would end: its exit handlers, its output, then never back here
             atexit._run_exitfuncs()
@@ -167,7 +173,9 @@ def _eval(repo: Path, runs: list[tuple[Path, Path]]) -> list[bytes]:
     """`--eval` of world-CLIP + the world judge on 4 intents of the tiny world, run by the code in `repo`,
     for each (cache folder, output folder) of `runs` in turn: each in a process of its own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CIR_DEMO_")}
-    env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", TESTS_DIR=str(Path(__file__).parent))
+    if WORLD_PARTS_MEMO["folder"] is not None and WORLD_PARTS_MEMO["on"]:
+        env["TESTS_RENDER_MEMO"] = str(WORLD_PARTS_MEMO["folder"])
     plan = [(_eval_env(cache, out), [*EVAL_ARGS, "--out", str(out)]) for cache, out in runs]
     cmd = [sys.executable, "-c", CLONE_RUNS, json.dumps(plan)]
     done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=480)

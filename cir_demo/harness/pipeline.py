@@ -303,7 +303,8 @@ def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stage
     """Run every retriever (and the reranker) on every split: one engine, so one index and one set of
     corpus features serve them all (the splits share one corpus). Then each split's files and report;
     returns how many files the run holds and its report's place in it."""
-    from cir_demo.harness.run_outputs import RunOutputs, can_fork_worker
+    from cir_demo.harness.run_outputs import RunOutputs
+    from cir_demo.utils.beside import can_fork_here
 
     for s in splits:
         print(
@@ -314,7 +315,7 @@ def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stage
             flush=True,
         )
     worker = None  # forked before the engine starts any thread
-    if quiet_lanes(names, reranker_name, settings.device, stages.start_load) > 1 and can_fork_worker():
+    if quiet_lanes(names, reranker_name, settings.device, stages.start_load) > 1 and can_fork_here():
         worker = RunOutputs([(s.bench, s.out) for s in splits], n_boot=settings.n_boot, seed=settings.bootstrap_seed)
     try:
         return _run_with(settings, splits, names, reranker_name, top_n, stages, worker)
@@ -483,7 +484,7 @@ def _run_split(
     from cir_demo.store.store import produce_rerank, reranked_scores
 
     bench, out = split.bench, split.out
-    base = _run_outputs(outputs, settings, stages, bench, out, name, run, lambda: scores, spec)
+    base = _run_outputs(outputs, settings, stages, bench, out, name, run, scores, spec)
     split.evaluations.append(base)
     if not reranker_name:
         return
@@ -493,21 +494,19 @@ def _run_split(
         )
     rr_name = f"{name}{RERANK_SUFFIX}"
     rr_spec = {"retriever": spec, "reranker": reranker_spec, "top_n": top_n}
-    reranked = _run_outputs(
-        outputs, settings, stages, bench, out, rr_name, rr.run, lambda: reranked_scores(rr), rr_spec
-    )
+    reranked = _run_outputs(outputs, settings, stages, bench, out, rr_name, rr.run, reranked_scores(rr), rr_spec)
     split.evaluations.append(reranked)
     split.pairs.append((base, reranked))
 
 
 def _run_outputs(outputs, settings: EvalSettings, stages: Stages, bench, out: Path, name: str, run, scores, spec):
     """Run `name`'s results file, then its evaluation: now, or (`outputs` given) in the worker process, as
-    a future. `scores`: a callable giving the run's scores."""
+    a future."""
     if outputs is not None:
-        return outputs(name, run, scores(), spec)
+        return outputs(name, run, scores, spec)
     from cir_demo.results import write_results
 
-    write_results(out / "results" / f"{name}.json", bench, run, scores(), spec=spec)
+    write_results(out / "results" / f"{name}.json", bench, run, scores, spec=spec)
     with stages("evaluate"):
         return evaluate_run(bench, run, name, n_boot=settings.n_boot, seed=settings.bootstrap_seed)
 

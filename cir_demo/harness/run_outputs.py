@@ -12,8 +12,6 @@ reranking thread waits on.
 from __future__ import annotations
 
 import multiprocessing
-import sys
-import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -34,16 +32,6 @@ class _SplitState:
     evaluations: list = field(default_factory=list)
     breakdowns: list = field(default_factory=list)  # each evaluation's `breakdown_parts`
     pairs: dict = field(default_factory=dict)  # (i, j), i < j -> `paired_pair_rows` of evaluations i and j
-
-
-def can_fork_worker() -> bool:
-    """Whether a worker may be forked here: from the main thread only (a thread of a server may fork while
-    another holds a lock the child would wait on forever), where fork is how processes start."""
-    return (
-        threading.current_thread() is threading.main_thread()
-        and "fork" in multiprocessing.get_all_start_methods()
-        and sys.platform != "win32"
-    )
 
 
 class RunOutputs:

@@ -12,6 +12,14 @@ import traceback
 from typing import Any, Callable
 
 
+def can_fork_here() -> bool:
+    """Whether a child may be forked here: from the main thread only (a server's worker thread may fork
+    while another thread holds a lock the child would then wait on forever), where fork is how processes
+    start."""
+    on_main = threading.current_thread() is threading.main_thread()
+    return on_main and "fork" in multiprocessing.get_all_start_methods() and sys.platform != "win32"
+
+
 class Beside:
     """The result of `fn()` run in a child (or already run inline): `result()` waits for it and returns
     it, or raises a RuntimeError with the child's traceback."""
@@ -20,10 +28,7 @@ class Beside:
         self.what = what
         self._value: Any = None
         self._proc = None
-        # forked only from the main thread: a server's worker thread may fork while another thread holds
-        # a lock the child would then wait on forever
-        on_main = threading.current_thread() is threading.main_thread()
-        if not on_main or "fork" not in multiprocessing.get_all_start_methods() or sys.platform == "win32":
+        if not can_fork_here():
             self._value = fn()
             return
         ctx = multiprocessing.get_context("fork")

@@ -162,7 +162,10 @@ class GradioClientVisitor:
     def __init__(self, url: str, app: "AppInfo", seed: int):
         from gradio_client import Client
 
-        self.client = Client(url, verbose=False)
+        # one TLS context for all the client's calls: gradio_client opens an httpx client per call, and
+        # httpx otherwise builds a context for each (~15 ms of CPU reading the CA bundle), CPU the load
+        # generator would take from the server it measures
+        self.client = Client(url, verbose=False, ssl_verify=tls_context())  # httpx's `verify`: a context too
         self.raw = RawVisitor(url, app, seed)
 
     def call(self, endpoint: str, **kwargs):
@@ -252,6 +255,20 @@ class AppInfo:
 
 
 WORDS = ["in red", "without the pattern", "the same in blue", "on a wooden table", "made of leather"]
+
+
+def tls_context():
+    """The bench's one TLS context (built on first use, shared by every thread)."""
+    import ssl
+
+    with _TLS_LOCK:
+        if not _TLS:
+            _TLS.append(ssl.create_default_context())
+        return _TLS[0]
+
+
+_TLS: list = []
+_TLS_LOCK = threading.Lock()
 
 
 class Visitor:

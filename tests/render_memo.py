@@ -11,7 +11,6 @@ renderer code is keyed by its own text)."""
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 from typing import Callable
 
@@ -21,6 +20,8 @@ def install(loader, folder: Callable[[], Path | None]) -> None:
     folder of the pictures, or None where the test renders every time."""
     import numpy as np
     from PIL import Image
+
+    from cir_demo.utils.io import atomic_path
 
     plain = loader.render_scene
     code: list[str] = []
@@ -39,10 +40,10 @@ def install(loader, folder: Callable[[], Path | None]) -> None:
             return Image.fromarray(np.load(path, allow_pickle=False))
         except (OSError, ValueError):  # not rendered yet in this run (or being written)
             image = plain(scene, size)
-            path.parent.mkdir(exist_ok=True)
-            part = path.with_name(f".{name}.{os.getpid()}.npy")
-            np.save(part, np.asarray(image))
-            os.replace(part, path)  # a reader never sees half a file
+            # a temporary name of its own, renamed: a reader never sees half a file, and two threads of a
+            # process rendering the same scene at once (two API calls) never take each other's file
+            with atomic_path(path) as part, open(part, "wb") as f:
+                np.save(f, np.asarray(image))
             return image
 
     loader.render_scene = render_scene

@@ -28,6 +28,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def api_client(url: str):
+    """A `gradio_client.Client` as a script opens one, given one TLS context for all its requests:
+    gradio_client opens a new httpx client for every call, and httpx builds a TLS context for each (the
+    CA bundle read and parsed, ~15 ms of CPU) unless it is given one. The app is served over plain HTTP
+    on loopback, so no context is ever used; building hundreds of them was a tenth of this module's CPU."""
+    import ssl
+
+    from gradio_client import Client
+
+    if not _TLS:
+        _TLS.append(ssl.create_default_context())
+    return Client(url, verbose=False, ssl_verify=_TLS[0])  # passed on as httpx's `verify`, which takes a context
+
+
+_TLS: list = []
+
+
 def launched(service, mcp: bool = False):
     """The app over `service`, launched on loopback as `python app.py` launches it: (demo, url)."""
     demo = ui_app.create_app(service)
@@ -38,11 +55,9 @@ def launched(service, mcp: bool = False):
 
 @pytest.fixture(scope="module")
 def world_api(service):
-    from gradio_client import Client
-
     demo, url = launched(service)
     try:
-        yield Client(url, verbose=False), url
+        yield api_client(url), url
     finally:
         demo.close()
 
@@ -51,7 +66,6 @@ def world_api(service):
 def cirr_api(tmp_path_factory):
     """The CIRR export served with `--runs A=... B=...` (the app's own command line), its `--eval` of both
     files, and a client: (client, service, benchmark, A path, B path, eval folder, root)."""
-    from gradio_client import Client
     from own_runs_support import cirr_world_with_runs, eval_both_runs
 
     from cir_demo.explorer import build_service
@@ -79,7 +93,7 @@ def cirr_api(tmp_path_factory):
     svc = build_service(ui_app.config_from_args(args))
     demo, url = launched(svc)
     try:
-        yield Client(url, verbose=False), svc, bench, pa, pb, out, root
+        yield api_client(url), svc, bench, pa, pb, out, root
     finally:
         demo.close()
         svc.engine.close()
@@ -121,8 +135,6 @@ def test_two_api_calls_are_worked_on_at_once(world_api, service, monkeypatch):
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from gradio_client import Client
-
     from cir_demo.explorer import api as answers
 
     _, url = world_api
@@ -137,7 +149,7 @@ def test_two_api_calls_are_worked_on_at_once(world_api, service, monkeypatch):
 
     monkeypatch.setattr(answers, "query_answer", meeting)
     ids = [service.benchmark.queries[i].query_id for i in (3, 9)]
-    clients = [Client(url, verbose=False) for _ in ids]
+    clients = [api_client(url) for _ in ids]
     with ThreadPoolExecutor(2) as pool:
         got = list(pool.map(lambda c, q: c.predict(q, k=5, api_name="/query"), clients, ids))
     assert len(threads) == 2 and not both_in.broken
@@ -490,11 +502,11 @@ def test_a_runs_apps_first_failures_scores_the_files_once_and_a_restart_reads_th
 def test_two_clients_uploads_are_their_own(cirr_api, tmp_path, monkeypatch):
     """A results file one client sends to /evaluate is a run of its session only: another client cannot
     name it, is not told its name and, uploading more than it may keep, evicts only its own."""
-    from gradio_client import Client, handle_file
+    from gradio_client import handle_file
     from gradio_client.exceptions import AppError
 
     first, svc, bench, pa, pb, _, _ = cirr_api
-    second = Client(first.src, verbose=False)
+    second = api_client(first.src)
     monkeypatch.setattr(svc.columns, "max_uploaded_runs", 2)
     mine = first.predict(handle_file(str(pa)), "mine", api_name="/evaluate")["run"]
     query = bench.queries[0].query_id

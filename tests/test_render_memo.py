@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import numpy as np
@@ -23,20 +24,9 @@ def test_two_threads_storing_one_scene_at_once_both_get_its_picture(tmp_path, mo
     both = threading.Barrier(2, timeout=60)
     replace = os.replace
     monkeypatch.setattr(os, "replace", lambda a, b: (both.wait(), replace(a, b))[1])
-    got, failed = [], []
-
-    def one():
-        try:
-            got.append(np.asarray(loader.render_scene("scene")))
-        except Exception as exc:  # noqa: BLE001  (what the other thread's rename did to this one)
-            failed.append(exc)
-
-    threads = [threading.Thread(target=one) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert failed == [] and len(got) == 2
+    with ThreadPoolExecutor(2) as pool:  # a failure in either thread is raised by its result()
+        got = [f.result() for f in [pool.submit(loader.render_scene, "scene") for _ in range(2)]]
+    got = [np.asarray(g) for g in got]
     assert all(np.array_equal(g, np.full((8, 8, 3), 5, np.uint8)) for g in got)
     monkeypatch.setattr(os, "replace", replace)
     files = sorted(p.name for p in (tmp_path / "renders").iterdir())

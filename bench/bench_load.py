@@ -163,9 +163,9 @@ class GradioClientVisitor:
         from gradio_client import Client
 
         # one TLS context for all the client's calls: gradio_client opens an httpx client per call, and
-        # httpx otherwise builds a context for each (~15 ms of CPU reading the CA bundle), CPU the load
-        # generator would take from the server it measures
-        self.client = Client(url, verbose=False, ssl_verify=tls_context())  # httpx's `verify`: a context too
+        # httpx otherwise builds a context for each (reading the CA bundle), CPU the load generator would
+        # take from the server it measures; `ssl_verify` is passed on as httpx's `verify`, which takes one
+        self.client = Client(url, verbose=False, ssl_verify=tls_context())
         self.raw = RawVisitor(url, app, seed)
 
     def call(self, endpoint: str, **kwargs):

@@ -31,8 +31,7 @@ def free_port() -> int:
 def api_client(url: str):
     """A `gradio_client.Client` as a script opens one, given one TLS context for all its requests:
     gradio_client opens a new httpx client for every call, and httpx builds a TLS context for each (the
-    CA bundle read and parsed, ~15 ms of CPU) unless it is given one. The app is served over plain HTTP
-    on loopback, so no context is ever used; building hundreds of them was a tenth of this module's CPU."""
+    CA bundle read and parsed) unless it is given one, though over plain HTTP on loopback none is used."""
     import ssl
 
     from gradio_client import Client

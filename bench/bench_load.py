@@ -22,6 +22,7 @@ they must get a clean "queue is full" refusal, never an error of another kind.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -257,18 +258,12 @@ class AppInfo:
 WORDS = ["in red", "without the pattern", "the same in blue", "on a wooden table", "made of leather"]
 
 
+@functools.cache
 def tls_context():
-    """The bench's one TLS context (built on first use, shared by every thread)."""
+    """The bench's one TLS context, built on first use and shared by every thread."""
     import ssl
 
-    with _TLS_LOCK:
-        if not _TLS:
-            _TLS.append(ssl.create_default_context())
-        return _TLS[0]
-
-
-_TLS: list = []
-_TLS_LOCK = threading.Lock()
+    return ssl.create_default_context()
 
 
 class Visitor:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import socket
 
@@ -32,16 +33,16 @@ def api_client(url: str):
     """A `gradio_client.Client` as a script opens one, given one TLS context for all its requests:
     gradio_client opens a new httpx client for every call, and httpx builds a TLS context for each (the
     CA bundle read and parsed) unless it is given one, though over plain HTTP on loopback none is used."""
-    import ssl
-
     from gradio_client import Client
 
-    if not _TLS:
-        _TLS.append(ssl.create_default_context())
-    return Client(url, verbose=False, ssl_verify=_TLS[0])  # passed on as httpx's `verify`, which takes a context
+    return Client(url, verbose=False, ssl_verify=_tls_context())  # passed on as httpx's `verify`, which takes a context
 
 
-_TLS: list = []
+@functools.cache
+def _tls_context():
+    import ssl
+
+    return ssl.create_default_context()
 
 
 def launched(service, mcp: bool = False):

@@ -192,6 +192,63 @@ def test_a_batch_of_queries_met_again_reads_its_probes_and_scores_bit_for_bit(
     assert calls == [3, 2]
 
 
+def test_two_lanes_give_one_lanes_bits_when_the_second_chunk_is_scored_first(one_torch_thread):
+    """Lanes against one lane, with the committed judge: two chunks of queries that share a reference
+    (r0), the first chunk's lane held until the second chunk's lane has scored, give every pair exactly
+    the logits and P(near miss) of one lane on a fresh judge (the oracle). r0 is encoded alone with the
+    first chunk and beside two other references with the second, which gives its features other last
+    bits (checked first): a judge that encodes a shared reference with whichever batch reaches it first
+    gives r0, and every probe built on it, the second chunk's bits here."""
+    import threading
+    from types import SimpleNamespace
+
+    from cir_demo.rerank import rerank_run
+
+    ims = _images(7, seed=9)
+    pictures = dict(zip(["k0", "k1", "k2", "r0", "r2", "r3"], ims))
+    judge = load_reranker("world-verifier")
+    alone, beside = judge.encode_images([pictures["r0"]])[0], judge.encode_images([ims[4], ims[3], ims[5]])[1]
+    assert not np.array_equal(alone, beside)  # what makes the order tell
+    queries = [  # chunks of two: [q0 q1] [q2 q3]
+        SimpleNamespace(query_id="q0", reference_ids=("r0",), instruction="Same mug but in blue"),
+        SimpleNamespace(query_id="q1", reference_ids=("r0",), instruction="Same mug but not red"),
+        SimpleNamespace(
+            query_id="q2", reference_ids=("r2", "r0"), instruction="The <img1> item in the colour of <img2>"
+        ),
+        SimpleNamespace(query_id="q3", reference_ids=("r3",), instruction="Same mug but in green"),
+    ]
+    run = {q.query_id: ["k0", "k1", "k2"] for q in queries}
+
+    def rerank(lanes: int, second_first: bool):
+        judge = load_reranker("world-verifier")
+        judge.use_image_embeddings(["k0", "k1", "k2"], judge.encode_images(ims[:3]), remember_ids=["r0", "r2", "r3"])
+        done, order, score_batch = threading.Event(), [], judge.score_batch
+
+        def held(items):
+            first = items[0][0].reference_ids == ("r0",)
+            if first and second_first:
+                assert done.wait(60), "the second chunk's lane never scored"
+            out = score_batch(items)
+            order.append("first" if first else "second")
+            done.set()
+            return out
+
+        judge.score_batch = held
+        ranked = rerank_run(
+            queries, run, pictures.__getitem__, judge, top_n=3, progress=False, chunk_size=2, lanes=lanes
+        )
+        return {
+            q: [(it.candidate_id, it.logit_yes, it.logit_no, it.p_near) for it in its]
+            for q, its in ranked.items.items()
+        }, order
+
+    one, one_order = rerank(1, second_first=False)
+    two, two_order = rerank(2, second_first=True)
+    assert one_order == ["first", "second"] and two_order == ["second", "first"]
+    assert all(p is not None for its in one.values() for _, *p in its)
+    assert two == one
+
+
 def test_remembered_references_are_encoded_once_across_reranking_passes(near_judge_dir, one_torch_thread, monkeypatch):
     """References named by `remember` (another split's, added after the corpus table) are encoded on
     first use and then read back; an id never named is encoded on every pass (it may be an upload)."""

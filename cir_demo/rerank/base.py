@@ -176,6 +176,12 @@ class Reranker(abc.ABC):
         triples; one list of scores per triple. Backends that batch across queries override it."""
         return [self.score(request, ids, images) for request, ids, images in items]
 
+    def prepare_batch(self, items: Sequence[tuple[RerankRequest, Sequence[str], Sequence[Any]]]) -> None:
+        """Called with `score_batch`'s very items on the caller's thread, batch after batch in their order,
+        before that batch is scored (perhaps on a lane of `rerank_run`). A backend whose scores depend on
+        what earlier batches left behind (features it keeps) builds that here: lanes then give the bits
+        of one lane, whatever order their threads run in. The default does nothing."""
+
     def needs_image(self, image_id: str) -> bool:
         """False when the backend already holds what it needs of this image (e.g. a precomputed
         embedding), so callers may pass None instead of decoding it."""

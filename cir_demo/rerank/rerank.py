@@ -146,11 +146,16 @@ def _look_up(items, load_image, reranker: Reranker, cache, spec_hash: str, in_fl
     return _Batch(items, results, work, pending)
 
 
+def _misses(batch: _Batch) -> list:
+    """What the reranker is asked about a batch: (request, ids to score, their images) of each query."""
+    return [(batch.items[i][0], ids, images) for i, ids, images in batch.work]
+
+
 def _score_misses(reranker: Reranker, batch: _Batch) -> list:
     """The reranker's score lists of the batch's misses (no cache, no shared state of the caller)."""
     if not batch.work:
         return []
-    return reranker.score_batch([(batch.items[i][0], ids, images) for i, ids, images in batch.work])
+    return reranker.score_batch(_misses(batch))
 
 
 def _settle(
@@ -383,7 +388,8 @@ def rerank_run(
     # Queries go to the reranker in chunks, so a backend that batches across queries can. With `lanes`
     # > 1, that many chunks are scored at once on worker threads: each chunk is looked up in the cache
     # in order, a pair that a chunk still in flight scores counting as found (as it would be once
-    # stored), so every chunk sends the reranker the very batch it sends without lanes.
+    # stored), so every chunk sends the reranker the very batch it sends without lanes; and each chunk is
+    # prepared (`Reranker.prepare_batch`) on this thread, in order, before a lane scores it.
     lanes = max(1, int(lanes))
     pool = ThreadPoolExecutor(lanes, thread_name_prefix="rerank-lane") if lanes > 1 else None
     flight: deque = deque()  # (prepared, batch, fresh score lists or their future), oldest first
@@ -396,6 +402,8 @@ def rerank_run(
             ]
             asked = [(request, ids[:top_n]) for _, request, ids, _ in prepared]
             batch = _look_up(asked, load_image, reranker, cache, spec_hash, in_flight if cache is not None else None)
+            if batch.work:
+                reranker.prepare_batch(_misses(batch))  # here, in chunk order, whatever the lanes' timing
             if pool is None:
                 finish(prepared, batch, _score_misses(reranker, batch))
                 continue

@@ -270,11 +270,7 @@ class WorldVerifierReranker(LogitPairReranker):
     def _probes_of(self, requests: Sequence[RerankRequest]):
         import torch
 
-        known = lambda i: i in self._row or i in self._remembered  # noqa: E731
-        keys = [
-            (r.reference_ids, r.instruction) if all(known(i) or i in self._remember for i in r.reference_ids) else None
-            for r in requests
-        ]
+        keys = [self._probe_key(r) for r in requests]
         out: list = [self._probes.get(k) if k is not None else None for k in keys]
         todo = [i for i, p in enumerate(out) if p is None]
         if todo:
@@ -295,6 +291,14 @@ class WorldVerifierReranker(LogitPairReranker):
         props = torch.stack([p for _, p in out]) if self.model.near is not None else None
         return torch.stack([pr for pr, _ in out]), props
 
+    def _probe_key(self, request: RerankRequest):
+        """What a request's probes are kept under; None when a reference may be an upload (an id neither
+        in the table nor to be remembered), whose probes are computed with their batch every time."""
+        ids = request.reference_ids
+        if all(i in self._row or i in self._remembered or i in self._remember for i in ids):
+            return (ids, request.instruction)
+        return None
+
     def _encode_probes(self, requests: Sequence[RerankRequest]):
         """(probes, reference-1 properties or None) of these requests, computed as one batch."""
         import torch
@@ -313,6 +317,21 @@ class WorldVerifierReranker(LogitPairReranker):
         return probes, props
 
     # -- scoring
+    def prepare_batch(self, items) -> None:
+        """The probes of each forward pass `_logits` makes for these items, computed now. Batches scored at
+        once (lanes) would otherwise take the probe memo in the order their threads run: a reference that
+        two batches share is encoded with the first one's images, and its features' last bits (so those of
+        every probe built on them) follow from that batch. In batch order they are one lane's bits."""
+        requests = [request for request, _, _ in items]
+        step = self._queries_per_pass()
+        for s in range(0, len(requests), step):
+            part = requests[s : s + step]
+            if all(self._probe_key(r) is not None for r in part):  # a pass with an upload is computed whole
+                self._query_probes(part)
+
+    def _queries_per_pass(self) -> int:
+        return max(1, self.batch_size // 8)
+
     def score_logits(self, request: RerankRequest, candidate_images: Sequence[Any]) -> np.ndarray:
         if not candidate_images:
             return np.zeros((0, 2))
@@ -344,7 +363,7 @@ class WorldVerifierReranker(LogitPairReranker):
         if not n_pairs:
             return np.zeros((0, width))
         out = np.zeros((n_pairs, width), np.float64)
-        step = max(1, self.batch_size // 8)  # queries per forward pass
+        step = self._queries_per_pass()
         pos = 0
         for s in range(0, len(items), step):
             chunk = items[s : s + step]

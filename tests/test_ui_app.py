@@ -141,6 +141,7 @@ def test_page_load_opens_the_linked_view(demo, service):
     assert by_id["cir-paraphrases"]["value"] == group[2].query_id
     assert by_id["cir-retrievers"]["value"] == names
     assert by_id["cir-rerank"]["value"] is True and by_id["cir-rerank"]["interactive"] is True
+    assert by_id["cir-top-n"]["value"] == 10 and by_id["cir-top-n"]["interactive"] is True
     share = by_id["cir-share-query"]
     assert decode_state(dict(pair.split("=") for pair in share.split("&"))).state == ViewState(
         "world", group[2].query_id, 2, tuple(names), True, 10, 5
@@ -163,6 +164,29 @@ def test_page_load_opens_the_linked_view(demo, service):
         assert by_id[f"cir-filter-{key}"]["visible"] is True
 
 
+def test_a_sorts_link_without_a_query_opens_the_query_its_list_shows_first(demo, service):
+    """`?sort=<a failure sort>` alone opens the first query of the list the page shows under that sort
+    (the oracle: the page's own list, first row), in the link it writes back; with a query it opens
+    that query, and a link without a sort the one a plain page opens."""
+    from cir_demo.explorer.first_view import first_query
+
+    def opened(params):
+        final = load_page(demo, params)[-1]
+        by_id = {getattr(c, "elem_id", None): v for c, v in final.items()}
+        first_row = by_id["cir-query-list"]["value"]["data"][0]
+        return by_id["cir-paraphrases"]["value"], first_row, by_id["cir-share-query"]
+
+    sorts = [c.name for c in service.sorts() if c.available and c.name != "order"]
+    assert sorts
+    for sort in sorts:
+        query, first_row, share = opened({"sort": sort})
+        assert query == first_row[0], sort
+        assert f"query={query}" in share and f"sort={sort}" in share
+    chosen = service.benchmark.queries[5].query_id
+    assert opened({"sort": sorts[0], "query": chosen})[0] == chosen
+    assert opened({})[0] == first_query(service)
+
+
 def test_page_load_with_a_bad_link_explains_and_falls_back(demo, service):
     params = {"query": "nope", "retrievers": "ghost," + service.retriever_names[0], "k": "999", "colour": "red"}
     final = load_page(demo, params)[-1]
@@ -173,6 +197,7 @@ def test_page_load_with_a_bad_link_explains_and_falls_back(demo, service):
     from cir_demo.explorer.first_view import first_query
 
     assert by_id["cir-paraphrases"]["value"] == first_query(service)  # what a link without a query opens
+    assert by_id["cir-top-n"]["interactive"] is False  # no reranking: how many to rerank is not asked
     assert by_id["cir-retrievers"]["value"] == [service.retriever_names[0]]
 
 
@@ -353,7 +378,7 @@ def test_select_and_view_callbacks(demo, service):
     evt = gr.SelectData(None, {"index": [3, 1], "value": "whatever", "row_value": [qid, "text", "Swap", 1, ""]})
     out = wired(demo, "on_select").fn([], names, 10, False, 20, evt)
     header, paraphrase, results, table, prompt, share, message, k, top_n = out
-    assert (k, top_n) == (10, 20)
+    assert (k, top_n) == (10, {"__type__": "update", "value": 20, "interactive": False})  # no reranking: no n
     cmp = service.compare(qid, names, k=10)
     for col in cmp.columns:  # badges and counts on the page equal the judgments
         pos = sum(t.judgment == "positive" for t in col.tiles)
@@ -368,9 +393,11 @@ def test_select_and_view_callbacks(demo, service):
     other = service.benchmark.paraphrases(qid)[0].query_id
     out2 = wired(demo, "on_view").fn(other, names[:2], 5, True, 10)
     assert out2[1]["value"] == other and "rerank=1" in out2[5] and "P(yes)" in out2[2]
+    assert out2[8]["value"] == 10 and out2[8]["interactive"] is True  # reranking: how many is asked
     assert out2[2].count('<li class="cir-tile') == 10
     out3 = wired(demo, "on_view").fn(qid, names[:1], 500, True, -3)  # typed out of range: clamped, not refused
-    assert out3[7:] == (50, 5) and out3[2].count('<li class="cir-tile') == 50 and "top_n=5" in out3[5]
+    assert out3[7] == 50 and out3[8]["value"] == 5 and out3[2].count('<li class="cir-tile') == 50
+    assert "top_n=5" in out3[5]
     out4 = wired(demo, "on_view").fn(qid, names + names[:1], 10, False, 20)  # a name twice is one column
     assert out4[2].count('<section class="cir-col"') == len(names)
     with pytest.raises(gr.Error, match="unknown retriever"):

@@ -121,9 +121,12 @@ def test_explore_paraphrase_rerank_share_upload_report(app_url, browser, tmp_pat
     assert "range (max − min)" in table_text and all(n in table_text for n in names)
     shot(page, "02-paraphrase")
 
-    # ---- toggle the reranker: P(yes) and movement appear
+    # ---- toggle the reranker: P(yes) and movement appear, and how many to rerank can be set
+    top_n = page.locator("#cir-top-n input[type=number]")
+    assert top_n.is_disabled()  # no reranking: nothing to set
     page.locator("#cir-rerank input[type=checkbox]").check()
     page.wait_for_selector("#cir-results .cir-before")
+    page.wait_for_function("!document.querySelector('#cir-top-n input[type=number]').disabled")
     page.wait_for_function("location.search.includes('rerank=1')")  # the address follows the answer's view
     assert "rerank=1" in page.url
     tiles_text = page.locator("#cir-results li.cir-tile").all_inner_texts()
@@ -153,6 +156,12 @@ def test_explore_paraphrase_rerank_share_upload_report(app_url, browser, tmp_pat
     service.engine.open_image(refs[0]).save(p1)
     service.engine.open_image(refs[1]).convert("RGBA").save(p2)
     page.get_by_role("tab", name="Try your own").click()
+    upload_top_n = "#cir-upload-top-n input[type=number]"
+    assert page.locator(upload_top_n).is_disabled()
+    page.locator("#cir-upload-rerank input[type=checkbox]").check()
+    page.wait_for_function(f"!document.querySelector('{upload_top_n}').disabled")
+    page.locator("#cir-upload-rerank input[type=checkbox]").uncheck()
+    page.wait_for_function(f"document.querySelector('{upload_top_n}').disabled")
     page.locator("#cir-upload-1 input[type=file]").set_input_files(str(p1))
     page.wait_for_selector("#cir-upload-preview img")
     page.locator("#cir-upload-2 input[type=file]").set_input_files(str(p2))
@@ -217,9 +226,16 @@ def test_phone_width_stacks_columns_without_overflow(app_url, browser):
     assert page.eval_on_selector_all(
         "#cir-results section.cir-col h3", "els => els.every(e => e.scrollWidth <= e.clientWidth)"
     )
-    # on a phone: the query, then the rows, then the list
-    order = [page.locator(sel).bounding_box()["y"] for sel in ("#cir-query-header", "#cir-results", "#cir-query-list")]
+    # on a phone: the query card, the rows, the query's controls, then the list; the first row's first
+    # tile in the first screen, unscrolled
+    order = [
+        page.locator(sel).bounding_box()["y"]
+        for sel in ("#cir-query-header", "#cir-results", "#cir-paraphrases", "#cir-rerank", "#cir-query-list")
+    ]
     assert order == sorted(order), order
+    assert page.evaluate("window.scrollY") == 0
+    first = page.evaluate(FIRST_TILES_JS)[0]
+    assert 0 <= first[1] and first[2] <= 900, first
     shot(page, "07-phone-400px")
     page.close()
 

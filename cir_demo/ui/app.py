@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Sequence
 
 import gradio as gr
@@ -30,7 +31,7 @@ from cir_demo.ui.session_copies import bound_session_copies
 from cir_demo.ui.settings import AppSettings
 from cir_demo.ui.startup import Startup, app_settings, build_parser, prepare  # noqa: F401 (build_parser: the command line)
 from cir_demo.ui.tables import frames_as_tables
-from cir_demo.ui.state import HUB_ORIGIN, ParsedState, decode_state, resolve_state
+from cir_demo.ui.state import HUB_ORIGIN, ORDER, ParsedState, decode_state, resolve_state
 
 log = logging.getLogger("cir_demo.ui")
 
@@ -121,9 +122,18 @@ def initial_outputs(
             out[f"filter:{key}"] = gr.update(choices=[explore.ANY, *values], value=explore.ANY, visible=True)
     listing = explore.list_queries(service, "", {}, s.sort, pending)
     out.update({"list": explore.list_update(listing["table"]), "ids": listing["ids"], "list_info": listing["info"]})
+    if (
+        s.sort != ORDER
+        and not params.get("query")
+        and not params.get("paraphrase")
+        and listing["ids"]
+        and (pending is None or pending.sort_ready(s.sort))
+    ):  # a sort's link without a query opens the query it lists first (as the Report's A-vs-B links do)
+        s = replace(s, query_id=listing["ids"][0])
     names = list(s.retrievers) if s.retrievers else service.retriever_names[:MAX_COLUMNS]
     out["retrievers"] = gr.update(choices=service.retriever_names, value=names)
-    out["k"], out["top_n"] = s.k, s.top_n
+    out["k"] = s.k
+    out["top_n"] = gr.update(value=s.top_n, interactive=s.rerank and service.reranker_name is not None)
     controls = explore.rerank_controls(service, s.rerank)
     out["rerank"] = controls["rerank"]
     out["rerank_note"] = controls["note"]

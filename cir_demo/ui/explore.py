@@ -122,8 +122,14 @@ def create_ui() -> ExploreUI:
                 k = number_slider(
                     *K_RANGE, value=10, step=5, label="Results per retriever", elem_id="cir-k", min_width=140
                 )
-                top_n = number_slider(
-                    *SLIDER_TOP_N, value=20, step=5, label="Rerank top n", elem_id="cir-top-n", min_width=140
+                top_n = number_slider(  # usable while Rerank is on (the view's answer sets it)
+                    *SLIDER_TOP_N,
+                    value=20,
+                    step=5,
+                    label="Rerank top n",
+                    elem_id="cir-top-n",
+                    min_width=140,
+                    interactive=False,
                 )
             rerank = gr.Checkbox(False, label="Rerank", interactive=False, elem_id="cir-rerank")
             rerank_note = gr.Markdown(elem_id="cir-rerank-note")
@@ -384,7 +390,7 @@ def show_view(
         "share": encode_state(state),
         "message": components.notes_markdown(messages),
         "k": k,
-        "top_n": top_n,
+        "top_n": gr.update(value=top_n, interactive=rerank),  # how many to rerank: asked only while reranking
     }
 
 

@@ -44,7 +44,9 @@ def quiet_queue_analytics() -> None:
 # Page-wide rules for gradio's own components (the app's HTML is styled by components.CSS):
 # a compact header, so that the retrievers' rows start high on the first screen; the Explore tab's three
 # blocks in a grid: the query and its controls at the left, the rows at the right of the first screen,
-# the query list under the query (on a phone, under the rows);
+# the query list under the query; on a phone one column: the query card, the rows, then the query's
+# controls (the side column's box gives way, so its blocks are placed one by one) and the list, so that
+# the first screen shows results;
 # the Report's downloads are read-only, so gradio's "Remove this file" buttons are not offered;
 # the query list reads in the page's font (its monospace made the table twice its column's width);
 # table cells break between words, never inside one ("coverage" went down letter by letter);
@@ -63,6 +65,11 @@ PAGE_CSS = """
 @media (max-width: 900px) {
   #cir-explore-body:not(.hide) { grid-template-columns: minmax(0, 1fr); grid-template-rows: none; }
   #cir-side, #cir-main, #cir-find { grid-column: 1; grid-row: auto; }
+  #cir-side { display: contents; }
+  #cir-side > * { grid-column: 1; order: 2; }
+  #cir-side > #cir-about, #cir-side > #cir-query-header { order: 0; }
+  #cir-main { order: 1; }
+  #cir-find { order: 3; }
 }
 #cir-report-files .label-clear-button { display: none; }
 #cir-query-list [role=gridcell] *, #cir-query-list [role=columnheader] *,

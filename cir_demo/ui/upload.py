@@ -85,8 +85,14 @@ def create_ui() -> UploadUI:
                 )
             with gr.Row():
                 rerank = gr.Checkbox(False, label="Rerank", interactive=False, elem_id="cir-upload-rerank")
-                top_n = number_slider(
-                    5, TOP_N_RANGE[1], value=20, step=5, label="Rerank top n", elem_id="cir-upload-top-n"
+                top_n = number_slider(  # usable while Rerank is on
+                    5,
+                    TOP_N_RANGE[1],
+                    value=20,
+                    step=5,
+                    label="Rerank top n",
+                    elem_id="cir-upload-top-n",
+                    interactive=False,
                 )
             retrievers_problem = gr.Markdown(elem_id="cir-upload-retrievers-problem")
             submit = gr.Button("Search the corpus", variant="primary", elem_id="cir-upload-submit")
@@ -277,6 +283,12 @@ def wire(ui: UploadUI, get_service: Callable[[], ExplorerService]) -> None:
         show_progress_on=[ui.results],
         trigger_mode="always_last",
     )
+
+    @guarded("Showing the rerank settings")
+    def on_rerank(on):  # how many to rerank is asked only while reranking
+        return gr.update(interactive=bool(on))
+
+    ui.rerank.change(on_rerank, [ui.rerank], [ui.top_n], queue=False, show_progress="hidden")
 
     def on_retrievers(selected):  # zero retrievers cannot be submitted
         chosen = bool(selected)

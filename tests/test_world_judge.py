@@ -206,7 +206,7 @@ def test_two_lanes_give_one_lanes_bits_when_the_second_chunk_is_scored_first(one
 
     ims = _images(7, seed=9)
     pictures = dict(zip(["k0", "k1", "k2", "r0", "r2", "r3"], ims))
-    judge = load_reranker("world-verifier")
+    judge = load_reranker("world-verifier")  # encode_images keeps nothing: the one-lane run's fresh judge too
     alone, beside = judge.encode_images([pictures["r0"]])[0], judge.encode_images([ims[4], ims[3], ims[5]])[1]
     assert not np.array_equal(alone, beside)  # what makes the order tell
     queries = [  # chunks of two: [q0 q1] [q2 q3]
@@ -219,8 +219,7 @@ def test_two_lanes_give_one_lanes_bits_when_the_second_chunk_is_scored_first(one
     ]
     run = {q.query_id: ["k0", "k1", "k2"] for q in queries}
 
-    def rerank(lanes: int, second_first: bool):
-        judge = load_reranker("world-verifier")
+    def rerank(judge, lanes: int, second_first: bool):
         judge.use_image_embeddings(["k0", "k1", "k2"], judge.encode_images(ims[:3]), remember_ids=["r0", "r2", "r3"])
         done, order, score_batch = threading.Event(), [], judge.score_batch
 
@@ -242,8 +241,8 @@ def test_two_lanes_give_one_lanes_bits_when_the_second_chunk_is_scored_first(one
             for q, its in ranked.items.items()
         }, order
 
-    one, one_order = rerank(1, second_first=False)
-    two, two_order = rerank(2, second_first=True)
+    one, one_order = rerank(judge, 1, second_first=False)
+    two, two_order = rerank(load_reranker("world-verifier"), 2, second_first=True)
     assert one_order == ["first", "second"] and two_order == ["second", "first"]
     assert all(p is not None for its in one.values() for _, *p in its)
     assert two == one

@@ -264,6 +264,18 @@ def pytest_collection_modifyitems(items):
         items.sort(key=lambda item: rank.get(groups[item], len(rank)))
 
 
+def pytest_collection_finish(session):
+    """Every test module is imported now, and with them torch, gradio, pandas and the package: millions of
+    objects that live until the process ends. Python's full collections scan every tracked object each
+    time (dozens a run per process, and pytest's five at its close); frozen, these are left out of every
+    later scan. Frozen objects are still freed by reference counting; only a cycle among them would
+    outlive its use, and these are the imported modules' own."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """Tiny models run fastest, and deterministically, on one torch thread (2 shared cores)."""

@@ -241,6 +241,49 @@ def test_breakdown_of_scalar_cells_equals_the_per_cell_path():
     pd.testing.assert_frame_equal(fast, slow)
 
 
+def test_a_runs_breakdown_parts_equal_a_groupby_of_its_scored_rows_for_every_field():
+    """`harness.report.breakdown_parts` reads the metrics and groups once for all fields: each field's table
+    has the run's name, the scored rows' counts and means of a pandas groupby, and intervals around them."""
+    from types import SimpleNamespace
+
+    from cir_demo.benchmarks.schema import Benchmark
+    from cir_demo.harness.report import breakdown_parts
+
+    rng = np.random.default_rng(7)
+    n = 240
+    domains, tones = rng.choice(["art", "food", "travel"], n), rng.choice(["LIGHTEST", "DARKEST", None], n)
+    singles = rng.random(n) < 0.5
+    queries = [
+        Query(
+            f"q{i}",
+            ("a",),
+            "i",
+            f"g{i // 4}",
+            Judgments(["p"]),
+            meta={"domain": str(domains[i]), "skin_tone_bucket": tones[i], "is_single": bool(singles[i])},
+        )
+        for i in range(n)
+    ]
+    bench = Benchmark("toy", "pinpoint", queries, ["p"])
+    metrics = ["AP@10", "precision@10"]
+    per_query = query_meta_frame(queries).assign(scored=rng.random(n) > 0.1, **{m: rng.random(n) for m in metrics})
+    parts = breakdown_parts(bench, SimpleNamespace(name="run-a", per_query=per_query), n_boot=200)
+    assert set(parts) == {"domain", "skin_tone_bucket", "is_single"}
+    scored = per_query[per_query["scored"]].fillna({"skin_tone_bucket": MISSING})
+    for field, table in parts.items():
+        assert list(table.columns[:3]) == ["run", "field", "value"] and set(table["run"]) == {"run-a"}
+        oracle = scored.groupby(field)
+        got = table.set_index("value")
+        assert sorted(map(str, got.index)) == sorted(map(str, oracle.size().index))
+        for value, rows in oracle:
+            value = value[0] if isinstance(value, tuple) else value
+            assert got.loc[value, "n_queries"] == len(rows)
+            assert got.loc[value, "n_groups"] == rows["group_id"].nunique()
+            for m in metrics:
+                assert got.loc[value, m] == pytest.approx(rows[m].mean(), abs=1e-12)
+                assert got.loc[value, f"{m}_lo"] <= rows[m].mean() <= got.loc[value, f"{m}_hi"]
+
+
 def test_breakdown_unknown_field_and_metric():
     with pytest.raises(UnknownNameError, match="skin_tone_bucket"):
         breakdown(per_query_frame(), meta_frame(), "skin_tone", ["AP@10"])

@@ -176,6 +176,11 @@ def _dumps(obj: dict) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
+# zlib level of exported PNGs (lossless at every level): on the world's rendered images the default (6)
+# makes files no smaller than level 1 does, at several times the CPU (docs/benchmarks.md)
+EXPORT_PNG_LEVEL = 1
+
+
 def export_images(benchmark: Benchmark, ids: list[str], folder: Path, mode: ImageMode) -> int:
     from tqdm import tqdm
 
@@ -195,7 +200,7 @@ def export_images(benchmark: Benchmark, ids: list[str], folder: Path, mode: Imag
             else:
                 img = store.open(image_id)
                 with atomic_path(folder / f"{image_id}.png") as tmp:
-                    img.save(tmp, format="PNG")
+                    img.save(tmp, format="PNG", compress_level=EXPORT_PNG_LEVEL)
             n += 1
         except (OSError, ValueError) as exc:
             problems.append(ValidationIssue("error", str(folder), f"image {image_id!r}", None, str(exc)))

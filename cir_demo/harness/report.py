@@ -80,24 +80,24 @@ def breakdown_tables(
 def breakdown_parts(benchmark: Benchmark, ev: RunEvaluation, n_boot: int, seed: int = 0) -> dict[str, pd.DataFrame]:
     """One run's rows of `breakdown_tables`, field -> table: each run's bootstraps depend on that run alone,
     so they may be computed as the run comes."""
-    from cir_demo.metrics.breakdown import breakdown
+    from cir_demo.metrics.breakdown import field_breakdown
 
     metrics = list(family_of(benchmark).headline)
     fields = benchmark.meta_fields()
-    # only the scored rows and the columns a breakdown reads: selected once, not once per field
     pq = ev.per_query
-    pq = pq[[c for c in pq.columns if c in ("query_id", "group_id", *fields, *metrics)]][
-        pq["scored"].to_numpy(dtype=bool) if "scored" in pq else slice(None)
-    ]
+    if "scored" in pq:
+        pq = pq[pq["scored"].to_numpy(dtype=bool)]
     present = [m for m in metrics if m in pq]
-    out: dict[str, pd.DataFrame] = {}
-    for field_ in fields:
-        if field_ not in pq or not present:
-            continue
-        tab = breakdown(pq, None, field_, present, n_boot=n_boot, seed=seed)
-        tab.insert(0, "run", ev.name)
-        out[field_] = tab
-    return out
+    fields = [f for f in fields if f in pq]
+    if not present or not fields:
+        return {}
+    # the metrics' values and the rows' groups: read once for every field
+    values = pq[present].to_numpy(dtype=float).reshape(len(pq), len(present))
+    group_codes, _ = pd.factorize(pq["group_id"].to_numpy(), use_na_sentinel=False)
+    return {
+        f: field_breakdown(f, pq[f].to_numpy(dtype=object), values, group_codes, present, n_boot, seed, run=ev.name)
+        for f in fields
+    }
 
 
 def write_outputs(

@@ -130,30 +130,49 @@ def breakdown(
     df = per_query_df
     if "scored" in df.columns:
         df = df[df["scored"].to_numpy(dtype=bool)]
-    df = _with_field(df, meta, field)[["query_id", "group_id", field, *metrics]]
-
-    rows_of, keys = _value_pairs(df[field].to_numpy(dtype=object))
-    codes, uniques = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=False)
+    df = _with_field(df, meta, field)
     values = df[list(metrics)].to_numpy(dtype=float).reshape(len(df), len(metrics))
     group_codes, _ = pd.factorize(df["group_id"].to_numpy(), use_na_sentinel=False)
+    return field_breakdown(field, df[field].to_numpy(dtype=object), values, group_codes, metrics, n_boot, seed, alpha)
 
+
+def field_breakdown(
+    field: str,
+    cells: np.ndarray,
+    values: np.ndarray,
+    group_codes: np.ndarray,
+    metrics: Sequence[str],
+    n_boot: int = 1000,
+    seed: int = 0,
+    alpha: float = 0.05,
+    run: str | None = None,
+) -> pd.DataFrame:
+    """`breakdown`'s table from arrays of the scored rows: the field's cells (object), the metrics'
+    values (rows x metrics) and the rows' paraphrase-group codes. A caller that breaks one run down by
+    several fields selects these once (`harness.report.breakdown_parts`); `run` adds a first column."""
+    rows_of, keys = _value_pairs(cells)
+    codes, uniques = pd.factorize(pd.Series(keys, dtype=object), use_na_sentinel=False)
     columns = ["field", "value", "n_queries", "n_groups"]
     for metric in metrics:
         columns += [metric, f"{metric}_lo", f"{metric}_hi"]
-    rows = []
+    table: dict[str, list] = {c: [] for c in columns}
     for code in sorted(range(len(uniques)), key=lambda c: _sort_key(field, uniques[c])):
         idx = rows_of[codes == code]
         groups = group_codes[idx]
-        row = {"field": field, "value": uniques[code], "n_queries": len(idx), "n_groups": len(np.unique(groups))}
+        for column, cell in zip(columns, (field, uniques[code], len(idx), len(np.unique(groups)))):
+            table[column].append(cell)
         if n_boot == 0:  # intervals disabled (--n-boot 0): means only
             means = values[idx].mean(axis=0) if len(idx) else np.full(values.shape[1], np.nan)
             cis = [(m, np.nan, np.nan) for m in means]
         else:
             cis = bootstrap_cis(values[idx], groups, n_boot, alpha, seed)
         for metric, (mean, lo, hi) in zip(metrics, cis):
-            row.update({metric: float(mean), f"{metric}_lo": float(lo), f"{metric}_hi": float(hi)})
-        rows.append(row)
-    return pd.DataFrame(rows, columns=columns)
+            table[metric].append(float(mean))
+            table[f"{metric}_lo"].append(float(lo))
+            table[f"{metric}_hi"].append(float(hi))
+    if run is not None:
+        table = {"run": [run] * len(table["field"]), **table}
+    return pd.DataFrame(table)
 
 
 def all_breakdowns(

@@ -179,6 +179,7 @@ def _write_export(fmt: str, bench, out: Path, images: str | None) -> dict:
 
 
 def _render(args) -> int:
+    from cir_demo.benchmarks.jsonl import EXPORT_PNG_LEVEL
     from cir_demo.utils.owned_folder import staged_run_dir
 
     from .loader import open_world, render_image
@@ -189,7 +190,9 @@ def _render(args) -> int:
     out = Path(args.out)
     with staged_run_dir(out, args.overwrite, wait=args.wait) as tmp:
         for image_id in args.image_ids:
-            render_image(image_id, args.pixels, world=world).save(tmp / f"{image_id}.png", format="PNG")
+            render_image(image_id, args.pixels, world=world).save(
+                tmp / f"{image_id}.png", format="PNG", compress_level=EXPORT_PNG_LEVEL
+            )
     for image_id in args.image_ids:
         print(out / f"{image_id}.png")
     return 0

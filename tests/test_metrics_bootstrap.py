@@ -282,6 +282,10 @@ def test_a_runs_breakdown_parts_equal_a_groupby_of_its_scored_rows_for_every_fie
             for m in metrics:
                 assert got.loc[value, m] == pytest.approx(rows[m].mean(), abs=1e-12)
                 assert got.loc[value, f"{m}_lo"] <= rows[m].mean() <= got.loc[value, f"{m}_hi"]
+    # a run without a scored row: each field's table is empty, with its columns
+    none_scored = SimpleNamespace(name="run-b", per_query=per_query.assign(scored=False))
+    for field, table in breakdown_parts(bench, none_scored, n_boot=200).items():
+        assert table.empty and list(table.columns) == list(parts[field].columns), field
 
 
 def test_breakdown_unknown_field_and_metric():

@@ -170,6 +170,11 @@ def field_breakdown(
             table[metric].append(float(mean))
             table[f"{metric}_lo"].append(float(lo))
             table[f"{metric}_hi"].append(float(hi))
+    if not table["field"]:  # no scored row: the columns, with the types of a frame made from no rows
+        frame = pd.DataFrame([], columns=columns)
+        if run is not None:
+            frame.insert(0, "run", run)
+        return frame
     if run is not None:
         table = {"run": [run] * len(table["field"]), **table}
     return pd.DataFrame(table)

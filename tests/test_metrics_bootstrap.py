@@ -284,7 +284,9 @@ def test_a_runs_breakdown_parts_equal_a_groupby_of_its_scored_rows_for_every_fie
                 assert got.loc[value, f"{m}_lo"] <= rows[m].mean() <= got.loc[value, f"{m}_hi"]
     # a run without a scored row: each field's table is empty, with its columns
     none_scored = SimpleNamespace(name="run-b", per_query=per_query.assign(scored=False))
-    for field, table in breakdown_parts(bench, none_scored, n_boot=200).items():
+    empty = breakdown_parts(bench, none_scored, n_boot=200)
+    assert set(empty) == set(parts)
+    for field, table in empty.items():
         assert table.empty and list(table.columns) == list(parts[field].columns), field
 
 

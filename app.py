@@ -21,6 +21,9 @@ import sys  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cir_demo.utils.parse_memo import install as parse_each_source_once
+
+    parse_each_source_once()  # before any code key: each source file parsed once in this process
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv and os.environ.get("CIR_DEMO_ARGS"):
         argv = shlex.split(os.environ["CIR_DEMO_ARGS"])

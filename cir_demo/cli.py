@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cir_demo.utils.parse_memo import install as parse_each_source_once
+
+    parse_each_source_once()  # before the commands' modules load: each source file parsed once in this process
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):

@@ -35,43 +35,11 @@ from cir_demo.ui.gradio_import import install as _install_gradio_import  # noqa:
 _install_gradio_import()
 
 
-def _parse_each_source_once() -> None:
-    """`cir_demo.utils.code_hash` parses every module it hashes, for each set of roots and again after
-    each `cache_clear`; the tests' many processes-worth of runs hash the same modules hundreds of times.
-    In this process each distinct source is parsed once (keyed by the file's bytes, so an edit is seen
-    whatever its stats say), for the same results. Done here, not in the package: every code key holds
-    code_hash.py's own code, so changing it would make every shipped file stale. `cache_clear` on either
-    wrapper forgets the parses (test_cache_keys.py's oracle of a fresh parse)."""
-    import functools
-    from pathlib import Path
+# Each source file parsed once per process for the code hash, as the entry points do (app.py,
+# `python -m cir_demo`): before any module binds code_text by name (cir_demo/world/shipped.py).
+from cir_demo.utils.parse_memo import install as _parse_each_source_once  # noqa: E402
 
-    from cir_demo.utils import code_hash
-
-    text, imports = code_hash.code_text, code_hash._imported_names
-
-    @functools.lru_cache(maxsize=None)
-    def text_of(path: str, source: bytes) -> bytes:
-        return text(Path(path))
-
-    @functools.lru_cache(maxsize=None)
-    def imports_of(name: str, path: str, source: bytes) -> tuple:
-        return tuple(imports(name, Path(path)))
-
-    def code_text(path):
-        return text_of(str(path), Path(path).read_bytes())
-
-    def imported_names(name, path):
-        return list(imports_of(name, str(path), Path(path).read_bytes()))
-
-    def cache_clear() -> None:
-        text_of.cache_clear()
-        imports_of.cache_clear()
-
-    code_text.cache_clear = imported_names.cache_clear = cache_clear
-    code_hash.code_text, code_hash._imported_names = code_text, imported_names
-
-
-_parse_each_source_once()  # before any module binds code_text by name (cir_demo/world/shipped.py)
+_parse_each_source_once()
 
 
 # The folder where generated tiny worlds are kept for the whole run (both xdist workers; set by the session

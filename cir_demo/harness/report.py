@@ -80,22 +80,15 @@ def breakdown_tables(
 def breakdown_parts(benchmark: Benchmark, ev: RunEvaluation, n_boot: int, seed: int = 0) -> dict[str, pd.DataFrame]:
     """One run's rows of `breakdown_tables`, field -> table: each run's bootstraps depend on that run alone,
     so they may be computed as the run comes."""
-    from cir_demo.metrics.breakdown import field_breakdown
+    from cir_demo.metrics.breakdown import field_breakdown, scored_arrays
 
-    metrics = list(family_of(benchmark).headline)
-    fields = benchmark.meta_fields()
-    pq = ev.per_query
-    if "scored" in pq:
-        pq = pq[pq["scored"].to_numpy(dtype=bool)]
-    present = [m for m in metrics if m in pq]
-    fields = [f for f in fields if f in pq]
+    present = [m for m in family_of(benchmark).headline if m in ev.per_query]
+    fields = [f for f in benchmark.meta_fields() if f in ev.per_query]
     if not present or not fields:
         return {}
-    # the metrics' values and the rows' groups: read once for every field
-    values = pq[present].to_numpy(dtype=float).reshape(len(pq), len(present))
-    group_codes, _ = pd.factorize(pq["group_id"].to_numpy(), use_na_sentinel=False)
+    rows, values, group_codes = scored_arrays(ev.per_query, present)  # read once for every field
     return {
-        f: field_breakdown(f, pq[f].to_numpy(dtype=object), values, group_codes, present, n_boot, seed, run=ev.name)
+        f: field_breakdown(f, rows[f].to_numpy(dtype=object), values, group_codes, present, n_boot, seed, run=ev.name)
         for f in fields
     }
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from cir_demo.benchmarks.schema import SKIN_TONE_BUCKETS, Query
-from cir_demo.metrics.bootstrap import bootstrap_cis
+from cir_demo.metrics.bootstrap import _group_codes, _scored, bootstrap_cis
 from cir_demo.utils.names import UnknownNameError
 
 MISSING = "(missing)"
@@ -127,13 +127,16 @@ def breakdown(
     missing_metrics = [m for m in metrics if m not in per_query_df.columns]
     if missing_metrics:
         raise UnknownNameError("metric", missing_metrics[0], [c for c in per_query_df.columns if "@" in c])
-    df = per_query_df
-    if "scored" in df.columns:
-        df = df[df["scored"].to_numpy(dtype=bool)]
-    df = _with_field(df, meta, field)
-    values = df[list(metrics)].to_numpy(dtype=float).reshape(len(df), len(metrics))
-    group_codes, _ = pd.factorize(df["group_id"].to_numpy(), use_na_sentinel=False)
-    return field_breakdown(field, df[field].to_numpy(dtype=object), values, group_codes, metrics, n_boot, seed, alpha)
+    rows, values, group_codes = scored_arrays(_with_field(per_query_df, meta, field), metrics)
+    return field_breakdown(field, rows[field].to_numpy(dtype=object), values, group_codes, metrics, n_boot, seed, alpha)
+
+
+def scored_arrays(per_query_df: pd.DataFrame, metrics: Sequence[str]) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """What `field_breakdown` reads of a run: its scored rows (all without a `scored` column), their
+    metrics' values (rows x metrics) and their paraphrase-group codes."""
+    rows = _scored(per_query_df)
+    values = rows[list(metrics)].to_numpy(dtype=float).reshape(len(rows), len(metrics))
+    return rows, values, _group_codes(rows["group_id"].to_numpy(), len(rows))
 
 
 def field_breakdown(

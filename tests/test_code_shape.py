@@ -10,6 +10,7 @@ longer long must leave the list)."""
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import tokenize
 from pathlib import Path
@@ -48,6 +49,7 @@ def function_lengths(source: str) -> list[tuple[str, int, int]]:
     return found
 
 
+@functools.cache  # both tests read the same sources: tokenized and parsed once per process
 def long_functions(root: Path = ROOT, limit: int = MAX_LINES) -> dict[tuple[str, str], int]:
     """{(path relative to the repository, qualified name): length} of the functions over `limit` lines."""
     out = {}

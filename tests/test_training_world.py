@@ -353,6 +353,10 @@ def test_judge_training_writes_a_loadable_calibrated_backend(tmp_path_factory, a
         overrides=choice,
     )
     assert "resumed_from" in again["training"]["stage1_cnn"]
+    weights = again["files"]["world_judge.safetensors"]["sha256"]
+    assert (
+        weights == manifest["files"]["world_judge.safetensors"]["sha256"]
+    )  # the audited run's judge, whatever ran before
     # stage 3 alone on that judge: every other weight is kept as it was
     from safetensors.torch import load_file
 
@@ -379,6 +383,33 @@ def test_judge_training_writes_a_loadable_calibrated_backend(tmp_path_factory, a
         if not k.startswith("near."):
             assert torch.equal(before[k], after[k]), k
     assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith("near."))  # data_seed 1
+
+
+def test_the_frozen_clips_text_rows_are_encoded_once_per_list_and_equal_a_fresh_encoding(
+    audited_training, train, monkeypatch
+):
+    """What the judge's first stages read of world-CLIP's text tower (`_clip_train_embeddings`' encoder):
+    the rows a fresh encoding gives, each list of texts encoded once per training, each caller's copy its own."""
+    from cir_demo.retrievers.base import render_markers
+    from cir_demo.training import world_clip
+    from cir_demo.training.pipeline import _clip_train_embeddings
+
+    calls = []
+    plain = world_clip.encode_texts
+    monkeypatch.setattr(world_clip, "encode_texts", lambda *a, **k: calls.append(1) or plain(*a, **k))
+    model, tokenizer, _, text_fn, _ = _clip_train_embeddings(audited_training["folders"]["clip"], train, False)
+    texts = list(intent_examples(train, seed=0)[0].texts)
+    first = text_fn(texts)
+    first[:] = 0.0  # a caller writing into its rows
+    again = text_fn(texts)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(again, plain(model, tokenizer, [render_markers(t, "words") for t in texts]))
+    assert np.abs(again).sum() > 0
+    shorter = texts[:2]  # another list: its own call
+    np.testing.assert_array_equal(
+        text_fn(shorter), plain(model, tokenizer, [render_markers(t, "words") for t in shorter])
+    )
+    assert len(calls) == 2
 
 
 def test_training_config_overrides_convert_types_and_name_unknown_fields():

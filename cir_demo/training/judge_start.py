@@ -14,7 +14,6 @@ def starting_judge(train, pixels, clip_dir: Path, cfg, from_judge: Path | None, 
     recorded). With `from_judge`: that judge (stages 1-2 trained), its tokenizer and its manifest's
     `training`; else a fresh judge on the stage-1 CNN, world-CLIP's tokenizer and the CNN's record."""
     from cir_demo.models.world_judge import JudgeArch, load_tokenizer
-    from cir_demo.models.world_judge_net import build_judge
     from cir_demo.rerank.world_verifier import TOKENIZER_FILE
     from cir_demo.training.world_judge import attribute_targets
 
@@ -31,7 +30,7 @@ def starting_judge(train, pixels, clip_dir: Path, cfg, from_judge: Path | None, 
         }
     )
     cnn, cnn_info = _judge_cnn(train, pixels, arch, cfg, progress)
-    model = build_judge(arch)
+    model = _seeded_judge(arch, cfg.seed)
     model.image.load_state_dict(cnn.state_dict())
     model.image.eval()
     return model, arch, tokenizer_src, {"stage1_cnn": cnn_info}
@@ -40,7 +39,6 @@ def starting_judge(train, pixels, clip_dir: Path, cfg, from_judge: Path | None, 
 def _judge_cnn(train, pixels, arch, cfg, progress: bool):
     """Stage 1 (the judge's CNN), kept in the pixel cache keyed by its config and the world: an
     interrupted or repeated run resumes at stage 2."""
-    import torch
     from safetensors.torch import load_file, save_file
 
     from cir_demo.models.world_judge import build_image_encoder
@@ -61,8 +59,18 @@ def _judge_cnn(train, pixels, arch, cfg, progress: bool):
         save_file({k: v.contiguous() for k, v in cnn.state_dict().items()}, str(tmp))
     with atomic_path(info_path) as tmp:
         tmp.write_text(json.dumps(info), encoding="utf-8")
-    torch.manual_seed(cfg.seed)
     return cnn, info
+
+
+def _seeded_judge(arch, seed: int):
+    """A judge with fresh weights drawn from `seed`, whatever drew from torch's generator before in this
+    process: a run whose stage 1 comes from the cache starts from the weights a fresh stage 1 gives it."""
+    import torch
+
+    from cir_demo.models.world_judge_net import build_judge
+
+    torch.manual_seed(seed)
+    return build_judge(arch)
 
 
 # The code that trains the stage-1 CNN (and reaches the pixels' code and the judge's network) and the
@@ -116,7 +124,6 @@ def _earlier_judge(folder: Path, train, cfg):
     from safetensors.torch import load_file
 
     from cir_demo.models.world_judge import JudgeArch
-    from cir_demo.models.world_judge_net import build_judge
     from cir_demo.rerank.world_verifier import read_judge_manifest
     from cir_demo.training.world_judge import WEIGHTS_NAME
 
@@ -127,7 +134,7 @@ def _earlier_judge(folder: Path, train, cfg):
             f"({earlier.get('world', {}).get('checksum')}), not {train.world.manifest['checksum']}"
         )
     arch = replace(JudgeArch.from_json(earlier["architecture"]), near_head=cfg.near_head)
-    model = build_judge(arch)
+    model = _seeded_judge(arch, cfg.seed)  # its near-miss head fresh from the seed
     state = {k: v for k, v in load_file(str(folder / WEIGHTS_NAME)).items() if not k.startswith("near.")}
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or any(not k.startswith("near.") for k in missing):

@@ -113,6 +113,8 @@ def manifest_clip_sha(clip_manifest: dict) -> str:
 
 def _clip_train_embeddings(clip_dir: Path, train, progress: bool):
     """Frozen world-CLIP: (model, tokenizer, train image embeddings, text encoder fn, clip manifest)."""
+    import numpy as np
+
     from cir_demo.retrievers.base import render_markers
     from cir_demo.training.data import cached_array, world_pixels
     from cir_demo.training.world_clip import ENCODE_CODE, ENCODE_LIBRARIES, encode_pixels, encode_texts, load_world_clip
@@ -129,8 +131,16 @@ def _clip_train_embeddings(clip_dir: Path, train, progress: bool):
         train.world.manifest["checksum"], f"train-emb-{clip_sha[:16]}", train_emb, ENCODE_CODE, ENCODE_LIBRARIES
     )
 
+    # The judge's training asks for the same intents' texts under each first stage it validates on
+    # (fusion, then world-CIR); the frozen encoder gives the same rows for the same call, so each list of
+    # texts is encoded once per training. Each caller gets its own copy to change as it likes.
+    encoded: dict[tuple[str, ...], np.ndarray] = {}
+
     def text_fn(texts):
-        return encode_texts(model, tokenizer, [render_markers(t, "words") for t in texts])
+        key = tuple(texts)
+        if key not in encoded:
+            encoded[key] = encode_texts(model, tokenizer, [render_markers(t, "words") for t in texts])
+        return encoded[key].copy()
 
     return model, tokenizer, img, text_fn, clip_manifest
 

@@ -5,6 +5,7 @@ reranker backend, and an `ExplorerService` over the tiny world built on them."""
 from __future__ import annotations
 
 import hashlib
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +52,29 @@ class TinyVerifier(LogitPairReranker):
 
     def _pixels(self, image):
         """The 32 px input of `image`, kept per content: the tests score the same few hundred images
-        thousands of times, and the resize is most of a score's CPU (digesting the pixels is a third of it)."""
+        thousands of times, and the resize is most of a score's CPU. Most of those calls hand over an image
+        object scored before (a query's references with each candidate, a list's candidates once per
+        paraphrase), so its input is kept per object too while the object lives, and digesting its pixels
+        (a third of a score's CPU) is done once per object. Nothing changes an image in place after it is
+        loaded (the loaders hand out images that nothing draws on)."""
+        by_object = self.__dict__.setdefault("_pixels_by_object", {})
+        key = id(image)
+        held = by_object.get(key)
+        if held is not None and held[0]() is image:
+            return held[1]
+        pixels = self._pixels_by_content(image)
+
+        def forget(ref, key=key):  # the object is gone: its id may be another's next
+            if by_object.get(key, (None,))[0] is ref:
+                del by_object[key]
+
+        try:
+            by_object[key] = (weakref.ref(image, forget), pixels)
+        except TypeError:  # not weakly referenceable: kept per content only
+            pass
+        return pixels
+
+    def _pixels_by_content(self, image):
         memo = self.__dict__.setdefault("_pixel_memo", {})
         key = _pixels_key(image)
         if key is None or key not in memo:

@@ -210,6 +210,53 @@ def test_unreachable_server_is_one_line_without_credentials(monkeypatch):
     assert not any(secret in line for secret in ("s3cr3t", "pw-in-uri", "alice", "t0k"))
 
 
+class ScriptedServer:
+    """A client whose index states follow a script (what a server answers while it builds), for the waits'
+    timing and for a build that fails after the server accepted it: Milvus Lite builds at once and
+    accepts every index type, so it shows neither."""
+
+    def __init__(self, states: dict[str, list[dict]]):
+        self.states, self.looks, self.declared = states, [], []
+
+    def prepare_index_params(self):
+        from pymilvus import MilvusClient
+
+        return MilvusClient.prepare_index_params()
+
+    def create_index(self, name, params, sync=True):
+        assert sync is False  # the build is waited for by our looks, not the client's half-second sleeps
+        self.declared.append(next(iter(params)).index_type)
+
+    def describe_index(self, name, field):
+        self.looks.append(self.declared[-1] if self.declared else name)
+        script = self.states[self.looks[-1]]
+        return script.pop(0) if len(script) > 1 else script[0]
+
+
+def test_the_waits_look_at_once_then_at_growing_intervals_and_a_failed_build_tries_the_next_type(monkeypatch):
+    slept = []
+    monkeypatch.setattr(milvus_store, "time", argparse.Namespace(sleep=slept.append))  # this module's sleeps only
+    target = milvus_store.parse_uri("/tmp/unused.db")
+    rows = [{"state": "InProgress", "indexed_rows": k, "pending_index_rows": 100 - k} for k in (0, 10, 40, 70, 90, 99)]
+    server = ScriptedServer({"c": [*rows, {"state": "Finished", "indexed_rows": 100, "pending_index_rows": 0}]})
+    milvus_store.wait_indexed(server, target, "c", 100, poll_s=0.25)
+    assert len(server.looks) == 7 and slept == [0.02, 0.04, 0.08, 0.16, 0.25, 0.25]
+    building = {"state": "InProgress"}
+    server = ScriptedServer(
+        {
+            "GPU_CAGRA": [building, {"state": "Failed", "index_state_fail_reason": "no GPU"}],
+            "HNSW": [building, building, {"state": "Finished"}],
+        }
+    )
+    slept.clear()
+    chosen = milvus_store.create_vector_index(server, target, "c", ["GPU_CAGRA", "HNSW"], 10**6, {})
+    assert chosen[0] == "HNSW" and server.declared == ["GPU_CAGRA", "HNSW"]
+    assert server.looks == ["GPU_CAGRA", "GPU_CAGRA", "HNSW", "HNSW", "HNSW"] and slept == [0.02, 0.02, 0.04]
+    server = ScriptedServer({"GPU_CAGRA": [{"state": "Failed", "index_state_fail_reason": "no GPU"}]})
+    with pytest.raises(MilvusIndexError, match=r"builds none of GPU_CAGRA .*no GPU"):
+        milvus_store.create_vector_index(server, target, "c", ["GPU_CAGRA"], 10**6, {})
+
+
 def test_index_choice_by_size_follows_the_flat_limit():
     from cir_demo.index.choose import flat_limit
 

@@ -16,10 +16,12 @@ pymilvus is imported here only, and only when a URI is given: the faiss path nev
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -337,9 +339,15 @@ def create_vector_index(client, target: MilvusTarget, name: str, types: Sequence
         params = client.prepare_index_params()
         params.add_index(VECTOR, index_type=index_type, metric_type=METRIC, params=build)
         try:
-            client.create_index(name, params)
+            # the client's own wait for the build sleeps half a second before its first look; this one
+            # looks at once and then at growing intervals (an empty collection's index is built at once)
+            client.create_index(name, params, sync=False)
+            failed = _index_failure(client, name)
         except _milvus_exception() as exc:
             last = failure_text(exc, target)
+            continue
+        if failed is not None:
+            last = failed
             continue
         return index_type, build, search
     raise MilvusIndexError(
@@ -348,19 +356,40 @@ def create_vector_index(client, target: MilvusTarget, name: str, types: Sequence
     )
 
 
+def _index_failure(client, name: str) -> str | None:
+    """Wait until the server has built the vector index just declared on `name`: None when it is built,
+    else the server's reason it failed."""
+    for _ in _polls():
+        info = client.describe_index(name, VECTOR)
+        state = str(info.get("state", "")).lower()
+        if "fail" in state:
+            return str(info.get("index_state_fail_reason") or info.get("fail_reason") or state)
+        if state in ("finished", ""):
+            return None
+    return None  # never reached: `_polls` does not end
+
+
+def _polls(first_s: float = 0.02, most_s: float = 1.0):
+    """An endless count, sleeping before each look but the first: 20 ms, doubling up to `most_s`."""
+    wait = first_s
+    for i in itertools.count():
+        if i:
+            time.sleep(wait)
+            wait = min(wait * 2, most_s)
+        yield i
+
+
 def wait_indexed(client, target: MilvusTarget, name: str, n: int, poll_s: float = 1.0) -> None:
     """Return once the server says every one of the `n` rows of `name` is indexed: a server builds
     indexes after a flush, in the background, and until then searches sealed segments through an
-    interim index whose recall is not the requested one."""
-    import time
-
-    while True:
+    interim index whose recall is not the requested one. Looks at once, then at growing intervals up to
+    `poll_s` (a small collection is indexed in a fraction of a second)."""
+    for _ in _polls(most_s=poll_s):
         info = calling(target, f"describing the index of {name}", client.describe_index, name, VECTOR)
         if "fail" in str(info.get("state", "")).lower():
             raise MilvusIndexError(f"Milvus at {target.shown}: building the index of {name} failed ({info})")
         if int(info.get("indexed_rows", n)) >= n and int(info.get("pending_index_rows", 0)) == 0:
             return
-        time.sleep(poll_s)
 
 
 def vector_dim(client, target: MilvusTarget, name: str) -> int | None:

@@ -66,7 +66,7 @@ class TinyVerifier(LogitPairReranker):
 
         def forget(ref, key=key):  # the object is gone: its id may be another's next
             if by_object.get(key, (None,))[0] is ref:
-                del by_object[key]
+                by_object.pop(key, None)  # another thread may have forgotten it meanwhile
 
         try:
             by_object[key] = (weakref.ref(image, forget), pixels)

@@ -34,9 +34,12 @@ def test_kept_inputs_score_as_a_fresh_verifier_for_objects_copies_and_reused_pla
     np.testing.assert_array_equal(verifier.score_logits(request, candidates), expected)  # the same objects
     copies = [c.copy() for c in candidates]
     np.testing.assert_array_equal(verifier.score_logits(request, copies), expected)  # the same contents
-    for step in range(40):  # each freed at once: the next image is often made where it was
+    places = set()
+    for step in range(40):  # each freed at once (no cycles: its count drops to 0), so the next is often made where it was
         image = _image(5 * step, 255 - 5 * step)
+        places.add(id(image))
         np.testing.assert_array_equal(verifier.score_logits(request, [image]), _fresh(request, [image]))
         del image
-        gc.collect()
+    assert len(places) < 40, "no image took a freed one's place: this test shows nothing"
+    gc.collect()
     assert len(verifier._pixels_by_object) <= len(candidates) + len(copies) + 1  # what lives, not what was

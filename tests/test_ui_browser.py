@@ -2,7 +2,8 @@
 on 127.0.0.1: the tiny world, tiny real retrievers and a tiny real verifier, plus a real
 `--eval` run for the Report tab. Screenshots go to test-artifacts/.
 
-Skips when /usr/bin/chromium is missing (`apt-get install -y chromium`; never `playwright install`).
+Skips without Debian's Chromium (`apt-get install -y chromium chromium-headless-shell`; never
+`playwright install`).
 """
 
 from __future__ import annotations

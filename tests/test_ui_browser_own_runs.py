@@ -3,7 +3,8 @@ over the tiny world exported to CIRR (no images): the Report's pair control open
 with A and B side by side on the list's first query, the reference deleted by the protocol said in the
 column that ranked it, and every tile's label its official rank. Waits follow page state, never fixed sleeps.
 
-Skips when /usr/bin/chromium is missing (`apt-get install -y chromium`; never `playwright install`).
+Skips without Debian's Chromium (`apt-get install -y chromium chromium-headless-shell`; never
+`playwright install`).
 """
 
 from __future__ import annotations

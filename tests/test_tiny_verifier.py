@@ -35,7 +35,8 @@ def test_kept_inputs_score_as_a_fresh_verifier_for_objects_copies_and_reused_pla
     copies = [c.copy() for c in candidates]
     np.testing.assert_array_equal(verifier.score_logits(request, copies), expected)  # the same contents
     places = set()
-    for step in range(40):  # each freed at once (no cycles: its count drops to 0), so the next is often made where it was
+    # each freed at once (no cycles: its count drops to 0), so the next is often made where it was
+    for step in range(40):
         image = _image(5 * step, 255 - 5 * step)
         places.add(id(image))
         np.testing.assert_array_equal(verifier.score_logits(request, [image]), _fresh(request, [image]))

@@ -4,9 +4,9 @@ can launch (tests/browser_support.py: the headless shell when installed, else th
     python bench/bench_browser.py [--loads 4] [--rounds 3]
 
 Starts `python app.py` on the tiny world in an empty data folder of its own, opens the page once and waits
-there until its background run (the failure sorts and the Report) is done, then, by turns, one binary after the other for each round: launches it
-through Playwright as the tests do (their flags, one browser context), opens the page `--loads` times
-until the first tiles show, and closes it. Each figure is the whole machine's busy CPU seconds over that
+there until its background run (the failure sorts and the Report) is done, then, by turns, one binary
+after the other for each round: launches it through Playwright as the tests do (their flags and their
+`SharedContextBrowser`), opens the page `--loads` times until the first tiles show, and closes it. Each figure is the whole machine's busy CPU seconds over that
 launch (/proc/stat: Chromium's processes, Playwright's driver, this script and the app answering), so run
 it with nothing else busy. Prints each round and the median per load of each binary, and their ratio.
 """
@@ -25,7 +25,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from browser_support import CHROMIUM, CHROMIUM_ARGS, HEADLESS_SHELL, free_port  # noqa: E402
+from browser_support import (  # noqa: E402
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    CHROMIUM_BINARIES,
+    HEADLESS_SHELL,
+    SharedContextBrowser,
+    free_port,
+)
 
 READY = "failure sorts and report: ready"  # the page's status line once the background run is done
 APP_ARGS = ["--world-size", "tiny", "--limit", "6", "--retrievers", "world-clip-fusion,world-clip-image"]
@@ -44,11 +51,9 @@ def loads(binary: Path, url: str, n: int, until_ready: bool = False) -> float:
 
     start = busy_seconds()
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(binary), args=CHROMIUM_ARGS)
-        context = browser.new_context()
+        browser = SharedContextBrowser(p.chromium.launch(executable_path=str(binary), args=CHROMIUM_ARGS))
         for _ in range(n):
-            page = context.new_page()
-            page.set_viewport_size({"width": 1400, "height": 1000})
+            page = browser.new_page({"width": 1400, "height": 1000})
             page.goto(url)
             page.wait_for_selector("#cir-results li.cir-tile", timeout=180_000)
             if until_ready:
@@ -56,7 +61,6 @@ def loads(binary: Path, url: str, n: int, until_ready: bool = False) -> float:
                     f"(document.querySelector('#cir-status')?.innerText || '').includes({READY!r})", timeout=600_000
                 )
             page.close()
-        context.close()
         browser.close()
     return busy_seconds() - start
 
@@ -66,7 +70,7 @@ def main() -> int:
     parser.add_argument("--loads", type=int, default=4, help="page loads per launch")
     parser.add_argument("--rounds", type=int, default=3, help="launches of each binary, by turns")
     args = parser.parse_args()
-    binaries = [b for b in (HEADLESS_SHELL, CHROMIUM) if b.exists()]
+    binaries = [b for b in CHROMIUM_BINARIES if b.exists()]
     if not binaries:
         print(
             "neither Chromium binary is installed: apt-get install -y chromium chromium-headless-shell", file=sys.stderr

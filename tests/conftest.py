@@ -232,16 +232,30 @@ def pytest_collection_modifyitems(items):
         items.sort(key=lambda item: rank.get(groups[item], len(rank)))
 
 
-def pytest_collection_finish(session):
-    """Every test module is imported now, and with them torch, gradio, pandas and the package: millions of
-    objects that live until the process ends. Python's full collections scan every tracked object each
-    time (dozens a run per process, and pytest's five at its close); frozen, these are left out of every
-    later scan. Frozen objects are still freed by reference counting; only a cycle among them would
-    outlive its use, and these are the imported modules' own."""
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session):
+    """Collecting imports every test module, and with them torch, gradio, pandas and the package: over half
+    a million objects the collector tracks, which live until the process ends. The collector makes a full
+    pass over every one of them each time the heap has grown by a quarter (two dozen passes while these
+    imports run, each longer than the last); it is off until they are done. Then they are frozen: left
+    out of every later pass (pytest's five at its close among them). Frozen objects are still freed by
+    reference counting; only a cycle among them outlives its use: the imported modules' own, and the few
+    cycles the imports left, kept rather than found by a full pass.
+
+    What the collector still sees are the tests' own objects: worlds, frames, models, most of them freed
+    by reference counting within the test. At the default first threshold (700 allocations) many live
+    long enough to reach the oldest generation, whose growth by a quarter then starts a full pass (some
+    thirty a run per worker, each over a few hundred thousand objects); at 10,000 few get that far, and
+    a worker makes a handful (docs/benchmarks.md)."""
     import gc
 
-    gc.collect()
-    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.set_threshold(10_000, 10, 10)
+        gc.enable()
 
 
 @pytest.fixture(scope="module")

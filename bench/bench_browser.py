@@ -6,9 +6,9 @@ can launch (tests/browser_support.py: the headless shell when installed, else th
 Starts `python app.py` on the tiny world in an empty data folder of its own, opens the page once and waits
 there until its background run (the failure sorts and the Report) is done, then, by turns, one binary
 after the other for each round: launches it through Playwright as the tests do (their flags and their
-`SharedContextBrowser`), opens the page `--loads` times until the first tiles show, and closes it. Each figure is the whole machine's busy CPU seconds over that
-launch (/proc/stat: Chromium's processes, Playwright's driver, this script and the app answering), so run
-it with nothing else busy. Prints each round and the median per load of each binary, and their ratio.
+`SharedContextBrowser`), opens the page `--loads` times until the first tiles show, and closes it. Each
+figure is the whole machine's busy CPU seconds over that launch (/proc/stat: Chromium's processes,
+Playwright's driver, this script and the app answering), so run it with nothing else busy. Prints each round and the median per load of each binary, and their ratio.
 """
 
 from __future__ import annotations

@@ -57,10 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cir_demo.utils.gc_pause import kept_for_life
     from cir_demo.utils.parse_memo import install as parse_each_source_once
 
     parse_each_source_once()  # before the commands' modules load: each source file parsed once in this process
-    parser = build_parser()
+    with kept_for_life():  # every command's flags read from its module: the modules imported (utils/gc_pause.py)
+        parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
@@ -81,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         return report(problems)
     try:
-        return int(importlib.import_module(args._module).run(args) or 0)
+        with kept_for_life():
+            runner = importlib.import_module(args._module)
+        return int(runner.run(args) or 0)
     except (DataFolderError, FolderInTheWay) as exc:  # a data folder naming a file; an output in use or a link
         print(f"error: {exc}", file=sys.stderr)
         return 2

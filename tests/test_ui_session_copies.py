@@ -86,7 +86,7 @@ def test_a_lean_session_answers_as_gradios_own_without_config_copies():
     assert linked[radio2._id]["props"]["choices"] == own.config_values[radio._id]["props"]["choices"]
 
 
-def test_a_launched_app_keeps_lean_sessions_and_tells_the_queue_once_a_second():
+def test_a_launched_app_keeps_lean_sessions_tells_the_queue_once_a_second_and_paces_its_idle_loop():
     from cir_demo.ui import launch
 
     demo, _ = radio_app()
@@ -96,5 +96,14 @@ def test_a_launched_app_keeps_lean_sessions_and_tells_the_queue_once_a_second():
         assert isinstance(holder, LeanSessions) and isinstance(holder["some-session"], LeanSession)
         # gradio's "auto" would tell every waiting event its place at each start
         assert not demo._queue.live_updates and demo._queue.update_intervals == launch.STATUS_UPDATE_S
+        # an idle queue's pace: the values set, and still the ones gradio's loops sleep by
+        import inspect
+
+        from gradio.queueing import Queue
+
+        assert demo._queue.sleep_when_free == launch.QUEUE_IDLE_POLL_S
+        assert demo._queue.progress_update_sleep_when_free == launch.PROGRESS_POLL_S
+        assert "asyncio.sleep(self.sleep_when_free)" in inspect.getsource(Queue.start_processing)
+        assert "asyncio.sleep(self.progress_update_sleep_when_free)" in inspect.getsource(Queue.start_progress_updates)
     finally:
         demo.close()

@@ -32,6 +32,7 @@ from cir_demo.ui.settings import AppSettings
 from cir_demo.ui.startup import Startup, app_settings, build_parser, prepare  # noqa: F401 (build_parser: the command line)
 from cir_demo.ui.tables import frames_as_tables
 from cir_demo.ui.state import HUB_ORIGIN, ORDER, ParsedState, decode_state, resolve_state
+from cir_demo.utils.gc_pause import kept_for_life
 
 log = logging.getLogger("cir_demo.ui")
 
@@ -523,36 +524,43 @@ def main(argv: Sequence[str] | None = None, started: float | None = None, startu
         benchmark_flags(config.benchmark, served_split_kwargs(config), config.limit_groups),
         enabled=settings.precompute and not settings.runs,
     )
-    demo = create_app(loader, precompute)
-    launch_app(
-        demo,
-        settings.server_name,
-        settings.port,
-        settings.share,
-        settings.queue_size,
-        settings.concurrency,
-        prevent_thread_lock=True,
-        mcp=settings.mcp or None,
-    )
-    # Load after the server is up: the loader's imports would otherwise hold the GIL while the
-    # page and its assets are being served.
-    loader.start()
-    print(
-        f"page served {time.perf_counter() - t0:.1f} s after start; loading {config.benchmark!r} in the background",
-        flush=True,
-    )
     service = None
+    # the page, the models and the explorer's tables are kept to the end: frozen once loaded (or once the
+    # load failed), never walked by the collector again (utils/gc_pause.py)
+    with kept_for_life():
+        demo = create_app(loader, precompute)
+        launch_app(
+            demo,
+            settings.server_name,
+            settings.port,
+            settings.share,
+            settings.queue_size,
+            settings.concurrency,
+            prevent_thread_lock=True,
+            mcp=settings.mcp or None,
+        )
+        # Load after the server is up: the loader's imports would otherwise hold the GIL while the
+        # page and its assets are being served.
+        loader.start()
+        print(
+            f"page served {time.perf_counter() - t0:.1f} s after start; loading {config.benchmark!r} in the background",
+            flush=True,
+        )
+        try:
+            service = loader.wait(None)
+        except ServiceError as exc:
+            print(f"error: {exc}", file=sys.stderr)
     try:
-        service = loader.wait(None)
-        print(f"explorer ready {time.perf_counter() - t0:.1f} s after start: {service.summary()}", flush=True)
-        precompute.on_done(service.forget_failures)
-        # A cold start's first visitor is waiting for their view, which needs neither the shipped outputs
-        # nor the run (the first query is read from the shipped manifest): installing the outputs (hashing
-        # the code, decompressing, writing) would share the GIL with it, so it starts once that view is
-        # prepared, or after FIRST_VIEW_WAIT_S when nobody came.
-        start_after_first_view(demo, precompute, service)
-        if precompute.status().text():
-            print(f"{precompute.status().text()}; {time.perf_counter() - t0:.1f} s after start", flush=True)
+        if service is not None:
+            print(f"explorer ready {time.perf_counter() - t0:.1f} s after start: {service.summary()}", flush=True)
+            precompute.on_done(service.forget_failures)
+            # A cold start's first visitor is waiting for their view, which needs neither the shipped outputs
+            # nor the run (the first query is read from the shipped manifest): installing the outputs (hashing
+            # the code, decompressing, writing) would share the GIL with it, so it starts once that view is
+            # prepared, or after FIRST_VIEW_WAIT_S when nobody came.
+            start_after_first_view(demo, precompute, service)
+            if precompute.status().text():
+                print(f"{precompute.status().text()}; {time.perf_counter() - t0:.1f} s after start", flush=True)
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
     import signal

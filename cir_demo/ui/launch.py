@@ -92,6 +92,21 @@ PAGE_CSS = """
 # stream on the event loop every visitor shares (a quarter of its work under load, docs/benchmarks.md).
 STATUS_UPDATE_S = 1.0
 
+# How often gradio's queue looks for a waiting event while none waits (gradio: every millisecond) and for
+# progress to send (gradio: every 10 ms). At gradio's pace an app with no visitor woke its event loop a
+# thousand times a second, about 8 % of a core (docs/benchmarks.md); at this one an event waits at most
+# 10 ms more to start, and a progress bar moves ten times a second.
+QUEUE_IDLE_POLL_S = 0.01
+PROGRESS_POLL_S = 0.1
+
+
+def pace_idle_queue(demo: gr.Blocks) -> None:
+    """Set `QUEUE_IDLE_POLL_S` and `PROGRESS_POLL_S` on `demo`'s queue (after `demo.queue()`)."""
+    queue = demo._queue
+    queue.sleep_when_free = QUEUE_IDLE_POLL_S
+    queue.progress_update_sleep_when_free = PROGRESS_POLL_S
+
+
 MAX_FILE_SIZE = "25mb"  # an upload, from the page or an API client
 
 
@@ -113,6 +128,7 @@ def launch_app(
     share_one_limit(demo)
     quiet_queue_analytics()
     demo.queue(max_size=queue_size, default_concurrency_limit=concurrency, status_update_rate=STATUS_UPDATE_S)
+    pace_idle_queue(demo)
     # `_frontend=False` skips gradio's one check that its new server answers a HEAD request on localhost
     # within 3 s (for notebooks that need a share link; gradio 6.31 gates only that check on it): on a
     # machine busy with other jobs the server can be slower than that, and the app would end with "When

@@ -526,7 +526,8 @@ def main(argv: Sequence[str] | None = None, started: float | None = None, startu
     )
     service = None
     # the page, the models and the explorer's tables are kept to the end: frozen once loaded (or once the
-    # load failed), never walked by the collector again (utils/gc_pause.py)
+    # load failed), never walked by the collector again (utils/gc_pause.py); what the first visitors'
+    # requests leave meanwhile is frozen with them, once
     with kept_for_life():
         demo = create_app(loader, precompute)
         launch_app(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -159,8 +160,9 @@ def test_no_run_file_is_served_by_path_and_one_limit_for_all(demo):
     class Stub:
         fns = demo.fns
 
-        def queue(self, **kw):
+        def queue(self, **kw):  # as gradio's: the queue object the launch then paces
             seen["queue"] = kw
+            self._queue = SimpleNamespace()
 
         def launch(self, **kw):
             seen["launch"] = kw

@@ -46,6 +46,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+_SCRATCH: dict = {}  # the TemporaryDirectory, held for the process's life
+_SCRATCH_LOCK = threading.Lock()  # the clients' threads upload at once
+
+
+def scratch() -> Path:
+    """The folder of this bench process for the files its clients upload, removed when the process ends
+    (the TemporaryDirectory's finalizer at exit): the bench made every file in it."""
+    import tempfile
+
+    with _SCRATCH_LOCK:
+        if "dir" not in _SCRATCH:
+            _SCRATCH["dir"] = tempfile.TemporaryDirectory(prefix="bench_load_")
+        return Path(_SCRATCH["dir"].name)
+
+
+def scratch_file(name: str) -> Path:
+    """A path named `name` in a new folder of `scratch()` (each client's files apart)."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(dir=scratch())) / name
+
+
 def rss_mb(pid: int) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -179,11 +201,9 @@ class GradioClientVisitor:
         return self.raw.page()
 
     def upload(self, data: bytes, name: str) -> dict:
-        import tempfile
-
-        folder = Path(tempfile.mkdtemp(prefix="bench_load_"))
-        (folder / name).write_bytes(data)
-        return {"path": str(folder / name)}
+        path = scratch_file(name)
+        path.write_bytes(data)
+        return {"path": str(path)}
 
     def download(self, filedata) -> bytes:
         return Path(filedata).read_bytes() if isinstance(filedata, str) else self.raw.download(filedata)
@@ -301,14 +321,11 @@ class ApiClient(Visitor):
     the queries it was asked, a run dict), as a notebook driving the Space does."""
 
     def __init__(self, url: str, app: AppInfo, seed: int):
-        import tempfile
-
         self.client = GradioClientVisitor(url, app, seed)
         self.app, self.is_page = app, False
         self.rng = random.Random(seed)
         self.image = self.client.upload(app.image_bytes, "reference.png")
-        folder = Path(tempfile.mkdtemp(prefix="bench_load_api_"))
-        self.results_file = folder / f"script{seed}.json"
+        self.results_file = scratch_file(f"script{seed}.json")
         self.results_file.write_text(json.dumps(app.results))
 
     def actions(self):

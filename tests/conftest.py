@@ -25,6 +25,10 @@ for _var in ("CIR_DEMO_CACHE", "CIR_DEMO_INDEXES", "CIR_DEMO_RUNS"):
     os.environ.pop(_var, None)
 os.environ["CIR_DEMO_DATA"] = tempfile.mkdtemp(prefix="cir_demo_data_")
 atexit.register(shutil.rmtree, os.environ["CIR_DEMO_DATA"], True)
+# gradio's file cache (uploads, answered files; the apps the tests start and gradio_client's downloads):
+# a folder of this process too, not the machine's <tmp>/gradio, which gradio never empties.
+os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix="cir_demo_gradio_")
+atexit.register(shutil.rmtree, os.environ["GRADIO_TEMP_DIR"], True)
 
 import pytest  # noqa: E402
 

@@ -637,7 +637,9 @@ def test_every_mcp_tool_answers_json_and_takes_a_file_as_a_path_or_base64(servic
 def test_load_bench_drives_the_endpoints_and_the_page_without_an_error(world_api, tmp_path):
     """bench/bench_load.py, briefly, against the launched app (visitors and one gradio_client script): it takes
     every input from the app's own API description and answers, so a change to an endpoint or the page load
-    fails here, not in a bench run."""
+    fails here, not in a bench run. The files its clients upload are gone when it ends (its own temporary
+    folder: nothing of the bench's is left in TMPDIR)."""
+    import os
     import subprocess
     import sys
     from pathlib import Path
@@ -645,6 +647,8 @@ def test_load_bench_drives_the_endpoints_and_the_page_without_an_error(world_api
     _, url = world_api
     out = tmp_path / "load.json"
     repo = Path(__file__).resolve().parent.parent
+    scratch = tmp_path / "tmpdir"
+    scratch.mkdir()
     proc = subprocess.run(
         [
             sys.executable,
@@ -667,11 +671,13 @@ def test_load_bench_drives_the_endpoints_and_the_page_without_an_error(world_api
             str(out),
         ],
         cwd=repo,
+        env={**os.environ, "TMPDIR": str(scratch)},
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert not list(scratch.glob("bench_load*")), sorted(p.name for p in scratch.iterdir())
     load = json.loads(out.read_text())["load"]
     assert load["errors"] == 0, load["error_examples"]
     actions = {"query", "query (other phrasing)", "query reranked", "search", "failures", "image", "page load"}

@@ -36,7 +36,14 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-DATA_VARIABLES = ("CIR_DEMO_DATA", "CIR_DEMO_CACHE", "CIR_DEMO_INDEXES", "CIR_DEMO_RUNS", "CIR_DEMO_BENCHMARK_CACHE")
+DATA_VARIABLES = (
+    "CIR_DEMO_DATA",
+    "CIR_DEMO_CACHE",
+    "CIR_DEMO_INDEXES",
+    "CIR_DEMO_RUNS",
+    "CIR_DEMO_BENCHMARK_CACHE",
+    "CIR_DEMO_CODE_MEMO",
+)
 NOT_COMPARED = {"run_info.json"}  # timings and argv: differ by design
 MANIFEST = "run_manifest.json"  # compared without its records of the run_info.json files
 

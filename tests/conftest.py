@@ -39,6 +39,12 @@ from cir_demo.ui.gradio_import import install as _install_gradio_import  # noqa:
 _install_gradio_import()
 
 
+# The code hash's parse answers kept between processes (cir_demo/utils/parse_memo.py) in a folder of this
+# run, set by the first pytest process (xdist's controller) and inherited by its workers and every child
+# process they start: one parse of each file per run, whatever the processes; never the developer's.
+if not os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["CIR_DEMO_CODE_MEMO"] = tempfile.mkdtemp(prefix="cir_demo_code_memo_")
+    atexit.register(shutil.rmtree, os.environ["CIR_DEMO_CODE_MEMO"], True)
 # Each source file parsed once per process for the code hash, as the entry points do (app.py,
 # `python -m cir_demo`): before any module binds code_text by name (cir_demo/world/shipped.py).
 from cir_demo.utils.parse_memo import install as _parse_each_source_once  # noqa: E402

@@ -221,10 +221,12 @@ def test_index_prebuilt_builds_in_an_empty_data_folder_and_gives_the_old_one_bac
     monkeypatch.setenv("CIR_DEMO_CACHE", str(tmp_path / "warm-cache"))
     monkeypatch.delenv("CIR_DEMO_RUNS", raising=False)
     (tmp_path / "warm-cache" / "rerank").mkdir(parents=True)  # what an earlier run left
+    monkeypatch.setenv("CIR_DEMO_CODE_MEMO", str(tmp_path / "parsed"))  # and the code hash's parse answers
     with empty_data_folder() as empty:
         assert cache_dir() == empty / "cache" and runs_dir() == empty / "runs" and list(empty.iterdir()) == []
-        assert "CIR_DEMO_CACHE" not in os.environ
+        assert "CIR_DEMO_CACHE" not in os.environ and "CIR_DEMO_CODE_MEMO" not in os.environ
     assert not empty.exists() and cache_dir() == tmp_path / "warm-cache" and "CIR_DEMO_RUNS" not in os.environ
+    assert os.environ["CIR_DEMO_CODE_MEMO"] == str(tmp_path / "parsed")
 
 
 def test_the_worlds_pixel_fingerprint_follows_the_renderer_code(clone_package):

@@ -30,7 +30,8 @@ def test_five_consumers_agree_on_the_world(service, tmp_path):
     assert (
         main(["eval", *TINY, "--results-json", *map(str, files), "--out", str(out), "--n-boot", "0", "--no-plots"]) == 0
     )
-    written = pd.read_csv(out / "per_query.csv", dtype={"query_id": str, "run": str}).set_index(["run", "query_id"])
+    written = pd.read_csv(out / "per_query.csv", dtype={"query_id": str, "run": str})
+    written = {(row["run"], row["query_id"]): row for row in written.to_dict("records")}  # (run, query) -> its row
     ev = cd.evaluate(cd.load_benchmark("world", world_size="tiny", limit=20), dict(zip(names, files)), n_boot=0)
     cache = RunRankings(service)
     sorts = [
@@ -52,7 +53,7 @@ def test_five_consumers_agree_on_the_world(service, tmp_path):
             assert list(other["why"]) == list(page["why"]), sort
         for col in [c for c in notebook.columns if "/" in c]:
             run, metric = col.split("/", 1)
-            want = written.loc[[(run, q) for q in notebook["query_id"]], metric].to_numpy(dtype=float)
+            want = np.array([written[run, q][metric] for q in notebook["query_id"]], dtype=float)
             for got in (notebook[col], command[col], answer[col]):
                 got = pd.to_numeric(pd.Series(list(got)).replace("", None), errors="coerce").to_numpy(dtype=float)
                 assert np.array_equal(got, want, equal_nan=True), (sort, col)

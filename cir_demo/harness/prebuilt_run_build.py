@@ -27,7 +27,14 @@ if TYPE_CHECKING:
     from cir_demo.benchmarks.cli_args import BenchmarkChoice
 
 EVAL_COMMAND = ["python", "-m", "cir_demo", "eval"]
-DATA_ENV = ("CIR_DEMO_DATA", "CIR_DEMO_CACHE", "CIR_DEMO_INDEXES", "CIR_DEMO_RUNS", "CIR_DEMO_BENCHMARK_CACHE")
+DATA_ENV = (
+    "CIR_DEMO_DATA",
+    "CIR_DEMO_CACHE",
+    "CIR_DEMO_INDEXES",
+    "CIR_DEMO_RUNS",
+    "CIR_DEMO_BENCHMARK_CACHE",
+    "CIR_DEMO_CODE_MEMO",
+)
 ROW_TOLERANCE = 1e-6  # per-query metrics; a reranker's last bits depend on its batch, a changed rank does not
 
 

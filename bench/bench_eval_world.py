@@ -35,15 +35,10 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+# the variables that name a data folder: each timed run gets an empty one, as `index prebuilt` builds in
+from cir_demo.harness.prebuilt_run_build import DATA_ENV as DATA_VARIABLES  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
-DATA_VARIABLES = (
-    "CIR_DEMO_DATA",
-    "CIR_DEMO_CACHE",
-    "CIR_DEMO_INDEXES",
-    "CIR_DEMO_RUNS",
-    "CIR_DEMO_BENCHMARK_CACHE",
-    "CIR_DEMO_CODE_MEMO",
-)
 NOT_COMPARED = {"run_info.json"}  # timings and argv: differ by design
 MANIFEST = "run_manifest.json"  # compared without its records of the run_info.json files
 

@@ -28,6 +28,9 @@ def cirr_world(tmp_path_factory):
     mp.undo()
 
 
+OWN_SERVICE_STAGES: list[str] = []  # what `own_service`'s load said, stage by stage
+
+
 @pytest.fixture(scope="module")
 def own_service(cirr_world):
     root, _, pa, pb, _ = cirr_world
@@ -40,10 +43,19 @@ def own_service(cirr_world):
             reranker="none",
             runs=(("A", str(pa)), ("B", str(pb)), ("bad", str(bad))),
             warm_thumbnails=False,
-        )
+        ),
+        stage=OWN_SERVICE_STAGES.append,
     )
     yield svc
     svc.engine.close()
+
+
+def test_the_load_says_a_run_column_is_its_results_file_not_a_model(own_service):
+    columns = [s for s in OWN_SERVICE_STAGES if s.startswith("retriever ")]
+    assert columns == [
+        "retriever 1/2 A: its results file (no model to load)",
+        "retriever 2/2 B: its results file (no model to load)",
+    ]
 
 
 def test_run_arguments_name_columns_and_are_checked_before_any_work(tmp_path):

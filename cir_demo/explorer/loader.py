@@ -183,6 +183,7 @@ _INDEX_STAGE = {
     "disk": "loading the model and its index",
     "prebuilt": "loading the model and its index from the prebuilt corpus embeddings",
     "build": "loading the model and building its index (first start)",
+    "run": "its results file (no model to load)",
 }
 
 
@@ -191,8 +192,10 @@ def _load_indexes(
 ) -> list[str]:
     """Load each retriever and its index (building it on first use); returns those that loaded."""
     loaded = []
+    own = {run_name for run_name, _ in config.runs}  # `--runs` columns: their rankings come from the files
     for i, name in enumerate(names, 1):
-        stage(f"retriever {i}/{len(names)} {name}: " + _INDEX_STAGE[_index_source(engine, name)])
+        source = "run" if name in own else _index_source(engine, name)
+        stage(f"retriever {i}/{len(names)} {name}: " + _INDEX_STAGE[source])
         try:
             engine.index(name)
         except Exception as exc:  # the other columns still work

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -145,6 +146,75 @@ def test_eval_with_uncached_weights_fails_in_one_line_and_creates_nothing(tmp_pa
     err = capsys.readouterr().err
     assert "Traceback" in err and "hf download timm/vit_huge_patch14_clip_224.metaclip2_worldwide" in err, err
     assert not (tmp_path / "runs").exists() and not (tmp_path / "indexes").exists()
+
+
+# A run that stops on missing weights, in a fresh process: its lines, and which of the heavy libraries it loaded.
+STOPPED_RUN = """
+import json, sys
+from cir_demo.preflight.run import model_lines
+lines = model_lines(sys.argv[1].split(","), None, False, None, device_when_blocked=False)
+print(json.dumps({"lines": [ln.message() for ln in lines],
+                  "loaded": sorted(m for m in ("open_clip", "torchvision", "torch") if m in sys.modules)}))
+"""
+
+
+def test_a_run_stopped_by_missing_tag_weights_loads_no_open_clip_nor_torch_and_says_what_open_clip_says(
+    tmp_path, monkeypatch
+):
+    """The preflight of `--eval` / `index build` names missing open_clip-tag weights from the recorded copy
+    of open_clip's tag table, and leaves the device's line (torch) out of a run that stops anyway: the
+    same lines as open_clip's own table gives, without importing open_clip, torchvision or torch."""
+    import huggingface_hub.constants as c
+
+    from cir_demo.preflight.run import model_lines
+    from cir_demo.retrievers import openclip
+
+    names = ["metaclip2-h14-fusion", "dfn-h14-image"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    env.pop("HF_HUB_CACHE", None)
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPED_RUN, ",".join(names)], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["loaded"] == []
+    assert len(got["lines"]) == 2 and all("is not in the cache" in line for line in got["lines"]), got
+    # the oracle: open_clip's own table (the recorded copy bypassed), in this process, same empty hub cache
+    monkeypatch.setenv("HF_HOME", env["HF_HOME"])
+    monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setattr(openclip, "_recorded_tags", lambda: {})
+    lines = model_lines(names, None, False, None, device_when_blocked=False)
+    assert [ln.message() for ln in lines] == got["lines"]
+    # asked for a device, or computed for a dry run's plan (the default), the device has its line first
+    for kw in ({"device": "cpu", "device_when_blocked": False}, {"device": None}):
+        lines = model_lines(names, None, False, **kw)
+        assert lines[0].item == "device" and [ln.message() for ln in lines[1:]] == got["lines"]
+
+
+def test_the_recorded_open_clip_tags_are_open_clips_entries_for_every_encoder_tag():
+    import open_clip
+
+    from cir_demo.retrievers import openclip, registry
+
+    def open_clips(model: str, tag: str) -> dict:
+        cfg = open_clip.get_pretrained_cfg(model, tag) or {}
+        return {k: cfg[k] for k in ("hf_hub", "url") if cfg.get(k)}
+
+    recorded = json.loads((registry.CONFIG_DIR / registry.OPEN_CLIP_TAGS_FILE).read_text(encoding="utf-8"))
+    for key, entry in recorded.items():
+        assert entry and entry == open_clips(*key.split("/", 1)), key
+    encoders = json.loads((registry.CONFIG_DIR / registry.ENCODERS_FILE).read_text(encoding="utf-8"))
+    tags = {
+        f"{e['model']}/{e['pretrained']}"
+        for e in encoders.values()
+        if e["family"] == "open_clip" and not openclip.is_local_weights(e["pretrained"])
+    }
+    assert tags and tags <= set(recorded)
+    # a tag no encoder names is looked up in open_clip itself
+    assert (
+        "ViT-B-32/openai" not in recorded
+        and openclip.tag_source("ViT-B-32", "openai") == open_clips("ViT-B-32", "openai") != {}
+    )
 
 
 def _tree(*folders: Path) -> dict[str, tuple[int, float]]:

@@ -206,7 +206,9 @@ def paired_bootstrap(
     )
 
 
-def _scored(df: pd.DataFrame) -> pd.DataFrame:
+def scored_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The per-query rows that enter the means (the official evaluators skip empty rankings): every
+    mean, interval and comparison of a run reads these, through this one function."""
     return df[df["scored"].to_numpy(dtype=bool)] if "scored" in df.columns else df
 
 
@@ -214,7 +216,7 @@ def metric_cis(
     per_query_df: pd.DataFrame, metrics: Sequence[str], n_boot: int = 1000, alpha: float = 0.05, seed: int = 0
 ) -> pd.DataFrame:
     """One row per metric: metric, mean, lo, hi, n_queries, n_groups (scored rows, groups = group_id)."""
-    df = _scored(per_query_df)
+    df = scored_rows(per_query_df)
     rows = []
     for metric in metrics:
         mean, lo, hi = bootstrap_ci(df[metric].to_numpy(), df["group_id"].to_numpy(), n_boot, alpha, seed)
@@ -235,8 +237,8 @@ def compare_runs(
 
     One row per metric with the keys of `paired_bootstrap` plus `metric`.
     """
-    a = _scored(per_query_a)[["query_id", "group_id", *metrics]]
-    b = _scored(per_query_b)[["query_id", *metrics]]
+    a = scored_rows(per_query_a)[["query_id", "group_id", *metrics]]
+    b = scored_rows(per_query_b)[["query_id", *metrics]]
     both = a.merge(b, on="query_id", suffixes=("_a", "_b"), validate="one_to_one", sort=False)
     rows = []
     for metric in metrics:
@@ -259,7 +261,7 @@ def paired_table(
         for b in names[i + 1 :]:
             fa, fb = per_query[a], per_query[b]
             shared = [m for m in metrics if m in fa.columns and m in fb.columns]
-            if not shared or not set(_scored(fa)["query_id"]) & set(_scored(fb)["query_id"]):
+            if not shared or not set(scored_rows(fa)["query_id"]) & set(scored_rows(fb)["query_id"]):
                 continue
             for row in compare_runs(fa, fb, shared, n_boot=n_boot, seed=seed).to_dict("records"):
                 rows.append({"a": a, "b": b, **row})

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from cir_demo.benchmarks.schema import SKIN_TONE_BUCKETS, Query
-from cir_demo.metrics.bootstrap import _group_codes, _scored, bootstrap_cis
+from cir_demo.metrics.bootstrap import _group_codes, bootstrap_cis, scored_rows
 from cir_demo.utils.names import UnknownNameError
 
 MISSING = "(missing)"
@@ -134,7 +134,7 @@ def breakdown(
 def scored_arrays(per_query_df: pd.DataFrame, metrics: Sequence[str]) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     """What `field_breakdown` reads of a run: its scored rows (all without a `scored` column), their
     metrics' values (rows x metrics) and their paraphrase-group codes."""
-    rows = _scored(per_query_df)
+    rows = scored_rows(per_query_df)
     values = rows[list(metrics)].to_numpy(dtype=float).reshape(len(rows), len(metrics))
     return rows, values, _group_codes(rows["group_id"].to_numpy(), len(rows))
 

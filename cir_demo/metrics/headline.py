@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from cir_demo.metrics.bootstrap import _group_codes, _group_sums, compare_runs, group_bootstrap_means
+from cir_demo.metrics.bootstrap import _group_codes, _group_sums, compare_runs, group_bootstrap_means, scored_rows
 
 
 def p_text(p: float, n_boot: int) -> str:
@@ -197,7 +197,7 @@ def paired_pair_rows(
     bootstrap depends on that pair alone, so pairs may be computed as their runs come and joined by
     `paired_table` in `paired_headline`'s order."""
     primary_first = [family.primary] + [c for c in family.headline if c != family.primary]
-    fa, fb = _scored(per_query_a), _scored(per_query_b)
+    fa, fb = scored_rows(per_query_a), scored_rows(per_query_b)
     cols = [m for m in primary_first if m in fa.columns and m in fb.columns]
     if not cols or not set(fa["query_id"]) & set(fb["query_id"]):
         return []
@@ -219,7 +219,3 @@ def paired_table(pair_rows: Sequence[list[dict]]) -> pd.DataFrame:
     return table[
         ["a", "b", "metric", "n_queries"] + [c for c in table.columns if c not in ("a", "b", "metric", "n_queries")]
     ]
-
-
-def _scored(df: pd.DataFrame) -> pd.DataFrame:
-    return df[df["scored"].to_numpy(dtype=bool)] if "scored" in df.columns else df

@@ -15,16 +15,24 @@ from cir_demo.preflight.checks import Line, device_line, reranker_lines, retriev
 from cir_demo.preflight.request import RunRequest
 
 
-def model_lines(names, reranker: str | None, trust_remote_code: bool, device: str | None) -> list[Line]:
+def model_lines(
+    names, reranker: str | None, trust_remote_code: bool, device: str | None, device_when_blocked: bool = True
+) -> list[Line]:
+    """The device's line, then each retriever's and the reranker's. `device_when_blocked=False` leaves the
+    device out when a model line already stops the run and no device was asked for: the device's line then
+    says nothing the run needs (without a device asked for it blocks only where torch is missing, which each
+    model that needs torch names in its own lines), and it costs the import of torch."""
     from cir_demo.retrievers.registry import get_config
 
     for name in names:
         get_config(name)  # unknown names first, with "did you mean"
-    lines = [device_line(device)]
+    lines = []
     for name in names:
         lines += retriever_lines(name, trust_remote_code=trust_remote_code)
     if reranker:
         lines += reranker_lines(reranker)
+    if device_when_blocked or device or not any(ln.blocking for ln in lines):
+        lines.insert(0, device_line(device))
     return lines
 
 
@@ -82,7 +90,7 @@ def check_run(request: RunRequest, bench, names, reranker: str | None = None):
 
     if request.fetch_images:
         check_fetch_arguments(request.fetch)
-    lines = model_lines(names, reranker, request.trust_remote_code, request.device)
+    lines = model_lines(names, reranker, request.trust_remote_code, request.device, device_when_blocked=False)
     raise_on_blocking(lines)
     say(lines)
     return images_for_run(bench, request)

@@ -18,6 +18,7 @@ open_clip and torch are imported only inside functions.
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 from pathlib import Path
@@ -37,6 +38,7 @@ SIDECAR_FORMAT = "cir_demo.open_clip_weights/1"
 PREPROCESS_KEYS = ("size", "mode", "mean", "std", "interpolation", "resize_mode", "fill_color")
 WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin")
 HUB_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")  # what open_clip reads from a hub repo
+TAG_SOURCE_KEYS = ("hf_hub", "url")  # the fields of a tag-table entry that say where its weights come from
 USES_RECIPE = True  # queries are composed by a recipe (recipes.py) over this dual encoder
 CONFIG_KEYS = ("model_config",)  # top-level config keys only this family takes
 
@@ -54,10 +56,8 @@ def weights(config: dict) -> list:
     model, pretrained = config["model"], config["pretrained"]
     if is_local_weights(pretrained):
         return [LocalFile(pretrained, f"open_clip {model} weights file")]
-    import open_clip
-
     label = f"open_clip {model} / {pretrained}"
-    cfg = open_clip.get_pretrained_cfg(model, pretrained) or {}
+    cfg = tag_source(model, pretrained)
     hub = cfg.get("hf_hub") or ""
     create = f"python -c \"import open_clip; open_clip.create_model('{model}', pretrained='{pretrained}')\""
     if hub:
@@ -70,6 +70,28 @@ def weights(config: dict) -> list:
         cache = Path("~/.cache/clip").expanduser() / Path(url).name
         return [DownloadedFile(str(cache), label, f"`{create}`")]
     return [Unavailable(label, f"open_clip has no tag {pretrained!r} for {model!r}; see `open_clip.list_pretrained()`")]
+
+
+def tag_source(model: str, pretrained: str) -> dict:
+    """Where open_clip's tag table has `model` / `pretrained` fetched from: {"hf_hub": ...} or {"url": ...},
+    {} for no such tag. The tags encoders.json names are read from configs/open_clip_tags.json, their
+    entries of that table as this project's pinned open_clip has them (tests hold the copy to open_clip's
+    own table), so that a preflight naming missing weights imports neither open_clip nor torchvision, most
+    of its CPU; any other tag is looked up in open_clip."""
+    recorded = _recorded_tags().get(f"{model}/{pretrained}")
+    if recorded is not None:
+        return dict(recorded)
+    import open_clip
+
+    cfg = open_clip.get_pretrained_cfg(model, pretrained) or {}
+    return {k: cfg[k] for k in TAG_SOURCE_KEYS if cfg.get(k)}
+
+
+@functools.lru_cache(maxsize=1)
+def _recorded_tags() -> dict[str, dict]:
+    from cir_demo.retrievers.registry import CONFIG_DIR, OPEN_CLIP_TAGS_FILE
+
+    return json.loads((CONFIG_DIR / OPEN_CLIP_TAGS_FILE).read_text(encoding="utf-8"))
 
 
 def validate(config: dict, where: str) -> None:

@@ -267,6 +267,7 @@ _SOURCES: dict[str, str] = {}
 
 ENCODERS_FILE, RECIPES_FILE = "encoders.json", "recipes.json"
 QUERY_TEMPLATES_FILE = "query_templates.json"  # per-family query templates (retrievers/query_templates.py)
+OPEN_CLIP_TAGS_FILE = "open_clip_tags.json"  # open_clip tag table entries of encoders.json (openclip.tag_source)
 # what an encoder entry of encoders.json declares (a recipe entry adds name, recipe, params, description)
 ENCODER_KEYS = (
     "family",
@@ -338,7 +339,7 @@ def _table() -> dict[str, dict]:
             _SOURCES[cfg["name"]] = source
 
         for path in sorted(CONFIG_DIR.glob("*.json")):
-            if path.name in (ENCODERS_FILE, RECIPES_FILE, QUERY_TEMPLATES_FILE):
+            if path.name in (ENCODERS_FILE, RECIPES_FILE, QUERY_TEMPLATES_FILE, OPEN_CLIP_TAGS_FILE):
                 continue
             cfg = validate_config(_read_json(path), str(path))
             if path.stem != cfg["name"]:

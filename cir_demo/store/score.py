@@ -127,11 +127,6 @@ def evaluation_of_rows(
     return RunEvaluation(name=name, metrics=metrics, per_query=per_query, ci=ci, warnings=list(warnings))
 
 
-def _scored(per_query: pd.DataFrame) -> pd.DataFrame:
-    """Rows that enter the means (the official evaluator skips empty rankings)."""
-    return per_query[per_query["scored"]] if "scored" in per_query else per_query
-
-
 def metrics_table(benchmark: Benchmark, evaluations: Sequence[RunEvaluation]) -> pd.DataFrame:
     """`model`, then the official columns in official order, then ours (CIs as `<metric>_ci_lo/_ci_hi`)."""
     official = list(getattr(metrics_module(benchmark), family_of(benchmark).official_columns))
@@ -149,13 +144,15 @@ def metrics_table(benchmark: Benchmark, evaluations: Sequence[RunEvaluation]) ->
 def report_table(benchmark: Benchmark, evaluations: Sequence[RunEvaluation]) -> pd.DataFrame:
     """The app's Report table of scored runs: `run`, the family's Report aggregates with their
     intervals (`<agg>_ci_lo/_ci_hi`) and the queries scored."""
+    from cir_demo.metrics.bootstrap import scored_rows
+
     fam = family_of(benchmark)
     rows = []
     for ev in evaluations:
         row = {"run": ev.name, **{a: ev.metrics.get(a, float("nan")) for a in fam.report_aggregates()}}
         for agg, (lo, hi) in ev.ci.items():
             row[f"{agg}_ci_lo"], row[f"{agg}_ci_hi"] = lo, hi
-        rows.append({**row, "total_queries": int(len(_scored(ev.per_query)))})
+        rows.append({**row, "total_queries": int(len(scored_rows(ev.per_query)))})
     return pd.DataFrame(rows)
 
 

@@ -191,7 +191,7 @@ def test_a_run_stopped_by_missing_tag_weights_loads_no_open_clip_nor_torch_and_s
         assert lines[0].item == "device" and [ln.message() for ln in lines[1:]] == got["lines"]
 
 
-def test_the_recorded_open_clip_tags_are_open_clips_entries_for_every_encoder_tag():
+def test_the_recorded_open_clip_tags_are_open_clips_entries_for_every_encoder_tag(monkeypatch):
     import open_clip
 
     from cir_demo.retrievers import openclip, registry
@@ -200,7 +200,9 @@ def test_the_recorded_open_clip_tags_are_open_clips_entries_for_every_encoder_ta
         cfg = open_clip.get_pretrained_cfg(model, tag) or {}
         return {k: cfg[k] for k in ("hf_hub", "url") if cfg.get(k)}
 
-    recorded = json.loads((registry.CONFIG_DIR / registry.OPEN_CLIP_TAGS_FILE).read_text(encoding="utf-8"))
+    table = json.loads((registry.CONFIG_DIR / registry.OPEN_CLIP_TAGS_FILE).read_text(encoding="utf-8"))
+    assert table["open_clip"] == open_clip.__version__  # a copy of the installed (pinned) open_clip's table
+    recorded = table["tags"]
     for key, entry in recorded.items():
         assert entry and entry == open_clips(*key.split("/", 1)), key
     encoders = json.loads((registry.CONFIG_DIR / registry.ENCODERS_FILE).read_text(encoding="utf-8"))
@@ -215,6 +217,13 @@ def test_the_recorded_open_clip_tags_are_open_clips_entries_for_every_encoder_ta
         "ViT-B-32/openai" not in recorded
         and openclip.tag_source("ViT-B-32", "openai") == open_clips("ViT-B-32", "openai") != {}
     )
+    # under another installed open_clip the copy is not used: every tag is looked up in open_clip
+    openclip._recorded_tags.cache_clear()
+    monkeypatch.setattr(openclip.versions, "library_versions", lambda *names, **kw: {"open_clip": "0.0.1"})
+    try:
+        assert openclip._recorded_tags() == {} and openclip.tag_source(*key.split("/", 1)) == entry
+    finally:
+        openclip._recorded_tags.cache_clear()
 
 
 def _tree(*folders: Path) -> dict[str, tuple[int, float]]:

@@ -75,9 +75,9 @@ def weights(config: dict) -> list:
 def tag_source(model: str, pretrained: str) -> dict:
     """Where open_clip's tag table has `model` / `pretrained` fetched from: {"hf_hub": ...} or {"url": ...},
     {} for no such tag. The tags encoders.json names are read from configs/open_clip_tags.json, their
-    entries of that table as this project's pinned open_clip has them (tests hold the copy to open_clip's
-    own table), so that a preflight naming missing weights imports neither open_clip nor torchvision, most
-    of its CPU; any other tag is looked up in open_clip."""
+    entries of that table in the open_clip version it names (tests hold the copy to open_clip's own table),
+    so that a preflight naming missing weights imports neither open_clip nor torchvision, most of its CPU;
+    any other tag, or any tag under another installed open_clip, is looked up in open_clip."""
     recorded = _recorded_tags().get(f"{model}/{pretrained}")
     if recorded is not None:
         return dict(recorded)
@@ -89,9 +89,12 @@ def tag_source(model: str, pretrained: str) -> dict:
 
 @functools.lru_cache(maxsize=1)
 def _recorded_tags() -> dict[str, dict]:
+    """The recorded tag-table entries, or {} where the installed open_clip is not the version they copy."""
     from cir_demo.retrievers.registry import CONFIG_DIR, OPEN_CLIP_TAGS_FILE
 
-    return json.loads((CONFIG_DIR / OPEN_CLIP_TAGS_FILE).read_text(encoding="utf-8"))
+    table = json.loads((CONFIG_DIR / OPEN_CLIP_TAGS_FILE).read_text(encoding="utf-8"))
+    installed = versions.library_versions("open_clip")["open_clip"]
+    return table["tags"] if installed == table["open_clip"] else {}
 
 
 def validate(config: dict, where: str) -> None:

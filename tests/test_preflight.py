@@ -173,7 +173,12 @@ def test_a_run_stopped_by_missing_tag_weights_loads_no_open_clip_nor_torch_and_s
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     env.pop("HF_HUB_CACHE", None)
     done = subprocess.run(
-        [sys.executable, "-c", STOPPED_RUN, ",".join(names)], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, "-c", STOPPED_RUN, ",".join(names)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)

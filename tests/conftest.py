@@ -273,9 +273,9 @@ def pytest_unconfigure(config):
     """At its close, after this hook, pytest makes five full collector passes in a row (its unraisable-
     exception plugin: the finalisers one pass runs may leave garbage for the next), each over every
     object the tests left alive; on the worker that finishes last they are the suite's last seconds, on
-    one core. Here the passes run until one finds no garbage (two, mostly): the same objects are freed,
-    any exception a finaliser raises reaches pytest's report as before. What is left is alive and
-    frozen, and pytest's five passes have nothing to look through."""
+    one core. Here the passes run until one finds no garbage (two, mostly), which frees what pytest's
+    passes would, any exception a finaliser raises reaching pytest's report as before. What is left is
+    alive and frozen, and pytest's five passes have nothing to look through."""
     import gc
 
     for _ in range(5):

@@ -53,6 +53,20 @@ def launched(service, mcp: bool = False):
     return demo, f"http://127.0.0.1:{port}/"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def client_scratch_in_this_module(tmp_path_factory):
+    """gradio_client downloads each file an endpoint answers through a folder of its own under the
+    system's temporary folder (`tempfile.gettempdir()`/<40 hex digits>) and leaves that folder behind,
+    empty: while this module runs the system's temporary folder is one of the module's own, so those
+    folders stay among pytest's temporary files instead of piling up in TMPDIR."""
+    import tempfile
+
+    before = tempfile.tempdir
+    tempfile.tempdir = str(tmp_path_factory.mktemp("tmpdir"))
+    yield
+    tempfile.tempdir = before
+
+
 @pytest.fixture(scope="module")
 def world_api(service):
     demo, url = launched(service)

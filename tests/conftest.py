@@ -295,6 +295,17 @@ def one_torch_thread():
     torch.set_num_threads(old)
 
 
+@pytest.fixture()
+def quiet_machine(monkeypatch):
+    """Two CPUs and no other work, as `cir_demo.utils.beside.spare_core` sees the machine, whatever the
+    machine running the suite (its other worker keeps it busy): for the tests of what a forked child does."""
+    from cir_demo.utils import beside
+
+    monkeypatch.setattr(beside, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(beside, "_runnable_now", lambda: 1)  # the caller alone
+
+
 @pytest.fixture(scope="session")
 def audited_training(tmp_path_factory):
     """World-CLIP, world-CIR and the world judge trained for 2 steps on the tiny world under a file-open

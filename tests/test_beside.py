@@ -1,5 +1,5 @@
-"""`utils/beside.py`: a function run in a forked child gives what it gives inline, and its failures reach
-the caller with the child's traceback."""
+"""`utils/beside.py`: a function run in a forked child gives what it gives inline, its failures reach
+the caller with the child's traceback, and it runs inline where no core is spare for a child."""
 
 import os
 
@@ -9,7 +9,7 @@ import pytest
 from cir_demo.utils.beside import beside
 
 
-def test_result_equals_the_inline_call_and_reads_the_callers_memory():
+def test_result_equals_the_inline_call_and_reads_the_callers_memory(quiet_machine):
     table = np.arange(100_000, dtype=np.float64).reshape(1000, 100)  # not pickled: the child reads it
     task = beside(lambda: {"sum": float(table.sum()), "pid": os.getpid()}, "sum")
     out = task.result()
@@ -17,7 +17,7 @@ def test_result_equals_the_inline_call_and_reads_the_callers_memory():
     assert out["pid"] != os.getpid()  # it ran in a child
 
 
-def test_an_exception_in_the_child_names_the_task_and_carries_its_traceback():
+def test_an_exception_in_the_child_names_the_task_and_carries_its_traceback(quiet_machine):
     def boom():
         raise ValueError("bad plot input")
 
@@ -25,12 +25,12 @@ def test_an_exception_in_the_child_names_the_task_and_carries_its_traceback():
         beside(boom, "plots of x").result()
 
 
-def test_a_child_that_dies_without_an_answer_is_an_error():
+def test_a_child_that_dies_without_an_answer_is_an_error(quiet_machine):
     with pytest.raises(RuntimeError, match=r"died failed in its child process \(exit code 3\)"):
         beside(lambda: os._exit(3), "died").result()
 
 
-def test_eval_outputs_are_the_same_bytes_with_plots_written_inline(tmp_path, monkeypatch):
+def test_eval_outputs_are_the_same_bytes_with_plots_written_inline(tmp_path, monkeypatch, quiet_machine):
     """The report written with its plots from a child equals the report written all inline, file for file
     (the plots listed in report.md included)."""
     from test_harness_eval import small_benchmark
@@ -68,3 +68,80 @@ def test_off_the_main_thread_it_runs_inline():
     worker.start()
     worker.join()
     assert out["pid"] == os.getpid()
+
+
+def test_without_a_spare_core_it_runs_inline_and_a_run_reads_the_machine_when_it_began(monkeypatch):
+    """A child only where it would have a core of its own: two CPUs or more and other work filling fewer
+    than all but one: the lesser of the 1-minute load average and the threads runnable now besides the
+    caller; within `other_work_at_start`, what a run read when it began."""
+    from cir_demo.utils import beside as beside_module
+
+    load, runnable = [0.0], [1]
+    monkeypatch.setattr(os, "getloadavg", lambda: (load[0], 0.0, 0.0))
+    monkeypatch.setattr(beside_module, "_runnable_now", lambda: runnable[0])
+    monkeypatch.setattr(beside_module, "usable_cpus", lambda: 2)
+
+    def forked() -> bool:
+        return beside(os.getpid, "pid").result() != os.getpid()
+
+    # (load average, runnable now with the caller): a child or not
+    cases = {(0.0, 1): True, (0.9, 3): True, (1.0, 2): False, (3.5, 4): False, (1.0, 1): True, (2.5, 1): True}
+    for (load[0], runnable[0]), child in cases.items():
+        assert forked() is child, (load[0], runnable[0])
+    load[0], runnable[0] = 6.0, 5  # the run's own children raised both: not other work
+    with beside_module.other_work_at_start(0.4):
+        assert forked()
+    assert not forked()
+    load[0], runnable[0] = 0.0, 1
+    with beside_module.other_work_at_start(2.0):  # busy when the run began
+        assert not forked()
+    monkeypatch.setattr(beside_module, "usable_cpus", lambda: 1)
+    assert not forked()  # one CPU: never a second process
+    monkeypatch.setattr(beside_module, "usable_cpus", lambda: 4)
+    load[0], runnable[0] = 2.5, 4
+    assert forked()
+    monkeypatch.setattr(beside_module, "_runnable_now", lambda: None)  # not Linux: the load average alone
+    assert forked() and beside_module.other_work() == 2.5
+
+
+CALLER_KILLED_WHILE_ITS_CHILD_SENDS = r"""
+import os, time
+from cir_demo.utils import beside
+beside.usable_cpus = lambda: 2
+beside.other_work = lambda: 0.0  # a quiet machine, whatever the suite's load
+task = beside.beside(lambda: b"x" * (8 << 20), "big")  # more than a pipe holds: the child waits in its send
+print(task._proc.pid, flush=True)
+time.sleep(600)  # never reads the result
+"""
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_child_ends_with_its_killed_caller_even_while_sending_its_result():
+    """A caller killed (SIGKILL: a stopped run, the app's background run ended) before reading its
+    child's result leaves no child behind: one blocked sending a result larger than the pipe held the
+    caller's memory for good."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from test_corpus_workers import _alive
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CALLER_KILLED_WHILE_ITS_CHILD_SENDS], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        child = int(proc.stdout.readline())
+        deadline = time.monotonic() + 60
+        while _alive(child) and "pipe" not in open(f"/proc/{child}/wchan").read():  # its send, waiting
+            assert time.monotonic() < deadline, "the child never blocked in its send"
+            time.sleep(0.05)
+        assert _alive(child)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+        deadline = time.monotonic() + 60
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(child), "the child outlived its killed caller"
+    finally:
+        proc.kill()

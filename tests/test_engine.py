@@ -139,7 +139,7 @@ def test_one_query_cache_answers_the_brute_force_ranking(engine, monkeypatch):
     assert searched == [7, 12]
 
 
-def test_images_opened_beside_are_those_the_store_opens(engine):
+def test_images_opened_beside_are_those_the_store_opens(engine, quiet_machine):
     """A run's reference images opened in a forked child (`open_images_beside`) are cached as the very
     pixels the image store gives (the oracle: the store asked directly); one that cannot be opened is left
     to fail where it is needed, with the store's own error."""

@@ -152,13 +152,21 @@ def test_the_world_models_rerank_on_one_torch_thread_per_lane(monkeypatch, torch
 
 def test_the_runs_own_load_never_makes_the_reranking_one_lane(tmp_path, monkeypatch, torch_threads, seeded_cache):
     """The load average is read when the run begins: the run's render workers and threads, which raise
-    it later (here: busy from the second reading on), do not count as other work."""
+    it later (here: busy from the second reading on), do not count as other work, neither for its lanes
+    nor for the children it forks (`spare_core`)."""
     import contextlib
 
     from cir_demo.harness import pipeline
     from cir_demo.index.corpus_encode import usable_cpus
+    from cir_demo.utils import beside
+
+    monkeypatch.setattr(beside, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(beside, "_runnable_now", lambda: 1 if next(runnable, None) else 3)  # busy after the start
+    spare, plain_spare = [], beside.spare_core
+    monkeypatch.setattr(beside, "spare_core", lambda: spare.append(plain_spare()) or spare[-1])
 
     readings = iter([0.5])  # the first reading, when the run begins: a quiet machine
+    runnable = iter([True])
     monkeypatch.setattr("os.getloadavg", lambda: (next(readings, 64.0), 0.0, 0.0))
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     original, seen = pipeline.small_model_threads, []
@@ -172,3 +180,5 @@ def test_the_runs_own_load_never_makes_the_reranking_one_lane(tmp_path, monkeypa
     monkeypatch.setattr(pipeline, "small_model_threads", spy)
     _eval(tmp_path / "run")
     assert seen and set(seen) == {min(pipeline.MAX_LANES, usable_cpus())}  # both retrievers: a lane per core
+    assert spare and all(spare)  # its plots, pairs and workers forked: a core was spare when it began
+    assert not beside.spare_core()  # outside the run: the load now

@@ -145,13 +145,17 @@ def query_text_section(specs: dict[str, dict]) -> list[str]:
 class Stages:
     """Wall seconds per stage of a run, in the order the stages first ran: run_info.json's `timings_s`
     and the last line of the run's log, so that a slow run says where its time went; also the
-    machine's 1-minute load average when the run began, before the run itself raised it."""
+    machine's 1-minute load average and other work (`utils.beside.other_work`) when the run began,
+    before the run itself raised them."""
 
     def __init__(self):
         import os
 
+        from cir_demo.utils.beside import other_work
+
         self.t0 = time.perf_counter()
         self.start_load = os.getloadavg()[0]
+        self.start_other_work = other_work(self.start_load)
         self.seconds: dict[str, float] = {}
 
     @contextlib.contextmanager
@@ -226,7 +230,10 @@ def run_benchmark(settings: EvalSettings) -> int:
         # millions of rankings, items and rows that live to the end; no collection after: a full pass over
         # them frees nothing they hold, and the collector's own passes find any cycle later (a process
         # that runs several evaluations, the app's or the tests', paid a full pass of its heap each)
-        with collector_paused(collect_after=False):
+        from cir_demo.utils.beside import other_work_at_start
+
+        # the other work read before the run: its own children and threads raise the load as it goes
+        with collector_paused(collect_after=False), other_work_at_start(stages.start_other_work):
             n_files, report = _run_into(settings, splits, names, reranker_name, top_n, stages)
     # said only once the run is in place: the final move can still refuse or fail
     print(f"wrote {n_files} files to {final} in {stages.total():.1f} s (report: {final / report})")
@@ -304,7 +311,7 @@ def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stage
     corpus features serve them all (the splits share one corpus). Then each split's files and report;
     returns how many files the run holds and its report's place in it."""
     from cir_demo.harness.run_outputs import RunOutputs
-    from cir_demo.utils.beside import can_fork_here
+    from cir_demo.utils.beside import can_fork_here, spare_core
 
     for s in splits:
         print(
@@ -315,7 +322,7 @@ def _run_into(settings: EvalSettings, splits, names, reranker_name, top_n, stage
             flush=True,
         )
     worker = None  # forked before the engine starts any thread
-    if quiet_lanes(names, reranker_name, settings.device, stages.start_load) > 1 and can_fork_here():
+    if quiet_lanes(names, reranker_name, settings.device, stages.start_load) > 1 and can_fork_here() and spare_core():
         worker = RunOutputs([(s.bench, s.out) for s in splits], n_boot=settings.n_boot, seed=settings.bootstrap_seed)
     try:
         return _run_with(settings, splits, names, reranker_name, top_n, stages, worker)

@@ -12,6 +12,7 @@ reranking thread waits on.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
+
+from cir_demo.utils.procs import end_with_parent
 
 # What the worker reads, set by `RunOutputs` before the fork and inherited by it (nothing is pickled
 # but each run's rankings and the worker's answers)
@@ -41,7 +44,12 @@ class RunOutputs:
         _WORKER.clear()
         _WORKER.update(splits=[_SplitState(bench, Path(out)) for bench, out in splits], n_boot=n_boot, seed=seed)
         try:
-            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+            self._pool = ProcessPoolExecutor(
+                1,
+                mp_context=multiprocessing.get_context("fork"),
+                initializer=end_with_parent,  # a killed run leaves no worker waiting on its queue
+                initargs=(os.getpid(),),
+            )
             self._pool.submit(_ready).result()  # forked now: before the run starts its threads
         finally:
             _WORKER.clear()  # the caller's copy is not read again

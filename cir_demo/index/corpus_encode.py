@@ -10,6 +10,8 @@ from typing import Sequence
 
 import numpy as np
 
+from cir_demo.utils.beside import spare_core, usable_cpus  # usable_cpus: its callers import it from here
+
 
 def require_encoder(retriever) -> None:
     """TypeError unless `retriever` can encode images (ranking-only retrievers have no index)."""
@@ -193,18 +195,10 @@ def _opening_workers(images, n_batches: int) -> int:
         getattr(images, "open_many", None) is None
         or "fork" not in multiprocessing.get_all_start_methods()
         or threading.current_thread() is not threading.main_thread()
+        or not spare_core()  # other work fills the machine: a worker only takes turns with it
     ):
         return 0
     return min(usable_cpus(), n_batches)
-
-
-def usable_cpus() -> int:
-    import os
-
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def say(message: str) -> None:

@@ -302,8 +302,7 @@ def quiet_machine(monkeypatch):
     from cir_demo.utils import beside
 
     monkeypatch.setattr(beside, "usable_cpus", lambda: 2)
-    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    monkeypatch.setattr(beside, "_runnable_now", lambda: 1)  # the caller alone
+    monkeypatch.setattr(beside, "other_work", lambda: 0.0)
 
 
 @pytest.fixture(scope="session")

@@ -70,38 +70,64 @@ def test_off_the_main_thread_it_runs_inline():
     assert out["pid"] == os.getpid()
 
 
-def test_without_a_spare_core_it_runs_inline_and_a_run_reads_the_machine_when_it_began(monkeypatch):
-    """A child only where it would have a core of its own: two CPUs or more and other work filling fewer
-    than all but one: the lesser of the 1-minute load average and the threads runnable now besides the
-    caller; within `other_work_at_start`, what a run read when it began."""
+def test_other_work_is_the_cores_busy_time_less_this_process_over_the_interval(monkeypatch):
+    """`other_work` against hand arithmetic on scripted readings of the clock, the machine's busy core
+    seconds and this process's CPU seconds: (busy - own) / wall since the reading before."""
     from cir_demo.utils import beside as beside_module
 
-    load, runnable = [0.0], [1]
-    monkeypatch.setattr(os, "getloadavg", lambda: (load[0], 0.0, 0.0))
-    monkeypatch.setattr(beside_module, "_runnable_now", lambda: runnable[0])
+    readings = iter(
+        [  # (clock, machine busy core-s, own CPU s)
+            (0.0, 100.0, 10.0),  # the first reading: no interval yet
+            (10.0, 112.0, 12.0),  # 12 core-s busy in 10 s, 2 of them this process's: 1.0 core of other work
+            (10.1, 200.0, 12.0),  # 0.1 s later: too short to say; the reading before stands
+            (20.0, 115.0, 14.5),  # from the reading at 10 s: 3 busy, 2.5 this process's: 0.05
+            (30.0, 116.0, 16.0),  # this process busier than the cores' count (rounding): none, not less
+        ]
+    )
+    current = {}
+
+    def read(field):  # the machine's busy seconds are read first
+        if field == 1:
+            current.update(zip(range(3), next(readings)))
+        return current[field]
+
+    monkeypatch.setattr(beside_module, "_LAST_READING", [])
+    monkeypatch.setattr(beside_module, "_clock", lambda: read(0))
+    monkeypatch.setattr(beside_module, "_machine_busy_seconds", lambda: read(1))
+    monkeypatch.setattr(beside_module, "_own_cpu_seconds", lambda: read(2))
+    for expected in (0.0, 1.0, 1.0, 0.05, 0.0):
+        assert beside_module.other_work() == pytest.approx(expected)
+    monkeypatch.setattr(beside_module, "_machine_busy_seconds", lambda: None)  # no /proc/stat
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 0.0, 0.0))
+    assert beside_module.other_work() == 1.5  # the 1-minute load average
+
+
+def test_without_a_spare_core_it_runs_inline_and_a_run_reads_the_machine_when_it_began(monkeypatch):
+    """A child only where it would have a core of its own: two CPUs or more and other work filling fewer
+    than all but one; within `other_work_at_start`, what a run read when it began."""
+    from cir_demo.utils import beside as beside_module
+
+    work = [0.0]
+    monkeypatch.setattr(beside_module, "other_work", lambda: work[0])
     monkeypatch.setattr(beside_module, "usable_cpus", lambda: 2)
 
     def forked() -> bool:
         return beside(os.getpid, "pid").result() != os.getpid()
 
-    # (load average, runnable now with the caller): a child or not
-    cases = {(0.0, 1): True, (0.9, 3): True, (1.0, 2): False, (3.5, 4): False, (1.0, 1): True, (2.5, 1): True}
-    for (load[0], runnable[0]), child in cases.items():
-        assert forked() is child, (load[0], runnable[0])
-    load[0], runnable[0] = 6.0, 5  # the run's own children raised both: not other work
+    for work[0], child in ((0.0, True), (0.9, True), (1.0, False), (3.5, False)):
+        assert forked() is child, work[0]
+    work[0] = 6.0  # the run's own children: not other work
     with beside_module.other_work_at_start(0.4):
         assert forked()
     assert not forked()
-    load[0], runnable[0] = 0.0, 1
+    work[0] = 0.0
     with beside_module.other_work_at_start(2.0):  # busy when the run began
         assert not forked()
     monkeypatch.setattr(beside_module, "usable_cpus", lambda: 1)
     assert not forked()  # one CPU: never a second process
     monkeypatch.setattr(beside_module, "usable_cpus", lambda: 4)
-    load[0], runnable[0] = 2.5, 4
+    work[0] = 2.5
     assert forked()
-    monkeypatch.setattr(beside_module, "_runnable_now", lambda: None)  # not Linux: the load average alone
-    assert forked() and beside_module.other_work() == 2.5
 
 
 CALLER_KILLED_WHILE_ITS_CHILD_SENDS = r"""

@@ -161,12 +161,12 @@ def test_the_runs_own_load_never_makes_the_reranking_one_lane(tmp_path, monkeypa
     from cir_demo.utils import beside
 
     monkeypatch.setattr(beside, "usable_cpus", lambda: 2)
-    monkeypatch.setattr(beside, "_runnable_now", lambda: 1 if next(runnable, None) else 3)  # busy after the start
+    works = iter([0.0])  # the first reading, when the run begins: no other work; busy after it
+    monkeypatch.setattr(beside, "other_work", lambda: next(works, 3.0))
     spare, plain_spare = [], beside.spare_core
     monkeypatch.setattr(beside, "spare_core", lambda: spare.append(plain_spare()) or spare[-1])
 
     readings = iter([0.5])  # the first reading, when the run begins: a quiet machine
-    runnable = iter([True])
     monkeypatch.setattr("os.getloadavg", lambda: (next(readings, 64.0), 0.0, 0.0))
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     original, seen = pipeline.small_model_threads, []

@@ -155,7 +155,7 @@ class Stages:
 
         self.t0 = time.perf_counter()
         self.start_load = os.getloadavg()[0]
-        self.start_other_work = other_work(self.start_load)
+        self.start_other_work = other_work()
         self.seconds: dict[str, float] = {}
 
     @contextlib.contextmanager
@@ -174,9 +174,8 @@ class Stages:
         return time.perf_counter() - self.t0
 
     def line(self) -> str:
-        return f"time per stage (s; load average {self.start_load:.1f} at the start): " + ", ".join(
-            f"{k} {v:.1f}" for k, v in self.seconds.items()
-        )
+        start = f"load average {self.start_load:.1f}, other work {self.start_other_work:.1f} cores at the start"
+        return f"time per stage (s; {start}): " + ", ".join(f"{k} {v:.1f}" for k, v in self.seconds.items())
 
 
 def dry_run_benchmark(settings: EvalSettings, bench, names: list[str], reranker_name: str | None, top_n: int) -> int:

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from typing import Any, Callable, Iterator
 
@@ -35,28 +36,54 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _runnable_now() -> int | None:
-    """Threads runnable on the machine at this moment, the caller's included (Linux's /proc/loadavg)."""
+def _machine_busy_seconds() -> float | None:
+    """CPU seconds the machine's cores have been busy since boot (Linux's /proc/stat; idle and waiting
+    on disks left out); None elsewhere."""
     try:
-        with open("/proc/loadavg") as f:
-            return int(f.read().split()[3].split("/")[0])
-    except (OSError, ValueError, IndexError):
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
         return None
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def other_work(load: float | None = None) -> float:
-    """How many cores' worth of work besides the caller's the machine has: the lesser of its 1-minute load
-    average (`load`, read now when None) and the threads runnable at this moment besides the caller. The
-    average alone still counts a command that has just ended; the moment alone misses work that waits on
-    its disk. 0.0 where neither is known."""
-    if load is None:
+def _own_cpu_seconds() -> float:
+    """CPU seconds of this process's threads and of its children that have ended."""
+    import resource
+
+    own, ended = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + ended.ru_utime + ended.ru_stime
+
+
+# (wall clock, machine busy seconds, own CPU seconds, other work then) at the last reading: from the
+# module's import on, every reading measures the interval since the one before
+_LAST_READING: list[tuple[float, float, float, float]] = []
+_SHORTEST_INTERVAL_S = 0.25  # a shorter one is all noise: the reading before it stands
+_clock = time.monotonic
+
+
+def other_work() -> float:
+    """How many cores' worth of work besides this process's the machine has had since the last reading
+    (at the earliest, this module's import): the cores' busy time less this process's own CPU time, over
+    the wall time between. It sees what is running now, where a load average still counts, for a minute,
+    a command that has just ended; a run reads it once, when it begins (`other_work_at_start`). Where
+    /proc/stat is missing, the 1-minute load average."""
+    busy = _machine_busy_seconds()
+    if busy is None:
         try:
-            load = os.getloadavg()[0]
-        except (AttributeError, OSError):  # no load average here
-            load = None
-    runnable = _runnable_now()
-    known = [x for x in (load, None if runnable is None else runnable - 1) if x is not None]
-    return min(known) if known else 0.0
+            return os.getloadavg()[0]
+        except (AttributeError, OSError):  # nothing known of other work
+            return 0.0
+    now, own = _clock(), _own_cpu_seconds()
+    if not _LAST_READING:
+        _LAST_READING.append((now, busy, own, 0.0))
+        return 0.0  # no interval yet: read at import, so a first use has one
+    then, busy_then, own_then, work_then = _LAST_READING[0]
+    if now - then < _SHORTEST_INTERVAL_S:
+        return work_then
+    work = max(0.0, (busy - busy_then) - (own - own_then)) / (now - then)
+    _LAST_READING[0] = (now, busy, own, work)
+    return work
 
 
 # What a run read of `other_work` when it began (`other_work_at_start`): its own children and threads
@@ -138,3 +165,6 @@ class Beside:
 def beside(fn: Callable[[], Any], what: str) -> Beside:
     """Start `fn()` beside the caller; `.result()` joins it."""
     return Beside(fn, what)
+
+
+other_work()  # the first reading, so that a first use measures an interval

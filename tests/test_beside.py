@@ -103,8 +103,8 @@ def test_other_work_is_the_cores_busy_time_less_this_process_over_the_interval(m
 
 
 def test_without_a_spare_core_it_runs_inline_and_a_run_reads_the_machine_when_it_began(monkeypatch):
-    """A child only where it would have a core of its own: two CPUs or more and other work filling fewer
-    than all but one; within `other_work_at_start`, what a run read when it began."""
+    """A child only where it would have most of a core: two CPUs or more and other work leaving one and a
+    half of them; within `other_work_at_start`, what a run read when it began."""
     from cir_demo.utils import beside as beside_module
 
     work = [0.0]
@@ -114,7 +114,7 @@ def test_without_a_spare_core_it_runs_inline_and_a_run_reads_the_machine_when_it
     def forked() -> bool:
         return beside(os.getpid, "pid").result() != os.getpid()
 
-    for work[0], child in ((0.0, True), (0.9, True), (1.0, False), (3.5, False)):
+    for work[0], child in ((0.0, True), (0.45, True), (0.5, False), (0.95, False), (3.5, False)):
         assert forked() is child, work[0]
     work[0] = 6.0  # the run's own children: not other work
     with beside_module.other_work_at_start(0.4):
@@ -126,7 +126,7 @@ def test_without_a_spare_core_it_runs_inline_and_a_run_reads_the_machine_when_it
     monkeypatch.setattr(beside_module, "usable_cpus", lambda: 1)
     assert not forked()  # one CPU: never a second process
     monkeypatch.setattr(beside_module, "usable_cpus", lambda: 4)
-    work[0] = 2.5
+    work[0] = 2.4
     assert forked()
 
 

@@ -103,14 +103,14 @@ def other_work_at_start(work: float) -> Iterator[None]:
 
 
 def spare_core() -> bool:
-    """Whether a child process would have a core of its own: two usable CPUs or more, and other work
-    (`other_work`; inside `other_work_at_start`, the run's) filling fewer than all but one of them. On a
-    machine that other work already fills, a child only takes turns with it, and its fork and the
-    copy-on-write faults after it cost CPU that the same work done inline does not (docs/benchmarks.md
-    measures both). On a quiet machine the child's work and the caller's overlap."""
+    """Whether a child process would have most of a core to itself: two usable CPUs or more, and other work
+    (`other_work`; inside `other_work_at_start`, the run's) leaving at least one and a half of them to this
+    process and its child. On a machine that other work already fills, a child only takes turns with it,
+    and its fork and the copy-on-write faults after it cost CPU that the same work done inline does not
+    (docs/benchmarks.md measures both). On a quiet machine the child's work and the caller's overlap."""
     cpus = usable_cpus()
     work = _OTHER_WORK_AT_START.get()
-    return cpus >= 2 and (other_work() if work is None else work) < cpus - 1
+    return cpus >= 2 and (other_work() if work is None else work) < cpus - 1.5
 
 
 class Beside:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import resource
 import statistics
 import sys
 import tempfile
@@ -25,12 +24,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE))
-
-
-def cpu_seconds() -> float:
-    """CPU seconds of this process and of its children that have ended."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def main() -> int:
@@ -45,6 +38,7 @@ def main() -> int:
     from cir_demo.harness.report import write_outputs
     from cir_demo.store.score import evaluate_run
     from cir_demo.utils import beside
+    from cir_demo.utils.beside import own_cpu_seconds as cpu_seconds
     from cir_demo.world import load_world
 
     held = np.ones(int(args.heap_gb * 2**30 / 8)) if args.heap_gb else None  # touched: resident, as a heap is

@@ -34,14 +34,10 @@ from browser_support import (  # noqa: E402
     free_port,
 )
 
+from cir_demo.utils.beside import machine_busy_seconds as busy_seconds  # noqa: E402
+
 READY = "failure sorts and report: ready"  # the page's status line once the background run is done
 APP_ARGS = ["--world-size", "tiny", "--limit", "6", "--retrievers", "world-clip-fusion,world-clip-image"]
-
-
-def busy_seconds() -> float:
-    """CPU seconds the whole machine has been busy (every core; idle and iowait left out)."""
-    fields = [int(x) for x in open("/proc/stat").readline().split()[1:9]]
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def loads(binary: Path, url: str, n: int, until_ready: bool = False) -> float:

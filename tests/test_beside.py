@@ -93,11 +93,11 @@ def test_other_work_is_the_cores_busy_time_less_this_process_over_the_interval(m
 
     monkeypatch.setattr(beside_module, "_LAST_READING", [])
     monkeypatch.setattr(beside_module, "_clock", lambda: read(0))
-    monkeypatch.setattr(beside_module, "_machine_busy_seconds", lambda: read(1))
-    monkeypatch.setattr(beside_module, "_own_cpu_seconds", lambda: read(2))
+    monkeypatch.setattr(beside_module, "machine_busy_seconds", lambda: read(1))
+    monkeypatch.setattr(beside_module, "own_cpu_seconds", lambda: read(2))
     for expected in (0.0, 1.0, 1.0, 0.05, 0.0):
         assert beside_module.other_work() == pytest.approx(expected)
-    monkeypatch.setattr(beside_module, "_machine_busy_seconds", lambda: None)  # no /proc/stat
+    monkeypatch.setattr(beside_module, "machine_busy_seconds", lambda: None)  # no /proc/stat
     monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 0.0, 0.0))
     assert beside_module.other_work() == 1.5  # the 1-minute load average
 

@@ -36,7 +36,7 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _machine_busy_seconds() -> float | None:
+def machine_busy_seconds() -> float | None:
     """CPU seconds the machine's cores have been busy since boot (Linux's /proc/stat; idle and waiting
     on disks left out); None elsewhere."""
     try:
@@ -47,7 +47,7 @@ def _machine_busy_seconds() -> float | None:
     return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def _own_cpu_seconds() -> float:
+def own_cpu_seconds() -> float:
     """CPU seconds of this process's threads and of its children that have ended."""
     import resource
 
@@ -68,13 +68,13 @@ def other_work() -> float:
     the wall time between. It sees what is running now, where a load average still counts, for a minute,
     a command that has just ended; a run reads it once, when it begins (`other_work_at_start`). Where
     /proc/stat is missing, the 1-minute load average."""
-    busy = _machine_busy_seconds()
+    busy = machine_busy_seconds()
     if busy is None:
         try:
             return os.getloadavg()[0]
         except (AttributeError, OSError):  # nothing known of other work
             return 0.0
-    now, own = _clock(), _own_cpu_seconds()
+    now, own = _clock(), own_cpu_seconds()
     if not _LAST_READING:
         _LAST_READING.append((now, busy, own, 0.0))
         return 0.0  # no interval yet: read at import, so a first use has one
